@@ -1,0 +1,128 @@
+//! Key layout and the limits on names and durations.
+//!
+//! One lock named `N` under prefix `P` uses:
+//!
+//! | what | Redis name | type |
+//! |---|---|---|
+//! | the lock | `P:{N}` | string: the owner token, with a millisecond expiry |
+//! | its fencing counter | `P:{N}:fence` | string: the last fence granted |
+//! | its wake-up channel | `P:{N}:wake` | pub/sub channel (not a key) |
+//!
+//! The braces make `N` the hash tag, so every key and the channel of one lock map to one Redis Cluster slot.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::InvalidArgument;
+
+/// The longest lock name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 512;
+/// The shortest lease accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// The longest lease accepted: longer leases are almost certainly a unit mistake.
+pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "dlock";
+const MAX_PREFIX_LEN: usize = 64;
+
+/// The Redis names one lock uses. Built once per [`Mutex`](crate::Mutex) handle and shared by its guards.
+#[derive(Debug)]
+pub(crate) struct LockKeys {
+    pub(crate) name: String,
+    pub(crate) lock: String,
+    pub(crate) fence: String,
+    pub(crate) channel: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<Arc<LockKeys>, InvalidArgument> {
+        check_name(name)?;
+        let lock = format!("{prefix}:{{{name}}}");
+        Ok(Arc::new(LockKeys {
+            name: name.to_owned(),
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:wake"),
+            lock,
+        }))
+    }
+}
+
+pub(crate) fn check_name(name: &str) -> Result<(), InvalidArgument> {
+    if name.is_empty() {
+        return Err(InvalidArgument::EmptyName);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(InvalidArgument::NameTooLong {
+            len: name.len(),
+            max: MAX_NAME_LEN,
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_prefix(prefix: &str) -> Result<(), InvalidArgument> {
+    if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN || prefix.contains(['{', '}']) {
+        return Err(InvalidArgument::BadPrefix(prefix.to_owned()));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_ttl(ttl: Duration) -> Result<(), InvalidArgument> {
+    if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+        return Err(InvalidArgument::BadTtl {
+            ttl,
+            min: MIN_TTL,
+            max: MAX_TTL,
+        });
+    }
+    Ok(())
+}
+
+/// The clock-drift allowance subtracted from a lease: 1 % of it plus 2 ms (the Redlock paper's rule).
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// Milliseconds for a `PX`/`PEXPIRE` argument, rounded up so a lease never shrinks below what was asked.
+pub(crate) fn millis(d: Duration) -> u64 {
+    let ms = d.as_millis();
+    let ms = if Duration::from_millis(ms as u64) < d {
+        ms + 1
+    } else {
+        ms
+    };
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_keys_of_a_lock_share_one_hash_tag() {
+        let keys = LockKeys::new("dlock", "orders:42").unwrap();
+        assert_eq!(keys.lock, "dlock:{orders:42}");
+        assert_eq!(keys.fence, "dlock:{orders:42}:fence");
+        assert_eq!(keys.channel, "dlock:{orders:42}:wake");
+    }
+
+    #[test]
+    fn names_and_prefixes_are_checked() {
+        assert_eq!(check_name(""), Err(InvalidArgument::EmptyName));
+        assert!(check_name(&"x".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(matches!(
+            check_name(&"x".repeat(MAX_NAME_LEN + 1)),
+            Err(InvalidArgument::NameTooLong { .. })
+        ));
+        assert!(check_prefix("a{b").is_err());
+        assert!(check_prefix("").is_err());
+        assert!(check_prefix("app:locks").is_ok());
+    }
+
+    #[test]
+    fn drift_and_millis_round_conservatively() {
+        assert_eq!(drift(Duration::from_secs(30)), Duration::from_millis(302));
+        assert_eq!(millis(Duration::from_micros(1500)), 2);
+        assert_eq!(millis(Duration::from_millis(7)), 7);
+    }
+}

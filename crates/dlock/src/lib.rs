@@ -1,0 +1,158 @@
+//! A distributed lock on Redis that is correct under the failures that break the others: fencing tokens on every
+//! grant, a lease kept alive in batches and a loss signal that fires *before* the server-side expiry,
+//! event-driven waiting, and cancel-safe acquires.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), dlock::Error> {
+//! let locks = dlock::Client::connect("redis://127.0.0.1:6379").await?;
+//!
+//! let guard = locks.mutex("orders:42").lock().await?;   // waits; the lease is kept alive
+//! println!("fence {}", guard.fence());                   // strictly increasing per lock
+//! guard.release().await?;                                 // owner-checked; reports a lost lock
+//!
+//! // Run work under the lock; the work is dropped the moment the lease is lost.
+//! let total = locks.mutex("nightly").run(|lease| async move { 42 }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # A tour of the crate
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `client.rs` | [`Client`], its [`Builder`], the connection, [`Client::inspect`] and [`Client::force_release`] |
+//! | `mutex.rs` | [`Mutex`]: options, the acquire call, waiting |
+//! | `guard.rs` | [`MutexGuard`]: release, extend, run until lost, release on drop |
+//! | `lease.rs` | [`Lease`]: validity deadline, loss signal, [`LossReason`] |
+//! | `keeper.rs` | the per-client task that renews every kept lease in batches |
+//! | `wake.rs` | the per-client subscriber that wakes waiters on release |
+//! | `keys.rs` | key layout and limits |
+//! | `scripts/*.lua` | the Lua scripts, each with its KEYS, ARGV and replies |
+//! | `error.rs` | [`Error`] |
+//!
+//! # Safety contract
+//!
+//! What dlock guarantees, on **one** Redis server (primary), as long as that server neither loses data nor jumps
+//! its clock:
+//!
+//! 1. **Mutual exclusion of grants.** At any instant of the server's clock at most one owner token is stored for a
+//!    lock. A grant is one atomic script (`SET … NX`-style with a millisecond expiry), owner tokens are 128 random
+//!    bits from the OS per grant, and release, extension and renewal compare the token inside one script: nobody
+//!    deletes or extends a lock that is no longer theirs.
+//! 2. **The holder knows before anyone else can take over.** Each guard has a conservative validity deadline on
+//!    the local monotonic clock: the instant *before* the last confirmed acquire or renewal request left, plus the
+//!    lease, minus a drift allowance (1 % of the lease + 2 ms). The server cannot expire the key before that
+//!    instant, so the loss signal ([`Lease::lost`], [`Lease::is_held`], [`MutexGuard::run_until_lost`]) fires
+//!    while no other owner can hold the lock yet. Once lost, a lease stays lost: renewal and extension never
+//!    re-acquire a lapsed lock.
+//! 3. **Fences increase.** Every grant returns a [`Fence`] greater than every earlier fence of the same lock.
+//! 4. **No orphaned grants.** A crashed holder's lock frees itself after at most one lease; a dropped acquire
+//!    future releases a grant that landed anyway.
+//!
+//! The assumptions behind these, stated plainly:
+//!
+//! - **Clocks.** The server expires keys by its wall clock. The client measures leases with its monotonic clock.
+//!   Rates may differ by the drift allowance; a server clock that *steps* (NTP jump, VM restore) can expire a lock
+//!   early, and nothing on the client can see that.
+//! - **Failover loses locks.** Redis replication is asynchronous: after a primary fails, a replica may be promoted
+//!   without the latest grant, and a second owner can get the lock while the first still believes it holds it.
+//!   A restart without persistence does the same. The first owner finds out at its next renewal
+//!   ([`LossReason::Gone`] or [`LossReason::Taken`]), not before.
+//! - **Pauses.** A holder can be paused (GC, `SIGSTOP`, a VM freeze, a page fault storm) at any point, including
+//!   between checking [`Lease::is_held`] and writing. No lock service can stop a paused process from sending a
+//!   write after it wakes up. **Only a resource that checks the fence is safe against that.**
+//!
+//! # Fencing
+//!
+//! Pass [`MutexGuard::fence`] with every write to the protected resource, and have the resource reject a write
+//! whose fence is lower than the highest it has accepted. Here the resource is a Redis hash written by a script
+//! that does the check atomically; a SQL store would do the same with
+//! `UPDATE … SET …, fence = $f WHERE id = $id AND fence <= $f`.
+//!
+//! ```no_run
+//! # async fn demo(locks: dlock::Client, mut store: redis::aio::MultiplexedConnection) -> Result<(), dlock::Error> {
+//! // KEYS[1] the record; ARGV[1] the writer's fence; ARGV[2] the new value.
+//! // Returns 1 when written, 0 when a newer fence has written already (the writer is stale).
+//! let fenced_write = redis::Script::new(r"
+//!     local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+//!     if tonumber(ARGV[1]) < seen then return 0 end
+//!     redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'stock', ARGV[2])
+//!     return 1
+//! ");
+//!
+//! let guard = locks.mutex("stock:sku-1").lock().await?;
+//! let written: i64 = fenced_write
+//!     .key("stock:sku-1")
+//!     .arg(guard.fence().get())
+//!     .arg(99)
+//!     .invoke_async(&mut store)
+//!     .await?;
+//! if written == 0 {
+//!     // We were paused past our lease and someone else wrote since: our write was refused, as it must be.
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Fences survive restarts
+//!
+//! A fence is `max(last fence + 1, server time in microseconds)`. The time floor keeps fences increasing when the
+//! counter key is lost (a restart without persistence, a failover, or the counter's retention running out, see
+//! [`Builder::fence_retention`]), unless the server clock stepped back by more than the time since the last grant.
+//! Fences are therefore large numbers, not 1, 2, 3; only their order matters.
+//!
+//! # Waiting
+//!
+//! Waiters do not poll. The release script publishes on the lock's channel; one subscriber connection per client
+//! fans the wake-up out; within a process only the first waiter of a lock contends in Redis, so a release costs
+//! O(1) acquire attempts however many tasks wait. Each waiter also sleeps at most the holder's remaining lease
+//! (reported by the failed acquire), so a lost message or a crashed holder costs at most one lease, never a hang.
+//!
+//! # Keys
+//!
+//! A lock named `N` uses the key `PREFIX:{N}` (the owner token, with the lease as its expiry), the key
+//! `PREFIX:{N}:fence` (the last fence, kept for [`Builder::fence_retention`] after the last grant) and the channel
+//! `PREFIX:{N}:wake`. The braces make `N` the Redis Cluster hash tag. The prefix defaults to `dlock`; names are
+//! 1 to [`MAX_NAME_LEN`] bytes.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+mod client;
+mod conn;
+mod error;
+mod fence;
+mod guard;
+mod keeper;
+mod keys;
+mod lease;
+mod mutex;
+mod scripts;
+mod wake;
+
+pub use client::{
+    Builder, Client, Holder, LockInfo, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_FENCE_RETENTION,
+    DEFAULT_RESPONSE_TIMEOUT,
+};
+pub use error::{Error, InvalidArgument};
+pub use fence::Fence;
+pub use guard::MutexGuard;
+pub use keys::{DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
+pub use lease::{Lease, LossReason};
+pub use mutex::{Mutex, DEFAULT_TTL};
+
+/// Re-exported so that callers can name the connection and error types without a second `redis` dependency.
+pub use redis;
+
+#[cfg(test)]
+mod bounds {
+    fn send_sync_static<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn public_handles_are_send_sync_static() {
+        send_sync_static::<crate::Client>();
+        send_sync_static::<crate::Mutex>();
+        send_sync_static::<crate::MutexGuard>();
+        send_sync_static::<crate::Lease>();
+        send_sync_static::<crate::Error>();
+    }
+}
