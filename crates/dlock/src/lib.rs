@@ -63,7 +63,7 @@
 //!
 //! # Fencing
 //!
-//! Pass [`MutexGuard::fence`] with every write to the protected resource, and have the resource reject a write
+//! Pass the guard's [`fence`](Lease::fence) with every write to the protected resource, and have the resource reject a write
 //! whose fence is lower than the highest it has accepted. Here the resource is a Redis hash written by a script
 //! that does the check atomically; a SQL store would do the same with
 //! `UPDATE … SET …, fence = $f WHERE id = $id AND fence <= $f`.

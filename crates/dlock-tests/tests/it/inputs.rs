@@ -7,13 +7,16 @@ use dlock_tests::RedisServer;
 
 use crate::{connect, redis_conn};
 
+/// One row of the table: what is wrong, the handle carrying it, and the detail expected.
+type Case = (&'static str, dlock::Mutex, fn(&InvalidArgument) -> bool);
+
 #[tokio::test]
 async fn bad_lock_arguments_map_to_invalid_argument() {
     let server = RedisServer::start();
     let locks = connect(&server).await;
     let long = "n".repeat(MAX_NAME_LEN + 1);
     let secs = Duration::from_secs;
-    let cases: Vec<(&str, dlock::Mutex, fn(&InvalidArgument) -> bool)> = vec![
+    let cases: Vec<Case> = vec![
         ("empty name", locks.mutex(""), |e| {
             *e == InvalidArgument::EmptyName
         }),
