@@ -9,11 +9,11 @@ use redis::Value;
 
 use crate::conn::Conn;
 use crate::error::{Error, InvalidArgument};
-use crate::fence::{Fence, TOKEN_PREFIX};
+use crate::fence::{new_token, Fence, TOKEN_PREFIX};
 use crate::keeper::Keeper;
-use crate::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
+use crate::keys::{check_prefix, millis, LockKeys, DEFAULT_PREFIX};
 use crate::mutex::Mutex;
-use crate::scripts::{FORCE_RELEASE, INSPECT};
+use crate::scripts::{FORCE_RELEASE, INSPECT, RESERVATION};
 use crate::wake::Wakeups;
 
 /// Default time allowed to open a connection to Redis.
@@ -116,9 +116,10 @@ impl Client {
     /// Cancel safe: it only reads.
     pub async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
         let keys = self.keys(name)?;
-        let (holder, pttl, fence): (Option<String>, i64, Option<String>) = INSPECT
+        let (holder, pttl, fence, waiting): (Option<String>, i64, Option<String>, u64) = INSPECT
             .key(&keys.lock)
             .key(&keys.fence)
+            .key(&keys.queue)
             .invoke_async(&mut self.inner.conn.clone())
             .await
             .map_err(|e| not_a_lock(e, &keys.lock))?;
@@ -145,6 +146,7 @@ impl Client {
             name: name.to_owned(),
             holder,
             last_fence,
+            waiting_clients: waiting,
         })
     }
 
@@ -163,9 +165,13 @@ impl Client {
     /// Not cancel safe in the sense that a dropped call may still have deleted the lock.
     pub async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
         let keys = self.keys(name)?;
+        let wakeups = &self.inner.wakeups;
         let removed: Option<String> = FORCE_RELEASE
             .key(&keys.lock)
-            .arg(&keys.channel)
+            .key(&keys.queue)
+            .key(&keys.reservation)
+            .arg(wakeups.channel_prefix())
+            .arg(millis(RESERVATION))
             .invoke_async(&mut self.inner.conn.clone())
             .await
             .map_err(|e| not_a_lock(e, &keys.lock))?;
@@ -201,6 +207,8 @@ pub struct LockInfo {
     pub holder: Option<Holder>,
     /// The fence of the most recent grant, when the counter still exists.
     pub last_fence: Option<Fence>,
+    /// How many clients (processes, usually) are queued waiting for the lock.
+    pub waiting_clients: u64,
 }
 
 /// The holder of a lock, as [`Client::inspect`] saw it.
@@ -348,13 +356,23 @@ impl Builder {
         // Fail now, not at the first lock, when the server is unreachable or refuses us.
         let mut probe = conn.clone();
         let _: Value = redis::cmd("PING").query_async(&mut probe).await?;
+        // Identifies this client in lock queues; its wake-up channel is named after it.
+        let client_id = new_token()?.split_off(crate::fence::TOKEN_PREFIX.len());
+        let wakeups = Wakeups::new(
+            self.redis,
+            conn.clone(),
+            &self.prefix,
+            client_id,
+            self.connection_timeout,
+            self.response_timeout,
+        );
         Ok(Client {
             inner: Arc::new(Inner {
                 conn,
                 prefix: self.prefix,
                 fence_retention: self.fence_retention,
                 keeper: Arc::new(Keeper::new()),
-                wakeups: Wakeups::new(self.redis, self.connection_timeout, self.response_timeout),
+                wakeups,
             }),
         })
     }

@@ -12,7 +12,7 @@ use crate::client::{not_a_lock, Client, Inner};
 use crate::error::Error;
 use crate::keys::{check_ttl, millis, LockKeys};
 use crate::lease::{Lease, LossReason};
-use crate::scripts::{RELEASE, RENEW};
+use crate::scripts::{RELEASE, RENEW, RESERVATION};
 
 /// Proof of holding a lock: one grant, with its fence and lease. Dereferences to its [`Lease`] for
 /// [`fence`](Lease::fence), [`is_held`](Lease::is_held), [`lost`](Lease::lost) and the rest.
@@ -193,8 +193,11 @@ impl fmt::Debug for MutexGuard {
 async fn release_once(inner: &Inner, keys: &LockKeys, token: &str) -> Result<i64, Error> {
     RELEASE
         .key(&keys.lock)
+        .key(&keys.queue)
+        .key(&keys.reservation)
         .arg(token)
-        .arg(&keys.channel)
+        .arg(inner.wakeups.channel_prefix())
+        .arg(millis(RESERVATION))
         .invoke_async(&mut inner.conn.clone())
         .await
         .map_err(|e| not_a_lock(e, &keys.lock))

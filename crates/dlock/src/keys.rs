@@ -6,9 +6,11 @@
 //! |---|---|---|
 //! | the lock | `P:{N}` | string: the owner token, with a millisecond expiry |
 //! | its fencing counter | `P:{N}:fence` | string: the last fence granted |
-//! | its wake-up channel | `P:{N}:wake` | pub/sub channel (not a key) |
+//! | its waiting clients | `P:{N}:queue` | list of client ids, oldest first |
+//! | its reservation | `P:{N}:next` | string: the client id a release woke, for a few ms |
 //!
-//! The braces make `N` the hash tag, so every key and the channel of one lock map to one Redis Cluster slot.
+//! The braces make `N` the hash tag, so every key of one lock maps to one Redis Cluster slot. Wake-ups go to
+//! the waiting client's own channel, `P:wake:<client id>` (not a key).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +33,8 @@ pub(crate) struct LockKeys {
     pub(crate) name: String,
     pub(crate) lock: String,
     pub(crate) fence: String,
-    pub(crate) channel: String,
+    pub(crate) queue: String,
+    pub(crate) reservation: String,
 }
 
 impl LockKeys {
@@ -41,7 +44,8 @@ impl LockKeys {
         Ok(Arc::new(LockKeys {
             name: name.to_owned(),
             fence: format!("{lock}:fence"),
-            channel: format!("{lock}:wake"),
+            queue: format!("{lock}:queue"),
+            reservation: format!("{lock}:next"),
             lock,
         }))
     }
@@ -103,7 +107,8 @@ mod tests {
         let keys = LockKeys::new("dlock", "orders:42").unwrap();
         assert_eq!(keys.lock, "dlock:{orders:42}");
         assert_eq!(keys.fence, "dlock:{orders:42}:fence");
-        assert_eq!(keys.channel, "dlock:{orders:42}:wake");
+        assert_eq!(keys.queue, "dlock:{orders:42}:queue");
+        assert_eq!(keys.reservation, "dlock:{orders:42}:next");
     }
 
     #[test]

@@ -102,17 +102,21 @@
 //!
 //! # Waiting
 //!
-//! Waiters do not poll. The release script publishes on the lock's channel; one subscriber connection per client
-//! fans the wake-up out; within a process only the first waiter of a lock contends in Redis, so a release costs
-//! O(1) acquire attempts however many tasks wait. Each waiter also sleeps at most the holder's remaining lease
-//! (reported by the failed acquire), so a lost message or a crashed holder costs at most one lease, never a hang.
+//! Waiters do not poll. A client that finds a lock busy joins the lock's queue in Redis (one entry per client,
+//! however many of its tasks wait); the release wakes the oldest client still listening, through that client's own
+//! pub/sub channel, and reserves the lock for it for a few milliseconds so that a releaser looping on the lock
+//! cannot barge ahead. Processes are therefore served in arrival order, and a release costs O(1) acquire attempts
+//! however many tasks and processes wait. Inside a process, waiters of one lock queue in FIFO order and only the
+//! first contends in Redis. Each waiter also sleeps at most the holder's remaining lease (reported by the failed
+//! acquire), so a lost message or a crashed holder costs at most one lease, never a hang.
 //!
 //! # Keys
 //!
 //! A lock named `N` uses the key `PREFIX:{N}` (the owner token, with the lease as its expiry), the key
-//! `PREFIX:{N}:fence` (the last fence, kept for [`Builder::fence_retention`] after the last grant) and the channel
-//! `PREFIX:{N}:wake`. The braces make `N` the Redis Cluster hash tag. The prefix defaults to `dlock`; names are
-//! 1 to [`MAX_NAME_LEN`] bytes.
+//! `PREFIX:{N}:fence` (the last fence, kept for [`Builder::fence_retention`] after the last grant), the list
+//! `PREFIX:{N}:queue` (waiting client ids) and the key `PREFIX:{N}:next` (the client a release woke, for a few
+//! milliseconds). The braces make `N` the Redis Cluster hash tag. Client `C` is woken on the channel
+//! `PREFIX:wake:C`. The prefix defaults to `dlock`; names are 1 to [`MAX_NAME_LEN`] bytes.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]

@@ -13,7 +13,7 @@ use crate::fence::{new_token, Fence};
 use crate::guard::{release_in_background, MutexGuard};
 use crate::keys::{check_ttl, drift, millis, LockKeys};
 use crate::lease::{Lease, LeaseShared};
-use crate::scripts::ACQUIRE;
+use crate::scripts::{ACQUIRE, QUEUE_RETENTION};
 
 /// Default lease: kept alive by the watchdog while the guard lives.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -28,8 +28,10 @@ const NO_TTL_RECHECK: Duration = Duration::from_secs(1);
 /// grant. Cheap to clone.
 ///
 /// Non-reentrant: a second `lock()` on the same name from the same task waits for the first guard like any other
-/// owner would. Not fair: a newcomer can win against a process that has waited longer (waiters inside one process
-/// are served in FIFO order).
+/// owner would. Waiting clients are served in the order they started waiting: a release wakes the oldest and
+/// reserves the lock for it for a few milliseconds, so a holder that releases and asks again cannot barge ahead.
+/// Inside one process, waiters are served in FIFO order. A newcomer can still take a lock that is free with nobody
+/// queued.
 ///
 /// # Lease
 ///
@@ -140,7 +142,7 @@ impl Mutex {
     /// background (or lapses after one lease without a runtime).
     pub async fn try_lock(&self) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
-        match self.attempt(&keys).await? {
+        match self.attempt(&keys, false).await? {
             Attempt::Granted(guard) => Ok(guard),
             Attempt::Busy(remaining) => Err(Error::Busy {
                 name: keys.name.clone(),
@@ -251,32 +253,44 @@ impl Mutex {
             name: keys.name.clone(),
             waited: started.elapsed(),
         };
-        if let Attempt::Granted(guard) = self.attempt(&keys).await? {
-            return Ok(guard);
-        }
-
         let wakeups = &self.client.inner.wakeups;
-        let waiting = wakeups.join(&keys.channel);
-        // Only the head of the local queue contends in Redis: a release costs O(1) attempts per process.
-        let queued = until(deadline, waiting.local.queue.acquire()).await;
-        let Some(Ok(_permit)) = queued else {
-            return Err(timed_out());
+        let epoch = wakeups.epoch();
+        let mut remaining = match self.attempt(&keys, true).await? {
+            Attempt::Granted(guard) => return Ok(guard),
+            Attempt::Busy(remaining) => remaining,
         };
-        if until(deadline, wakeups.subscribe(&keys.channel, &waiting))
-            .await
-            .is_none()
-        {
+
+        let waiting = wakeups.join(&keys.lock);
+        // Registered from here on: every later wake-up for this lock moves `wake`.
+        let mut wake = waiting.wakeups();
+        // Only the head of the local queue contends in Redis: a release costs O(1) attempts per process.
+        let (permit, queued) = match waiting.local.queue.try_acquire() {
+            Ok(permit) => (permit, false),
+            Err(_) => match until(deadline, waiting.local.queue.acquire()).await {
+                Some(Ok(permit)) => (permit, true),
+                _ => return Err(timed_out()),
+            },
+        };
+        if until(deadline, wakeups.ready()).await.is_none() {
             return Err(timed_out());
         }
-        let mut wake = waiting.wakeups();
+        // The first attempt already queued this client; it need not be repeated if we were subscribed when it was
+        // made, nothing was delivered since, and no local waiter went before us.
+        let mut look_again = queued || epoch.is_none() || wakeups.epoch() != epoch;
         loop {
-            // Seen before the attempt: a release that lands after it still wakes us below. (The attempt that
-            // brought us here was made before we were subscribed, so it is repeated.)
-            wake.borrow_and_update();
-            let remaining = match self.attempt(&keys).await? {
-                Attempt::Granted(guard) => return Ok(guard),
-                Attempt::Busy(remaining) => remaining,
-            };
+            if look_again {
+                // Seen before the attempt: a wake-up that lands after it still wakes us below.
+                wake.borrow_and_update();
+                remaining = match self.attempt(&keys, true).await? {
+                    Attempt::Granted(guard) => {
+                        waiting.granted();
+                        drop(permit);
+                        return Ok(guard);
+                    }
+                    Attempt::Busy(remaining) => remaining,
+                };
+            }
+            look_again = true;
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Err(timed_out());
@@ -293,17 +307,22 @@ impl Mutex {
         }
     }
 
-    /// One acquire script call with a fresh token.
-    async fn attempt(&self, keys: &Arc<LockKeys>) -> Result<Attempt, Error> {
+    /// One acquire script call with a fresh token. A caller that will `wait` joins the lock's queue when busy.
+    async fn attempt(&self, keys: &Arc<LockKeys>, wait: bool) -> Result<Attempt, Error> {
         let inner = &self.client.inner;
         let token = new_token()?;
         let ttl_ms = millis(self.ttl);
         let mut invocation = ACQUIRE.key(&keys.lock);
         invocation
             .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.reservation)
             .arg(token.as_str())
             .arg(ttl_ms)
-            .arg(millis(inner.fence_retention));
+            .arg(millis(inner.fence_retention))
+            .arg(inner.wakeups.client_id())
+            .arg(if wait { "1" } else { "0" })
+            .arg(millis(QUEUE_RETENTION));
         // From here until the reply is read, a drop (or a lost reply) may leave a grant nobody knows about.
         let mut pending = Pending {
             inner,

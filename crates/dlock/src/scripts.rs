@@ -2,21 +2,44 @@
 //!
 //! Scripts run atomically on the server, which is what makes "compare the owner, then delete" safe.
 //! [`redis::Script`] sends `EVALSHA` and loads the script once on `NOSCRIPT` (after a restart, for example).
+//! `wake_next.lua` is a helper function prepended to the scripts that wake a waiter.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::Script;
 
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/wake_next.lua"),
+        include_str!("scripts/release.lua")
+    ))
+});
+pub(crate) static PASS_ON: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/wake_next.lua"),
+        include_str!("scripts/pass_on.lua")
+    ))
+});
+pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/wake_next.lua"),
+        include_str!("scripts/force_release.lua")
+    ))
+});
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
-pub(crate) static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/force_release.lua")));
 
 /// The most leases one renewal call carries. 10,000 held locks cost 20 calls per renewal round.
 pub(crate) const RENEW_BATCH: usize = 500;
+
+/// How long a woken waiter has to claim the lock before anyone else may take it. Long enough for a wake-up and one
+/// round trip on a loaded host; short enough that a woken client that stalls costs others little.
+pub(crate) const RESERVATION: Duration = Duration::from_millis(50);
+
+/// How long a lock's queue of waiting clients outlives the holder's lease (every busy attempt refreshes it).
+pub(crate) const QUEUE_RETENTION: Duration = Duration::from_secs(60);

@@ -1,116 +1,129 @@
-//! Event-driven waiting: one subscriber connection per client fans release wake-ups out to local waiters.
+//! Event-driven waiting: each client listens on its own channel, and a release wakes the oldest waiting client.
+//!
+//! # Protocol
+//!
+//! A client that finds a lock busy and means to wait puts its id at the end of the lock's queue (a Redis list, one
+//! entry per client however many of its tasks wait). A release pops ids, oldest first, and publishes the lock key on
+//! `PREFIX:wake:<id>` until a client is still listening (`PUBLISH` counts the receivers), then reserves the lock for
+//! that client for [`RESERVATION`](crate::scripts::RESERVATION): a releaser that loops cannot barge ahead of it, so
+//! processes are served in arrival order. The woken client's first local waiter takes the lock; if none is left,
+//! the client passes its turn to the next one (`pass_on.lua`).
 //!
 //! # Why pub/sub and not a hand-off list
 //!
-//! A hand-off list (`BLPOP` on a per-lock list that the release pushes to) wakes exactly one waiter, but it needs a
-//! blocking connection per waiting lock, and pushed tokens outlive waiters that gave up (a later waiter then wakes
-//! for a release that happened long ago). Pub/sub needs one connection per client however many locks it waits for,
-//! costs the release one `PUBLISH`, and leaves nothing behind in Redis. Its weakness, lost messages (a reconnect, a
-//! slow subscriber), is bounded: every waiter also sleeps at most the holder's remaining lease, which the failed
-//! acquire reported, so a lost message costs at most one lease, never a hang.
+//! A hand-off list (`BLPOP` on a per-lock list that the release pushes to) needs a blocking connection per waiting
+//! lock, and a pushed token outlives a waiter that gave up. Here one subscriber connection per client serves every
+//! lock it waits for, is subscribed once for the client's life, and leaves nothing behind in Redis but the queue,
+//! which expires. Lost messages (a reconnect, a client that stalls while reserved) are bounded: every waiter also
+//! sleeps at most the holder's remaining lease, which the failed acquire reported, and the subscriber wakes every
+//! local waiter after it reconnects, since a wake-up may have been missed while it was away.
 //!
 //! # No stampede
 //!
-//! Waiters of one lock in one process queue on a local FIFO semaphore ([`LocalLock::queue`]): only its head
-//! contends in Redis, so a release costs O(1) acquire attempts per process however many tasks wait.
-//!
-//! # Lifecycle
-//!
-//! The task connects lazily on the first wait, re-subscribes every channel after a reconnect and then wakes
-//! every waiter (a release may have been missed while it was away), pings the connection to notice a dead peer,
-//! and unsubscribes a lock's channel once no local task has waited on it for [`LINGER`]. It ends when the client
-//! is dropped.
+//! A release wakes one client, and inside it waiters of one lock queue on a local FIFO semaphore
+//! ([`LocalLock::queue`]): only its head contends in Redis. A release costs O(1) acquire attempts in all.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::time::Instant;
 
-/// How long a channel stays subscribed after its last local waiter left. Keeps a steadily contended lock from
-/// paying a SUBSCRIBE round trip per wait.
-pub(crate) const LINGER: Duration = Duration::from_secs(2);
+use crate::conn::Conn;
+use crate::keys::millis;
+use crate::scripts::{PASS_ON, RESERVATION};
+
 /// Reconnect backoff bounds for the subscriber connection.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
+/// How often the subscriber pings its connection, to notice a peer that went silent without closing.
+const PING_EVERY: Duration = Duration::from_secs(2);
 
 /// This process's view of one lock's waiters.
 pub(crate) struct LocalLock {
     /// One permit: the local waiter holding it is the only one contending in Redis.
     pub(crate) queue: Semaphore,
-    /// Bumped on every wake-up message for the lock (and after a subscriber reconnect).
+    /// Bumped on every wake-up for the lock (and after a subscriber reconnect).
     wake: watch::Sender<u64>,
-    /// True while the channel is confirmed subscribed on the current subscriber connection.
-    subscribed: AtomicBool,
     /// Local tasks between [`Wakeups::join`] and the drop of their [`Waiting`]; changed under the map lock.
     waiters: AtomicUsize,
-    idle_since: Mutex<Instant>,
+    /// A wake-up (and so a reservation in Redis) arrived that no local grant has used yet.
+    woken: AtomicBool,
 }
 
 impl LocalLock {
-    fn new() -> LocalLock {
-        LocalLock {
-            queue: Semaphore::new(1),
-            wake: watch::channel(0).0,
-            subscribed: AtomicBool::new(false),
-            waiters: AtomicUsize::new(0),
-            idle_since: Mutex::new(Instant::now()),
-        }
-    }
-
     fn bump(&self) {
         self.wake.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
-enum Command {
-    Subscribe {
-        channel: String,
-        local: Arc<LocalLock>,
-        done: oneshot::Sender<()>,
-    },
-}
-
 /// The client's side of the subscriber task.
 pub(crate) struct Wakeups {
+    shared: Arc<Shared>,
     redis: redis::Client,
     connect_timeout: Duration,
     response_timeout: Duration,
-    shared: Arc<Shared>,
-    commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
+    /// Dropped with the client, which ends the task.
+    task: Mutex<Option<oneshot::Sender<()>>>,
 }
 
 struct Shared {
-    /// Channel name → local state, for every lock some local task waits on or waited on within [`LINGER`].
+    /// Lock key → local waiters, for every lock some local task waits on now.
     locals: Mutex<HashMap<String, Arc<LocalLock>>>,
+    /// True while our channel is subscribed on a live connection.
+    subscribed: watch::Sender<bool>,
+    /// Counts every wake-up delivered and every reconnect, for [`Wakeups::epoch`].
+    epoch: AtomicU64,
+    client_id: String,
+    /// Every client's channel starts with this; ours is `channel_prefix + client_id`.
+    channel_prefix: String,
+    conn: Conn,
 }
 
 impl Shared {
     fn locals(&self) -> MutexGuard<'_, HashMap<String, Arc<LocalLock>>> {
         self.locals.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
 
-/// A local task's registration as a waiter of one lock; leaving (drop) starts the linger clock.
-pub(crate) struct Waiting {
-    pub(crate) local: Arc<LocalLock>,
-    shared: Arc<Shared>,
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        let _map = self.shared.locals();
-        if self.local.waiters.fetch_sub(1, Ordering::AcqRel) == 1 {
-            *self
-                .local
-                .idle_since
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    fn bump_all(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        for local in self.locals().values() {
+            local.bump();
         }
     }
+
+    /// Hands the reservation this client got for `lock_key` to the next waiting client (in the background).
+    fn pass_on(self: &Arc<Self>, lock_key: &str) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = Arc::clone(self);
+        let lock_key = lock_key.to_owned();
+        runtime.spawn(async move {
+            let reply: redis::RedisResult<i64> = PASS_ON
+                .key(&lock_key)
+                .key(format!("{lock_key}:queue"))
+                .key(format!("{lock_key}:next"))
+                .arg(&shared.client_id)
+                .arg(&shared.channel_prefix)
+                .arg(millis(RESERVATION))
+                .invoke_async(&mut shared.conn.clone())
+                .await;
+            if let Err(err) = reply {
+                tracing::debug!(lock = %lock_key, error = %err, "passing a wake-up on failed; it lapses");
+            }
+        });
+    }
+}
+
+/// A local task's registration as a waiter of one lock.
+pub(crate) struct Waiting {
+    pub(crate) local: Arc<LocalLock>,
+    lock_key: String,
+    shared: Arc<Shared>,
 }
 
 impl Waiting {
@@ -118,212 +131,202 @@ impl Waiting {
     pub(crate) fn wakeups(&self) -> watch::Receiver<u64> {
         self.local.wake.subscribe()
     }
+
+    /// The wait ended in a grant: any reservation for this client was used.
+    pub(crate) fn granted(&self) {
+        self.local.woken.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let last = {
+            let mut map = self.shared.locals();
+            let last = self.local.waiters.fetch_sub(1, Ordering::AcqRel) == 1;
+            if last {
+                map.remove(&self.lock_key);
+            }
+            last
+        };
+        // The last local waiter leaves with a reservation unused: give the turn to the next client now rather
+        // than let it lapse.
+        if last && self.local.woken.swap(false, Ordering::AcqRel) {
+            self.shared.pass_on(&self.lock_key);
+        }
+    }
 }
 
 impl Wakeups {
     pub(crate) fn new(
         redis: redis::Client,
+        conn: Conn,
+        prefix: &str,
+        client_id: String,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Wakeups {
         Wakeups {
+            shared: Arc::new(Shared {
+                locals: Mutex::new(HashMap::new()),
+                subscribed: watch::channel(false).0,
+                epoch: AtomicU64::new(0),
+                client_id,
+                channel_prefix: format!("{prefix}:wake:"),
+                conn,
+            }),
             redis,
             connect_timeout,
             response_timeout,
-            shared: Arc::new(Shared {
-                locals: Mutex::new(HashMap::new()),
-            }),
-            commands: Mutex::new(None),
+            task: Mutex::new(None),
         }
     }
 
-    /// Registers the calling task as a waiter of the lock with this wake-up channel.
-    pub(crate) fn join(&self, channel: &str) -> Waiting {
+    /// This client's id, as it appears in lock queues.
+    pub(crate) fn client_id(&self) -> &str {
+        &self.shared.client_id
+    }
+
+    /// The prefix of every client's wake-up channel.
+    pub(crate) fn channel_prefix(&self) -> &str {
+        &self.shared.channel_prefix
+    }
+
+    /// A value that changes whenever a wake-up could have been missed by a task that was not yet registered with
+    /// [`Wakeups::join`]: any delivery, any reconnect. `None` while not subscribed.
+    pub(crate) fn epoch(&self) -> Option<u64> {
+        let epoch = self.shared.epoch.load(Ordering::Acquire);
+        (*self.shared.subscribed.borrow()).then_some(epoch)
+    }
+
+    /// Registers the calling task as a waiter of the lock at `lock_key`.
+    pub(crate) fn join(&self, lock_key: &str) -> Waiting {
         let mut map = self.shared.locals();
-        let local = match map.get(channel) {
-            Some(local) => Arc::clone(local),
-            None => {
-                let local = Arc::new(LocalLock::new());
-                map.insert(channel.to_owned(), Arc::clone(&local));
-                local
-            }
-        };
+        let local = map
+            .entry(lock_key.to_owned())
+            .or_insert_with(|| {
+                Arc::new(LocalLock {
+                    queue: Semaphore::new(1),
+                    wake: watch::channel(0).0,
+                    waiters: AtomicUsize::new(0),
+                    woken: AtomicBool::new(false),
+                })
+            })
+            .clone();
         local.waiters.fetch_add(1, Ordering::AcqRel);
         Waiting {
             local,
+            lock_key: lock_key.to_owned(),
             shared: Arc::clone(&self.shared),
         }
     }
 
-    /// Makes sure wake-ups for `channel` reach `waiting`. Returns once the subscription is confirmed, or once it
-    /// could not be made within the response timeout; then the waiter still wakes at the holder's lease end.
+    /// Returns once this client's channel is subscribed, or after the response timeout if it cannot be (then
+    /// waiters still wake at the holder's lease end). Starts the subscriber task on first use.
     ///
-    /// Must run inside a tokio runtime (it may start the subscriber task).
-    pub(crate) async fn subscribe(&self, channel: &str, waiting: &Waiting) {
-        if waiting.local.subscribed.load(Ordering::Acquire) {
+    /// Must run inside a tokio runtime.
+    pub(crate) async fn ready(&self) {
+        let mut subscribed = self.shared.subscribed.subscribe();
+        if *subscribed.borrow_and_update() {
             return;
         }
-        let (done, confirmed) = oneshot::channel();
-        let command = Command::Subscribe {
-            channel: channel.to_owned(),
-            local: Arc::clone(&waiting.local),
-            done,
-        };
-        if self.sender().send(command).is_err() {
-            return;
-        }
-        if tokio::time::timeout(self.response_timeout, confirmed)
+        self.start();
+        let wait = subscribed.wait_for(|&s| s);
+        if tokio::time::timeout(self.response_timeout, wait)
             .await
             .is_err()
         {
-            tracing::debug!(
-                channel,
-                "wake-up subscription not confirmed in time; waiting on lease ends"
-            );
+            tracing::debug!("wake-up channel not subscribed in time; waiting on lease ends");
         }
     }
 
-    fn sender(&self) -> mpsc::UnboundedSender<Command> {
-        let mut slot = self.commands.lock().unwrap_or_else(|e| e.into_inner());
-        match &*slot {
-            Some(sender) if !sender.is_closed() => sender.clone(),
-            _ => {
-                let (sender, receiver) = mpsc::unbounded_channel();
-                let task = Task {
-                    redis: self.redis.clone(),
-                    connect_timeout: self.connect_timeout,
-                    response_timeout: self.response_timeout,
-                    shared: Arc::clone(&self.shared),
-                    channels: HashMap::new(),
-                };
-                tokio::spawn(task.run(receiver));
-                *slot = Some(sender.clone());
-                sender
-            }
+    fn start(&self) {
+        let mut slot = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(|s| !s.is_closed()) {
+            return;
         }
+        let (stop, stopped) = oneshot::channel();
+        let task = Task {
+            shared: Arc::clone(&self.shared),
+            redis: self.redis.clone(),
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+        };
+        tokio::spawn(async move {
+            tokio::select! {
+                () = task.run() => {}
+                _ = stopped => {}
+            }
+        });
+        *slot = Some(stop);
     }
 }
 
 struct Task {
+    shared: Arc<Shared>,
     redis: redis::Client,
     connect_timeout: Duration,
     response_timeout: Duration,
-    shared: Arc<Shared>,
-    /// Channels this task has been asked to deliver, subscribed or to be subscribed after a reconnect.
-    channels: HashMap<String, Arc<LocalLock>>,
-}
-
-enum Outcome {
-    Disconnected,
-    Closed,
 }
 
 impl Task {
-    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+    async fn run(self) {
+        let channel = format!("{}{}", self.shared.channel_prefix, self.shared.client_id);
         let mut backoff = RECONNECT_MIN;
         loop {
-            let connected =
-                tokio::time::timeout(self.connect_timeout, self.redis.get_async_pubsub()).await;
-            match connected {
+            match tokio::time::timeout(self.connect_timeout, self.redis.get_async_pubsub()).await {
                 Ok(Ok(pubsub)) => {
                     backoff = RECONNECT_MIN;
-                    match self.serve(pubsub, &mut commands).await {
-                        Outcome::Closed => return,
-                        Outcome::Disconnected => self.disconnected(),
-                    }
+                    self.serve(pubsub, &channel).await;
+                    self.shared.subscribed.send_replace(false);
+                    // Wake-ups sent while we were away are lost: let every waiter look again.
+                    self.shared.bump_all();
                 }
                 Ok(Err(err)) => tracing::debug!(error = %err, "subscriber connection failed"),
                 Err(_) => tracing::debug!("subscriber connection timed out"),
             }
-            // Keep answering subscribe requests while away, so no waiter blocks on us.
-            let retry_at = Instant::now() + backoff;
+            tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(RECONNECT_MAX);
-            loop {
-                tokio::select! {
-                    () = tokio::time::sleep_until(retry_at) => break,
-                    command = commands.recv() => match command {
-                        None => return,
-                        Some(command) => self.accept(command),
-                    },
-                }
-            }
         }
     }
 
-    /// Records a subscribe request without a connection: it is served after the reconnect.
-    fn accept(&mut self, command: Command) {
-        let Command::Subscribe {
-            channel,
-            local,
-            done,
-        } = command;
-        self.channels.insert(channel, local);
-        let _ = done.send(());
-    }
-
-    fn disconnected(&mut self) {
-        for local in self.channels.values() {
-            local.subscribed.store(false, Ordering::Release);
-            local.bump();
-        }
-    }
-
-    async fn serve(
-        &mut self,
-        pubsub: redis::aio::PubSub,
-        commands: &mut mpsc::UnboundedReceiver<Command>,
-    ) -> Outcome {
+    /// Serves one connection until it fails.
+    async fn serve(&self, pubsub: redis::aio::PubSub, channel: &str) {
         let (mut sink, mut stream) = pubsub.split();
-        self.sweep_idle();
-        if !self.channels.is_empty() {
-            let all: Vec<&String> = self.channels.keys().collect();
-            if !self.confirm(sink.subscribe(all)).await {
-                return Outcome::Disconnected;
-            }
+        if !self.confirm(sink.subscribe(channel)).await {
+            return;
         }
-        // Anything published while we were away is lost: let every waiter look again.
-        for local in self.channels.values() {
-            local.subscribed.store(true, Ordering::Release);
-            local.bump();
-        }
-        let mut ticks = tokio::time::interval(LINGER);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.shared.subscribed.send_replace(true);
+        // Anything published before this subscription was missed: let every waiter look again.
+        self.shared.bump_all();
+        let mut pings = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
         loop {
             tokio::select! {
                 message = stream.next() => match message {
-                    Some(message) => {
-                        if let Some(local) = self.channels.get(message.get_channel_name()) {
-                            local.bump();
-                        }
-                    }
-                    None => return Outcome::Disconnected,
+                    Some(message) => match message.get_payload::<String>() {
+                        Ok(lock_key) => self.deliver(&lock_key),
+                        Err(err) => tracing::warn!(error = %err, "unreadable wake-up message"),
+                    },
+                    None => return,
                 },
-                command = commands.recv() => match command {
-                    None => return Outcome::Closed,
-                    Some(Command::Subscribe { channel, local, done }) => {
-                        let ok = local.subscribed.load(Ordering::Acquire)
-                            || self.confirm(sink.subscribe(&channel)).await;
-                        if ok {
-                            local.subscribed.store(true, Ordering::Release);
-                        }
-                        self.channels.insert(channel, local);
-                        let _ = done.send(());
-                        if !ok {
-                            return Outcome::Disconnected;
-                        }
-                    }
-                },
-                _ = ticks.tick() => {
-                    let idle = self.sweep_idle();
-                    if !idle.is_empty() && !self.confirm(sink.unsubscribe(idle)).await {
-                        return Outcome::Disconnected;
-                    }
+                _ = pings.tick() => {
                     // A blackholed connection never reports its end: a ping notices it.
-                    if !self.confirm(sink.ping::<()>()).await {
-                        return Outcome::Disconnected;
+                    if !self.confirm(sink.ping::<redis::Value>()).await {
+                        return;
                     }
                 }
             }
+        }
+    }
+
+    fn deliver(&self, lock_key: &str) {
+        self.shared.epoch.fetch_add(1, Ordering::AcqRel);
+        let local = self.shared.locals().get(lock_key).cloned();
+        match local {
+            Some(local) => {
+                local.woken.store(true, Ordering::Release);
+                local.bump();
+            }
+            None => self.shared.pass_on(lock_key),
         }
     }
 
@@ -335,25 +338,5 @@ impl Task {
             tokio::time::timeout(self.response_timeout, request).await,
             Ok(Ok(_))
         )
-    }
-
-    /// Drops the locks no local task has waited on for [`LINGER`]; returns their channels.
-    fn sweep_idle(&mut self) -> Vec<String> {
-        let mut map = self.shared.locals();
-        let now = Instant::now();
-        let mut idle = Vec::new();
-        map.retain(|channel, local| {
-            let linger_over = local.waiters.load(Ordering::Acquire) == 0
-                && now.duration_since(*local.idle_since.lock().unwrap_or_else(|e| e.into_inner()))
-                    >= LINGER;
-            if linger_over {
-                local.subscribed.store(false, Ordering::Release);
-                if self.channels.remove(channel).is_some() {
-                    idle.push(channel.clone());
-                }
-            }
-            !linger_over
-        });
-        idle
     }
 }

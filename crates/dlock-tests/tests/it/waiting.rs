@@ -160,3 +160,138 @@ async fn wait_for_busy_attempts(server: &RedisServer, n: u64) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+#[tokio::test]
+async fn a_releaser_cannot_barge_ahead_of_a_queued_waiter() {
+    let server = RedisServer::start();
+    let looper = connect(&server).await;
+    let waiter_client = connect(&server).await;
+    let held = looper.mutex("turns").try_lock().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = waiter_client.mutex("turns").lock().await.unwrap();
+        let fence = guard.fence();
+        guard.release().await.unwrap();
+        fence
+    });
+    wait_for_busy_attempts(&server, 1).await;
+
+    let first = held.fence();
+    held.release().await.unwrap();
+    // The release reserved the lock for the queued client: the releaser's immediate retry must not win.
+    let retry = looper.mutex("turns").try_lock().await;
+    assert!(
+        retry.as_ref().is_err_and(|e| e.is_busy()),
+        "the releaser barged in: {retry:?}"
+    );
+    let waiter_fence = within(Duration::from_secs(5), "waiter's turn", waiter)
+        .await
+        .unwrap();
+    assert!(waiter_fence > first);
+    looper
+        .mutex("turns")
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_woken_client_that_stopped_waiting_passes_its_turn_on() {
+    let server = RedisServer::start();
+    let holder_client = connect(&server).await;
+    let quitter = connect(&server).await;
+    let patient = connect(&server).await;
+    let holder = holder_client
+        .mutex("relay")
+        .ttl(Duration::from_secs(60))
+        .try_lock()
+        .await
+        .unwrap();
+    // The quitter queues first, then gives up; its place in the Redis queue stays behind.
+    let err = quitter
+        .mutex("relay")
+        .lock_timeout(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout());
+    let waiter = tokio::spawn(async move { patient.mutex("relay").lock().await.unwrap() });
+    wait_for_busy_attempts(&server, 3).await;
+    assert_eq!(
+        holder_client
+            .inspect("relay")
+            .await
+            .unwrap()
+            .waiting_clients,
+        2
+    );
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    // The quitter is woken first, has nobody waiting, and hands the turn on at once (not after a 60 s lease).
+    let guard = within(Duration::from_secs(10), "relayed grant", waiter)
+        .await
+        .unwrap();
+    let delay = released.elapsed();
+    assert!(delay < Duration::from_millis(500), "took {delay:?}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_queued_client_that_vanished_is_skipped() {
+    let server = RedisServer::start();
+    let holder_client = connect(&server).await;
+    let holder = holder_client
+        .mutex("skip")
+        .ttl(Duration::from_secs(60))
+        .try_lock()
+        .await
+        .unwrap();
+    {
+        // A client queues and then disappears entirely (its process ended): its subscriber connection closes.
+        let gone = connect(&server).await;
+        let wait = tokio::spawn(async move { gone.mutex("skip").lock().await.map(drop) });
+        wait_for_busy_attempts(&server, 2).await;
+        wait.abort();
+        assert!(wait.await.unwrap_err().is_cancelled());
+    }
+    // Redis sees its subscriber connection close.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut conn = crate::redis_conn(&server).await;
+    loop {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("dlock:wake:*")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if channels.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the vanished client's subscription stayed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let patient = connect(&server).await;
+    let waiter = tokio::spawn(async move { patient.mutex("skip").lock().await.unwrap() });
+    wait_for_busy_attempts(&server, 4).await;
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let guard = within(
+        Duration::from_secs(10),
+        "grant past a vanished client",
+        waiter,
+    )
+    .await
+    .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        released.elapsed()
+    );
+    guard.release().await.unwrap();
+}

@@ -1,13 +1,17 @@
--- force_release: delete a lock whoever holds it (an operator's escape hatch), and wake the waiters.
+-- force_release: delete a lock whoever holds it (an operator's escape hatch), and wake the oldest waiting client.
 --
 -- KEYS[1]  lock key
--- ARGV[1]  the lock's wake-up channel
+-- KEYS[2]  queue key (waiting client ids, oldest first)
+-- KEYS[3]  reservation key
+-- ARGV[1]  wake-up channel prefix: client `id` listens on ARGV[1] .. id
+-- ARGV[2]  reservation in milliseconds
 --
 -- Returns  the token that was removed, false when the lock was free, or the key's value untouched when it does
 --          not start with "dl1:" (not a dlock lock: the caller reports it)
 local holder = redis.call('GET', KEYS[1])
 if holder and string.sub(holder, 1, 4) == 'dl1:' then
     redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', ARGV[1], '')
+    redis.call('DEL', KEYS[3])
+    wake_next(KEYS[2], KEYS[3], ARGV[1], ARGV[2], KEYS[1])
 end
 return holder
