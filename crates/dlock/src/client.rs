@@ -9,7 +9,7 @@ use redis::Value;
 
 use crate::conn::Conn;
 use crate::error::{Error, InvalidArgument};
-use crate::fence::{new_token, Fence, TOKEN_PREFIX};
+use crate::fence::{new_token, Fence, RESERVED_PREFIX, TOKEN_PREFIX};
 use crate::keeper::Keeper;
 use crate::keys::{check_prefix, millis, LockKeys, DEFAULT_PREFIX};
 use crate::mutex::Mutex;
@@ -123,7 +123,11 @@ impl Client {
             .invoke_async(&mut self.inner.conn.clone())
             .await
             .map_err(|e| not_a_lock(e, &keys.lock))?;
+        let reserved = holder
+            .as_deref()
+            .is_some_and(|h| h.starts_with(RESERVED_PREFIX));
         let holder = match holder {
+            Some(_) if reserved => None,
             Some(token) if token.starts_with(TOKEN_PREFIX) => Some(Holder {
                 token,
                 remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
@@ -146,6 +150,7 @@ impl Client {
             name: name.to_owned(),
             holder,
             last_fence,
+            reserved,
             waiting_clients: waiting,
         })
     }
@@ -153,7 +158,8 @@ impl Client {
     /// Deletes the lock called `name` whoever holds it, and wakes its waiters. An operator's escape hatch for a
     /// lock whose holder is known to be dead: the holder, if alive, loses its lease at its next renewal.
     ///
-    /// Returns the owner token that was removed, or `None` when the lock was free.
+    /// Returns the owner token that was removed, or `None` when the lock was free (or only reserved for a woken
+    /// waiter).
     ///
     /// # Errors
     ///
@@ -169,7 +175,6 @@ impl Client {
         let removed: Option<String> = FORCE_RELEASE
             .key(&keys.lock)
             .key(&keys.queue)
-            .key(&keys.reservation)
             .arg(wakeups.channel_prefix())
             .arg(millis(RESERVATION))
             .invoke_async(&mut self.inner.conn.clone())
@@ -177,6 +182,7 @@ impl Client {
             .map_err(|e| not_a_lock(e, &keys.lock))?;
         match removed {
             Some(token) if !token.starts_with(TOKEN_PREFIX) => Err(foreign(&keys.lock, &token)),
+            Some(token) if token.starts_with(RESERVED_PREFIX) => Ok(None),
             removed => Ok(removed),
         }
     }
@@ -207,6 +213,9 @@ pub struct LockInfo {
     pub holder: Option<Holder>,
     /// The fence of the most recent grant, when the counter still exists.
     pub last_fence: Option<Fence>,
+    /// True for the few milliseconds after a release during which the lock is kept for the waiting client it
+    /// woke (`holder` is `None` then).
+    pub reserved: bool,
     /// How many clients (processes, usually) are queued waiting for the lock.
     pub waiting_clients: u64,
 }
@@ -292,9 +301,9 @@ impl Builder {
         self
     }
 
-    /// How long a lock's fence counter outlives its last grant, so that one-off lock names (one per order, say)
-    /// do not leak memory. After it expires the next fence is seeded from the server clock and still exceeds every
-    /// earlier one unless that clock stepped back. Defaults to 24 h.
+    /// How long a lock's fence counter lives after it was seeded, so that one-off lock names (one per order, say)
+    /// do not leak memory. After it expires the next grant seeds it again from the server clock (in µs), which
+    /// still exceeds every earlier fence unless that clock stepped back. Defaults to 24 h.
     pub fn fence_retention(mut self, retention: Duration) -> Builder {
         self.fence_retention = retention;
         self

@@ -8,7 +8,7 @@ use std::fmt;
 /// than the highest it has seen: that is what keeps a paused or partitioned former holder from doing harm after
 /// its lease ran out (see the [crate docs](crate#fencing)).
 ///
-/// Fences are compared per lock name only; they are not consecutive (see [`crate#fences-survive-restarts`]).
+/// Fences are compared per lock name only; they are not consecutive (see the [crate docs](crate#fences-survive-restarts)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Fence(u64);
 
@@ -39,6 +39,10 @@ impl From<Fence> for u64 {
 /// Every value dlock writes into a lock key starts with this, so that a key some other program wrote is
 /// recognised and left alone.
 pub(crate) const TOKEN_PREFIX: &str = "dl1:";
+
+/// The value a release leaves in the lock key, followed by a client id, while the lock is kept for the waiting
+/// client it woke.
+pub(crate) const RESERVED_PREFIX: &str = "dl1:rsv:";
 
 /// A fresh owner token: [`TOKEN_PREFIX`] and 128 bits from the OS CSPRNG in hex. One per grant.
 pub(crate) fn new_token() -> Result<String, crate::Error> {

@@ -194,7 +194,6 @@ async fn release_once(inner: &Inner, keys: &LockKeys, token: &str) -> Result<i64
     RELEASE
         .key(&keys.lock)
         .key(&keys.queue)
-        .key(&keys.reservation)
         .arg(token)
         .arg(inner.wakeups.channel_prefix())
         .arg(millis(RESERVATION))

@@ -4,10 +4,10 @@
 //!
 //! | what | Redis name | type |
 //! |---|---|---|
-//! | the lock | `P:{N}` | string: the owner token, with a millisecond expiry |
+//! | the lock | `P:{N}` | string: the owner token with a millisecond expiry, or for a few ms after a release the
+//! reservation `dl1:rsv:<client id>` for the waiting client it woke |
 //! | its fencing counter | `P:{N}:fence` | string: the last fence granted |
 //! | its waiting clients | `P:{N}:queue` | list of client ids, oldest first |
-//! | its reservation | `P:{N}:next` | string: the client id a release woke, for a few ms |
 //!
 //! The braces make `N` the hash tag, so every key of one lock maps to one Redis Cluster slot. Wake-ups go to
 //! the waiting client's own channel, `P:wake:<client id>` (not a key).
@@ -34,7 +34,6 @@ pub(crate) struct LockKeys {
     pub(crate) lock: String,
     pub(crate) fence: String,
     pub(crate) queue: String,
-    pub(crate) reservation: String,
 }
 
 impl LockKeys {
@@ -45,7 +44,6 @@ impl LockKeys {
             name: name.to_owned(),
             fence: format!("{lock}:fence"),
             queue: format!("{lock}:queue"),
-            reservation: format!("{lock}:next"),
             lock,
         }))
     }
@@ -108,7 +106,6 @@ mod tests {
         assert_eq!(keys.lock, "dlock:{orders:42}");
         assert_eq!(keys.fence, "dlock:{orders:42}:fence");
         assert_eq!(keys.queue, "dlock:{orders:42}:queue");
-        assert_eq!(keys.reservation, "dlock:{orders:42}:next");
     }
 
     #[test]

@@ -95,10 +95,10 @@
 //!
 //! ## Fences survive restarts
 //!
-//! A fence is `max(last fence + 1, server time in microseconds)`. The time floor keeps fences increasing when the
-//! counter key is lost (a restart without persistence, a failover, or the counter's retention running out, see
-//! [`Builder::fence_retention`]), unless the server clock stepped back by more than the time since the last grant.
-//! Fences are therefore large numbers, not 1, 2, 3; only their order matters.
+//! Fences come from a per-lock counter (`INCR`). When the counter is missing (the first grant, a restart without
+//! persistence, a failover that lost it, or its retention ran out, see [`Builder::fence_retention`]) it is seeded
+//! with the server time in microseconds, so new fences still exceed the old ones unless the server clock stepped
+//! back. Fences are therefore large numbers, not 1, 2, 3; only their order matters.
 //!
 //! # Waiting
 //!
@@ -113,9 +113,9 @@
 //! # Keys
 //!
 //! A lock named `N` uses the key `PREFIX:{N}` (the owner token, with the lease as its expiry), the key
-//! `PREFIX:{N}:fence` (the last fence, kept for [`Builder::fence_retention`] after the last grant), the list
-//! `PREFIX:{N}:queue` (waiting client ids) and the key `PREFIX:{N}:next` (the client a release woke, for a few
-//! milliseconds). The braces make `N` the Redis Cluster hash tag. Client `C` is woken on the channel
+//! `PREFIX:{N}:fence` (the last fence, kept for [`Builder::fence_retention`] from its seeding) and the list
+//! `PREFIX:{N}:queue` (waiting client ids). For a few milliseconds after a release that woke a waiter, the lock key
+//! holds a reservation for that client instead of a token. The braces make `N` the Redis Cluster hash tag. Client `C` is woken on the channel
 //! `PREFIX:wake:C`. The prefix defaults to `dlock`; names are 1 to [`MAX_NAME_LEN`] bytes.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

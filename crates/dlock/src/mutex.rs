@@ -82,6 +82,17 @@ impl fmt::Debug for Mutex {
     }
 }
 
+/// How an attempt relates to waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// A single try: never join the queue.
+    No,
+    /// The first attempt of a wait: join the queue when busy.
+    First,
+    /// A later attempt: this client may be queued already, so a grant also takes it out of the queue.
+    Queued,
+}
+
 /// The outcome of one acquire script call.
 enum Attempt {
     Granted(MutexGuard),
@@ -142,7 +153,7 @@ impl Mutex {
     /// background (or lapses after one lease without a runtime).
     pub async fn try_lock(&self) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
-        match self.attempt(&keys, false).await? {
+        match self.attempt(&keys, Wait::No).await? {
             Attempt::Granted(guard) => Ok(guard),
             Attempt::Busy(remaining) => Err(Error::Busy {
                 name: keys.name.clone(),
@@ -255,7 +266,7 @@ impl Mutex {
         };
         let wakeups = &self.client.inner.wakeups;
         let epoch = wakeups.epoch();
-        let mut remaining = match self.attempt(&keys, true).await? {
+        let mut remaining = match self.attempt(&keys, Wait::First).await? {
             Attempt::Granted(guard) => return Ok(guard),
             Attempt::Busy(remaining) => remaining,
         };
@@ -281,7 +292,7 @@ impl Mutex {
             if look_again {
                 // Seen before the attempt: a wake-up that lands after it still wakes us below.
                 wake.borrow_and_update();
-                remaining = match self.attempt(&keys, true).await? {
+                remaining = match self.attempt(&keys, Wait::Queued).await? {
                     Attempt::Granted(guard) => {
                         waiting.granted();
                         drop(permit);
@@ -307,8 +318,8 @@ impl Mutex {
         }
     }
 
-    /// One acquire script call with a fresh token. A caller that will `wait` joins the lock's queue when busy.
-    async fn attempt(&self, keys: &Arc<LockKeys>, wait: bool) -> Result<Attempt, Error> {
+    /// One acquire script call with a fresh token. A caller that will wait joins the lock's queue when busy.
+    async fn attempt(&self, keys: &Arc<LockKeys>, wait: Wait) -> Result<Attempt, Error> {
         let inner = &self.client.inner;
         let token = new_token()?;
         let ttl_ms = millis(self.ttl);
@@ -316,13 +327,13 @@ impl Mutex {
         invocation
             .key(&keys.fence)
             .key(&keys.queue)
-            .key(&keys.reservation)
             .arg(token.as_str())
             .arg(ttl_ms)
             .arg(millis(inner.fence_retention))
             .arg(inner.wakeups.client_id())
-            .arg(if wait { "1" } else { "0" })
-            .arg(millis(QUEUE_RETENTION));
+            .arg(if wait != Wait::No { "1" } else { "0" })
+            .arg(millis(QUEUE_RETENTION))
+            .arg(if wait == Wait::Queued { "1" } else { "0" });
         // From here until the reply is read, a drop (or a lost reply) may leave a grant nobody knows about.
         let mut pending = Pending {
             inner,

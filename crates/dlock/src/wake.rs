@@ -4,8 +4,9 @@
 //!
 //! A client that finds a lock busy and means to wait puts its id at the end of the lock's queue (a Redis list, one
 //! entry per client however many of its tasks wait). A release pops ids, oldest first, and publishes the lock key on
-//! `PREFIX:wake:<id>` until a client is still listening (`PUBLISH` counts the receivers), then reserves the lock for
-//! that client for [`RESERVATION`](crate::scripts::RESERVATION): a releaser that loops cannot barge ahead of it, so
+//! `PREFIX:wake:<id>` until a client is still listening (`PUBLISH` counts the receivers), then leaves the lock key
+//! holding a reservation for that client for [`RESERVATION`](crate::scripts::RESERVATION): a releaser that loops
+//! cannot barge ahead of it, so
 //! processes are served in arrival order. The woken client's first local waiter takes the lock; if none is left,
 //! the client passes its turn to the next one (`pass_on.lua`).
 //!
@@ -106,7 +107,6 @@ impl Shared {
             let reply: redis::RedisResult<i64> = PASS_ON
                 .key(&lock_key)
                 .key(format!("{lock_key}:queue"))
-                .key(format!("{lock_key}:next"))
                 .arg(&shared.client_id)
                 .arg(&shared.channel_prefix)
                 .arg(millis(RESERVATION))

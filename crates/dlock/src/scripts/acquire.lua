@@ -1,70 +1,56 @@
--- acquire: take the lock if it is free and not reserved for another waiter, granting the next fence in the same
--- atomic step; otherwise join the queue of waiting clients (when the caller will wait).
+-- acquire: take the lock if it is free (or reserved for the caller), granting the next fence in the same atomic
+-- step; otherwise join the queue of waiting clients (when the caller will wait).
 --
--- KEYS[1]  lock key: a string holding the owner token, with a millisecond expiry
+-- KEYS[1]  lock key: the owner token with a millisecond expiry, or a reservation "dl1:rsv:<client id>"
 -- KEYS[2]  fence key: the last fence granted for this lock
 -- KEYS[3]  queue key: a list of waiting client ids, oldest first
--- KEYS[4]  reservation key: the client id the last release woke, with a short expiry
 -- ARGV[1]  the new owner token (starts with "dl1:")
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  how long the fence key outlives its last grant, in milliseconds
+-- ARGV[3]  how long a fence counter lives after it was seeded, in milliseconds
 -- ARGV[4]  the caller's client id
 -- ARGV[5]  "1" when the caller will wait (join the queue when busy), "0" for a single try
 -- ARGV[6]  how long the queue key outlives the current holder's lease, in milliseconds
+-- ARGV[7]  "1" when an earlier attempt of this wait may have queued the caller (leave the queue on success)
 --
 -- Returns  {1, fence}  granted
---          {0, pttl}   busy: held by a dlock owner (pttl: its remaining lease in ms, -1 without expiry), or
---                      reserved for another waiter (pttl: what is left of the reservation)
+--          {0, pttl}   busy: held by a dlock owner, or reserved for another waiting client; pttl is the time left
+--                      in ms (-1: no expiry)
 --          {-1, 0}     the lock key holds a value dlock did not write
---          {-2, 0}     the fence key holds a value that is not a number
+--          {-2, 0}     the fence key holds something that is not a number (nothing was granted)
 --
--- The fence is max(last fence + 1, server time in microseconds). The time floor keeps fences increasing when the
--- counter is lost (a restart without persistence, the key's retention ran out), as long as the server clock does
--- not step back further than the time since the last grant.
-local function wait_in_line(pttl)
-    if ARGV[5] == '1' then
-        if not redis.call('LPOS', KEYS[3], ARGV[4]) then
-            redis.call('RPUSH', KEYS[3], ARGV[4])
-        end
-        redis.call('PEXPIRE', KEYS[3], math.max(pttl, 0) + tonumber(ARGV[6]))
-    end
-    return {0, pttl}
-end
-
-local holder = redis.call('GET', KEYS[1])
-if holder then
-    if string.sub(holder, 1, 4) ~= 'dl1:' then
+-- Fences: INCR on the counter; a missing counter (first grant, restart without persistence, retention over) is
+-- seeded with the server time in microseconds, so fences keep increasing across its loss as long as the server
+-- clock does not step back further than the time since the counter was seeded.
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    local holder = redis.call('GET', KEYS[1])
+    if holder == 'dl1:rsv:' .. ARGV[4] then
+        -- A release woke us and kept the lock for us.
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    elseif holder and string.sub(holder, 1, 4) ~= 'dl1:' then
         return {-1, 0}
-    end
-    return wait_in_line(redis.call('PTTL', KEYS[1]))
-end
-
--- A release hands the lock to the oldest waiting client for a moment, so a releaser that loops cannot barge in
--- ahead of processes that have waited longer.
-local reserved = redis.call('GET', KEYS[4])
-if reserved and reserved ~= ARGV[4] then
-    return wait_in_line(redis.call('PTTL', KEYS[4]))
-end
-
-local last = redis.call('GET', KEYS[2])
-local fence = 0
-if last then
-    fence = tonumber(last)
-    if fence == nil then
-        return {-2, 0}
+    else
+        local pttl = redis.call('PTTL', KEYS[1])
+        if ARGV[5] == '1' then
+            if not redis.call('LPOS', KEYS[3], ARGV[4]) then
+                redis.call('RPUSH', KEYS[3], ARGV[4])
+            end
+            redis.call('PEXPIRE', KEYS[3], math.max(pttl, 0) + tonumber(ARGV[6]))
+        end
+        return {0, pttl}
     end
 end
-fence = fence + 1
-local now = redis.call('TIME')
-local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-if floor > fence then
-    fence = floor
-end
 
-if reserved then
-    redis.call('DEL', KEYS[4])
+if ARGV[7] == '1' then
+    redis.call('LREM', KEYS[3], 0, ARGV[4])
 end
-redis.call('LREM', KEYS[3], 0, ARGV[4])
-redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local fence = redis.pcall('INCR', KEYS[2])
+if type(fence) ~= 'number' then
+    redis.call('DEL', KEYS[1])
+    return {-2, 0}
+end
+if fence == 1 then
+    local now = redis.call('TIME')
+    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[3])
+end
 return {1, fence}

@@ -1,13 +1,12 @@
--- release: delete the lock only if we still own it, then wake the oldest waiting client that still listens.
+-- release: give the lock up only if we still own it, handing it to the oldest waiting client that still listens.
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  queue key (waiting client ids, oldest first)
--- KEYS[3]  reservation key
 -- ARGV[1]  owner token
 -- ARGV[2]  wake-up channel prefix: client `id` listens on ARGV[2] .. id
 -- ARGV[3]  reservation in milliseconds: how long the woken client has to claim the lock
 --
--- Returns  1   released (and the next waiter woken, if any)
+-- Returns  1   released (the lock key deleted, or reserved for the woken client)
 --          0   the key is gone (expired or force-released): nothing changed
 --          -1  another owner holds the lock: nothing changed
 local holder = redis.call('GET', KEYS[1])
@@ -17,6 +16,7 @@ if holder ~= ARGV[1] then
     end
     return 0
 end
-redis.call('DEL', KEYS[1])
-wake_next(KEYS[2], KEYS[3], ARGV[2], ARGV[3], KEYS[1])
+if not wake_next(KEYS[2], KEYS[1], ARGV[2], ARGV[3]) then
+    redis.call('DEL', KEYS[1])
+end
 return 1

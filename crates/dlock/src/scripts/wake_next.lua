@@ -2,16 +2,17 @@
 --
 -- Pops waiting client ids, oldest first, and publishes `payload` (the lock key) on each one's channel
 -- (`prefix .. id`) until a client is still listening: PUBLISH answers how many subscribers got the message, and 0
--- means that client is gone. The woken client gets a reservation of `reservation_ms` to claim the lock, so a
--- releaser that loops cannot barge ahead of it. Returns true when a client was woken.
-local function wake_next(queue_key, reservation_key, prefix, reservation_ms, payload)
+-- means that client is gone. The lock key then holds the reservation "dl1:rsv:<id>" for `reservation_ms`: only
+-- that client can take the lock meanwhile, so a releaser that loops cannot barge ahead of it. Returns true when a
+-- client was woken; the caller deletes the lock key otherwise.
+local function wake_next(queue_key, lock_key, prefix, reservation_ms)
     for _ = 1, 16 do
         local id = redis.call('LPOP', queue_key)
         if not id then
             return false
         end
-        if redis.call('PUBLISH', prefix .. id, payload) > 0 then
-            redis.call('SET', reservation_key, id, 'PX', reservation_ms)
+        if redis.call('PUBLISH', prefix .. id, lock_key) > 0 then
+            redis.call('SET', lock_key, 'dl1:rsv:' .. id, 'PX', reservation_ms)
             return true
         end
     end
