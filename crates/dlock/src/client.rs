@@ -118,8 +118,8 @@ impl Client {
         let keys = self.keys(name)?;
         let (holder, pttl, fence, waiting): (Option<String>, i64, Option<String>, u64) = INSPECT
             .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
+            .key(keys.fence())
+            .key(keys.queue())
             .invoke_async(&mut self.inner.conn.clone())
             .await
             .map_err(|e| not_a_lock(e, &keys.lock))?;
@@ -140,7 +140,7 @@ impl Client {
                 raw.parse::<u64>()
                     .map(Fence::new)
                     .map_err(|_| Error::NotALock {
-                        key: keys.fence.clone(),
+                        key: keys.fence().to_string(),
                         detail: format!("fence counter holds {raw:?}"),
                     })?,
             ),
@@ -174,7 +174,7 @@ impl Client {
         let wakeups = &self.inner.wakeups;
         let removed: Option<String> = FORCE_RELEASE
             .key(&keys.lock)
-            .key(&keys.queue)
+            .key(keys.queue())
             .arg(wakeups.channel_prefix())
             .arg(millis(RESERVATION))
             .invoke_async(&mut self.inner.conn.clone())

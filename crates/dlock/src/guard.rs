@@ -67,7 +67,7 @@ impl MutexGuard {
             Ok(())
         } else {
             Err(Error::NotOwner {
-                name: keys.name.clone(),
+                name: keys.name().to_owned(),
             })
         }
     }
@@ -92,7 +92,7 @@ impl MutexGuard {
         let shared = &self.lease.shared;
         if let Some(reason) = self.lease.loss() {
             return Err(Error::LeaseLost {
-                name: shared.keys.name.clone(),
+                name: shared.keys.name().to_owned(),
                 reason,
             });
         }
@@ -109,7 +109,7 @@ impl MutexGuard {
                 match self.lease.loss() {
                     None => Ok(()),
                     Some(reason) => Err(Error::LeaseLost {
-                        name: shared.keys.name.clone(),
+                        name: shared.keys.name().to_owned(),
                         reason,
                     }),
                 }
@@ -121,7 +121,7 @@ impl MutexGuard {
                     LossReason::Taken
                 });
                 Err(Error::NotOwner {
-                    name: shared.keys.name.clone(),
+                    name: shared.keys.name().to_owned(),
                 })
             }
         }
@@ -193,7 +193,7 @@ impl fmt::Debug for MutexGuard {
 async fn release_once(inner: &Inner, keys: &LockKeys, token: &str) -> Result<i64, Error> {
     RELEASE
         .key(&keys.lock)
-        .key(&keys.queue)
+        .key(keys.queue())
         .arg(token)
         .arg(inner.wakeups.channel_prefix())
         .arg(millis(RESERVATION))
@@ -220,12 +220,12 @@ pub(crate) fn release_in_background(
             match release_once(&inner, &keys, &token).await {
                 Ok(_) => return,
                 Err(err) if Instant::now() + backoff < give_up => {
-                    tracing::debug!(lock = %keys.name, error = %err, "background release failed; retrying");
+                    tracing::debug!(lock = %keys.name(), error = %err, "background release failed; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
                 Err(err) => {
-                    tracing::warn!(lock = %keys.name, error = %err, "background release gave up; the key expires with its lease");
+                    tracing::warn!(lock = %keys.name(), error = %err, "background release gave up; the key expires with its lease");
                     return;
                 }
             }

@@ -1,14 +1,15 @@
 //! A lease: one grant of a lock, its validity deadline and how it ended.
 //!
-//! The state lives in a [`watch`] channel so that any number of tasks can read it, await its end, or be told the
-//! deadline moved. Ending is final: once a lease is lost, no late renewal reply can bring it back.
+//! The state sits behind a small mutex with a [`Notify`] for the tasks that await its end: far lighter than a
+//! channel, which matters when one client keeps 10,000 leases. Ending is final: once a lease is lost, no late
+//! renewal reply can bring it back.
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::fence::Fence;
@@ -80,7 +81,9 @@ pub(crate) struct LeaseShared {
     pub(crate) token: String,
     pub(crate) fence: Fence,
     pub(crate) ttl: Duration,
-    status: watch::Sender<Status>,
+    status: Mutex<Status>,
+    /// Notified on every change of `status`.
+    changed: Notify,
 }
 
 impl LeaseShared {
@@ -91,21 +94,30 @@ impl LeaseShared {
         ttl: Duration,
         sent: Instant,
     ) -> Arc<LeaseShared> {
-        let (status, _) = watch::channel(Status::Held {
-            valid_until: sent + ttl - drift(ttl),
-            confirmed_sent: sent,
-        });
         Arc::new(LeaseShared {
             keys,
             token,
             fence,
             ttl,
-            status,
+            status: Mutex::new(Status::Held {
+                valid_until: sent + ttl - drift(ttl),
+                confirmed_sent: sent,
+            }),
+            changed: Notify::new(),
         })
     }
 
     pub(crate) fn status(&self) -> Status {
-        *self.status.borrow()
+        *self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies `change` to the status; notifies the waiters when it returns true.
+    fn update(&self, change: impl FnOnce(&mut Status) -> bool) -> bool {
+        let changed = change(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
+        if changed {
+            self.changed.notify_waiters();
+        }
+        changed
     }
 
     pub(crate) fn is_ended(&self) -> bool {
@@ -126,7 +138,7 @@ impl LeaseShared {
     /// was told it was lost, and that must stay true.
     pub(crate) fn confirm(&self, sent: Instant, ttl: Duration) {
         let now = Instant::now();
-        self.status.send_if_modified(|status| match status {
+        self.update(|status| match status {
             Status::Held {
                 valid_until,
                 confirmed_sent,
@@ -148,7 +160,7 @@ impl LeaseShared {
 
     /// Ends the lease unless it already ended. Returns true when this call ended it.
     pub(crate) fn end(&self, reason: LossReason) -> bool {
-        self.status.send_if_modified(|status| match status {
+        self.update(|status| match status {
             Status::Held { .. } => {
                 *status = status.ended(reason);
                 true
@@ -159,7 +171,7 @@ impl LeaseShared {
 
     /// Ends the lease as [`LossReason::Expired`] if its deadline (less the timer guard) has passed at `now`.
     pub(crate) fn expire_if_due(&self, now: Instant) -> bool {
-        self.status.send_if_modified(|status| match status {
+        self.update(|status| match status {
             Status::Held { valid_until, .. } if now >= *valid_until - TIMER_GUARD => {
                 *status = status.ended(LossReason::Expired);
                 true
@@ -181,7 +193,7 @@ pub struct Lease {
 impl Lease {
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.shared.keys.name
+        self.shared.keys.name()
     }
 
     /// The fencing token of this grant: higher than that of every earlier grant of the same lock.
@@ -236,20 +248,19 @@ impl Lease {
     pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
         let shared = Arc::clone(&self.shared);
         async move {
-            let mut rx = shared.status.subscribe();
             loop {
-                let status = *rx.borrow_and_update();
-                match status {
+                // Registered before the status is read, so a change in between still wakes us.
+                let changed = shared.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                match shared.status() {
                     Status::Ended { reason, .. } => return reason,
                     Status::Held { valid_until, .. } => {
                         tokio::select! {
                             () = tokio::time::sleep_until(valid_until - TIMER_GUARD) => {
                                 shared.expire_if_due(Instant::now());
                             }
-                            changed = rx.changed() => {
-                                // The sender lives in `shared`, which this future owns: it cannot be gone.
-                                debug_assert!(changed.is_ok());
-                            }
+                            () = changed => {}
                         }
                     }
                 }

@@ -135,7 +135,7 @@ impl Mutex {
     /// The lock's name.
     pub fn name(&self) -> &str {
         match &self.keys {
-            Ok(keys) => &keys.name,
+            Ok(keys) => keys.name(),
             Err(_) => "",
         }
     }
@@ -156,7 +156,7 @@ impl Mutex {
         match self.attempt(&keys, Wait::No).await? {
             Attempt::Granted(guard) => Ok(guard),
             Attempt::Busy(remaining) => Err(Error::Busy {
-                name: keys.name.clone(),
+                name: keys.name().to_owned(),
                 remaining,
             }),
         }
@@ -261,7 +261,7 @@ impl Mutex {
         let keys = self.checked()?;
         let started = Instant::now();
         let timed_out = || Error::Timeout {
-            name: keys.name.clone(),
+            name: keys.name().to_owned(),
             waited: started.elapsed(),
         };
         let wakeups = &self.client.inner.wakeups;
@@ -325,8 +325,8 @@ impl Mutex {
         let ttl_ms = millis(self.ttl);
         let mut invocation = ACQUIRE.key(&keys.lock);
         invocation
-            .key(&keys.fence)
-            .key(&keys.queue)
+            .key(keys.fence())
+            .key(keys.queue())
             .arg(token.as_str())
             .arg(ttl_ms)
             .arg(millis(inner.fence_retention))
@@ -364,7 +364,7 @@ impl Mutex {
             )),
             -1 => Err(foreign(&keys.lock, "a value")),
             _ => Err(Error::NotALock {
-                key: keys.fence.clone(),
+                key: keys.fence().to_string(),
                 detail: "the fence counter is not a number".to_owned(),
             }),
         }
