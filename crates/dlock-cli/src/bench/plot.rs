@@ -68,7 +68,7 @@ pub fn svg(outcomes: &[Outcome]) -> String {
         );
         decade += 1.0;
     }
-    for p in [0.0, 0.25, 0.5, 0.75, 0.99, 1.0] {
+    for p in [0.0, 0.25, 0.5, 0.75, 1.0] {
         let gy = y(p);
         let _ = writeln!(
             out,
