@@ -172,6 +172,36 @@ async fn watch_progress(
     }
 }
 
+/// `dlock bench-worker ROLE --redis URL --name bench:SCENARIO ARGS…`, stdout piped, killed on drop.
+fn worker_command(
+    setup: &Setup,
+    scenario: &str,
+    role: Role,
+    args: &[String],
+) -> anyhow::Result<tokio::process::Command> {
+    let exe =
+        std::env::current_exe().context("cannot find the dlock executable to start workers")?;
+    let role = match role {
+        Role::Contend => "contend",
+        Role::Handoff => "handoff",
+        Role::Renew => "renew",
+    };
+    let mut command = tokio::process::Command::new(exe);
+    command
+        .arg("bench-worker")
+        .arg(role)
+        .arg("--redis")
+        .arg(&setup.url)
+        .arg("--name")
+        .arg(format!("bench:{scenario}"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    Ok(command)
+}
+
 /// Spawns `dlock bench-worker ROLE` processes and collects their JSON lines. Returns each worker's lines.
 async fn workers(
     setup: &Setup,
@@ -180,35 +210,19 @@ async fn workers(
     processes: usize,
     extra: &[String],
 ) -> anyhow::Result<Vec<Vec<Value>>> {
-    let exe =
-        std::env::current_exe().context("cannot find the dlock executable to start workers")?;
     // Processes start and connect during the first second; everyone measures the same wall-clock window.
     let from_ms = unix_ms() + 1000 + setup.warmup.as_millis() as u64;
     let to_ms = from_ms + setup.duration.as_millis() as u64;
-    let role_name = match role {
-        Role::Contend => "contend",
-        Role::Handoff => "handoff",
-        Role::Renew => "renew",
-    };
+    let mut args = vec![
+        "--from-ms".to_owned(),
+        from_ms.to_string(),
+        "--to-ms".to_owned(),
+        to_ms.to_string(),
+    ];
+    args.extend_from_slice(extra);
     let mut children = Vec::new();
     for _ in 0..processes {
-        let mut command = tokio::process::Command::new(&exe);
-        command
-            .arg("bench-worker")
-            .arg(role_name)
-            .arg("--redis")
-            .arg(&setup.url)
-            .arg("--name")
-            .arg(format!("bench:{scenario}"))
-            .arg("--from-ms")
-            .arg(from_ms.to_string())
-            .arg("--to-ms")
-            .arg(to_ms.to_string())
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
+        let mut command = worker_command(setup, scenario, role, &args)?;
         children.push(command.spawn().context("cannot start a bench worker")?);
     }
     let count = AtomicU64::new(0);
@@ -327,29 +341,19 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
     const LOCKS: usize = 10_000;
     const PERIODS: u32 = 3;
     let period = Duration::from_secs(1);
-    let exe =
-        std::env::current_exe().context("cannot find the dlock executable to start workers")?;
     let client = redis::Client::open(setup.url.as_str())?;
     let mut stats = client.get_multiplexed_async_connection().await?;
-    let mut child = tokio::process::Command::new(exe)
-        .arg("bench-worker")
-        .arg("renew")
-        .arg("--redis")
-        .arg(&setup.url)
-        .arg("--name")
-        .arg(format!("bench:{scenario}"))
-        .arg("--locks")
-        .arg(LOCKS.to_string())
-        .arg("--ttl-ms")
-        .arg((period.as_millis() * 3).to_string())
-        .arg("--renew-ms")
-        .arg(period.as_millis().to_string())
-        .arg("--periods")
-        .arg(PERIODS.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
+    let args = [
+        "--locks".to_owned(),
+        LOCKS.to_string(),
+        "--ttl-ms".to_owned(),
+        (period.as_millis() * 3).to_string(),
+        "--renew-ms".to_owned(),
+        period.as_millis().to_string(),
+        "--periods".to_owned(),
+        PERIODS.to_string(),
+    ];
+    let mut child = worker_command(setup, scenario, Role::Renew, &args)?
         .spawn()
         .context("cannot start a bench worker")?;
     let stdout = child.stdout.take().context("worker without stdout")?;
