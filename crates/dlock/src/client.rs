@@ -347,9 +347,12 @@ impl Builder {
         let conn = match self.conn {
             Some(conn) => conn,
             None => {
+                // Few retries per (re)connect: a request that fails triggers the next reconnect anyway, and the
+                // first connect should report a refused or unreachable server at once, with its real cause.
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(self.connection_timeout))
                     .set_response_timeout(Some(self.response_timeout))
+                    .set_number_of_retries(1)
                     .set_max_delay(Duration::from_secs(1));
                 let manager = tokio::time::timeout(
                     self.connection_timeout.saturating_mul(2),

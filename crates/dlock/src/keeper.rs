@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::task::JoinHandle;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -29,7 +31,8 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 pub(crate) struct Keeper {
     state: Mutex<State>,
     wake: Notify,
-    started: AtomicBool,
+    /// The renewal task, once started; started again if the runtime it ran on is gone.
+    task: Mutex<Option<JoinHandle<()>>>,
     closed: AtomicBool,
 }
 
@@ -54,7 +57,7 @@ impl Keeper {
         Keeper {
             state: Mutex::new(State::default()),
             wake: Notify::new(),
-            started: AtomicBool::new(false),
+            task: Mutex::new(None),
             closed: AtomicBool::new(false),
         }
     }
@@ -91,8 +94,9 @@ impl Keeper {
             }
             (id, wake)
         };
-        if !self.started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(run(Arc::clone(self), inner));
+        let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if task.as_ref().is_none_or(JoinHandle::is_finished) {
+            *task = Some(tokio::spawn(run(Arc::clone(self), inner)));
         } else if wake {
             self.wake.notify_one();
         }
