@@ -57,6 +57,21 @@ impl MutexGuard {
     /// # Cancel safety
     ///
     /// Cancel safe: if the future is dropped before the reply, the guard's drop releases in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: dlock::Client) -> Result<(), dlock::Error> {
+    /// let guard = locks.mutex("invoices").lock().await?;
+    /// // ... the critical section ...
+    /// match guard.release().await {
+    ///     Ok(()) => {}
+    ///     // The lease ended before we let go: whatever we wrote may have raced another owner.
+    ///     Err(e) if e.is_lost() => eprintln!("lost the lock before releasing it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn release(mut self) -> Result<(), Error> {
         self.forget();
         let keys = &self.lease.shared.keys;
@@ -87,6 +102,22 @@ impl MutexGuard {
     ///
     /// Cancel safe: a dropped call may or may not have extended the key on the server, but the guard's deadline
     /// only moves on a confirmed reply, so it stays conservative.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: dlock::Client) -> Result<(), dlock::Error> {
+    /// use std::time::Duration;
+    ///
+    /// // A fixed 10 s lease, extended by hand between steps of a long job.
+    /// let guard = locks.mutex("migration").ttl(Duration::from_secs(10)).fixed_lease().lock().await?;
+    /// for _step in 0..3 {
+    ///     // ... one step ...
+    ///     guard.extend(Duration::from_secs(10)).await?;
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
         check_ttl(ttl)?;
         let shared = &self.lease.shared;
@@ -138,6 +169,18 @@ impl MutexGuard {
     /// # Cancel safety
     ///
     /// As cancel safe as `work` itself; the guard is unaffected.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn copy_rows(fence: dlock::Fence) -> usize { 0 }
+    /// # async fn demo(locks: dlock::Client) -> Result<(), dlock::Error> {
+    /// let guard = locks.mutex("export").lock().await?;
+    /// let rows = guard.run_until_lost(copy_rows(guard.fence())).await?;
+    /// guard.release().await?;
+    /// println!("{rows} rows");
+    /// # Ok(()) }
+    /// ```
     pub async fn run_until_lost<F: Future>(&self, work: F) -> Result<F::Output, Error> {
         let lost = self.lease.lost();
         tokio::select! {

@@ -245,6 +245,20 @@ impl Lease {
     /// # Cancel safety
     ///
     /// Cancel safe: dropping it changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: dlock::Client) -> Result<(), dlock::Error> {
+    /// let guard = locks.mutex("leader").lock().await?;
+    /// let lease = guard.lease();
+    /// // Step down the moment the lease is lost, whatever else this process is doing.
+    /// tokio::spawn(async move {
+    ///     let reason = lease.lost().await;
+    ///     eprintln!("no longer the leader: {reason}");
+    /// });
+    /// # Ok(()) }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
         let shared = Arc::clone(&self.shared);
         async move {
