@@ -12,9 +12,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::task::JoinHandle;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+use tokio::task::JoinHandle;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
