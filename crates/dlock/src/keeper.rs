@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio::task::JoinHandle;
 
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::Inner;
