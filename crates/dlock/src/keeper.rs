@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
