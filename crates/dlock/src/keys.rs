@@ -61,8 +61,13 @@ impl LockKeys {
 
     /// `P:{N}:queue`.
     pub(crate) fn queue(&self) -> Suffixed<'_> {
-        Suffixed(&self.lock, ":queue")
+        queue_of(&self.lock)
     }
+}
+
+/// The queue key of the lock key `lock` (wake-ups carry only the lock key).
+pub(crate) fn queue_of(lock: &str) -> Suffixed<'_> {
+    Suffixed(lock, ":queue")
 }
 
 /// A key written as the lock key plus a suffix, without building the string first.

@@ -34,7 +34,7 @@ use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::time::Instant;
 
 use crate::conn::Conn;
-use crate::keys::millis;
+use crate::keys::{millis, queue_of};
 use crate::scripts::{PASS_ON, RESERVATION};
 
 /// Reconnect backoff bounds for the subscriber connection.
@@ -106,7 +106,7 @@ impl Shared {
         runtime.spawn(async move {
             let reply: redis::RedisResult<i64> = PASS_ON
                 .key(&lock_key)
-                .key(format!("{lock_key}:queue"))
+                .key(queue_of(&lock_key))
                 .arg(&shared.client_id)
                 .arg(&shared.channel_prefix)
                 .arg(millis(RESERVATION))
