@@ -112,18 +112,19 @@ impl Keys {
 
     /// Every key a run writes, the dlock mutex's own keys included.
     fn all(&self) -> Vec<String> {
-        let lock = format!("{}:{{{}}}", dlock::DEFAULT_PREFIX, self.lock_name);
-        vec![
+        let mut all = vec![
             self.stock.clone(),
             self.sold.clone(),
             self.stale.clone(),
             self.store_fence.clone(),
             self.textbook_lock.clone(),
             self.foreign.clone(),
-            format!("{lock}:fence"),
-            format!("{lock}:queue"),
-            lock,
-        ]
+        ];
+        // The name is ours and valid; were it not, there would be no dlock keys to delete either.
+        if let Ok(lock) = dlock::lock_keys(dlock::DEFAULT_PREFIX, &self.lock_name) {
+            all.extend(lock);
+        }
+        all
     }
 }
 

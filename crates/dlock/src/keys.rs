@@ -89,6 +89,30 @@ impl ToRedisArgs for Suffixed<'_> {
     }
 }
 
+/// The Redis keys of the lock called `name` under `prefix`: the lock key, its fence counter and its queue of waiting
+/// clients. For cleaning up after a test or a demo, or for writing ACL key patterns; deleting them while the lock is
+/// in use breaks its guarantees (the fence counter, at least, should be left alone).
+///
+/// # Errors
+///
+/// [`InvalidArgument`] for an empty or too long name, or a prefix dlock does not accept.
+///
+/// # Examples
+///
+/// ```
+/// let keys = dlock::lock_keys(dlock::DEFAULT_PREFIX, "orders:42").unwrap();
+/// assert_eq!(keys, ["dlock:{orders:42}", "dlock:{orders:42}:fence", "dlock:{orders:42}:queue"]);
+/// ```
+pub fn lock_keys(prefix: &str, name: &str) -> Result<[String; 3], InvalidArgument> {
+    check_prefix(prefix)?;
+    let keys = LockKeys::new(prefix, name)?;
+    Ok([
+        keys.lock.clone(),
+        keys.fence().to_string(),
+        keys.queue().to_string(),
+    ])
+}
+
 pub(crate) fn check_name(name: &str) -> Result<(), InvalidArgument> {
     if name.is_empty() {
         return Err(InvalidArgument::EmptyName);

@@ -140,7 +140,7 @@ pub use client::{
 pub use error::{Error, InvalidArgument};
 pub use fence::Fence;
 pub use guard::MutexGuard;
-pub use keys::{DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
+pub use keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
 pub use lease::{Lease, LossReason};
 pub use mutex::{Mutex, DEFAULT_TTL};
 
