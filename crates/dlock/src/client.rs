@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 use redis::Value;
 
 use crate::conn::Conn;
@@ -13,6 +13,7 @@ use crate::fence::{new_token, Fence, RESERVED_PREFIX, TOKEN_PREFIX};
 use crate::keeper::Keeper;
 use crate::keys::{check_prefix, millis, LockKeys, DEFAULT_PREFIX};
 use crate::mutex::Mutex;
+use crate::orphans::Orphans;
 use crate::scripts::{FORCE_RELEASE, INSPECT, RESERVATION};
 use crate::wake::Wakeups;
 
@@ -51,11 +52,14 @@ pub(crate) struct Inner {
     pub(crate) fence_retention: Duration,
     pub(crate) keeper: Arc<Keeper>,
     pub(crate) wakeups: Wakeups,
+    /// Releases that no runtime could finish (see [`crate::orphans`]); done when the client is dropped.
+    pub(crate) orphans: Orphans,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.keeper.close();
+        self.orphans.release_all(self.wakeups.channel_prefix());
     }
 }
 
@@ -116,11 +120,12 @@ impl Client {
     /// Cancel safe: it only reads.
     pub async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
         let keys = self.keys(name)?;
-        let (holder, pttl, fence, waiting): (Option<String>, i64, Option<String>, u64) = INSPECT
-            .key(&keys.lock)
-            .key(keys.fence())
-            .key(keys.queue())
-            .invoke_async(&mut self.inner.conn.clone())
+        let mut invocation = INSPECT.key(&keys.lock);
+        invocation.key(keys.fence()).key(keys.queue());
+        let (holder, pttl, fence, waiting): (Option<String>, i64, Option<String>, u64) = self
+            .inner
+            .conn
+            .invoke_idempotent(&invocation)
             .await
             .map_err(|e| not_a_lock(e, &keys.lock))?;
         let reserved = holder
@@ -175,6 +180,7 @@ impl Client {
         let removed: Option<String> = FORCE_RELEASE
             .key(&keys.lock)
             .key(keys.queue())
+            .key(keys.waiters())
             .arg(wakeups.channel_prefix())
             .arg(millis(RESERVATION))
             .invoke_async(&mut self.inner.conn.clone())
@@ -310,7 +316,7 @@ impl Builder {
     }
 
     /// Sends commands over a connection you already have instead of opening one: a
-    /// [`redis::aio::MultiplexedConnection`], a [`ConnectionManager`] or anything cheaply cloneable that
+    /// [`redis::aio::MultiplexedConnection`], a [`redis::aio::ConnectionManager`] or anything cheaply cloneable that
     /// multiplexes. Its own timeouts and reconnect behaviour then apply. Wake-ups for waiters still use a
     /// separate subscriber connection to the server given to [`Builder::new`], because a subscribed connection
     /// cannot carry commands.
@@ -354,15 +360,14 @@ impl Builder {
                     .set_response_timeout(Some(self.response_timeout))
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_secs(1));
-                let manager = tokio::time::timeout(
+                tokio::time::timeout(
                     self.connection_timeout.saturating_mul(2),
-                    ConnectionManager::new_with_config(self.redis.clone(), config),
+                    Conn::managed(self.redis.clone(), config),
                 )
                 .await
                 .map_err(|_| {
                     redis::RedisError::from((redis::ErrorKind::Io, "timed out connecting to redis"))
-                })??;
-                Conn::Managed(manager)
+                })??
             }
         };
         // Fail now, not at the first lock, when the server is unreachable or refuses us.
@@ -370,6 +375,7 @@ impl Builder {
         let _: Value = redis::cmd("PING").query_async(&mut probe).await?;
         // Identifies this client in lock queues; its wake-up channel is named after it.
         let client_id = new_token()?.split_off(crate::fence::TOKEN_PREFIX.len());
+        let orphans = Orphans::new(self.redis.clone(), self.connection_timeout);
         let wakeups = Wakeups::new(
             self.redis,
             conn.clone(),
@@ -385,6 +391,7 @@ impl Builder {
                 fence_retention: self.fence_retention,
                 keeper: Arc::new(Keeper::new()),
                 wakeups,
+                orphans,
             }),
         })
     }

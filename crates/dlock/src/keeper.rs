@@ -1,9 +1,10 @@
 //! The lease keeper: one background task per client that renews every watched lease, in batches.
 //!
-//! Each lease is due for renewal `renew_every` after its last confirmed request. When the task wakes it takes every
-//! lease due within a quarter of its interval, so leases taken at nearby times share one script call: 10,000 held
-//! locks cost `10,000 / RENEW_BATCH` calls per round instead of 10,000. Renewing a little early is harmless; the
-//! lease is measured from the instant each request leaves.
+//! Each lease is due for renewal `renew_every` after its last confirmed request, or earlier when its deadline comes
+//! closer than the lease's usual slack (an extension to a shorter lease). When the task wakes it takes every lease
+//! due within a quarter of its interval, so leases taken at nearby times share one script call: 10,000 held locks
+//! cost `10,000 / RENEW_BATCH` calls per round instead of 10,000. Renewing a little early is harmless; every request
+//! is registered with its lease before it leaves (see [`LeaseShared::begin`]).
 //!
 //! A failed call is retried with backoff until the lease's validity deadline; at the deadline the lease ends as
 //! [`LossReason::Expired`](crate::LossReason::Expired). That deadline also has its own timer in every
@@ -19,8 +20,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::Inner;
+use crate::guard::loss_reason;
 use crate::keys::millis;
-use crate::lease::{LeaseShared, LossReason};
+use crate::lease::{LeaseShared, Request};
 use crate::scripts::{RENEW, RENEW_BATCH};
 
 /// First retry delay after a failed renewal; doubles per failure up to [`RETRY_MAX`].
@@ -102,6 +104,11 @@ impl Keeper {
         id
     }
 
+    /// Makes the task look at its schedule again (a deadline moved).
+    pub(crate) fn nudge(&self) {
+        self.wake.notify_one();
+    }
+
     /// Stops renewing a lease (released or dropped).
     pub(crate) fn forget(&self, id: u64) {
         self.lock().leases.remove(&id);
@@ -134,11 +141,12 @@ impl Keeper {
                 return false;
             }
             if !entry.in_flight {
-                if entry.next_renewal <= now + entry.every / 4 {
+                let at = entry.due_at();
+                if at <= now + entry.every / 4 {
                     entry.in_flight = true;
                     due.push((id, Arc::clone(&entry.lease)));
                 } else {
-                    next = min_instant(next, entry.next_renewal);
+                    next = min_instant(next, at);
                 }
             }
             next = min_instant(next, entry.lease.signal_at().unwrap_or(now));
@@ -148,30 +156,31 @@ impl Keeper {
         (due, next)
     }
 
-    /// Applies the outcome of one renewal call to its leases.
-    fn settle(&self, batch: &[(u64, Arc<LeaseShared>)], sent: Instant, codes: Option<&[i64]>) {
+    /// Applies the outcome of one renewal call to its leases: `reply` is the server time the call ran at and one
+    /// code per lease, or `None` when the call failed (or was dropped) and its outcome is unknown.
+    fn settle(&self, batch: &[Renewal], reply: Option<(i64, &[i64])>) {
         let mut state = self.lock();
-        for (i, (id, lease)) in batch.iter().enumerate() {
-            let Some(entry) = state.leases.get_mut(id) else {
+        for (i, renewal) in batch.iter().enumerate() {
+            let Some(entry) = state.leases.get_mut(&renewal.id) else {
                 continue; // released while the call was out
             };
             entry.in_flight = false;
-            match codes.map(|c| c.get(i).copied()) {
-                Some(Some(1)) => {
-                    lease.confirm(sent, lease.ttl);
+            match reply.map(|(run, codes)| (run, codes.get(i).copied())) {
+                Some((run, Some(1))) => {
+                    renewal.lease.confirm(renewal.request, run);
                     entry.failures = 0;
-                    entry.next_renewal = sent + entry.every;
+                    entry.next_renewal = renewal.request.sent + entry.every;
                 }
-                Some(Some(code)) => {
-                    lease.end(if code == 0 {
-                        LossReason::Gone
-                    } else {
-                        LossReason::Taken
-                    });
-                    state.leases.remove(id);
+                Some((_, Some(code))) => {
+                    if code == -2 {
+                        tracing::warn!(lock = %renewal.lease.keys.name(), "the lock key now holds another Redis type; lease lost");
+                    }
+                    renewal.lease.end(loss_reason(code));
+                    state.leases.remove(&renewal.id);
                 }
-                // The call failed (or answered short): retry soon, the deadline timer guards the rest.
-                Some(None) | None => {
+                // The call failed (or answered short): the request stays unconfirmed in the lease, whose deadline
+                // already allows for it; retry soon, the deadline timer guards the rest.
+                Some((_, None)) | None => {
                     entry.failures = entry.failures.saturating_add(1);
                     let backoff = RETRY_MIN
                         .saturating_mul(1 << entry.failures.min(8))
@@ -180,6 +189,44 @@ impl Keeper {
                     entry.next_renewal = Instant::now() + backoff;
                 }
             }
+        }
+    }
+}
+
+impl Entry {
+    /// When this lease should be renewed: `every` after its last confirmed renewal, or sooner when its deadline
+    /// leaves less than the usual slack (`ttl - every`), as after an extension to a shorter lease.
+    fn due_at(&self) -> Instant {
+        match self.lease.deadline() {
+            Some(deadline) => {
+                let slack = self.lease.ttl.saturating_sub(self.every);
+                self.next_renewal
+                    .min(deadline.checked_sub(slack).unwrap_or(deadline))
+            }
+            None => self.next_renewal,
+        }
+    }
+}
+
+/// One lease in a renewal call.
+struct Renewal {
+    id: u64,
+    lease: Arc<LeaseShared>,
+    request: Request,
+}
+
+/// A renewal call's leases, settled as failed if the task is dropped before the reply (its runtime shut down):
+/// otherwise they would stay in flight, and unrenewed, forever.
+struct InFlight {
+    keeper: Arc<Keeper>,
+    batch: Vec<Renewal>,
+    settled: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.keeper.settle(&self.batch, None);
         }
     }
 }
@@ -218,22 +265,49 @@ async fn run(keeper: Arc<Keeper>, inner: Weak<Inner>) {
     }
 }
 
-async fn renew(keeper: Arc<Keeper>, inner: Arc<Inner>, batch: Vec<(u64, Arc<LeaseShared>)>) {
+async fn renew(keeper: Arc<Keeper>, inner: Arc<Inner>, due: Vec<(u64, Arc<LeaseShared>)>) {
     let mut invocation = RENEW.prepare_invoke();
-    for (_, lease) in &batch {
-        invocation
-            .key(&lease.keys.lock)
-            .arg(&lease.token)
-            .arg(millis(lease.ttl));
+    let mut batch = Vec::with_capacity(due.len());
+    let mut ended = Vec::new();
+    for (id, lease) in due {
+        // Registered before the call leaves: see `LeaseShared::begin`.
+        match lease.begin(lease.ttl) {
+            Some(request) => {
+                invocation
+                    .key(&lease.keys.lock)
+                    .arg(&lease.token)
+                    .arg(millis(lease.ttl));
+                batch.push(Renewal { id, lease, request });
+            }
+            None => ended.push(id),
+        }
     }
-    let mut conn = inner.conn.clone();
-    let sent = Instant::now();
-    let reply: Result<Vec<i64>, _> = invocation.invoke_async(&mut conn).await;
-    match &reply {
-        Ok(codes) => keeper.settle(&batch, sent, Some(codes)),
-        Err(err) => {
-            tracing::warn!(leases = batch.len(), error = %err, "lease renewal failed; retrying until the deadline");
-            keeper.settle(&batch, sent, None);
+    for id in ended {
+        keeper.forget(id);
+    }
+    let mut call = InFlight {
+        keeper: Arc::clone(&keeper),
+        batch,
+        settled: false,
+    };
+    if !call.batch.is_empty() {
+        let reply: Result<Vec<i64>, _> = inner.conn.invoke_idempotent(&invocation).await;
+        call.settled = true;
+        match reply.as_deref() {
+            Ok([run, codes @ ..]) if codes.len() == call.batch.len() => {
+                keeper.settle(&call.batch, Some((*run, codes)));
+            }
+            Ok(_) => {
+                tracing::warn!(
+                    leases = call.batch.len(),
+                    "unexpected renewal reply; retrying until the deadline"
+                );
+                keeper.settle(&call.batch, None);
+            }
+            Err(err) => {
+                tracing::warn!(leases = call.batch.len(), error = %err, "lease renewal failed; retrying until the deadline");
+                keeper.settle(&call.batch, None);
+            }
         }
     }
     keeper.wake.notify_one();

@@ -8,6 +8,8 @@
 //! reservation `dl1:rsv:<client id>` for the waiting client it woke |
 //! | its fencing counter | `P:{N}:fence` | string: the last fence granted |
 //! | its waiting clients | `P:{N}:queue` | list of client ids, oldest first |
+//! | their liveness | `P:{N}:waiters` | hash: client id → liveness deadline (server time, ms) |
+//! | the last release | `P:{N}:released` | string: the token of the last release, for a few seconds |
 //!
 //! The braces make `N` the hash tag, so every key of one lock maps to one Redis Cluster slot. Wake-ups go to
 //! the waiting client's own channel, `P:wake:<client id>` (not a key).
@@ -63,11 +65,26 @@ impl LockKeys {
     pub(crate) fn queue(&self) -> Suffixed<'_> {
         queue_of(&self.lock)
     }
+
+    /// `P:{N}:waiters`.
+    pub(crate) fn waiters(&self) -> Suffixed<'_> {
+        waiters_of(&self.lock)
+    }
+
+    /// `P:{N}:released`.
+    pub(crate) fn released(&self) -> Suffixed<'_> {
+        Suffixed(&self.lock, ":released")
+    }
 }
 
 /// The queue key of the lock key `lock` (wake-ups carry only the lock key).
 pub(crate) fn queue_of(lock: &str) -> Suffixed<'_> {
     Suffixed(lock, ":queue")
+}
+
+/// The waiters key (liveness of queued clients) of the lock key `lock`.
+pub(crate) fn waiters_of(lock: &str) -> Suffixed<'_> {
+    Suffixed(lock, ":waiters")
 }
 
 /// A key written as the lock key plus a suffix, without building the string first.
@@ -89,8 +106,8 @@ impl ToRedisArgs for Suffixed<'_> {
     }
 }
 
-/// The Redis keys of the lock called `name` under `prefix`: the lock key, its fence counter and its queue of waiting
-/// clients. For cleaning up after a test or a demo, or for writing ACL key patterns; deleting them while the lock is
+/// The Redis keys of the lock called `name` under `prefix`: the lock key, its fence counter, its queue of waiting
+/// clients, their liveness deadlines, and the memory of its last release. For cleaning up after a test or a demo, or for writing ACL key patterns; deleting them while the lock is
 /// in use breaks its guarantees (the fence counter, at least, should be left alone).
 ///
 /// # Errors
@@ -101,15 +118,18 @@ impl ToRedisArgs for Suffixed<'_> {
 ///
 /// ```
 /// let keys = dlock::lock_keys(dlock::DEFAULT_PREFIX, "orders:42").unwrap();
-/// assert_eq!(keys, ["dlock:{orders:42}", "dlock:{orders:42}:fence", "dlock:{orders:42}:queue"]);
+/// assert_eq!(keys[..3], ["dlock:{orders:42}", "dlock:{orders:42}:fence", "dlock:{orders:42}:queue"]);
+/// assert_eq!(keys[3..], ["dlock:{orders:42}:waiters", "dlock:{orders:42}:released"]);
 /// ```
-pub fn lock_keys(prefix: &str, name: &str) -> Result<[String; 3], InvalidArgument> {
+pub fn lock_keys(prefix: &str, name: &str) -> Result<[String; 5], InvalidArgument> {
     check_prefix(prefix)?;
     let keys = LockKeys::new(prefix, name)?;
     Ok([
         keys.lock.clone(),
         keys.fence().to_string(),
         keys.queue().to_string(),
+        keys.waiters().to_string(),
+        keys.released().to_string(),
     ])
 }
 
@@ -170,6 +190,8 @@ mod tests {
         assert_eq!(keys.lock, "dlock:{orders:42}");
         assert_eq!(keys.fence().to_string(), "dlock:{orders:42}:fence");
         assert_eq!(keys.queue().to_string(), "dlock:{orders:42}:queue");
+        assert_eq!(keys.waiters().to_string(), "dlock:{orders:42}:waiters");
+        assert_eq!(keys.released().to_string(), "dlock:{orders:42}:released");
         assert_eq!(keys.name(), "orders:42");
         assert_eq!(LockKeys::new("app", "{x}").unwrap().name(), "{x}");
     }

@@ -46,14 +46,126 @@ impl fmt::Display for LossReason {
 /// at or before it.
 const TIMER_GUARD: Duration = Duration::from_millis(2);
 
+/// Unconfirmed requests kept one by one; beyond this many, those with equal leases are merged (conservatively).
+const MAX_UNCONFIRMED: usize = 16;
+
+/// A request that can move the key's expiry, registered with [`LeaseShared::begin`] before it is sent.
 #[derive(Debug, Clone, Copy)]
+pub(crate) struct Request {
+    id: u64,
+    /// Read under the lease's lock before the request leaves: no earlier than the instant it could run.
+    pub(crate) sent: Instant,
+    ttl: Duration,
+}
+
+/// A request whose outcome is unknown: in flight, timed out, or lost with its connection.
+#[derive(Debug, Clone, Copy)]
+struct Unconfirmed {
+    /// 0 once merged with others: then it is never confirmed and stays as a bound.
+    id: u64,
+    sent: Instant,
+    ttl: Duration,
+}
+
+/// What the validity deadline is computed from. See DESIGN.md, "The validity deadline", for why it is complete.
+///
+/// The server's expiry is set by whichever expiry-setting request of this grant it ran last: `E = run + ttl`.
+/// That request is either the confirmed one that ran last (`base`), or an unconfirmed one that ran after it.
+/// For each we know a lower bound of when it ran: the base ran no earlier than `base_start`; an unconfirmed request
+/// that ran after the base ran no earlier than its own send instant nor than `base_start`. The deadline is the
+/// smallest of these lower bounds plus the respective lease, less the drift allowance.
+#[derive(Debug, Clone)]
+pub(crate) struct Validity {
+    /// No earlier than the instant the last-run confirmed request ran, on our clock.
+    base_start: Instant,
+    base_ttl: Duration,
+    /// When that request ran, in the server's microseconds: replies are ordered by this, not by their send order.
+    base_run: i64,
+    unconfirmed: Vec<Unconfirmed>,
+    next_id: u64,
+    /// The deadline computed from the above (cached).
+    valid_until: Instant,
+}
+
+impl Validity {
+    fn new(sent: Instant, ttl: Duration, run: i64) -> Validity {
+        let mut validity = Validity {
+            base_start: sent,
+            base_ttl: ttl,
+            base_run: run,
+            unconfirmed: Vec::new(),
+            next_id: 1,
+            valid_until: sent,
+        };
+        validity.recompute();
+        validity
+    }
+
+    fn recompute(&mut self) {
+        let mut until = self.base_start + self.base_ttl - drift(self.base_ttl);
+        for u in &self.unconfirmed {
+            until = until.min(u.sent.max(self.base_start) + u.ttl - drift(u.ttl));
+        }
+        self.valid_until = until;
+    }
+
+    fn register(&mut self, ttl: Duration) -> Request {
+        let request = Request {
+            id: self.next_id,
+            sent: Instant::now(),
+            ttl,
+        };
+        self.next_id += 1;
+        self.unconfirmed.push(Unconfirmed {
+            id: request.id,
+            sent: request.sent,
+            ttl,
+        });
+        if self.unconfirmed.len() > MAX_UNCONFIRMED {
+            self.merge();
+        }
+        self.recompute();
+        request
+    }
+
+    /// Replaces the unconfirmed requests of equal lease by one with the earliest send instant. Its bound is no later
+    /// than any of theirs, whatever the base becomes, so the deadline stays conservative; it is never confirmed.
+    fn merge(&mut self) {
+        let mut merged: Vec<Unconfirmed> = Vec::new();
+        for u in self.unconfirmed.drain(..) {
+            match merged.iter_mut().find(|m| m.ttl == u.ttl) {
+                Some(m) => {
+                    m.sent = m.sent.min(u.sent);
+                    m.id = 0;
+                }
+                None => merged.push(u),
+            }
+        }
+        self.unconfirmed = merged;
+    }
+
+    fn confirm(&mut self, request: Request, run: i64) {
+        if let Some(i) = self.unconfirmed.iter().position(|u| u.id == request.id) {
+            self.unconfirmed.swap_remove(i);
+        }
+        if run > self.base_run {
+            // It ran after the base, so no earlier than the base did, nor than it was sent.
+            self.base_start = self.base_start.max(request.sent);
+            self.base_ttl = request.ttl;
+            self.base_run = run;
+        } else if run == self.base_run {
+            // Same microsecond: the order is unknown, so keep the shorter lease.
+            self.base_start = self.base_start.max(request.sent);
+            self.base_ttl = self.base_ttl.min(request.ttl);
+        }
+        // A request that ran before the base was overwritten by it: it changes nothing.
+        self.recompute();
+    }
+}
+
+#[derive(Debug, Clone)]
 pub(crate) enum Status {
-    Held {
-        /// Conservative end of the lease on our monotonic clock.
-        valid_until: Instant,
-        /// When the request behind `valid_until` was sent; later confirmations of earlier requests are ignored.
-        confirmed_sent: Instant,
-    },
+    Held(Validity),
     /// The lease ended; `valid_until` is the last deadline it had.
     Ended {
         reason: LossReason,
@@ -63,8 +175,9 @@ pub(crate) enum Status {
 
 impl Status {
     fn valid_until(&self) -> Instant {
-        match *self {
-            Status::Held { valid_until, .. } | Status::Ended { valid_until, .. } => valid_until,
+        match self {
+            Status::Held(validity) => validity.valid_until,
+            Status::Ended { valid_until, .. } => *valid_until,
         }
     }
 
@@ -82,101 +195,131 @@ pub(crate) struct LeaseShared {
     pub(crate) fence: Fence,
     pub(crate) ttl: Duration,
     status: Mutex<Status>,
-    /// Notified on every change of `status`.
+    /// Notified on every change of `status` (a deadline that moves either way, or the end).
     changed: Notify,
 }
 
 impl LeaseShared {
+    /// A lease granted by a request sent at `sent` that ran at `run` (server µs).
     pub(crate) fn new(
         keys: Arc<LockKeys>,
         token: String,
         fence: Fence,
         ttl: Duration,
         sent: Instant,
+        run: i64,
     ) -> Arc<LeaseShared> {
         Arc::new(LeaseShared {
             keys,
             token,
             fence,
             ttl,
-            status: Mutex::new(Status::Held {
-                valid_until: sent + ttl - drift(ttl),
-                confirmed_sent: sent,
-            }),
+            status: Mutex::new(Status::Held(Validity::new(sent, ttl, run))),
             changed: Notify::new(),
         })
     }
 
-    pub(crate) fn status(&self) -> Status {
-        *self.status.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn valid_until_now(&self) -> Instant {
+        self.lock().valid_until()
+    }
+
+    /// Whether the lease ended, and why.
+    pub(crate) fn ended(&self) -> Option<LossReason> {
+        match &*self.lock() {
+            Status::Held(_) => None,
+            Status::Ended { reason, .. } => Some(*reason),
+        }
     }
 
     /// Applies `change` to the status; notifies the waiters when it returns true.
-    fn update(&self, change: impl FnOnce(&mut Status) -> bool) -> bool {
-        let changed = change(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
+    fn update<T>(&self, change: impl FnOnce(&mut Status) -> (T, bool)) -> T {
+        let (out, changed) = change(&mut self.lock());
         if changed {
             self.changed.notify_waiters();
         }
-        changed
+        out
     }
 
     pub(crate) fn is_ended(&self) -> bool {
-        matches!(self.status(), Status::Ended { .. })
+        matches!(&*self.lock(), Status::Ended { .. })
     }
 
-    /// When the loss timer should fire for the current deadline, if the lease is still held.
-    pub(crate) fn signal_at(&self) -> Option<Instant> {
-        match self.status() {
-            Status::Held { valid_until, .. } => Some(valid_until - TIMER_GUARD),
+    /// The validity deadline, while the lease is held.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match &*self.lock() {
+            Status::Held(validity) => Some(validity.valid_until),
             Status::Ended { .. } => None,
         }
     }
 
-    /// Records a confirmed extension to `ttl`, measured from `sent`, the instant before the request left.
+    /// When the loss timer should fire for the current deadline, if the lease is still held.
+    pub(crate) fn signal_at(&self) -> Option<Instant> {
+        self.deadline().map(|d| d - TIMER_GUARD)
+    }
+
+    /// Registers a request that will set the key's expiry to `ttl` from when it runs, *before* it is sent: from
+    /// now until it is confirmed, the deadline accounts for it running at any time, including after later
+    /// requests (a retried script) and after its reply was lost. `None` when the lease already ended or its
+    /// deadline passed (then send nothing).
+    pub(crate) fn begin(&self, ttl: Duration) -> Option<Request> {
+        let now = Instant::now();
+        self.update(|status| match status {
+            Status::Held(validity) if now < validity.valid_until - TIMER_GUARD => {
+                let before = validity.valid_until;
+                let request = validity.register(ttl);
+                (Some(request), validity.valid_until != before)
+            }
+            Status::Held(_) => {
+                *status = status.ended(LossReason::Expired);
+                (None, true)
+            }
+            Status::Ended { .. } => (None, false),
+        })
+    }
+
+    /// Records that `request` ran on the server at `run` (server µs) and set the expiry.
     ///
     /// A confirmation that arrives after the deadline passed does not revive the lease: whoever looked in between
     /// was told it was lost, and that must stay true.
-    pub(crate) fn confirm(&self, sent: Instant, ttl: Duration) {
+    pub(crate) fn confirm(&self, request: Request, run: i64) {
         let now = Instant::now();
         self.update(|status| match status {
-            Status::Held {
-                valid_until,
-                confirmed_sent,
-            } => {
-                if now >= *valid_until - TIMER_GUARD {
-                    *status = status.ended(LossReason::Expired);
-                    true
-                } else if sent >= *confirmed_sent {
-                    *valid_until = sent + ttl - drift(ttl);
-                    *confirmed_sent = sent;
-                    true
-                } else {
-                    false
-                }
+            Status::Held(validity) if now >= validity.valid_until - TIMER_GUARD => {
+                *status = status.ended(LossReason::Expired);
+                ((), true)
             }
-            Status::Ended { .. } => false,
+            Status::Held(validity) => {
+                let before = validity.valid_until;
+                validity.confirm(request, run);
+                ((), validity.valid_until != before)
+            }
+            Status::Ended { .. } => ((), false),
         });
     }
 
     /// Ends the lease unless it already ended. Returns true when this call ended it.
     pub(crate) fn end(&self, reason: LossReason) -> bool {
         self.update(|status| match status {
-            Status::Held { .. } => {
+            Status::Held(_) => {
                 *status = status.ended(reason);
-                true
+                (true, true)
             }
-            Status::Ended { .. } => false,
+            Status::Ended { .. } => (false, false),
         })
     }
 
     /// Ends the lease as [`LossReason::Expired`] if its deadline (less the timer guard) has passed at `now`.
     pub(crate) fn expire_if_due(&self, now: Instant) -> bool {
         self.update(|status| match status {
-            Status::Held { valid_until, .. } if now >= *valid_until - TIMER_GUARD => {
+            Status::Held(validity) if now >= validity.valid_until - TIMER_GUARD => {
                 *status = status.ended(LossReason::Expired);
-                true
+                (true, true)
             }
-            _ => false,
+            _ => (false, false),
         })
     }
 }
@@ -217,22 +360,21 @@ impl Lease {
     ///
     /// After the lease ended this is the last deadline it had.
     pub fn valid_until(&self) -> Instant {
-        self.shared.status().valid_until()
+        self.shared.valid_until_now()
     }
 
     /// True while the lease has not ended and its validity deadline lies ahead.
     pub fn is_held(&self) -> bool {
-        match self.shared.status() {
-            Status::Held { valid_until, .. } => Instant::now() < valid_until - TIMER_GUARD,
-            Status::Ended { .. } => false,
-        }
+        self.shared
+            .deadline()
+            .is_some_and(|valid_until| Instant::now() < valid_until - TIMER_GUARD)
     }
 
     /// How the lease ended, or `None` while it is held.
     pub fn loss(&self) -> Option<LossReason> {
-        match self.shared.status() {
-            Status::Held { .. } => (!self.is_held()).then_some(LossReason::Expired),
-            Status::Ended { reason, .. } => Some(reason),
+        match self.shared.ended() {
+            None => (!self.is_held()).then_some(LossReason::Expired),
+            reason => reason,
         }
     }
 
@@ -267,9 +409,9 @@ impl Lease {
                 let changed = shared.changed.notified();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
-                match shared.status() {
-                    Status::Ended { reason, .. } => return reason,
-                    Status::Held { valid_until, .. } => {
+                match shared.deadline() {
+                    None => return shared.ended().unwrap_or(LossReason::Expired),
+                    Some(valid_until) => {
                         tokio::select! {
                             () = tokio::time::sleep_until(valid_until - TIMER_GUARD) => {
                                 shared.expire_if_due(Instant::now());
@@ -289,7 +431,7 @@ impl fmt::Debug for Lease {
             .field("name", &self.name())
             .field("fence", &self.fence())
             .field("ttl", &self.ttl())
-            .field("status", &self.shared.status())
+            .field("status", &*self.shared.lock())
             .finish()
     }
 }

@@ -130,6 +130,7 @@ mod keeper;
 mod keys;
 mod lease;
 mod mutex;
+mod orphans;
 mod scripts;
 mod wake;
 

@@ -13,7 +13,7 @@ use crate::fence::{new_token, Fence};
 use crate::guard::{release_in_background, MutexGuard};
 use crate::keys::{check_ttl, drift, millis, LockKeys};
 use crate::lease::{Lease, LeaseShared};
-use crate::scripts::{ACQUIRE, QUEUE_RETENTION};
+use crate::scripts::{ACQUIRE, HEARTBEAT, LIVENESS, QUEUE_RETENTION};
 
 /// Default lease: kept alive by the watchdog while the guard lives.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -266,9 +266,11 @@ impl Mutex {
         };
         let wakeups = &self.client.inner.wakeups;
         let epoch = wakeups.epoch();
-        let mut remaining = match self.attempt(&keys, Wait::First).await? {
-            Attempt::Granted(guard) => return Ok(guard),
-            Attempt::Busy(remaining) => remaining,
+        let mut remaining = match self.attempt_until(&keys, Wait::First, deadline).await {
+            Some(Ok(Attempt::Granted(guard))) => return Ok(guard),
+            Some(Ok(Attempt::Busy(remaining))) => remaining,
+            Some(Err(err)) => return Err(err),
+            None => return Err(timed_out()),
         };
 
         let waiting = wakeups.join(&keys.lock);
@@ -292,13 +294,15 @@ impl Mutex {
             if look_again {
                 // Seen before the attempt: a wake-up that lands after it still wakes us below.
                 wake.borrow_and_update();
-                remaining = match self.attempt(&keys, Wait::Queued).await? {
-                    Attempt::Granted(guard) => {
+                remaining = match self.attempt_until(&keys, Wait::Queued, deadline).await {
+                    Some(Ok(Attempt::Granted(guard))) => {
                         waiting.granted();
                         drop(permit);
                         return Ok(guard);
                     }
-                    Attempt::Busy(remaining) => remaining,
+                    Some(Ok(Attempt::Busy(remaining))) => remaining,
+                    Some(Err(err)) => return Err(err),
+                    None => return Err(timed_out()),
                 };
             }
             look_again = true;
@@ -306,16 +310,30 @@ impl Mutex {
             if deadline.is_some_and(|d| now >= d) {
                 return Err(timed_out());
             }
+            // Woken by the release; otherwise look again when the holder's lease ends, and at least every heartbeat,
+            // which keeps this client's queue entry alive and bounds the cost of a lost wake-up or of a reservation
+            // that a dead or paused client never claimed.
             let lease_end = now
                 + remaining
                     .unwrap_or(NO_TTL_RECHECK)
-                    .max(Duration::from_millis(1));
+                    .clamp(Duration::from_millis(1), HEARTBEAT);
             let wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
             tokio::select! {
                 _ = wake.changed() => {}
                 () = tokio::time::sleep_until(wake_at) => {}
             }
         }
+    }
+
+    /// One attempt, given up at `deadline` (`None` then): a paused or unreachable server cannot hold a bounded call
+    /// past its bound. A grant that lands after the attempt was given up is released (see [`Pending`]).
+    async fn attempt_until(
+        &self,
+        keys: &Arc<LockKeys>,
+        wait: Wait,
+        deadline: Option<Instant>,
+    ) -> Option<Result<Attempt, Error>> {
+        until(deadline, self.attempt(keys, wait)).await
     }
 
     /// One acquire script call with a fresh token. A caller that will wait joins the lock's queue when busy.
@@ -327,13 +345,15 @@ impl Mutex {
         invocation
             .key(keys.fence())
             .key(keys.queue())
+            .key(keys.waiters())
             .arg(token.as_str())
             .arg(ttl_ms)
             .arg(millis(inner.fence_retention))
             .arg(inner.wakeups.client_id())
             .arg(if wait != Wait::No { "1" } else { "0" })
             .arg(millis(QUEUE_RETENTION))
-            .arg(if wait == Wait::Queued { "1" } else { "0" });
+            .arg(if wait == Wait::Queued { "1" } else { "0" })
+            .arg(millis(LIVENESS));
         // From here until the reply is read, a drop (or a lost reply) may leave a grant nobody knows about.
         let mut pending = Pending {
             inner,
@@ -342,9 +362,11 @@ impl Mutex {
             ttl: self.ttl,
         };
         let sent = Instant::now();
-        let reply: Result<(i64, i64), redis::RedisError> =
-            invocation.invoke_async(&mut inner.conn.clone()).await;
-        let (code, value) = match reply {
+        // Retried once on a dropped connection with the same token: a retry that finds the grant of its first run
+        // reports that grant (acquire.lua is idempotent per token).
+        let reply: Result<(i64, i64, i64), redis::RedisError> =
+            inner.conn.invoke_idempotent(&invocation).await;
+        let (code, value, run) = match reply {
             Ok(reply) => reply,
             Err(err) => {
                 let err = not_a_lock(err, &keys.lock);
@@ -358,7 +380,7 @@ impl Mutex {
         };
         let token = pending.disarm();
         match code {
-            1 => Ok(Attempt::Granted(self.grant(keys, token, value, sent))),
+            1 => Ok(Attempt::Granted(self.grant(keys, token, value, sent, run))),
             0 => Ok(Attempt::Busy(
                 u64::try_from(value).ok().map(Duration::from_millis),
             )),
@@ -370,10 +392,17 @@ impl Mutex {
         }
     }
 
-    fn grant(&self, keys: &Arc<LockKeys>, token: String, fence: i64, sent: Instant) -> MutexGuard {
+    fn grant(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: String,
+        fence: i64,
+        sent: Instant,
+        run: i64,
+    ) -> MutexGuard {
         let inner = &self.client.inner;
         let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
-        let lease = LeaseShared::new(Arc::clone(keys), token, fence, self.ttl, sent);
+        let lease = LeaseShared::new(Arc::clone(keys), token, fence, self.ttl, sent, run);
         let kept = self.renew_interval().map(|every| {
             inner
                 .keeper

@@ -43,3 +43,16 @@ pub(crate) const RESERVATION: Duration = Duration::from_millis(50);
 
 /// How long a lock's queue of waiting clients outlives the holder's lease (every busy attempt refreshes it).
 pub(crate) const QUEUE_RETENTION: Duration = Duration::from_secs(60);
+
+/// A waiting client makes an attempt at least this often (its heartbeat), which renews its queue entry's liveness.
+/// It also bounds how long a free lock can go unnoticed by its waiters after a lost wake-up or a reservation that
+/// its client never claimed (a process that died, or paused, right after it was woken).
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// A queue entry counts as alive this long after its client's last attempt: three heartbeats, so one slow or lost
+/// attempt does not drop a live waiter. A dead client is skipped by releases from then on.
+pub(crate) const LIVENESS: Duration = Duration::from_secs(3);
+
+/// How long a release is remembered (the `released` key), so that a release retried after a lost reply is
+/// recognised as done rather than reported as a loss.
+pub(crate) const RELEASE_MEMORY: Duration = Duration::from_secs(10);

@@ -34,7 +34,7 @@ use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::time::Instant;
 
 use crate::conn::Conn;
-use crate::keys::{millis, queue_of};
+use crate::keys::{millis, queue_of, waiters_of};
 use crate::scripts::{PASS_ON, RESERVATION};
 
 /// Reconnect backoff bounds for the subscriber connection.
@@ -107,6 +107,7 @@ impl Shared {
             let reply: redis::RedisResult<i64> = PASS_ON
                 .key(&lock_key)
                 .key(queue_of(&lock_key))
+                .key(waiters_of(&lock_key))
                 .arg(&shared.client_id)
                 .arg(&shared.channel_prefix)
                 .arg(millis(RESERVATION))
@@ -140,17 +141,19 @@ impl Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        let last = {
+        // Under the map lock, as in `Task::deliver`: a wake-up either finds this lock's entry (and sets `woken`
+        // before we look at it here) or finds it gone (and passes the turn on itself). Never neither.
+        let unused_wakeup = {
             let mut map = self.shared.locals();
             let last = self.local.waiters.fetch_sub(1, Ordering::AcqRel) == 1;
             if last {
                 map.remove(&self.lock_key);
             }
-            last
+            last && self.local.woken.swap(false, Ordering::AcqRel)
         };
         // The last local waiter leaves with a reservation unused: give the turn to the next client now rather
         // than let it lapse.
-        if last && self.local.woken.swap(false, Ordering::AcqRel) {
+        if unused_wakeup {
             self.shared.pass_on(&self.lock_key);
         }
     }
@@ -252,12 +255,25 @@ impl Wakeups {
             response_timeout: self.response_timeout,
         };
         tokio::spawn(async move {
+            // Whatever ends this task (the client dropped, or its runtime shutting down and dropping it), the flag
+            // must not keep saying "subscribed": a client used from another runtime later starts a new task.
+            let _unsubscribed = Unsubscribed(Arc::clone(&task.shared));
             tokio::select! {
                 () = task.run() => {}
                 _ = stopped => {}
             }
         });
         *slot = Some(stop);
+    }
+}
+
+/// Marks the channel unsubscribed, and lets every waiter look again, when the subscriber task ends.
+struct Unsubscribed(Arc<Shared>);
+
+impl Drop for Unsubscribed {
+    fn drop(&mut self) {
+        self.0.subscribed.send_replace(false);
+        self.0.bump_all();
     }
 }
 
@@ -320,13 +336,21 @@ impl Task {
 
     fn deliver(&self, lock_key: &str) {
         self.shared.epoch.fetch_add(1, Ordering::AcqRel);
-        let local = self.shared.locals().get(lock_key).cloned();
-        match local {
-            Some(local) => {
-                local.woken.store(true, Ordering::Release);
-                local.bump();
+        // `woken` is set under the map lock, so the last local waiter leaving (see `Waiting::drop`) either sees it
+        // set and passes the turn on, or has already removed the entry, and then we pass it on here.
+        let found = {
+            let map = self.shared.locals();
+            match map.get(lock_key) {
+                Some(local) => {
+                    local.woken.store(true, Ordering::Release);
+                    local.bump();
+                    true
+                }
+                None => false,
             }
-            None => self.shared.pass_on(lock_key),
+        };
+        if !found {
+            self.shared.pass_on(lock_key);
         }
     }
 

@@ -82,11 +82,13 @@ async fn grants_that_land_after_the_caller_gave_up_are_released() {
         );
     }
     assert_no_lock_left(&locks, &names).await;
-    assert_eq!(
-        server.command_calls("incr"),
-        20,
-        "every attempt was granted after its caller left"
-    );
+    // Every attempt was granted after its caller left: each lock drew a fence.
+    for name in &names {
+        assert!(
+            locks.inspect(name).await.unwrap().last_fence.is_some(),
+            "{name} was never granted: the test proves nothing"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -222,7 +222,13 @@ async fn a_redis_restart_gives_clear_errors_and_everyone_recovers() {
     .await;
     assert!(again.is_held());
     // The lease from before the restart is gone, and its release says so without touching the new grant.
-    assert!(matches!(held.release().await, Err(Error::NotOwner { .. })));
+    assert!(matches!(
+        held.release().await,
+        Err(Error::LeaseLost {
+            reason: LossReason::Expired,
+            ..
+        })
+    ));
     // Waiting works again: a waiter is woken through the re-established subscription.
     let waiter = {
         let locks = locks.clone();

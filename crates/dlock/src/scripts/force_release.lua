@@ -1,7 +1,8 @@
--- force_release: remove a lock whoever holds it (an operator's escape hatch), and wake the oldest waiting client.
+-- force_release: remove a lock whoever holds it (an operator's escape hatch), and wake the oldest live waiting client.
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  queue key (waiting client ids, oldest first)
+-- KEYS[3]  waiters key (client id -> liveness deadline)
 -- ARGV[1]  wake-up channel prefix: client `id` listens on ARGV[1] .. id
 -- ARGV[2]  reservation in milliseconds
 --
@@ -9,7 +10,7 @@
 --          key's value untouched when it does not start with "dl1:" (not a dlock lock: the caller reports it)
 local holder = redis.call('GET', KEYS[1])
 if holder and string.sub(holder, 1, 4) == 'dl1:' then
-    if not wake_next(KEYS[2], KEYS[1], ARGV[1], ARGV[2]) then
+    if not wake_next(KEYS[2], KEYS[3], KEYS[1], ARGV[1], ARGV[2]) then
         redis.call('DEL', KEYS[1])
     end
 end

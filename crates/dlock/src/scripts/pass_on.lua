@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  queue key (waiting client ids, oldest first)
+-- KEYS[3]  waiters key (client id -> liveness deadline)
 -- ARGV[1]  the client id passing its turn on
 -- ARGV[2]  wake-up channel prefix: client `id` listens on ARGV[2] .. id
 -- ARGV[3]  reservation in milliseconds
@@ -12,7 +13,8 @@ if holder and holder ~= 'dl1:rsv:' .. ARGV[1] then
     return 0
 end
 redis.call('LREM', KEYS[2], 0, ARGV[1])
-if wake_next(KEYS[2], KEYS[1], ARGV[2], ARGV[3]) then
+redis.call('HDEL', KEYS[3], ARGV[1])
+if wake_next(KEYS[2], KEYS[3], KEYS[1], ARGV[2], ARGV[3]) then
     return 1
 end
 if holder then
