@@ -435,3 +435,84 @@ impl fmt::Debug for Lease {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    /// The deadline a request would give if it were the last to run, having run no earlier than `start`.
+    fn bound(start: Instant, ttl: Duration) -> Instant {
+        start + ttl - drift(ttl)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_may_shorten_the_key_lowers_the_deadline_before_it_is_sent() {
+        let t0 = Instant::now();
+        let mut v = Validity::new(t0, 30 * S, 1_000);
+        tokio::time::advance(S).await;
+        let short = v.register(2 * S);
+        // Outcome unknown (in flight, timed out, lost): the key may expire 2 s after it was sent.
+        assert_eq!(v.valid_until, bound(short.sent, 2 * S));
+        // A standard renewal does not raise it while the short one is unknown.
+        tokio::time::advance(S).await;
+        let renewal = v.register(30 * S);
+        v.confirm(renewal, 3_000);
+        assert_eq!(v.valid_until, bound(renewal.sent, 2 * S));
+        // Once the short one is confirmed to have run *before* that renewal, it no longer matters.
+        v.confirm(short, 2_000);
+        assert_eq!(v.valid_until, bound(renewal.sent, 30 * S));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn confirmations_count_in_the_order_the_server_ran_them() {
+        // 3 s lease; a renewal is sent, then an extension to 60 s; the server runs the extension first (the renewal
+        // was retried after NOSCRIPT), then the renewal, which sets the key back to 3 s.
+        let t0 = Instant::now();
+        let mut v = Validity::new(t0, 3 * S, 1_000);
+        tokio::time::advance(S).await;
+        let renewal = v.register(3 * S);
+        tokio::time::advance(S / 10).await;
+        let extend = v.register(60 * S);
+        v.confirm(extend, 2_000);
+        // The renewal is still unknown: it could run after the extension.
+        assert_eq!(v.valid_until, bound(extend.sent, 3 * S));
+        v.confirm(renewal, 3_000);
+        // It did run last: the key has 3 s from when it ran, no earlier than the extension was sent.
+        assert_eq!(v.valid_until, bound(extend.sent, 3 * S));
+        assert!(v.valid_until < t0 + 5 * S);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_for_a_request_that_ran_before_the_base_changes_nothing() {
+        let t0 = Instant::now();
+        let mut v = Validity::new(t0, 3 * S, 1_000);
+        let early = v.register(1 * S / 2);
+        tokio::time::advance(S).await;
+        let later = v.register(3 * S);
+        v.confirm(later, 5_000);
+        // `early` is still unknown: if it ran after `later`, it ran no earlier than `later` was sent.
+        assert_eq!(v.valid_until, bound(later.sent, S / 2));
+        v.confirm(early, 4_000);
+        assert_eq!(v.valid_until, bound(later.sent, 3 * S));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn merged_unknowns_stay_conservative() {
+        let t0 = Instant::now();
+        let mut v = Validity::new(t0, 30 * S, 1_000);
+        let mut first = None;
+        for _ in 0..(MAX_UNCONFIRMED + 5) {
+            tokio::time::advance(S / 10).await;
+            let r = v.register(2 * S);
+            first.get_or_insert(r);
+        }
+        assert!(v.unconfirmed.len() <= MAX_UNCONFIRMED);
+        assert_eq!(v.valid_until, bound(first.unwrap().sent, 2 * S));
+        // A later confirmed long renewal moves the base, but the unknown short ones still bound it.
+        let renewal = v.register(30 * S);
+        v.confirm(renewal, 9_000);
+        assert_eq!(v.valid_until, bound(renewal.sent, 2 * S));
+    }
+}

@@ -5,6 +5,8 @@
 //! dlock-worker hold URL NAME TTL_MS           # acquire, print "acquired FENCE", then hold until killed
 //! dlock-worker hold-then-write URL NAME TTL_MS  # acquire, print "acquired FENCE", wait for a stdin line,
 //!                                             # then print "held=BOOL" and try a fenced write: "write=0|1"
+//! dlock-worker drop-at-end URL NAME current|multi  # acquire (30 s lease), print "acquired FENCE", and let `main`
+//!                                             # return with the guard still alive, as user code does
 //! ```
 //!
 //! Exit status: 0 on success, 1 on any error (printed on stderr), 2 on bad usage.
@@ -23,9 +25,51 @@ redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
 return 1
 ";
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [mode, url, name, flavor] = args.as_slice() {
+        if mode == "drop-at-end" {
+            return drop_at_end(url, name, flavor);
+        }
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(dispatch(args))
+}
+
+/// What `#[tokio::main] async fn main() { let guard = …lock().await?; …; Ok(()) }` does: the guard and the client
+/// are dropped as the async block ends, and the runtime is dropped right after.
+fn drop_at_end(url: &str, name: &str, flavor: &str) -> ExitCode {
+    let runtime = match flavor {
+        "current" => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        "multi" => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        _ => return usage(),
+    }
+    .expect("a runtime");
+    let result: Result<()> = runtime.block_on(async {
+        let locks = dlock::Client::connect(url).await?;
+        let guard = locks.mutex(name).lock().await?;
+        println!("acquired {}", guard.fence());
+        std::io::stdout().flush()?;
+        Ok(())
+    });
+    drop(runtime);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dlock-worker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(args: Vec<String>) -> ExitCode {
     let result = match args
         .iter()
         .map(String::as_str)
@@ -56,7 +100,7 @@ async fn main() -> ExitCode {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: dlock-worker count|hold|hold-then-write URL NAME N");
+    eprintln!("usage: dlock-worker count|hold|hold-then-write|drop-at-end URL NAME N|FLAVOR");
     ExitCode::from(2)
 }
 

@@ -3,10 +3,15 @@
 
 mod basics;
 mod cancel;
+mod connection;
+mod deadlines;
 mod exclusion;
 mod faults;
+mod fences;
 mod inputs;
 mod lease;
+mod queue;
+mod release;
 mod renewal;
 mod waiting;
 
@@ -36,6 +41,17 @@ pub async fn redis_conn(server: &RedisServer) -> redis::aio::MultiplexedConnecti
         .unwrap()
 }
 
+/// A plain async connection whose replies may take up to 10 s (`WAIT`, or commands sent during a `CLIENT PAUSE`).
+pub async fn patient_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
+    server
+        .client()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
 /// Starts the worker binary with `args`, stdout piped.
 pub fn worker(args: &[&str]) -> ChildGuard {
     let child = Command::new(env!("CARGO_BIN_EXE_dlock-worker"))
@@ -54,4 +70,14 @@ pub async fn within<F: std::future::Future>(limit: Duration, what: &str, fut: F)
         Ok(out) => out,
         Err(_) => panic!("{what} did not happen within {limit:?}"),
     }
+}
+
+/// Holds every client's commands on the server for `ms` milliseconds (`CLIENT PAUSE`), from a connection of its own.
+pub async fn pause(server: &RedisServer, ms: u64) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .query_async(&mut redis_conn(server).await)
+        .await
+        .unwrap();
 }
