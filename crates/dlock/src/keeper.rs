@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::Inner;
+use crate::clock;
 use crate::guard::loss_reason;
 use crate::keys::millis;
 use crate::lease::{LeaseShared, Request};
@@ -186,7 +187,7 @@ impl Keeper {
                         .saturating_mul(1 << entry.failures.min(8))
                         .min(RETRY_MAX)
                         .min(entry.every / 2);
-                    entry.next_renewal = Instant::now() + backoff;
+                    entry.next_renewal = clock::now() + backoff;
                 }
             }
         }
@@ -240,7 +241,7 @@ async fn run(keeper: Arc<Keeper>, inner: Weak<Inner>) {
         if keeper.closed.load(Ordering::Acquire) {
             return;
         }
-        let now = Instant::now();
+        let now = clock::now();
         let (due, next) = keeper.collect_due(now);
         if !due.is_empty() {
             let Some(inner) = inner.upgrade() else {
@@ -256,7 +257,7 @@ async fn run(keeper: Arc<Keeper>, inner: Weak<Inner>) {
         match next {
             Some(at) => {
                 tokio::select! {
-                    () = tokio::time::sleep_until(at) => {}
+                    () = tokio::time::sleep_until(clock::timer_for(at)) => {}
                     () = keeper.wake.notified() => {}
                 }
             }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::clock;
 use crate::fence::Fence;
 use crate::keys::{drift, LockKeys};
 
@@ -112,7 +113,7 @@ impl Validity {
     fn register(&mut self, ttl: Duration) -> Request {
         let request = Request {
             id: self.next_id,
-            sent: Instant::now(),
+            sent: clock::now(),
             ttl,
         };
         self.next_id += 1;
@@ -266,7 +267,7 @@ impl LeaseShared {
     /// requests (a retried script) and after its reply was lost. `None` when the lease already ended or its
     /// deadline passed (then send nothing).
     pub(crate) fn begin(&self, ttl: Duration) -> Option<Request> {
-        let now = Instant::now();
+        let now = clock::now();
         self.update(|status| match status {
             Status::Held(validity) if now < validity.valid_until - TIMER_GUARD => {
                 let before = validity.valid_until;
@@ -286,7 +287,7 @@ impl LeaseShared {
     /// A confirmation that arrives after the deadline passed does not revive the lease: whoever looked in between
     /// was told it was lost, and that must stay true.
     pub(crate) fn confirm(&self, request: Request, run: i64) {
-        let now = Instant::now();
+        let now = clock::now();
         self.update(|status| match status {
             Status::Held(validity) if now >= validity.valid_until - TIMER_GUARD => {
                 *status = status.ended(LossReason::Expired);
@@ -367,7 +368,7 @@ impl Lease {
     pub fn is_held(&self) -> bool {
         self.shared
             .deadline()
-            .is_some_and(|valid_until| Instant::now() < valid_until - TIMER_GUARD)
+            .is_some_and(|valid_until| clock::now() < valid_until - TIMER_GUARD)
     }
 
     /// How the lease ended, or `None` while it is held.
@@ -413,8 +414,8 @@ impl Lease {
                     None => return shared.ended().unwrap_or(LossReason::Expired),
                     Some(valid_until) => {
                         tokio::select! {
-                            () = tokio::time::sleep_until(valid_until - TIMER_GUARD) => {
-                                shared.expire_if_due(Instant::now());
+                            () = tokio::time::sleep_until(clock::timer_for(valid_until - TIMER_GUARD)) => {
+                                shared.expire_if_due(clock::now());
                             }
                             () = changed => {}
                         }
@@ -496,6 +497,26 @@ mod tests {
         assert_eq!(v.valid_until, bound(later.sent, S / 2));
         v.confirm(early, 4_000);
         assert_eq!(v.valid_until, bound(later.sent, 3 * S));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_suspension_longer_than_the_lease_ends_it_at_once() {
+        let keys = LockKeys::new("p", "n").unwrap();
+        let lease = Lease {
+            shared: LeaseShared::new(keys, "t".into(), Fence::new(1), 30 * S, clock::now(), 1),
+        };
+        assert!(lease.is_held());
+        let lost = tokio::spawn(lease.lost());
+        tokio::task::yield_now().await;
+        // The machine sleeps for a minute: the monotonic clock does not move, the server's does.
+        clock::suspend(60 * S);
+        assert!(
+            !lease.is_held(),
+            "a lease outlived a suspension longer than itself"
+        );
+        // The loss signal follows within one timer period of the resume, not a whole monotonic lease later.
+        tokio::time::advance(clock::MAX_SLEEP).await;
+        assert_eq!(lost.await.unwrap(), LossReason::Expired);
     }
 
     #[tokio::test(start_paused = true)]

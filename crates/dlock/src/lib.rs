@@ -122,6 +122,7 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod client;
+mod clock;
 mod conn;
 mod error;
 mod fence;

@@ -361,7 +361,8 @@ impl Mutex {
             token: Some(token),
             ttl: self.ttl,
         };
-        let sent = Instant::now();
+        // On the lease clock (see clock.rs), read before the request leaves.
+        let sent = crate::clock::now();
         // Retried once on a dropped connection with the same token: a retry that finds the grant of its first run
         // reports that grant (acquire.lua is idempotent per token).
         let reply: Result<(i64, i64, i64), redis::RedisError> =
