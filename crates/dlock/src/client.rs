@@ -317,9 +317,13 @@ impl Builder {
 
     /// Sends commands over a connection you already have instead of opening one: a
     /// [`redis::aio::MultiplexedConnection`], a [`redis::aio::ConnectionManager`] or anything cheaply cloneable that
-    /// multiplexes. Its own timeouts and reconnect behaviour then apply. Wake-ups for waiters still use a
-    /// separate subscriber connection to the server given to [`Builder::new`], because a subscribed connection
-    /// cannot carry commands.
+    /// multiplexes. Its own timeouts and reconnect behaviour then apply (dlock does not replace it when it goes
+    /// silent, as it does its own). Wake-ups for waiters still use a separate subscriber connection to the server
+    /// given to [`Builder::new`], because a subscribed connection cannot carry commands.
+    ///
+    /// The connection must run one client's requests in the order they are sent, as a multiplexed connection does.
+    /// A pool does not: the lease deadlines stay correct (they order replies by server time), but the release of a
+    /// dropped acquire may then run before the acquire itself, leaving that grant held until its lease ends.
     pub fn connection<C>(mut self, conn: C) -> Builder
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,

@@ -355,9 +355,14 @@ impl Lease {
         self.shared.ttl
     }
 
-    /// The conservative validity deadline on the monotonic clock: measured from the instant *before* the last
-    /// confirmed acquire or renewal request was sent, plus the lease, minus the drift allowance (1 % of the lease
-    /// plus 2 ms). The server cannot expire the key before this instant unless its clock jumps.
+    /// The conservative validity deadline: the earliest instant the server could expire the key, given every
+    /// request of this grant that may have run last (see the [crate docs](crate#safety-contract)), less the drift
+    /// allowance (1 % of the lease plus 2 ms). The server cannot expire the key before this instant unless its clock
+    /// jumps.
+    ///
+    /// It is an instant of the lease clock: tokio's monotonic clock plus the time the machine spent suspended since
+    /// the process started (on Linux). Without a suspension the two agree; use [`is_held`](Lease::is_held) rather
+    /// than comparing with [`Instant::now`] yourself.
     ///
     /// After the lease ended this is the last deadline it had.
     pub fn valid_until(&self) -> Instant {

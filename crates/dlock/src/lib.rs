@@ -26,6 +26,9 @@
 //! | `keeper.rs` | the per-client task that renews every kept lease in batches |
 //! | `wake.rs` | the per-client subscriber that wakes waiters on release |
 //! | `keys.rs` | key layout and limits |
+//! | `clock.rs` | the lease clock: monotonic, counting time spent suspended |
+//! | `conn.rs` | the command connection: replaced when it goes silent; idempotent requests retried once |
+//! | `orphans.rs` | releases no runtime could finish, done when the client is dropped |
 //! | `scripts/*.lua` | the Lua scripts, each with its KEYS, ARGV and replies |
 //! | `error.rs` | [`Error`] |
 //!
@@ -39,20 +42,34 @@
 //!    bits from the OS per grant, and release, extension and renewal compare the token inside one script: nobody
 //!    deletes or extends a lock that is no longer theirs.
 //! 2. **The holder knows before anyone else can take over.** Each guard has a conservative validity deadline on
-//!    the local monotonic clock: the instant *before* the last confirmed acquire or renewal request left, plus the
-//!    lease, minus a drift allowance (1 % of the lease + 2 ms). The server cannot expire the key before that
-//!    instant, so the loss signal ([`Lease::lost`], [`Lease::is_held`], [`MutexGuard::run_until_lost`]) fires
-//!    while no other owner can hold the lock yet. Once lost, a lease stays lost: renewal and extension never
-//!    re-acquire a lapsed lock.
-//! 3. **Fences increase.** Every grant returns a [`Fence`] greater than every earlier fence of the same lock.
+//!    the local lease clock (monotonic, and counting time the machine spent suspended, on Linux): every request
+//!    that sets the key's expiry (the acquire, each renewal, each [`extend`](MutexGuard::extend)) is accounted for
+//!    *before* it is sent, as if it could run at any later time, until its reply says when it ran; the deadline is
+//!    the earliest the key could expire, given every request that may have run last, less a drift allowance (1 % of
+//!    the lease + 2 ms). So a request that may *shorten* the key (an extension to less than is left, the watchdog's
+//!    renewal after a longer extension) lowers the deadline before it leaves, and a timed-out reply never leaves it
+//!    too high. The server cannot expire the key before the deadline, so the loss signal ([`Lease::lost`],
+//!    [`Lease::is_held`], [`MutexGuard::run_until_lost`]) fires while no other owner can hold the lock yet. A
+//!    release ends the lease *before* its request leaves, so no clone of it reads "held" while the next owner is
+//!    granted. Once lost, a lease stays lost: renewal and extension never re-acquire a lapsed lock.
+//! 3. **Fences increase.** Every grant returns a [`Fence`] greater than every earlier fence of the same lock, also
+//!    after Redis lost the counter or brought back a stale one (a restart from an older snapshot, a replica
+//!    promoted before it caught up): each fence is at least the server's time in microseconds.
 //! 4. **No orphaned grants.** A crashed holder's lock frees itself after at most one lease; a dropped acquire
-//!    future releases a grant that landed anyway.
+//!    future releases a grant that landed anyway; a guard still alive when the program ends normally (`main`
+//!    returns) is released when its [`Client`] is dropped, within 1 s. Abnormal exits (`std::process::exit`, a
+//!    signal, an abort) leave the lock to lapse after its lease.
+//! 5. **A free lock is granted promptly.** A release wakes the oldest live waiter; waiters that died or gave up are
+//!    skipped by server time however many there are, and a wake-up lost to a fault costs a live waiter at most one
+//!    heartbeat (1 s).
 //!
 //! The assumptions behind these, stated plainly:
 //!
-//! - **Clocks.** The server expires keys by its wall clock. The client measures leases with its monotonic clock.
-//!   Rates may differ by the drift allowance; a server clock that *steps* (NTP jump, VM restore) can expire a lock
-//!   early, and nothing on the client can see that.
+//! - **Clocks.** The server expires keys by its wall clock and floors fences at it. The client measures leases with
+//!   its monotonic clock plus suspended time (`CLOCK_BOOTTIME` on Linux; elsewhere a suspension longer than the
+//!   lease is not seen until the next renewal). Rates may differ by the drift allowance; a server clock that *steps*
+//!   (NTP jump, VM restore) can expire a lock early, and a server clock that steps back can let a fence drawn after
+//!   a lost counter fall below earlier ones; nothing on the client can see either.
 //! - **Failover loses locks.** Redis replication is asynchronous: after a primary fails, a replica may be promoted
 //!   without the latest grant, and a second owner can get the lock while the first still believes it holds it.
 //!   A restart without persistence does the same. The first owner finds out at its next renewal
@@ -95,28 +112,34 @@
 //!
 //! ## Fences survive restarts
 //!
-//! Fences come from a per-lock counter (`INCR`). When the counter is missing (the first grant, a restart without
-//! persistence, a failover that lost it, or its retention ran out, see [`Builder::fence_retention`]) it is seeded
-//! with the server time in microseconds, so new fences still exceed the old ones unless the server clock stepped
-//! back. Fences are therefore large numbers, not 1, 2, 3; only their order matters.
+//! Each grant's fence is the larger of the lock's last fence plus one and the server time in microseconds, drawn in
+//! the same script as the grant. A counter that is missing (the first grant, a restart without persistence, its
+//! retention ran out, see [`Builder::fence_retention`]) or stale (a restore from an older snapshot, a replica
+//! promoted before it caught up) is overtaken by the clock, so new fences exceed the old ones unless the server
+//! clock stepped back. Fences are therefore large numbers, not 1, 2, 3; only their order matters.
 //!
 //! # Waiting
 //!
 //! Waiters do not poll. A client that finds a lock busy joins the lock's queue in Redis (one entry per client,
-//! however many of its tasks wait); the release wakes the oldest client still listening, through that client's own
-//! pub/sub channel, and reserves the lock for it for a few milliseconds so that a releaser looping on the lock
-//! cannot barge ahead. Processes are therefore served in arrival order, and a release costs O(1) acquire attempts
-//! however many tasks and processes wait. Inside a process, waiters of one lock queue in FIFO order and only the
-//! first contends in Redis. Each waiter also sleeps at most the holder's remaining lease (reported by the failed
-//! acquire), so a lost message or a crashed holder costs at most one lease, never a hang.
+//! however many of its tasks wait, with a liveness deadline in server time that each of its attempts renews); the
+//! release wakes the oldest client still alive, through that client's own pub/sub channel, and reserves the lock
+//! for it for a few milliseconds so that a releaser looping on the lock cannot barge ahead. Processes are therefore
+//! served in arrival order, and a release costs O(1) acquire attempts however many tasks and processes wait.
+//! Inside a process, waiters of one lock queue in FIFO order and only the first contends in Redis. The first waiter
+//! also looks again when the holder's lease would end and at least once a second (its heartbeat, which keeps its
+//! queue entry alive), so a lost message, a crashed holder or a woken client that died costs at most that, never a
+//! hang.
 //!
 //! # Keys
 //!
 //! A lock named `N` uses the key `PREFIX:{N}` (the owner token, with the lease as its expiry), the key
-//! `PREFIX:{N}:fence` (the last fence, kept for [`Builder::fence_retention`] from its seeding) and the list
-//! `PREFIX:{N}:queue` (waiting client ids). For a few milliseconds after a release that woke a waiter, the lock key
-//! holds a reservation for that client instead of a token. The braces make `N` the Redis Cluster hash tag. Client `C` is woken on the channel
-//! `PREFIX:wake:C`. The prefix defaults to `dlock`; names are 1 to [`MAX_NAME_LEN`] bytes.
+//! `PREFIX:{N}:fence` (the last fence, kept for [`Builder::fence_retention`] from its creation), the list
+//! `PREFIX:{N}:queue` (waiting client ids), the hash `PREFIX:{N}:waiters` (their liveness deadlines) and the key
+//! `PREFIX:{N}:released` (the last release's token, for 10 s, so that a retried release is recognised); see
+//! [`lock_keys`]. For a few milliseconds after a release that woke a waiter, the lock key holds a reservation for
+//! that client instead of a token. The braces make `N` the Redis Cluster hash tag. Client `C` is woken on the
+//! channel `PREFIX:wake:C`. The prefix defaults to `dlock`; names are 1 to [`MAX_NAME_LEN`] bytes. Redis 6.2 or
+//! later is required.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
