@@ -67,3 +67,40 @@ async fn ten_thousand_locks_stay_held_with_batched_renewals() {
         drop(guard);
     }
 }
+
+#[test]
+fn a_renewal_cut_off_by_its_runtime_ending_is_retried_from_the_next_runtime() {
+    let server = RedisServer::start();
+    let first = tokio::runtime::Runtime::new().unwrap();
+    let ttl = Duration::from_millis(1200);
+    let every = Duration::from_millis(300);
+    let (locks, guard) = first.block_on(async {
+        let locks = connect(&server).await;
+        let guard = locks
+            .mutex("carried")
+            .ttl(ttl)
+            .renew_every(every)
+            .try_lock()
+            .await
+            .unwrap();
+        // The server holds the renewal due at 300 ms; the runtime ends while it is out.
+        tokio::time::sleep(every - Duration::from_millis(100)).await;
+        crate::pause(&server, 400).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        (locks, guard)
+    });
+    drop(first);
+
+    let second = tokio::runtime::Runtime::new().unwrap();
+    second.block_on(async {
+        // Any new lease restarts the keeper in this runtime.
+        let other = locks.mutex("other").try_lock().await.unwrap();
+        // Three leases later, the carried lease must still be renewed, not stuck "in flight" forever.
+        tokio::time::sleep(ttl * 3).await;
+        assert!(guard.is_held(), "the carried lease was never renewed again");
+        let holder = locks.inspect("carried").await.unwrap().holder.unwrap();
+        assert_eq!(holder.token, guard.token());
+        other.release().await.unwrap();
+        guard.release().await.unwrap();
+    });
+}
