@@ -11,10 +11,10 @@ use crate::conn::Conn;
 use crate::error::{Error, InvalidArgument};
 use crate::fence::{new_token, Fence, RESERVED_PREFIX, TOKEN_PREFIX};
 use crate::keeper::Keeper;
-use crate::keys::{check_prefix, millis, LockKeys, DEFAULT_PREFIX};
+use crate::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::mutex::Mutex;
 use crate::orphans::Orphans;
-use crate::scripts::{FORCE_RELEASE, INSPECT, RESERVATION};
+use crate::scripts::{FORCE_RELEASE, INSPECT};
 use crate::wake::Wakeups;
 
 /// Default time allowed to open a connection to Redis.
@@ -182,7 +182,6 @@ impl Client {
             .key(keys.queue())
             .key(keys.waiters())
             .arg(wakeups.channel_prefix())
-            .arg(millis(RESERVATION))
             .invoke_async(&mut self.inner.conn.clone())
             .await
             .map_err(|e| not_a_lock(e, &keys.lock))?;

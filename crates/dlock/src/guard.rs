@@ -12,7 +12,7 @@ use crate::client::{not_a_lock, Client, Inner};
 use crate::error::Error;
 use crate::keys::{check_ttl, millis, LockKeys};
 use crate::lease::{Lease, LossReason};
-use crate::scripts::{RELEASE, RELEASE_MEMORY, RENEW, RESERVATION};
+use crate::scripts::{RELEASE, RENEW};
 use redis::ScriptInvocation;
 
 /// Proof of holding a lock: one grant, with its fence and lease. Dereferences to its [`Lease`] for
@@ -286,9 +286,7 @@ pub(crate) fn release_invocation<'a>(
         .key(keys.waiters())
         .key(keys.released())
         .arg(token)
-        .arg(channel_prefix)
-        .arg(millis(RESERVATION))
-        .arg(millis(RELEASE_MEMORY));
+        .arg(channel_prefix);
     invocation
 }
 

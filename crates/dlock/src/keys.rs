@@ -9,7 +9,7 @@
 //! | its fencing counter | `P:{N}:fence` | string: the last fence granted |
 //! | its waiting clients | `P:{N}:queue` | list of client ids, oldest first |
 //! | their liveness | `P:{N}:waiters` | hash: client id → liveness deadline (server time, ms) |
-//! | the last release | `P:{N}:released` | string: the token of the last release, for a few seconds |
+//! | the last release | `P:{N}:released` | string: the token of the last release, for the rest of its lease |
 //!
 //! The braces make `N` the hash tag, so every key of one lock maps to one Redis Cluster slot. Wake-ups go to
 //! the waiting client's own channel, `P:wake:<client id>` (not a key).

@@ -135,7 +135,8 @@
 //! A lock named `N` uses the key `PREFIX:{N}` (the owner token, with the lease as its expiry), the key
 //! `PREFIX:{N}:fence` (the last fence, kept for [`Builder::fence_retention`] from its creation), the list
 //! `PREFIX:{N}:queue` (waiting client ids), the hash `PREFIX:{N}:waiters` (their liveness deadlines) and the key
-//! `PREFIX:{N}:released` (the last release's token, for 10 s, so that a retried release is recognised); see
+//! `PREFIX:{N}:released` (the last release's token, for the rest of its lease, so that a retried release is
+//! recognised); see
 //! [`lock_keys`]. For a few milliseconds after a release that woke a waiter, the lock key holds a reservation for
 //! that client instead of a token. The braces make `N` the Redis Cluster hash tag. Client `C` is woken on the
 //! channel `PREFIX:wake:C`. The prefix defaults to `dlock`; names are 1 to [`MAX_NAME_LEN`] bytes. Redis 6.2 or

@@ -13,7 +13,7 @@ use crate::fence::{new_token, Fence};
 use crate::guard::{release_in_background, MutexGuard};
 use crate::keys::{check_ttl, drift, millis, LockKeys};
 use crate::lease::{Lease, LeaseShared};
-use crate::scripts::{ACQUIRE, HEARTBEAT, LIVENESS, QUEUE_RETENTION};
+use crate::scripts::{ACQUIRE, HEARTBEAT};
 
 /// Default lease: kept alive by the watchdog while the guard lives.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -350,10 +350,11 @@ impl Mutex {
             .arg(ttl_ms)
             .arg(millis(inner.fence_retention))
             .arg(inner.wakeups.client_id())
-            .arg(if wait != Wait::No { "1" } else { "0" })
-            .arg(millis(QUEUE_RETENTION))
-            .arg(if wait == Wait::Queued { "1" } else { "0" })
-            .arg(millis(LIVENESS));
+            .arg(match wait {
+                Wait::No => "0",
+                Wait::First => "1",
+                Wait::Queued => "2",
+            });
         // From here until the reply is read, a drop (or a lost reply) may leave a grant nobody knows about.
         let mut pending = Pending {
             inner,

@@ -2,37 +2,42 @@
 //!
 //! Scripts run atomically on the server, which is what makes "compare the owner, then delete" safe.
 //! [`redis::Script`] sends `EVALSHA` and loads the script once on `NOSCRIPT` (after a restart, for example).
-//! `wake_next.lua` is a helper function prepended to the scripts that wake a waiter.
+//! `wake_next.lua` is a helper function prepended to the scripts that wake a waiter, and every script starts with
+//! the constants `RESERVATION_MS`, `LIVENESS_MS` and `QUEUE_RETENTION_MS` (see [`script`]).
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::Script;
 
+/// Builds a script: the constants below as Lua locals, the wake-up helper when `wake` is set, then `body`. The
+/// constants travel in the script text rather than as arguments: every argument costs the server an object per call.
+fn script(wake: bool, body: &str) -> Script {
+    let mut text = format!(
+        "local RESERVATION_MS = {}\nlocal LIVENESS_MS = {}\nlocal QUEUE_RETENTION_MS = {}\n",
+        RESERVATION.as_millis(),
+        LIVENESS.as_millis(),
+        QUEUE_RETENTION.as_millis(),
+    );
+    if wake {
+        text.push_str(include_str!("scripts/wake_next.lua"));
+    }
+    text.push_str(body);
+    Script::new(&text)
+}
+
 pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/wake_next.lua"),
-        include_str!("scripts/release.lua")
-    ))
-});
-pub(crate) static PASS_ON: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/wake_next.lua"),
-        include_str!("scripts/pass_on.lua")
-    ))
-});
-pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/wake_next.lua"),
-        include_str!("scripts/force_release.lua")
-    ))
-});
+    LazyLock::new(|| script(false, include_str!("scripts/acquire.lua")));
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| script(true, include_str!("scripts/release.lua")));
+pub(crate) static PASS_ON: LazyLock<Script> =
+    LazyLock::new(|| script(true, include_str!("scripts/pass_on.lua")));
+pub(crate) static FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| script(true, include_str!("scripts/force_release.lua")));
 pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+    LazyLock::new(|| script(false, include_str!("scripts/renew.lua")));
 pub(crate) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
+    LazyLock::new(|| script(false, include_str!("scripts/inspect.lua")));
 
 /// The most leases one renewal call carries. 10,000 held locks cost 20 calls per renewal round.
 pub(crate) const RENEW_BATCH: usize = 500;
@@ -52,7 +57,3 @@ pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A queue entry counts as alive this long after its client's last attempt: three heartbeats, so one slow or lost
 /// attempt does not drop a live waiter. A dead client is skipped by releases from then on.
 pub(crate) const LIVENESS: Duration = Duration::from_secs(3);
-
-/// How long a release is remembered (the `released` key), so that a release retried after a lost reply is
-/// recognised as done rather than reported as a loss.
-pub(crate) const RELEASE_MEMORY: Duration = Duration::from_secs(10);

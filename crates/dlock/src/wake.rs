@@ -34,8 +34,8 @@ use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::time::Instant;
 
 use crate::conn::Conn;
-use crate::keys::{millis, queue_of, waiters_of};
-use crate::scripts::{PASS_ON, RESERVATION};
+use crate::keys::{queue_of, waiters_of};
+use crate::scripts::PASS_ON;
 
 /// Reconnect backoff bounds for the subscriber connection.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
@@ -110,7 +110,6 @@ impl Shared {
                 .key(waiters_of(&lock_key))
                 .arg(&shared.client_id)
                 .arg(&shared.channel_prefix)
-                .arg(millis(RESERVATION))
                 .invoke_async(&mut shared.conn.clone())
                 .await;
             if let Err(err) = reply {

@@ -60,9 +60,11 @@ async fn a_release_right_after_a_restart_succeeds() {
     assert!(locks.inspect("restarted").await.unwrap().holder.is_none());
 }
 
-/// Runs `script` (with the wake-up helper prepended when it needs it) as the library does.
+/// `body` as the library loads it: its constants, the wake-up helper, then the script.
 fn script(body: &str) -> redis::Script {
-    redis::Script::new(&format!("{WAKE_NEXT}{body}"))
+    let constants =
+        "local RESERVATION_MS = 50\nlocal LIVENESS_MS = 3000\nlocal QUEUE_RETENTION_MS = 60000\n";
+    redis::Script::new(&format!("{constants}{WAKE_NEXT}{body}"))
 }
 
 #[tokio::test]
@@ -80,10 +82,7 @@ async fn a_resent_acquire_reports_its_own_grant() {
             .arg(30_000)
             .arg(86_400_000)
             .arg("client-a")
-            .arg("0")
-            .arg(60_000)
-            .arg("0")
-            .arg(3_000);
+            .arg("0");
         let mut conn = conn.clone();
         async move { invocation.invoke_async::<Vec<i64>>(&mut conn).await }
     };
@@ -113,9 +112,7 @@ async fn a_resent_release_reports_success_and_leaves_the_next_owner_alone() {
             .key("dlock:{twice}:waiters")
             .key("dlock:{twice}:released")
             .arg(&token)
-            .arg("dlock:wake:")
-            .arg(50)
-            .arg(10_000);
+            .arg("dlock:wake:");
         let mut conn = conn.clone();
         async move { invocation.invoke_async::<i64>(&mut conn).await }
     };

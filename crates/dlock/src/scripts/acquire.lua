@@ -10,12 +10,14 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  how long a fence counter lives after it was created, in milliseconds
 -- ARGV[4]  the caller's client id
--- ARGV[5]  "1" when the caller will wait (join the queue when busy), "0" for a single try
--- ARGV[6]  how long the queue outlives the current holder's lease, in milliseconds
--- ARGV[7]  "1" when an earlier attempt of this wait may have queued the caller (leave the queue on success)
--- ARGV[8]  how long the caller counts as a live waiter without another attempt, in milliseconds
+-- ARGV[5]  "0" for a single try; "1" for the first attempt of a wait (join the queue when busy); "2" for a later
+--          attempt of a wait (the caller may be queued already: leave the queue on success)
 --
--- Returns  {1, fence, now}   granted (also when the lock already holds this token: a re-sent request)
+-- Constants (prepended): LIVENESS_MS, how long a waiter counts as live without another attempt; QUEUE_RETENTION_MS,
+-- how long the queue outlives the current holder's lease.
+--
+-- Returns  {1, fence, now}   granted (also when the lock already holds this token: a re-sent request); the fence
+--                            and `now` are decimal strings
 --          {0, pttl, now}    busy: held by a dlock owner, or reserved for another waiting client; pttl is the time
 --                            left in ms (-1: no expiry)
 --          {-1, 0, now}      the lock key holds a value dlock did not write
@@ -26,61 +28,64 @@
 -- persistence, failover, retention over, deleted) or that came back stale (a restore from an older snapshot, a
 -- replica promoted before it caught up) is overtaken by the clock, so fences keep increasing as long as the server
 -- clock does not step back.
+-- The hot path handles the clock and the fence as decimal strings: converting numbers (strtod, %.17g) costs more
+-- than the rest of the grant. Decimal strings without leading zeros compare as numbers by length, then bytes.
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] .. string.sub('00000' .. t[2], -6)
 
-local function grant()
-    if ARGV[7] == '1' then
-        redis.call('LREM', KEYS[3], 0, ARGV[4])
-        redis.call('HDEL', KEYS[4], ARGV[4])
+local function below(a, b)
+    return #a < #b or (#a == #b and a < b)
+end
+
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    local holder = redis.call('GET', KEYS[1])
+    if holder == ARGV[1] then
+        -- This request ran before (a retry after a lost reply): the grant stands, with the fence it drew.
+        return {1, redis.call('GET', KEYS[2]) or '0', now}
     end
-    local last = redis.pcall('SET', KEYS[2], string.format('%d', now), 'KEEPTTL', 'GET')
-    if type(last) == 'table' and last.err then
+    if holder ~= 'dl1:rsv:' .. ARGV[4] then
+        if holder and string.sub(holder, 1, 4) ~= 'dl1:' then
+            return {-1, 0, now}
+        end
+        local pttl = redis.call('PTTL', KEYS[1])
+        if ARGV[5] ~= '0' then
+            -- One queue entry per client; every attempt renews its liveness.
+            local alive_until = string.format('%d', math.floor(tonumber(now) / 1000) + LIVENESS_MS)
+            if redis.call('HSET', KEYS[4], ARGV[4], alive_until) == 1 then
+                redis.call('RPUSH', KEYS[3], ARGV[4])
+            end
+            local keep = math.max(pttl, 0) + QUEUE_RETENTION_MS
+            redis.call('PEXPIRE', KEYS[3], keep)
+            redis.call('PEXPIRE', KEYS[4], keep)
+        end
+        return {0, pttl, now}
+    end
+    -- A release woke us and kept the lock for us.
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+
+-- Granted: leave the queue if we may be in it, and draw the fence.
+if ARGV[5] == '2' then
+    redis.call('LREM', KEYS[3], 0, ARGV[4])
+    redis.call('HDEL', KEYS[4], ARGV[4])
+end
+local last = redis.pcall('SET', KEYS[2], now, 'KEEPTTL', 'GET')
+local fence = now
+if last then
+    if type(last) ~= 'string' or not string.find(last, '^%d+$') then
+        -- Another type, or a string that is not a fence: put a string back, grant nothing.
+        if type(last) == 'string' then
+            redis.call('SET', KEYS[2], last, 'KEEPTTL')
+        end
         redis.call('DEL', KEYS[1])
         return {-2, 0, now}
     end
-    local fence = now
-    if last then
-        local n = tonumber(last)
-        if not n then
-            redis.call('SET', KEYS[2], last, 'KEEPTTL')
-            redis.call('DEL', KEYS[1])
-            return {-2, 0, now}
-        end
-        if n >= now then
-            fence = n + 1
-            redis.call('SET', KEYS[2], string.format('%d', fence), 'KEEPTTL')
-        end
-    else
-        redis.call('PEXPIRE', KEYS[2], ARGV[3])
+    if not below(last, now) then
+        -- The counter is ahead of the clock (more than a grant per µs, or a clock that stepped back).
+        fence = string.format('%d', tonumber(last) + 1)
+        redis.call('SET', KEYS[2], fence, 'KEEPTTL')
     end
-    return {1, fence, now}
+else
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
 end
-
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    return grant()
-end
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-    -- This request ran before (a retry after a lost reply): the grant stands, with the fence it drew.
-    return {1, tonumber(redis.call('GET', KEYS[2])) or 0, now}
-end
-if holder == 'dl1:rsv:' .. ARGV[4] then
-    -- A release woke us and kept the lock for us.
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return grant()
-end
-if holder and string.sub(holder, 1, 4) ~= 'dl1:' then
-    return {-1, 0, now}
-end
-local pttl = redis.call('PTTL', KEYS[1])
-if ARGV[5] == '1' then
-    -- One queue entry per client; every attempt renews its liveness.
-    if redis.call('HSET', KEYS[4], ARGV[4], math.floor(now / 1000) + tonumber(ARGV[8])) == 1 then
-        redis.call('RPUSH', KEYS[3], ARGV[4])
-    end
-    local keep = math.max(pttl, 0) + tonumber(ARGV[6])
-    redis.call('PEXPIRE', KEYS[3], keep)
-    redis.call('PEXPIRE', KEYS[4], keep)
-end
-return {0, pttl, now}
+return {1, fence, now}

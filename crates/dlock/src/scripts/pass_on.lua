@@ -5,7 +5,6 @@
 -- KEYS[3]  waiters key (client id -> liveness deadline)
 -- ARGV[1]  the client id passing its turn on
 -- ARGV[2]  wake-up channel prefix: client `id` listens on ARGV[2] .. id
--- ARGV[3]  reservation in milliseconds
 --
 -- Returns  1 when a client was woken, 0 otherwise (the lock is held or reserved for another, or nobody waits)
 local holder = redis.call('GET', KEYS[1])
@@ -14,7 +13,7 @@ if holder and holder ~= 'dl1:rsv:' .. ARGV[1] then
 end
 redis.call('LREM', KEYS[2], 0, ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-if wake_next(KEYS[2], KEYS[3], KEYS[1], ARGV[2], ARGV[3]) then
+if wake_next(KEYS[2], KEYS[3], KEYS[1], ARGV[2]) then
     return 1
 end
 if holder then

@@ -6,14 +6,14 @@
 -- ARGV[2i - 1]   owner token of lease i
 -- ARGV[2i]       new lease of lease i, in milliseconds
 --
--- Returns  {now, code_1, code_2, ...}: the server time in microseconds when the script ran (it orders the replies
+-- Returns  {now, code_1, code_2, ...}: the server time in microseconds (a decimal string) when the script ran (it orders the replies
 --          of requests that may have run in another order than they were sent), then one code per lease:
 --          1   renewed
 --          0   the key is gone
 --          -1  another owner holds the lock
 --          -2  the key holds something dlock did not write (another type): that lease is lost, the key untouched
 local t = redis.call('TIME')
-local reply = {tonumber(t[1]) * 1000000 + tonumber(t[2])}
+local reply = {t[1] .. string.sub('00000' .. t[2], -6)}
 for i, key in ipairs(KEYS) do
     local holder = redis.pcall('GET', key)
     if type(holder) == 'table' and holder.err then

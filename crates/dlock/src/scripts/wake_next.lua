@@ -10,7 +10,7 @@
 --
 -- Work: every id popped here was pushed by one acquire call and is popped once, so however many dead entries sit at
 -- the head of the queue, the cost is paid once per entry, and no count of them can keep a live waiter from its turn.
-local function wake_next(queue_key, waiters_key, lock_key, prefix, reservation_ms)
+local function wake_next(queue_key, waiters_key, lock_key, prefix)
     local now_ms = nil
     while true do
         local id = redis.call('LPOP', queue_key)
@@ -25,7 +25,7 @@ local function wake_next(queue_key, waiters_key, lock_key, prefix, reservation_m
                 now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
             end
             if alive >= now_ms and redis.call('PUBLISH', prefix .. id, lock_key) > 0 then
-                redis.call('SET', lock_key, 'dl1:rsv:' .. id, 'PX', reservation_ms)
+                redis.call('SET', lock_key, 'dl1:rsv:' .. id, 'PX', RESERVATION_MS)
                 return true
             end
         end
