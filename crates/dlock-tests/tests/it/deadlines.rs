@@ -135,8 +135,9 @@ async fn lock_timeout_ends_on_time_against_a_paused_server() {
         .unwrap_err();
     let took = started.elapsed();
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    // A few ms of scheduling on a loaded CI machine, far from the response timeout (1 s) it used to wait out.
     assert!(
-        took < Duration::from_millis(150),
+        took < Duration::from_millis(250),
         "took {took:?} for a 100 ms bound"
     );
 }
