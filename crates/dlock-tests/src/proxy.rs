@@ -27,7 +27,9 @@ const BUF_SIZE: usize = 16 * 1024;
 /// - [`blackhole`](Self::blackhole) partitions them: bytes are read and dropped in both
 ///   directions, nothing is closed, so the client only learns through its own timeouts;
 /// - [`restore`](Self::restore) lets connections made from then on through again;
-/// - [`cut_all`](Self::cut_all) resets every connection, so the client learns at once.
+/// - [`cut_all`](Self::cut_all) resets every connection, so the client learns at once;
+/// - [`delay`](Self::delay) holds every chunk of bytes, both ways, for a while before forwarding it (a slow path:
+///   requests arrive late, replies come back late, and the order of bytes is kept).
 ///
 /// A connection that existed when [`blackhole`](Self::blackhole) was called, or that was
 /// accepted while the proxy was blackholed, stays a black hole for the rest of its life,
@@ -76,6 +78,8 @@ struct Mode {
     blackhole_epoch: u64,
     /// Bumped by every `cut_all()`: connections born in an earlier epoch are reset.
     cut_epoch: u64,
+    /// How long each chunk waits before it is forwarded.
+    delay: std::time::Duration,
 }
 
 /// The [`Mode`] a connection was accepted under.
@@ -185,6 +189,12 @@ impl TcpProxy {
         self.mode.send_modify(|mode| mode.cut_epoch += 1);
     }
 
+    /// Holds every chunk read from now on for `delay` before forwarding it, in both directions, on current and new
+    /// connections; [`Duration::ZERO`](std::time::Duration::ZERO) forwards at once again.
+    pub fn delay(&self, delay: std::time::Duration) {
+        self.mode.send_modify(|mode| mode.delay = delay);
+    }
+
     /// Whether [`blackhole`](Self::blackhole) is in force for new connections.
     pub fn is_blackholed(&self) -> bool {
         self.mode.borrow().blackholed
@@ -282,6 +292,10 @@ async fn pump(
             _ => return,
         };
         let Some(dst) = dst else { continue };
+        let delay = mode.borrow().delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         let mut data = &buf[..n];
         while !data.is_empty() {
             {
@@ -435,6 +449,32 @@ mod tests {
         assert!(!err.is_timeout(), "the client learns at once: {err}");
         let mut new = connect(&proxy.client()).await.unwrap();
         assert_eq!(ping(&mut new).await.unwrap(), "PONG");
+    }
+
+    #[tokio::test]
+    async fn delay_holds_replies_back_and_keeps_their_order() {
+        let server = RedisServer::start();
+        let proxy = TcpProxy::start(server.addr()).await;
+        let mut con = connect(&proxy.client()).await.unwrap();
+        assert_eq!(ping(&mut con).await.unwrap(), "PONG");
+        proxy.delay(Duration::from_millis(100));
+        let started = std::time::Instant::now();
+        let _: () = redis::cmd("SET")
+            .arg("k")
+            .arg("v")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let value: String = redis::cmd("GET")
+            .arg("k")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(value, "v");
+        // Each request and each reply waited 100 ms.
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        proxy.delay(Duration::ZERO);
+        assert_eq!(ping(&mut con).await.unwrap(), "PONG");
     }
 
     #[tokio::test]

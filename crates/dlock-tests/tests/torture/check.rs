@@ -1,0 +1,254 @@
+//! The checker: reads the histories and counts violations of the library's contract.
+//!
+//! - **Overlap**: two grants whose "held" intervals (first to last `is_held() == true` sample) intersect. Excused
+//!   (counted apart) when the later grant began within a lease of a fault that loses grants (restart without
+//!   persistence, `FLUSHALL`) that happened while the earlier one was held: the contract does not cover data loss,
+//!   and the earlier holder learns of it at its next renewal, within a lease.
+//! - **Fence regression**: grants ordered by the start of their held interval whose fences do not strictly increase.
+//!   Never excused: fences are floored at the server clock, so they increase across data loss too.
+//! - **Late loss**: a grant whose loss signal (not its release) resolved later than [`LATE_SLACK`] after another
+//!   grant's held interval began, unless data loss came in between or the late worker was stopped (a paused process
+//!   cannot be told anything until it runs again).
+//! - **Stall**: the lock held by nobody, between two held intervals, for longer than [`STALL_BOUND`] while no fault
+//!   was in force or recovering (each fault window extended by [`recovery`]). Six workers loop on the lock, so
+//!   someone always waits; a release hands over in a few milliseconds, so a longer gap in calm times means a waiter
+//!   was not woken. (Fences regress when a snapshot restore brings back a stale counter unless each is floored at
+//!   the server clock.)
+
+use std::time::Duration;
+
+use crate::history::{Fault, Grant, Window};
+
+/// The longest a free lock may go ungranted in calm times: a hand-off is a few milliseconds; this leaves room for a
+/// loaded 2-core machine, and is well below the holder's lease, which is what a missed wake-up used to cost.
+pub const STALL_BOUND: Duration = Duration::from_millis(200);
+
+/// How long the scheduler keeps quiet between bursts of faults: longer than the longest recovery allowance.
+pub const CALM: Duration = Duration::from_secs(8);
+
+/// How long after a fault a gap is still explained by it. A dead or frozen client stays a live queue entry for up to
+/// the liveness window (3 s) after its last heartbeat; a reservation handed to it lapses, and the next waiter's
+/// heartbeat (1 s) takes the free lock. Any other fault can cost a lost wake-up (heartbeat) or a lease.
+pub fn recovery(fault: Fault, ttl: Duration) -> u64 {
+    let allowance = match fault {
+        Fault::Stop | Fault::Kill | Fault::QueueAndDie | Fault::Blackhole => {
+            Duration::from_secs(3) + Duration::from_secs(1) + ttl * 2 + Duration::from_millis(500)
+        }
+        _ => ttl * 3 + Duration::from_millis(1500),
+    };
+    u64::try_from(allowance.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Scheduling slack for a loss signal: the timer fires 2 ms before the deadline, and the deadline is at least the
+/// drift allowance before the server can grant anyone else; a loaded 2-core machine can still delay a task this much.
+pub const LATE_SLACK: u64 = 50_000_000;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub overlaps: Vec<String>,
+    pub excused_overlaps: Vec<String>,
+    pub fence_regressions: Vec<String>,
+    pub late_losses: Vec<String>,
+    pub stalls: Vec<String>,
+}
+
+impl Report {
+    pub fn violations(&self) -> usize {
+        self.overlaps.len()
+            + self.fence_regressions.len()
+            + self.late_losses.len()
+            + self.stalls.len()
+    }
+}
+
+/// Checks `grants` against the fault `windows`, for workers holding leases of `ttl`.
+pub fn check(grants: &[Grant], windows: &[Window], ttl: Duration) -> Report {
+    let stall_bound = u64::try_from(STALL_BOUND.as_nanos()).unwrap_or(u64::MAX);
+    let mut report = Report::default();
+    let mut held: Vec<&Grant> = grants.iter().filter(|g| g.held().is_some()).collect();
+    held.sort_by_key(|g| g.first_held);
+    let lease = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
+    // Data loss explains a second owner from `later` on if it happened after `earlier` began and at most a lease
+    // before `later`.
+    let loses_between = |earlier: u64, later: u64| {
+        windows.iter().any(|w| {
+            w.fault.loses_grants() && w.end >= earlier && w.start <= later && later <= w.end + lease
+        })
+    };
+
+    for (i, a) in held.iter().enumerate() {
+        let (a_first, a_last) = a.held().unwrap_or_default();
+        for b in &held[i + 1..] {
+            let (b_first, _) = b.held().unwrap_or_default();
+            if b_first > a_last {
+                break;
+            }
+            let what = format!(
+                "fence {} (worker {}) held until {a_last} while fence {} (worker {}) held from {b_first}",
+                a.fence, a.worker, b.fence, b.worker
+            );
+            if loses_between(a_first, b_first) {
+                report.excused_overlaps.push(what);
+            } else {
+                report.overlaps.push(what);
+            }
+        }
+    }
+
+    for pair in held.windows(2) {
+        if pair[1].fence <= pair[0].fence {
+            report.fence_regressions.push(format!(
+                "fence {} (worker {}, held from {:?}) after fence {} (worker {}, held from {:?})",
+                pair[1].fence,
+                pair[1].worker,
+                pair[1].first_held,
+                pair[0].fence,
+                pair[0].worker,
+                pair[0].first_held
+            ));
+        }
+    }
+
+    for a in &held {
+        let Some(lost_at) = a.loss() else { continue };
+        let (a_first, _) = a.held().unwrap_or_default();
+        let stopped = |from: u64, to: u64| {
+            windows.iter().any(|w| {
+                matches!(w.fault, Fault::Stop | Fault::Kill)
+                    && w.worker == Some(a.worker)
+                    && w.overlaps(from, to)
+            })
+        };
+        for b in &held {
+            let (b_first, _) = b.held().unwrap_or_default();
+            if b.fence == a.fence || b_first <= a_first || b_first + LATE_SLACK >= lost_at {
+                continue;
+            }
+            if !loses_between(a_first, b_first) && !stopped(b_first, lost_at) {
+                report.late_losses.push(format!(
+                    "fence {} (worker {}) was told of its loss at {lost_at}, after fence {} held from {b_first}",
+                    a.fence, a.worker, b.fence
+                ));
+            }
+        }
+    }
+
+    let mut free_since: Option<u64> = None;
+    for g in &held {
+        let (first, last) = g.held().unwrap_or_default();
+        if let Some(since) = free_since {
+            // A fault in force during the gap, or ended less than `recovery` before it, explains it.
+            let quiet = !windows
+                .iter()
+                .any(|w| w.start <= first && since <= w.end + recovery(w.fault, ttl));
+            if first > since + stall_bound && quiet {
+                report.stalls.push(format!(
+                    "free from {since} until fence {} was held at {first} ({} ms) with no fault in force",
+                    g.fence,
+                    (first - since) / 1_000_000
+                ));
+            }
+        }
+        free_since = Some(free_since.map_or(last, |s| s.max(last)));
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn grant(worker: usize, fence: u64, first: u64, last: u64) -> Grant {
+        Grant {
+            worker,
+            fence,
+            granted: first * MS,
+            first_held: Some(first * MS),
+            last_held: Some(last * MS),
+            ..Grant::default()
+        }
+    }
+
+    fn window(fault: Fault, worker: Option<usize>, start: u64, end: u64) -> Window {
+        Window {
+            fault,
+            worker,
+            start: start * MS,
+            end: end * MS,
+        }
+    }
+
+    const TTL: Duration = Duration::from_millis(500);
+
+    #[test]
+    fn a_clean_history_passes() {
+        let grants = [
+            grant(0, 10, 0, 100),
+            grant(1, 20, 101, 200),
+            grant(0, 30, 203, 300),
+        ];
+        assert_eq!(check(&grants, &[], TTL).violations(), 0);
+    }
+
+    #[test]
+    fn intersecting_held_intervals_are_an_overlap() {
+        let grants = [grant(0, 10, 0, 100), grant(1, 20, 99, 200)];
+        let report = check(&grants, &[], TTL);
+        assert_eq!(report.overlaps.len(), 1, "{report:?}");
+    }
+
+    #[test]
+    fn an_overlap_across_a_restart_is_excused_but_not_across_a_pause() {
+        let grants = [grant(0, 10, 0, 100), grant(1, 20, 50, 200)];
+        let restart = [window(Fault::Restart, None, 40, 45)];
+        let report = check(&grants, &restart, TTL);
+        assert_eq!(
+            (report.overlaps.len(), report.excused_overlaps.len()),
+            (0, 1)
+        );
+        // Data loss long before the second owner started does not explain it.
+        let long = [grant(0, 10, 0, 1_000), grant(1, 20, 990, 1_200)];
+        assert_eq!(check(&long, &restart, TTL).overlaps.len(), 1);
+        let pause = [window(Fault::Pause, None, 40, 45)];
+        assert_eq!(check(&grants, &pause, TTL).overlaps.len(), 1);
+    }
+
+    #[test]
+    fn a_lower_fence_later_is_a_regression_even_across_a_restart() {
+        let grants = [grant(0, 30, 0, 100), grant(1, 20, 101, 200)];
+        let restart = [window(Fault::Restart, None, 100, 100)];
+        assert_eq!(check(&grants, &restart, TTL).fence_regressions.len(), 1);
+    }
+
+    #[test]
+    fn a_loss_signalled_after_the_next_holder_started_is_late() {
+        let mut a = grant(0, 10, 0, 100);
+        a.lost = Some((400 * MS, "Expired".into()));
+        let grants = [a.clone(), grant(1, 20, 150, 200)];
+        assert_eq!(check(&grants, &[], TTL).late_losses.len(), 1);
+        // Not when the late worker was stopped meanwhile, nor for a release.
+        let stop = [window(Fault::Stop, Some(0), 120, 390)];
+        assert_eq!(check(&grants, &stop, TTL).late_losses.len(), 0);
+        a.lost = Some((400 * MS, "Released".into()));
+        assert_eq!(
+            check(&[a, grant(1, 20, 150, 200)], &[], TTL)
+                .late_losses
+                .len(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_long_free_gap_without_faults_is_a_stall() {
+        let grants = [grant(0, 10, 0, 100), grant(1, 20, 100 + 300, 700)];
+        assert_eq!(check(&grants, &[], TTL).stalls.len(), 1);
+        let kill = [window(Fault::Kill, Some(0), 90, 120)];
+        assert_eq!(
+            check(&grants, &kill, TTL).stalls.len(),
+            0,
+            "a gap right after a fault is excused"
+        );
+    }
+}

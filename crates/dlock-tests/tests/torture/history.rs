@@ -1,0 +1,171 @@
+//! The histories: what the workers logged, and the fault windows the scheduler recorded, on one clock
+//! (`CLOCK_MONOTONIC`, nanoseconds).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One grant of the lock, as its worker saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grant {
+    pub worker: usize,
+    pub fence: u64,
+    /// When `lock()` returned the grant.
+    pub granted: u64,
+    /// The first and last `is_held() == true` samples (each stamped before the call).
+    pub first_held: Option<u64>,
+    pub last_held: Option<u64>,
+    /// When the loss signal resolved, with its reason (`Released` is not a loss).
+    pub lost: Option<(u64, String)>,
+    /// When `release()` returned, with its outcome.
+    pub released: Option<(u64, String)>,
+}
+
+impl Grant {
+    /// The interval in which the worker was told it held the lock, if it ever was.
+    pub fn held(&self) -> Option<(u64, u64)> {
+        Some((self.first_held?, self.last_held?))
+    }
+
+    /// When a real loss (not the release) was signalled.
+    pub fn loss(&self) -> Option<u64> {
+        self.lost
+            .as_ref()
+            .filter(|(_, reason)| reason != "Released")
+            .map(|&(t, _)| t)
+    }
+}
+
+/// What the scheduler did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGSTOP of a worker past its lease, then SIGCONT.
+    Stop,
+    /// SIGKILL of a worker, and a new one in its place.
+    Kill,
+    /// A worker's proxy swallows everything, both ways.
+    Blackhole,
+    /// A worker's proxy holds requests and replies back.
+    Delay,
+    /// `DEBUG SLEEP` on the lock server.
+    DebugSleep,
+    /// `CLIENT PAUSE` on the lock server.
+    Pause,
+    /// The lock server killed and restarted from an older snapshot: grants since then lost, the fence counter
+    /// stale.
+    Restart,
+    /// `FLUSHALL` on the lock server.
+    Flushall,
+    /// `DEL` of the lock's fence counter.
+    DelFence,
+    /// Clients that join the lock's queue and vanish.
+    QueueAndDie,
+}
+
+impl Fault {
+    /// Faults after which the server no longer has a grant it acknowledged: the library promises no exclusion
+    /// across them (only fences keep the store safe).
+    pub fn loses_grants(self) -> bool {
+        matches!(self, Fault::Restart | Fault::Flushall)
+    }
+}
+
+/// A fault and when it was in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub fault: Fault,
+    /// The worker it targeted, for faults of one worker.
+    pub worker: Option<usize>,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Window {
+    pub fn overlaps(&self, from: u64, to: u64) -> bool {
+        self.start <= to && from <= self.end
+    }
+}
+
+/// Reads one worker's log (every incarnation appends to its own file) into its grants, keyed by fence.
+pub fn parse(worker: usize, text: &str, grants: &mut BTreeMap<u64, Grant>, stats: &mut Stats) {
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (Some(&kind), Some(Ok(t))) = (words.first(), words.get(1).map(|w| w.parse::<u64>()))
+        else {
+            continue; // a line cut short by a SIGKILL
+        };
+        let fence = words.get(2).and_then(|w| w.parse::<u64>().ok());
+        let grant = |grants: &mut BTreeMap<u64, Grant>, fence: u64| -> Grant {
+            grants.remove(&fence).unwrap_or(Grant {
+                worker,
+                fence,
+                ..Grant::default()
+            })
+        };
+        match (kind, fence) {
+            ("grant", Some(f)) => {
+                let mut g = grant(grants, f);
+                g.granted = t;
+                grants.insert(f, g);
+                stats.sections += 1;
+            }
+            ("held", Some(f)) => {
+                let mut g = grant(grants, f);
+                g.first_held = Some(g.first_held.map_or(t, |x| x.min(t)));
+                g.last_held = Some(g.last_held.map_or(t, |x| x.max(t)));
+                grants.insert(f, g);
+            }
+            ("lost", Some(f)) => {
+                let mut g = grant(grants, f);
+                g.lost = Some((t, words.get(3).unwrap_or(&"?").to_string()));
+                grants.insert(f, g);
+            }
+            ("released", Some(f)) => {
+                let mut g = grant(grants, f);
+                g.released = Some((t, words.get(3).unwrap_or(&"?").to_string()));
+                grants.insert(f, g);
+            }
+            ("write", Some(_)) => match words.get(3) {
+                Some(&"1") => stats.writes += 1,
+                Some(&"0") => stats.refused += 1,
+                _ => {}
+            },
+            ("occupied", _) => stats.occupied += 1,
+            ("error", _) => stats.errors += 1,
+            _ => {}
+        }
+    }
+}
+
+/// Counts that are reported but are not violations.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub sections: u64,
+    pub writes: u64,
+    pub refused: u64,
+    pub occupied: u64,
+    pub errors: u64,
+}
+
+/// Every worker log in `dir` (`worker-<i>-<incarnation>.log`).
+pub fn read_all(dir: &Path) -> (Vec<Grant>, Stats) {
+    let mut grants = BTreeMap::new();
+    let mut stats = Stats::default();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(worker) = name
+            .strip_prefix("worker-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|w| w.parse().ok())
+        else {
+            continue;
+        };
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        parse(worker, &text, &mut grants, &mut stats);
+    }
+    (grants.into_values().collect(), stats)
+}
