@@ -244,17 +244,9 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
+/// The library's own rules for names (length, a leading `}`), checked before anything connects.
 fn parse_name(name: &str) -> Result<String, String> {
-    if name.is_empty() {
-        return Err("the lock name is empty".to_owned());
-    }
-    if name.len() > dlock::MAX_NAME_LEN {
-        return Err(format!(
-            "the lock name is {} bytes long; the limit is {}",
-            name.len(),
-            dlock::MAX_NAME_LEN
-        ));
-    }
+    dlock::lock_keys(dlock::DEFAULT_PREFIX, name).map_err(|e| e.to_string())?;
     Ok(name.to_owned())
 }
 

@@ -120,6 +120,15 @@ pub enum InvalidArgument {
         /// The limit.
         max: usize,
     },
+    /// The name cannot be used as given. Today: a name that starts with `}` (Redis Cluster would take the empty
+    /// text between the key's `{` and that `}` as the hash tag and spread the lock's keys over several slots).
+    #[error("lock name {name:?} is not allowed: {why}")]
+    BadName {
+        /// The name, cut to 64 characters.
+        name: String,
+        /// The rule it broke.
+        why: &'static str,
+    },
     /// The key prefix must be non-empty, at most 64 bytes, and free of `{` and `}` (the braces are the lock's
     /// hash tag).
     #[error("key prefix {0:?} is not allowed: non-empty, at most 64 bytes, no braces")]

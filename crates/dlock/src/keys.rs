@@ -112,7 +112,8 @@ impl ToRedisArgs for Suffixed<'_> {
 ///
 /// # Errors
 ///
-/// [`InvalidArgument`] for an empty or too long name, or a prefix dlock does not accept.
+/// [`InvalidArgument`] for an empty, too long or otherwise refused name (see [`InvalidArgument::BadName`]), or a prefix
+/// dlock does not accept.
 ///
 /// # Examples
 ///
@@ -136,6 +137,15 @@ pub fn lock_keys(prefix: &str, name: &str) -> Result<[String; 5], InvalidArgumen
 pub(crate) fn check_name(name: &str) -> Result<(), InvalidArgument> {
     if name.is_empty() {
         return Err(InvalidArgument::EmptyName);
+    }
+    // Redis Cluster hashes the text between the first `{` of a key and the next `}`. Our `{` comes right before
+    // the name, so the tag is the name up to its first `}`: all of a lock's keys share it, unless that `}` comes
+    // first and the tag is empty (then each whole key is hashed, each to its own slot).
+    if name.starts_with('}') {
+        return Err(InvalidArgument::BadName {
+            name: name.chars().take(64).collect(),
+            why: "it starts with '}', which would spread the lock's keys over several Redis Cluster slots",
+        });
     }
     if name.len() > MAX_NAME_LEN {
         return Err(InvalidArgument::NameTooLong {
@@ -204,6 +214,15 @@ mod tests {
             check_name(&"x".repeat(MAX_NAME_LEN + 1)),
             Err(InvalidArgument::NameTooLong { .. })
         ));
+        assert!(matches!(
+            check_name("}x"),
+            Err(InvalidArgument::BadName { .. })
+        ));
+        assert!(matches!(
+            check_name("}"),
+            Err(InvalidArgument::BadName { .. })
+        ));
+        assert!(check_name("a}b").is_ok() && check_name("{x}").is_ok() && check_name("x{").is_ok());
         assert!(check_prefix("a{b").is_err());
         assert!(check_prefix("").is_err());
         assert!(check_prefix("app:locks").is_ok());

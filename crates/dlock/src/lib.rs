@@ -139,8 +139,8 @@
 //! recognised); see
 //! [`lock_keys`]. For a few milliseconds after a release that woke a waiter, the lock key holds a reservation for
 //! that client instead of a token. The braces make `N` the Redis Cluster hash tag. Client `C` is woken on the
-//! channel `PREFIX:wake:C`. The prefix defaults to `dlock`; names are 1 to [`MAX_NAME_LEN`] bytes. Redis 6.2 or
-//! later is required.
+//! channel `PREFIX:wake:C`. The prefix defaults to `dlock`; names are 1 to [`MAX_NAME_LEN`] bytes and may not start
+//! with `}` (Redis Cluster would then hash each key of the lock to its own slot). Redis 6.2 or later is required.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]

@@ -20,6 +20,7 @@ fn bad_input_exits_2_with_one_line() {
         ("program without --", vec!["run", "n", "true"]),
         ("empty name", vec!["run", "", "--", "true"]),
         ("name too long", vec!["run", &long, "--", "true"]),
+        ("name starting with }", vec!["run", "}x", "--", "true"]),
         ("zero ttl", vec!["run", "--ttl", "0s", "n", "--", "true"]),
         (
             "negative ttl",

@@ -175,3 +175,62 @@ async fn keys_that_dlock_did_not_write_are_reported_and_left_alone() {
         .unwrap();
     assert_eq!(kind, "hash");
 }
+
+#[test]
+fn every_accepted_name_keeps_all_keys_of_its_lock_in_one_cluster_slot() {
+    let dir = dlock_tests::TempDir::new("cluster");
+    let nodes = dir.path().join("nodes.conf");
+    let server = RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        nodes.to_str().unwrap(),
+    ]);
+    let mut conn = server.connection();
+    let names = [
+        "}x",
+        "}",
+        "}}",
+        "}{x}",
+        "a}b",
+        "{x}",
+        "x{",
+        "{}",
+        "{",
+        "a{b}c",
+        "orders:42",
+        "ключ",
+        "🔒}",
+        "}🔒",
+    ];
+    let mut accepted = 0;
+    for name in names {
+        match dlock::lock_keys(dlock::DEFAULT_PREFIX, name) {
+            Ok(keys) => {
+                accepted += 1;
+                let slots: Vec<i64> = keys
+                    .iter()
+                    .map(|key| {
+                        redis::cmd("CLUSTER")
+                            .arg("KEYSLOT")
+                            .arg(key)
+                            .query(&mut conn)
+                            .unwrap()
+                    })
+                    .collect();
+                assert!(
+                    slots.iter().all(|&s| s == slots[0]),
+                    "{name:?}: keys {keys:?} hash to slots {slots:?}"
+                );
+            }
+            Err(InvalidArgument::BadName { .. }) => {
+                assert!(name.starts_with('}'), "{name:?} was refused");
+            }
+            Err(other) => panic!("{name:?}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        accepted,
+        names.iter().filter(|n| !n.starts_with('}')).count()
+    );
+}
