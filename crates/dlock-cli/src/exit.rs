@@ -77,7 +77,7 @@ pub fn code_of(err: &anyhow::Error) -> u8 {
 
 fn code_of_lock_error(err: &dlock::Error) -> u8 {
     match err {
-        dlock::Error::Redis(_) => UNAVAILABLE,
+        dlock::Error::Redis(_) | dlock::Error::NotPermitted { .. } => UNAVAILABLE,
         dlock::Error::InvalidArgument(_) => USAGE,
         dlock::Error::NotALock { .. } => NOT_A_LOCK,
         dlock::Error::Busy { .. } | dlock::Error::Timeout { .. } => CONFLICT,

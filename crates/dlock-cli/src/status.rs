@@ -16,6 +16,14 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
     let client = connect::client(&args.redis.url, None).await?;
     let info = client.inspect(&args.name).await?;
     let fence = info.last_fence.map(dlock::Fence::get);
+    let warnings: Vec<String> = client
+        .server_warnings()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    for warning in &warnings {
+        exit::print_err(&format!("dlock: warning: {warning}"));
+    }
     let text = if args.json {
         let holder = info.holder.as_ref();
         json!({
@@ -25,6 +33,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
             "fence": fence,
             "token": holder.map(|h| h.token.as_str()),
             "waiting_clients": info.waiting_clients,
+            "warnings": warnings,
         })
         .to_string()
     } else {

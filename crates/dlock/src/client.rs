@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 use redis::Value;
 
+use crate::checks::{check_publish, server_warnings, ServerWarning};
 use crate::conn::Conn;
 use crate::error::{Error, InvalidArgument};
 use crate::fence::{new_token, Fence, RESERVED_PREFIX, TOKEN_PREFIX};
@@ -54,6 +55,8 @@ pub(crate) struct Inner {
     pub(crate) wakeups: Wakeups,
     /// Releases that no runtime could finish (see [`crate::orphans`]); done when the client is dropped.
     pub(crate) orphans: Orphans,
+    /// What the connect-time check found about the server.
+    pub(crate) warnings: Vec<ServerWarning>,
 }
 
 impl Drop for Inner {
@@ -190,6 +193,13 @@ impl Client {
             Some(token) if token.starts_with(RESERVED_PREFIX) => Ok(None),
             removed => Ok(removed),
         }
+    }
+
+    /// What the client found, when it connected, that weakens the [safety contract](crate#safety-contract) on this
+    /// server (each is also logged with `tracing::warn!`): today, a `maxmemory-policy` that may evict a held lock.
+    /// Empty when all is well, or when the server would not say (an ACL user without `INFO`).
+    pub fn server_warnings(&self) -> &[ServerWarning] {
+        &self.inner.warnings
     }
 
     /// The key prefix of this client's locks.
@@ -336,7 +346,8 @@ impl Builder {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a bad prefix or a zero or absurd timeout; [`Error::Redis`] when the server
-    /// cannot be reached within the connection timeout or refuses the credentials.
+    /// cannot be reached within the connection timeout or refuses the credentials; [`Error::NotPermitted`] when the
+    /// Redis user may not publish wake-ups (see the README's ACL rule).
     ///
     /// # Cancel safety
     ///
@@ -378,6 +389,8 @@ impl Builder {
         let _: Value = redis::cmd("PING").query_async(&mut probe).await?;
         // Identifies this client in lock queues; its wake-up channel is named after it.
         let client_id = new_token()?.split_off(crate::fence::TOKEN_PREFIX.len());
+        check_publish(&conn, &format!("{}:wake:", self.prefix), &client_id).await?;
+        let warnings = server_warnings(&conn).await;
         let orphans = Orphans::new(self.redis.clone(), self.connection_timeout);
         let wakeups = Wakeups::new(
             self.redis,
@@ -395,6 +408,7 @@ impl Builder {
                 keeper: Arc::new(Keeper::new()),
                 wakeups,
                 orphans,
+                warnings,
             }),
         })
     }

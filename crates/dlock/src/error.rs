@@ -63,6 +63,17 @@ pub enum Error {
         detail: String,
     },
 
+    /// The Redis user may not do something dlock needs (an ACL rule is missing), found when the client connected.
+    /// The README lists the minimal ACL rule.
+    #[error("not permitted: {detail}")]
+    NotPermitted {
+        /// What is missing, and the rule that grants it.
+        detail: String,
+        /// The server's refusal.
+        #[source]
+        source: redis::RedisError,
+    },
+
     /// Redis could not be reached, timed out, or answered with an error.
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
@@ -91,6 +102,11 @@ impl Error {
     /// True for [`Error::Redis`]: a connection, timeout or server error.
     pub fn is_redis(&self) -> bool {
         matches!(self, Error::Redis(_))
+    }
+
+    /// True for [`Error::NotPermitted`]: the Redis user lacks an ACL permission dlock needs.
+    pub fn is_not_permitted(&self) -> bool {
+        matches!(self, Error::NotPermitted { .. })
     }
 
     /// True for [`Error::InvalidArgument`].

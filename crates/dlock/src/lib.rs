@@ -20,6 +20,7 @@
 //! | file | what it holds |
 //! |---|---|
 //! | `client.rs` | [`Client`], its [`Builder`], the connection, [`Client::inspect`] and [`Client::force_release`] |
+//! | `checks.rs` | what a client checks when it connects: the wake-up channel permission, the eviction policy |
 //! | `mutex.rs` | [`Mutex`]: options, the acquire call, waiting |
 //! | `guard.rs` | [`MutexGuard`]: release, extend, run until lost, release on drop |
 //! | `lease.rs` | [`Lease`]: validity deadline, loss signal, [`LossReason`] |
@@ -70,6 +71,9 @@
 //!   lease is not seen until the next renewal). Rates may differ by the drift allowance; a server clock that *steps*
 //!   (NTP jump, VM restore) can expire a lock early, and a server clock that steps back can let a fence drawn after
 //!   a lost counter fall below earlier ones; nothing on the client can see either.
+//! - **No eviction.** With `maxmemory` and an `allkeys-*` or `volatile-*` policy, Redis may evict a held lock's key
+//!   and grant it again. Use `maxmemory-policy noeviction`; the client warns when it connects
+//!   ([`Client::server_warnings`]).
 //! - **Failover loses locks.** Redis replication is asynchronous: after a primary fails, a replica may be promoted
 //!   without the latest grant, and a second owner can get the lock while the first still believes it holds it.
 //!   A restart without persistence does the same. The first owner finds out at its next renewal
@@ -145,6 +149,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod checks;
 mod client;
 mod clock;
 mod conn;
@@ -159,6 +164,7 @@ mod orphans;
 mod scripts;
 mod wake;
 
+pub use checks::ServerWarning;
 pub use client::{
     Builder, Client, Holder, LockInfo, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_FENCE_RETENTION,
     DEFAULT_RESPONSE_TIMEOUT,

@@ -25,7 +25,8 @@ fn status_shows_free_and_held_locks_and_force_release_removes_the_holder() {
     assert_eq!(
         free,
         serde_json::json!({
-            "name": "jobs", "state": "free", "remaining_ms": null, "fence": null, "token": null, "waiting_clients": 0
+            "name": "jobs", "state": "free", "remaining_ms": null, "fence": null, "token": null, "waiting_clients": 0,
+            "warnings": []
         })
     );
 
@@ -91,4 +92,46 @@ fn status_shows_free_and_held_locks_and_force_release_removes_the_holder() {
     );
     assert_eq!(code, Some(0));
     assert_eq!(stdout, "lock \"jobs\" was free; nothing removed");
+}
+
+#[test]
+fn status_warns_when_the_server_may_evict_a_held_lock() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru"]);
+    let url = server.url();
+    let (code, stdout, stderr) =
+        finish(dlock(&["status", "--json", "--redis", &url, "jobs"]), SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    let json: Value = serde_json::from_str(&stdout).unwrap();
+    let warnings = json["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{json}");
+    assert!(
+        warnings[0].as_str().unwrap().contains("allkeys-lru"),
+        "{json}"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("dlock: warning: ") && lines[0].contains("noeviction"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_redis_user_without_channel_permission_exits_69_with_one_line() {
+    let server = RedisServer::start_with(&[
+        "--user",
+        "nochannels",
+        "on",
+        ">pw",
+        "~*",
+        "resetchannels",
+        "+@all",
+    ]);
+    let url = format!("redis://nochannels:pw@127.0.0.1:{}", server.port());
+    let (code, _, stderr) = finish(dlock(&["run", "--redis", &url, "jobs", "--", "true"]), SOON);
+    assert_eq!(code, Some(69), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("&dlock:wake:*"), "{stderr}");
 }

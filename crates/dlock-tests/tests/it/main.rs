@@ -13,6 +13,7 @@ mod lease;
 mod queue;
 mod release;
 mod renewal;
+mod server;
 mod waiting;
 
 use std::process::{Command, Stdio};

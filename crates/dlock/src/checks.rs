@@ -1,0 +1,106 @@
+//! What a client checks about its server when it connects: that it may publish wake-ups (an ACL user without
+//! channel permissions would silently degrade every wait and fail every release with waiters), and whether the
+//! server may evict keys (which can hand a held lock to a second owner).
+
+use std::fmt;
+
+use redis::Value;
+
+use crate::conn::Conn;
+use crate::error::Error;
+
+/// Something about the server that weakens the [safety contract](crate#safety-contract), found when the client
+/// connected. Each one is also logged with `tracing::warn!`; see [`Client::server_warnings`](crate::Client::server_warnings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServerWarning {
+    /// `maxmemory` is set with a policy that evicts keys (`allkeys-*` or `volatile-*`): under memory pressure Redis
+    /// may evict a held lock's key, and a second owner is then granted the lock while the first still holds it. Use
+    /// `maxmemory-policy noeviction`, or a Redis that is not also a cache.
+    Eviction {
+        /// The server's `maxmemory-policy`.
+        policy: String,
+        /// The server's `maxmemory`, in bytes.
+        maxmemory: u64,
+    },
+}
+
+impl fmt::Display for ServerWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerWarning::Eviction { policy, maxmemory } => write!(
+                f,
+                "the server may evict keys (maxmemory {maxmemory} bytes, maxmemory-policy {policy}): a held lock \
+                 can be evicted and granted to a second owner; use maxmemory-policy noeviction"
+            ),
+        }
+    }
+}
+
+/// Checks that this client may publish on its wake-up channel (harmless: nobody listens on it yet).
+///
+/// # Errors
+///
+/// [`Error::NotPermitted`] when the server refuses it (an ACL user without `&PREFIX:wake:*`); [`Error::Redis`] for
+/// anything else.
+pub(crate) async fn check_publish(
+    conn: &Conn,
+    channel_prefix: &str,
+    client_id: &str,
+) -> Result<(), Error> {
+    let channel = format!("{channel_prefix}{client_id}");
+    let reply: redis::RedisResult<Value> = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg("")
+        .query_async(&mut conn.clone())
+        .await;
+    match reply {
+        Ok(_) => Ok(()),
+        Err(err) if is_noperm(&err) => Err(Error::NotPermitted {
+            detail: format!(
+                "this Redis user may not publish on {channel:?}: grant the channel pattern \"&{channel_prefix}*\" \
+                 (the README lists the whole ACL rule)"
+            ),
+            source: err,
+        }),
+        Err(err) => Err(Error::Redis(err)),
+    }
+}
+
+fn is_noperm(err: &redis::RedisError) -> bool {
+    err.code() == Some("NOPERM") || err.to_string().contains("NOPERM")
+}
+
+/// Reads `INFO memory` and returns what weakens the contract. A server that refuses `INFO` (an ACL user without
+/// it) is not checked.
+pub(crate) async fn server_warnings(conn: &Conn) -> Vec<ServerWarning> {
+    let info: redis::RedisResult<String> = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn.clone())
+        .await;
+    let info = match info {
+        Ok(info) => info,
+        Err(err) => {
+            tracing::debug!(error = %err, "INFO memory refused; the eviction policy is not checked");
+            return Vec::new();
+        }
+    };
+    let field = |name: &str| {
+        info.lines()
+            .filter_map(|line| line.split_once(':'))
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.trim().to_owned())
+    };
+    let maxmemory = field("maxmemory")
+        .and_then(|m| m.parse::<u64>().ok())
+        .unwrap_or(0);
+    let policy = field("maxmemory_policy").unwrap_or_default();
+    let mut warnings = Vec::new();
+    if maxmemory > 0 && (policy.starts_with("allkeys-") || policy.starts_with("volatile-")) {
+        warnings.push(ServerWarning::Eviction { policy, maxmemory });
+    }
+    for warning in &warnings {
+        tracing::warn!("{warning}");
+    }
+    warnings
+}
