@@ -12,6 +12,8 @@
 //! - [`process`]: [`ChildGuard`] kills and reaps a child process on drop; [`send_signal`]
 //!   sends `SIGSTOP`, `SIGCONT`, `SIGKILL` and friends.
 //! - [`TempDir`]: a uniquely named directory removed on drop.
+//! - [`rng`]: [`XorShift`], a seeded generator for replayable tests, and [`monotonic_ns`], the clock that several
+//!   processes' histories share.
 //!
 //! Everything that can fail in a way a test cannot recover from panics with a message that
 //! says what went wrong: this crate is only ever used from tests and benches.
@@ -36,10 +38,12 @@
 
 pub mod process;
 pub mod proxy;
+pub mod rng;
 pub mod server;
 mod temp;
 
 pub use process::{send_signal, ChildGuard};
 pub use proxy::TcpProxy;
+pub use rng::{monotonic_ns, XorShift};
 pub use server::RedisServer;
 pub use temp::TempDir;

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::time::{clock_gettime, ClockId};
+use dlock_tests::XorShift as Rng;
 
 /// The store's fenced write: refuses a fence lower than the highest accepted.
 const FENCED_WRITE: &str = r"
@@ -45,29 +45,7 @@ return 0
 ";
 
 fn now_ns() -> u64 {
-    clock_gettime(ClockId::CLOCK_MONOTONIC)
-        .map(|t| Duration::from(t).as_nanos() as u64)
-        .unwrap_or(0)
-}
-
-/// A small deterministic generator (xorshift), seeded per worker.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
+    dlock_tests::monotonic_ns()
 }
 
 #[derive(Clone)]
@@ -163,7 +141,7 @@ async fn run(
     log: Log,
 ) -> Result<()> {
     let ttl = Duration::from_millis(ttl_ms);
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let locks = connect(lock_url, ttl, &log).await;
     let store_config =
         redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(5)));

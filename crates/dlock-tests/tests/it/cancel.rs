@@ -2,22 +2,10 @@
 
 use std::time::Duration;
 
-use dlock_tests::RedisServer;
+use dlock_tests::{RedisServer, XorShift};
 use tokio::time::Instant;
 
 use crate::connect;
-
-/// A small deterministic generator, so a failure can be replayed.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 async fn assert_no_lock_left(locks: &dlock::Client, names: &[String]) {
     // Every grant, seen or not, must be released by its background release long before the 30 s lease ends.
@@ -96,14 +84,14 @@ async fn acquires_cut_off_at_random_points_leave_no_orphaned_lock() {
     let server = RedisServer::start();
     let locks = connect(&server).await;
     let ttl = Duration::from_secs(30);
-    let mut rng = XorShift(0x5eed_1234_abcd_ef01);
+    let mut rng = XorShift::new(0x5eed_1234_abcd_ef01);
     let mut cut_off = 0;
     for _round in 0..3 {
         let attempts: Vec<_> = (0..300)
             .map(|_| {
                 // Few names, so many attempts contend and some are cut off while queued or waiting.
-                let name = format!("cancel:{}", rng.next() % 8);
-                let cut = Duration::from_micros(rng.next() % 3000);
+                let name = format!("cancel:{}", rng.next_u64() % 8);
+                let cut = Duration::from_micros(rng.next_u64() % 3000);
                 let locks = locks.clone();
                 tokio::spawn(async move {
                     let mutex = locks.mutex(&name).ttl(ttl);

@@ -61,26 +61,36 @@ async fn live_waiter(server: &RedisServer, name: &'static str) -> tokio::task::J
 /// A release must reach the live waiter in far less than a heartbeat (1 s), which would otherwise mask a stall.
 const PROMPT: Duration = Duration::from_millis(300);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_live_waiter_behind_many_dead_clients_gets_the_lock_at_once() {
-    let server = RedisServer::start();
-    let holder_client = connect(&server).await;
+/// A holder with a 60 s lease, `dead` clients queued first (with expired liveness when `expired`), a live waiter
+/// behind them, then the release: how long the live waiter took to get the lock.
+async fn hand_off_past_dead_clients(
+    server: &RedisServer,
+    name: &'static str,
+    dead: usize,
+    expired: bool,
+) -> Duration {
+    let holder_client = connect(server).await;
     let holder = holder_client
-        .mutex("crowd")
+        .mutex(name)
         .ttl(Duration::from_secs(60))
         .try_lock()
         .await
         .unwrap();
-    let dead: Vec<String> = (0..40).map(|i| format!("gone{i:02}")).collect();
-    queue_dead_clients(&server, "crowd", &dead, false).await;
-    let waiter = live_waiter(&server, "crowd").await;
-
+    let ids: Vec<String> = (0..dead).map(|i| format!("gone{i:02}")).collect();
+    queue_dead_clients(server, name, &ids, expired).await;
+    let waiter = live_waiter(server, name).await;
     let released = Instant::now();
     holder.release().await.unwrap();
     let granted = within(Duration::from_secs(10), "grant", waiter)
         .await
         .unwrap();
-    let delay = granted.duration_since(released);
+    granted.duration_since(released)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_waiter_behind_many_dead_clients_gets_the_lock_at_once() {
+    let server = RedisServer::start();
+    let delay = hand_off_past_dead_clients(&server, "crowd", 40, false).await;
     assert!(
         delay < PROMPT,
         "a live waiter behind 40 dead ids waited {delay:?}"
@@ -93,23 +103,7 @@ async fn a_pattern_subscriber_does_not_make_dead_clients_look_alive() {
     // A bystander listening to everything (monitoring, debugging): every PUBLISH now counts one receiver.
     let mut bystander = server.client().get_async_pubsub().await.unwrap();
     bystander.psubscribe("*").await.unwrap();
-    let holder_client = connect(&server).await;
-    let holder = holder_client
-        .mutex("watched")
-        .ttl(Duration::from_secs(60))
-        .try_lock()
-        .await
-        .unwrap();
-    let dead: Vec<String> = (0..3).map(|i| format!("gone{i}")).collect();
-    queue_dead_clients(&server, "watched", &dead, true).await;
-    let waiter = live_waiter(&server, "watched").await;
-
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let granted = within(Duration::from_secs(10), "grant", waiter)
-        .await
-        .unwrap();
-    let delay = granted.duration_since(released);
+    let delay = hand_off_past_dead_clients(&server, "watched", 3, true).await;
     assert!(
         delay < PROMPT,
         "a pattern subscriber stalled the hand-off for {delay:?}"

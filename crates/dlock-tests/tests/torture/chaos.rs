@@ -3,9 +3,8 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use dlock_tests::{ChildGuard, RedisServer, TcpProxy, TempDir};
+use dlock_tests::{ChildGuard, RedisServer, TcpProxy, TempDir, XorShift as Rng};
 use nix::sys::signal::Signal;
-use nix::time::{clock_gettime, ClockId};
 
 use crate::check::{check, Report};
 use crate::history::{read_all, Fault, Stats, Window};
@@ -14,31 +13,7 @@ use crate::history::{read_all, Fault, Stats, Window};
 const NAME: &str = "torture";
 
 fn now_ns() -> u64 {
-    clock_gettime(ClockId::CLOCK_MONOTONIC)
-        .map(|t| Duration::from(t).as_nanos() as u64)
-        .unwrap_or(0)
-}
-
-/// A small deterministic generator (xorshift), so that a seed replays the same schedule of faults.
-pub struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// A duration between `lo` and `hi`.
-    fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
-        let span = u64::try_from((hi - lo).as_millis()).unwrap_or(0);
-        lo + Duration::from_millis(self.below(span + 1))
-    }
+    dlock_tests::monotonic_ns()
 }
 
 struct Worker {
@@ -47,7 +22,8 @@ struct Worker {
 }
 
 pub struct Rig {
-    _bystander: redis::aio::PubSub,
+    /// Listens to every channel; replaced after each restart.
+    bystander: redis::aio::PubSub,
     lock: RedisServer,
     store: RedisServer,
     proxies: Vec<TcpProxy>,
@@ -64,22 +40,21 @@ impl Rig {
         let lock = RedisServer::start_with(&["--enable-debug-command", "local"]);
         // A bystander listening to every channel (monitoring, a debugging session): every PUBLISH counts it, so a
         // queue whose liveness were judged by PUBLISH's count would wake dead clients.
-        let mut bystander = lock.client().get_async_pubsub().await.unwrap();
-        bystander.psubscribe("*").await.unwrap();
+        let bystander = bystander(&lock).await;
         let store = RedisServer::start();
         let mut proxies = Vec::new();
         for _ in 0..workers {
             proxies.push(TcpProxy::start(lock.addr()).await);
         }
         let mut rig = Rig {
-            _bystander: bystander,
+            bystander,
             lock,
             store,
             proxies,
             workers: Vec::new(),
             dir: TempDir::new("torture"),
             ttl,
-            rng: Rng(seed | 1),
+            rng: Rng::new(seed),
             seed,
             windows: Vec::new(),
         };
@@ -211,6 +186,7 @@ impl Rig {
             6 => {
                 // A crash (SIGKILL), and a restart from the snapshot taken at the start of the burst.
                 tokio::task::block_in_place(|| self.lock.restart());
+                self.bystander = bystander(&self.lock).await;
                 self.record(Fault::Restart, None, start);
             }
             7 => {
@@ -278,6 +254,13 @@ impl Rig {
             keys_without_ttl,
         }
     }
+}
+
+/// A connection subscribed to every channel (`PSUBSCRIBE *`), as a monitoring tool would be.
+async fn bystander(server: &RedisServer) -> redis::aio::PubSub {
+    let mut pubsub = server.client().get_async_pubsub().await.unwrap();
+    pubsub.psubscribe("*").await.unwrap();
+    pubsub
 }
 
 /// Keys on the lock server that would never expire.
