@@ -10,9 +10,13 @@ use nix::time::{clock_gettime, ClockId};
 pub struct XorShift(u64);
 
 impl XorShift {
-    /// A generator for `seed` (any value; zero is made odd).
+    /// A generator for `seed` (any value). The seed is scrambled first (splitmix64), so that small seeds (1, 2, 3)
+    /// start as well mixed as large ones.
     pub fn new(seed: u64) -> XorShift {
-        XorShift(seed | 1)
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        XorShift((z ^ (z >> 31)) | 1)
     }
 
     /// The next value.
