@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The main job, on a fresh Debian/Ubuntu machine with Rust: install redis-server when it is missing, build the
-# `dlock` command, and run `dlock demo` (the oversell story, on a private redis-server it starts and removes).
-# Extra arguments go to `dlock demo` (for example --redis URL, or --json).
+# `leasehold` command, and run `leasehold demo` (the oversell story, on a private redis-server it starts and removes).
+# Extra arguments go to `leasehold demo` (for example --redis URL, or --json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
-cargo build --release --quiet -p dlock-cli
-exec target/release/dlock demo "$@"
+cargo build --release --quiet -p leasehold-cli
+exec target/release/leasehold demo "$@"

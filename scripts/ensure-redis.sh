@@ -12,6 +12,6 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq redis-server >/dev/null
-# The package starts a system-wide server; dlock's tests and demo run their own on private ports.
+# The package starts a system-wide server; leasehold's tests and demo run their own on private ports.
 $sudo systemctl disable --now redis-server >/dev/null 2>&1 || $sudo service redis-server stop >/dev/null 2>&1 || true
 command -v redis-server >/dev/null

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every check dlock has: format, lints, docs, and the whole test suite against real redis-server processes.
+# Runs every check leasehold has: format, lints, docs, and the whole test suite against real redis-server processes.
 # Installs redis-server (Debian/Ubuntu, apt-get) when it is missing. Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

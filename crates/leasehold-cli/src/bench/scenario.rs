@@ -1,0 +1,424 @@
+//! The scenarios: in-process loops against the raw-Redis floor and leasehold, and the multi-process ones that spawn
+//! `leasehold bench-worker` processes.
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use leasehold::redis;
+use leasehold::redis::aio::ConnectionManager;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::time::Instant;
+
+use super::stats::{Outcome, Renewal, Samples};
+use super::worker::{unix_ms, Role};
+use crate::progress::Bar;
+
+/// What a scenario needs to know about the run.
+pub struct Setup {
+    pub url: String,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub progress: bool,
+}
+
+/// The owner-checked delete every lock needs: the floor's release.
+const RAW_RELEASE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+enum Engine {
+    /// `SET key token NX PX 30000`, then the owner-checked delete script, on a redis-rs `ConnectionManager`.
+    Floor(ConnectionManager),
+    /// leasehold `lock()` + `release()` (lease 30 s, watchdog on: the defaults).
+    Leasehold(leasehold::Client),
+}
+
+/// `tasks` tasks in this process, each on its own key, looping acquire + release.
+pub async fn in_process(
+    setup: &Setup,
+    scenario: &'static str,
+    tasks: usize,
+    floor: bool,
+) -> anyhow::Result<Outcome> {
+    let engine = if floor {
+        let client = redis::Client::open(setup.url.as_str())?;
+        Arc::new(Engine::Floor(client.get_connection_manager().await?))
+    } else {
+        Arc::new(Engine::Leasehold(
+            crate::connect::client(&setup.url, None).await?,
+        ))
+    };
+    let count = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let measure_from = start + setup.warmup;
+    let end = measure_from + setup.duration;
+    let workers: Vec<_> = (0..tasks)
+        .map(|task| {
+            let engine = Arc::clone(&engine);
+            let count = Arc::clone(&count);
+            tokio::spawn(async move { cycle_until(&engine, task, measure_from, end, &count).await })
+        })
+        .collect();
+    watch_progress(setup, scenario, start, end, &count).await;
+    let mut samples = Samples::default();
+    for worker in workers {
+        samples.extend(worker.await.context("a bench task panicked")??);
+    }
+    Ok(Outcome {
+        scenario,
+        processes: 1,
+        tasks,
+        elapsed: setup.duration,
+        acquisitions: samples.len() as u64,
+        samples: samples.sorted(),
+        per_process: Vec::new(),
+        floor_rate: None,
+        rtt_p50_us: None,
+        renewal: None,
+    })
+}
+
+async fn cycle_until(
+    engine: &Engine,
+    task: usize,
+    measure_from: Instant,
+    end: Instant,
+    count: &AtomicU64,
+) -> anyhow::Result<Samples> {
+    let key = format!("bench:{task}");
+    let mut samples = Samples::default();
+    let release = redis::Script::new(RAW_RELEASE);
+    let mutex = match engine {
+        Engine::Leasehold(client) => Some(client.mutex(&key)),
+        Engine::Floor(_) => None,
+    };
+    let mut n: u64 = 0;
+    loop {
+        let started = Instant::now();
+        if started >= end {
+            return Ok(samples);
+        }
+        match (engine, &mutex) {
+            (Engine::Floor(conn), _) => {
+                let mut conn = conn.clone();
+                let token = format!("floor:{task}:{n}");
+                let granted: Option<String> = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async(&mut conn)
+                    .await?;
+                let latency = started.elapsed();
+                if granted.is_none() {
+                    bail!("floor key {key} was taken");
+                }
+                let _: i64 = release
+                    .key(&key)
+                    .arg(&token)
+                    .invoke_async(&mut conn)
+                    .await?;
+                record(&mut samples, started, measure_from, latency, count);
+            }
+            (Engine::Leasehold(_), Some(mutex)) => {
+                let guard = mutex.lock().await?;
+                let latency = started.elapsed();
+                guard.release().await?;
+                record(&mut samples, started, measure_from, latency, count);
+            }
+            (Engine::Leasehold(_), None) => bail!("no mutex"),
+        }
+        n += 1;
+    }
+}
+
+fn record(
+    samples: &mut Samples,
+    started: Instant,
+    from: Instant,
+    latency: Duration,
+    count: &AtomicU64,
+) {
+    if started >= from {
+        samples.push(latency);
+        count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Redraws the scenario's bar until `end`.
+async fn watch_progress(
+    setup: &Setup,
+    scenario: &str,
+    start: Instant,
+    end: Instant,
+    count: &AtomicU64,
+) {
+    let mut bar = Bar::new(setup.progress, format!("{scenario:<15}"));
+    let total = end.duration_since(start).as_millis() as i64;
+    loop {
+        let now = Instant::now();
+        let done = now.duration_since(start).as_millis() as i64;
+        let note = format!("{} acquisitions", count.load(Ordering::Relaxed));
+        if now >= end {
+            bar.finish(total, total, &note);
+            return;
+        }
+        bar.show(done, total, &note);
+        tokio::time::sleep(Duration::from_millis(100).min(end - now)).await;
+    }
+}
+
+/// `leasehold bench-worker ROLE --redis URL --name bench:SCENARIO ARGS…`, stdout piped, killed on drop.
+fn worker_command(
+    setup: &Setup,
+    scenario: &str,
+    role: Role,
+    args: &[String],
+) -> anyhow::Result<tokio::process::Command> {
+    let exe =
+        std::env::current_exe().context("cannot find the leasehold executable to start workers")?;
+    let role = match role {
+        Role::Contend => "contend",
+        Role::Handoff => "handoff",
+        Role::Renew => "renew",
+    };
+    let mut command = tokio::process::Command::new(exe);
+    command
+        .arg("bench-worker")
+        .arg(role)
+        .arg("--redis")
+        .arg(&setup.url)
+        .arg("--name")
+        .arg(format!("bench:{scenario}"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    Ok(command)
+}
+
+/// Spawns `leasehold bench-worker ROLE` processes and collects their JSON lines. Returns each worker's lines.
+async fn workers(
+    setup: &Setup,
+    scenario: &'static str,
+    role: Role,
+    processes: usize,
+    extra: &[String],
+) -> anyhow::Result<Vec<Vec<Value>>> {
+    // Processes start and connect during the first second; everyone measures the same wall-clock window.
+    let from_ms = unix_ms() + 1000 + setup.warmup.as_millis() as u64;
+    let to_ms = from_ms + setup.duration.as_millis() as u64;
+    let mut args = vec![
+        "--from-ms".to_owned(),
+        from_ms.to_string(),
+        "--to-ms".to_owned(),
+        to_ms.to_string(),
+    ];
+    args.extend_from_slice(extra);
+    let mut children = Vec::new();
+    for _ in 0..processes {
+        let mut command = worker_command(setup, scenario, role, &args)?;
+        children.push(command.spawn().context("cannot start a bench worker")?);
+    }
+    let count = AtomicU64::new(0);
+    let start = Instant::now();
+    let end = start + Duration::from_millis(to_ms.saturating_sub(unix_ms()));
+    let collect = async {
+        let mut all = Vec::new();
+        for child in &mut children {
+            let stdout = child.stdout.take().context("worker without stdout")?;
+            let mut lines = BufReader::new(stdout).lines();
+            let mut parsed = Vec::new();
+            while let Some(line) = lines.next_line().await? {
+                parsed.push(
+                    serde_json::from_str::<Value>(&line).context("a worker printed bad JSON")?,
+                );
+            }
+            all.push(parsed);
+        }
+        anyhow::Ok(all)
+    };
+    let (_, all) = tokio::join!(watch_progress(setup, scenario, start, end, &count), collect);
+    let all = all?;
+    for child in &mut children {
+        let status = child.wait().await?;
+        if !status.success() {
+            bail!("a bench worker failed ({status})");
+        }
+    }
+    Ok(all)
+}
+
+fn last(lines: &[Value]) -> anyhow::Result<&Value> {
+    lines.last().context("a worker printed nothing")
+}
+
+/// `processes` processes looping on ONE lock.
+pub async fn contended(
+    setup: &Setup,
+    scenario: &'static str,
+    processes: usize,
+) -> anyhow::Result<Outcome> {
+    let results = workers(setup, scenario, Role::Contend, processes, &[]).await?;
+    let mut samples = Samples::default();
+    let mut per_process = Vec::new();
+    for lines in &results {
+        let result = last(lines)?;
+        let taken: Vec<u64> = serde_json::from_value(result["samples_ns"].clone())?;
+        per_process.push(taken.len() as u64);
+        samples.0.extend(taken);
+    }
+    Ok(Outcome {
+        scenario,
+        processes,
+        tasks: processes,
+        elapsed: setup.duration,
+        acquisitions: samples.len() as u64,
+        samples: samples.sorted(),
+        per_process,
+        floor_rate: None,
+        rtt_p50_us: None,
+        renewal: None,
+    })
+}
+
+/// Two processes taking turns: the time from one's release to the other's grant. Also measures the raw round
+/// trip (PING) in this process for comparison.
+pub async fn handoff(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outcome> {
+    let rtt_p50_us = round_trip_p50(setup).await?;
+    let results = workers(setup, scenario, Role::Handoff, 2, &[]).await?;
+    // (acquired, released, worker) for every turn, in time order.
+    let mut turns: Vec<(u64, u64, usize)> = Vec::new();
+    for (worker, lines) in results.iter().enumerate() {
+        let list: Vec<[u64; 2]> = serde_json::from_value(last(lines)?["turns"].clone())?;
+        turns.extend(list.into_iter().map(|[a, r]| (a, r, worker)));
+    }
+    turns.sort_unstable();
+    let mut samples = Samples::default();
+    for pair in turns.windows(2) {
+        let (prev, next) = (pair[0], pair[1]);
+        // Only a grant to the *other* worker is a hand-off.
+        if prev.2 != next.2 && next.0 >= prev.1 {
+            samples.0.push(next.0 - prev.1);
+        }
+    }
+    Ok(Outcome {
+        scenario,
+        processes: 2,
+        tasks: 2,
+        elapsed: setup.duration,
+        acquisitions: samples.len() as u64,
+        samples: samples.sorted(),
+        per_process: Vec::new(),
+        floor_rate: None,
+        rtt_p50_us: Some(rtt_p50_us),
+        renewal: None,
+    })
+}
+
+/// The p50 of one raw round trip (`PING`) on the connection type leasehold uses, in µs.
+async fn round_trip_p50(setup: &Setup) -> anyhow::Result<f64> {
+    let client = redis::Client::open(setup.url.as_str())?;
+    let mut conn = client.get_connection_manager().await?;
+    let mut samples = Samples::default();
+    let end = Instant::now() + (setup.duration / 5).max(Duration::from_millis(200));
+    while Instant::now() < end {
+        let started = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        samples.push(started.elapsed());
+    }
+    Ok(samples.sorted().quantile_us(0.5))
+}
+
+/// One process holds 10,000 locks through three renewal periods of a short lease; renewal calls are counted on
+/// the server.
+pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outcome> {
+    const LOCKS: usize = 10_000;
+    const PERIODS: u32 = 3;
+    let period = Duration::from_secs(1);
+    let client = redis::Client::open(setup.url.as_str())?;
+    let mut stats = client.get_multiplexed_async_connection().await?;
+    let args = [
+        "--locks".to_owned(),
+        LOCKS.to_string(),
+        "--ttl-ms".to_owned(),
+        (period.as_millis() * 3).to_string(),
+        "--renew-ms".to_owned(),
+        period.as_millis().to_string(),
+        "--periods".to_owned(),
+        PERIODS.to_string(),
+    ];
+    let mut child = worker_command(setup, scenario, Role::Renew, &args)?
+        .spawn()
+        .context("cannot start a bench worker")?;
+    let stdout = child.stdout.take().context("worker without stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let count = AtomicU64::new(0);
+    let start = Instant::now();
+    let ready: Value = match lines.next_line().await? {
+        Some(line) => serde_json::from_str(&line)?,
+        None => bail!("the renew worker stopped before holding its locks"),
+    };
+    let before = script_calls(&mut stats).await?;
+    let hold_end = Instant::now() + period * PERIODS + period / 4;
+    let (_, result) = tokio::join!(
+        watch_progress(setup, scenario, start, hold_end, &count),
+        lines.next_line()
+    );
+    let result: Value = match result? {
+        Some(line) => serde_json::from_str(&line)?,
+        None => bail!("the renew worker stopped while holding its locks"),
+    };
+    let after = script_calls(&mut stats).await?;
+    let status = child.wait().await?;
+    if !status.success() {
+        bail!("the renew worker failed ({status})");
+    }
+    let acquire_s = ready["acquire_s"].as_f64().unwrap_or(f64::NAN);
+    Ok(Outcome {
+        scenario,
+        processes: 1,
+        tasks: 1,
+        elapsed: Duration::from_secs_f64(acquire_s.max(1e-9)),
+        acquisitions: LOCKS as u64,
+        samples: Samples::default(),
+        per_process: Vec::new(),
+        floor_rate: None,
+        rtt_p50_us: None,
+        renewal: Some(Renewal {
+            locks: LOCKS,
+            all_held: result["all_held"].as_bool().unwrap_or(false),
+            periods: PERIODS,
+            calls_per_period: after.saturating_sub(before) as f64 / f64::from(PERIODS),
+            cpu_seconds: result["cpu_s"].as_f64().unwrap_or(f64::NAN),
+            bytes_per_lock: result["bytes_per_lock"].as_f64().unwrap_or(f64::NAN),
+        }),
+    })
+}
+
+/// Script calls (`EVALSHA` + `EVAL`) the server has counted so far.
+async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    let mut total = 0;
+    for line in info.lines() {
+        for cmd in ["cmdstat_evalsha:", "cmdstat_eval:"] {
+            if let Some(rest) = line.strip_prefix(cmd) {
+                let calls = rest
+                    .split(',')
+                    .find_map(|f| f.strip_prefix("calls="))
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+                total += calls;
+            }
+        }
+    }
+    Ok(total)
+}

@@ -1,0 +1,143 @@
+//! Latency samples, percentiles, and one scenario's result (the JSON shape is documented in the README).
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// Acquire latencies in nanoseconds, in arrival order until [`Samples::sorted`].
+#[derive(Debug, Default, Clone)]
+pub struct Samples(pub Vec<u64>);
+
+impl Samples {
+    pub fn push(&mut self, latency: Duration) {
+        self.0
+            .push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    pub fn extend(&mut self, other: Samples) {
+        self.0.extend(other.0);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn sorted(mut self) -> Samples {
+        self.0.sort_unstable();
+        self
+    }
+
+    /// The `q` quantile (0..=1) of sorted samples, in microseconds.
+    pub fn quantile_us(&self, q: f64) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        let last = self.0.len() - 1;
+        let index = ((last as f64) * q).round() as usize;
+        self.0[index.min(last)] as f64 / 1000.0
+    }
+}
+
+/// Renewal figures of the `renew-10k` scenario.
+#[derive(Debug, Clone)]
+pub struct Renewal {
+    pub locks: usize,
+    pub all_held: bool,
+    pub periods: u32,
+    pub calls_per_period: f64,
+    pub cpu_seconds: f64,
+    pub bytes_per_lock: f64,
+}
+
+/// One scenario's outcome.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub scenario: &'static str,
+    pub processes: usize,
+    pub tasks: usize,
+    pub elapsed: Duration,
+    pub acquisitions: u64,
+    /// Sorted.
+    pub samples: Samples,
+    /// Acquisitions of each process, for the contended scenario.
+    pub per_process: Vec<u64>,
+    /// The matching floor's acquisitions per second, for leasehold scenarios.
+    pub floor_rate: Option<f64>,
+    /// The raw round trip's p50 in µs, for the hand-off scenario.
+    pub rtt_p50_us: Option<f64>,
+    pub renewal: Option<Renewal>,
+}
+
+impl Outcome {
+    pub fn rate(&self) -> f64 {
+        self.acquisitions as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn floor_ratio(&self) -> Option<f64> {
+        self.floor_rate.map(|floor| self.rate() / floor.max(1e-9))
+    }
+
+    /// Smallest over largest per-process share.
+    pub fn share_ratio(&self) -> Option<f64> {
+        let min = *self.per_process.iter().min()?;
+        let max = *self.per_process.iter().max()?;
+        Some(if max == 0 {
+            0.0
+        } else {
+            min as f64 / max as f64
+        })
+    }
+
+    pub fn handoff_to_rtt(&self) -> Option<f64> {
+        self.rtt_p50_us
+            .map(|rtt| self.samples.quantile_us(0.5) / rtt.max(1e-9))
+    }
+
+    pub fn to_json(&self) -> Value {
+        let round = |x: f64| (x * 100.0).round() / 100.0;
+        json!({
+            "scenario": self.scenario,
+            "processes": self.processes,
+            "tasks": self.tasks,
+            "duration_s": round(self.elapsed.as_secs_f64()),
+            "acquisitions": self.acquisitions,
+            "acquisitions_per_s": round(self.rate()),
+            "latency_us": {
+                "p50": round(self.samples.quantile_us(0.5)),
+                "p99": round(self.samples.quantile_us(0.99)),
+                "max": round(self.samples.quantile_us(1.0)),
+            },
+            "floor_ratio": self.floor_ratio().map(round),
+            "per_process": if self.per_process.is_empty() { Value::Null } else { json!(self.per_process) },
+            "share_min_max": self.share_ratio().map(round),
+            "rtt_p50_us": self.rtt_p50_us.map(round),
+            "handoff_to_rtt": self.handoff_to_rtt().map(round),
+            "renew": self.renewal.as_ref().map(|r| json!({
+                "locks": r.locks,
+                "all_held": r.all_held,
+                "periods": r.periods,
+                "calls_per_period": round(r.calls_per_period),
+                "client_cpu_s": round(r.cpu_seconds),
+                "client_bytes_per_lock": round(r.bytes_per_lock),
+            })),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_pick_from_sorted_samples() {
+        let mut s = Samples::default();
+        for us in [5u64, 1, 3, 2, 4] {
+            s.push(Duration::from_micros(us));
+        }
+        let s = s.sorted();
+        assert_eq!(s.quantile_us(0.0), 1.0);
+        assert_eq!(s.quantile_us(0.5), 3.0);
+        assert_eq!(s.quantile_us(1.0), 5.0);
+        assert_eq!(Samples::default().quantile_us(0.5), 0.0);
+    }
+}

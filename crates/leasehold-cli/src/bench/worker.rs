@@ -1,0 +1,193 @@
+//! `leasehold bench-worker`: the other processes of `leasehold bench` (internal, hidden). Each prints one JSON line.
+
+use std::io::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::connect;
+
+/// What a worker process does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    /// Loop acquire + release on one lock, empty critical section.
+    Contend,
+    /// Take turns with one other worker on one lock, recording release and acquire instants.
+    Handoff,
+    /// Hold many locks through several renewal periods.
+    Renew,
+}
+
+/// `leasehold bench-worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The role.
+    #[arg(value_enum)]
+    pub role: Role,
+    /// The Redis server's URL.
+    #[arg(long)]
+    pub redis: String,
+    /// The lock (or lock-name prefix) to use.
+    #[arg(long, default_value = "bench")]
+    pub name: String,
+    /// Unix time in ms at which measuring starts (warm-up before it).
+    #[arg(long, default_value_t = 0)]
+    pub from_ms: u64,
+    /// Unix time in ms at which measuring stops.
+    #[arg(long, default_value_t = 0)]
+    pub to_ms: u64,
+    /// Locks to hold (renew).
+    #[arg(long, default_value_t = 10_000)]
+    pub locks: usize,
+    /// Lease in ms (renew).
+    #[arg(long, default_value_t = 3000)]
+    pub ttl_ms: u64,
+    /// Renewal period in ms (renew).
+    #[arg(long, default_value_t = 1000)]
+    pub renew_ms: u64,
+    /// Renewal periods to hold for (renew).
+    #[arg(long, default_value_t = 3)]
+    pub periods: u32,
+}
+
+/// Runs the worker; its result is one JSON line on stdout.
+pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
+    let locks = connect::client(&args.redis, None).await?;
+    let result = match args.role {
+        Role::Contend => contend(&locks, &args).await?,
+        Role::Handoff => handoff(&locks, &args).await?,
+        Role::Renew => renew(&locks, &args).await?,
+    };
+    println!("{result}");
+    std::io::stdout().flush()?;
+    Ok(0)
+}
+
+/// Milliseconds since the Unix epoch: the one clock all processes of a run share for start and stop.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// CLOCK_MONOTONIC in ns: comparable between processes on one host, unlike `Instant`.
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        (t.tv_sec() as u64) * 1_000_000_000 + t.tv_nsec() as u64
+    })
+}
+
+async fn contend(
+    locks: &leasehold::Client,
+    args: &WorkerArgs,
+) -> anyhow::Result<serde_json::Value> {
+    let mutex = locks.mutex(&args.name);
+    let mut samples = Vec::new();
+    loop {
+        let now = unix_ms();
+        if now >= args.to_ms {
+            break;
+        }
+        let started = Instant::now();
+        let guard = mutex.lock().await?;
+        let latency = started.elapsed();
+        if now >= args.from_ms {
+            samples.push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
+        }
+        guard.release().await?;
+    }
+    Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
+}
+
+async fn handoff(
+    locks: &leasehold::Client,
+    args: &WorkerArgs,
+) -> anyhow::Result<serde_json::Value> {
+    let mutex = locks.mutex(&args.name);
+    let mut turns = Vec::new();
+    loop {
+        let now = unix_ms();
+        if now >= args.to_ms {
+            break;
+        }
+        let guard = mutex.lock().await?;
+        let acquired = monotonic_ns();
+        // Hold until the other worker is queued, so that every release is a hand-off to a waiter.
+        let patience = Instant::now() + Duration::from_millis(20);
+        while Instant::now() < patience && locks.inspect(&args.name).await?.waiting_clients == 0 {}
+        let released = monotonic_ns();
+        guard.release().await?;
+        if now >= args.from_ms {
+            turns.push([acquired, released]);
+        }
+    }
+    Ok(json!({ "turns": turns }))
+}
+
+async fn renew(locks: &leasehold::Client, args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let every = Duration::from_millis(args.renew_ms);
+    // Warm the connection, the scripts and the keeper before the memory baseline.
+    locks
+        .mutex(&format!("{}:warm", args.name))
+        .lock()
+        .await?
+        .release()
+        .await?;
+    let rss_before = rss_bytes()?;
+    let started = Instant::now();
+    let mut guards = Vec::with_capacity(args.locks);
+    let names: Vec<String> = (0..args.locks)
+        .map(|i| format!("{}:{i}", args.name))
+        .collect();
+    for chunk in names.chunks(500) {
+        let batch = futures_util::future::join_all(chunk.iter().map(|name| {
+            let mutex = locks.mutex(name).ttl(ttl).renew_every(every);
+            async move { mutex.try_lock().await }
+        }))
+        .await;
+        for guard in batch {
+            guards.push(guard.with_context(|| "acquiring the locks to hold")?);
+        }
+    }
+    let acquire_s = started.elapsed().as_secs_f64();
+    drop(names);
+    let rss_after = rss_bytes()?;
+    println!("{}", json!({ "ready": true, "acquire_s": acquire_s }));
+    std::io::stdout().flush()?;
+
+    let cpu_before = cpu_seconds()?;
+    tokio::time::sleep(every * args.periods + every / 4).await;
+    let cpu = cpu_seconds()? - cpu_before;
+    let all_held = guards.iter().all(|g| g.is_held());
+    let bytes_per_lock = rss_after.saturating_sub(rss_before) as f64 / args.locks as f64;
+    drop(guards);
+    Ok(json!({
+        "acquire_s": acquire_s,
+        "all_held": all_held,
+        "cpu_s": cpu,
+        "bytes_per_lock": bytes_per_lock,
+    }))
+}
+
+/// Resident memory of this process, from /proc.
+fn rss_bytes() -> anyhow::Result<u64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .context("no VmRSS in /proc/self/status")?;
+    Ok(kb * 1024)
+}
+
+/// User plus system CPU time of this process so far.
+fn cpu_seconds() -> anyhow::Result<f64> {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)?;
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    Ok(secs(usage.user_time()) + secs(usage.system_time()))
+}

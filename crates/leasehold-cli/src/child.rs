@@ -1,0 +1,307 @@
+//! The program `leasehold run` starts: its own process group, signals to the whole group, the terminal handed to it,
+//! and its exit status as ours.
+
+use std::ffi::OsString;
+use std::io::{self, IsTerminal as _};
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, pthread_sigmask, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+use nix::unistd::{getpgrp, tcgetpgrp, tcsetpgrp, Pid};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::Instant;
+
+use crate::exit::{doom, spare, Doomed};
+use crate::signals::Signals;
+
+/// How often a terminating group is checked for members left behind by its leader. Nothing signals when the
+/// last member of a process group exits, so this is polled, and only during the grace period.
+const GROUP_POLL: Duration = Duration::from_millis(10);
+
+/// A running program in its own process group (its id is the program's pid).
+pub struct Program {
+    child: tokio::process::Child,
+    group: Pid,
+    /// Set once the program has been reaped.
+    status: Option<ExitStatus>,
+    terminal: Option<Terminal>,
+}
+
+/// What [`Program::next_event`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The program exited (it has been reaped).
+    Exited(ExitStatus),
+    /// The program was stopped by job control.
+    Stopped,
+}
+
+/// How [`Program::finish_stop`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Termination {
+    /// The whole group was gone within the grace period.
+    Graceful,
+    /// Something was left after the grace period and got SIGKILL.
+    Killed,
+}
+
+impl Program {
+    /// Starts `command` (program and arguments) directly, without a shell, with `env` added to its environment,
+    /// in a new process group; stdin, stdout and stderr are inherited. When `leasehold` is the foreground job of the
+    /// terminal on stdin, the terminal is handed to the program's group, so that it can read from it and gets the
+    /// terminal's Ctrl-C and Ctrl-Z itself (see [`next_event`](Program::next_event)).
+    ///
+    /// # Errors
+    ///
+    /// The error of `exec`: not found, not executable, …
+    pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Program> {
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no program given"))?;
+        // Before the spawn, so that not even an immediate stop of the program goes unnoticed.
+        let terminal = Terminal::foreground();
+        let child = tokio::process::Command::new(program)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .process_group(0)
+            .spawn()?;
+        let pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .ok_or_else(|| {
+                io::Error::other("the program exited before its process id could be read")
+            })?;
+        let group = Pid::from_raw(pid);
+        doom(Doomed::Group(pid));
+        let terminal = terminal.filter(|terminal| terminal.give(group));
+        Ok(Program {
+            child,
+            group,
+            status: None,
+            terminal,
+        })
+    }
+
+    /// Waits for the program to exit, and gives the terminal back to `leasehold` if it had it.
+    ///
+    /// # Errors
+    ///
+    /// When waiting fails, which only happens if the child is not ours.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped call can be repeated.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let status = self.child.wait().await?;
+        self.status = Some(status);
+        if let Some(terminal) = self.terminal.take() {
+            terminal.take_back(self.group);
+        }
+        Ok(status)
+    }
+
+    /// Waits for the program to exit, like [`wait`](Program::wait), or to be stopped by job control (Ctrl-Z on the
+    /// terminal it was handed): then [`suspend_with_it`](Program::suspend_with_it) is the caller's to do. A program
+    /// without a terminal is never reported stopped: a stopped background job is not ours to manage.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](Program::wait).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn next_event(&mut self) -> io::Result<Event> {
+        if self.status.is_some() || self.terminal.is_none() {
+            return self.wait().await.map(Event::Exited);
+        }
+        let group = self.group;
+        let stopped = async {
+            let Some(terminal) = self.terminal.as_mut() else {
+                return std::future::pending().await;
+            };
+            loop {
+                if terminal.children.recv().await.is_none() {
+                    return std::future::pending().await;
+                }
+                // WSTOPPED alone consumes stop events only; the exit stays for `wait`.
+                let flags = WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG;
+                if let Ok(WaitStatus::Stopped(..)) = waitid(Id::Pid(group), flags) {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            status = self.child.wait() => {
+                let status = status?;
+                self.status = Some(status);
+                if let Some(terminal) = self.terminal.take() {
+                    terminal.take_back(self.group);
+                }
+                Ok(Event::Exited(status))
+            }
+            () = stopped => Ok(Event::Stopped),
+        }
+    }
+
+    /// After [`Event::Stopped`]: suspends `leasehold` with its program, the way a shell expects a job to
+    /// stop: the terminal goes back to our group and our group gets SIGTSTP. Returns once `leasehold` is continued
+    /// (`fg`, `bg`); the terminal then goes back to the program if we are in the foreground, and the program is
+    /// continued. The lease is not renewed while `leasehold` is stopped, so a long suspension loses the lock.
+    pub fn suspend_with_it(&self) {
+        let Some(terminal) = &self.terminal else {
+            return;
+        };
+        terminal.take_back(self.group);
+        // Stops us (and the rest of our job) before the call returns; we resume here when continued.
+        let _ = killpg(terminal.ours, Signal::SIGTSTP);
+        terminal.give(self.group);
+        self.signal(Signal::SIGCONT);
+    }
+
+    /// Sends `signal` to every process of the program's group. A group that is already gone is not an error.
+    pub fn signal(&self, signal: Signal) {
+        // ESRCH (nobody left) is the only error possible for our own group.
+        let _ = killpg(self.group, signal);
+    }
+
+    /// Passes a signal sent to `leasehold` on to the whole group, and continues the group in case it is stopped (by
+    /// SIGTSTP, SIGTTIN, a debugger), so that the signal takes effect now rather than whenever it resumes.
+    pub fn forward(&self, signal: Signal) {
+        self.signal(signal);
+        self.signal(Signal::SIGCONT);
+    }
+
+    /// Starts stopping the whole group: SIGTERM, and SIGCONT so that a stopped program can act on it.
+    pub fn stop(&self) {
+        self.signal(Signal::SIGTERM);
+        self.signal(Signal::SIGCONT);
+    }
+
+    /// After [`stop`](Program::stop): waits up to `grace` for the program and everything left in its group to
+    /// exit, forwarding `signals` meanwhile, and sends SIGKILL to whatever remains. Returns once the program has
+    /// been reaped.
+    pub async fn finish_stop(&mut self, grace: Duration, signals: &mut Signals) -> Termination {
+        let deadline = Instant::now() + grace;
+        let graceful = loop {
+            tokio::select! {
+                status = self.wait() => {
+                    if status.is_err() {
+                        break false;
+                    }
+                    break self.group_gone_by(deadline).await;
+                }
+                () = tokio::time::sleep_until(deadline) => break false,
+                sig = signals.recv() => self.forward(sig),
+            }
+        };
+        if graceful {
+            return Termination::Graceful;
+        }
+        self.signal(Signal::SIGKILL);
+        let _ = self.wait().await;
+        Termination::Killed
+    }
+
+    /// After the leader was reaped: waits until no process is left in the group, or `deadline`. True when empty.
+    async fn group_gone_by(&self, deadline: Instant) -> bool {
+        loop {
+            if killpg(self.group, None).is_err() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(GROUP_POLL).await;
+        }
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            // Only reached on an error path: the lease ends with us, so the program must not run on unwarned.
+            self.signal(Signal::SIGKILL);
+        }
+        spare(Doomed::Group(self.group.as_raw()));
+        if let Some(terminal) = self.terminal.take() {
+            terminal.take_back(self.group);
+        }
+    }
+}
+
+/// Our exit status for the program's: its own code, or 128 + N when signal N ended it.
+pub fn exit_code(status: ExitStatus) -> u8 {
+    if let Some(code) = status.code() {
+        return u8::try_from(code & 0xff).unwrap_or(1);
+    }
+    match status.signal() {
+        Some(sig) => u8::try_from(128 + sig).unwrap_or(255),
+        None => 1,
+    }
+}
+
+/// The terminal on stdin, handed to the program's group while it runs.
+struct Terminal {
+    /// Our process group: the job the shell knows.
+    ours: Pid,
+    /// SIGCHLD, to notice the program stopping: the terminal's Ctrl-Z goes to its group, not ours.
+    children: tokio::signal::unix::Signal,
+}
+
+impl Terminal {
+    /// The terminal on stdin, if `leasehold` is its foreground job.
+    fn foreground() -> Option<Terminal> {
+        let stdin = io::stdin();
+        if !stdin.is_terminal() {
+            return None;
+        }
+        let ours = getpgrp();
+        if tcgetpgrp(&stdin).ok()? != ours {
+            return None;
+        }
+        let children = signal(SignalKind::child()).ok()?;
+        Some(Terminal { ours, children })
+    }
+
+    /// Makes `group` the terminal's foreground, if our group is. True when it did.
+    fn give(&self, group: Pid) -> bool {
+        let stdin = io::stdin();
+        tcgetpgrp(&stdin).ok() == Some(self.ours) && tcsetpgrp(&stdin, group).is_ok()
+    }
+
+    /// Takes the terminal back if the program's group has it. `leasehold` is then a background process, which the
+    /// terminal answers with SIGTTOU unless that signal is blocked, so it is blocked for the call.
+    fn take_back(&self, group: Pid) {
+        let stdin = io::stdin();
+        if tcgetpgrp(&stdin).ok() != Some(group) {
+            return;
+        }
+        let mut ttou = SigSet::empty();
+        ttou.add(Signal::SIGTTOU);
+        let mut previous = SigSet::empty();
+        if pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut previous)).is_err() {
+            return;
+        }
+        let _ = tcsetpgrp(&stdin, self.ours);
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&previous), None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_pass_through_and_signals_add_128() {
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(exit_code(ExitStatus::from_raw(15)), 143);
+        assert_eq!(exit_code(ExitStatus::from_raw(9)), 137);
+    }
+}

@@ -1,0 +1,391 @@
+//! The command line: subcommands, options, their help texts, and clap's errors turned into one line.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration;
+use crate::exit;
+
+/// The Redis URL used when neither `--redis` nor `LEASEHOLD_REDIS_URL` is given.
+pub const DEFAULT_REDIS: &str = "redis://127.0.0.1:6379";
+
+const ROOT_AFTER: &str = "\
+Examples:
+  leasehold run nightly-report -- ./report.sh --since yesterday
+  leasehold status nightly-report
+  leasehold release --force nightly-report
+  leasehold demo
+
+Exit status of `leasehold run`: the program's own, or 128+N when signal N ended it;
+  2 usage error, 69 Redis unreachable or refusing, 75 lock not acquired,
+  76 lock lost while the program ran, 127 program not found or not executable.
+See `leasehold <COMMAND> --help` for each command.";
+
+const RUN_AFTER: &str = "\
+The program runs directly (no shell) in its own process group, with stdin, stdout and
+stderr passed through, and with these variables added to its environment:
+  LEASEHOLD_NAME   the lock's name
+  LEASEHOLD_TOKEN  this grant's owner token
+  LEASEHOLD_FENCE  this grant's fencing number, a decimal integer that increases with every
+               grant of the lock: pass it to the store you write to, and have the store
+               refuse writes that carry a lower one
+
+The lease is renewed every third of --ttl while the program runs. If it is lost (renewal
+not confirmed in time, key gone or taken), the program's whole process group gets SIGTERM
+before the lease can expire in Redis, then SIGKILL after --kill-after; leasehold reports the
+loss and exits 76. SIGINT, SIGTERM and SIGHUP sent to leasehold are passed on to the program;
+the lock is released when the program exits.
+
+Exit status:
+  N      the program's own exit status
+  128+N  the program was ended by signal N (or leasehold was, while waiting for the lock)
+  2      usage error
+  69     Redis cannot be reached or refuses the credentials
+  75     the lock was not acquired (--nonblock, --wait); see --conflict-exit-code
+  76     the lock was lost while the program ran
+  127    the program cannot be found or executed
+
+Examples:
+  # A cron job that runs on one host at a time; the other hosts skip it silently:
+  leasehold run -n -q --conflict-exit-code 0 --redis redis://redis.internal:6379 \\
+      nightly-report -- ./report.sh
+
+  # Wait up to 2 minutes for the lock; a shell pipeline as the program:
+  leasehold run --wait 2m migrate -- sh -c 'psql -f migrate.sql && touch /var/run/migrated'
+
+  # Hand the fence to the store, which refuses writes older than the newest it has seen:
+  leasehold run stock-sync -- sh -c 'psql -v fence=\"$LEASEHOLD_FENCE\" -f sync.sql'";
+
+const STATUS_AFTER: &str = "\
+Prints whether the lock is free or held and, when held, its fence, remaining lease and
+owner token. Exits 0 either way (69 when Redis cannot be asked, 2 on usage errors).
+
+--json prints one object:
+  {\"name\": string, \"state\": \"held\" | \"free\", \"remaining_ms\": number | null,
+   \"fence\": number | null, \"token\": string | null, \"waiting_clients\": number}
+fence is the holder's fence while held, and the last fence granted while free (null when
+Redis no longer has it); remaining_ms and token are null while free; waiting_clients counts
+the processes queued for the lock.
+
+Examples:
+  leasehold status nightly-report
+  leasehold status --json nightly-report | jq -r .state";
+
+const RELEASE_AFTER: &str = "\
+Deletes the lock whoever holds it and wakes its waiters: an operator's escape hatch for a
+lock whose holder is known to be dead. A live holder finds out at its next renewal, and
+`leasehold run` then stops its program and exits 76. Prints the owner token it removed, or
+that the lock was free.
+
+Examples:
+  leasehold release --force nightly-report";
+
+const DEMO_AFTER: &str = "\
+Sells a stock of 100 units to 8 buyer processes that each read the stock, pause a moment,
+then write back what they read minus one and record a sale. Four rounds:
+  1. no lock: buyers overwrite each other's writes and sell far more than there is;
+  2. the textbook lock (SET NX PX, then DEL): a buyer stalls past the TTL, its DEL removes
+     another buyer's lock, and its late write puts sold units back on the shelf;
+  3. leasehold: exactly 100 sold, stock 0;
+  4. leasehold and a fenced store: a buyer freezes past its lease while holding the lock; the
+     store refuses its late write, because a newer holder wrote with a higher fence.
+
+Without --redis it starts a private redis-server (from PATH) on a free port of 127.0.0.1,
+without persistence, and removes it when done (also on Ctrl-C). With --redis it uses that
+server and deletes its own keys afterwards.
+
+Examples:
+  leasehold demo
+  leasehold demo --redis redis://127.0.0.1:6379 --json";
+
+const BENCH_AFTER: &str = "\
+Scenarios (each measures --duration after a short warm-up, against the same server, in this run):
+  floor-1, floor-64        1 or 64 tasks: SET NX PX + owner-checked delete script (the raw-Redis floor)
+  uncontended-1, -64       the same with leasehold lock() + release(); reported as a ratio to the floor
+  contended-8p             8 processes looping on ONE lock; shares per process (min/max)
+  handoff                  2 processes taking turns; p50 compared with one raw round trip
+  renew-10k                one process holds 10,000 locks through 3 renewal periods
+
+Examples:
+  leasehold bench                                   # private redis-server, all scenarios, a table
+  leasehold bench --duration 2s --scenarios floor-1,uncontended-1
+  leasehold bench --redis redis://10.0.0.5:6379 --json --plot latency.svg";
+
+/// Run any program under a distributed lock on Redis.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold", version, about, after_help = ROOT_AFTER)]
+#[command(propagate_version = true, disable_help_subcommand = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a program while holding a lock; stop it if the lock is lost.
+    #[command(after_help = RUN_AFTER)]
+    Run(RunArgs),
+    /// Show whether a lock is free or held, with its fence and remaining lease.
+    #[command(after_help = STATUS_AFTER)]
+    Status(StatusArgs),
+    /// Remove a stuck lock whoever holds it (needs --force).
+    #[command(after_help = RELEASE_AFTER)]
+    Release(ReleaseArgs),
+    /// Show the oversell problem and its cure: four rounds of buyers, one table.
+    #[command(after_help = DEMO_AFTER)]
+    Demo(DemoArgs),
+    /// One buyer process of `leasehold demo` (internal).
+    #[command(hide = true)]
+    DemoBuyer(crate::demo::buyer::BuyerArgs),
+    /// Measure leasehold against the raw-Redis floor on this machine's Redis (or a private one).
+    #[command(after_help = BENCH_AFTER)]
+    Bench(crate::bench::BenchArgs),
+    /// One worker process of `leasehold bench` (internal).
+    #[command(hide = true)]
+    BenchWorker(crate::bench::worker::WorkerArgs),
+}
+
+/// Where Redis is.
+#[derive(Debug, Clone, Args)]
+pub struct RedisArg {
+    /// The Redis server's URL.
+    #[arg(
+        long = "redis",
+        value_name = "URL",
+        env = "LEASEHOLD_REDIS_URL",
+        default_value = DEFAULT_REDIS,
+        help = "The Redis server: redis://[user:password@]host[:port][/db] or unix:///path"
+    )]
+    pub url: String,
+}
+
+/// `leasehold run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub redis: RedisArg,
+
+    /// The lease, renewed automatically while the program runs.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl, allow_hyphen_values = true)]
+    pub ttl: Duration,
+
+    /// Wait at most this long for the lock (default: wait as long as it takes).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true, conflicts_with = "nonblock")]
+    pub wait: Option<Duration>,
+
+    /// Do not wait: exit at once with the conflict status when the lock is held.
+    #[arg(long, short = 'n')]
+    pub nonblock: bool,
+
+    /// Print nothing when the lock was not acquired: the exit status says it.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
+    /// The exit status when the lock was not acquired.
+    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
+    pub conflict_exit_code: u8,
+
+    /// On lock loss, how long to wait between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, allow_hyphen_values = true)]
+    pub kill_after: Duration,
+
+    /// The lock's name (1 to 512 bytes).
+    #[arg(value_name = "NAME", value_parser = parse_name)]
+    pub name: String,
+
+    /// The program and its arguments, after `--`.
+    #[arg(value_name = "PROGRAM", last = true, required = true, num_args = 1..)]
+    pub command: Vec<OsString>,
+}
+
+/// `leasehold status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub redis: RedisArg,
+
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock's name.
+    #[arg(value_name = "NAME", value_parser = parse_name)]
+    pub name: String,
+}
+
+/// `leasehold release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    pub redis: RedisArg,
+
+    /// Confirm: remove the lock whoever holds it.
+    #[arg(long)]
+    pub force: bool,
+
+    /// The lock's name.
+    #[arg(value_name = "NAME", value_parser = parse_name)]
+    pub name: String,
+}
+
+/// `leasehold demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Use this Redis server instead of starting a private one.
+    #[arg(long = "redis", value_name = "URL")]
+    pub redis: Option<String>,
+
+    /// Print the results as one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The library's own rules for names (length, a leading `}`), checked before anything connects.
+fn parse_name(name: &str) -> Result<String, String> {
+    leasehold::lock_keys(leasehold::DEFAULT_PREFIX, name).map_err(|e| e.to_string())?;
+    Ok(name.to_owned())
+}
+
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = duration::parse(text)?;
+    if ttl < leasehold::MIN_TTL {
+        return Err(format!(
+            "the lease must be at least {}",
+            duration::show(leasehold::MIN_TTL)
+        ));
+    }
+    Ok(ttl)
+}
+
+/// What parsing the command line decided.
+pub enum Parsed {
+    /// Go ahead.
+    Run(Cli),
+    /// Help or version was printed: exit with this status without doing anything.
+    Done(u8),
+}
+
+/// Parses the command line. Help and version are printed here; errors become one line and status 2.
+pub fn parse<I, T>(args: I) -> Result<Parsed, anyhow::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    match Cli::try_parse_from(args) {
+        Ok(cli) => Ok(Parsed::Run(cli)),
+        Err(err) => match err.kind() {
+            clap::error::ErrorKind::DisplayHelp
+            | clap::error::ErrorKind::DisplayVersion
+            | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                if err.exit_code() == 0 =>
+            {
+                // Printing help can only fail on a closed stdout, where nobody reads it anyway.
+                let _ = err.print();
+                Ok(Parsed::Done(0))
+            }
+            _ => Err(exit::fail(exit::USAGE, usage_line(&err))),
+        },
+    }
+}
+
+/// Clap's error as one line: its message, without the tips and the usage block, and a pointer to `--help`.
+fn usage_line(err: &clap::Error) -> String {
+    if matches!(
+        err.kind(),
+        clap::error::ErrorKind::MissingSubcommand
+            | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        return "a command is required: run, status, release, demo or bench (see leasehold --help)"
+            .to_owned();
+    }
+    let rendered = err.render().to_string();
+    let mut parts = Vec::new();
+    for line in rendered.lines() {
+        let line = line.trim();
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        if line.is_empty() || line.starts_with("tip:") {
+            continue;
+        }
+        parts.push(line.strip_prefix("error: ").unwrap_or(line));
+    }
+    let mut message = parts.join(" ");
+    if message.is_empty() {
+        message = "invalid command line".to_owned();
+    }
+    format!("{message} (see leasehold --help)")
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn usage_error(args: &[&str]) -> String {
+        match parse(std::iter::once("leasehold").chain(args.iter().copied())) {
+            Err(err) => {
+                assert_eq!(exit::code_of(&err), exit::USAGE, "{args:?}");
+                let line = exit::one_line(&err);
+                assert!(!line.contains('\n'));
+                line
+            }
+            Ok(_) => panic!("{args:?} parsed"),
+        }
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_program_after_the_double_dash() {
+        let Ok(Parsed::Run(cli)) = parse([
+            "leasehold",
+            "run",
+            "--ttl",
+            "2s",
+            "--wait",
+            "1m",
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ]) else {
+            panic!("did not parse");
+        };
+        let Command::Run(run) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(run.name, "jobs");
+        assert_eq!(run.ttl, Duration::from_secs(2));
+        assert_eq!(run.wait, Some(Duration::from_secs(60)));
+        assert_eq!(run.command, ["sh", "-c", "exit 3"]);
+        assert_eq!(run.conflict_exit_code, 75);
+    }
+
+    #[test]
+    fn usage_errors_are_one_line_with_the_reason() {
+        assert!(usage_error(&["run", "jobs"]).contains("PROGRAM"));
+        assert!(usage_error(&["run", "--", "true"]).contains("NAME"));
+        assert!(usage_error(&["run", "", "--", "true"]).contains("empty"));
+        assert!(usage_error(&["run", "--ttl", "-5s", "j", "--", "true"]).contains("negative"));
+        assert!(usage_error(&["run", "--ttl", "5ms", "j", "--", "true"]).contains("at least"));
+        assert!(
+            usage_error(&["run", "--nonblock", "--wait", "1s", "j", "--", "true"])
+                .contains("cannot be used with")
+        );
+        assert!(usage_error(&["run", "--bogus", "j", "--", "true"]).contains("--bogus"));
+        assert!(usage_error(&["run", "j", "true"]).contains("true"));
+        let long = "x".repeat(leasehold::MAX_NAME_LEN + 1);
+        assert!(usage_error(&["status", &long]).contains("limit"));
+        usage_error(&[]);
+    }
+}

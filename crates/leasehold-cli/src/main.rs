@@ -1,0 +1,88 @@
+//! `leasehold`: run any program under a distributed lock on Redis, inspect locks, and see the oversell problem solved.
+//!
+//! One module per subcommand, plus what they share:
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `cli.rs` | the command line (clap), help texts, usage errors as one line |
+//! | `run.rs` | `leasehold run`: lock, run, stop the program on loss, release |
+//! | `child.rs` | the program's process group, its signals, its terminal, its exit status |
+//! | `signals.rs` | SIGINT, SIGTERM and SIGHUP, caught |
+//! | `status.rs` | `leasehold status` and `leasehold release --force` |
+//! | `demo.rs`, `demo/` | `leasehold demo`: rounds, buyer processes, the fenced store, the final table |
+//! | `bench/` | `leasehold bench`: scenarios, worker processes, statistics, the SVG plot |
+//! | `server.rs` | a private `redis-server` on a free port, killed on drop |
+//! | `progress.rs` | the progress bar |
+//! | `connect.rs` | connecting, with errors mapped to exit statuses |
+//! | `duration.rs` | `500ms`, `10s`, `2m`, `1h` |
+//! | `exit.rs` | exit statuses, the error that carries one, the panic hook |
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms)]
+
+mod bench;
+mod child;
+mod cli;
+mod connect;
+mod demo;
+mod duration;
+mod exit;
+mod progress;
+mod run;
+mod server;
+mod signals;
+mod status;
+
+use std::process::ExitCode;
+
+use cli::{Command, Parsed};
+
+fn main() -> ExitCode {
+    exit::install_panic_hook();
+    let code = match cli::parse(std::env::args_os()) {
+        Ok(Parsed::Run(cli)) => execute(cli.command),
+        Ok(Parsed::Done(code)) => code,
+        Err(err) => report(&err),
+    };
+    ExitCode::from(code)
+}
+
+/// Runs one subcommand on a single-threaded runtime and returns the exit status. Single-threaded on purpose: the
+/// demo's frozen buyer relies on a blocking sleep stopping its whole process, lease keeper included.
+fn execute(command: Command) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            return report(&anyhow::Error::from(err).context("cannot start the async runtime"))
+        }
+    };
+    let result = runtime.block_on(async move {
+        match command {
+            Command::Run(args) => run::run(args).await,
+            Command::Status(args) => status::status(args).await,
+            Command::Release(args) => status::release(args).await,
+            Command::Demo(args) => demo::demo(args).await,
+            Command::DemoBuyer(args) => demo::buyer::buyer(args).await,
+            Command::Bench(args) => bench::bench(args).await,
+            Command::BenchWorker(args) => bench::worker::worker(args).await,
+        }
+    });
+    // Background work (a release retried after the program ended, a reconnect) is not waited for.
+    runtime.shutdown_background();
+    match result {
+        Ok(code) => code,
+        Err(err) => report(&err),
+    }
+}
+
+/// Prints the error as one line (unless it has no message: `run --quiet`) and returns its exit status.
+fn report(err: &anyhow::Error) -> u8 {
+    let line = exit::one_line(err);
+    if !line.is_empty() {
+        exit::print_err(&format!("leasehold: {line}"));
+    }
+    exit::code_of(err)
+}

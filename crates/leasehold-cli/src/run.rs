@@ -1,0 +1,162 @@
+//! `leasehold run`: take the lock, run the program while the lease is kept alive, stop the program the moment the
+//! lease is lost, release the lock when the program exits.
+
+use std::ffi::OsString;
+
+use nix::sys::signal::Signal;
+
+use crate::child::{self, Event, Program, Termination};
+use crate::cli::RunArgs;
+use crate::connect;
+use crate::duration::show;
+use crate::exit::{self, fail, print_err};
+use crate::signals::{self, Signals};
+
+/// Runs `leasehold run` and returns the exit status.
+///
+/// # Errors
+///
+/// Every failure before the program starts, each carrying its exit status (see [`crate::exit`]).
+pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
+    // Caught from the start: a signal while we wait must not leave a grant behind, and one that arrives while the
+    // program starts must reach the program.
+    let mut signals = Signals::catch()?;
+    let name = args.name.as_str();
+    let client = tokio::select! {
+        client = connect::client(&args.redis.url, Some(args.ttl)) => client?,
+        sig = signals.recv() => return Err(interrupted(sig, name)),
+    };
+    let mutex = client.mutex(name).ttl(args.ttl);
+    let acquired = tokio::select! {
+        acquired = async {
+            if args.nonblock {
+                mutex.try_lock().await
+            } else if let Some(wait) = args.wait {
+                mutex.lock_timeout(wait).await
+            } else {
+                mutex.lock().await
+            }
+        } => acquired,
+        // Dropping the acquire future releases a grant that may have landed (the library's cancel safety).
+        sig = signals.recv() => return Err(interrupted(sig, name)),
+    };
+    let guard =
+        acquired.map_err(|err| not_acquired(err, name, args.conflict_exit_code, args.quiet))?;
+
+    let env = [
+        ("LEASEHOLD_NAME", name.to_owned()),
+        ("LEASEHOLD_TOKEN", guard.token().to_owned()),
+        ("LEASEHOLD_FENCE", guard.fence().get().to_string()),
+    ];
+    let shown = program_name(&args.command);
+    let mut program = match Program::spawn(&args.command, &env) {
+        Ok(program) => program,
+        Err(err) => {
+            // Nothing ran: give the lock back at once rather than after a lease.
+            let _ = guard.release().await;
+            return Err(fail(exit::CANNOT_RUN, format!("cannot run {shown}: {err}")));
+        }
+    };
+
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let status = loop {
+        tokio::select! {
+            // Loss first: when the program exits just as the lease is lost, we cannot tell whether it finished
+            // under the lock, so we say it did not.
+            biased;
+            reason = &mut lost => {
+                // The signal goes out before anything else: the lease is still valid on the server for at least
+                // the drift allowance, and no other holder may start while the program runs unwarned.
+                program.stop();
+                print_err(&format!(
+                    "leasehold: lost lock {name:?}: {reason}; stopping {shown} (SIGTERM, then SIGKILL after {})",
+                    show(args.kill_after)
+                ));
+                if program.finish_stop(args.kill_after, &mut signals).await == Termination::Killed {
+                    let grace = show(args.kill_after);
+                    print_err(&format!("leasehold: {shown} was still running {grace} after SIGTERM; sent SIGKILL"));
+                }
+                // The lease is gone; the release would only be refused.
+                drop(guard);
+                return Ok(exit::LOST);
+            }
+            event = program.next_event() => match event {
+                Ok(Event::Exited(status)) => break Ok(status),
+                Ok(Event::Stopped) => program.suspend_with_it(),
+                Err(err) => break Err(err),
+            },
+            sig = signals.recv() => program.forward(sig),
+        }
+    };
+    let status = match status {
+        Ok(status) => status,
+        Err(err) => {
+            drop(program);
+            return Err(anyhow::Error::from(err).context(format!("waiting for {shown}")));
+        }
+    };
+    let code = child::exit_code(status);
+    match guard.release().await {
+        Ok(()) => Ok(code),
+        Err(leasehold::Error::NotOwner { .. } | leasehold::Error::LeaseLost { .. }) => {
+            print_err(&format!(
+                "leasehold: lost lock {name:?}: it was no longer ours when {shown} exited"
+            ));
+            Ok(exit::LOST)
+        }
+        Err(err) => {
+            print_err(&format!(
+                "leasehold: warning: could not release lock {name:?} ({}); it expires within {}",
+                crate::exit::one_line(&err.into()),
+                show(args.ttl)
+            ));
+            Ok(code)
+        }
+    }
+}
+
+fn interrupted(sig: Signal, name: &str) -> anyhow::Error {
+    fail(
+        signals::exit_code(sig),
+        format!("{sig} while waiting for lock {name:?}; nothing was run"),
+    )
+}
+
+/// The error for a failed acquire. Conflicts carry the configured status, and no message with `--quiet`.
+fn not_acquired(err: leasehold::Error, name: &str, conflict: u8, quiet: bool) -> anyhow::Error {
+    match err {
+        leasehold::Error::Busy { .. } | leasehold::Error::Timeout { .. } if quiet => {
+            fail(conflict, "")
+        }
+        leasehold::Error::Busy { remaining, .. } => {
+            let left = remaining.map_or(String::new(), |r| {
+                format!(" (its lease has {} left)", show(r))
+            });
+            fail(
+                conflict,
+                format!("lock {name:?} is held by another owner{left}"),
+            )
+        }
+        leasehold::Error::Timeout { waited, .. } => fail(
+            conflict,
+            format!("lock {name:?} is still held after waiting {}", show(waited)),
+        ),
+        leasehold::Error::Redis(err) => fail(
+            exit::UNAVAILABLE,
+            format!(
+                "Redis failed while taking lock {name:?}: {}",
+                crate::exit::one_line(&err.into())
+            ),
+        ),
+        other => anyhow::Error::from(other).context(format!("taking lock {name:?}")),
+    }
+}
+
+/// The program as shown in messages: its first word, quoted.
+fn program_name(command: &[OsString]) -> String {
+    let program = command
+        .first()
+        .map_or_else(String::new, |p| p.to_string_lossy().into_owned());
+    format!("{program:?}")
+}

@@ -1,0 +1,116 @@
+//! `leasehold bench`: the output is complete and well-formed (the numbers themselves are not asserted).
+
+use std::time::Duration;
+
+use leasehold_tests::TempDir;
+use serde_json::Value;
+
+use crate::{finish, leasehold};
+
+const SCENARIOS: [&str; 7] = [
+    "floor-1",
+    "uncontended-1",
+    "floor-64",
+    "uncontended-64",
+    "contended-8p",
+    "handoff",
+    "renew-10k",
+];
+
+#[test]
+fn bench_json_covers_every_scenario_with_well_formed_fields() {
+    let dir = TempDir::new("bench");
+    let svg = dir.path().join("latency.svg");
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "bench",
+            "--duration",
+            "1s",
+            "--json",
+            "--plot",
+            svg.to_str().unwrap(),
+        ]),
+        Duration::from_secs(120),
+    );
+    assert_eq!(code, Some(0), "bench failed: {stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|l| l["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, SCENARIOS);
+
+    for line in &lines {
+        let name = line["scenario"].as_str().unwrap();
+        for field in ["processes", "tasks", "acquisitions"] {
+            assert!(
+                line[field].as_u64().is_some_and(|n| n > 0),
+                "{name}: {field} in {line}"
+            );
+        }
+        assert!(
+            line["acquisitions_per_s"].as_f64().is_some_and(|r| r > 0.0),
+            "{name}: {line}"
+        );
+        assert!(
+            line["duration_s"].as_f64().is_some_and(|d| d > 0.0),
+            "{name}: {line}"
+        );
+        let latency = &line["latency_us"];
+        let (p50, p99, max) = (
+            latency["p50"].as_f64(),
+            latency["p99"].as_f64(),
+            latency["max"].as_f64(),
+        );
+        assert!(
+            p50.is_some() && p99.is_some() && max.is_some(),
+            "{name}: {line}"
+        );
+        if name != "renew-10k" {
+            let (p50, p99, max) = (p50.unwrap(), p99.unwrap(), max.unwrap());
+            assert!(
+                0.0 < p50 && p50 <= p99 && p99 <= max,
+                "{name}: latencies out of order: {latency}"
+            );
+        }
+        let expects = |field: &str, present: bool| {
+            assert_eq!(!line[field].is_null(), present, "{name}: {field} in {line}");
+        };
+        expects("floor_ratio", name.starts_with("uncontended"));
+        expects("share_min_max", name == "contended-8p");
+        expects("per_process", name == "contended-8p");
+        expects("rtt_p50_us", name == "handoff");
+        expects("handoff_to_rtt", name == "handoff");
+        expects("renew", name == "renew-10k");
+    }
+    let contended = &lines[4];
+    assert_eq!(contended["per_process"].as_array().unwrap().len(), 8);
+    let renew = &lines[6]["renew"];
+    assert_eq!(renew["locks"], 10_000);
+    assert_eq!(renew["periods"], 3);
+    for field in ["calls_per_period", "client_cpu_s", "client_bytes_per_lock"] {
+        assert!(renew[field].as_f64().is_some(), "renew.{field} in {renew}");
+    }
+    assert!(renew["all_held"].is_boolean());
+
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.starts_with("<svg") && picture.trim_end().ends_with("</svg>"));
+    // One curve per scenario with latency samples (renew-10k has none).
+    assert_eq!(picture.matches("<polyline").count(), 6);
+}
+
+#[test]
+fn bench_rejects_unknown_scenarios_and_bad_durations() {
+    for args in [
+        &["bench", "--scenarios", "nope"][..],
+        &["bench", "--duration", "0s"],
+        &["bench", "--duration", "fast"],
+    ] {
+        let (code, _, stderr) = finish(leasehold(args), Duration::from_secs(10));
+        assert_eq!(code, Some(2), "{args:?}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+}

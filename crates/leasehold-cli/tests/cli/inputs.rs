@@ -1,0 +1,211 @@
+//! Bad input and unreachable servers: the documented exit statuses, one line on stderr, never a panic.
+
+use leasehold::redis;
+use leasehold_tests::RedisServer;
+
+use crate::{finish, leasehold, one_error_line, SOON};
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    // No server runs here: usage errors must be found before connecting.
+    let long = "n".repeat(leasehold::MAX_NAME_LEN + 1);
+    let url = "redis://127.0.0.1:1";
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("no command", vec![]),
+        ("unknown command", vec!["frobnicate"]),
+        ("unknown flag", vec!["run", "--bogus", "n", "--", "true"]),
+        ("missing name and program", vec!["run"]),
+        ("missing program", vec!["run", "n"]),
+        ("nothing after --", vec!["run", "n", "--"]),
+        ("program without --", vec!["run", "n", "true"]),
+        ("empty name", vec!["run", "", "--", "true"]),
+        ("name too long", vec!["run", &long, "--", "true"]),
+        ("name starting with }", vec!["run", "}x", "--", "true"]),
+        ("zero ttl", vec!["run", "--ttl", "0s", "n", "--", "true"]),
+        (
+            "negative ttl",
+            vec!["run", "--ttl", "-5s", "n", "--", "true"],
+        ),
+        (
+            "ttl without unit",
+            vec!["run", "--ttl", "30", "n", "--", "true"],
+        ),
+        (
+            "unknown unit",
+            vec!["run", "--ttl", "3d", "n", "--", "true"],
+        ),
+        (
+            "not a number",
+            vec!["run", "--ttl", "soon", "n", "--", "true"],
+        ),
+        (
+            "absurd ttl",
+            vec!["run", "--ttl", "100000h", "n", "--", "true"],
+        ),
+        (
+            "ttl below the minimum",
+            vec!["run", "--ttl", "1ms", "n", "--", "true"],
+        ),
+        ("zero wait", vec!["run", "--wait", "0ms", "n", "--", "true"]),
+        (
+            "negative wait",
+            vec!["run", "--wait=-1s", "n", "--", "true"],
+        ),
+        (
+            "bad kill-after",
+            vec!["run", "--kill-after", "later", "n", "--", "true"],
+        ),
+        (
+            "nonblock and wait",
+            vec!["run", "--nonblock", "--wait", "1s", "n", "--", "true"],
+        ),
+        (
+            "conflict code too big",
+            vec!["run", "--conflict-exit-code", "256", "n", "--", "true"],
+        ),
+        (
+            "malformed url",
+            vec!["run", "--redis", "not a url", "n", "--", "true"],
+        ),
+        (
+            "wrong scheme",
+            vec!["run", "--redis", "http://127.0.0.1:6379", "n", "--", "true"],
+        ),
+        ("status without name", vec!["status"]),
+        ("status with empty name", vec!["status", "", "--redis", url]),
+        (
+            "status name too long",
+            vec!["status", &long, "--redis", url],
+        ),
+        ("status malformed url", vec!["status", "n", "--redis", "::"]),
+        (
+            "release without --force",
+            vec!["release", "n", "--redis", url],
+        ),
+        (
+            "release name too long",
+            vec!["release", "--force", &long, "--redis", url],
+        ),
+        ("demo with an argument", vec!["demo", "extra"]),
+        ("demo malformed url", vec!["demo", "--redis", "not a url"]),
+    ];
+    for (what, args) in cases {
+        let (code, stdout, stderr) = finish(leasehold(&args), SOON);
+        assert_eq!(code, Some(2), "{what}: {stderr}");
+        assert_eq!(stdout, "", "{what}");
+        one_error_line(&stderr);
+    }
+}
+
+#[test]
+fn release_without_force_says_what_is_missing() {
+    let (_, _, stderr) = finish(leasehold(&["release", "jobs"]), SOON);
+    assert!(one_error_line(&stderr).contains("--force"), "{stderr}");
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    for command in [
+        &["--help"][..],
+        &["run", "--help"],
+        &["status", "--help"],
+        &["release", "--help"],
+        &["demo", "--help"],
+    ] {
+        let (code, stdout, stderr) = finish(leasehold(command), SOON);
+        assert_eq!(code, Some(0), "{command:?}: {stderr}");
+        assert!(stdout.contains("Usage: leasehold"), "{command:?}");
+        assert!(stdout.contains("Examples:"), "{command:?} has no examples");
+    }
+    let (code, stdout, _) = finish(leasehold(&["--version"]), SOON);
+    assert_eq!(code, Some(0));
+    assert!(stdout.starts_with("leasehold "), "{stdout}");
+}
+
+#[test]
+fn an_unreachable_server_exits_69() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+    for args in [
+        vec!["run", "--redis", &url, "n", "--", "true"],
+        vec!["status", "--redis", &url, "n"],
+        vec!["release", "--redis", &url, "--force", "n"],
+    ] {
+        let (code, stdout, stderr) = finish(leasehold(&args), SOON);
+        assert_eq!(code, Some(69), "{args:?}: {stderr}");
+        assert_eq!(stdout, "");
+        assert!(
+            one_error_line(&stderr).contains("cannot reach Redis"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn refused_credentials_exit_69_without_showing_the_password() {
+    let server = RedisServer::start_with(&["--requirepass", "right"]);
+    for url in [
+        format!("redis://:wrong@127.0.0.1:{}", server.port()),
+        format!("redis://127.0.0.1:{}", server.port()),
+    ] {
+        let (code, _, stderr) = finish(
+            leasehold(&["run", "--redis", &url, "n", "--", "true"]),
+            SOON,
+        );
+        assert_eq!(code, Some(69), "{url}: {stderr}");
+        let line = one_error_line(&stderr);
+        assert!(!line.contains("wrong"), "{line}");
+    }
+    let good = format!("redis://:right@127.0.0.1:{}", server.port());
+    let (code, _, _) = finish(
+        leasehold(&["run", "--redis", &good, "n", "--", "true"]),
+        SOON,
+    );
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn the_url_can_come_from_the_environment() {
+    let server = RedisServer::start();
+    let mut command = leasehold(&["run", "env-url", "--", "true"]);
+    command.env("LEASEHOLD_REDIS_URL", server.url());
+    let (code, _, stderr) = finish(command, SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn a_key_that_is_not_a_lock_exits_65_and_is_left_alone() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("SET")
+        .arg("leasehold:{foreign}")
+        .arg("someone else's")
+        .query(&mut server.connection())
+        .unwrap();
+    let url = server.url();
+    for args in [
+        vec![
+            "run",
+            "--redis",
+            &url,
+            "--nonblock",
+            "foreign",
+            "--",
+            "true",
+        ],
+        vec!["status", "--redis", &url, "foreign"],
+        vec!["release", "--redis", &url, "--force", "foreign"],
+    ] {
+        let (code, _, stderr) = finish(leasehold(&args), SOON);
+        assert_eq!(code, Some(65), "{args:?}: {stderr}");
+        assert!(
+            one_error_line(&stderr).contains("not a leasehold lock"),
+            "{stderr}"
+        );
+    }
+    let value: String = redis::cmd("GET")
+        .arg("leasehold:{foreign}")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(value, "someone else's");
+}

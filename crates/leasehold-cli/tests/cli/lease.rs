@@ -1,0 +1,190 @@
+//! Lease loss: the program is stopped before anyone else can hold the lock, and `leasehold` exits 76.
+
+use std::fs::OpenOptions;
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::{await_group_gone, await_waiter, leasehold, Running, SOON};
+use leasehold_tests::{RedisServer, TcpProxy, TempDir};
+
+/// The program of a holder that logs its start (`first PID FENCE`) and its SIGTERM (`term PID`) to `log`.
+fn logging_holder(log: &std::path::Path) -> String {
+    format!(
+        r#"trap 'echo "term $$" >> {log}; exit 143' TERM; echo "first $$ $LEASEHOLD_FENCE" >> {log}; echo started; sleep 60 & wait"#,
+        log = log.display()
+    )
+}
+
+// Multi-threaded: the proxy's tasks must keep running while the test body blocks on processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_holder_stops_its_program_and_exits_76_before_the_next_holder_starts() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr()).await;
+    let dir = TempDir::new("cli-lease");
+    let log = dir.path().join("events");
+    // One log, appended to by both programs and by the first leasehold's stderr, so its order is the order of events.
+    let append = || {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap()
+    };
+
+    let mut first = leasehold(&[
+        "run",
+        "--redis",
+        &proxy.url(),
+        "--ttl",
+        "3s",
+        "cut",
+        "--",
+        "sh",
+        "-c",
+        &logging_holder(&log),
+    ]);
+    first.stderr(Stdio::from(append()));
+    let mut first = Running::start_with(first, false);
+    assert_eq!(first.line(SOON), "started");
+
+    let second_program = format!(r#"echo "second $LEASEHOLD_FENCE" >> {}"#, log.display());
+    let mut second = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "cut",
+        "--",
+        "sh",
+        "-c",
+        &second_program,
+    ]));
+    await_waiter(&server, "cut");
+
+    proxy.blackhole();
+
+    assert_eq!(first.code(Duration::from_secs(15)), Some(76));
+    assert_eq!(
+        second.code(Duration::from_secs(15)),
+        Some(0),
+        "{}",
+        second.stderr()
+    );
+
+    let events = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = events.lines().collect();
+    let position = |prefix: &str| {
+        lines
+            .iter()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {events}"))
+    };
+    let (started, lost, term, next) = (
+        position("first "),
+        position("leasehold: lost lock \"cut\""),
+        position("term "),
+        position("second "),
+    );
+    assert!(
+        started < lost && lost < next,
+        "the loss must be reported before the next holder runs:\n{events}"
+    );
+    assert!(started < term, "{events}");
+    assert!(lines[lost].contains("not renewed"), "{events}");
+
+    let first_fields: Vec<&str> = lines[started].split_whitespace().collect();
+    let pid: i32 = first_fields[1].parse().unwrap();
+    let first_fence: u64 = first_fields[2].parse().unwrap();
+    let second_fence: u64 = lines[next]
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(second_fence > first_fence, "{events}");
+    await_group_gone(pid);
+}
+
+#[test]
+fn a_program_that_ignores_sigterm_is_killed_after_the_grace() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut holder = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &url,
+        "--ttl",
+        "1s",
+        "--kill-after",
+        "300ms",
+        "stubborn",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; echo $$; while :; do sleep 0.05; done",
+    ]));
+    let pid: i32 = holder.line(SOON).parse().unwrap();
+    let (code, _, _) = crate::finish(
+        leasehold(&["release", "--redis", &url, "--force", "stubborn"]),
+        SOON,
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(holder.code(SOON), Some(76));
+    let stderr = holder.stderr();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(
+        lines[0].contains("lost lock \"stubborn\": the key was gone"),
+        "{stderr}"
+    );
+    assert!(lines[1].contains("sent SIGKILL"), "{stderr}");
+    await_group_gone(pid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_failing_while_waiting_exits_69_without_running_the_program() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr()).await;
+    let mut holder = leasehold(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "--ttl",
+        "1s",
+        "wait-fail",
+        "--",
+        "sh",
+        "-c",
+        "echo held; read line; exit 0",
+    ]);
+    holder.stdin(Stdio::piped());
+    let mut holder = Running::start(holder);
+    assert_eq!(holder.line(SOON), "held");
+
+    // The waiter looks again at the latest when the holder's lease would end (1 s); by then Redis is out of reach.
+    let mut waiter = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &proxy.url(),
+        "wait-fail",
+        "--",
+        "sh",
+        "-c",
+        "echo ran",
+    ]));
+    await_waiter(&server, "wait-fail");
+    proxy.blackhole();
+
+    assert_eq!(waiter.code(SOON), Some(69));
+    let stderr = waiter.stderr();
+    assert!(
+        crate::one_error_line(&stderr).contains("Redis failed while taking lock \"wait-fail\""),
+        "{stderr}"
+    );
+    assert!(
+        waiter.rest(SOON).is_empty(),
+        "the program must not have run"
+    );
+
+    holder.close_stdin();
+    assert_eq!(holder.code(SOON), Some(0));
+}

@@ -1,0 +1,199 @@
+//! End-to-end tests of the `leasehold` binary against real `redis-server` processes (one test binary, one module per
+//! concern). Every test starts its own servers on private ports, bounds every wait, and cleans up its processes.
+
+mod bench;
+mod demo;
+mod inputs;
+mod lease;
+mod run;
+mod signals;
+mod status;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use leasehold::redis;
+use leasehold_tests::{ChildGuard, RedisServer};
+use nix::sys::signal::killpg;
+use nix::unistd::Pid;
+
+/// The binary under test.
+pub const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
+
+/// Generous bound for anything that should take well under a second.
+pub const SOON: Duration = Duration::from_secs(10);
+
+/// A `leasehold` command with `args`, isolated from the caller's environment: no `LEASEHOLD_REDIS_URL`, stdin closed.
+pub fn leasehold(args: &[&str]) -> Command {
+    let mut command = Command::new(LEASEHOLD);
+    command
+        .args(args)
+        .env_remove("LEASEHOLD_REDIS_URL")
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null());
+    command
+}
+
+/// A started `leasehold`: stdout read line by line in a thread, stderr collected, killed on drop.
+pub struct Running {
+    child: ChildGuard,
+    stdout: Receiver<String>,
+    stderr: Option<Receiver<String>>,
+}
+
+impl Running {
+    /// Starts `command` with stdout and stderr piped.
+    pub fn start(command: Command) -> Running {
+        Running::start_with(command, true)
+    }
+
+    /// Starts `command` with stdout piped, and stderr piped only if `capture_stderr` (otherwise as configured).
+    pub fn start_with(mut command: Command, capture_stderr: bool) -> Running {
+        command.stdout(Stdio::piped());
+        if capture_stderr {
+            command.stderr(Stdio::piped());
+        }
+        let mut child = ChildGuard::new(command.spawn().unwrap());
+        let stdout = child.stdout.take().unwrap();
+        let (out_tx, out_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if out_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = child.stderr.take().map(|mut stderr| {
+            let (err_tx, err_rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = stderr.read_to_string(&mut text);
+                let _ = err_tx.send(text);
+            });
+            err_rx
+        });
+        Running {
+            child,
+            stdout: out_rx,
+            stderr,
+        }
+    }
+
+    /// The process id of `leasehold`.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next line on stdout.
+    pub fn line(&self, within: Duration) -> String {
+        match self.stdout.recv_timeout(within) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) => panic!("no line on stdout within {within:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("stdout closed before the expected line"),
+        }
+    }
+
+    /// Every stdout line still to come, until stdout closes (bounded by `within`).
+    pub fn rest(&self, within: Duration) -> Vec<String> {
+        let deadline = Instant::now() + within;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(RecvTimeoutError::Disconnected) => return lines,
+                Err(RecvTimeoutError::Timeout) => panic!("stdout still open after {within:?}"),
+            }
+        }
+    }
+
+    /// `leasehold`'s stdin, when it was piped.
+    pub fn take_stdin(&mut self) -> std::process::ChildStdin {
+        self.child.stdin.take().expect("stdin was not piped")
+    }
+
+    /// Closes `leasehold`'s stdin (a program that waits for it with `read` then goes on).
+    pub fn close_stdin(&mut self) {
+        drop(self.child.stdin.take());
+    }
+
+    /// Waits for the exit.
+    pub fn wait(&mut self, within: Duration) -> ExitStatus {
+        self.child
+            .wait_timeout(within)
+            .unwrap_or_else(|| panic!("leasehold did not exit within {within:?}"))
+    }
+
+    /// Waits for the exit and returns the status code (`None` if a signal ended `leasehold` itself).
+    pub fn code(&mut self, within: Duration) -> Option<i32> {
+        self.wait(within).code()
+    }
+
+    /// Everything `leasehold` wrote on stderr, once it has exited.
+    pub fn stderr(&mut self) -> String {
+        let stderr = self.stderr.as_ref().expect("stderr was not captured");
+        stderr.recv_timeout(SOON).expect("stderr closed")
+    }
+}
+
+/// Runs `command` to its end (within `limit`) and returns its exit code, stdout and stderr.
+pub fn finish(command: Command, limit: Duration) -> (Option<i32>, String, String) {
+    let mut running = Running::start(command);
+    let code = running.code(limit);
+    let stdout = running.rest(SOON).join("\n");
+    (code, stdout, running.stderr())
+}
+
+/// Asserts that `stderr` is exactly one `leasehold: ` line, and returns it.
+pub fn one_error_line(stderr: &str) -> &str {
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one line on stderr, got {stderr:?}"
+    );
+    assert!(lines[0].starts_with("leasehold: "), "{stderr:?}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr:?}"
+    );
+    lines[0]
+}
+
+/// True when the key of lock `name` exists.
+pub fn lock_exists(server: &RedisServer, name: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(format!("leasehold:{{{name}}}"))
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+/// Waits until a client queues for lock `name` (waiting clients put their id on the lock's queue). Redis
+/// announces nothing, so the queue's length is polled.
+pub fn await_waiter(server: &RedisServer, name: &str) {
+    let queue = format!("leasehold:{{{name}}}:queue");
+    let mut con = server.connection();
+    poll_until(&format!("a client waits for {name:?}"), || {
+        let waiting: u64 = redis::cmd("LLEN").arg(&queue).query(&mut con).unwrap();
+        waiting > 0
+    });
+}
+
+/// Waits until no process is left in process group `pgid`. Members killed with their leader stay zombies until
+/// init reaps them, and nothing announces that, so the group is polled.
+pub fn await_group_gone(pgid: i32) {
+    poll_until(&format!("process group {pgid} is gone"), || {
+        killpg(Pid::from_raw(pgid), None) == Err(nix::Error::ESRCH)
+    });
+}
+
+fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + SOON;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,280 @@
+//! `leasehold run`: mutual exclusion, conflicts, exit statuses, the environment.
+
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use leasehold::redis;
+use leasehold_tests::{RedisServer, TempDir};
+
+use crate::{finish, leasehold, lock_exists, one_error_line, Running, LEASEHOLD, SOON};
+
+/// Starts `leasehold run` holding `name` with a program that prints `held FENCE TOKEN` and then waits for stdin to
+/// close (see [`Running::close_stdin`]).
+fn holder(server: &RedisServer, name: &str, ttl: &str) -> Running {
+    let mut command = leasehold(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "--ttl",
+        ttl,
+        name,
+        "--",
+        "sh",
+        "-c",
+        "echo held $LEASEHOLD_FENCE $LEASEHOLD_TOKEN; read line; exit 0",
+    ]);
+    command.stdin(Stdio::piped());
+    let running = Running::start(command);
+    let line = running.line(SOON);
+    assert!(line.starts_with("held "), "{line}");
+    running
+}
+
+#[test]
+fn concurrent_runs_exclude_each_other() {
+    const RUNS: usize = 10;
+    const INCREMENTS: usize = 3;
+    let server = RedisServer::start();
+    let dir = TempDir::new("cli-exclusion");
+    let log = dir.path().join("sections");
+    // A non-atomic increment with a pause between read and write, bracketed in a log of section boundaries.
+    let program = format!(
+        "echo start >> {log}; for i in $(seq {INCREMENTS}); do \
+           v=$(redis-cli -p {port} GET counter); sleep 0.01; redis-cli -p {port} SET counter $((v + 1)) >/dev/null; \
+         done; echo end >> {log}",
+        log = log.display(),
+        port = server.port()
+    );
+    let url = server.url();
+    let mut runs: Vec<Running> = (0..RUNS)
+        .map(|_| {
+            Running::start(leasehold(&[
+                "run", "--redis", &url, "counter", "--", "sh", "-c", &program,
+            ]))
+        })
+        .collect();
+    for run in &mut runs {
+        assert_eq!(
+            run.code(Duration::from_secs(60)),
+            Some(0),
+            "{}",
+            run.stderr()
+        );
+    }
+    let counter: i64 = redis::cmd("GET")
+        .arg("counter")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(counter, (RUNS * INCREMENTS) as i64);
+    let sections = std::fs::read_to_string(&log).unwrap();
+    let expected: Vec<&str> = ["start", "end"].repeat(RUNS);
+    assert_eq!(
+        sections.lines().collect::<Vec<_>>(),
+        expected,
+        "sections overlapped"
+    );
+    assert!(!lock_exists(&server, "counter"));
+}
+
+#[test]
+fn a_held_lock_gives_the_conflict_status_without_waiting_or_after_the_wait() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut held = holder(&server, "busy", "30s");
+    let ran = "echo ran";
+
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "run",
+            "--redis",
+            &url,
+            "--nonblock",
+            "busy",
+            "--",
+            "sh",
+            "-c",
+            ran,
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(75));
+    assert_eq!(stdout, "", "the program must not run");
+    assert!(
+        one_error_line(&stderr).contains("held by another owner"),
+        "{stderr}"
+    );
+
+    let (code, _, _) = finish(
+        leasehold(&[
+            "run",
+            "--redis",
+            &url,
+            "-n",
+            "--conflict-exit-code",
+            "9",
+            "busy",
+            "--",
+            "true",
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(9));
+
+    let (code, _, stderr) = finish(
+        leasehold(&["run", "--redis", &url, "-n", "-q", "busy", "--", "true"]),
+        SOON,
+    );
+    assert_eq!(
+        (code, stderr.as_str()),
+        (Some(75), ""),
+        "--quiet says nothing"
+    );
+
+    let started = Instant::now();
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "run", "--redis", &url, "--wait", "300ms", "busy", "--", "sh", "-c", ran,
+        ]),
+        SOON,
+    );
+    let waited = started.elapsed();
+    assert_eq!(code, Some(75));
+    assert_eq!(stdout, "");
+    assert!(one_error_line(&stderr).contains("still held"), "{stderr}");
+    assert!(
+        waited >= Duration::from_millis(300),
+        "gave up after {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+
+    held.close_stdin();
+    assert_eq!(held.code(SOON), Some(0));
+    assert!(
+        !lock_exists(&server, "busy"),
+        "released when the program exited"
+    );
+}
+
+#[test]
+fn the_programs_exit_status_passes_through() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for (program, expected) in [
+        ("exit 0", 0),
+        ("exit 3", 3),
+        ("exit 255", 255),
+        ("kill -KILL $$", 137),
+        ("kill -TERM $$", 143),
+    ] {
+        let (code, _, stderr) = finish(
+            leasehold(&["run", "--redis", &url, "status", "--", "sh", "-c", program]),
+            SOON,
+        );
+        assert_eq!(code, Some(expected), "{program}: {stderr}");
+        assert_eq!(stderr, "", "{program}");
+        assert!(!lock_exists(&server, "status"));
+    }
+}
+
+#[test]
+fn a_program_that_cannot_run_exits_127_and_frees_the_lock_at_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = TempDir::new("cli-127");
+    let not_executable = dir.path().join("script.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(&not_executable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for program in [
+        "/nonexistent/program",
+        "no-such-program-leasehold-test",
+        not_executable.to_str().unwrap(),
+    ] {
+        let (code, _, stderr) = finish(
+            leasehold(&["run", "--redis", &url, "--ttl", "30s", "job", "--", program]),
+            SOON,
+        );
+        assert_eq!(code, Some(127), "{program}");
+        assert!(one_error_line(&stderr).contains("cannot run"), "{stderr}");
+        assert!(
+            !lock_exists(&server, "job"),
+            "the lock must be free at once, not after its 30 s lease"
+        );
+    }
+}
+
+#[test]
+fn the_program_gets_the_name_token_and_a_growing_fence() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut fences = Vec::new();
+    for _ in 0..2 {
+        let (code, stdout, _) = finish(
+            leasehold(&[
+                "run",
+                "--redis",
+                &url,
+                "env-check",
+                "--",
+                "sh",
+                "-c",
+                "echo $LEASEHOLD_NAME $LEASEHOLD_TOKEN $LEASEHOLD_FENCE",
+            ]),
+            SOON,
+        );
+        assert_eq!(code, Some(0));
+        let fields: Vec<&str> = stdout.split_whitespace().collect();
+        assert_eq!(fields.len(), 3, "{stdout}");
+        assert_eq!(fields[0], "env-check");
+        assert!(
+            fields[1].starts_with("dl1:") && fields[1].len() == 36,
+            "{stdout}"
+        );
+        fences.push(fields[2].parse::<u64>().unwrap());
+    }
+    assert!(fences[1] > fences[0], "{fences:?}");
+}
+
+#[test]
+fn stdin_reaches_the_program() {
+    let server = RedisServer::start();
+    let mut command = leasehold(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "stdin",
+        "--",
+        "sh",
+        "-c",
+        "read a; echo got $a",
+    ]);
+    command.stdin(Stdio::piped());
+    let mut running = Running::start(command);
+    running.take_stdin().write_all(b"hello\n").unwrap();
+    assert_eq!(running.line(SOON), "got hello");
+    assert_eq!(running.code(SOON), Some(0));
+}
+
+#[test]
+fn a_program_can_read_the_terminal_and_the_shell_gets_it_back() {
+    // `script` gives the shell a terminal of its own. The program runs in its own process group; without the
+    // terminal handed to that group its `read` would stop it (SIGTTIN), and without the terminal handed back the
+    // shell's `read` would stop the shell.
+    let server = RedisServer::start();
+    let inner = format!(
+        "{LEASEHOLD} run --redis {} tty -- sh -c 'read x; echo got $x'; read y; echo after $y",
+        server.url()
+    );
+    let mut command = std::process::Command::new("script");
+    command
+        .args(["-qec", &inner, "/dev/null"])
+        .env_remove("LEASEHOLD_REDIS_URL")
+        .stdin(Stdio::piped());
+    let mut running = Running::start(command);
+    running.take_stdin().write_all(b"hello\nworld\n").unwrap();
+    assert_eq!(running.code(SOON), Some(0));
+    let output = running.rest(SOON).join("\n");
+    assert!(output.contains("got hello"), "{output}");
+    assert!(output.contains("after world"), "{output}");
+}

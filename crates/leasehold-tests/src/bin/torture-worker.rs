@@ -1,0 +1,302 @@
+//! A worker of the torture test (`tests/torture/`): one real OS process that loops lock → critical section → release
+//! on one lock, through its own fault proxy, and logs everything it observes on the machine's monotonic clock
+//! (shared by all processes), one line per event, flushed at once so that a killed worker's history survives.
+//!
+//! ```text
+//! torture-worker run LOCK_URL STORE_URL NAME WORKER TTL_MS SEED LOG   # the loop, until killed
+//! torture-worker queue-and-die LOCK_URL NAME                         # start waiting for the lock, then vanish
+//! ```
+//!
+//! Log lines (`T` is `CLOCK_MONOTONIC` in ns, read *before* the step it stamps):
+//!
+//! ```text
+//! want T                      about to wait for the lock
+//! grant T FENCE               lock() returned a grant
+//! held T FENCE                is_held() was true (T read before the call); written at most every 2 ms, and last
+//!                             right before the release is sent
+//! lost T FENCE REASON         the loss signal resolved
+//! write T FENCE 0|1           the fenced write to the store was refused (0) or accepted (1)
+//! occupied T FENCE            the store's occupancy marker was set by another worker (a visible overlap)
+//! released T FENCE OUTCOME    release() returned: ok, lost, notowner, or err
+//! error T WHAT                anything else that failed (Redis down, timeouts): the worker retries
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_tests::XorShift as Rng;
+
+/// The store's fenced write: refuses a fence lower than the highest accepted.
+const FENCED_WRITE: &str = r"
+local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if tonumber(ARGV[1]) < seen then return 0 end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+return 1
+";
+
+/// Clears the occupancy marker only if it is ours.
+const LEAVE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+fn now_ns() -> u64 {
+    leasehold_tests::monotonic_ns()
+}
+
+#[derive(Clone)]
+struct Log(Arc<Mutex<File>>);
+
+impl Log {
+    fn line(&self, text: std::fmt::Arguments<'_>) {
+        let mut file = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(file, "{text}");
+    }
+}
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let result = match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["run", lock_url, store_url, name, worker, ttl_ms, seed, log] => {
+            let (Ok(ttl_ms), Ok(seed)) = (ttl_ms.parse::<u64>(), seed.parse::<u64>()) else {
+                return usage();
+            };
+            let log = match OpenOptions::new().create(true).append(true).open(log) {
+                Ok(file) => Log(Arc::new(Mutex::new(file))),
+                Err(e) => {
+                    eprintln!("torture-worker: {log}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let worker = worker.to_string();
+            runtime.block_on(run(lock_url, store_url, name, worker, ttl_ms, seed, log))
+        }
+        ["queue-and-die", lock_url, name] => runtime.block_on(queue_and_die(lock_url, name)),
+        _ => return usage(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("torture-worker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage() -> ExitCode {
+    eprintln!("usage: torture-worker run LOCK_URL STORE_URL NAME WORKER TTL_MS SEED LOG | queue-and-die LOCK_URL NAME");
+    ExitCode::from(2)
+}
+
+/// Connects, retrying while the path is cut (a respawned worker may start inside a fault).
+async fn connect(url: &str, ttl: Duration, log: &Log) -> leasehold::Client {
+    loop {
+        let timeout = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
+        let attempt = leasehold::Client::builder(url)
+            .expect("a valid URL")
+            .response_timeout(timeout)
+            .connection_timeout(Duration::from_millis(500))
+            .connect()
+            .await;
+        match attempt {
+            Ok(client) => return client,
+            Err(e) => {
+                log.line(format_args!("error {} connect:{}", now_ns(), one_word(&e)));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+fn one_word(e: &dyn std::fmt::Display) -> String {
+    e.to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+async fn run(
+    lock_url: &str,
+    store_url: &str,
+    name: &str,
+    worker: String,
+    ttl_ms: u64,
+    seed: u64,
+    log: Log,
+) -> Result<()> {
+    let ttl = Duration::from_millis(ttl_ms);
+    let mut rng = Rng::new(seed);
+    let locks = connect(lock_url, ttl, &log).await;
+    let store_config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(5)));
+    let mut store = redis::Client::open(store_url)?
+        .get_multiplexed_async_connection_with_config(&store_config)
+        .await?;
+    let fenced_write = redis::Script::new(FENCED_WRITE);
+    let leave = redis::Script::new(LEAVE);
+    let mutex = locks.mutex(name).ttl(ttl);
+    loop {
+        log.line(format_args!("want {}", now_ns()));
+        let wait = Duration::from_millis(200 + rng.below(3 * ttl_ms));
+        let guard = match mutex.lock_timeout(wait).await {
+            Ok(guard) => guard,
+            Err(e) if e.is_timeout() => continue,
+            Err(e) => {
+                log.line(format_args!("error {} lock:{}", now_ns(), one_word(&e)));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let fence = guard.fence().get();
+        log.line(format_args!("grant {} {fence}", now_ns()));
+        let lease = guard.lease();
+        // The loss signal, logged the moment it resolves.
+        let lost = {
+            let (lease, log) = (lease.clone(), log.clone());
+            tokio::spawn(async move {
+                let reason = lease.lost().await;
+                log.line(format_args!("lost {} {fence} {reason:?}", now_ns()));
+            })
+        };
+        // Samples is_held() every ~100 µs for the whole grant, including while the release is in flight.
+        let sampling = Arc::new(AtomicBool::new(true));
+        let last_held = Arc::new(AtomicU64::new(0));
+        let sampler = {
+            let (lease, log, sampling, last_held) = (
+                lease.clone(),
+                log.clone(),
+                Arc::clone(&sampling),
+                Arc::clone(&last_held),
+            );
+            tokio::spawn(async move {
+                let mut written = 0;
+                while sampling.load(Ordering::Acquire) {
+                    let t = now_ns();
+                    if lease.is_held() {
+                        last_held.store(t, Ordering::Release);
+                        if t >= written + 2_000_000 {
+                            log.line(format_args!("held {t} {fence}"));
+                            written = t;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_micros(100)).await;
+                }
+            })
+        };
+        let section = critical_section(
+            &guard,
+            &mut store,
+            &fenced_write,
+            &leave,
+            &worker,
+            &mut rng,
+            &log,
+        )
+        .await;
+        if let Err(e) = section {
+            log.line(format_args!("error {} store:{}", now_ns(), one_word(&e)));
+        }
+        // The last sample before the release leaves.
+        let t = now_ns();
+        if lease.is_held() {
+            log.line(format_args!("held {t} {fence}"));
+        }
+        let outcome = match guard.release().await {
+            Ok(()) => "ok",
+            Err(leasehold::Error::LeaseLost { .. }) => "lost",
+            Err(leasehold::Error::NotOwner { .. }) => "notowner",
+            Err(_) => "err",
+        };
+        sampling.store(false, Ordering::Release);
+        let _ = sampler.await;
+        let seen = last_held.load(Ordering::Acquire);
+        if seen > 0 {
+            log.line(format_args!("held {seen} {fence}"));
+        }
+        log.line(format_args!("released {} {fence} {outcome}", now_ns()));
+        lost.abort();
+    }
+}
+
+/// Occupancy check, fenced write, some work (sometimes longer than the lease, sometimes with an extension that
+/// shortens or lengthens it), then leaving the store as found.
+async fn critical_section(
+    guard: &leasehold::MutexGuard,
+    store: &mut redis::aio::MultiplexedConnection,
+    fenced_write: &redis::Script,
+    leave: &redis::Script,
+    worker: &str,
+    rng: &mut Rng,
+    log: &Log,
+) -> Result<()> {
+    let fence = guard.fence().get();
+    let ttl_ms = u64::try_from(guard.ttl().as_millis()).unwrap_or(u64::MAX);
+    let entered: Option<String> = redis::cmd("SET")
+        .arg("torture:occupant")
+        .arg(worker)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms * 4)
+        .query_async(store)
+        .await?;
+    if entered.is_none() && guard.is_held() {
+        log.line(format_args!("occupied {} {fence}", now_ns()));
+    }
+    let t = now_ns();
+    let written: i64 = fenced_write
+        .key("torture:record")
+        .arg(fence)
+        .arg(worker)
+        .invoke_async(store)
+        .await?;
+    log.line(format_args!("write {t} {fence} {written}"));
+    // Mostly short sections (many hand-offs), sometimes longer than the lease (the watchdog must keep it).
+    let steps = 1 + rng.below(3);
+    for _ in 0..steps {
+        let work = match rng.below(100) {
+            0..=2 => Duration::from_millis(ttl_ms + rng.below(ttl_ms)),
+            3..=17 => Duration::from_millis(rng.below(ttl_ms / 2)),
+            _ => Duration::from_micros(rng.below(2_000)),
+        };
+        tokio::time::sleep(work).await;
+        if rng.chance(15) && guard.is_held() {
+            let to = Duration::from_millis(ttl_ms / 4 + rng.below(ttl_ms * 2));
+            if let Err(e) = guard.extend(to).await {
+                log.line(format_args!("error {} extend:{}", now_ns(), one_word(&e)));
+            }
+        }
+        if !guard.is_held() {
+            break;
+        }
+    }
+    let _: i64 = leave
+        .key("torture:occupant")
+        .arg(worker)
+        .invoke_async(store)
+        .await?;
+    Ok(())
+}
+
+/// Starts waiting for the lock (joining its queue), then exits without a word: a dead client in the queue.
+async fn queue_and_die(lock_url: &str, name: &str) -> Result<()> {
+    let locks = leasehold::Client::connect(lock_url).await?;
+    let mutex = locks.mutex(name);
+    let _ = tokio::time::timeout(Duration::from_millis(30), mutex.lock()).await;
+    std::process::exit(0)
+}

@@ -1,0 +1,49 @@
+//! Test harness for `leasehold`: real servers, real sockets, real processes.
+//!
+//! Nothing here is mocked. The pieces, one module each:
+//!
+//! - [`server`]: [`RedisServer`] runs a private `redis-server` (from `PATH`) on a free port of
+//!   127.0.0.1, with no persistence and its own temporary directory. It can be killed and
+//!   restarted on the same port, and prints its log to stderr when dropped during a panic, so a
+//!   failing test shows what the server saw.
+//! - [`proxy`]: [`TcpProxy`] forwards TCP between a client and Redis and can turn into a black
+//!   hole (bytes read and dropped, nothing closed) or reset every connection. This is how tests
+//!   cut a lock holder off from Redis without it noticing at once.
+//! - [`process`]: [`ChildGuard`] kills and reaps a child process on drop; [`send_signal`]
+//!   sends `SIGSTOP`, `SIGCONT`, `SIGKILL` and friends.
+//! - [`TempDir`]: a uniquely named directory removed on drop.
+//! - [`rng`]: [`XorShift`], a seeded generator for replayable tests, and [`monotonic_ns`], the clock that several
+//!   processes' histories share.
+//!
+//! Everything that can fail in a way a test cannot recover from panics with a message that
+//! says what went wrong: this crate is only ever used from tests and benches.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use leasehold_tests::{RedisServer, TcpProxy};
+//!
+//! # async fn dox() {
+//! let server = RedisServer::start();
+//! let proxy = TcpProxy::start(server.addr()).await;
+//! let mut con = proxy.client().get_multiplexed_async_connection().await.unwrap();
+//! let _: () = redis::cmd("PING").query_async(&mut con).await.unwrap();
+//!
+//! proxy.blackhole(); // from here on, `con` hears nothing and nothing it says arrives
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod process;
+pub mod proxy;
+pub mod rng;
+pub mod server;
+mod temp;
+
+pub use process::{send_signal, ChildGuard};
+pub use proxy::TcpProxy;
+pub use rng::{monotonic_ns, XorShift};
+pub use server::RedisServer;
+pub use temp::TempDir;

@@ -1,0 +1,236 @@
+//! Bad input: every case maps to its typed error, never a panic.
+
+use std::time::Duration;
+
+use leasehold::{Error, InvalidArgument, MAX_NAME_LEN, MAX_TTL};
+use leasehold_tests::RedisServer;
+
+use crate::{connect, redis_conn};
+
+/// One row of the table: what is wrong, the handle carrying it, and the detail expected.
+type Case = (&'static str, leasehold::Mutex, fn(&InvalidArgument) -> bool);
+
+#[tokio::test]
+async fn bad_lock_arguments_map_to_invalid_argument() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let long = "n".repeat(MAX_NAME_LEN + 1);
+    let secs = Duration::from_secs;
+    let cases: Vec<Case> = vec![
+        ("empty name", locks.mutex(""), |e| {
+            *e == InvalidArgument::EmptyName
+        }),
+        (
+            "name too long",
+            locks.mutex(&long),
+            |e| matches!(e, InvalidArgument::NameTooLong { len, max } if *len == MAX_NAME_LEN + 1 && *max == MAX_NAME_LEN),
+        ),
+        ("zero ttl", locks.mutex("a").ttl(Duration::ZERO), |e| {
+            matches!(e, InvalidArgument::BadTtl { .. })
+        }),
+        (
+            "ttl below minimum",
+            locks.mutex("a").ttl(Duration::from_millis(5)),
+            |e| matches!(e, InvalidArgument::BadTtl { .. }),
+        ),
+        ("absurd ttl", locks.mutex("a").ttl(MAX_TTL + secs(1)), |e| {
+            matches!(e, InvalidArgument::BadTtl { .. })
+        }),
+        (
+            "zero renewal",
+            locks.mutex("a").renew_every(Duration::ZERO),
+            |e| matches!(e, InvalidArgument::BadRenewal { .. }),
+        ),
+        (
+            "renewal not below the lease",
+            locks.mutex("a").ttl(secs(3)).renew_every(secs(3)),
+            |e| matches!(e, InvalidArgument::BadRenewal { .. }),
+        ),
+    ];
+    for (what, mutex, expected) in cases {
+        for result in [
+            mutex.try_lock().await.map(drop),
+            mutex.lock().await.map(drop),
+            mutex.lock_timeout(secs(1)).await.map(drop),
+        ] {
+            match result {
+                Err(Error::InvalidArgument(e)) => {
+                    assert!(expected(&e), "{what}: wrong detail {e:?}")
+                }
+                other => panic!("{what}: expected InvalidArgument, got {other:?}"),
+            }
+        }
+    }
+    for bad in ["", &long] {
+        assert!(locks.inspect(bad).await.unwrap_err().is_invalid_argument());
+        assert!(locks
+            .force_release(bad)
+            .await
+            .unwrap_err()
+            .is_invalid_argument());
+    }
+}
+
+#[tokio::test]
+async fn bad_client_settings_map_to_invalid_argument() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let builder = || leasehold::Client::builder(&url).unwrap();
+    let cases: Vec<(&str, leasehold::Builder)> = vec![
+        ("empty prefix", builder().prefix("")),
+        ("prefix with a brace", builder().prefix("app{x}")),
+        ("prefix too long", builder().prefix("p".repeat(65))),
+        (
+            "zero response timeout",
+            builder().response_timeout(Duration::ZERO),
+        ),
+        (
+            "zero connection timeout",
+            builder().connection_timeout(Duration::ZERO),
+        ),
+        (
+            "absurd response timeout",
+            builder().response_timeout(Duration::from_secs(86_400)),
+        ),
+        (
+            "tiny fence retention",
+            builder().fence_retention(Duration::from_millis(10)),
+        ),
+    ];
+    for (what, builder) in cases {
+        match builder.connect().await {
+            Err(Error::InvalidArgument(_)) => {}
+            other => panic!("{what}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    for url in [
+        "",
+        "not a url",
+        "http://127.0.0.1:6379",
+        "redis://:99999999",
+    ] {
+        match leasehold::Client::connect(url).await {
+            Err(Error::InvalidArgument(InvalidArgument::BadUrl(_))) => {}
+            other => panic!("{url:?}: expected BadUrl, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn keys_that_leasehold_did_not_write_are_reported_and_left_alone() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let mut conn = redis_conn(&server).await;
+    let setup: [(&str, &[&str]); 3] = [
+        ("hash", &["HSET", "leasehold:{hash}", "field", "1"]),
+        (
+            "foreign",
+            &["SET", "leasehold:{foreign}", "someone else's value"],
+        ),
+        (
+            "badfence",
+            &["SET", "leasehold:{badfence}:fence", "not-a-number"],
+        ),
+    ];
+    for (_, args) in setup {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        let _: redis::Value = cmd.query_async(&mut conn).await.unwrap();
+    }
+    for (name, _) in setup {
+        let err = locks.mutex(name).try_lock().await.unwrap_err();
+        assert!(matches!(err, Error::NotALock { .. }), "{name}: {err:?}");
+        let err = locks
+            .mutex(name)
+            .lock_timeout(Duration::from_millis(100))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::NotALock { .. }), "{name}: {err:?}");
+    }
+    assert!(matches!(
+        locks.force_release("foreign").await,
+        Err(Error::NotALock { .. })
+    ));
+    assert!(matches!(
+        locks.force_release("hash").await,
+        Err(Error::NotALock { .. })
+    ));
+    assert!(matches!(
+        locks.inspect("foreign").await,
+        Err(Error::NotALock { .. })
+    ));
+    // Nothing was changed.
+    let value: String = redis::cmd("GET")
+        .arg("leasehold:{foreign}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(value, "someone else's value");
+    let kind: String = redis::cmd("TYPE")
+        .arg("leasehold:{hash}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(kind, "hash");
+}
+
+#[test]
+fn every_accepted_name_keeps_all_keys_of_its_lock_in_one_cluster_slot() {
+    let dir = leasehold_tests::TempDir::new("cluster");
+    let nodes = dir.path().join("nodes.conf");
+    let server = RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        nodes.to_str().unwrap(),
+    ]);
+    let mut conn = server.connection();
+    let names = [
+        "}x",
+        "}",
+        "}}",
+        "}{x}",
+        "a}b",
+        "{x}",
+        "x{",
+        "{}",
+        "{",
+        "a{b}c",
+        "orders:42",
+        "ключ",
+        "🔒}",
+        "}🔒",
+    ];
+    let mut accepted = 0;
+    for name in names {
+        match leasehold::lock_keys(leasehold::DEFAULT_PREFIX, name) {
+            Ok(keys) => {
+                accepted += 1;
+                let slots: Vec<i64> = keys
+                    .iter()
+                    .map(|key| {
+                        redis::cmd("CLUSTER")
+                            .arg("KEYSLOT")
+                            .arg(key)
+                            .query(&mut conn)
+                            .unwrap()
+                    })
+                    .collect();
+                assert!(
+                    slots.iter().all(|&s| s == slots[0]),
+                    "{name:?}: keys {keys:?} hash to slots {slots:?}"
+                );
+            }
+            Err(InvalidArgument::BadName { .. }) => {
+                assert!(name.starts_with('}'), "{name:?} was refused");
+            }
+            Err(other) => panic!("{name:?}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        accepted,
+        names.iter().filter(|n| !n.starts_with('}')).count()
+    );
+}

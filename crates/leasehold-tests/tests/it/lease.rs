@@ -1,0 +1,206 @@
+//! Leases: stale owners, extension, the watchdog, and work cancelled on loss.
+
+use std::time::Duration;
+
+use leasehold::{Error, LossReason};
+use leasehold_tests::RedisServer;
+use tokio::time::Instant;
+
+use crate::{connect, within};
+
+#[tokio::test]
+async fn a_stale_owner_cannot_release_the_new_owners_lock() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let stale = locks
+        .mutex("handover")
+        .ttl(Duration::from_millis(100))
+        .fixed_lease()
+        .try_lock()
+        .await
+        .unwrap();
+    let lost = within(Duration::from_secs(2), "fixed lease end", stale.lost()).await;
+    assert_eq!(lost, LossReason::Expired);
+
+    let current = within(
+        Duration::from_secs(2),
+        "new owner",
+        locks.mutex("handover").lock(),
+    )
+    .await
+    .unwrap();
+    assert!(current.fence() > stale.fence());
+    // The lease had ended before the release: reported as lost, whatever the release then found.
+    match stale.release().await {
+        Err(Error::LeaseLost {
+            name,
+            reason: LossReason::Expired,
+        }) => assert_eq!(name, "handover"),
+        other => panic!("expected LeaseLost(Expired), got {other:?}"),
+    }
+    let info = locks.inspect("handover").await.unwrap();
+    assert_eq!(
+        info.holder.unwrap().token,
+        current.token(),
+        "the new owner's lock is untouched"
+    );
+    current.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn extend_moves_the_deadline_and_fails_after_the_lease_lapsed() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let guard = locks
+        .mutex("extend")
+        .ttl(Duration::from_millis(400))
+        .fixed_lease()
+        .try_lock()
+        .await
+        .unwrap();
+    let before = guard.valid_until();
+    guard.extend(Duration::from_secs(5)).await.unwrap();
+    let after = guard.valid_until();
+    assert!(
+        after > before + Duration::from_secs(4),
+        "deadline moved by {:?}",
+        after - before
+    );
+    let remaining = locks
+        .inspect("extend")
+        .await
+        .unwrap()
+        .holder
+        .unwrap()
+        .remaining
+        .unwrap();
+    assert!(
+        remaining > Duration::from_secs(4),
+        "server expiry moved too: {remaining:?}"
+    );
+
+    // A short extension, then let it lapse: extending afterwards must fail and must not re-create the key.
+    guard.extend(Duration::from_millis(50)).await.unwrap();
+    within(Duration::from_secs(2), "lapse", guard.lost()).await;
+    let err = guard.extend(Duration::from_secs(5)).await.unwrap_err();
+    assert!(matches!(err, Error::LeaseLost { .. }), "{err:?}");
+    // The key may outlive the conservative deadline by the drift allowance, but it was not extended again.
+    let left = locks
+        .inspect("extend")
+        .await
+        .unwrap()
+        .holder
+        .and_then(|h| h.remaining);
+    assert!(
+        left.is_none_or(|l| l <= Duration::from_millis(50)),
+        "extend moved a lapsed lease: {left:?}"
+    );
+}
+
+#[tokio::test]
+async fn extend_finds_a_lock_taken_by_another_owner() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let guard = locks.mutex("taken").try_lock().await.unwrap();
+    locks.force_release("taken").await.unwrap();
+    let thief = locks.mutex("taken").try_lock().await.unwrap();
+    let err = guard.extend(Duration::from_secs(10)).await.unwrap_err();
+    assert!(matches!(err, Error::NotOwner { .. }), "{err:?}");
+    assert_eq!(guard.loss(), Some(LossReason::Taken));
+    assert_eq!(
+        locks.inspect("taken").await.unwrap().holder.unwrap().token,
+        thief.token()
+    );
+    thief.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_short_lease_alive_past_many_ttls() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let ttl = Duration::from_millis(300);
+    let guard = locks.mutex("kept").ttl(ttl).try_lock().await.unwrap();
+    let until = Instant::now() + ttl * 5;
+    // Hold for five leases while checking both sides each lease; the deadline keeps moving forward.
+    let mut last_deadline = guard.valid_until();
+    while Instant::now() < until {
+        tokio::time::sleep(ttl).await;
+        assert!(guard.is_held());
+        assert!(guard.valid_until() > last_deadline);
+        last_deadline = guard.valid_until();
+        assert!(locks.mutex("kept").try_lock().await.unwrap_err().is_busy());
+    }
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_renewal_that_finds_the_key_gone_ends_the_lease_at_once() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let guard = locks
+        .mutex("vanish")
+        .ttl(Duration::from_secs(3))
+        .renew_every(Duration::from_millis(100))
+        .try_lock()
+        .await
+        .unwrap();
+    server.flushall();
+    let reason = within(Duration::from_secs(2), "loss on renewal", guard.lost()).await;
+    assert_eq!(reason, LossReason::Gone);
+    // Long before the validity deadline: the renewal told us.
+    assert!(Instant::now() < guard.valid_until());
+    assert!(!guard.is_held());
+}
+
+#[tokio::test]
+async fn run_drops_the_work_when_the_lease_is_lost() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let (dropped_tx, dropped_rx) = tokio::sync::oneshot::channel::<()>();
+    struct SignalOnDrop(Option<tokio::sync::oneshot::Sender<()>>);
+    impl Drop for SignalOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.take().map(|tx| tx.send(()));
+        }
+    }
+    let locks2 = locks.clone();
+    let result = within(
+        Duration::from_secs(5),
+        "run ends on loss",
+        locks
+            .mutex("job")
+            .ttl(Duration::from_secs(3))
+            .renew_every(Duration::from_millis(100))
+            .run(|lease| async move {
+                let _signal = SignalOnDrop(Some(dropped_tx));
+                assert!(lease.is_held());
+                locks2.force_release("job").await.unwrap();
+                std::future::pending::<()>().await;
+            }),
+    )
+    .await;
+    match result {
+        Err(Error::LeaseLost {
+            reason: LossReason::Gone,
+            ..
+        }) => {}
+        other => panic!("expected LeaseLost(Gone), got {other:?}"),
+    }
+    within(Duration::from_secs(1), "work dropped", dropped_rx)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn run_returns_the_output_and_releases() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let fence = locks
+        .mutex("job")
+        .run(|lease| async move { lease.fence() })
+        .await
+        .unwrap();
+    let info = locks.inspect("job").await.unwrap();
+    assert!(info.holder.is_none(), "released after the work");
+    assert_eq!(info.last_fence, Some(fence));
+}

@@ -1,0 +1,130 @@
+//! What a client checks about its server when it connects: eviction, and the ACL permissions it needs.
+
+use std::time::Duration;
+
+use leasehold::ServerWarning;
+use leasehold_tests::RedisServer;
+use tokio::time::Instant;
+
+use crate::{connect, within};
+
+/// The minimal ACL rule for a user of the default prefix, exactly as the README documents it.
+const MINIMAL_ACL: &[&str] = &[
+    "on",
+    ">pw",
+    "resetkeys",
+    "~leasehold:*",
+    "resetchannels",
+    "&leasehold:wake:*",
+    "-@all",
+    "+ping",
+    "+info",
+    "+evalsha",
+    "+script|load",
+    "+subscribe",
+    "+publish",
+    "+time",
+    "+get",
+    "+set",
+    "+del",
+    "+rename",
+    "+pexpire",
+    "+pttl",
+    "+lpop",
+    "+rpush",
+    "+lrem",
+    "+llen",
+    "+hset",
+    "+hget",
+    "+hdel",
+];
+
+#[tokio::test]
+async fn a_server_that_may_evict_keys_is_reported() {
+    let evicting =
+        RedisServer::start_with(&["--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru"]);
+    let locks = connect(&evicting).await;
+    match locks.server_warnings() {
+        [ServerWarning::Eviction { policy, maxmemory }] => {
+            assert_eq!(policy, "allkeys-lru");
+            assert_eq!(*maxmemory, 10 * 1024 * 1024);
+        }
+        other => panic!("expected one eviction warning, got {other:?}"),
+    }
+    let safe =
+        RedisServer::start_with(&["--maxmemory", "10mb", "--maxmemory-policy", "noeviction"]);
+    assert!(connect(&safe).await.server_warnings().is_empty());
+    let default = RedisServer::start();
+    assert!(connect(&default).await.server_warnings().is_empty());
+}
+
+#[tokio::test]
+async fn the_documented_minimal_acl_user_can_lock_wait_and_release() {
+    let mut user = vec!["--user", "locker"];
+    user.extend_from_slice(MINIMAL_ACL);
+    let server = RedisServer::start_with(&user);
+    let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
+    let holder = leasehold::Client::connect(&url).await.unwrap();
+    let waiter = leasehold::Client::connect(&url).await.unwrap();
+    let held = holder
+        .mutex("acl")
+        .ttl(Duration::from_secs(60))
+        .try_lock()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.mutex("acl").lock().await.unwrap();
+        let at = Instant::now();
+        guard.release().await.unwrap();
+        at
+    });
+    within(Duration::from_secs(5), "queued", async {
+        while holder.inspect("acl").await.unwrap().waiting_clients == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // Let the waiter finish subscribing: its second attempt (after the subscription) also queues it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let granted = within(Duration::from_secs(10), "grant", waiting)
+        .await
+        .unwrap();
+    // Woken by the release over pub/sub, not by the 1 s heartbeat or the 60 s lease.
+    assert!(
+        granted.duration_since(released) < Duration::from_millis(500),
+        "took {:?}",
+        granted.duration_since(released)
+    );
+    // Renewal and extension work under the rule too.
+    let guard = holder
+        .mutex("acl")
+        .ttl(Duration::from_millis(300))
+        .try_lock()
+        .await
+        .unwrap();
+    guard.extend(Duration::from_secs(5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    assert!(holder.inspect("acl").await.unwrap().holder.is_none());
+}
+
+#[tokio::test]
+async fn a_user_without_channel_permission_is_refused_at_connect() {
+    // Redis 7's default for new users: no channels at all.
+    let server = RedisServer::start_with(&[
+        "--user",
+        "nochannels",
+        "on",
+        ">pw",
+        "~*",
+        "resetchannels",
+        "+@all",
+    ]);
+    let url = format!("redis://nochannels:pw@127.0.0.1:{}", server.port());
+    let err = leasehold::Client::connect(&url).await.unwrap_err();
+    assert!(err.is_not_permitted(), "{err:?}");
+    assert!(err.to_string().contains("&leasehold:wake:*"), "{err}");
+}

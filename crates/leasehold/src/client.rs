@@ -1,0 +1,447 @@
+//! The client: one command connection, one lease keeper and one subscriber per process (or per caller's choice).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManagerConfig};
+use redis::Value;
+
+use crate::checks::{check_publish, server_warnings, ServerWarning};
+use crate::conn::Conn;
+use crate::error::{Error, InvalidArgument};
+use crate::fence::{new_token, Fence, RESERVED_PREFIX, TOKEN_PREFIX};
+use crate::keeper::Keeper;
+use crate::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
+use crate::mutex::Mutex;
+use crate::orphans::Orphans;
+use crate::scripts::{FORCE_RELEASE, INSPECT};
+use crate::wake::Wakeups;
+
+/// Default time allowed to open a connection to Redis.
+pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default time allowed for one Redis reply.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default time a lock's fence counter outlives its last grant.
+pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// A handle to one Redis server for taking locks. Cheap to clone; clones share the connection, the lease keeper
+/// and the wake-up subscriber.
+///
+/// Create one per process (or per Redis server) and keep it: every client owns one multiplexed command
+/// connection, one subscriber connection (opened on the first wait) and one renewal task (started with the first
+/// kept lease).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), leasehold::Error> {
+/// let locks = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
+/// let guard = locks.mutex("orders:42").lock().await?;
+/// // ... the critical section, passing guard.fence() to the store ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) conn: Conn,
+    pub(crate) prefix: String,
+    pub(crate) fence_retention: Duration,
+    pub(crate) keeper: Arc<Keeper>,
+    pub(crate) wakeups: Wakeups,
+    /// Releases that no runtime could finish (see [`crate::orphans`]); done when the client is dropped.
+    pub(crate) orphans: Orphans,
+    /// What the connect-time check found about the server.
+    pub(crate) warnings: Vec<ServerWarning>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.keeper.close();
+        self.orphans.release_all(self.wakeups.channel_prefix());
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("prefix", &self.inner.prefix)
+            .field("kept_leases", &self.inner.keeper.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to the Redis server at `url` with default settings.
+    ///
+    /// Accepted URLs: `redis://[user[:password]@]host[:port][/db]`, `redis+unix:///path/to/socket` or
+    /// `unix:///path/to/socket`, and `rediss://…` when the `tls` feature is on. The connection reconnects by
+    /// itself after Redis restarts.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a malformed URL; [`Error::Redis`] when the server cannot be reached within
+    /// the connection timeout or refuses the credentials.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is left behind.
+    pub async fn connect(url: &str) -> Result<Client, Error> {
+        Client::builder(url)?.connect().await
+    }
+
+    /// A [`Builder`] for the server at `url`, to change settings before connecting.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a malformed URL.
+    pub fn builder(url: &str) -> Result<Builder, Error> {
+        let redis = redis::Client::open(url)
+            .map_err(|e| InvalidArgument::BadUrl(format!("{url:?}: {e}")))?;
+        Ok(Builder::new(redis))
+    }
+
+    /// A handle for the non-reentrant mutex called `name`. Creating it does no I/O; the name is checked by the
+    /// first operation, which reports a bad name as [`Error::InvalidArgument`].
+    pub fn mutex(&self, name: &str) -> Mutex {
+        Mutex::new(self.clone(), name)
+    }
+
+    /// Reads the state of the lock called `name` in one atomic step, without changing anything.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::NotALock`] when the key holds something leasehold did not
+    /// write, [`Error::Redis`] on connection or server errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
+        let keys = self.keys(name)?;
+        let mut invocation = INSPECT.key(&keys.lock);
+        invocation.key(keys.fence()).key(keys.queue());
+        let (holder, pttl, fence, waiting): (Option<String>, i64, Option<String>, u64) = self
+            .inner
+            .conn
+            .invoke_idempotent(&invocation)
+            .await
+            .map_err(|e| not_a_lock(e, &keys.lock))?;
+        let reserved = holder
+            .as_deref()
+            .is_some_and(|h| h.starts_with(RESERVED_PREFIX));
+        let holder = match holder {
+            Some(_) if reserved => None,
+            Some(token) if token.starts_with(TOKEN_PREFIX) => Some(Holder {
+                token,
+                remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            }),
+            Some(other) => return Err(foreign(&keys.lock, &other)),
+            None => None,
+        };
+        let last_fence = match fence {
+            Some(raw) => Some(
+                raw.parse::<u64>()
+                    .map(Fence::new)
+                    .map_err(|_| Error::NotALock {
+                        key: keys.fence().to_string(),
+                        detail: format!("fence counter holds {raw:?}"),
+                    })?,
+            ),
+            None => None,
+        };
+        Ok(LockInfo {
+            name: name.to_owned(),
+            holder,
+            last_fence,
+            reserved,
+            waiting_clients: waiting,
+        })
+    }
+
+    /// Deletes the lock called `name` whoever holds it, and wakes its waiters. An operator's escape hatch for a
+    /// lock whose holder is known to be dead: the holder, if alive, loses its lease at its next renewal.
+    ///
+    /// Returns the owner token that was removed, or `None` when the lock was free (or only reserved for a woken
+    /// waiter).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::NotALock`] when the key holds something leasehold did not
+    /// write (it is left untouched), [`Error::Redis`] on connection or server errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that a dropped call may still have deleted the lock.
+    pub async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
+        let keys = self.keys(name)?;
+        let wakeups = &self.inner.wakeups;
+        let removed: Option<String> = FORCE_RELEASE
+            .key(&keys.lock)
+            .key(keys.queue())
+            .key(keys.waiters())
+            .arg(wakeups.channel_prefix())
+            .invoke_async(&mut self.inner.conn.clone())
+            .await
+            .map_err(|e| not_a_lock(e, &keys.lock))?;
+        match removed {
+            Some(token) if !token.starts_with(TOKEN_PREFIX) => Err(foreign(&keys.lock, &token)),
+            Some(token) if token.starts_with(RESERVED_PREFIX) => Ok(None),
+            removed => Ok(removed),
+        }
+    }
+
+    /// What the client found, when it connected, that weakens the [safety contract](crate#safety-contract) on this
+    /// server (each is also logged with `tracing::warn!`): today, a `maxmemory-policy` that may evict a held lock.
+    /// Empty when all is well, or when the server would not say (an ACL user without `INFO`).
+    pub fn server_warnings(&self) -> &[ServerWarning] {
+        &self.inner.warnings
+    }
+
+    /// The key prefix of this client's locks.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    pub(crate) fn keys(&self, name: &str) -> Result<Arc<LockKeys>, Error> {
+        Ok(LockKeys::new(&self.inner.prefix, name)?)
+    }
+
+    /// Leases the keeper renews right now.
+    #[doc(hidden)]
+    pub fn kept_leases(&self) -> usize {
+        self.inner.keeper.len()
+    }
+}
+
+/// What [`Client::inspect`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// The current holder, or `None` when the lock is free.
+    pub holder: Option<Holder>,
+    /// The fence of the most recent grant, when the counter still exists.
+    pub last_fence: Option<Fence>,
+    /// True for the few milliseconds after a release during which the lock is kept for the waiting client it
+    /// woke (`holder` is `None` then).
+    pub reserved: bool,
+    /// How many clients (processes, usually) are queued waiting for the lock.
+    pub waiting_clients: u64,
+}
+
+/// The holder of a lock, as [`Client::inspect`] saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The holder's owner token.
+    pub token: String,
+    /// The remaining lease on the server, when the key has an expiry.
+    pub remaining: Option<Duration>,
+}
+
+/// Settings for a [`Client`]. Every setter says its default.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), leasehold::Error> {
+/// use std::time::Duration;
+///
+/// let locks = leasehold::Client::builder("redis://user:secret@redis.internal:6379/0")?
+///     .prefix("billing")
+///     .response_timeout(Duration::from_millis(500))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a builder does nothing until `connect` is called"]
+pub struct Builder {
+    redis: redis::Client,
+    conn: Option<Conn>,
+    prefix: String,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+    fence_retention: Duration,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("prefix", &self.prefix)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("fence_retention", &self.fence_retention)
+            .field("own_connection", &self.conn.is_some())
+            .finish()
+    }
+}
+
+impl Builder {
+    /// Settings for the server `redis` points at. Use this when you already build [`redis::Client`]s (for TLS
+    /// certificates, say); [`Client::builder`] parses a URL instead.
+    pub fn new(redis: redis::Client) -> Builder {
+        Builder {
+            redis,
+            conn: None,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            fence_retention: DEFAULT_FENCE_RETENTION,
+        }
+    }
+
+    /// The namespace of every key and channel: a lock `N` lives at `PREFIX:{N}`. Non-empty, at most 64 bytes, no
+    /// braces. Defaults to `leasehold`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Builder {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long opening a connection (and each reconnect attempt) may take. Defaults to 2 s.
+    pub fn connection_timeout(mut self, timeout: Duration) -> Builder {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long one Redis reply may take before the request fails. Defaults to 1 s. Keep it well below the
+    /// renewal interval so a slow reply leaves time for a retry before the lease runs out.
+    pub fn response_timeout(mut self, timeout: Duration) -> Builder {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long a lock's fence counter lives after it was seeded, so that one-off lock names (one per order, say)
+    /// do not leak memory. After it expires the next grant seeds it again from the server clock (in µs), which
+    /// still exceeds every earlier fence unless that clock stepped back. Defaults to 24 h.
+    pub fn fence_retention(mut self, retention: Duration) -> Builder {
+        self.fence_retention = retention;
+        self
+    }
+
+    /// Sends commands over a connection you already have instead of opening one: a
+    /// [`redis::aio::MultiplexedConnection`], a [`redis::aio::ConnectionManager`] or anything cheaply cloneable that
+    /// multiplexes. Its own timeouts and reconnect behaviour then apply (leasehold does not replace it when it goes
+    /// silent, as it does its own). Wake-ups for waiters still use a separate subscriber connection to the server
+    /// given to [`Builder::new`], because a subscribed connection cannot carry commands.
+    ///
+    /// The connection must run one client's requests in the order they are sent, as a multiplexed connection does.
+    /// A pool does not: the lease deadlines stay correct (they order replies by server time), but the release of a
+    /// dropped acquire may then run before the acquire itself, leaving that grant held until its lease ends.
+    pub fn connection<C>(mut self, conn: C) -> Builder
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        self.conn = Some(Conn::shared(conn));
+        self
+    }
+
+    /// Checks the settings and connects.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad prefix or a zero or absurd timeout; [`Error::Redis`] when the server
+    /// cannot be reached within the connection timeout or refuses the credentials; [`Error::NotPermitted`] when the
+    /// Redis user may not publish wake-ups (see the README's ACL rule).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is left behind.
+    pub async fn connect(self) -> Result<Client, Error> {
+        check_prefix(&self.prefix)?;
+        check_timeout("connection timeout", self.connection_timeout)?;
+        check_timeout("response timeout", self.response_timeout)?;
+        if self.fence_retention < Duration::from_secs(1) {
+            return Err(InvalidArgument::BadDuration {
+                what: "fence retention",
+                value: self.fence_retention,
+                why: "must be at least 1s",
+            }
+            .into());
+        }
+        let conn = match self.conn {
+            Some(conn) => conn,
+            None => {
+                // Few retries per (re)connect: a request that fails triggers the next reconnect anyway, and the
+                // first connect should report a refused or unreachable server at once, with its real cause.
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.connection_timeout))
+                    .set_response_timeout(Some(self.response_timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_secs(1));
+                tokio::time::timeout(
+                    self.connection_timeout.saturating_mul(2),
+                    Conn::managed(self.redis.clone(), config),
+                )
+                .await
+                .map_err(|_| {
+                    redis::RedisError::from((redis::ErrorKind::Io, "timed out connecting to redis"))
+                })??
+            }
+        };
+        // Fail now, not at the first lock, when the server is unreachable or refuses us.
+        let mut probe = conn.clone();
+        let _: Value = redis::cmd("PING").query_async(&mut probe).await?;
+        // Identifies this client in lock queues; its wake-up channel is named after it.
+        let client_id = new_token()?.split_off(crate::fence::TOKEN_PREFIX.len());
+        check_publish(&conn, &format!("{}:wake:", self.prefix), &client_id).await?;
+        let warnings = server_warnings(&conn).await;
+        let orphans = Orphans::new(self.redis.clone(), self.connection_timeout);
+        let wakeups = Wakeups::new(
+            self.redis,
+            conn.clone(),
+            &self.prefix,
+            client_id,
+            self.connection_timeout,
+            self.response_timeout,
+        );
+        Ok(Client {
+            inner: Arc::new(Inner {
+                conn,
+                prefix: self.prefix,
+                fence_retention: self.fence_retention,
+                keeper: Arc::new(Keeper::new()),
+                wakeups,
+                orphans,
+                warnings,
+            }),
+        })
+    }
+}
+
+fn check_timeout(what: &'static str, value: Duration) -> Result<(), InvalidArgument> {
+    if value.is_zero() || value > Duration::from_secs(3600) {
+        return Err(InvalidArgument::BadDuration {
+            what,
+            value,
+            why: "must be above zero and at most 1h",
+        });
+    }
+    Ok(())
+}
+
+/// Maps a `WRONGTYPE` reply (the key is a hash, list, …) to [`Error::NotALock`].
+pub(crate) fn not_a_lock(err: redis::RedisError, key: &str) -> Error {
+    let wrong_type = err.code() == Some("WRONGTYPE") || err.to_string().contains("WRONGTYPE");
+    if wrong_type {
+        Error::NotALock {
+            key: key.to_owned(),
+            detail: "the key holds another Redis type".to_owned(),
+        }
+    } else {
+        Error::Redis(err)
+    }
+}
+
+pub(crate) fn foreign(key: &str, value: &str) -> Error {
+    let shown: String = value.chars().take(32).collect();
+    Error::NotALock {
+        key: key.to_owned(),
+        detail: format!("it holds {shown:?}, which leasehold did not write"),
+    }
+}

@@ -1,0 +1,191 @@
+//! The command connection: either a [`ConnectionManager`] leasehold opened (and replaces when it goes silent), or a
+//! connection the caller brought.
+//!
+//! redis-rs's `ConnectionManager` reconnects when the connection reports its end, but not when requests merely time
+//! out. A flow that a NAT or load balancer forgot never reports its end: every request times out forever. So after
+//! [`SILENT_AFTER`] consecutive timeouts with no reply in between, leasehold opens a new manager and swaps it in.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
+
+/// Consecutive timed-out requests after which the connection is considered silently dead and replaced.
+const SILENT_AFTER: u32 = 2;
+
+/// Any connection the caller already has: [`redis::aio::MultiplexedConnection`], [`ConnectionManager`], or any
+/// other cheaply cloneable [`ConnectionLike`] that multiplexes requests.
+pub(crate) trait SharedConnection: ConnectionLike + Send + Sync {
+    fn boxed_clone(&self) -> Box<dyn SharedConnection>;
+}
+
+impl<T> SharedConnection for T
+where
+    T: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    fn boxed_clone(&self) -> Box<dyn SharedConnection> {
+        Box::new(self.clone())
+    }
+}
+
+/// The connection every command of a client goes through. Cloning it is cheap (an `Arc` or a boxed handle), and
+/// each request clones it, so concurrent requests pipeline on one socket.
+pub(crate) enum Conn {
+    Managed(Arc<Managed>),
+    Shared(Box<dyn SharedConnection>),
+}
+
+/// A [`ConnectionManager`] that is replaced when it goes silent.
+pub(crate) struct Managed {
+    current: RwLock<ConnectionManager>,
+    redis: redis::Client,
+    config: ConnectionManagerConfig,
+    timeouts: AtomicU32,
+    replacing: AtomicBool,
+}
+
+impl Managed {
+    fn current(&self) -> ConnectionManager {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn observe<T>(self: &Arc<Self>, result: &RedisResult<T>) {
+        match result {
+            Err(err) if err.is_timeout() => {
+                let silent = self.timeouts.fetch_add(1, Ordering::AcqRel) + 1 >= SILENT_AFTER;
+                if silent && !self.replacing.swap(true, Ordering::AcqRel) {
+                    self.replace();
+                }
+            }
+            // Any reply, even an error reply, proves the flow alive.
+            _ => self.timeouts.store(0, Ordering::Release),
+        }
+    }
+
+    fn replace(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.replacing.store(false, Ordering::Release);
+            return;
+        };
+        let this = Arc::clone(self);
+        runtime.spawn(async move {
+            tracing::warn!("redis connection timed out {SILENT_AFTER} times in a row; opening a new one");
+            let fresh =
+                ConnectionManager::new_with_config(this.redis.clone(), this.config.clone()).await;
+            match fresh {
+                Ok(fresh) => {
+                    *this.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+                    this.timeouts.store(0, Ordering::Release);
+                }
+                Err(err) => tracing::debug!(error = %err, "new redis connection failed; next timeout retries"),
+            }
+            this.replacing.store(false, Ordering::Release);
+        });
+    }
+}
+
+impl Conn {
+    /// Opens a managed connection.
+    pub(crate) async fn managed(
+        redis: redis::Client,
+        config: ConnectionManagerConfig,
+    ) -> RedisResult<Conn> {
+        let manager = ConnectionManager::new_with_config(redis.clone(), config.clone()).await?;
+        Ok(Conn::Managed(Arc::new(Managed {
+            current: RwLock::new(manager),
+            redis,
+            config,
+            timeouts: AtomicU32::new(0),
+            replacing: AtomicBool::new(false),
+        })))
+    }
+
+    pub(crate) fn shared<C>(conn: C) -> Conn
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        Conn::Shared(Box::new(conn))
+    }
+
+    /// Runs an idempotent script, retried once on a fresh connection when the first try found its connection
+    /// dropped (the first request after a Redis restart fails with a broken pipe, for example). Timeouts are not
+    /// retried: the request may still be running, and callers bound their time.
+    ///
+    /// Only for scripts that are idempotent per token: the first try may have run before its connection died.
+    pub(crate) async fn invoke_idempotent<T: redis::FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> RedisResult<T> {
+        match invocation.invoke_async(&mut self.clone()).await {
+            Err(err) if is_dropped(&err) => {
+                tracing::debug!(error = %err, "connection dropped; retrying once");
+                invocation.invoke_async(&mut self.clone()).await
+            }
+            result => result,
+        }
+    }
+}
+
+/// A connection that ended (reset, broken pipe, closed, refused while reconnecting), as opposed to a slow reply.
+fn is_dropped(err: &redis::RedisError) -> bool {
+    !err.is_timeout()
+        && (err.is_connection_dropped() || err.is_connection_refusal() || err.is_io_error())
+}
+
+impl Clone for Conn {
+    fn clone(&self) -> Self {
+        match self {
+            Conn::Managed(c) => Conn::Managed(Arc::clone(c)),
+            Conn::Shared(c) => Conn::Shared(c.boxed_clone()),
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Managed(managed) => {
+                let managed = Arc::clone(managed);
+                Box::pin(async move {
+                    let result = managed.current().req_packed_command(cmd).await;
+                    managed.observe(&result);
+                    result
+                })
+            }
+            Conn::Shared(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Managed(managed) => {
+                let managed = Arc::clone(managed);
+                Box::pin(async move {
+                    let result = managed
+                        .current()
+                        .req_packed_commands(pipeline, offset, count)
+                        .await;
+                    managed.observe(&result);
+                    result
+                })
+            }
+            Conn::Shared(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Managed(managed) => managed.current().get_db(),
+            Conn::Shared(c) => c.get_db(),
+        }
+    }
+}

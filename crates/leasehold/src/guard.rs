@@ -1,0 +1,358 @@
+//! The guard of one grant: release, extend, and running work until the lease is lost.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::{not_a_lock, Client, Inner};
+use crate::error::Error;
+use crate::keys::{check_ttl, millis, LockKeys};
+use crate::lease::{Lease, LossReason};
+use crate::scripts::{RELEASE, RENEW};
+use redis::ScriptInvocation;
+
+/// Proof of holding a lock: one grant, with its fence and lease. Dereferences to its [`Lease`] for
+/// [`fence`](Lease::fence), [`is_held`](Lease::is_held), [`lost`](Lease::lost) and the rest.
+///
+/// Give it back with [`release`](MutexGuard::release), which tells you whether the lock was still yours. Dropping
+/// the guard instead releases in the background when a tokio runtime is running, and otherwise leaves the key to
+/// expire after its lease; it never blocks and never panics.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct MutexGuard {
+    lease: Lease,
+    client: Client,
+    /// The keeper's id for this lease, when the watchdog renews it.
+    kept: Option<u64>,
+    /// Set once Redis confirmed the release (or that the lock was no longer ours): then drop has nothing to do.
+    settled: bool,
+}
+
+impl MutexGuard {
+    pub(crate) fn new(client: Client, lease: Lease, kept: Option<u64>) -> MutexGuard {
+        MutexGuard {
+            lease,
+            client,
+            kept,
+            settled: false,
+        }
+    }
+
+    /// A cloneable view of the lease, to hand to tasks that need the fence or the loss signal.
+    pub fn lease(&self) -> Lease {
+        self.lease.clone()
+    }
+
+    /// Releases the lock: one script deletes the key only if this grant still owns it, and wakes the waiters.
+    ///
+    /// The lease ends *before* the request leaves: from the moment this is called, every clone of the [`Lease`]
+    /// reads as not held and [`Lease::lost`] resolves with [`LossReason::Released`], so no part of the program can
+    /// still act on the lock while the next owner is being granted it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease had already ended before this call (its deadline passed, or a renewal
+    /// found the lock gone): the lock was not held continuously, whatever the release then found (it still deletes
+    /// the key if it is ours). [`Error::NotOwner`] when Redis says the lock was no longer ours (it expired, was
+    /// force-released, or Redis lost it): nothing was changed. [`Error::Redis`] when Redis could not be asked, even
+    /// after one retry on a fresh connection; the release is then retried in the background, and at worst the key
+    /// expires after its lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped before the reply, the release goes on in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = locks.mutex("invoices").lock().await?;
+    /// // ... the critical section ...
+    /// match guard.release().await {
+    ///     Ok(()) => {}
+    ///     // The lease ended before we let go: whatever we wrote may have raced another owner.
+    ///     Err(e) if e.is_lost() => eprintln!("lost the lock before releasing it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.forget();
+        let shared = Arc::clone(&self.lease.shared);
+        // Ended here, before anything is sent: the script frees the key and wakes the next owner as it runs.
+        let earlier_loss = self.lease.loss();
+        shared.end(LossReason::Released);
+        let inner = &self.client.inner;
+        let reply: Result<i64, Error> = inner
+            .conn
+            .invoke_idempotent(&release_invocation(
+                &shared.keys,
+                &shared.token,
+                inner.wakeups.channel_prefix(),
+            ))
+            .await
+            .map_err(|e| not_a_lock(e, &shared.keys.lock));
+        // From here on, the drop has nothing left to do (on an error it retries in the background).
+        self.settled = reply.is_ok();
+        let name = || shared.keys.name().to_owned();
+        match (earlier_loss, reply?) {
+            (Some(reason), _) => Err(Error::LeaseLost {
+                name: name(),
+                reason,
+            }),
+            (None, 1) => Ok(()),
+            (None, _) => Err(Error::NotOwner { name: name() }),
+        }
+    }
+
+    /// Moves the lease end to `ttl` from now, if this grant still owns the lock. With the watchdog on, later
+    /// renewals go back to the configured lease (a shorter `ttl` makes the next renewal come early); use this mainly
+    /// with [`Mutex::fixed_lease`](crate::Mutex::fixed_lease).
+    ///
+    /// A lease that already ended cannot be extended back to life: extend never re-acquires.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease already ended locally (deadline passed, or lost); [`Error::NotOwner`]
+    /// when Redis says the key is gone or held by another owner (the lease then ends); [`Error::InvalidArgument`]
+    /// for a TTL out of range; [`Error::Redis`] when Redis could not be asked. After an error the extension may or
+    /// may not have happened on the server, so the deadline assumes the worst: at most `ttl` from the call (when
+    /// that is sooner than before), until a later renewal or extension is confirmed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, with the same rule: a dropped call may or may not have extended the key, so a shorter `ttl`
+    /// lowers the deadline from the moment the request is sent, and only confirmed replies raise it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    ///
+    /// // A fixed 10 s lease, extended by hand between steps of a long job.
+    /// let guard = locks.mutex("migration").ttl(Duration::from_secs(10)).fixed_lease().lock().await?;
+    /// for _step in 0..3 {
+    ///     // ... one step ...
+    ///     guard.extend(Duration::from_secs(10)).await?;
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
+        check_ttl(ttl)?;
+        let shared = &self.lease.shared;
+        let lost = |reason| Error::LeaseLost {
+            name: shared.keys.name().to_owned(),
+            reason,
+        };
+        if let Some(reason) = self.lease.loss() {
+            return Err(lost(reason));
+        }
+        // Registered before it is sent: if `ttl` is shorter than what the key has now, the deadline drops at once
+        // and stays down until the reply says how it went (a reply lost or timed out leaves it down).
+        let Some(request) = shared.begin(ttl) else {
+            return Err(lost(self.lease.loss().unwrap_or(LossReason::Expired)));
+        };
+        let mut invocation = RENEW.key(&shared.keys.lock);
+        invocation.arg(&shared.token).arg(millis(ttl));
+        let reply: Vec<i64> = self
+            .client
+            .inner
+            .conn
+            .invoke_idempotent(&invocation)
+            .await
+            .map_err(|e| not_a_lock(e, &shared.keys.lock))?;
+        // The keeper schedules renewals from the deadline: let it look again.
+        self.client.inner.keeper.nudge();
+        match reply.as_slice() {
+            [run, 1] => {
+                shared.confirm(request, *run);
+                match self.lease.loss() {
+                    None => Ok(()),
+                    Some(reason) => Err(lost(reason)),
+                }
+            }
+            [_, code] => {
+                shared.end(loss_reason(*code));
+                Err(Error::NotOwner {
+                    name: shared.keys.name().to_owned(),
+                })
+            }
+            _ => Err(Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "unexpected reply to a renewal",
+            )))),
+        }
+    }
+
+    /// Runs `work` while the lease holds, and drops it the moment the lease is lost.
+    ///
+    /// Dropping only cancels at the work's next `.await`; blocking code inside it runs on.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease ended before `work` finished (at the latest at the validity deadline).
+    ///
+    /// # Cancel safety
+    ///
+    /// As cancel safe as `work` itself; the guard is unaffected.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn copy_rows(fence: leasehold::Fence) -> usize { 0 }
+    /// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let guard = locks.mutex("export").lock().await?;
+    /// let rows = guard.run_until_lost(copy_rows(guard.fence())).await?;
+    /// guard.release().await?;
+    /// println!("{rows} rows");
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_until_lost<F: Future>(&self, work: F) -> Result<F::Output, Error> {
+        let lost = self.lease.lost();
+        tokio::select! {
+            biased;
+            reason = lost => Err(Error::LeaseLost {
+                name: self.lease.name().to_owned(),
+                reason,
+            }),
+            output = work => Ok(output),
+        }
+    }
+
+    fn forget(&mut self) {
+        if let Some(id) = self.kept.take() {
+            self.client.inner.keeper.forget(id);
+        }
+    }
+}
+
+impl Deref for MutexGuard {
+    type Target = Lease;
+
+    fn deref(&self) -> &Lease {
+        &self.lease
+    }
+}
+
+impl Drop for MutexGuard {
+    fn drop(&mut self) {
+        self.forget();
+        let shared = &self.lease.shared;
+        // Ended before the release is even scheduled, as in `release`.
+        shared.end(LossReason::Released);
+        if !self.settled {
+            release_in_background(
+                Arc::clone(&self.client.inner),
+                Arc::clone(&shared.keys),
+                shared.token.clone(),
+                shared.ttl,
+            );
+        }
+    }
+}
+
+impl fmt::Debug for MutexGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MutexGuard")
+            .field("lease", &self.lease)
+            .field("watchdog", &self.kept.is_some())
+            .finish()
+    }
+}
+
+/// The code of a renewal reply that is not 1, as the reason the lease ended.
+pub(crate) fn loss_reason(code: i64) -> LossReason {
+    match code {
+        0 => LossReason::Gone,
+        _ => LossReason::Taken,
+    }
+}
+
+/// The owner-checked release of `token` (see `scripts/release.lua`).
+pub(crate) fn release_invocation<'a>(
+    keys: &LockKeys,
+    token: &str,
+    channel_prefix: &str,
+) -> ScriptInvocation<'a> {
+    let mut invocation = RELEASE.key(&keys.lock);
+    invocation
+        .key(keys.queue())
+        .key(keys.waiters())
+        .key(keys.released())
+        .arg(token)
+        .arg(channel_prefix);
+    invocation
+}
+
+/// Owner-checked release from a drop: spawned on the current tokio runtime if there is one, retried with backoff
+/// for at most one lease (after that the key has expired anyway). Without a runtime, or when the runtime drops the
+/// task before it is done (it is shutting down), the release is left to the client's drop (see `orphans.rs`).
+pub(crate) fn release_in_background(
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    token: String,
+    ttl: Duration,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        inner.orphans.push(keys, token);
+        return;
+    };
+    let give_up = Instant::now() + ttl;
+    let task = Orphan {
+        inner,
+        keys,
+        token,
+        done: false,
+    };
+    runtime.spawn(async move {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let invocation =
+                release_invocation(&task.keys, &task.token, task.inner.wakeups.channel_prefix());
+            let reply: redis::RedisResult<i64> = task.inner.conn.invoke_idempotent(&invocation).await;
+            match reply {
+                Ok(_) => break,
+                Err(err) if Instant::now() + backoff < give_up => {
+                    tracing::debug!(lock = %task.keys.name(), error = %err, "background release failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(err) => {
+                    tracing::warn!(lock = %task.keys.name(), error = %err, "background release gave up; the key expires with its lease");
+                    break;
+                }
+            }
+        }
+        task.finish();
+    });
+}
+
+/// A background release in progress; if its task is dropped unfinished, the release is recorded as an orphan.
+struct Orphan {
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    token: String,
+    done: bool,
+}
+
+impl Orphan {
+    fn finish(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Orphan {
+    fn drop(&mut self) {
+        if !self.done {
+            self.inner
+                .orphans
+                .push(Arc::clone(&self.keys), std::mem::take(&mut self.token));
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! A distributed lock on Redis that is correct under the failures that break the others: fencing tokens on every
+//! grant, a lease kept alive in batches and a loss signal that fires *before* the server-side expiry,
+//! event-driven waiting, and cancel-safe acquires.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), leasehold::Error> {
+//! let locks = leasehold::Client::connect("redis://127.0.0.1:6379").await?;
+//!
+//! let guard = locks.mutex("orders:42").lock().await?;   // waits; the lease is kept alive
+//! println!("fence {}", guard.fence());                   // strictly increasing per lock
+//! guard.release().await?;                                 // owner-checked; reports a lost lock
+//!
+//! // Run work under the lock; the work is dropped the moment the lease is lost.
+//! let total = locks.mutex("nightly").run(|lease| async move { 42 }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # A tour of the crate
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `client.rs` | [`Client`], its [`Builder`], the connection, [`Client::inspect`] and [`Client::force_release`] |
+//! | `checks.rs` | what a client checks when it connects: the wake-up channel permission, the eviction policy |
+//! | `mutex.rs` | [`Mutex`]: options, the acquire call, waiting |
+//! | `guard.rs` | [`MutexGuard`]: release, extend, run until lost, release on drop |
+//! | `lease.rs` | [`Lease`]: validity deadline, loss signal, [`LossReason`] |
+//! | `keeper.rs` | the per-client task that renews every kept lease in batches |
+//! | `wake.rs` | the per-client subscriber that wakes waiters on release |
+//! | `keys.rs` | key layout and limits |
+//! | `clock.rs` | the lease clock: monotonic, counting time spent suspended |
+//! | `conn.rs` | the command connection: replaced when it goes silent; idempotent requests retried once |
+//! | `orphans.rs` | releases no runtime could finish, done when the client is dropped |
+//! | `scripts/*.lua` | the Lua scripts, each with its KEYS, ARGV and replies |
+//! | `error.rs` | [`Error`] |
+//!
+//! # Safety contract
+//!
+//! What leasehold guarantees, on **one** Redis server (primary), as long as that server neither loses data nor jumps
+//! its clock:
+//!
+//! 1. **Mutual exclusion of grants.** At any instant of the server's clock at most one owner token is stored for a
+//!    lock. A grant is one atomic script (`SET … NX`-style with a millisecond expiry), owner tokens are 128 random
+//!    bits from the OS per grant, and release, extension and renewal compare the token inside one script: nobody
+//!    deletes or extends a lock that is no longer theirs.
+//! 2. **The holder knows before anyone else can take over.** Each guard has a conservative validity deadline on
+//!    the local lease clock (monotonic, and counting time the machine spent suspended, on Linux): every request
+//!    that sets the key's expiry (the acquire, each renewal, each [`extend`](MutexGuard::extend)) is accounted for
+//!    *before* it is sent, as if it could run at any later time, until its reply says when it ran; the deadline is
+//!    the earliest the key could expire, given every request that may have run last, less a drift allowance (1 % of
+//!    the lease + 2 ms). So a request that may *shorten* the key (an extension to less than is left, the watchdog's
+//!    renewal after a longer extension) lowers the deadline before it leaves, and a timed-out reply never leaves it
+//!    too high. The server cannot expire the key before the deadline, so the loss signal ([`Lease::lost`],
+//!    [`Lease::is_held`], [`MutexGuard::run_until_lost`]) fires while no other owner can hold the lock yet. A
+//!    release ends the lease *before* its request leaves, so no clone of it reads "held" while the next owner is
+//!    granted. Once lost, a lease stays lost: renewal and extension never re-acquire a lapsed lock.
+//! 3. **Fences increase.** Every grant returns a [`Fence`] greater than every earlier fence of the same lock, also
+//!    after Redis lost the counter or brought back a stale one (a restart from an older snapshot, a replica
+//!    promoted before it caught up): each fence is at least the server's time in microseconds.
+//! 4. **No orphaned grants.** A crashed holder's lock frees itself after at most one lease; a dropped acquire
+//!    future releases a grant that landed anyway; a guard still alive when the program ends normally (`main`
+//!    returns) is released when its [`Client`] is dropped, within 1 s. Abnormal exits (`std::process::exit`, a
+//!    signal, an abort) leave the lock to lapse after its lease.
+//! 5. **A free lock is granted promptly.** A release wakes the oldest live waiter; waiters that died or gave up are
+//!    skipped by server time however many there are, and a wake-up lost to a fault costs a live waiter at most one
+//!    heartbeat (1 s).
+//!
+//! The assumptions behind these, stated plainly:
+//!
+//! - **Clocks.** The server expires keys by its wall clock and floors fences at it. The client measures leases with
+//!   its monotonic clock plus suspended time (`CLOCK_BOOTTIME` on Linux; elsewhere a suspension longer than the
+//!   lease is not seen until the next renewal). Rates may differ by the drift allowance; a server clock that *steps*
+//!   (NTP jump, VM restore) can expire a lock early, and a server clock that steps back can let a fence drawn after
+//!   a lost counter fall below earlier ones; nothing on the client can see either.
+//! - **No eviction.** With `maxmemory` and an `allkeys-*` or `volatile-*` policy, Redis may evict a held lock's key
+//!   and grant it again. Use `maxmemory-policy noeviction`; the client warns when it connects
+//!   ([`Client::server_warnings`]).
+//! - **Failover loses locks.** Redis replication is asynchronous: after a primary fails, a replica may be promoted
+//!   without the latest grant, and a second owner can get the lock while the first still believes it holds it.
+//!   A restart without persistence does the same. The first owner finds out at its next renewal
+//!   ([`LossReason::Gone`] or [`LossReason::Taken`]), not before.
+//! - **Pauses.** A holder can be paused (GC, `SIGSTOP`, a VM freeze, a page fault storm) at any point, including
+//!   between checking [`Lease::is_held`] and writing. No lock service can stop a paused process from sending a
+//!   write after it wakes up. **Only a resource that checks the fence is safe against that.**
+//!
+//! # Fencing
+//!
+//! Pass the guard's [`fence`](Lease::fence) with every write to the protected resource, and have the resource reject a write
+//! whose fence is lower than the highest it has accepted. Here the resource is a Redis hash written by a script
+//! that does the check atomically; a SQL store would do the same with
+//! `UPDATE … SET …, fence = $f WHERE id = $id AND fence <= $f`.
+//!
+//! ```no_run
+//! # async fn demo(locks: leasehold::Client, mut store: redis::aio::MultiplexedConnection) -> Result<(), leasehold::Error> {
+//! // KEYS[1] the record; ARGV[1] the writer's fence; ARGV[2] the new value.
+//! // Returns 1 when written, 0 when a newer fence has written already (the writer is stale).
+//! let fenced_write = redis::Script::new(r"
+//!     local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+//!     if tonumber(ARGV[1]) < seen then return 0 end
+//!     redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'stock', ARGV[2])
+//!     return 1
+//! ");
+//!
+//! let guard = locks.mutex("stock:sku-1").lock().await?;
+//! let written: i64 = fenced_write
+//!     .key("stock:sku-1")
+//!     .arg(guard.fence().get())
+//!     .arg(99)
+//!     .invoke_async(&mut store)
+//!     .await?;
+//! if written == 0 {
+//!     // We were paused past our lease and someone else wrote since: our write was refused, as it must be.
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Fences survive restarts
+//!
+//! Each grant's fence is the larger of the lock's last fence plus one and the server time in microseconds, drawn in
+//! the same script as the grant. A counter that is missing (the first grant, a restart without persistence, its
+//! retention ran out, see [`Builder::fence_retention`]) or stale (a restore from an older snapshot, a replica
+//! promoted before it caught up) is overtaken by the clock, so new fences exceed the old ones unless the server
+//! clock stepped back. Fences are therefore large numbers, not 1, 2, 3; only their order matters.
+//!
+//! # Waiting
+//!
+//! Waiters do not poll. A client that finds a lock busy joins the lock's queue in Redis (one entry per client,
+//! however many of its tasks wait, with a liveness deadline in server time that each of its attempts renews); the
+//! release wakes the oldest client still alive, through that client's own pub/sub channel, and reserves the lock
+//! for it for a few milliseconds so that a releaser looping on the lock cannot barge ahead. Processes are therefore
+//! served in arrival order, and a release costs O(1) acquire attempts however many tasks and processes wait.
+//! Inside a process, waiters of one lock queue in FIFO order and only the first contends in Redis. The first waiter
+//! also looks again when the holder's lease would end and at least once a second (its heartbeat, which keeps its
+//! queue entry alive), so a lost message, a crashed holder or a woken client that died costs at most that, never a
+//! hang.
+//!
+//! # Keys
+//!
+//! A lock named `N` uses the key `PREFIX:{N}` (the owner token, with the lease as its expiry), the key
+//! `PREFIX:{N}:fence` (the last fence, kept for [`Builder::fence_retention`] from its creation), the list
+//! `PREFIX:{N}:queue` (waiting client ids), the hash `PREFIX:{N}:waiters` (their liveness deadlines) and the key
+//! `PREFIX:{N}:released` (the last release's token, for the rest of its lease, so that a retried release is
+//! recognised); see
+//! [`lock_keys`]. For a few milliseconds after a release that woke a waiter, the lock key holds a reservation for
+//! that client instead of a token. The braces make `N` the Redis Cluster hash tag. Client `C` is woken on the
+//! channel `PREFIX:wake:C`. The prefix defaults to `leasehold`; names are 1 to [`MAX_NAME_LEN`] bytes and may not start
+//! with `}` (Redis Cluster would then hash each key of the lock to its own slot). Redis 6.2 or later is required.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+mod checks;
+mod client;
+mod clock;
+mod conn;
+mod error;
+mod fence;
+mod guard;
+mod keeper;
+mod keys;
+mod lease;
+mod mutex;
+mod orphans;
+mod scripts;
+mod wake;
+
+pub use checks::ServerWarning;
+pub use client::{
+    Builder, Client, Holder, LockInfo, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_FENCE_RETENTION,
+    DEFAULT_RESPONSE_TIMEOUT,
+};
+pub use error::{Error, InvalidArgument};
+pub use fence::Fence;
+pub use guard::MutexGuard;
+pub use keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
+pub use lease::{Lease, LossReason};
+pub use mutex::{Mutex, DEFAULT_TTL};
+
+/// Re-exported so that callers can name the connection and error types without a second `redis` dependency.
+pub use redis;
+
+#[cfg(test)]
+mod bounds {
+    fn send_sync_static<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn public_handles_are_send_sync_static() {
+        send_sync_static::<crate::Client>();
+        send_sync_static::<crate::Mutex>();
+        send_sync_static::<crate::MutexGuard>();
+        send_sync_static::<crate::Lease>();
+        send_sync_static::<crate::Error>();
+    }
+}

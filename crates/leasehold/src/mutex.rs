@@ -1,0 +1,453 @@
+//! The non-reentrant mutex: options, the acquire script call, and waiting.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::{foreign, not_a_lock, Client, Inner};
+use crate::error::{Error, InvalidArgument};
+use crate::fence::{new_token, Fence};
+use crate::guard::{release_in_background, MutexGuard};
+use crate::keys::{check_ttl, drift, millis, LockKeys};
+use crate::lease::{Lease, LeaseShared};
+use crate::scripts::{ACQUIRE, HEARTBEAT};
+
+/// Default lease: kept alive by the watchdog while the guard lives.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// A waiter whose holder reported no expiry (never the case for keys leasehold writes) looks again after this long.
+const NO_TTL_RECHECK: Duration = Duration::from_secs(1);
+
+/// A distributed, non-reentrant mutex on one Redis server: a handle to the lock called `name`.
+///
+/// Created by [`Client::mutex`]. The handle holds no lock itself; [`lock`](Mutex::lock),
+/// [`lock_timeout`](Mutex::lock_timeout) and [`try_lock`](Mutex::try_lock) return a [`MutexGuard`] for one
+/// grant. Cheap to clone.
+///
+/// Non-reentrant: a second `lock()` on the same name from the same task waits for the first guard like any other
+/// owner would. Waiting clients are served in the order they started waiting: a release wakes the oldest and
+/// reserves the lock for it for a few milliseconds, so a holder that releases and asks again cannot barge ahead.
+/// Inside one process, waiters are served in FIFO order. A newcomer can still take a lock that is free with nobody
+/// queued.
+///
+/// # Lease
+///
+/// By default a grant is a 30 s lease that the client's keeper renews every 10 s while the guard lives, so the work
+/// may take as long as it needs and a crashed process frees the lock within 30 s. [`ttl`](Mutex::ttl),
+/// [`renew_every`](Mutex::renew_every) and [`fixed_lease`](Mutex::fixed_lease) change that.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+/// use std::time::Duration;
+///
+/// let mutex = locks.mutex("reports:nightly").ttl(Duration::from_secs(10));
+/// match mutex.try_lock().await {
+///     Ok(guard) => {
+///         // ... the critical section ...
+///         guard.release().await?;
+///     }
+///     Err(e) if e.is_busy() => println!("someone else is on it"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Mutex {
+    client: Client,
+    keys: Result<Arc<LockKeys>, InvalidArgument>,
+    ttl: Duration,
+    renewal: Renewal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    /// Every third of the lease.
+    Auto,
+    Every(Duration),
+    Off,
+}
+
+impl fmt::Debug for Mutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutex")
+            .field("keys", &self.keys)
+            .field("ttl", &self.ttl)
+            .field("renewal", &self.renewal)
+            .finish()
+    }
+}
+
+/// How an attempt relates to waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// A single try: never join the queue.
+    No,
+    /// The first attempt of a wait: join the queue when busy.
+    First,
+    /// A later attempt: this client may be queued already, so a grant also takes it out of the queue.
+    Queued,
+}
+
+/// The outcome of one acquire script call.
+enum Attempt {
+    Granted(MutexGuard),
+    /// Held by another owner, with its remaining lease when it has one.
+    Busy(Option<Duration>),
+}
+
+impl Mutex {
+    pub(crate) fn new(client: Client, name: &str) -> Mutex {
+        let keys = LockKeys::new(&client.inner.prefix, name);
+        Mutex {
+            client,
+            keys,
+            ttl: DEFAULT_TTL,
+            renewal: Renewal::Auto,
+        }
+    }
+
+    /// The lease of each grant: between [`MIN_TTL`](crate::MIN_TTL) (10 ms) and [`MAX_TTL`](crate::MAX_TTL)
+    /// (30 days). Defaults to 30 s.
+    pub fn ttl(mut self, ttl: Duration) -> Mutex {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How often the keeper renews a held lease; it must be shorter than the lease minus its drift allowance.
+    /// Defaults to a third of the lease (10 s for the default 30 s).
+    pub fn renew_every(mut self, every: Duration) -> Mutex {
+        self.renewal = Renewal::Every(every);
+        self
+    }
+
+    /// No watchdog: the lease ends after its TTL unless [`MutexGuard::extend`] moves it. The guard still reports
+    /// the loss at its validity deadline.
+    pub fn fixed_lease(mut self) -> Mutex {
+        self.renewal = Renewal::Off;
+        self
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        match &self.keys {
+            Ok(keys) => keys.name(),
+            Err(_) => "",
+        }
+    }
+
+    /// Tries once, without waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] when another owner holds the lock (with its remaining lease); [`Error::InvalidArgument`],
+    /// [`Error::NotALock`], [`Error::Redis`] as their docs say.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped after the request left, a grant that lands anyway is released in the
+    /// background (or lapses after one lease without a runtime).
+    pub async fn try_lock(&self) -> Result<MutexGuard, Error> {
+        let keys = self.checked()?;
+        match self.attempt(&keys, Wait::No).await? {
+            Attempt::Granted(guard) => Ok(guard),
+            Attempt::Busy(remaining) => Err(Error::Busy {
+                name: keys.name().to_owned(),
+                remaining,
+            }),
+        }
+    }
+
+    /// Waits as long as it takes. Waiters are woken by the holder's release (never by polling) and look again at
+    /// the latest when the holder's lease would end, so a crashed holder costs at most one lease.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`], [`Error::NotALock`], and [`Error::Redis`] when Redis fails during the wait:
+    /// the wait ends with the error, and retrying is the caller's choice.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves no lock behind (see [`try_lock`](Mutex::try_lock)) and gives up the
+    /// place in the local queue.
+    pub async fn lock(&self) -> Result<MutexGuard, Error> {
+        self.acquire(None).await
+    }
+
+    /// Waits at most `timeout` (measured from the call).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the time ran out; otherwise as for [`lock`](Mutex::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Mutex::lock).
+    pub async fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard, Error> {
+        let deadline = Instant::now().checked_add(timeout);
+        self.acquire(deadline).await
+    }
+
+    /// Waits for the lock, runs `work` while holding it, and releases it. `work` gets the [`Lease`] (for its fence)
+    /// and is **dropped the moment the lease is lost**, in which case `run` returns [`Error::LeaseLost`].
+    ///
+    /// Dropping only cancels at the work's next `.await`: keep blocking code out of it, or check
+    /// [`Lease::is_held`] between steps.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Mutex::lock); [`Error::LeaseLost`] when the lease ended during the work;
+    /// [`Error::NotOwner`] when the work finished but the release found the lock no longer ours (then the work's
+    /// output is discarded, because it ran without the lock for some time).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it drops the work and releases the lock in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let rows = locks
+    ///     .mutex("nightly-export")
+    ///     .run(|lease| async move {
+    ///         // write with lease.fence() so a late writer is rejected
+    ///         42
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F, Fut>(&self, work: F) -> Result<Fut::Output, Error>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future,
+    {
+        let guard = self.lock().await?;
+        let output = guard.run_until_lost(work(guard.lease())).await?;
+        guard.release().await?;
+        Ok(output)
+    }
+
+    fn checked(&self) -> Result<Arc<LockKeys>, Error> {
+        let keys = self.keys.clone()?;
+        check_ttl(self.ttl)?;
+        if let Some(every) = self.renew_interval() {
+            let limit = self.ttl - drift(self.ttl);
+            if every.is_zero() || every >= limit {
+                return Err(InvalidArgument::BadRenewal {
+                    every,
+                    ttl: self.ttl,
+                    limit,
+                }
+                .into());
+            }
+        }
+        Ok(keys)
+    }
+
+    fn renew_interval(&self) -> Option<Duration> {
+        match self.renewal {
+            Renewal::Auto => Some(self.ttl / 3),
+            Renewal::Every(every) => Some(every),
+            Renewal::Off => None,
+        }
+    }
+
+    async fn acquire(&self, deadline: Option<Instant>) -> Result<MutexGuard, Error> {
+        let keys = self.checked()?;
+        let started = Instant::now();
+        let timed_out = || Error::Timeout {
+            name: keys.name().to_owned(),
+            waited: started.elapsed(),
+        };
+        let wakeups = &self.client.inner.wakeups;
+        let epoch = wakeups.epoch();
+        let mut remaining = match self.attempt_until(&keys, Wait::First, deadline).await {
+            Some(Ok(Attempt::Granted(guard))) => return Ok(guard),
+            Some(Ok(Attempt::Busy(remaining))) => remaining,
+            Some(Err(err)) => return Err(err),
+            None => return Err(timed_out()),
+        };
+
+        let waiting = wakeups.join(&keys.lock);
+        // Registered from here on: every later wake-up for this lock moves `wake`.
+        let mut wake = waiting.wakeups();
+        // Only the head of the local queue contends in Redis: a release costs O(1) attempts per process.
+        let (permit, queued) = match waiting.local.queue.try_acquire() {
+            Ok(permit) => (permit, false),
+            Err(_) => match until(deadline, waiting.local.queue.acquire()).await {
+                Some(Ok(permit)) => (permit, true),
+                _ => return Err(timed_out()),
+            },
+        };
+        if until(deadline, wakeups.ready()).await.is_none() {
+            return Err(timed_out());
+        }
+        // The first attempt already queued this client; it need not be repeated if we were subscribed when it was
+        // made, nothing was delivered since, and no local waiter went before us.
+        let mut look_again = queued || epoch.is_none() || wakeups.epoch() != epoch;
+        loop {
+            if look_again {
+                // Seen before the attempt: a wake-up that lands after it still wakes us below.
+                wake.borrow_and_update();
+                remaining = match self.attempt_until(&keys, Wait::Queued, deadline).await {
+                    Some(Ok(Attempt::Granted(guard))) => {
+                        waiting.granted();
+                        drop(permit);
+                        return Ok(guard);
+                    }
+                    Some(Ok(Attempt::Busy(remaining))) => remaining,
+                    Some(Err(err)) => return Err(err),
+                    None => return Err(timed_out()),
+                };
+            }
+            look_again = true;
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(timed_out());
+            }
+            // Woken by the release; otherwise look again when the holder's lease ends, and at least every heartbeat,
+            // which keeps this client's queue entry alive and bounds the cost of a lost wake-up or of a reservation
+            // that a dead or paused client never claimed.
+            let lease_end = now
+                + remaining
+                    .unwrap_or(NO_TTL_RECHECK)
+                    .clamp(Duration::from_millis(1), HEARTBEAT);
+            let wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
+            tokio::select! {
+                _ = wake.changed() => {}
+                () = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+    }
+
+    /// One attempt, given up at `deadline` (`None` then): a paused or unreachable server cannot hold a bounded call
+    /// past its bound. A grant that lands after the attempt was given up is released (see [`Pending`]).
+    async fn attempt_until(
+        &self,
+        keys: &Arc<LockKeys>,
+        wait: Wait,
+        deadline: Option<Instant>,
+    ) -> Option<Result<Attempt, Error>> {
+        until(deadline, self.attempt(keys, wait)).await
+    }
+
+    /// One acquire script call with a fresh token. A caller that will wait joins the lock's queue when busy.
+    async fn attempt(&self, keys: &Arc<LockKeys>, wait: Wait) -> Result<Attempt, Error> {
+        let inner = &self.client.inner;
+        let token = new_token()?;
+        let ttl_ms = millis(self.ttl);
+        let mut invocation = ACQUIRE.key(&keys.lock);
+        invocation
+            .key(keys.fence())
+            .key(keys.queue())
+            .key(keys.waiters())
+            .arg(token.as_str())
+            .arg(ttl_ms)
+            .arg(millis(inner.fence_retention))
+            .arg(inner.wakeups.client_id())
+            .arg(match wait {
+                Wait::No => "0",
+                Wait::First => "1",
+                Wait::Queued => "2",
+            });
+        // From here until the reply is read, a drop (or a lost reply) may leave a grant nobody knows about.
+        let mut pending = Pending {
+            inner,
+            keys,
+            token: Some(token),
+            ttl: self.ttl,
+        };
+        // On the lease clock (see clock.rs), read before the request leaves.
+        let sent = crate::clock::now();
+        // Retried once on a dropped connection with the same token: a retry that finds the grant of its first run
+        // reports that grant (acquire.lua is idempotent per token).
+        let reply: Result<(i64, i64, i64), redis::RedisError> =
+            inner.conn.invoke_idempotent(&invocation).await;
+        let (code, value, run) = match reply {
+            Ok(reply) => reply,
+            Err(err) => {
+                let err = not_a_lock(err, &keys.lock);
+                // A server error means the script did not grant; anything else (timeout, dropped connection)
+                // leaves `pending` armed so a grant that did land is released.
+                if matches!(err, Error::NotALock { .. }) {
+                    pending.disarm();
+                }
+                return Err(err);
+            }
+        };
+        let token = pending.disarm();
+        match code {
+            1 => Ok(Attempt::Granted(self.grant(keys, token, value, sent, run))),
+            0 => Ok(Attempt::Busy(
+                u64::try_from(value).ok().map(Duration::from_millis),
+            )),
+            -1 => Err(foreign(&keys.lock, "a value")),
+            _ => Err(Error::NotALock {
+                key: keys.fence().to_string(),
+                detail: "the fence counter is not a number".to_owned(),
+            }),
+        }
+    }
+
+    fn grant(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: String,
+        fence: i64,
+        sent: Instant,
+        run: i64,
+    ) -> MutexGuard {
+        let inner = &self.client.inner;
+        let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
+        let lease = LeaseShared::new(Arc::clone(keys), token, fence, self.ttl, sent, run);
+        let kept = self.renew_interval().map(|every| {
+            inner
+                .keeper
+                .watch(Arc::downgrade(inner), Arc::clone(&lease), sent, every)
+        });
+        MutexGuard::new(self.client.clone(), Lease { shared: lease }, kept)
+    }
+}
+
+/// Releases a grant that may have landed when the acquire future is dropped (or its reply is lost) before the
+/// reply was read.
+struct Pending<'a> {
+    inner: &'a Arc<Inner>,
+    keys: &'a Arc<LockKeys>,
+    /// `Some` while armed.
+    token: Option<String>,
+    ttl: Duration,
+}
+
+impl Pending<'_> {
+    /// The reply was read: nothing to clean up. Returns the token.
+    fn disarm(&mut self) -> String {
+        self.token.take().unwrap_or_default()
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(token) = self.token.take() {
+            release_in_background(
+                Arc::clone(self.inner),
+                Arc::clone(self.keys),
+                token,
+                self.ttl,
+            );
+        }
+    }
+}
+
+/// Runs `fut` until `deadline`; `None` when the deadline came first.
+async fn until<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}

@@ -1,0 +1,97 @@
+//! Releases that no runtime could finish: a guard dropped outside a runtime, or a background release whose runtime
+//! shut down first (a guard dropped as `main` returns: the runtime ends right after, and drops the release task).
+//!
+//! Each one is recorded here, and the client does them when it is dropped, over a fresh blocking connection on a
+//! helper thread, for at most [`BUDGET`] in all. The ordinary end of a program therefore releases its locks: the
+//! guard drops, the release task is dropped with the runtime (recording its lock), the last handle to the client
+//! goes, and the client's drop releases what is recorded before `main` finishes returning. Abnormal exits (a
+//! signal, `std::process::exit`, an abort) run no drops: those locks lapse after their lease.
+
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::guard::release_invocation;
+use crate::keys::LockKeys;
+
+/// The most a client's drop waits for its outstanding releases.
+const BUDGET: Duration = Duration::from_secs(1);
+
+pub(crate) struct Orphans {
+    list: Mutex<Vec<(Arc<LockKeys>, String)>>,
+    redis: redis::Client,
+    connect_timeout: Duration,
+}
+
+impl Orphans {
+    pub(crate) fn new(redis: redis::Client, connect_timeout: Duration) -> Orphans {
+        Orphans {
+            list: Mutex::new(Vec::new()),
+            redis,
+            connect_timeout,
+        }
+    }
+
+    /// Records a release to do when the client is dropped.
+    pub(crate) fn push(&self, keys: Arc<LockKeys>, token: String) {
+        self.list
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((keys, token));
+    }
+
+    /// Does every recorded release, blocking for at most [`BUDGET`]; whatever is left lapses with its lease.
+    pub(crate) fn release_all(&self, channel_prefix: &str) {
+        let orphans = std::mem::take(&mut *self.list.lock().unwrap_or_else(|e| e.into_inner()));
+        if orphans.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + BUDGET;
+        let redis = self.redis.clone();
+        let connect_timeout = self.connect_timeout.min(BUDGET);
+        let channel_prefix = channel_prefix.to_owned();
+        let (done, finished) = mpsc::channel();
+        // A thread of its own: this may run inside a runtime that is shutting down, where nothing async can run.
+        let spawned = std::thread::Builder::new()
+            .name("leasehold-release".into())
+            .spawn(move || {
+                let released =
+                    release_blocking(&redis, connect_timeout, deadline, &orphans, &channel_prefix);
+                let _ = done.send(released);
+            });
+        if spawned.is_err() {
+            tracing::warn!("no thread for the final releases; the locks lapse with their leases");
+            return;
+        }
+        match finished.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Ok(n)) => tracing::debug!(released = n, "released the locks left at shutdown"),
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "final releases failed; the locks lapse with their leases")
+            }
+            Err(_) => {
+                tracing::warn!("final releases took too long; the rest lapse with their leases")
+            }
+        }
+    }
+}
+
+fn release_blocking(
+    redis: &redis::Client,
+    connect_timeout: Duration,
+    deadline: Instant,
+    orphans: &[(Arc<LockKeys>, String)],
+    channel_prefix: &str,
+) -> redis::RedisResult<usize> {
+    let mut con = redis.get_connection_with_timeout(connect_timeout)?;
+    let mut released = 0;
+    for (keys, token) in orphans {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        con.set_read_timeout(Some(left))?;
+        con.set_write_timeout(Some(left))?;
+        let _: i64 = release_invocation(keys, token, channel_prefix).invoke(&mut con)?;
+        released += 1;
+    }
+    Ok(released)
+}

@@ -1,0 +1,30 @@
+-- renew: extend many leases in one call, each only if its owner still holds it. Never re-creates a lapsed lock.
+-- Each lease's outcome is its own: a key that someone replaced with another type fails that lease only.
+-- Idempotent: running it twice extends twice, from the later run.
+--
+-- KEYS[i]        lock key of lease i
+-- ARGV[2i - 1]   owner token of lease i
+-- ARGV[2i]       new lease of lease i, in milliseconds
+--
+-- Returns  {now, code_1, code_2, ...}: the server time in microseconds (a decimal string) when the script ran (it orders the replies
+--          of requests that may have run in another order than they were sent), then one code per lease:
+--          1   renewed
+--          0   the key is gone
+--          -1  another owner holds the lock
+--          -2  the key holds something leasehold did not write (another type): that lease is lost, the key untouched
+local t = redis.call('TIME')
+local reply = {t[1] .. string.sub('00000' .. t[2], -6)}
+for i, key in ipairs(KEYS) do
+    local holder = redis.pcall('GET', key)
+    if type(holder) == 'table' and holder.err then
+        reply[i + 1] = -2
+    elseif holder == ARGV[2 * i - 1] then
+        redis.call('PEXPIRE', key, ARGV[2 * i])
+        reply[i + 1] = 1
+    elseif holder then
+        reply[i + 1] = -1
+    else
+        reply[i + 1] = 0
+    end
+end
+return reply
