@@ -1,0 +1,56 @@
+//! The MSRV in the workspace's `Cargo.toml` is at least what every dependency declares: a dependency update that
+//! raises the bar fails here instead of surprising users on an older toolchain. (Only one toolchain exists on the
+//! build machine, so the MSRV cannot be built with directly; this checks the declared floor of the whole graph.)
+
+use std::process::Command;
+
+fn version(text: &str) -> Vec<u64> {
+    text.split('.')
+        .map(|part| part.parse().unwrap_or(0))
+        .collect()
+}
+
+#[test]
+fn the_declared_msrv_covers_every_dependency() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let members: Vec<&str> = metadata["workspace_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m.as_str())
+        .collect();
+    let mut ours = None;
+    let mut highest = (vec![0], String::new());
+    for package in metadata["packages"].as_array().unwrap() {
+        let Some(rust_version) = package["rust_version"].as_str() else {
+            continue;
+        };
+        let id = package["id"].as_str().unwrap_or_default();
+        if members.contains(&id) {
+            ours = Some(version(rust_version));
+        } else if version(rust_version) > highest.0 {
+            highest = (
+                version(rust_version),
+                format!("{} {}", package["name"], package["version"]),
+            );
+        }
+    }
+    let ours = ours.expect("the workspace declares a rust-version");
+    assert!(
+        ours >= highest.0,
+        "the workspace declares rust-version {ours:?}, but {} needs {:?}",
+        highest.1,
+        highest.0
+    );
+}
