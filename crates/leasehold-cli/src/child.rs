@@ -62,11 +62,13 @@ impl Program {
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no program given"))?;
         // Before the spawn, so that not even an immediate stop of the program goes unnoticed.
         let terminal = Terminal::foreground();
-        let child = tokio::process::Command::new(program)
+        let mut command = tokio::process::Command::new(program);
+        command
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .process_group(0)
-            .spawn()?;
+            .process_group(0);
+        die_with_parent(&mut command);
+        let child = command.spawn()?;
         let pid = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
@@ -292,6 +294,33 @@ impl Terminal {
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&previous), None);
     }
 }
+
+/// If `leasehold` itself is killed (SIGKILL, the OOM killer), the program must not run on without a lease: on Linux
+/// the kernel sends it SIGKILL the moment its parent dies (`PR_SET_PDEATHSIG`). The parent is the thread that
+/// spawned it; `leasehold` runs on one thread (a current-thread runtime), which lives as long as the process.
+/// Elsewhere the program can outlive a killed `leasehold` (documented in the README's limits).
+#[cfg(target_os = "linux")]
+fn die_with_parent(command: &mut tokio::process::Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe calls are allowed.
+    // It makes two system calls through nix (prctl and getppid), which allocate nothing and take no locks, and
+    // returns an io::Error built from an errno value (no allocation for `from_raw_os_error`).
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                .map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+            // The parent may have died between the fork and the prctl: then no signal will come.
+            if nix::unistd::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_command: &mut tokio::process::Command) {}
 
 #[cfg(test)]
 mod tests {

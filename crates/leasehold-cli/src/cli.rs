@@ -35,8 +35,9 @@ stderr passed through, and with these variables added to its environment:
 The lease is renewed every third of --ttl while the program runs. If it is lost (renewal
 not confirmed in time, key gone or taken), the program's whole process group gets SIGTERM
 before the lease can expire in Redis, then SIGKILL after --kill-after; leasehold reports the
-loss and exits 76. SIGINT, SIGTERM and SIGHUP sent to leasehold are passed on to the program;
-the lock is released when the program exits.
+loss and exits 76. Every catchable signal that would end leasehold (SIGINT, SIGTERM, SIGHUP,
+SIGQUIT, SIGUSR1, SIGUSR2, ...) is passed on to the program instead; the lock is released when
+the program exits. If leasehold is killed, the program is killed with it (Linux).
 
 Exit status:
   N      the program's own exit status

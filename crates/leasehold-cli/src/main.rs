@@ -16,7 +16,8 @@
 //! | `connect.rs` | connecting, with errors mapped to exit statuses |
 //! | `duration.rs` | `500ms`, `10s`, `2m`, `1h` |
 //! | `exit.rs` | exit statuses, the error that carries one, the panic hook |
-#![forbid(unsafe_code)]
+// One narrowly scoped exception, in child.rs: the parent-death signal set in the child before exec.
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 

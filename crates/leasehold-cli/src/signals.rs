@@ -1,32 +1,57 @@
-//! The signals `leasehold` catches: SIGINT, SIGTERM and SIGHUP.
+//! The signals `leasehold` catches: every signal whose default action would end it and that can be caught (SIGINT,
+//! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGIO, SIGPWR, SIGSYS,
+//! SIGTRAP). SIGKILL cannot be caught; SIGPIPE is ignored by every Rust program; SIGTSTP/SIGCONT are job control
+//! (see `child.rs`).
 //!
 //! Catching starts when [`Signals::catch`] is called; from then on these signals no longer end `leasehold` by
-//! themselves, so every caller decides what they mean: `run` passes them on to its program, `demo` cleans up.
+//! themselves, so every caller decides what they mean: `run` passes them on to its program (so a signal meant to end
+//! the work can never end the lock holder and leave the program running without a lease), `demo` cleans up.
 
 use anyhow::Context as _;
+use futures_util::future::select_all;
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, SignalKind};
 
+/// The signals caught, in the order they are checked.
+const CAUGHT: &[Signal] = &[
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGALRM,
+    Signal::SIGVTALRM,
+    Signal::SIGPROF,
+    Signal::SIGXCPU,
+    Signal::SIGXFSZ,
+    Signal::SIGIO,
+    Signal::SIGPWR,
+    Signal::SIGSYS,
+    Signal::SIGTRAP,
+];
+
 /// The caught signals, as one stream.
 pub struct Signals {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-    hangup: tokio::signal::unix::Signal,
+    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
 }
 
 impl Signals {
-    /// Starts catching SIGINT, SIGTERM and SIGHUP.
+    /// Starts catching every signal in [`CAUGHT`].
     ///
     /// # Errors
     ///
     /// When a handler cannot be installed (only without a tokio runtime with signals enabled).
     pub fn catch() -> anyhow::Result<Signals> {
-        let install = |kind| signal(kind).context("cannot install a signal handler");
-        Ok(Signals {
-            interrupt: install(SignalKind::interrupt())?,
-            terminate: install(SignalKind::terminate())?,
-            hangup: install(SignalKind::hangup())?,
-        })
+        let streams = CAUGHT
+            .iter()
+            .map(|&sig| {
+                signal(SignalKind::from_raw(sig as i32))
+                    .map(|stream| (sig, stream))
+                    .with_context(|| format!("cannot install a handler for {sig}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Signals { streams })
     }
 
     /// The next caught signal.
@@ -35,12 +60,14 @@ impl Signals {
     ///
     /// Cancel safe: a signal that arrives while nobody awaits is kept for the next call.
     pub async fn recv(&mut self) -> Signal {
-        tokio::select! {
-            Some(()) = self.interrupt.recv() => Signal::SIGINT,
-            Some(()) = self.terminate.recv() => Signal::SIGTERM,
-            Some(()) = self.hangup.recv() => Signal::SIGHUP,
+        let waits = self.streams.iter_mut().map(|(sig, stream)| {
+            let sig = *sig;
+            Box::pin(async move { stream.recv().await.map(|()| sig) })
+        });
+        match select_all(waits).await {
+            (Some(sig), _, _) => sig,
             // Only when the runtime's signal driver is gone: nothing will arrive any more.
-            else => std::future::pending().await,
+            (None, _, _) => std::future::pending().await,
         }
     }
 }

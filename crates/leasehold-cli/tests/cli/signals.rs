@@ -12,8 +12,10 @@ fn sigterm_reaches_the_program_and_the_lock_is_released_after_it_exits() {
     let server = RedisServer::start();
     let dir = TempDir::new("cli-signals");
     let marker = dir.path().join("marker");
+    // The background sleep is started before "ready", so the forwarded SIGTERM always finds it (a sleep forked
+    // after the signal would outlive the test holding its output open); its output goes nowhere anyway.
     let program = format!(
-        r#"trap 'echo got-term > {}; exit 0' TERM; echo ready; sleep 60 & wait"#,
+        r#"trap 'echo got-term > {}; exit 0' TERM; sleep 60 >/dev/null 2>&1 & echo ready; wait"#,
         marker.display()
     );
     let mut run = Running::start(leasehold(&[
@@ -98,4 +100,75 @@ fn a_signal_while_waiting_ends_the_wait_without_running_the_program() {
     holder.close_stdin();
     assert_eq!(holder.code(SOON), Some(0));
     assert!(!lock_exists(&server, "queue"));
+}
+
+#[test]
+fn every_terminating_signal_is_passed_on_and_the_lock_outlives_the_program_only_until_it_exits() {
+    let server = RedisServer::start();
+    let url = server.url();
+    // SIGUSR1, SIGUSR2 and SIGQUIT used to kill `leasehold` itself and leave the program running without a lease.
+    for (signal, expected) in [
+        (Signal::SIGUSR1, 128 + 10),
+        (Signal::SIGUSR2, 128 + 12),
+        (Signal::SIGQUIT, 128 + 3),
+    ] {
+        let mut run = Running::start(leasehold(&[
+            "run",
+            "--redis",
+            &url,
+            "usr",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; exec sleep 60",
+        ]));
+        assert_eq!(run.line(SOON), "ready");
+        send_signal(run.pid(), signal).unwrap();
+        // The program got it (and died of it): leasehold reports it, after releasing the lock.
+        assert_eq!(run.code(SOON), Some(expected), "{signal}");
+        assert!(
+            !lock_exists(&server, "usr"),
+            "{signal}: the lock outlived the program"
+        );
+    }
+}
+
+/// Whether `pid` has ended: gone, or a zombie nobody reaped yet (its parent, `leasehold`, was killed).
+fn has_ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state follows the command name in parentheses: "pid (comm) S ...".
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_program_does_not_outlive_a_killed_leasehold() {
+    let server = RedisServer::start();
+    let mut run = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "orphan",
+        "--",
+        "sh",
+        "-c",
+        "echo $$; exec sleep 60",
+    ]));
+    let program: u32 = run.line(SOON).parse().unwrap();
+    assert!(!has_ended(program));
+    // SIGKILL cannot be caught or passed on: only the kernel can end the program now.
+    send_signal(run.pid(), Signal::SIGKILL).unwrap();
+    let deadline = std::time::Instant::now() + SOON;
+    while !has_ended(program) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program outlived a SIGKILLed leasehold"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10)); // polling /proc: no event to await
+    }
+    let _ = run.code(SOON);
 }
