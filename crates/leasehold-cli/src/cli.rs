@@ -43,7 +43,9 @@ Exit status:
   N      the program's own exit status
   128+N  the program was ended by signal N (or leasehold was, while waiting for the lock)
   2      usage error
-  69     Redis cannot be reached or refuses the credentials
+  65     the lock's key holds something leasehold did not write (left untouched)
+  69     Redis cannot be reached, refuses the credentials, or lacks an ACL permission
+  70     internal error (a bug in leasehold; please report it)
   75     the lock was not acquired (--nonblock, --wait); see --conflict-exit-code
   76     the lock was lost while the program ran
   127    the program cannot be found or executed
@@ -117,7 +119,7 @@ Examples:
 /// Run any program under a distributed lock on Redis.
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about, after_help = ROOT_AFTER)]
-#[command(propagate_version = true, disable_help_subcommand = true)]
+#[command(propagate_version = true)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -11,6 +11,7 @@ use crate::exit::{self, fail};
 ///
 /// Status 2 for a malformed URL, 69 when Redis cannot be reached or refuses the credentials.
 pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
+    check_not_empty(url)?;
     let mut builder = match leasehold::Client::builder(url) {
         Ok(builder) => builder,
         Err(leasehold::Error::InvalidArgument(leasehold::InvalidArgument::BadUrl(_))) => {
@@ -46,6 +47,7 @@ pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehol
 ///
 /// As [`client`].
 pub async fn plain(url: &str) -> anyhow::Result<leasehold::redis::aio::MultiplexedConnection> {
+    check_not_empty(url)?;
     let redis = leasehold::redis::Client::open(url).map_err(|_| {
         fail(
             exit::USAGE,
@@ -67,6 +69,17 @@ pub async fn plain(url: &str) -> anyhow::Result<leasehold::redis::aio::Multiplex
                 format!("cannot reach Redis at {}: {}", redact(url), one_line(&err)),
             )
         })
+}
+
+/// An empty URL (`--redis ""`, or an empty `LEASEHOLD_REDIS_URL`) is named as such, not printed as nothing.
+fn check_not_empty(url: &str) -> anyhow::Result<()> {
+    if url.trim().is_empty() {
+        return Err(fail(
+            exit::USAGE,
+            "the Redis URL is empty (expected redis://host:port; see --redis and LEASEHOLD_REDIS_URL)",
+        ));
+    }
+    Ok(())
 }
 
 fn one_line(err: &dyn std::fmt::Display) -> String {

@@ -209,3 +209,30 @@ fn a_key_that_is_not_a_lock_exits_65_and_is_left_alone() {
         .unwrap();
     assert_eq!(value, "someone else's");
 }
+
+#[test]
+fn help_names_every_exit_status_and_the_help_subcommand_works() {
+    let (code, stdout, _) = finish(leasehold(&["help", "run"]), SOON);
+    assert_eq!(code, Some(0));
+    for status in ["2 ", "65 ", "69 ", "70 ", "75 ", "76 ", "127 "] {
+        assert!(
+            stdout
+                .lines()
+                .any(|line| line.trim_start().starts_with(status)),
+            "exit status {status}missing from:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn an_empty_redis_url_says_so() {
+    let (code, _, stderr) = finish(
+        leasehold(&["run", "--redis", "", "jobs", "--", "true"]),
+        SOON,
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        one_error_line(&stderr).contains("the Redis URL is empty"),
+        "{stderr}"
+    );
+}
