@@ -9,7 +9,7 @@ use redis::Value;
 
 use crate::checks::{check_publish, server_warnings, ServerWarning};
 use crate::conn::Conn;
-use crate::error::{Error, InvalidArgument};
+use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{new_token, Fence, RESERVED_PREFIX, TOKEN_PREFIX};
 use crate::keeper::Keeper;
 use crate::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
@@ -122,6 +122,7 @@ impl Client {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
+        require_runtime()?;
         let keys = self.keys(name)?;
         let mut invocation = INSPECT.key(&keys.lock);
         invocation.key(keys.fence()).key(keys.queue());
@@ -178,6 +179,7 @@ impl Client {
     ///
     /// Not cancel safe in the sense that a dropped call may still have deleted the lock.
     pub async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
+        require_runtime()?;
         let keys = self.keys(name)?;
         let wakeups = &self.inner.wakeups;
         let removed: Option<String> = FORCE_RELEASE
@@ -353,6 +355,7 @@ impl Builder {
     ///
     /// Cancel safe: nothing is left behind.
     pub async fn connect(self) -> Result<Client, Error> {
+        require_runtime()?;
         check_prefix(&self.prefix)?;
         check_timeout("connection timeout", self.connection_timeout)?;
         check_timeout("response timeout", self.response_timeout)?;

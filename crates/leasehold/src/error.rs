@@ -78,6 +78,11 @@ pub enum Error {
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
 
+    /// Called outside a tokio runtime. leasehold runs on tokio (its connection, timers and background tasks need
+    /// one): call it from inside `#[tokio::main]`, a `Runtime::block_on`, or a task.
+    #[error("leasehold needs a tokio runtime, and this call was made outside one")]
+    NoRuntime,
+
     /// The operating system could not supply random bytes for an owner token.
     #[error("no randomness for an owner token: {0}")]
     Entropy(String),
@@ -119,6 +124,13 @@ impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
         Error::Redis(err)
     }
+}
+
+/// Fails with [`Error::NoRuntime`] outside a tokio runtime, so that callers get an error rather than tokio's panic.
+pub(crate) fn require_runtime() -> Result<(), Error> {
+    tokio::runtime::Handle::try_current()
+        .map(drop)
+        .map_err(|_| Error::NoRuntime)
 }
 
 /// An argument leasehold refuses, with the limit it broke.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::{not_a_lock, Client, Inner};
-use crate::error::Error;
+use crate::error::{require_runtime, Error};
 use crate::keys::{check_ttl, millis, LockKeys};
 use crate::lease::{Lease, LossReason};
 use crate::scripts::{RELEASE, RENEW};
@@ -81,6 +81,8 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<(), Error> {
+        // Outside a runtime the guard's drop records the release for the client's drop (see orphans.rs).
+        require_runtime()?;
         self.forget();
         let shared = Arc::clone(&self.lease.shared);
         // Ended here, before anything is sent: the script frees the key and wakes the next owner as it runs.
@@ -144,6 +146,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
+        require_runtime()?;
         check_ttl(ttl)?;
         let shared = &self.lease.shared;
         let lost = |reason| Error::LeaseLost {
@@ -214,6 +217,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub async fn run_until_lost<F: Future>(&self, work: F) -> Result<F::Output, Error> {
+        require_runtime()?;
         let lost = self.lease.lost();
         tokio::select! {
             biased;

@@ -390,6 +390,11 @@ impl Lease {
     ///
     /// The returned future owns what it needs (`'static`), so it can be raced against work in another task.
     ///
+    /// # Panics
+    ///
+    /// When polled outside a tokio runtime (its deadline timer needs one); every call that can fail returns
+    /// [`Error::NoRuntime`](crate::Error::NoRuntime) instead.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping it changes nothing.

@@ -15,6 +15,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! leasehold runs on [tokio]: call it from inside a tokio runtime (`#[tokio::main]`, `Runtime::block_on`, a task).
+//! Outside one, every fallible call returns [`Error::NoRuntime`] instead of panicking.
+//!
 //! # A tour of the crate
 //!
 //! | file | what it holds |

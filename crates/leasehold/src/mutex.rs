@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::{foreign, not_a_lock, Client, Inner};
-use crate::error::{Error, InvalidArgument};
+use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{new_token, Fence};
 use crate::guard::{release_in_background, MutexGuard};
 use crate::keys::{check_ttl, drift, millis, LockKeys};
@@ -233,6 +233,7 @@ impl Mutex {
     }
 
     fn checked(&self) -> Result<Arc<LockKeys>, Error> {
+        require_runtime()?;
         let keys = self.keys.clone()?;
         check_ttl(self.ttl)?;
         if let Some(every) = self.renew_interval() {

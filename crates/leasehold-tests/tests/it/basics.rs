@@ -229,3 +229,37 @@ async fn an_unreachable_server_is_a_redis_error() {
     let err = leasehold::Client::connect(&url).await.unwrap_err();
     assert!(err.is_redis(), "{err:?}");
 }
+
+/// Polls `fut` once, from a plain thread with no runtime entered.
+fn poll_once<F: std::future::Future>(fut: F) -> std::task::Poll<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    fut.as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+}
+
+#[test]
+fn calls_outside_a_tokio_runtime_fail_with_a_clear_error_instead_of_panicking() {
+    let server = RedisServer::start();
+    match poll_once(leasehold::Client::connect(&server.url())) {
+        std::task::Poll::Ready(Err(Error::NoRuntime)) => {}
+        other => panic!(
+            "expected Ready(Err(NoRuntime)), got {:?}",
+            other.map(|r| r.map(drop))
+        ),
+    }
+    // A client made inside a runtime, then used from outside it.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let locks = runtime.block_on(connect(&server));
+    let mutex = locks.mutex("outside");
+    match poll_once(mutex.try_lock()) {
+        std::task::Poll::Ready(Err(Error::NoRuntime)) => {}
+        other => panic!(
+            "expected Ready(Err(NoRuntime)), got {:?}",
+            other.map(|r| r.map(drop))
+        ),
+    }
+    assert!(
+        runtime.block_on(mutex.try_lock()).is_ok(),
+        "inside the runtime it works"
+    );
+}
