@@ -101,7 +101,9 @@ impl MutexGuard {
         // From here on, the drop has nothing left to do (on an error it retries in the background).
         self.settled = reply.is_ok();
         let name = || shared.keys.name().to_owned();
-        match (earlier_loss, reply?) {
+        let code = reply?;
+        tracing::debug!(lock = %shared.keys.name(), fence = shared.fence.get(), ?earlier_loss, still_ours = code == 1, "released");
+        match (earlier_loss, code) {
             (Some(reason), _) => Err(Error::LeaseLost {
                 name: name(),
                 reason,

@@ -296,6 +296,11 @@ async fn renew(keeper: Arc<Keeper>, inner: Arc<Inner>, due: Vec<(u64, Arc<LeaseS
         call.settled = true;
         match reply.as_deref() {
             Ok([run, codes @ ..]) if codes.len() == call.batch.len() => {
+                tracing::debug!(
+                    leases = codes.len(),
+                    renewed = codes.iter().filter(|&&c| c == 1).count(),
+                    "renewal batch"
+                );
                 keeper.settle(&call.batch, Some((*run, codes)));
             }
             Ok(_) => {

@@ -304,24 +304,40 @@ impl LeaseShared {
 
     /// Ends the lease unless it already ended. Returns true when this call ended it.
     pub(crate) fn end(&self, reason: LossReason) -> bool {
-        self.update(|status| match status {
+        let ended = self.update(|status| match status {
             Status::Held(_) => {
                 *status = status.ended(reason);
                 (true, true)
             }
             Status::Ended { .. } => (false, false),
-        })
+        });
+        if ended {
+            self.log_end(reason);
+        }
+        ended
+    }
+
+    fn log_end(&self, reason: LossReason) {
+        let (lock, fence) = (self.keys.name(), self.fence.get());
+        match reason {
+            LossReason::Released => tracing::debug!(lock = %lock, fence, "lease ended: released"),
+            reason => tracing::warn!(lock = %lock, fence, %reason, "lease lost"),
+        }
     }
 
     /// Ends the lease as [`LossReason::Expired`] if its deadline (less the timer guard) has passed at `now`.
     pub(crate) fn expire_if_due(&self, now: Instant) -> bool {
-        self.update(|status| match status {
+        let ended = self.update(|status| match status {
             Status::Held(validity) if now >= validity.valid_until - TIMER_GUARD => {
                 *status = status.ended(LossReason::Expired);
                 (true, true)
             }
             _ => (false, false),
-        })
+        });
+        if ended {
+            self.log_end(LossReason::Expired);
+        }
+        ended
     }
 }
 

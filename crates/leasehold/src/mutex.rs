@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::{foreign, not_a_lock, Client, Inner};
+use crate::client::{foreign, not_a_lock, Client, Inner, LockInfo};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{new_token, Fence};
 use crate::guard::{release_in_background, MutexGuard};
@@ -155,10 +155,13 @@ impl Mutex {
         let keys = self.checked()?;
         match self.attempt(&keys, Wait::No).await? {
             Attempt::Granted(guard) => Ok(guard),
-            Attempt::Busy(remaining) => Err(Error::Busy {
-                name: keys.name().to_owned(),
-                remaining,
-            }),
+            Attempt::Busy(remaining) => {
+                tracing::debug!(lock = %keys.name(), holder_lease_left = ?remaining, "busy");
+                Err(Error::Busy {
+                    name: keys.name().to_owned(),
+                    remaining,
+                })
+            }
         }
     }
 
@@ -232,6 +235,50 @@ impl Mutex {
         Ok(output)
     }
 
+    /// Whether some owner holds the lock right now (one read; by the time you act on it, that may have changed).
+    /// A lock reserved for the waiter a release just woke reads as not locked.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::inspect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn is_locked(&self) -> Result<bool, Error> {
+        Ok(self.inspect().await?.holder.is_some())
+    }
+
+    /// The lock's state (holder, remaining lease, last fence, waiting clients), read in one atomic step: the same as
+    /// [`Client::inspect`] for this lock's name.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::inspect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self) -> Result<LockInfo, Error> {
+        self.keys.clone()?;
+        self.client.inspect(self.name()).await
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters: the same as [`Client::force_release`] for this
+    /// lock's name (an operator's escape hatch; the holder, if alive, loses its lease at its next renewal).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::force_release`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that a dropped call may still have deleted the lock.
+    pub async fn force_release(&self) -> Result<Option<String>, Error> {
+        self.keys.clone()?;
+        self.client.force_release(self.name()).await
+    }
+
     fn checked(&self) -> Result<Arc<LockKeys>, Error> {
         require_runtime()?;
         let keys = self.keys.clone()?;
@@ -260,6 +307,15 @@ impl Mutex {
 
     async fn acquire(&self, deadline: Option<Instant>) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
+        let span = tracing::debug_span!("acquire", lock = %keys.name());
+        tracing::Instrument::instrument(self.acquire_in_span(keys, deadline), span).await
+    }
+
+    async fn acquire_in_span(
+        &self,
+        keys: Arc<LockKeys>,
+        deadline: Option<Instant>,
+    ) -> Result<MutexGuard, Error> {
         let started = Instant::now();
         let timed_out = || Error::Timeout {
             name: keys.name().to_owned(),
@@ -274,6 +330,7 @@ impl Mutex {
             None => return Err(timed_out()),
         };
 
+        tracing::debug!(lock = %keys.name(), holder_lease_left = ?remaining, "busy; waiting");
         let waiting = wakeups.join(&keys.lock);
         // Registered from here on: every later wake-up for this lock moves `wake`.
         let mut wake = waiting.wakeups();
@@ -405,6 +462,7 @@ impl Mutex {
     ) -> MutexGuard {
         let inner = &self.client.inner;
         let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
+        tracing::debug!(lock = %keys.name(), fence = fence.get(), ttl = ?self.ttl, "granted");
         let lease = LeaseShared::new(Arc::clone(keys), token, fence, self.ttl, sent, run);
         let kept = self.renew_interval().map(|every| {
             inner

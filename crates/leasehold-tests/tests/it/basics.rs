@@ -263,3 +263,25 @@ fn calls_outside_a_tokio_runtime_fail_with_a_clear_error_instead_of_panicking() 
         "inside the runtime it works"
     );
 }
+
+#[tokio::test]
+async fn a_mutex_handle_answers_about_its_own_lock() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let mutex = locks.mutex("self");
+    assert!(!mutex.is_locked().await.unwrap());
+    let guard = mutex.try_lock().await.unwrap();
+    assert!(mutex.is_locked().await.unwrap());
+    let info = mutex.inspect().await.unwrap();
+    assert_eq!(info.holder.unwrap().token, guard.token());
+    assert_eq!(info.last_fence, Some(guard.fence()));
+    assert_eq!(
+        mutex.force_release().await.unwrap().as_deref(),
+        Some(guard.token())
+    );
+    assert!(!mutex.is_locked().await.unwrap());
+    // A bad name is reported by these too.
+    let bad = locks.mutex("");
+    assert!(bad.is_locked().await.unwrap_err().is_invalid_argument());
+    drop(guard);
+}

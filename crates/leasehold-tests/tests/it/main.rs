@@ -10,6 +10,7 @@ mod faults;
 mod fences;
 mod inputs;
 mod lease;
+mod observe;
 mod queue;
 mod release;
 mod renewal;
