@@ -41,8 +41,8 @@ impl fmt::Display for ServerWarning {
 ///
 /// # Errors
 ///
-/// [`Error::NotPermitted`] when the server refuses it (an ACL user without `&PREFIX:wake:*`); [`Error::Redis`] for
-/// anything else.
+/// [`Error::NotPermitted`] when the server refuses it (an ACL user without `&PREFIX:wake:*` or without `+publish`),
+/// naming what is missing; [`Error::Redis`] for anything else.
 pub(crate) async fn check_publish(
     conn: &Conn,
     channel_prefix: &str,
@@ -56,13 +56,24 @@ pub(crate) async fn check_publish(
         .await;
     match reply {
         Ok(_) => Ok(()),
-        Err(err) if is_noperm(&err) => Err(Error::NotPermitted {
-            detail: format!(
-                "this Redis user may not publish on {channel:?}: grant the channel pattern \"&{channel_prefix}*\" \
-                 (the README lists the whole ACL rule)"
-            ),
-            source: err,
-        }),
+        Err(err) if is_noperm(&err) => {
+            // Redis names what is missing: the command ("no permissions to run the 'publish' command") or the
+            // channel ("… to access one of the channels used as arguments").
+            let detail = if err.to_string().contains("'publish' command") {
+                "this Redis user may not run PUBLISH: grant the command \"+publish\" (the README lists the whole \
+                 ACL rule)"
+                    .to_owned()
+            } else {
+                format!(
+                    "this Redis user may not publish on {channel:?}: grant the channel pattern \
+                     \"&{channel_prefix}*\" (the README lists the whole ACL rule)"
+                )
+            };
+            Err(Error::NotPermitted {
+                detail,
+                source: err,
+            })
+        }
         Err(err) => Err(Error::Redis(err)),
     }
 }

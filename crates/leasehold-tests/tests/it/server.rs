@@ -6,7 +6,7 @@ use leasehold::ServerWarning;
 use leasehold_tests::RedisServer;
 use tokio::time::Instant;
 
-use crate::{connect, within};
+use crate::{connect, redis_conn, within};
 
 /// The minimal ACL rule for a user of the default prefix, exactly as the README documents it.
 const MINIMAL_ACL: &[&str] = &[
@@ -78,15 +78,36 @@ async fn the_documented_minimal_acl_user_can_lock_wait_and_release() {
         guard.release().await.unwrap();
         at
     });
-    within(Duration::from_secs(5), "queued", async {
-        while holder.inspect("acl").await.unwrap().waiting_clients == 0 {
+    // Watched as the default user (the rule has no PUBSUB): the waiter is queued, and subscribed to its own
+    // wake-up channel, so SUBSCRIBE works under the rule.
+    let mut admin = redis_conn(&server).await;
+    let queue = &leasehold::lock_keys(leasehold::DEFAULT_PREFIX, "acl").unwrap()[2];
+    within(Duration::from_secs(5), "queued and subscribed", async {
+        loop {
+            let ids: Vec<String> = redis::cmd("LRANGE")
+                .arg(queue)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            if let Some(id) = ids.first() {
+                let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(format!("leasehold:wake:{id}"))
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                if subscribers == 1 {
+                    break;
+                }
+            }
             tokio::task::yield_now().await;
         }
     })
     .await;
-    // Let the waiter finish subscribing: its second attempt (after the subscription) also queues it.
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
+    // The release script publishes the wake-up: an error here would be a PUBLISH the rule refuses.
     held.release().await.unwrap();
     let granted = within(Duration::from_secs(10), "grant", waiting)
         .await
@@ -127,4 +148,22 @@ async fn a_user_without_channel_permission_is_refused_at_connect() {
     let err = leasehold::Client::connect(&url).await.unwrap_err();
     assert!(err.is_not_permitted(), "{err:?}");
     assert!(err.to_string().contains("&leasehold:wake:*"), "{err}");
+}
+
+#[tokio::test]
+async fn a_user_without_the_publish_command_is_told_that_publish_is_missing() {
+    let server = RedisServer::start_with(&[
+        "--user",
+        "nopublish",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-publish",
+    ]);
+    let url = format!("redis://nopublish:pw@127.0.0.1:{}", server.port());
+    let err = leasehold::Client::connect(&url).await.unwrap_err();
+    assert!(err.is_not_permitted(), "{err:?}");
+    assert!(err.to_string().contains("\"+publish\""), "{err}");
 }
