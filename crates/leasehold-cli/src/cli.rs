@@ -48,7 +48,8 @@ Exit status:
   70     internal error (a bug in leasehold; please report it)
   75     the lock was not acquired (--nonblock, --wait); see --conflict-exit-code
   76     the lock was lost while the program ran
-  127    the program cannot be found or executed
+  126    the program exists but cannot be executed (permissions, not an executable)
+  127    the program cannot be found
 
 Examples:
   # A cron job that runs on one host at a time; the other hosts skip it silently:
@@ -176,8 +177,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
 
-    /// Wait at most this long for the lock (default: wait as long as it takes).
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true, conflicts_with = "nonblock")]
+    /// Wait at most this long for the lock (default: wait as long as it takes); 0 tries once, like --nonblock.
+    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_wait, allow_hyphen_values = true, conflicts_with = "nonblock")]
     pub wait: Option<Duration>,
 
     /// Do not wait: exit at once with the conflict status when the lock is held.
@@ -189,7 +190,7 @@ pub struct RunArgs {
     pub quiet: bool,
 
     /// The exit status when the lock was not acquired.
-    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
+    #[arg(long, short = 'E', value_name = "N", default_value_t = exit::CONFLICT)]
     pub conflict_exit_code: u8,
 
     /// On lock loss, how long to wait between SIGTERM and SIGKILL.
@@ -251,6 +252,20 @@ pub struct DemoArgs {
 fn parse_name(name: &str) -> Result<String, String> {
     leasehold::lock_keys(leasehold::DEFAULT_PREFIX, name).map_err(|e| e.to_string())?;
     Ok(name.to_owned())
+}
+
+/// A wait: any duration, or zero (`0`, `0s`, `0ms`) for a single try, as `flock -w 0` does.
+fn parse_wait(text: &str) -> Result<Duration, String> {
+    let zero = text
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .trim_end_matches('.')
+        .chars()
+        .all(|c| c == '0' || c == '.');
+    if zero && text.trim().starts_with('0') {
+        return Ok(Duration::ZERO);
+    }
+    duration::parse(text)
 }
 
 fn parse_ttl(text: &str) -> Result<Duration, String> {

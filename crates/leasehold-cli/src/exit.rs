@@ -10,7 +10,8 @@
 //! | 70 | internal error (a bug) |
 //! | 75 | `run`: the lock was not acquired (`--conflict-exit-code`) |
 //! | 76 | `run`: the lock was lost while the program ran |
-//! | 127 | `run`: the program cannot be found or executed |
+//! | 126 | `run`: the program exists but cannot be executed |
+//! | 127 | `run`: the program cannot be found |
 
 use std::fmt;
 use std::io::Write as _;
@@ -31,8 +32,10 @@ pub const INTERNAL: u8 = 70;
 pub const CONFLICT: u8 = 75;
 /// The lock was lost while the program ran.
 pub const LOST: u8 = 76;
-/// The program cannot be found or executed (as in shells).
+/// The program cannot be found (as in shells).
 pub const CANNOT_RUN: u8 = 127;
+/// `run`: the program exists but cannot be executed (permissions, not an executable format).
+pub const CANNOT_EXECUTE: u8 = 126;
 
 /// An error that decides the exit status. Its message is the one line printed after `leasehold: `.
 #[derive(Debug)]

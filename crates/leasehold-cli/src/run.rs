@@ -29,7 +29,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let mutex = client.mutex(name).ttl(args.ttl);
     let acquired = tokio::select! {
         acquired = async {
-            if args.nonblock {
+            if args.nonblock || args.wait == Some(std::time::Duration::ZERO) {
                 mutex.try_lock().await
             } else if let Some(wait) = args.wait {
                 mutex.lock_timeout(wait).await
@@ -54,7 +54,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         Err(err) => {
             // Nothing ran: give the lock back at once rather than after a lease.
             let _ = guard.release().await;
-            return Err(fail(exit::CANNOT_RUN, format!("cannot run {shown}: {err}")));
+            // As the shells and flock do: 127 when there is no such program, 126 when it cannot be executed.
+            let code = if err.kind() == std::io::ErrorKind::NotFound {
+                exit::CANNOT_RUN
+            } else {
+                exit::CANNOT_EXECUTE
+            };
+            return Err(fail(code, format!("cannot run {shown}: {err}")));
         }
     };
 

@@ -46,7 +46,6 @@ fn bad_input_exits_2_with_one_line() {
             "ttl below the minimum",
             vec!["run", "--ttl", "1ms", "n", "--", "true"],
         ),
-        ("zero wait", vec!["run", "--wait", "0ms", "n", "--", "true"]),
         (
             "negative wait",
             vec!["run", "--wait=-1s", "n", "--", "true"],

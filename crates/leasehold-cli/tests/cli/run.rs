@@ -179,23 +179,23 @@ fn the_programs_exit_status_passes_through() {
 }
 
 #[test]
-fn a_program_that_cannot_run_exits_127_and_frees_the_lock_at_once() {
+fn a_missing_program_exits_127_one_that_cannot_execute_126_and_the_lock_is_freed_at_once() {
     let server = RedisServer::start();
     let url = server.url();
     let dir = TempDir::new("cli-127");
     let not_executable = dir.path().join("script.sh");
     std::fs::write(&not_executable, "#!/bin/sh\necho hi\n").unwrap();
     std::fs::set_permissions(&not_executable, std::fs::Permissions::from_mode(0o644)).unwrap();
-    for program in [
-        "/nonexistent/program",
-        "no-such-program-leasehold-test",
-        not_executable.to_str().unwrap(),
+    for (program, expected) in [
+        ("/nonexistent/program", 127),
+        ("no-such-program-leasehold-test", 127),
+        (not_executable.to_str().unwrap(), 126),
     ] {
         let (code, _, stderr) = finish(
             leasehold(&["run", "--redis", &url, "--ttl", "30s", "job", "--", program]),
             SOON,
         );
-        assert_eq!(code, Some(127), "{program}");
+        assert_eq!(code, Some(expected), "{program}");
         assert!(one_error_line(&stderr).contains("cannot run"), "{stderr}");
         assert!(
             !lock_exists(&server, "job"),
@@ -277,4 +277,38 @@ fn a_program_can_read_the_terminal_and_the_shell_gets_it_back() {
     let output = running.rest(SOON).join("\n");
     assert!(output.contains("got hello"), "{output}");
     assert!(output.contains("after world"), "{output}");
+}
+
+#[test]
+fn wait_zero_tries_once_and_the_short_flags_work() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut holder_command = leasehold(&[
+        "run",
+        "--redis",
+        &url,
+        "busy",
+        "--",
+        "sh",
+        "-c",
+        "echo held; read line; exit 0",
+    ]);
+    holder_command.stdin(std::process::Stdio::piped());
+    let mut holder = Running::start(holder_command);
+    assert_eq!(holder.line(SOON), "held");
+    // `-w 0` is a single try (as `flock -w 0`), `-E` sets the conflict status.
+    let started = std::time::Instant::now();
+    let (code, _, stderr) = finish(
+        leasehold(&[
+            "run", "--redis", &url, "-w", "0", "-E", "9", "busy", "--", "true",
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(9), "{stderr}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "it waited"
+    );
+    holder.close_stdin();
+    assert_eq!(holder.code(SOON), Some(0));
 }
