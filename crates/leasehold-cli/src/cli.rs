@@ -13,7 +13,8 @@ pub const DEFAULT_REDIS: &str = "redis://127.0.0.1:6379";
 
 const ROOT_AFTER: &str = "\
 Examples:
-  leasehold run nightly-report -- ./report.sh --since yesterday
+  leasehold run nightly-report ./report.sh --since yesterday
+  leasehold run -c 'pg_dump app | gzip > app.sql.gz' nightly-dump
   leasehold status nightly-report
   leasehold release --force nightly-report
   leasehold demo
@@ -24,8 +25,10 @@ Exit status of `leasehold run`: the program's own, or 128+N when signal N ended 
 See `leasehold <COMMAND> --help` for each command.";
 
 const RUN_AFTER: &str = "\
-The program runs directly (no shell) in its own process group, with stdin, stdout and
-stderr passed through, and with these variables added to its environment:
+Options go before NAME; everything after NAME is the program and its arguments, passed on
+as they are (a `--` before the program is accepted too). The program runs directly, or with
+-c through /bin/sh, in its own process group, with stdin, stdout and stderr passed through,
+and with these variables added to its environment:
   LEASEHOLD_NAME   the lock's name
   LEASEHOLD_TOKEN  this grant's owner token
   LEASEHOLD_FENCE  this grant's fencing number, a decimal integer that increases with every
@@ -54,13 +57,13 @@ Exit status:
 Examples:
   # A cron job that runs on one host at a time; the other hosts skip it silently:
   leasehold run -n -q --conflict-exit-code 0 --redis redis://redis.internal:6379 \\
-      nightly-report -- ./report.sh
+      nightly-report ./report.sh --since yesterday
 
-  # Wait up to 2 minutes for the lock; a shell pipeline as the program:
-  leasehold run --wait 2m migrate -- sh -c 'psql -f migrate.sql && touch /var/run/migrated'
+  # Wait up to 2 minutes for the lock; a shell command as the program:
+  leasehold run --wait 2m -c 'psql -f migrate.sql && touch /var/run/migrated' migrate
 
   # Hand the fence to the store, which refuses writes older than the newest it has seen:
-  leasehold run stock-sync -- sh -c 'psql -v fence=\"$LEASEHOLD_FENCE\" -f sync.sql'";
+  leasehold run -c 'psql -v fence=\"$LEASEHOLD_FENCE\" -f sync.sql' stock-sync";
 
 const STATUS_AFTER: &str = "\
 Prints whether the lock is free or held and, when held, its fence, remaining lease and
@@ -131,7 +134,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a program while holding a lock; stop it if the lock is lost.
-    #[command(after_help = RUN_AFTER)]
+    #[command(
+        after_help = RUN_AFTER,
+        override_usage = "leasehold run [OPTIONS] <NAME> <PROGRAM> [ARGS]...\n       \
+                          leasehold run [OPTIONS] -c <SHELL COMMAND> <NAME>"
+    )]
     Run(RunArgs),
     /// Show whether a lock is free or held, with its fence and remaining lease.
     #[command(after_help = STATUS_AFTER)]
@@ -197,13 +204,40 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, allow_hyphen_values = true)]
     pub kill_after: Duration,
 
+    /// Run this shell command with `/bin/sh -c` instead of a PROGRAM (as `flock -c` does).
+    #[arg(
+        long = "command",
+        short = 'c',
+        value_name = "SHELL COMMAND",
+        conflicts_with = "program",
+        allow_hyphen_values = true
+    )]
+    pub shell: Option<String>,
+
     /// The lock's name (1 to 512 bytes).
     #[arg(value_name = "NAME", value_parser = parse_name)]
     pub name: String,
 
-    /// The program and its arguments, after `--`.
-    #[arg(value_name = "PROGRAM", last = true, required = true, num_args = 1..)]
+    /// The program and its arguments, passed on as they are, even those starting with `-`.
+    // After parsing, `--command` is here too, as `/bin/sh -c COMMAND`: run.rs knows only this field.
+    #[arg(
+        id = "program",
+        value_name = "PROGRAM",
+        required_unless_present = "shell",
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     pub command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// Turns `--command` into the program to run, so that what runs is always `command`.
+    fn resolve_shell(&mut self) {
+        if let Some(shell) = self.shell.take() {
+            self.command = vec!["/bin/sh".into(), "-c".into(), shell.into()];
+        }
+    }
 }
 
 /// `leasehold status`.
@@ -294,7 +328,12 @@ where
     T: Into<OsString> + Clone,
 {
     match Cli::try_parse_from(args) {
-        Ok(cli) => Ok(Parsed::Run(cli)),
+        Ok(mut cli) => {
+            if let Command::Run(run) = &mut cli.command {
+                run.resolve_shell();
+            }
+            Ok(Parsed::Run(cli))
+        }
         Err(err) => match err.kind() {
             clap::error::ErrorKind::DisplayHelp
             | clap::error::ErrorKind::DisplayVersion
@@ -321,6 +360,13 @@ fn usage_line(err: &clap::Error) -> String {
             .to_owned();
     }
     let rendered = err.render().to_string();
+    if err.kind() == clap::error::ErrorKind::MissingRequiredArgument
+        && rendered.contains("<PROGRAM>")
+    {
+        return "a PROGRAM to run is required after NAME, or -c 'SHELL COMMAND' before it \
+                (see leasehold run --help)"
+            .to_owned();
+    }
     let mut parts = Vec::new();
     for line in rendered.lines() {
         let line = line.trim();
@@ -389,10 +435,59 @@ mod tests {
         assert_eq!(run.conflict_exit_code, 75);
     }
 
+    fn run_args(args: &[&str]) -> RunArgs {
+        let Ok(Parsed::Run(cli)) = parse(["leasehold", "run"].iter().chain(args)) else {
+            panic!("{args:?} did not parse");
+        };
+        let Command::Run(run) = cli.command else {
+            panic!("not run");
+        };
+        run
+    }
+
+    #[test]
+    fn run_takes_the_program_without_double_dash_and_passes_its_arguments_verbatim() {
+        let run = run_args(&["-n", "jobs", "ls", "-la", "--ttl", "1s", "--", "-c", "x"]);
+        assert_eq!(run.name, "jobs");
+        assert!(run.nonblock);
+        assert_eq!(
+            run.ttl,
+            Duration::from_secs(30),
+            "--ttl belongs to the program"
+        );
+        assert_eq!(run.command, ["ls", "-la", "--ttl", "1s", "--", "-c", "x"]);
+        assert_eq!(
+            run_args(&["jobs", "--", "ls", "-la"]).command,
+            ["ls", "-la"]
+        );
+        assert_eq!(run_args(&["--", "jobs", "-x"]).command, ["-x"]);
+    }
+
+    #[test]
+    fn run_command_runs_a_shell_string() {
+        let run = run_args(&["-c", "echo $LEASEHOLD_FENCE | tee -a log", "jobs"]);
+        assert_eq!(run.name, "jobs");
+        assert_eq!(
+            run.command,
+            ["/bin/sh", "-c", "echo $LEASEHOLD_FENCE | tee -a log"]
+        );
+        assert_eq!(run.shell, None);
+        let run = run_args(&["--command=-x", "jobs"]);
+        assert_eq!(run.command, ["/bin/sh", "-c", "-x"]);
+    }
+
     #[test]
     fn usage_errors_are_one_line_with_the_reason() {
-        assert!(usage_error(&["run", "jobs"]).contains("PROGRAM"));
-        assert!(usage_error(&["run", "--", "true"]).contains("NAME"));
+        assert_eq!(
+            usage_error(&["run", "jobs"]),
+            "a PROGRAM to run is required after NAME, or -c 'SHELL COMMAND' before it \
+             (see leasehold run --help)"
+        );
+        assert!(usage_error(&["run", "jobs", "--"]).contains("PROGRAM"));
+        assert!(usage_error(&["run", "--", "true"]).contains("PROGRAM"));
+        assert!(usage_error(&["run"]).contains("NAME"));
+        assert!(usage_error(&["run", "-c", "true"]).contains("NAME"));
+        assert!(usage_error(&["run", "-c", "true", "j", "ls"]).contains("cannot be used with"));
         assert!(usage_error(&["run", "", "--", "true"]).contains("empty"));
         assert!(usage_error(&["run", "--ttl", "-5s", "j", "--", "true"]).contains("negative"));
         assert!(usage_error(&["run", "--ttl", "5ms", "j", "--", "true"]).contains("at least"));
@@ -401,7 +496,6 @@ mod tests {
                 .contains("cannot be used with")
         );
         assert!(usage_error(&["run", "--bogus", "j", "--", "true"]).contains("--bogus"));
-        assert!(usage_error(&["run", "j", "true"]).contains("true"));
         let long = "x".repeat(leasehold::MAX_NAME_LEN + 1);
         assert!(usage_error(&["status", &long]).contains("limit"));
         usage_error(&[]);

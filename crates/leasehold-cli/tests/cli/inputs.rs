@@ -17,7 +17,11 @@ fn bad_input_exits_2_with_one_line() {
         ("missing name and program", vec!["run"]),
         ("missing program", vec!["run", "n"]),
         ("nothing after --", vec!["run", "n", "--"]),
-        ("program without --", vec!["run", "n", "true"]),
+        ("nothing after the name", vec!["run", "--", "n"]),
+        (
+            "a program and --command",
+            vec!["run", "-c", "true", "n", "true"],
+        ),
         ("empty name", vec!["run", "", "--", "true"]),
         ("name too long", vec!["run", &long, "--", "true"]),
         ("name starting with }", vec!["run", "}x", "--", "true"]),

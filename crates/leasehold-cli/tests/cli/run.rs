@@ -179,6 +179,49 @@ fn the_programs_exit_status_passes_through() {
 }
 
 #[test]
+fn the_program_needs_no_double_dash_and_gets_its_arguments_verbatim() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "run", "--redis", &url, "-n", "verbatim", "printf", "%s|", "-la", "--ttl", "1s", "--",
+            "-c",
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout, "-la|--ttl|1s|--|-c|");
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "run", "--redis", &url, "verbatim", "--", "printf", "%s|", "-n",
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout, "-n|");
+    assert!(!lock_exists(&server, "verbatim"));
+}
+
+#[test]
+fn command_runs_a_shell_string_under_the_lock() {
+    let server = RedisServer::start();
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "run",
+            "--redis",
+            &server.url(),
+            "-c",
+            "echo \"$LEASEHOLD_NAME\" | tr a-z A-Z; exit 3",
+            "shell-job",
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(3), "{stderr}");
+    assert_eq!(stdout, "SHELL-JOB");
+    assert!(!lock_exists(&server, "shell-job"));
+}
+
+#[test]
 fn a_missing_program_exits_127_one_that_cannot_execute_126_and_the_lock_is_freed_at_once() {
     let server = RedisServer::start();
     let url = server.url();
