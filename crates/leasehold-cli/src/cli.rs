@@ -59,8 +59,8 @@ Examples:
   leasehold run -n -q --conflict-exit-code 0 --redis redis://redis.internal:6379 \\
       nightly-report ./report.sh --since yesterday
 
-  # Wait up to 2 minutes for the lock; a shell command as the program:
-  leasehold run --wait 2m -c 'psql -f migrate.sql && touch /var/run/migrated' migrate
+  # Wait up to an hour and a half for the lock; a shell command as the program:
+  leasehold run --wait 1h30m -c 'psql -f migrate.sql && touch /var/run/migrated' migrate
 
   # Hand the fence to the store, which refuses writes older than the newest it has seen:
   leasehold run -c 'psql -v fence=\"$LEASEHOLD_FENCE\" -f sync.sql' stock-sync";
@@ -185,7 +185,7 @@ pub struct RunArgs {
     pub ttl: Duration,
 
     /// Wait at most this long for the lock (default: wait as long as it takes); 0 tries once, like --nonblock.
-    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_wait, allow_hyphen_values = true, conflicts_with = "nonblock")]
+    #[arg(long, short = 'w', value_name = "DURATION", value_parser = duration::parse_or_zero, allow_hyphen_values = true, conflicts_with = "nonblock")]
     pub wait: Option<Duration>,
 
     /// Do not wait: exit at once with the conflict status when the lock is held.
@@ -286,20 +286,6 @@ pub struct DemoArgs {
 fn parse_name(name: &str) -> Result<String, String> {
     leasehold::lock_keys(leasehold::DEFAULT_PREFIX, name).map_err(|e| e.to_string())?;
     Ok(name.to_owned())
-}
-
-/// A wait: any duration, or zero (`0`, `0s`, `0ms`) for a single try, as `flock -w 0` does.
-fn parse_wait(text: &str) -> Result<Duration, String> {
-    let zero = text
-        .trim()
-        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
-        .trim_end_matches('.')
-        .chars()
-        .all(|c| c == '0' || c == '.');
-    if zero && text.trim().starts_with('0') {
-        return Ok(Duration::ZERO);
-    }
-    duration::parse(text)
 }
 
 fn parse_ttl(text: &str) -> Result<Duration, String> {

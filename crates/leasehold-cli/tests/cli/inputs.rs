@@ -36,11 +36,15 @@ fn bad_input_exits_2_with_one_line() {
         ),
         (
             "unknown unit",
-            vec!["run", "--ttl", "3d", "n", "--", "true"],
+            vec!["run", "--ttl", "3x", "n", "--", "true"],
         ),
         (
             "not a number",
             vec!["run", "--ttl", "soon", "n", "--", "true"],
+        ),
+        (
+            "ttl above 30 days",
+            vec!["run", "--ttl", "30d1s", "n", "--", "true"],
         ),
         (
             "absurd ttl",
