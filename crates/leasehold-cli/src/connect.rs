@@ -82,30 +82,62 @@ fn check_not_empty(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn one_line(err: &dyn std::fmt::Display) -> String {
-    err.to_string()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
+fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
+    exit::error_line(err)
 }
 
-/// `url` with its password (if any) replaced by `***`, for messages.
+/// `url` with its secrets replaced by `***`, for messages: the password of the user part
+/// (`redis://user:***@host`, `redis://:***@host`; a user part without a colon is hidden whole, as some clients take
+/// it for a password) and every query parameter named `pass` or `password` (`unix:///r.sock?db=1&pass=***`, the
+/// form redis-rs reads for Unix sockets). Works on text that is not a valid URL too: that is when it is printed.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let hidden = match userinfo.split_once(':') {
-                Some((user, _)) => format!("{user}:***"),
-                None => "***".to_owned(),
-            };
-            format!("{scheme}://{hidden}@{host}{path}")
+    let (userinfo, location) = split_userinfo(rest);
+    let (path, query) = match location.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (location, None),
+    };
+    let mut out = format!("{scheme}://");
+    if let Some(userinfo) = userinfo {
+        match userinfo.split_once(':') {
+            Some((user, _)) => out.push_str(&format!("{user}:***@")),
+            None => out.push_str("***@"),
         }
-        None => url.to_owned(),
     }
+    out.push_str(path);
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|param| match param.split_once('=') {
+                Some((key, _)) if is_secret(key) => format!("{key}=***"),
+                _ => param.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
+/// The user part of what follows `scheme://` (without its `@`), and the rest. The user part ends at the last `@`
+/// before the query, so that a password written with a raw `/` or `@` is still taken whole; when a raw `?` in the
+/// password hides that `@`, an `@` after the `?` with no `=` before it counts too.
+fn split_userinfo(rest: &str) -> (Option<&str>, &str) {
+    let query = rest.find('?').unwrap_or(rest.len());
+    let at = rest[..query].rfind('@').or_else(|| {
+        let at = query + rest[query..].find('@')?;
+        (!rest[query..at].contains('=')).then_some(at)
+    });
+    match at {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    }
+}
+
+fn is_secret(key: &str) -> bool {
+    key.eq_ignore_ascii_case("pass") || key.eq_ignore_ascii_case("password")
 }
 
 #[cfg(test)]
@@ -123,6 +155,53 @@ mod tests {
             "redis://app:***@redis.internal:6379/2"
         );
         assert_eq!(redact("redis://:s3cret@h"), "redis://:***@h");
+        assert_eq!(redact("redis://s3cret@h:6379"), "redis://***@h:6379");
+        assert_eq!(
+            redact("rediss://app:s3cret@redis.internal:6380/0?insecure"),
+            "rediss://app:***@redis.internal:6380/0?insecure"
+        );
         assert_eq!(redact("not a url"), "not a url");
+        assert_eq!(redact(""), "");
+    }
+
+    #[test]
+    fn passwords_written_raw_are_hidden_whole() {
+        assert_eq!(
+            redact("redis://app:ab/c+d@e@host:6379/1"),
+            "redis://app:***@host:6379/1"
+        );
+        assert_eq!(redact("redis://:ab?cd@host"), "redis://:***@host");
+        assert_eq!(redact("redis://:p a s s@host"), "redis://:***@host");
+    }
+
+    #[test]
+    fn password_query_parameters_are_hidden() {
+        assert_eq!(
+            redact("unix:///tmp/r.sock?pass=secret"),
+            "unix:///tmp/r.sock?pass=***"
+        );
+        assert_eq!(
+            redact("redis+unix:///x?db=1&pass=s&user=u"),
+            "redis+unix:///x?db=1&pass=***&user=u"
+        );
+        assert_eq!(
+            redact("rediss://h:6380/?password=s3cret&protocol=resp3"),
+            "rediss://h:6380/?password=***&protocol=resp3"
+        );
+        assert_eq!(
+            redact("redis://u:p@h/2?PASS=a&Password=b&passes=c"),
+            "redis://u:***@h/2?PASS=***&Password=***&passes=c"
+        );
+        assert_eq!(redact("unix:///tmp/r.sock?db=2"), "unix:///tmp/r.sock?db=2");
+        assert_eq!(redact("unix:///tmp/r.sock?pass"), "unix:///tmp/r.sock?pass");
+        for url in [
+            "redis://u:hunter2@h?pass=hunter2",
+            "unix:///tmp/r.sock?pass=hunter2&user=u",
+            "redis+unix:///tmp/r.sock?password=hunter2",
+            "rediss://:hunter2@h:6380",
+            "redis://:hun?ter2@h",
+        ] {
+            assert!(!redact(url).contains("hunter2"), "{url} -> {}", redact(url));
+        }
     }
 }

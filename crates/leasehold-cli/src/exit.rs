@@ -92,15 +92,133 @@ fn code_of_lock_error(err: &leasehold::Error) -> u8 {
     }
 }
 
-/// The one line printed for an error: the chain joined by `: `, without line breaks.
+/// The one line printed for an error: the chain joined by `: `, each cause once, without line breaks.
 pub fn one_line(err: &anyhow::Error) -> String {
-    let text = format!("{err:#}");
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    chain_line(err.chain().map(ToString::to_string))
 }
 
-/// Writes `line` and a newline to stderr. Unlike `eprintln!` it never panics: a closed stderr loses the line,
-/// nothing more.
+/// [`one_line`] for a plain error and its sources (a `RedisError` and the I/O error under it).
+pub fn error_line(err: &(dyn std::error::Error + 'static)) -> String {
+    chain_line(std::iter::successors(Some(err), |e| e.source()).map(ToString::to_string))
+}
+
+/// Joins the texts of an error chain with `: `, skipping a cause whose text the part before it already says. Error
+/// types often print their source in their own message (`redis error: broken pipe`, then the `RedisError`
+/// `broken pipe`, then the I/O error `Broken pipe (os error 32)`): that is one cause, printed once.
+fn chain_line(texts: impl Iterator<Item = String>) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for text in texts {
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if text.is_empty() {
+            continue;
+        }
+        if let Some(last) = parts.last() {
+            if comparable(last).contains(&comparable(&text)) {
+                continue;
+            }
+        }
+        parts.push(text);
+    }
+    parts.join(": ")
+}
+
+/// An error text as [`chain_line`] compares it: lower case, without the `(os error N)` that the I/O error adds.
+fn comparable(text: &str) -> String {
+    let text = text.to_lowercase();
+    match text.rfind(" (os error ") {
+        Some(at) if text.ends_with(')') => text[..at].to_owned(),
+        _ => text,
+    }
+}
+
+/// Longer names than this are cut in messages.
+const NAME_SHOWN_MAX: usize = 80;
+/// How much of a cut name is shown.
+const NAME_SHOWN_CUT: usize = 60;
+
+/// A lock name as messages show it: quoted, and cut to its first 60 characters when longer than 80 bytes
+/// (`"aaaa…"…(600 bytes)`), since names may be up to 512 bytes and an error must stay one readable line.
+pub fn show_name(name: &str) -> String {
+    if name.len() <= NAME_SHOWN_MAX {
+        return format!("{name:?}");
+    }
+    let cut: String = name.chars().take(NAME_SHOWN_CUT).collect();
+    format!("{cut:?}…({} bytes)", name.len())
+}
+
+/// `line` with every quoted lock name (after `lock ` or `key `, as leasehold's messages and the library's errors
+/// write them) shown by [`show_name`]. Applied to every line written to stderr, so that no message, whoever wrote
+/// it, prints a 512-byte name in full.
+fn cut_names(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = next_quoted_name(rest) {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        match unquote(rest) {
+            Some((name, len)) => {
+                out.push_str(&show_name(&name));
+                rest = &rest[len..];
+            }
+            None => {
+                out.push('"');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the next quoted name starts (its opening quote).
+fn next_quoted_name(text: &str) -> Option<usize> {
+    ["lock \"", "key \""]
+        .iter()
+        .filter_map(|prefix| text.find(prefix).map(|at| at + prefix.len() - 1))
+        .min()
+}
+
+/// The string that `text` starts with, as written by `{:?}`, and the length of its quoted form; `None` when `text`
+/// does not start with one.
+fn unquote(text: &str) -> Option<(String, usize)> {
+    let mut chars = text.char_indices();
+    if chars.next()?.1 != '"' {
+        return None;
+    }
+    let mut name = String::new();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => return Some((name, at + 1)),
+            '\\' => name.push(match chars.next()?.1 {
+                't' => '\t',
+                'r' => '\r',
+                'n' => '\n',
+                '0' => '\0',
+                'u' => {
+                    let mut hex = String::new();
+                    if chars.next()?.1 != '{' {
+                        return None;
+                    }
+                    loop {
+                        match chars.next()?.1 {
+                            '}' => break,
+                            digit => hex.push(digit),
+                        }
+                    }
+                    char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?
+                }
+                other => other,
+            }),
+            c => name.push(c),
+        }
+    }
+    None
+}
+
+/// Writes `line` and a newline to stderr, long lock names cut (see [`show_name`]). Unlike `eprintln!` it never
+/// panics: a closed stderr loses the line, nothing more.
 pub fn print_err(line: &str) {
+    let line = cut_names(line);
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{line}");
 }
@@ -191,5 +309,77 @@ mod tests {
     fn messages_are_one_line() {
         let err = anyhow::anyhow!("two\nlines").context("outer");
         assert_eq!(one_line(&err), "outer: two lines");
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe");
+        let lock_error = leasehold::Error::Redis(leasehold::redis::RedisError::from(io));
+        let err = anyhow::Error::from(lock_error).context("releasing lock \"jobs\"");
+        assert_eq!(
+            format!("{err:#}"),
+            "releasing lock \"jobs\": redis error: broken pipe: broken pipe: broken pipe"
+        );
+        assert_eq!(
+            one_line(&err),
+            "releasing lock \"jobs\": redis error: broken pipe"
+        );
+
+        let os = std::io::Error::from_raw_os_error(nix::libc::EPIPE);
+        let redis = leasehold::redis::RedisError::from(os);
+        assert_eq!(error_line(&redis), "Broken pipe (os error 32)");
+        let err = anyhow::Error::from(leasehold::Error::Redis(redis));
+        assert_eq!(one_line(&err), "redis error: Broken pipe (os error 32)");
+
+        // Different causes all stay, in order.
+        let err = anyhow::anyhow!("connection refused")
+            .context("cannot reach Redis")
+            .context("scenario floor-1");
+        assert_eq!(
+            one_line(&err),
+            "scenario floor-1: cannot reach Redis: connection refused"
+        );
+        assert_eq!(one_line(&fail(CONFLICT, "")), "");
+    }
+
+    #[test]
+    fn long_names_are_cut_in_messages() {
+        assert_eq!(show_name("jobs"), "\"jobs\"");
+        let eighty = "n".repeat(80);
+        assert_eq!(show_name(&eighty), format!("{eighty:?}"));
+        let long = "é".repeat(300);
+        assert_eq!(
+            show_name(&long),
+            format!("\"{}\"…(600 bytes)", "é".repeat(60))
+        );
+
+        let name = format!("a\"b\\c\n{}", "x".repeat(100));
+        let line = format!("leasehold: lost lock {name:?}: key gone; stopping \"sh\" (SIGTERM)");
+        assert_eq!(
+            cut_names(&line),
+            format!(
+                "leasehold: lost lock {}: key gone; stopping \"sh\" (SIGTERM)",
+                show_name(&name)
+            )
+        );
+        assert!(
+            cut_names(&line).contains("…(106 bytes)"),
+            "{}",
+            cut_names(&line)
+        );
+        let key = format!(
+            "key \"leasehold:{{{}}}\" exists but is not a leasehold lock",
+            "k".repeat(90)
+        );
+        assert!(cut_names(&key).starts_with(&format!("key \"leasehold:{{{}\"…(", "k".repeat(49))));
+        // Short names, other quoted text, and lines that only look like a name are left as they are.
+        for same in [
+            "lock \"jobs\" is held by another owner",
+            "cannot run \"/a/very/long/path/that/is/not/a/lock/name/at/all/and/goes/on/and/on/for/ever\"",
+            "lock \"unterminated",
+            "lock \"bad escape \\u{zz}\" here",
+        ] {
+            assert_eq!(cut_names(same), same);
+        }
     }
 }

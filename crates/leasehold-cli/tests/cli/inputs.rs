@@ -1,7 +1,7 @@
 //! Bad input and unreachable servers: the documented exit statuses, one line on stderr, never a panic.
 
 use leasehold::redis;
-use leasehold_tests::RedisServer;
+use leasehold_tests::{RedisServer, TempDir};
 
 use crate::{finish, leasehold, one_error_line, SOON};
 
@@ -163,6 +163,20 @@ fn refused_credentials_exit_69_without_showing_the_password() {
         assert_eq!(code, Some(69), "{url}: {stderr}");
         let line = one_error_line(&stderr);
         assert!(!line.contains("wrong"), "{line}");
+    }
+    let dir = TempDir::new("cli-unix-pass");
+    let socket = dir.path().join("redis.sock");
+    let socket = socket.to_str().unwrap();
+    let _unix = RedisServer::start_with(&["--unixsocket", socket, "--requirepass", "right"]);
+    for url in [
+        format!("unix://{socket}?pass=wrong"),
+        format!("redis+unix://{socket}?db=1&pass=wrong&user=default"),
+    ] {
+        let (code, _, stderr) = finish(leasehold(&["status", "--redis", &url, "n"]), SOON);
+        assert_eq!(code, Some(69), "{url}: {stderr}");
+        let line = one_error_line(&stderr);
+        assert!(!line.contains("wrong"), "{line}");
+        assert!(line.contains("pass=***"), "{line}");
     }
     let good = format!("redis://:right@127.0.0.1:{}", server.port());
     let (code, _, _) = finish(

@@ -158,6 +158,26 @@ fn a_held_lock_gives_the_conflict_status_without_waiting_or_after_the_wait() {
 }
 
 #[test]
+fn a_long_name_is_cut_in_messages() {
+    let server = RedisServer::start();
+    let name = "n".repeat(300);
+    let mut held = holder(&server, &name, "30s");
+    let (code, _, stderr) = finish(
+        leasehold(&["run", "--redis", &server.url(), "-n", &name, "true"]),
+        SOON,
+    );
+    assert_eq!(code, Some(75), "{stderr}");
+    let line = one_error_line(&stderr);
+    let cut = format!(
+        "leasehold: lock \"{}\"…(300 bytes) is held by another owner (its lease has ",
+        "n".repeat(60)
+    );
+    assert!(line.starts_with(&cut), "{line}");
+    held.close_stdin();
+    assert_eq!(held.code(SOON), Some(0));
+}
+
+#[test]
 fn the_programs_exit_status_passes_through() {
     let server = RedisServer::start();
     let url = server.url();
