@@ -115,6 +115,9 @@ Scenarios (each measures --duration after a short warm-up, against the same serv
   handoff                  2 processes taking turns; p50 compared with one raw round trip
   renew-10k                one process holds 10,000 locks through 3 renewal periods
 
+The table gives latencies in µs and the ratio to the floor as a factor. Each scenario prints one
+line on stderr as it ends (a progress bar too, on a terminal, without --json).
+
 Examples:
   leasehold bench                                   # private redis-server, all scenarios, a table
   leasehold bench --duration 2s --scenarios floor-1,uncontended-1

@@ -44,6 +44,15 @@ impl Bar {
         let _ = err.flush();
     }
 
+    /// Erases the bar, leaving the line free for whatever is printed next.
+    pub fn clear(&mut self) {
+        if self.shown {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+        }
+    }
+
     /// Draws the bar a last time and moves to the next line, leaving it on screen.
     pub fn finish(&mut self, done: i64, total: i64, note: &str) {
         self.show(done, total, note);

@@ -92,9 +92,10 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
         progress: !args.json,
     };
     let wanted = |name: &str| args.scenarios.is_empty() || args.scenarios.iter().any(|s| s == name);
+    let chosen: Vec<&'static str> = SCENARIOS.into_iter().filter(|n| wanted(n)).collect();
     let run = async {
         let mut outcomes: Vec<Outcome> = Vec::new();
-        for name in SCENARIOS.into_iter().filter(|n| wanted(n)) {
+        for (index, &name) in chosen.iter().enumerate() {
             let mut outcome = match name {
                 "floor-1" => scenario::in_process(&setup, name, 1, true).await,
                 "uncontended-1" => scenario::in_process(&setup, name, 1, false).await,
@@ -113,6 +114,8 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
             outcome.floor_rate = floor
                 .and_then(|f| outcomes.iter().find(|o| o.scenario == f))
                 .map(Outcome::rate);
+            // On stderr whether it is a terminal or not (a CI log, a pipe): a long run is never silent.
+            exit::print_err(&result_line(&outcome, index + 1, chosen.len()));
             if args.json {
                 println!("{}", outcome.to_json());
             }
@@ -138,12 +141,33 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// The results as a text table.
+/// The line printed on stderr when a scenario ends: what it measured, in a few words.
+fn result_line(o: &Outcome, number: usize, of: usize) -> String {
+    let what = match &o.renewal {
+        Some(r) => format!(
+            "{} locks {} through {} renewal periods, {:.0} renewal calls per period",
+            r.locks,
+            if r.all_held { "held" } else { "NOT all held" },
+            r.periods,
+            r.calls_per_period
+        ),
+        None => format!(
+            "{} acquisitions in {}, {:.0}/s, p50 {:.0} µs",
+            o.acquisitions,
+            crate::duration::show(o.elapsed),
+            o.rate(),
+            o.samples.quantile_us(0.5)
+        ),
+    };
+    format!("bench [{number}/{of}] {}: {what}", o.scenario)
+}
+
+/// The results as a text table: one unit per column, named in the header.
 fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<15} {:>11} {:>10} {:>10} {:>10} {:>9}  {}\n",
-        "scenario", "acquires/s", "p50", "p99", "max", "vs floor", "notes"
+        "{:<15} {:>11} {:>9} {:>9} {:>9} {:>9}  {}\n",
+        "scenario", "acquires/s", "p50 µs", "p99 µs", "max µs", "× floor", "notes"
     ));
     for o in outcomes {
         let (p50, p99, max) = if o.samples.len() > 0 {
@@ -157,14 +181,14 @@ fn table(outcomes: &[Outcome]) -> String {
         };
         let ratio = o
             .floor_ratio()
-            .map_or("-".to_owned(), |r| format!("{r:.2}x"));
+            .map_or("-".to_owned(), |r| format!("{r:.2}"));
         let mut notes = Vec::new();
         if let Some(share) = o.share_ratio() {
             notes.push(format!("share min/max {share:.2}"));
         }
         if let (Some(rtt), Some(ratio)) = (o.rtt_p50_us, o.handoff_to_rtt()) {
             notes.push(format!(
-                "p50 = {ratio:.2} x raw round trip ({})",
+                "p50 = {ratio:.2} × raw round trip ({} µs)",
                 micros(rtt)
             ));
         }
@@ -182,8 +206,8 @@ fn table(outcomes: &[Outcome]) -> String {
                 r.bytes_per_lock
             ));
         }
-        out.push_str(&format!(
-            "{:<15} {:>11.0} {:>10} {:>10} {:>10} {:>9}  {}\n",
+        let row = format!(
+            "{:<15} {:>11.0} {:>9} {:>9} {:>9} {:>9}  {}",
             o.scenario,
             o.rate(),
             p50,
@@ -191,15 +215,114 @@ fn table(outcomes: &[Outcome]) -> String {
             max,
             ratio,
             notes.join("; ")
-        ));
+        );
+        out.push_str(row.trim_end());
+        out.push('\n');
     }
     out
 }
 
+/// Microseconds, whole: every latency column is in µs, however large.
 fn micros(us: f64) -> String {
-    if us >= 10_000.0 {
-        format!("{:.1}ms", us / 1000.0)
-    } else {
-        format!("{us:.0}µs")
+    format!("{us:.0}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::stats::{Renewal, Samples};
+    use super::*;
+
+    fn outcome(scenario: &'static str, latencies_us: &[u64]) -> Outcome {
+        let mut samples = Samples::default();
+        for &us in latencies_us {
+            samples.push(Duration::from_micros(us));
+        }
+        Outcome {
+            scenario,
+            processes: 1,
+            tasks: 1,
+            elapsed: Duration::from_secs(1),
+            acquisitions: samples.len() as u64,
+            samples: samples.sorted(),
+            per_process: Vec::new(),
+            floor_rate: None,
+            rtt_p50_us: None,
+            renewal: None,
+        }
+    }
+
+    #[test]
+    fn the_table_has_one_unit_per_column_named_in_the_header() {
+        let floor = outcome("floor-1", &[30, 40, 50]);
+        let mut lock = outcome("uncontended-1", &[45, 60, 25_000]);
+        lock.floor_rate = Some(4.0);
+        let mut renew = outcome("renew-10k", &[]);
+        renew.acquisitions = 10_000;
+        renew.renewal = Some(Renewal {
+            locks: 10_000,
+            all_held: true,
+            periods: 3,
+            calls_per_period: 27.0,
+            cpu_seconds: 0.1,
+            bytes_per_lock: 779.0,
+        });
+        let text = table(&[floor, lock, renew]);
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows[0][..9],
+            [
+                "scenario",
+                "acquires/s",
+                "p50",
+                "µs",
+                "p99",
+                "µs",
+                "max",
+                "µs",
+                "×"
+            ]
+        );
+        assert_eq!(rows[1][..6], ["floor-1", "3", "40", "50", "50", "-"]);
+        // 25 ms stays in µs: a column never switches unit.
+        assert_eq!(
+            rows[2][..6],
+            ["uncontended-1", "3", "60", "25000", "25000", "0.75"]
+        );
+        assert_eq!(rows[3][..6], ["renew-10k", "10000", "-", "-", "-", "-"]);
+        for row in &rows[1..] {
+            for cell in &row[1..6] {
+                assert!(
+                    *cell == "-" || cell.parse::<f64>().is_ok(),
+                    "{cell:?} in {text}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn result_lines_say_what_each_scenario_measured() {
+        let floor = outcome("floor-1", &[30, 40, 50]);
+        assert_eq!(
+            result_line(&floor, 1, 7),
+            "bench [1/7] floor-1: 3 acquisitions in 1s, 3/s, p50 40 µs"
+        );
+        let mut renew = outcome("renew-10k", &[]);
+        renew.renewal = Some(Renewal {
+            locks: 10_000,
+            all_held: false,
+            periods: 3,
+            calls_per_period: 27.4,
+            cpu_seconds: 0.1,
+            bytes_per_lock: 779.0,
+        });
+        assert_eq!(
+            result_line(&renew, 7, 7),
+            "bench [7/7] renew-10k: 10000 locks NOT all held through 3 renewal periods, 27 renewal calls per period"
+        );
     }
 }

@@ -62,7 +62,8 @@ pub async fn in_process(
             tokio::spawn(async move { cycle_until(&engine, task, measure_from, end, &count).await })
         })
         .collect();
-    watch_progress(setup, scenario, start, end, &count).await;
+    let note = || format!("{} acquisitions", count.load(Ordering::Relaxed));
+    watch_progress(setup, scenario, start, end, note).await;
     let mut samples = Samples::default();
     for worker in workers {
         samples.extend(worker.await.context("a bench task panicked")??);
@@ -149,25 +150,29 @@ fn record(
     }
 }
 
-/// Redraws the scenario's bar until `end`.
+/// Redraws the scenario's bar, followed by `note()` (what the scenario can tell while it runs), until `end`; then
+/// erases it, for the scenario's result line (see `bench::result_line`).
 async fn watch_progress(
     setup: &Setup,
     scenario: &str,
     start: Instant,
     end: Instant,
-    count: &AtomicU64,
+    note: impl Fn() -> String,
 ) {
     let mut bar = Bar::new(setup.progress, format!("{scenario:<15}"));
+    if !bar.is_shown() {
+        tokio::time::sleep_until(end).await;
+        return;
+    }
     let total = end.duration_since(start).as_millis() as i64;
     loop {
         let now = Instant::now();
-        let done = now.duration_since(start).as_millis() as i64;
-        let note = format!("{} acquisitions", count.load(Ordering::Relaxed));
         if now >= end {
-            bar.finish(total, total, &note);
+            bar.clear();
             return;
         }
-        bar.show(done, total, &note);
+        let done = now.duration_since(start).as_millis() as i64;
+        bar.show(done, total, &note());
         tokio::time::sleep(Duration::from_millis(100).min(end - now)).await;
     }
 }
@@ -225,9 +230,10 @@ async fn workers(
         let mut command = worker_command(setup, scenario, role, &args)?;
         children.push(command.spawn().context("cannot start a bench worker")?);
     }
-    let count = AtomicU64::new(0);
     let start = Instant::now();
     let end = start + Duration::from_millis(to_ms.saturating_sub(unix_ms()));
+    // The workers report only at the end: while they run, the bar can only say how many there are.
+    let note = || format!("{processes} worker processes");
     let collect = async {
         let mut all = Vec::new();
         for child in &mut children {
@@ -243,7 +249,7 @@ async fn workers(
         }
         anyhow::Ok(all)
     };
-    let (_, all) = tokio::join!(watch_progress(setup, scenario, start, end, &count), collect);
+    let (_, all) = tokio::join!(watch_progress(setup, scenario, start, end, note), collect);
     let all = all?;
     for child in &mut children {
         let status = child.wait().await?;
@@ -358,16 +364,22 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
         .context("cannot start a bench worker")?;
     let stdout = child.stdout.take().context("worker without stdout")?;
     let mut lines = BufReader::new(stdout).lines();
-    let count = AtomicU64::new(0);
     let start = Instant::now();
     let ready: Value = match lines.next_line().await? {
         Some(line) => serde_json::from_str(&line)?,
         None => bail!("the renew worker stopped before holding its locks"),
     };
     let before = script_calls(&mut stats).await?;
-    let hold_end = Instant::now() + period * PERIODS + period / 4;
+    let holding = Instant::now();
+    let hold_end = holding + period * PERIODS + period / 4;
+    // Renewal calls are counted on the server at the end; while they run, the bar says which period it is in.
+    let note = || {
+        let periods = holding.elapsed().as_millis() / period.as_millis();
+        let current = (periods + 1).min(u128::from(PERIODS));
+        format!("{LOCKS} locks held, renewal period {current} of {PERIODS}")
+    };
     let (_, result) = tokio::join!(
-        watch_progress(setup, scenario, start, hold_end, &count),
+        watch_progress(setup, scenario, start, hold_end, note),
         lines.next_line()
     );
     let result: Value = match result? {

@@ -1,4 +1,5 @@
-//! `leasehold bench`: the output is complete and well-formed (the numbers themselves are not asserted).
+//! `leasehold bench`: the output is complete and well-formed, progress included (the numbers themselves are not
+//! asserted).
 
 use std::time::Duration;
 
@@ -95,6 +96,31 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
         assert!(renew[field].as_f64().is_some(), "renew.{field} in {renew}");
     }
     assert!(renew["all_held"].is_boolean());
+
+    // stderr is a pipe here, not a terminal: no bar, one line per scenario as it ends, saying what it measured.
+    assert!(
+        !stderr.contains('\x1b') && !stderr.contains('\r'),
+        "{stderr:?}"
+    );
+    let progress: Vec<&str> = stderr.lines().collect();
+    assert_eq!(progress.len(), SCENARIOS.len(), "{stderr}");
+    for (i, (line, name)) in progress.iter().zip(SCENARIOS).enumerate() {
+        let prefix = format!("bench [{}/{}] {name}: ", i + 1, SCENARIOS.len());
+        assert!(line.starts_with(&prefix), "{line}");
+        if name == "renew-10k" {
+            assert!(
+                line.contains("10000 locks held") && line.contains("renewal calls per period"),
+                "{line}"
+            );
+        } else {
+            let acquisitions = lines[i]["acquisitions"].as_u64().unwrap();
+            assert!(
+                line.contains(&format!(": {acquisitions} acquisitions in 1s, ")),
+                "{line}"
+            );
+        }
+        assert!(!line.contains(" 0 acquisitions"), "{line}");
+    }
 
     let picture = std::fs::read_to_string(&svg).unwrap();
     assert!(picture.starts_with("<svg") && picture.trim_end().ends_with("</svg>"));
