@@ -99,9 +99,9 @@ then write back what they read minus one and record a sale. Four rounds:
   4. leasehold and a fenced store: a buyer freezes past its lease while holding the lock; the
      store refuses its late write, because a newer holder wrote with a higher fence.
 
-Without --redis it starts a private redis-server (from PATH) on a free port of 127.0.0.1,
-without persistence, and removes it when done (also on Ctrl-C). With --redis it uses that
-server and deletes its own keys afterwards.
+Without --redis (or LEASEHOLD_REDIS_URL) it starts a private redis-server (from PATH) on a
+free port of 127.0.0.1, without persistence, and removes it when done (also on Ctrl-C). With
+--redis or LEASEHOLD_REDIS_URL it uses that server and deletes its own keys afterwards.
 
 Examples:
   leasehold demo
@@ -277,7 +277,7 @@ pub struct ReleaseArgs {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Use this Redis server instead of starting a private one.
-    #[arg(long = "redis", value_name = "URL")]
+    #[arg(long = "redis", value_name = "URL", env = "LEASEHOLD_REDIS_URL")]
     pub redis: Option<String>,
 
     /// Print the results as one JSON object instead of a table.

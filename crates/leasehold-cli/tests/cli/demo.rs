@@ -94,6 +94,35 @@ fn the_demo_on_a_given_server_prints_the_table_and_deletes_its_keys() {
 }
 
 #[test]
+fn the_demo_uses_the_server_of_leasehold_redis_url_and_deletes_its_keys() {
+    let server = RedisServer::start();
+    server.config_resetstat();
+    let mut command = leasehold(&["demo", "--json"]);
+    command.env("LEASEHOLD_REDIS_URL", server.url());
+    let (code, stdout, stderr) = finish(command, DEMO_LIMIT);
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(
+        report["server"],
+        Value::Null,
+        "a private server was started: {report}"
+    );
+    assert_eq!(round(&report, 3)["units_sold"], 100, "{report}");
+    // The buyers' and the locks' work went to this server: stock reads, lock scripts, and the clean-up.
+    let gets = server.command_calls("get");
+    let scripts = server.command_calls("evalsha") + server.command_calls("eval");
+    let dels = server.command_calls("del");
+    assert!(
+        gets >= 100 && scripts >= 200 && dels >= 1,
+        "GET {gets}, scripts {scripts}, DEL {dels}"
+    );
+    let keys: u64 = redis::cmd("DBSIZE")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(keys, 0, "the demo left keys behind");
+}
+
+#[test]
 fn ctrl_c_stops_the_demo_and_its_server() {
     let mut demo = Running::start(leasehold(&["demo"]));
     let intro = demo.line(SOON);
