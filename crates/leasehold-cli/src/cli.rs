@@ -1,6 +1,7 @@
 //! The command line: subcommands, options, their help texts, and clap's errors turned into one line.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -172,9 +173,35 @@ pub struct RedisArg {
         value_name = "URL",
         env = "LEASEHOLD_REDIS_URL",
         default_value = DEFAULT_REDIS,
-        help = "The Redis server: redis://[user:password@]host[:port][/db] or unix:///path"
+        help = "The Redis server: redis://[user:password@]host[:port][/db], rediss://… (TLS) or unix:///path"
     )]
     pub url: String,
+
+    /// The key prefix of the locks (as the library's `Builder::prefix`).
+    #[arg(long, value_name = "PREFIX", env = "LEASEHOLD_PREFIX", default_value = leasehold::DEFAULT_PREFIX)]
+    pub prefix: String,
+
+    /// For rediss:// URLs: trust this CA certificate (PEM) instead of the system's trust store.
+    #[arg(long, value_name = "FILE", env = "LEASEHOLD_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// For rediss:// URLs: present this client certificate (PEM) to servers that require one (with --tls-key).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "LEASEHOLD_TLS_CERT",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "LEASEHOLD_TLS_KEY",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// `leasehold run`.
@@ -305,7 +332,7 @@ fn parse_ttl(text: &str) -> Result<Duration, String> {
 /// What parsing the command line decided.
 pub enum Parsed {
     /// Go ahead.
-    Run(Cli),
+    Run(Box<Cli>),
     /// Help or version was printed: exit with this status without doing anything.
     Done(u8),
 }
@@ -321,7 +348,7 @@ where
             if let Command::Run(run) = &mut cli.command {
                 run.resolve_shell();
             }
-            Ok(Parsed::Run(cli))
+            Ok(Parsed::Run(Box::new(cli)))
         }
         Err(err) => match err.kind() {
             clap::error::ErrorKind::DisplayHelp

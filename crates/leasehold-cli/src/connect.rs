@@ -1,30 +1,53 @@
 //! Connecting to Redis, with the errors mapped to exit statuses and passwords kept out of messages.
 
+use std::path::Path;
 use std::time::Duration;
 
+use crate::cli::RedisArg;
 use crate::exit::{self, fail};
 
-/// Connects a lock client to `url`. `ttl` (the lease the caller will take, if any) bounds the response timeout,
-/// so that a slow reply leaves room for a retry before a short lease runs out.
+/// Connects a lock client to `url` with the default prefix and no TLS files (the demo and the bench).
 ///
 /// # Errors
 ///
-/// Status 2 for a malformed URL, 69 when Redis cannot be reached or refuses the credentials.
+/// As [`locks`].
 pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
+    let target = RedisArg {
+        url: url.to_owned(),
+        prefix: leasehold::DEFAULT_PREFIX.to_owned(),
+        tls_ca: None,
+        tls_cert: None,
+        tls_key: None,
+    };
+    locks(&target, ttl).await
+}
+
+/// Connects a lock client to the server, prefix and TLS files of `target`. `ttl` (the lease the caller will take,
+/// if any) bounds the response timeout, so that a slow reply leaves room for a retry before a short lease runs
+/// out.
+///
+/// # Errors
+///
+/// Status 2 for a malformed URL, a bad prefix or an unusable TLS file, 69 when Redis cannot be reached (or the TLS
+/// handshake fails) or refuses the credentials.
+pub async fn locks(target: &RedisArg, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
+    let url = target.url.as_str();
     check_not_empty(url)?;
     let mut builder = match leasehold::Client::builder(url) {
         Ok(builder) => builder,
-        Err(leasehold::Error::InvalidArgument(leasehold::InvalidArgument::BadUrl(_))) => {
-            return Err(fail(
-                exit::USAGE,
-                format!(
-                    "{} is not a Redis URL (expected redis://host:port)",
-                    redact(url)
-                ),
-            ))
+        Err(leasehold::Error::InvalidArgument(leasehold::InvalidArgument::BadUrl(why))) => {
+            return Err(not_a_url(url, &why))
         }
         Err(err) => return Err(err.into()),
     };
+    builder = builder.prefix(target.prefix.clone());
+    if let Some(ca) = &target.tls_ca {
+        builder = builder.tls_ca_pem(read_pem(ca, "--tls-ca")?);
+    }
+    if let (Some(cert), Some(key)) = (&target.tls_cert, &target.tls_key) {
+        builder = builder
+            .tls_client_identity_pem(read_pem(cert, "--tls-cert")?, read_pem(key, "--tls-key")?);
+    }
     if let Some(ttl) = ttl {
         let timeout = (ttl / 4).clamp(
             Duration::from_millis(100),
@@ -41,6 +64,30 @@ pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehol
     })
 }
 
+/// The contents of a PEM file named by `option`; exit 2 with the reason when it cannot be read.
+fn read_pem(path: &Path, option: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).map_err(|err| {
+        fail(
+            exit::USAGE,
+            format!(
+                "{option}: cannot read {}: {}",
+                path.display(),
+                one_line(&err)
+            ),
+        )
+    })
+}
+
+fn not_a_url(url: &str, why: &str) -> anyhow::Error {
+    fail(
+        exit::USAGE,
+        format!(
+            "{} is not a Redis URL ({why}; expected redis://host:port, rediss://host:port or unix:///path)",
+            redact(url)
+        ),
+    )
+}
+
 /// A plain multiplexed connection (for the demo's store), with the same error mapping as [`client`].
 ///
 /// # Errors
@@ -48,15 +95,8 @@ pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehol
 /// As [`client`].
 pub async fn plain(url: &str) -> anyhow::Result<leasehold::redis::aio::MultiplexedConnection> {
     check_not_empty(url)?;
-    let redis = leasehold::redis::Client::open(url).map_err(|_| {
-        fail(
-            exit::USAGE,
-            format!(
-                "{} is not a Redis URL (expected redis://host:port)",
-                redact(url)
-            ),
-        )
-    })?;
+    let redis =
+        leasehold::redis::Client::open(url).map_err(|err| not_a_url(url, &err.to_string()))?;
     let config = leasehold::redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(leasehold::DEFAULT_CONNECTION_TIMEOUT))
         .set_response_timeout(Some(Duration::from_secs(5)));

@@ -40,6 +40,9 @@ use cli::{Command, Parsed};
 
 fn main() -> ExitCode {
     exit::install_panic_hook();
+    // rustls needs a crypto backend before any rediss:// connection; the lock client installs it too, but the
+    // demo's plain store connection may come first.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let code = match cli::parse(std::env::args_os()) {
         Ok(Parsed::Run(cli)) => execute(cli.command),
         Ok(Parsed::Done(code)) => code,

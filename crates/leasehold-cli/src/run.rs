@@ -23,7 +23,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let mut signals = Signals::catch()?;
     let name = args.name.as_str();
     let client = tokio::select! {
-        client = connect::client(&args.redis.url, Some(args.ttl)) => client?,
+        client = connect::locks(&args.redis, Some(args.ttl)) => client?,
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
     let mutex = client.mutex(name).ttl(args.ttl);

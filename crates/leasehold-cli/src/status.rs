@@ -13,7 +13,7 @@ use crate::exit::{self, fail};
 ///
 /// 69 when Redis cannot be asked, 65 when the key is not a leasehold lock.
 pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
-    let client = connect::client(&args.redis.url, None).await?;
+    let client = connect::locks(&args.redis, None).await?;
     let info = client.inspect(&args.name).await?;
     let fence = info.last_fence.map(leasehold::Fence::get);
     let warnings: Vec<String> = client
@@ -83,7 +83,7 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
             ),
         ));
     }
-    let client = connect::client(&args.redis.url, None).await?;
+    let client = connect::locks(&args.redis, None).await?;
     // Read first only to say more about what goes; the removal itself does not depend on it.
     let before = client.inspect(&args.name).await?;
     let removed = client.force_release(&args.name).await?;

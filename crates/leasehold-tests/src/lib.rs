@@ -11,6 +11,7 @@
 //!   cut a lock holder off from Redis without it noticing at once.
 //! - [`process`]: [`ChildGuard`] kills and reaps a child process on drop; [`send_signal`]
 //!   sends `SIGSTOP`, `SIGCONT`, `SIGKILL` and friends.
+//! - [`tls`]: [`TlsRedisServer`], a server that also speaks TLS, with certificates from a throwaway [`TestCa`].
 //! - [`TempDir`]: a uniquely named directory removed on drop.
 //! - [`rng`]: [`XorShift`], a seeded generator for replayable tests, and [`monotonic_ns`], the clock that several
 //!   processes' histories share.
@@ -41,9 +42,11 @@ pub mod proxy;
 pub mod rng;
 pub mod server;
 mod temp;
+pub mod tls;
 
 pub use process::{send_signal, ChildGuard};
 pub use proxy::TcpProxy;
 pub use rng::{monotonic_ns, XorShift};
 pub use server::RedisServer;
 pub use temp::TempDir;
+pub use tls::{TestCa, TlsRedisServer};

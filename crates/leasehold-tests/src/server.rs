@@ -367,7 +367,7 @@ impl Drop for RedisServer {
 
 /// A TCP port of 127.0.0.1 that was free a moment ago. Another process may take it before we
 /// bind it again, which [`RedisServer::start_with`] copes with.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|listener| listener.local_addr())
         .expect("cannot bind 127.0.0.1:0")

@@ -4,10 +4,14 @@
 
 use std::process::Command;
 
+/// `1.88` and `1.88.0` are the same version: three parts, missing ones zero.
 fn version(text: &str) -> Vec<u64> {
-    text.split('.')
+    let mut parts: Vec<u64> = text
+        .split('.')
         .map(|part| part.parse().unwrap_or(0))
-        .collect()
+        .collect();
+    parts.resize(3, 0);
+    parts
 }
 
 #[test]

@@ -100,8 +100,14 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] for a malformed URL.
     pub fn builder(url: &str) -> Result<Builder, Error> {
-        let redis = redis::Client::open(url)
-            .map_err(|e| InvalidArgument::BadUrl(format!("{url:?}: {e}")))?;
+        if cfg!(not(feature = "tls")) && url.trim_start().starts_with("rediss://") {
+            return Err(InvalidArgument::BadUrl(
+                "rediss:// (TLS) needs leasehold's `tls` feature".to_owned(),
+            )
+            .into());
+        }
+        // The URL is not repeated in the error: it may carry a password.
+        let redis = redis::Client::open(url).map_err(|e| InvalidArgument::BadUrl(e.to_string()))?;
         Ok(Builder::new(redis))
     }
 
@@ -270,6 +276,8 @@ pub struct Builder {
     connection_timeout: Duration,
     response_timeout: Duration,
     fence_retention: Duration,
+    #[cfg(feature = "tls")]
+    tls: crate::tls::TlsSettings,
 }
 
 impl fmt::Debug for Builder {
@@ -295,7 +303,34 @@ impl Builder {
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             fence_retention: DEFAULT_FENCE_RETENTION,
+            #[cfg(feature = "tls")]
+            tls: crate::tls::TlsSettings::default(),
         }
+    }
+
+    /// Trusts the CA certificate(s) in `pem` (PEM text, as in a `ca.crt` file) for the server's certificate,
+    /// instead of the system's trust store. For `rediss://` URLs only. Needs the `tls` feature.
+    ///
+    /// Checked by [`connect`](Builder::connect): a PEM with no readable certificate, or a URL without TLS, is
+    /// [`InvalidArgument::BadTls`].
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Builder {
+        self.tls.ca = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate (chain) and private key, both PEM, for servers that require mutual TLS
+    /// (`tls-auth-clients yes`). For `rediss://` URLs only. Needs the `tls` feature.
+    ///
+    /// Checked by [`connect`](Builder::connect), as [`tls_ca_pem`](Builder::tls_ca_pem).
+    #[cfg(feature = "tls")]
+    pub fn tls_client_identity_pem(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Builder {
+        self.tls.identity = Some((cert_pem.into(), key_pem.into()));
+        self
     }
 
     /// The namespace of every key and channel: a lock `N` lives at `PREFIX:{N}`. Non-empty, at most 64 bytes, no
@@ -347,7 +382,8 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad prefix or a zero or absurd timeout; [`Error::Redis`] when the server
+    /// [`Error::InvalidArgument`] for a bad prefix, a zero or absurd timeout, or unusable TLS settings;
+    /// [`Error::Redis`] when the server
     /// cannot be reached within the connection timeout or refuses the credentials; [`Error::NotPermitted`] when the
     /// Redis user may not publish wake-ups (see the README's ACL rule).
     ///
@@ -357,6 +393,13 @@ impl Builder {
     pub async fn connect(self) -> Result<Client, Error> {
         require_runtime()?;
         check_prefix(&self.prefix)?;
+        #[cfg(feature = "tls")]
+        let redis = {
+            crate::tls::ensure_crypto_provider();
+            crate::tls::apply(self.redis, &self.tls)?
+        };
+        #[cfg(not(feature = "tls"))]
+        let redis = self.redis;
         check_timeout("connection timeout", self.connection_timeout)?;
         check_timeout("response timeout", self.response_timeout)?;
         if self.fence_retention < Duration::from_secs(1) {
@@ -379,7 +422,7 @@ impl Builder {
                     .set_max_delay(Duration::from_secs(1));
                 tokio::time::timeout(
                     self.connection_timeout.saturating_mul(2),
-                    Conn::managed(self.redis.clone(), config),
+                    Conn::managed(redis.clone(), config),
                 )
                 .await
                 .map_err(|_| {
@@ -394,9 +437,9 @@ impl Builder {
         let client_id = new_token()?.split_off(crate::fence::TOKEN_PREFIX.len());
         check_publish(&conn, &format!("{}:wake:", self.prefix), &client_id).await?;
         let warnings = server_warnings(&conn).await;
-        let orphans = Orphans::new(self.redis.clone(), self.connection_timeout);
+        let orphans = Orphans::new(redis.clone(), self.connection_timeout);
         let wakeups = Wakeups::new(
-            self.redis,
+            redis,
             conn.clone(),
             &self.prefix,
             client_id,

@@ -191,7 +191,12 @@ pub enum InvalidArgument {
         /// The rule it broke.
         why: &'static str,
     },
-    /// The Redis URL could not be parsed.
+    /// The Redis URL could not be parsed (the message says why; it does not repeat the URL, which may hold a
+    /// password).
     #[error("redis URL is not valid: {0}")]
     BadUrl(String),
+    /// The TLS settings cannot be used: a CA or client certificate that is not PEM or holds nothing usable, or
+    /// certificates given for a URL without TLS (`redis://` instead of `rediss://`).
+    #[error("TLS settings are not usable: {0}")]
+    BadTls(String),
 }

@@ -33,6 +33,7 @@
 //! | `clock.rs` | the lease clock: monotonic, counting time spent suspended |
 //! | `conn.rs` | the command connection: replaced when it goes silent; idempotent requests retried once |
 //! | `orphans.rs` | releases no runtime could finish, done when the client is dropped |
+//! | `tls.rs` | `rediss://`: the crypto backend, a private CA, a client identity (feature `tls`) |
 //! | `scripts/*.lua` | the Lua scripts, each with its KEYS, ARGV and replies |
 //! | `error.rs` | [`Error`] |
 //!
@@ -165,6 +166,8 @@ mod lease;
 mod mutex;
 mod orphans;
 mod scripts;
+#[cfg(feature = "tls")]
+mod tls;
 mod wake;
 
 pub use checks::ServerWarning;

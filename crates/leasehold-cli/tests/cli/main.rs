@@ -8,6 +8,7 @@ mod lease;
 mod run;
 mod signals;
 mod status;
+mod tls;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, ExitStatus, Stdio};
@@ -25,14 +26,21 @@ pub const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
 /// Generous bound for anything that should take well under a second.
 pub const SOON: Duration = Duration::from_secs(10);
 
-/// A `leasehold` command with `args`, isolated from the caller's environment: no `LEASEHOLD_REDIS_URL`, stdin closed.
+/// A `leasehold` command with `args`, isolated from the caller's environment (no `LEASEHOLD_REDIS_URL`,
+/// `LEASEHOLD_PREFIX` or `LEASEHOLD_TLS_*`), stdin closed.
 pub fn leasehold(args: &[&str]) -> Command {
     let mut command = Command::new(LEASEHOLD);
-    command
-        .args(args)
-        .env_remove("LEASEHOLD_REDIS_URL")
-        .env_remove("RUST_BACKTRACE")
-        .stdin(Stdio::null());
+    command.args(args);
+    for var in [
+        "LEASEHOLD_REDIS_URL",
+        "LEASEHOLD_PREFIX",
+        "LEASEHOLD_TLS_CA",
+        "LEASEHOLD_TLS_CERT",
+        "LEASEHOLD_TLS_KEY",
+    ] {
+        command.env_remove(var);
+    }
+    command.env_remove("RUST_BACKTRACE").stdin(Stdio::null());
     command
 }
 

@@ -15,6 +15,7 @@ mod queue;
 mod release;
 mod renewal;
 mod server;
+mod tls;
 mod waiting;
 
 use std::process::{Command, Stdio};
