@@ -13,4 +13,11 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 cargo test --workspace --all-features
 # The examples run against a private redis-server; the published crates package and build on their own.
 scripts/examples.sh
-cargo package --workspace --exclude leasehold-tests --allow-dirty --quiet
+# cargo unpacks the packaged crates into the source cache of a temporary local registry and builds them as registry
+# crates, which it never rebuilds for a version it has built before (registry sources count as immutable). So a
+# second run would verify the published crates against the first run's code: remove our unpacked copies (only
+# from local registries) and verify in a target directory of its own whose leasehold builds are dropped first.
+find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -mindepth 2 -maxdepth 2 -type d -path '*/src/-*/leasehold*' \
+    -exec rm -rf {} + 2>/dev/null || true
+rm -rf target/package-verify/debug/.fingerprint/leasehold* target/package-verify/debug/deps/*leasehold*
+CARGO_TARGET_DIR=target/package-verify cargo package --workspace --exclude leasehold-tests --allow-dirty --quiet

@@ -31,7 +31,7 @@ as they are (a `--` before the program is accepted too). The program runs direct
 -c through /bin/sh, in its own process group, with stdin, stdout and stderr passed through,
 and with these variables added to its environment:
   LEASEHOLD_NAME   the lock's name
-  LEASEHOLD_TOKEN  this grant's owner token
+  LEASEHOLD_TOKEN  this grant's owner token as stored in Redis (it holds spaces: quote it)
   LEASEHOLD_FENCE  this grant's fencing number, a decimal integer that increases with every
                grant of the lock: pass it to the store you write to, and have the store
                refuse writes that carry a lower one
@@ -67,19 +67,37 @@ Examples:
   leasehold run -c 'psql -v fence=\"$LEASEHOLD_FENCE\" -f sync.sql' stock-sync";
 
 const STATUS_AFTER: &str = "\
-Prints whether the lock is free or held and, when held, its fence, remaining lease and
-owner token. Exits 0 either way (69 when Redis cannot be asked, 2 on usage errors).
+Prints whether the lock is free or held and, when held, who holds it, its fence, remaining
+lease and owner token. Exits 0 either way (69 when Redis cannot be asked, 65 when the key is
+not a leasehold lock, 2 on usage errors).
 
 --json prints one object:
   {\"name\": string, \"state\": \"held\" | \"free\", \"remaining_ms\": number | null,
-   \"fence\": number | null, \"token\": string | null, \"waiting_clients\": number}
+   \"fence\": number | null, \"token\": string | null, \"description\": string | null,
+   \"holder\": {\"host\", \"pid\", \"user\", \"started\", \"program\"} | null,
+   \"waiting_clients\": number, \"warnings\": [string]}
 fence is the holder's fence while held, and the last fence granted while free (null when
-Redis no longer has it); remaining_ms and token are null while free; waiting_clients counts
-the processes queued for the lock.
+Redis no longer has it); remaining_ms and token are null while free; description is what the
+holder said about itself, and holder its fields when `leasehold run` wrote it (host, pid of
+`leasehold run`, user, start time in UTC, program and arguments); waiting_clients counts the
+processes queued for the lock.
 
 Examples:
   leasehold status nightly-report
   leasehold status --json nightly-report | jq -r .state";
+
+const LIST_AFTER: &str = "\
+Lists the locks held right now whose names match PATTERN (a Redis glob: * for all, orders:*,
+job-?; default *), one per line: name, fence, remaining lease, waiting clients, holder.
+Walks the keys with SCAN (never KEYS), so a lock taken or released meanwhile may or may not
+appear. Exits 0, also when nothing is held (69 when Redis cannot be asked).
+
+--json prints an array of the objects `leasehold status --json` prints.
+
+Examples:
+  leasehold list
+  leasehold list 'nightly-*'
+  leasehold list --prefix billing --json | jq -r '.[].name'";
 
 const RELEASE_AFTER: &str = "\
 Deletes the lock whoever holds it and wakes its waiters: an operator's escape hatch for a
@@ -147,6 +165,9 @@ pub enum Command {
     /// Show whether a lock is free or held, with its fence and remaining lease.
     #[command(after_help = STATUS_AFTER)]
     Status(StatusArgs),
+    /// List the locks held right now, with their holders.
+    #[command(after_help = LIST_AFTER)]
+    List(ListArgs),
     /// Remove a stuck lock whoever holds it (needs --force).
     #[command(after_help = RELEASE_AFTER)]
     Release(ReleaseArgs),
@@ -283,6 +304,21 @@ pub struct StatusArgs {
     /// The lock's name.
     #[arg(value_name = "NAME", value_parser = parse_name)]
     pub name: String,
+}
+
+/// `leasehold list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub redis: RedisArg,
+
+    /// Print one JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Which lock names (a Redis glob).
+    #[arg(value_name = "PATTERN", default_value = "*")]
+    pub pattern: String,
 }
 
 /// `leasehold release`.

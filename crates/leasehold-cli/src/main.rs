@@ -7,14 +7,14 @@
 //! | `cli.rs` | the command line (clap), help texts, usage errors as one line |
 //! | `run.rs` | `leasehold run`: lock, run, stop the program on loss, release |
 //! | `child.rs` | the program's process group, its signals, its terminal, its exit status |
-//! | `signals.rs` | SIGINT, SIGTERM and SIGHUP, caught |
-//! | `status.rs` | `leasehold status` and `leasehold release --force` |
+//! | `signals.rs` | every catchable terminating signal, caught (and passed on to the program) |
+//! | `status.rs` | `leasehold status`, `leasehold list` and `leasehold release --force` |
 //! | `demo.rs`, `demo/` | `leasehold demo`: rounds, buyer processes, the fenced store, the final table |
 //! | `bench/` | `leasehold bench`: scenarios, worker processes, statistics, the SVG plot |
 //! | `server.rs` | a private `redis-server` on a free port, killed on drop |
 //! | `progress.rs` | the progress bar |
-//! | `connect.rs` | connecting, with errors mapped to exit statuses |
-//! | `duration.rs` | `500ms`, `10s`, `2m`, `1h` |
+//! | `connect.rs` | connecting (prefix, TLS files), with errors mapped to exit statuses and passwords hidden |
+//! | `duration.rs` | durations through `humantime`: `500ms`, `2m30s`, `1h30m`, `1d` |
 //! | `exit.rs` | exit statuses, the error that carries one, the panic hook |
 // One narrowly scoped exception, in child.rs: the parent-death signal set in the child before exec.
 #![deny(unsafe_code)]
@@ -67,6 +67,7 @@ fn execute(command: Command) -> u8 {
         match command {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
+            Command::List(args) => status::list(args).await,
             Command::Release(args) => status::release(args).await,
             Command::Demo(args) => demo::demo(args).await,
             Command::DemoBuyer(args) => demo::buyer::buyer(args).await,

@@ -26,7 +26,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         client = connect::locks(&args.redis, Some(args.ttl)) => client?,
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
-    let mutex = client.mutex(name).ttl(args.ttl);
+    let mutex = client
+        .mutex(name)
+        .ttl(args.ttl)
+        .describe(holder_description(&args.command));
     let acquired = tokio::select! {
         acquired = async {
             if args.nonblock || args.wait == Some(std::time::Duration::ZERO) {
@@ -40,8 +43,25 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         // Dropping the acquire future releases a grant that may have landed (the library's cancel safety).
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
-    let guard =
-        acquired.map_err(|err| not_acquired(err, name, args.conflict_exit_code, args.quiet))?;
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(err) => {
+            // Who holds it, for the message (one more read, on the conflict path only).
+            let holder = match &err {
+                leasehold::Error::Busy { .. } | leasehold::Error::Timeout { .. } if !args.quiet => {
+                    mutex.inspect().await.ok().and_then(|info| info.holder)
+                }
+                _ => None,
+            };
+            return Err(not_acquired(
+                err,
+                name,
+                args.conflict_exit_code,
+                args.quiet,
+                holder,
+            ));
+        }
+    };
 
     let env = [
         ("LEASEHOLD_NAME", name.to_owned()),
@@ -103,11 +123,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         }
     };
     let code = child::exit_code(status);
+    // Read before the release: the loss signal fires before the server-side expiry, so a lease still held now was
+    // held without a gap while the program ran, whatever the release then meets.
+    let held_at_exit = guard.is_held();
     match guard.release().await {
         Ok(()) => Ok(code),
         Err(leasehold::Error::NotOwner { .. } | leasehold::Error::LeaseLost { .. }) => {
             print_err(&format!(
                 "leasehold: lost lock {name:?}: it was no longer ours when {shown} exited"
+            ));
+            Ok(exit::LOST)
+        }
+        Err(err) if !held_at_exit => {
+            print_err(&format!(
+                "leasehold: lost lock {name:?}: its lease had run out when {shown} exited ({})",
+                crate::exit::one_line(&err.into())
             ));
             Ok(exit::LOST)
         }
@@ -129,8 +159,18 @@ fn interrupted(sig: Signal, name: &str) -> anyhow::Error {
     )
 }
 
-/// The error for a failed acquire. Conflicts carry the configured status, and no message with `--quiet`.
-fn not_acquired(err: leasehold::Error, name: &str, conflict: u8, quiet: bool) -> anyhow::Error {
+/// The error for a failed acquire. Conflicts carry the configured status, and no message with `--quiet`; `holder`
+/// (when known) names who holds the lock.
+fn not_acquired(
+    err: leasehold::Error,
+    name: &str,
+    conflict: u8,
+    quiet: bool,
+    holder: Option<leasehold::Holder>,
+) -> anyhow::Error {
+    let by = holder
+        .and_then(|h| h.description)
+        .map_or(String::new(), |d| format!(" ({d})"));
     match err {
         leasehold::Error::Busy { .. } | leasehold::Error::Timeout { .. } if quiet => {
             fail(conflict, "")
@@ -141,12 +181,15 @@ fn not_acquired(err: leasehold::Error, name: &str, conflict: u8, quiet: bool) ->
             });
             fail(
                 conflict,
-                format!("lock {name:?} is held by another owner{left}"),
+                format!("lock {name:?} is held by another owner{by}{left}"),
             )
         }
         leasehold::Error::Timeout { waited, .. } => fail(
             conflict,
-            format!("lock {name:?} is still held after waiting {}", show(waited)),
+            format!(
+                "lock {name:?} is still held after waiting {}{by}",
+                show(waited)
+            ),
         ),
         leasehold::Error::Redis(err) => fail(
             exit::UNAVAILABLE,
@@ -157,6 +200,38 @@ fn not_acquired(err: leasehold::Error, name: &str, conflict: u8, quiet: bool) ->
         ),
         other => anyhow::Error::from(other).context(format!("taking lock {name:?}")),
     }
+}
+
+/// What `leasehold status` and `list` show about this holder: `host=H pid=P user=U started=T program=ARGS…`
+/// (the pid is this command's; the start time is UTC, RFC 3339), cut to the library's limit, control characters
+/// replaced by `?`.
+pub fn holder_description(command: &[OsString]) -> String {
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "?".to_owned());
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map_or_else(|| nix::unistd::getuid().to_string(), |u| u.name);
+    let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+    let program: Vec<String> = command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let text = format!(
+        "host={host} pid={} user={user} started={started} program={}",
+        std::process::id(),
+        program.join(" ")
+    );
+    let mut out = String::with_capacity(leasehold::MAX_DESCRIPTION_LEN);
+    for c in text.chars() {
+        let c = if c.is_control() { '?' } else { c };
+        if out.len() + c.len_utf8() > leasehold::MAX_DESCRIPTION_LEN {
+            break;
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The program as shown in messages: its first word, quoted.

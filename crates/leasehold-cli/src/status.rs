@@ -1,8 +1,8 @@
 //! `leasehold status` and `leasehold release --force`: look at a lock, or remove a stuck one.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::cli::{ReleaseArgs, StatusArgs};
+use crate::cli::{ListArgs, ReleaseArgs, StatusArgs};
 use crate::connect;
 use crate::duration::show;
 use crate::exit::{self, fail};
@@ -25,17 +25,9 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
         exit::print_err(&format!("leasehold: warning: {warning}"));
     }
     let text = if args.json {
-        let holder = info.holder.as_ref();
-        json!({
-            "name": info.name,
-            "state": if holder.is_some() { "held" } else { "free" },
-            "remaining_ms": holder.and_then(|h| h.remaining).map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
-            "fence": fence,
-            "token": holder.map(|h| h.token.as_str()),
-            "waiting_clients": info.waiting_clients,
-            "warnings": warnings,
-        })
-        .to_string()
+        let mut object = to_json(&info);
+        object["warnings"] = json!(warnings);
+        object.to_string()
     } else {
         let fence_text = fence.map_or("unknown".to_owned(), |f| f.to_string());
         let mut text = match &info.holder {
@@ -43,9 +35,14 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
                 let left = holder
                     .remaining
                     .map_or("no expiry".to_owned(), |r| format!("{} left", show(r)));
+                let by = holder
+                    .description
+                    .as_ref()
+                    .map_or(String::new(), |d| format!(" by {d}"));
                 format!(
-                    "{:?} is held: fence {fence_text}, {left}, token {}",
-                    info.name, holder.token
+                    "{:?} is held{by}: fence {fence_text}, {left}, token {}",
+                    info.name,
+                    token_id(&holder.token)
                 )
             }
             None if info.reserved => format!(
@@ -66,6 +63,100 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
     };
     print_line(&text);
     Ok(0)
+}
+
+/// Runs `leasehold list`: the held locks matching the pattern, as a table or a JSON array.
+///
+/// # Errors
+///
+/// 69 when Redis cannot be asked.
+pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
+    let client = connect::locks(&args.redis, None).await?;
+    let held = client.held_locks(&args.pattern).await?;
+    if args.json {
+        let all: Vec<Value> = held.iter().map(to_json).collect();
+        print_line(&Value::Array(all).to_string());
+        return Ok(0);
+    }
+    if held.is_empty() {
+        print_line(&format!("no held locks match {:?}", args.pattern));
+        return Ok(0);
+    }
+    let rows: Vec<[String; 5]> = held
+        .iter()
+        .map(|info| {
+            let holder = info.holder.as_ref();
+            [
+                info.name.clone(),
+                info.last_fence.map_or("-".to_owned(), |f| f.to_string()),
+                holder
+                    .and_then(|h| h.remaining)
+                    .map_or("no expiry".to_owned(), show),
+                info.waiting_clients.to_string(),
+                holder
+                    .and_then(|h| h.description.clone())
+                    .unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect();
+    let header = ["NAME", "FENCE", "LEFT", "WAITING", "HOLDER"].map(str::to_owned);
+    let mut widths = [0usize; 4];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        for (width, cell) in widths.iter().zip(row) {
+            out.push_str(&format!("{cell:<width$}  "));
+        }
+        out.push_str(&row[4]);
+        out.push('\n');
+    }
+    exit::print_out(&out);
+    Ok(0)
+}
+
+/// The JSON object of one lock, as `status --json` prints it (without the server warnings).
+fn to_json(info: &leasehold::LockInfo) -> Value {
+    let holder = info.holder.as_ref();
+    let description = holder.and_then(|h| h.description.as_deref());
+    json!({
+        "name": info.name,
+        "state": if holder.is_some() { "held" } else { "free" },
+        "remaining_ms": holder.and_then(|h| h.remaining).map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
+        "fence": info.last_fence.map(leasehold::Fence::get),
+        "token": holder.map(|h| h.token.as_str()),
+        "description": description,
+        "holder": description.and_then(holder_fields),
+        "waiting_clients": info.waiting_clients,
+    })
+}
+
+/// The fields of a description `leasehold run` wrote (`host=… pid=… user=… started=… program=…`), or `None` for
+/// any other text.
+fn holder_fields(description: &str) -> Option<Value> {
+    let mut rest = description;
+    let mut fields = serde_json::Map::new();
+    for key in ["host", "pid", "user", "started"] {
+        let (field, tail) = rest.split_once(' ')?;
+        let value = field.strip_prefix(key)?.strip_prefix('=')?;
+        let value = if key == "pid" {
+            json!(value.parse::<u32>().ok()?)
+        } else {
+            json!(value)
+        };
+        fields.insert(key.to_owned(), value);
+        rest = tail;
+    }
+    fields.insert("program".to_owned(), json!(rest.strip_prefix("program=")?));
+    Some(Value::Object(fields))
+}
+
+/// The random part of an owner token, without the description after it.
+fn token_id(token: &str) -> &str {
+    token.split_once(' ').map_or(token, |(id, _)| id)
 }
 
 /// Runs `leasehold release --force`: deletes the lock whoever holds it and says what it removed.
@@ -94,9 +185,16 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
                 .last_fence
                 .filter(|_| same)
                 .map_or(String::new(), |f| format!(" (fence {f})"));
+            let by = before
+                .holder
+                .as_ref()
+                .filter(|_| same)
+                .and_then(|h| h.description.as_ref())
+                .map_or(String::new(), |d| format!(", held by {d}"));
             format!(
-                "removed lock {:?}: token {token}{fence}; its holder loses the lock at its next renewal",
-                args.name
+                "removed lock {:?}: token {}{fence}{by}; its holder loses the lock at its next renewal",
+                args.name,
+                token_id(&token)
             )
         }
         None => format!("lock {:?} was free; nothing removed", args.name),
@@ -107,4 +205,30 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
 
 fn print_line(text: &str) {
     exit::print_out(&format!("{text}\n"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_run_writes_reads_back_as_fields() {
+        let command = ["sh", "-c", "echo a  b"].map(std::ffi::OsString::from);
+        let description = crate::run::holder_description(&command);
+        let fields = holder_fields(&description).unwrap();
+        assert_eq!(fields["pid"], std::process::id());
+        assert_eq!(fields["program"], "sh -c echo a  b");
+        assert!(humantime::parse_rfc3339(fields["started"].as_str().unwrap()).is_ok());
+        assert_eq!(holder_fields("nightly batch on web-1"), None);
+        assert_eq!(token_id("dl1:ab host=x pid=1"), "dl1:ab");
+        assert_eq!(token_id("dl1:ab"), "dl1:ab");
+    }
+
+    #[test]
+    fn a_long_or_odd_command_is_cut_to_a_valid_description() {
+        let long = ["prog".to_owned(), "é\n".repeat(300)].map(std::ffi::OsString::from);
+        let description = crate::run::holder_description(&long);
+        assert!(description.len() <= leasehold::MAX_DESCRIPTION_LEN);
+        assert!(!description.chars().any(char::is_control));
+    }
 }

@@ -195,6 +195,15 @@ pub enum InvalidArgument {
     /// password).
     #[error("redis URL is not valid: {0}")]
     BadUrl(String),
+    /// A holder description must be 1 to [`MAX_DESCRIPTION_LEN`](crate::MAX_DESCRIPTION_LEN) bytes of text
+    /// without control characters.
+    #[error("holder description {description:?} is not allowed: {why}")]
+    BadDescription {
+        /// The description, cut to 64 characters.
+        description: String,
+        /// The rule it broke.
+        why: &'static str,
+    },
     /// The TLS settings cannot be used: a CA or client certificate that is not PEM or holds nothing usable, or
     /// certificates given for a URL without TLS (`redis://` instead of `rediss://`).
     #[error("TLS settings are not usable: {0}")]

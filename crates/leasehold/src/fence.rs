@@ -44,18 +44,56 @@ pub(crate) const TOKEN_PREFIX: &str = "dl1:";
 /// client it woke.
 pub(crate) const RESERVED_PREFIX: &str = "dl1:rsv:";
 
-/// A fresh owner token: [`TOKEN_PREFIX`] and 128 bits from the OS CSPRNG in hex. One per grant.
-pub(crate) fn new_token() -> Result<String, crate::Error> {
+/// Length of a token without its description: the prefix and 32 hex digits.
+const TOKEN_LEN: usize = TOKEN_PREFIX.len() + 32;
+
+/// A fresh owner token: [`TOKEN_PREFIX`] and 128 bits from the OS CSPRNG in hex, then, when the holder described
+/// itself, a space and the description. One per grant. The scripts compare tokens whole, so the description rides
+/// along in the lock's value at no extra Redis cost and disappears with the grant.
+pub(crate) fn new_token(description: Option<&str>) -> Result<String, crate::Error> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| crate::Error::Entropy(e.to_string()))?;
-    let mut token = String::with_capacity(TOKEN_PREFIX.len() + 32);
+    let mut token = String::with_capacity(TOKEN_LEN + description.map_or(0, |d| d.len() + 1));
     token.push_str(TOKEN_PREFIX);
     for b in bytes {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         token.push(HEX[usize::from(b >> 4)] as char);
         token.push(HEX[usize::from(b & 0xf)] as char);
     }
+    if let Some(description) = description {
+        token.push(' ');
+        token.push_str(description);
+    }
     Ok(token)
+}
+
+/// The holder's description carried by `token`, if any.
+pub(crate) fn description_of(token: &str) -> Option<&str> {
+    token
+        .get(TOKEN_LEN..)
+        .and_then(|rest| rest.strip_prefix(' '))
+        .filter(|d| !d.is_empty())
+}
+
+/// The longest holder description accepted, in bytes.
+pub const MAX_DESCRIPTION_LEN: usize = 256;
+
+/// Checks a holder description: at most [`MAX_DESCRIPTION_LEN`] bytes, no control characters (it is printed on one
+/// line by `leasehold status`).
+pub(crate) fn check_description(description: &str) -> Result<(), crate::InvalidArgument> {
+    let why = if description.len() > MAX_DESCRIPTION_LEN {
+        "longer than 256 bytes"
+    } else if description.chars().any(char::is_control) {
+        "it contains a control character (a newline, a tab, ...)"
+    } else if description.trim().is_empty() {
+        "it is empty"
+    } else {
+        return Ok(());
+    };
+    Err(crate::InvalidArgument::BadDescription {
+        description: description.chars().take(64).collect(),
+        why,
+    })
 }
 
 #[cfg(test)]
@@ -64,14 +102,28 @@ mod tests {
 
     #[test]
     fn tokens_are_prefixed_hex_and_distinct() {
-        let a = new_token().unwrap();
-        let b = new_token().unwrap();
+        let a = new_token(None).unwrap();
+        let b = new_token(None).unwrap();
         assert_ne!(a, b);
         assert_eq!(a.len(), TOKEN_PREFIX.len() + 32);
         assert!(a.starts_with(TOKEN_PREFIX));
         assert!(a[TOKEN_PREFIX.len()..]
             .bytes()
             .all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn a_description_rides_after_the_random_part() {
+        let plain = new_token(None).unwrap();
+        assert_eq!(description_of(&plain), None);
+        let described = new_token(Some("host=a pid=1")).unwrap();
+        assert_eq!(described.len(), TOKEN_LEN + 1 + "host=a pid=1".len());
+        assert!(!described.starts_with(RESERVED_PREFIX));
+        assert_eq!(description_of(&described), Some("host=a pid=1"));
+        assert!(check_description("nightly backup on web-1").is_ok());
+        assert!(check_description("a\nb").is_err());
+        assert!(check_description(" ").is_err());
+        assert!(check_description(&"x".repeat(MAX_DESCRIPTION_LEN + 1)).is_err());
     }
 
     #[test]

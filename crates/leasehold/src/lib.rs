@@ -176,7 +176,7 @@ pub use client::{
     DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use error::{Error, InvalidArgument};
-pub use fence::Fence;
+pub use fence::{Fence, MAX_DESCRIPTION_LEN};
 pub use guard::MutexGuard;
 pub use keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
 pub use lease::{Lease, LossReason};

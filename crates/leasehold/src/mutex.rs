@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::client::{foreign, not_a_lock, Client, Inner, LockInfo};
 use crate::error::{require_runtime, Error, InvalidArgument};
-use crate::fence::{new_token, Fence};
+use crate::fence::{check_description, new_token, Fence};
 use crate::guard::{release_in_background, MutexGuard};
 use crate::keys::{check_ttl, drift, millis, LockKeys};
 use crate::lease::{Lease, LeaseShared};
@@ -62,6 +62,7 @@ pub struct Mutex {
     keys: Result<Arc<LockKeys>, InvalidArgument>,
     ttl: Duration,
     renewal: Renewal,
+    description: Option<Arc<str>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +79,7 @@ impl fmt::Debug for Mutex {
             .field("keys", &self.keys)
             .field("ttl", &self.ttl)
             .field("renewal", &self.renewal)
+            .field("description", &self.description)
             .finish()
     }
 }
@@ -108,7 +110,20 @@ impl Mutex {
             keys,
             ttl: DEFAULT_TTL,
             renewal: Renewal::Auto,
+            description: None,
         }
+    }
+
+    /// Attaches a short description of the holder to every grant of this handle (who, where, doing what), for
+    /// operators: [`Client::inspect`] returns it in [`Holder::description`](crate::Holder::description) and
+    /// `leasehold status` and `leasehold list` print it. 1 to [`MAX_DESCRIPTION_LEN`](crate::MAX_DESCRIPTION_LEN)
+    /// (256) bytes, no control characters; checked by the first operation ([`InvalidArgument::BadDescription`]).
+    ///
+    /// The description travels inside the owner token (after a space), so it costs no extra key or command, is gone
+    /// the moment the grant is, and cannot be wrong about who holds the lock.
+    pub fn describe(mut self, description: impl Into<String>) -> Mutex {
+        self.description = Some(Arc::from(description.into()));
+        self
     }
 
     /// The lease of each grant: between [`MIN_TTL`](crate::MIN_TTL) (10 ms) and [`MAX_TTL`](crate::MAX_TTL)
@@ -283,6 +298,9 @@ impl Mutex {
         require_runtime()?;
         let keys = self.keys.clone()?;
         check_ttl(self.ttl)?;
+        if let Some(description) = &self.description {
+            check_description(description)?;
+        }
         if let Some(every) = self.renew_interval() {
             let limit = self.ttl - drift(self.ttl);
             if every.is_zero() || every >= limit {
@@ -397,7 +415,7 @@ impl Mutex {
     /// One acquire script call with a fresh token. A caller that will wait joins the lock's queue when busy.
     async fn attempt(&self, keys: &Arc<LockKeys>, wait: Wait) -> Result<Attempt, Error> {
         let inner = &self.client.inner;
-        let token = new_token()?;
+        let token = new_token(self.description.as_deref())?;
         let ttl_ms = millis(self.ttl);
         let mut invocation = ACQUIRE.key(&keys.lock);
         invocation

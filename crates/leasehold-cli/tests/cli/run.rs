@@ -169,7 +169,7 @@ fn a_long_name_is_cut_in_messages() {
     assert_eq!(code, Some(75), "{stderr}");
     let line = one_error_line(&stderr);
     let cut = format!(
-        "leasehold: lock \"{}\"…(300 bytes) is held by another owner (its lease has ",
+        "leasehold: lock \"{}\"…(300 bytes) is held by another owner (host=",
         "n".repeat(60)
     );
     assert!(line.starts_with(&cut), "{line}");
@@ -282,16 +282,24 @@ fn the_program_gets_the_name_token_and_a_growing_fence() {
                 "--",
                 "sh",
                 "-c",
-                "echo $LEASEHOLD_NAME $LEASEHOLD_TOKEN $LEASEHOLD_FENCE",
+                r#"printf '%s\t%s\t%s' "$LEASEHOLD_NAME" "$LEASEHOLD_TOKEN" "$LEASEHOLD_FENCE""#,
             ]),
             SOON,
         );
         assert_eq!(code, Some(0));
-        let fields: Vec<&str> = stdout.split_whitespace().collect();
+        let fields: Vec<&str> = stdout.split('\t').collect();
         assert_eq!(fields.len(), 3, "{stdout}");
         assert_eq!(fields[0], "env-check");
+        // The token as stored in Redis: `dl1:`, 32 hex digits, then the holder's description after a space.
+        let (id, description) = fields[1].split_once(' ').unwrap();
         assert!(
-            fields[1].starts_with("dl1:") && fields[1].len() == 36,
+            id.starts_with("dl1:")
+                && id.len() == 36
+                && id[4..].bytes().all(|b| b.is_ascii_hexdigit()),
+            "{stdout}"
+        );
+        assert!(
+            description.starts_with("host=") && description.contains(" program=sh -c printf "),
             "{stdout}"
         );
         fences.push(fields[2].parse::<u64>().unwrap());

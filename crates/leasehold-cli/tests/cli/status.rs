@@ -5,7 +5,7 @@ use std::process::Stdio;
 use leasehold_tests::RedisServer;
 use serde_json::Value;
 
-use crate::{finish, leasehold, Running, SOON};
+use crate::{finish, leasehold, one_error_line, Running, SOON};
 
 fn status_json(url: &str, name: &str) -> Value {
     let (code, stdout, stderr) =
@@ -26,8 +26,8 @@ fn status_shows_free_and_held_locks_and_force_release_removes_the_holder() {
     assert_eq!(
         free,
         serde_json::json!({
-            "name": "jobs", "state": "free", "remaining_ms": null, "fence": null, "token": null, "waiting_clients": 0,
-            "warnings": []
+            "name": "jobs", "state": "free", "remaining_ms": null, "fence": null, "token": null, "description": null,
+            "holder": null, "waiting_clients": 0, "warnings": []
         })
     );
 
@@ -48,15 +48,21 @@ fn status_shows_free_and_held_locks_and_force_release_removes_the_holder() {
     let line = holder.line(SOON);
     let (fence, token) = line.split_once(' ').unwrap();
     let fence: u64 = fence.parse().unwrap();
+    // The token carries the holder's description after a space; messages show its random part.
+    let token_id = token.split(' ').next().unwrap();
+    let description = token.split_once(' ').unwrap().1;
+    assert!(description.starts_with("host="), "{token}");
 
     let (code, stdout, _) = finish(leasehold(&["status", "--redis", &url, "jobs"]), SOON);
     assert_eq!(code, Some(0));
     assert!(
-        stdout.starts_with(&format!("\"jobs\" is held: fence {fence}, ")),
+        stdout.starts_with(&format!(
+            "\"jobs\" is held by {description}: fence {fence}, "
+        )),
         "{stdout}"
     );
     assert!(
-        stdout.ends_with(&format!("left, token {token}")),
+        stdout.ends_with(&format!("left, token {token_id}")),
         "{stdout}"
     );
     let held = status_json(&url, "jobs");
@@ -74,7 +80,9 @@ fn status_shows_free_and_held_locks_and_force_release_removes_the_holder() {
     );
     assert_eq!(code, Some(0));
     assert!(
-        stdout.contains(token) && stdout.contains(&format!("fence {fence}")),
+        stdout.contains(token_id)
+            && stdout.contains(&format!("fence {fence}"))
+            && stdout.contains(description),
         "{stdout}"
     );
 
@@ -140,4 +148,127 @@ fn a_redis_user_without_channel_permission_exits_69_with_one_line() {
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(lines[0].contains("&leasehold:wake:*"), "{stderr}");
+}
+
+/// Starts `leasehold run` holding `name` (with `extra` options) until its stdin closes; returns it once the program
+/// runs.
+fn hold(url: &str, extra: &[&str], name: &str) -> Running {
+    let mut args = vec!["run", "--redis", url];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[name, "sh", "-c", "echo ready; read line; exit 0"]);
+    let mut command = leasehold(&args);
+    command.stdin(Stdio::piped());
+    let holder = Running::start(command);
+    assert_eq!(holder.line(SOON), "ready");
+    holder
+}
+
+#[test]
+fn status_and_list_name_the_holder_and_a_conflict_says_who_holds_the_lock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut first = hold(&url, &[], "nightly-report");
+    let mut second = hold(&url, &[], "nightly-export");
+
+    let status = status_json(&url, "nightly-report");
+    let holder = &status["holder"];
+    assert_eq!(holder["pid"], first.pid(), "{status}");
+    assert_eq!(
+        holder["program"], "sh -c echo ready; read line; exit 0",
+        "{status}"
+    );
+    let host = nix::unistd::gethostname().unwrap();
+    assert_eq!(holder["host"], host.to_str().unwrap(), "{status}");
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .unwrap()
+        .unwrap()
+        .name;
+    assert_eq!(holder["user"], user, "{status}");
+    let started = humantime::parse_rfc3339(holder["started"].as_str().unwrap()).unwrap();
+    let age = std::time::SystemTime::now()
+        .duration_since(started)
+        .unwrap();
+    assert!(age < std::time::Duration::from_secs(60), "{status}");
+
+    // A second run is told who holds the lock.
+    let (code, _, stderr) = finish(
+        leasehold(&["run", "-n", "--redis", &url, "nightly-report", "true"]),
+        SOON,
+    );
+    assert_eq!(code, Some(75), "{stderr}");
+    let line = one_error_line(&stderr);
+    assert!(line.contains(&format!("pid={}", first.pid())), "{line}");
+
+    // list: both, in name order, with their holders; a pattern narrows it.
+    let (code, stdout, stderr) = finish(leasehold(&["list", "--redis", &url]), SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].ends_with("HOLDER"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("nightly-export ")
+            && lines[1].contains(&format!("pid={}", second.pid())),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].starts_with("nightly-report ")
+            && lines[2].contains(&format!("pid={}", first.pid())),
+        "{stdout}"
+    );
+    let (code, stdout, _) = finish(
+        leasehold(&["list", "--json", "--redis", &url, "*-report"]),
+        SOON,
+    );
+    assert_eq!(code, Some(0));
+    let listed: Value = serde_json::from_str(&stdout).unwrap();
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{stdout}");
+    assert_eq!(listed[0]["name"], "nightly-report");
+    assert_eq!(listed[0]["holder"]["pid"], first.pid());
+
+    first.close_stdin();
+    second.close_stdin();
+    assert_eq!(first.code(SOON), Some(0));
+    assert_eq!(second.code(SOON), Some(0));
+    let (code, stdout, _) = finish(leasehold(&["list", "--redis", &url]), SOON);
+    assert_eq!(code, Some(0));
+    assert_eq!(stdout, "no held locks match \"*\"");
+}
+
+#[test]
+fn the_prefix_option_and_variable_reach_locks_under_another_prefix() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut holder = hold(&url, &["--prefix", "billing"], "invoices");
+    assert_eq!(status_json(&url, "invoices")["state"], "free");
+    let mut command = leasehold(&["status", "--json", "--redis", &url, "invoices"]);
+    command.env("LEASEHOLD_PREFIX", "billing");
+    let (code, stdout, stderr) = finish(command, SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    let status: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(status["state"], "held", "{status}");
+    let (_, stdout, _) = finish(
+        leasehold(&["list", "--json", "--prefix", "billing", "--redis", &url]),
+        SOON,
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "{stdout}"
+    );
+    let (code, _, stderr) = finish(
+        leasehold(&["status", "--prefix", "bad{prefix", "--redis", &url, "x"]),
+        SOON,
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    one_error_line(&stderr);
+    holder.close_stdin();
+    assert_eq!(holder.code(SOON), Some(0));
 }

@@ -8,6 +8,7 @@ mod deadlines;
 mod exclusion;
 mod faults;
 mod fences;
+mod holders;
 mod inputs;
 mod lease;
 mod observe;
