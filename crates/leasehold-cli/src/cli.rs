@@ -48,7 +48,9 @@ Exit status:
   128+N  the program was ended by signal N (or leasehold was, while waiting for the lock)
   2      usage error
   65     the lock's key holds something leasehold did not write (left untouched)
-  69     Redis cannot be reached, refuses the credentials, or lacks an ACL permission
+  69     Redis cannot be reached at start, refuses the credentials, lacks an ACL permission,
+         or was still unreachable when --wait ran out (a wait rides out restarts and outages,
+         with one warning line)
   70     internal error (a bug in leasehold; please report it)
   75     the lock was not acquired (--nonblock, --wait); see --conflict-exit-code
   76     the lock was lost while the program ran

@@ -15,6 +15,7 @@
 //! | `progress.rs` | the progress bar |
 //! | `connect.rs` | connecting (prefix, TLS files), with errors mapped to exit statuses and passwords hidden |
 //! | `duration.rs` | durations through `humantime`: `500ms`, `2m30s`, `1h30m`, `1d` |
+//! | `log.rs` | the library's outage warning as one stderr line |
 //! | `exit.rs` | exit statuses, the error that carries one, the panic hook |
 // One narrowly scoped exception, in child.rs: the parent-death signal set in the child before exec.
 #![deny(unsafe_code)]
@@ -28,6 +29,7 @@ mod connect;
 mod demo;
 mod duration;
 mod exit;
+mod log;
 mod progress;
 mod run;
 mod server;
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
     // rustls needs a crypto backend before any rediss:// connection; the lock client installs it too, but the
     // demo's plain store connection may come first.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    log::install();
     let code = match cli::parse(std::env::args_os()) {
         Ok(Parsed::Run(cli)) => execute(cli.command),
         Ok(Parsed::Done(code)) => code,

@@ -63,6 +63,7 @@ pub struct Mutex {
     ttl: Duration,
     renewal: Renewal,
     description: Option<Arc<str>>,
+    fail_fast: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +81,7 @@ impl fmt::Debug for Mutex {
             .field("ttl", &self.ttl)
             .field("renewal", &self.renewal)
             .field("description", &self.description)
+            .field("fail_fast", &self.fail_fast)
             .finish()
     }
 }
@@ -111,7 +113,23 @@ impl Mutex {
             ttl: DEFAULT_TTL,
             renewal: Renewal::Auto,
             description: None,
+            fail_fast: false,
         }
+    }
+
+    /// Ends a wait ([`lock`](Mutex::lock), [`lock_timeout`](Mutex::lock_timeout), [`run`](Mutex::run)) at the
+    /// first Redis error instead of riding it out.
+    ///
+    /// By default a wait survives a Redis restart or a short outage: a connection error, a timeout, or a server
+    /// that answers `LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN` or `READONLY` is logged once (a `tracing` warning
+    /// with target `leasehold::outage`) and the attempt is repeated with backoff (50 ms doubling to 1 s) until
+    /// Redis answers or the wait's own deadline passes. The client's queue entry outlives an outage shorter than
+    /// its liveness bound (3 s); after a restart that lost the data, the first answered attempt queues it again.
+    /// Other errors (refused credentials or ACL permissions, a key that is not a lock, any other server error) end
+    /// the wait at once either way. [`try_lock`](Mutex::try_lock) never retries.
+    pub fn fail_fast(mut self) -> Mutex {
+        self.fail_fast = true;
+        self
     }
 
     /// Attaches a short description of the holder to every grant of this handle (who, where, doing what), for
@@ -185,8 +203,10 @@ impl Mutex {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`], [`Error::NotALock`], and [`Error::Redis`] when Redis fails during the wait:
-    /// the wait ends with the error, and retrying is the caller's choice.
+    /// [`Error::InvalidArgument`], [`Error::NotALock`], [`Error::NotPermitted`], and [`Error::Redis`] for a Redis
+    /// error that does not pass by itself (refused credentials, an unexpected server error). A restart or outage
+    /// (connection errors, timeouts, `LOADING`, ...) is ridden out with backoff unless [`fail_fast`](Mutex::fail_fast)
+    /// is set.
     ///
     /// # Cancel safety
     ///
@@ -200,7 +220,8 @@ impl Mutex {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when the time ran out; otherwise as for [`lock`](Mutex::lock).
+    /// [`Error::Timeout`] when the time ran out while the lock was held; [`Error::Redis`] (the last error) when it
+    /// ran out while Redis was unavailable; otherwise as for [`lock`](Mutex::lock).
     ///
     /// # Cancel safety
     ///
@@ -341,12 +362,14 @@ impl Mutex {
         };
         let wakeups = &self.client.inner.wakeups;
         let epoch = wakeups.epoch();
+        let mut outage = Outage::default();
         let mut remaining = match self.attempt_until(&keys, Wait::First, deadline).await {
             Some(Ok(Attempt::Granted(guard))) => return Ok(guard),
             Some(Ok(Attempt::Busy(remaining))) => remaining,
-            Some(Err(err)) => return Err(err),
+            Some(Err(err)) => outage.ride(err, &keys, self.fail_fast)?,
             None => return Err(timed_out()),
         };
+        let timed_out = |outage: &mut Outage| outage.take().unwrap_or_else(timed_out);
 
         tracing::debug!(lock = %keys.name(), holder_lease_left = ?remaining, "busy; waiting");
         let waiting = wakeups.join(&keys.lock);
@@ -357,11 +380,11 @@ impl Mutex {
             Ok(permit) => (permit, false),
             Err(_) => match until(deadline, waiting.local.queue.acquire()).await {
                 Some(Ok(permit)) => (permit, true),
-                _ => return Err(timed_out()),
+                _ => return Err(timed_out(&mut outage)),
             },
         };
         if until(deadline, wakeups.ready()).await.is_none() {
-            return Err(timed_out());
+            return Err(timed_out(&mut outage));
         }
         // The first attempt already queued this client; it need not be repeated if we were subscribed when it was
         // made, nothing was delivered since, and no local waiter went before us.
@@ -372,19 +395,23 @@ impl Mutex {
                 wake.borrow_and_update();
                 remaining = match self.attempt_until(&keys, Wait::Queued, deadline).await {
                     Some(Ok(Attempt::Granted(guard))) => {
+                        outage.over(&keys);
                         waiting.granted();
                         drop(permit);
                         return Ok(guard);
                     }
-                    Some(Ok(Attempt::Busy(remaining))) => remaining,
-                    Some(Err(err)) => return Err(err),
-                    None => return Err(timed_out()),
+                    Some(Ok(Attempt::Busy(remaining))) => {
+                        outage.over(&keys);
+                        remaining
+                    }
+                    Some(Err(err)) => outage.ride(err, &keys, self.fail_fast)?,
+                    None => return Err(timed_out(&mut outage)),
                 };
             }
             look_again = true;
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                return Err(timed_out());
+                return Err(timed_out(&mut outage));
             }
             // Woken by the release; otherwise look again when the holder's lease ends, and at least every heartbeat,
             // which keeps this client's queue entry alive and bounds the cost of a lost wake-up or of a reservation
@@ -489,6 +516,72 @@ impl Mutex {
         });
         MutexGuard::new(self.client.clone(), Lease { shared: lease }, kept)
     }
+}
+
+/// A wait's view of a Redis outage: the last error while it lasts, and the backoff before the next attempt.
+#[derive(Default)]
+struct Outage {
+    error: Option<Error>,
+    backoff: Duration,
+}
+
+impl Outage {
+    const FIRST: Duration = Duration::from_millis(50);
+    const MAX: Duration = Duration::from_secs(1);
+
+    /// An attempt failed with `err`: ends the wait (`Err`) unless the error is transient and the wait rides outages;
+    /// otherwise returns how long to wait before the next attempt (a wake-up still cuts it short).
+    fn ride(
+        &mut self,
+        err: Error,
+        keys: &LockKeys,
+        fail_fast: bool,
+    ) -> Result<Option<Duration>, Error> {
+        if fail_fast || !is_transient(&err) {
+            return Err(err);
+        }
+        if self.error.is_none() {
+            let cause = match &err {
+                Error::Redis(cause) => cause.to_string(),
+                other => other.to_string(),
+            };
+            tracing::warn!(target: "leasehold::outage", lock = %keys.name(),
+                "Redis unavailable while waiting for lock {:?} ({cause}); retrying until it answers", keys.name());
+            self.backoff = Self::FIRST;
+        } else {
+            self.backoff = (self.backoff * 2).min(Self::MAX);
+        }
+        self.error = Some(err);
+        Ok(Some(self.backoff))
+    }
+
+    /// Redis answered again.
+    fn over(&mut self, keys: &LockKeys) {
+        if self.error.take().is_some() {
+            tracing::info!(target: "leasehold::outage", lock = %keys.name(), "Redis answers again; still waiting");
+        }
+    }
+
+    /// The error to end the wait with when its deadline passes during an outage.
+    fn take(&mut self) -> Option<Error> {
+        self.error.take()
+    }
+}
+
+/// Whether `err` may pass by itself: the connection (refused, dropped, timed out) or a server that is starting,
+/// busy, or failing over.
+fn is_transient(err: &Error) -> bool {
+    let Error::Redis(err) = err else {
+        return false;
+    };
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || matches!(
+            err.code(),
+            Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN")
+        )
 }
 
 /// Releases a grant that may have landed when the acquire future is dropped (or its reply is lost) before the

@@ -141,7 +141,7 @@ fn a_program_that_ignores_sigterm_is_killed_after_the_grace() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_failing_while_waiting_exits_69_without_running_the_program() {
+async fn redis_out_of_reach_until_the_wait_ends_exits_69_without_running_the_program() {
     let server = RedisServer::start();
     let proxy = TcpProxy::start(server.addr()).await;
     let mut holder = leasehold(&[
@@ -160,11 +160,14 @@ async fn redis_failing_while_waiting_exits_69_without_running_the_program() {
     let mut holder = Running::start(holder);
     assert_eq!(holder.line(SOON), "held");
 
-    // The waiter looks again at the latest when the holder's lease would end (1 s); by then Redis is out of reach.
+    // The waiter looks again at the latest when the holder's lease would end (1 s); by then Redis is out of reach,
+    // and stays so until the wait's 3 s are over.
     let mut waiter = Running::start(leasehold(&[
         "run",
         "--redis",
         &proxy.url(),
+        "--wait",
+        "3s",
         "wait-fail",
         "--",
         "sh",
@@ -176,8 +179,16 @@ async fn redis_failing_while_waiting_exits_69_without_running_the_program() {
 
     assert_eq!(waiter.code(SOON), Some(69));
     let stderr = waiter.stderr();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
     assert!(
-        crate::one_error_line(&stderr).contains("Redis failed while taking lock \"wait-fail\""),
+        lines[0].starts_with(
+            "leasehold: warning: Redis unavailable while waiting for lock \"wait-fail\""
+        ),
+        "{stderr}"
+    );
+    assert!(
+        lines[1].starts_with("leasehold: Redis failed while taking lock \"wait-fail\""),
         "{stderr}"
     );
     assert!(
@@ -187,4 +198,49 @@ async fn redis_failing_while_waiting_exits_69_without_running_the_program() {
 
     holder.close_stdin();
     assert_eq!(holder.code(SOON), Some(0));
+}
+
+#[test]
+fn a_waiting_run_survives_a_redis_restart_and_the_holder_that_lost_its_lock_exits_76() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let dir = TempDir::new("cli-outage");
+    let waiter_err = dir.path().join("waiter.stderr");
+
+    let mut command = leasehold(&[
+        "run",
+        "--redis",
+        &url,
+        "job",
+        "sh",
+        "-c",
+        "echo held; read line; exit 0",
+    ]);
+    command.stdin(Stdio::piped());
+    let mut holder = Running::start(command);
+    assert_eq!(holder.line(SOON), "held");
+
+    let mut command = leasehold(&["run", "--redis", &url, "job", "sh", "-c", "echo got it"]);
+    command.stderr(std::fs::File::create(&waiter_err).unwrap());
+    let mut waiter = Running::start_with(command, false);
+    await_waiter(&server, "job");
+
+    server.kill();
+    // The waiter met the outage (its stderr says so) and waits on.
+    let warned = || std::fs::read_to_string(&waiter_err).unwrap_or_default();
+    crate::poll_until("the waiter reports the outage", || {
+        warned().contains("Redis unavailable while waiting for lock \"job\"")
+    });
+    // A restart without persistence loses the holder's lock: the waiter gets it, the holder finds out and exits 76.
+    server.restart();
+    assert_eq!(waiter.line(SOON), "got it");
+    assert_eq!(waiter.code(SOON), Some(0));
+    let lines: Vec<String> = warned().lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("leasehold: warning: Redis unavailable"),
+        "{lines:?}"
+    );
+    assert_eq!(holder.code(SOON), Some(76));
+    assert!(holder.stderr().contains("lost lock \"job\""));
 }

@@ -198,7 +198,7 @@ pub fn await_group_gone(pgid: i32) {
     });
 }
 
-fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
+pub fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + SOON;
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");

@@ -182,9 +182,14 @@ async fn a_redis_restart_gives_clear_errors_and_everyone_recovers() {
     let waiters: Vec<_> = (0..3)
         .map(|_| {
             let locks = locks.clone();
-            tokio::spawn(async move { locks.mutex("restart").ttl(ttl).lock().await })
+            tokio::spawn(async move { locks.mutex("restart").ttl(ttl).fail_fast().lock().await })
         })
         .collect();
+    // A waiter that rides the outage out (the default).
+    let patient = {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.mutex("restart").ttl(ttl).lock().await })
+    };
 
     tokio::task::block_in_place(|| server.kill());
     // The holder cannot renew: it is told before its deadline, not after.
@@ -195,7 +200,7 @@ async fn a_redis_restart_gives_clear_errors_and_everyone_recovers() {
     )
     .await;
     assert_eq!(reason, LossReason::Expired);
-    // Waiters end with a Redis error when they look again (at the holder's lease end at the latest).
+    // Fail-fast waiters end with a Redis error when they look again (at the holder's lease end at the latest).
     for waiter in waiters {
         let result = within(Duration::from_secs(10), "waiter outcome", waiter)
             .await
@@ -207,8 +212,20 @@ async fn a_redis_restart_gives_clear_errors_and_everyone_recovers() {
     }
     let err = locks.mutex("other").try_lock().await.unwrap_err();
     assert!(err.is_redis(), "{err:?}");
+    assert!(!patient.is_finished(), "the patient waiter gave up");
 
     tokio::task::block_in_place(|| server.restart());
+    // The patient waiter gets the lock the restart freed.
+    let granted = within(
+        Duration::from_secs(10),
+        "the patient waiter's grant",
+        patient,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(granted.is_held());
+    granted.release().await.unwrap();
     // The same client works again without being rebuilt (its connection reconnects by itself).
     let again = within(Duration::from_secs(10), "lock after restart", async {
         loop {

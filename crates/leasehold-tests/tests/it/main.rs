@@ -12,6 +12,7 @@ mod holders;
 mod inputs;
 mod lease;
 mod observe;
+mod outages;
 mod queue;
 mod release;
 mod renewal;
@@ -19,7 +20,9 @@ mod server;
 mod tls;
 mod waiting;
 
+use std::io::Write;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_tests::{ChildGuard, RedisServer};
@@ -84,4 +87,38 @@ pub async fn pause(server: &RedisServer, ms: u64) {
         .query_async(&mut redis_conn(server).await)
         .await
         .unwrap();
+}
+
+/// Collects what the subscriber writes.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Captures what leasehold traces (DEBUG and up) on this thread until the guard drops: use a current-thread runtime,
+/// so that every task runs here.
+pub fn capture_traces() -> (Captured, tracing::subscriber::DefaultGuard) {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    (captured, tracing::subscriber::set_default(subscriber))
 }

@@ -1,46 +1,15 @@
 //! What leasehold tells a `tracing` subscriber: a lock, its wait, its release and a loss, with the lock's name and
 //! fence as fields.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_tests::RedisServer;
 
 use crate::{connect, within};
 
-/// Collects what the subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 #[tokio::test]
 async fn grants_waits_releases_and_losses_are_traced_with_name_and_fence() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    // For this test's thread only (a current-thread runtime runs every task here).
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = crate::capture_traces();
 
     let server = RedisServer::start();
     let locks = connect(&server).await;
