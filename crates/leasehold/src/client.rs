@@ -132,12 +132,16 @@ impl Client {
         let keys = self.keys(name)?;
         let mut invocation = INSPECT.key(&keys.lock);
         invocation.key(keys.fence()).key(keys.queue());
-        let (holder, pttl, fence, waiting): (Option<String>, i64, Option<String>, u64) = self
+        let read: Result<(Option<String>, i64, Option<String>, u64), Error> = self
             .inner
             .conn
             .invoke_idempotent(&invocation)
             .await
-            .map_err(|e| not_a_lock(e, &keys.lock))?;
+            .map_err(|e| not_a_lock(e, &keys.lock));
+        let (holder, pttl, fence, waiting) = match read {
+            Ok(read) => read,
+            Err(err) => return Err(explain_foreign(&self.inner.conn, &keys.lock, err).await),
+        };
         let reserved = holder
             .as_deref()
             .is_some_and(|h| h.starts_with(RESERVED_PREFIX));
@@ -247,14 +251,18 @@ impl Client {
         require_runtime()?;
         let keys = self.keys(name)?;
         let wakeups = &self.inner.wakeups;
-        let removed: Option<String> = FORCE_RELEASE
+        let removed: Result<Option<String>, Error> = FORCE_RELEASE
             .key(&keys.lock)
             .key(keys.queue())
             .key(keys.waiters())
             .arg(wakeups.channel_prefix())
             .invoke_async(&mut self.inner.conn.clone())
             .await
-            .map_err(|e| not_a_lock(e, &keys.lock))?;
+            .map_err(|e| not_a_lock(e, &keys.lock));
+        let removed = match removed {
+            Ok(removed) => removed,
+            Err(err) => return Err(explain_foreign(&self.inner.conn, &keys.lock, err).await),
+        };
         match removed {
             Some(token) if !token.starts_with(TOKEN_PREFIX) => Err(foreign(&keys.lock, &token)),
             Some(token) if token.starts_with(RESERVED_PREFIX) => Ok(None),
@@ -551,7 +559,7 @@ pub(crate) fn not_a_lock(err: redis::RedisError, key: &str) -> Error {
     if wrong_type {
         Error::NotALock {
             key: key.to_owned(),
-            detail: "the key holds another Redis type".to_owned(),
+            detail: "it holds another Redis type, which leasehold did not write".to_owned(),
         }
     } else {
         Error::Redis(err)
@@ -559,9 +567,66 @@ pub(crate) fn not_a_lock(err: redis::RedisError, key: &str) -> Error {
 }
 
 pub(crate) fn foreign(key: &str, value: &str) -> Error {
-    let shown: String = value.chars().take(32).collect();
     Error::NotALock {
         key: key.to_owned(),
-        detail: format!("it holds {shown:?}, which leasehold did not write"),
+        detail: format!(
+            "it holds the string {}, which leasehold did not write",
+            excerpt(value.as_bytes())
+        ),
     }
+}
+
+/// `err` with a [`Error::NotALock`] about `key` made precise: the key's Redis type, and for a string the start of
+/// its value (read now, on this error path only). Any other error, or a failed read, is returned as it is.
+pub(crate) async fn explain_foreign(conn: &Conn, key: &str, err: Error) -> Error {
+    let Error::NotALock { key: bad, .. } = &err else {
+        return err;
+    };
+    if bad != key {
+        return err;
+    }
+    let mut conn = conn.clone();
+    let Ok(kind) = redis::cmd("TYPE")
+        .arg(key)
+        .query_async::<String>(&mut conn)
+        .await
+    else {
+        return err;
+    };
+    let detail = match kind.as_str() {
+        "string" => match redis::cmd("GETRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(EXCERPT_BYTES)
+            .query_async::<Vec<u8>>(&mut conn)
+            .await
+        {
+            Ok(value) => format!(
+                "it holds the string {}, which leasehold did not write",
+                excerpt(&value)
+            ),
+            Err(_) => return err,
+        },
+        // Gone (or changed) between the failed call and this read: say what was seen.
+        "none" => return err,
+        other => format!("it holds a Redis {other}, which leasehold did not write"),
+    };
+    Error::NotALock {
+        key: key.to_owned(),
+        detail,
+    }
+}
+
+/// How much of a foreign string value an error shows.
+const EXCERPT_BYTES: usize = 40;
+
+/// The first [`EXCERPT_BYTES`] of `value`, quoted, with `…` when there is more (invalid UTF-8 shown lossily).
+fn excerpt(value: &[u8]) -> String {
+    let cut = value.len() > EXCERPT_BYTES;
+    let text = String::from_utf8_lossy(&value[..value.len().min(EXCERPT_BYTES)]);
+    let mut shown = format!("{text:?}");
+    if cut {
+        shown.push('…');
+    }
+    shown
 }

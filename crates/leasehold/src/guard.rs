@@ -47,6 +47,16 @@ impl MutexGuard {
         self.lease.clone()
     }
 
+    /// Lets go of the guard *without* releasing the lock: the watchdog stops renewing it and the key stays in Redis
+    /// until its lease runs out there, so nobody (this process included) can take the lock before then. For fixed
+    /// leases used as "at most once per interval" ([`Mutex::wait_and_hold`](crate::Mutex::wait_and_hold)). The
+    /// lease ends locally at once (clones of the [`Lease`] read as not held, with [`LossReason::Released`]).
+    pub fn leave_to_expire(mut self) {
+        self.forget();
+        self.lease.shared.end(LossReason::Released);
+        self.settled = true;
+    }
+
     /// Releases the lock: one script deletes the key only if this grant still owns it, and wakes the waiters.
     ///
     /// The lease ends *before* the request leaves: from the moment this is called, every clone of the [`Lease`]

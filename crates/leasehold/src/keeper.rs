@@ -296,14 +296,13 @@ async fn renew(keeper: Arc<Keeper>, inner: Arc<Inner>, due: Vec<(u64, Arc<LeaseS
         call.settled = true;
         match reply.as_deref() {
             Ok([run, codes @ ..]) if codes.len() == call.batch.len() => {
-                tracing::debug!(
-                    leases = codes.len(),
-                    renewed = codes.iter().filter(|&&c| c == 1).count(),
-                    "renewal batch"
-                );
+                let renewed = codes.iter().filter(|&&c| c == 1).count();
+                crate::metrics::renewals(renewed, 0);
+                tracing::debug!(leases = codes.len(), renewed, "renewal batch");
                 keeper.settle(&call.batch, Some((*run, codes)));
             }
             Ok(_) => {
+                crate::metrics::renewals(0, call.batch.len());
                 tracing::warn!(
                     leases = call.batch.len(),
                     "unexpected renewal reply; retrying until the deadline"
@@ -311,6 +310,7 @@ async fn renew(keeper: Arc<Keeper>, inner: Arc<Inner>, due: Vec<(u64, Arc<LeaseS
                 keeper.settle(&call.batch, None);
             }
             Err(err) => {
+                crate::metrics::renewals(0, call.batch.len());
                 tracing::warn!(leases = call.batch.len(), error = %err, "lease renewal failed; retrying until the deadline");
                 keeper.settle(&call.batch, None);
             }

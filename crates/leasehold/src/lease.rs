@@ -195,6 +195,8 @@ pub(crate) struct LeaseShared {
     pub(crate) token: String,
     pub(crate) fence: Fence,
     pub(crate) ttl: Duration,
+    /// When the grant's reply was read (for the hold-time metric only; deadlines use `sent`).
+    granted: Instant,
     status: Mutex<Status>,
     /// Notified on every change of `status` (a deadline that moves either way, or the end).
     changed: Notify,
@@ -215,6 +217,7 @@ impl LeaseShared {
             token,
             fence,
             ttl,
+            granted: clock::now(),
             status: Mutex::new(Status::Held(Validity::new(sent, ttl, run))),
             changed: Notify::new(),
         })
@@ -237,10 +240,24 @@ impl LeaseShared {
     }
 
     /// Applies `change` to the status; notifies the waiters when it returns true.
+    /// Applies `change` (which says whether it changed anything) under the lock; wakes the watchers of a change, and
+    /// logs and counts the end of the lease when this change ended it, whichever path ended it.
     fn update<T>(&self, change: impl FnOnce(&mut Status) -> (T, bool)) -> T {
-        let (out, changed) = change(&mut self.lock());
+        let (out, changed, ended) = {
+            let mut status = self.lock();
+            let was_held = matches!(*status, Status::Held(_));
+            let (out, changed) = change(&mut status);
+            let ended = match &*status {
+                Status::Ended { reason, .. } if was_held => Some(*reason),
+                _ => None,
+            };
+            (out, changed, ended)
+        };
         if changed {
             self.changed.notify_waiters();
+        }
+        if let Some(reason) = ended {
+            self.log_end(reason);
         }
         out
     }
@@ -304,20 +321,17 @@ impl LeaseShared {
 
     /// Ends the lease unless it already ended. Returns true when this call ended it.
     pub(crate) fn end(&self, reason: LossReason) -> bool {
-        let ended = self.update(|status| match status {
+        self.update(|status| match status {
             Status::Held(_) => {
                 *status = status.ended(reason);
                 (true, true)
             }
             Status::Ended { .. } => (false, false),
-        });
-        if ended {
-            self.log_end(reason);
-        }
-        ended
+        })
     }
 
     fn log_end(&self, reason: LossReason) {
+        crate::metrics::ended(reason, clock::now().saturating_duration_since(self.granted));
         let (lock, fence) = (self.keys.name(), self.fence.get());
         match reason {
             LossReason::Released => tracing::debug!(lock = %lock, fence, "lease ended: released"),
@@ -327,17 +341,13 @@ impl LeaseShared {
 
     /// Ends the lease as [`LossReason::Expired`] if its deadline (less the timer guard) has passed at `now`.
     pub(crate) fn expire_if_due(&self, now: Instant) -> bool {
-        let ended = self.update(|status| match status {
+        self.update(|status| match status {
             Status::Held(validity) if now >= validity.valid_until - TIMER_GUARD => {
                 *status = status.ended(LossReason::Expired);
                 (true, true)
             }
             _ => (false, false),
-        });
-        if ended {
-            self.log_end(LossReason::Expired);
-        }
-        ended
+        })
     }
 }
 

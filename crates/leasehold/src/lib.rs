@@ -35,6 +35,7 @@
 //! | `orphans.rs` | releases no runtime could finish, done when the client is dropped |
 //! | `tls.rs` | `rediss://`: the crypto backend, a private CA, a client identity (feature `tls`) |
 //! | `scripts/*.lua` | the Lua scripts, each with its KEYS, ARGV and replies |
+//! | `metrics.rs` | counters and histograms through the `metrics` facade (feature `metrics`) |
 //! | `error.rs` | [`Error`] |
 //!
 //! # Safety contract
@@ -138,6 +139,32 @@
 //! queue entry alive), so a lost message, a crashed holder or a woken client that died costs at most that, never a
 //! hang.
 //!
+//! A wait rides out a Redis restart or outage (connection errors, timeouts, `LOADING` and the like): it logs one
+//! warning with target `leasehold::outage` and tries again with backoff until Redis answers or its deadline
+//! passes; [`Mutex::fail_fast`] ends it at the first error instead.
+//!
+//! # Observing
+//!
+//! - **`tracing`**: an `acquire` span per wait; debug events for grants (lock, fence, lease), busy answers, waits,
+//!   releases and renewal batches; a warning for every lost lease (lock, fence, reason) and for a wait that meets a
+//!   Redis outage (target `leasehold::outage`).
+//! - **`metrics`** (feature `metrics`), through the [`metrics`](https://docs.rs/metrics) facade, so any exporter
+//!   (Prometheus, StatsD, ...) picks them up. No label carries the lock name, which would make the series unbounded
+//!   for one-lock-per-entity names.
+//!
+//! | name | kind | what |
+//! |---|---|---|
+//! | `leasehold_acquisitions_total` | counter | grants |
+//! | `leasehold_busy_total` | counter | acquire attempts that found the lock held (a waiting call may count several) |
+//! | `leasehold_acquire_timeouts_total` | counter | `lock_timeout` calls whose time ran out |
+//! | `leasehold_wait_seconds` | histogram | from an acquire call to its grant |
+//! | `leasehold_hold_seconds` | histogram | from a grant to its release or loss |
+//! | `leasehold_renewals_total` | counter | leases renewed by the keeper |
+//! | `leasehold_renewal_failures_total` | counter | leases whose renewal call failed (retried until the deadline) |
+//! | `leasehold_losses_total` | counter, label `reason` = `expired`, `gone` or `taken` | leases lost |
+//! - **Holders**: [`Mutex::describe`] attaches a description that [`Client::inspect`] and
+//!   [`Client::held_locks`] return.
+//!
 //! # Keys
 //!
 //! A lock named `N` uses the key `PREFIX:{N}` (the owner token, with the lease as its expiry), the key
@@ -163,6 +190,7 @@ mod guard;
 mod keeper;
 mod keys;
 mod lease;
+mod metrics;
 mod mutex;
 mod orphans;
 mod scripts;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::{foreign, not_a_lock, Client, Inner, LockInfo};
+use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner, LockInfo};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token, Fence};
 use crate::guard::{release_in_background, MutexGuard};
@@ -186,8 +186,12 @@ impl Mutex {
     /// background (or lapses after one lease without a runtime).
     pub async fn try_lock(&self) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
+        let started = Instant::now();
         match self.attempt(&keys, Wait::No).await? {
-            Attempt::Granted(guard) => Ok(guard),
+            Attempt::Granted(guard) => {
+                crate::metrics::granted(started.elapsed());
+                Ok(guard)
+            }
             Attempt::Busy(remaining) => {
                 tracing::debug!(lock = %keys.name(), holder_lease_left = ?remaining, "busy");
                 Err(Error::Busy {
@@ -229,6 +233,46 @@ impl Mutex {
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard, Error> {
         let deadline = Instant::now().checked_add(timeout);
         self.acquire(deadline).await
+    }
+
+    /// Waits at most `wait` for the lock, then holds it for a fixed lease of `hold`, never renewed: the one-call form
+    /// of `mutex.ttl(hold).fixed_lease().lock_timeout(wait)`, for "at most one of us does this in the next `hold`"
+    /// (rate limits, once-per-interval jobs). The lock frees itself `hold` after the grant unless released first;
+    /// the guard's [`lost`](Lease::lost) fires just before, as for any lease. `wait` may be zero: one try.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock_timeout`](Mutex::lock_timeout), and [`Error::InvalidArgument`] for a `hold` outside
+    /// [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Mutex::lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    ///
+    /// // At most one reminder e-mail per customer per hour, whoever sends it.
+    /// match locks.mutex("remind:42").wait_and_hold(Duration::ZERO, Duration::from_secs(3600)).await {
+    ///     Ok(guard) => {
+    ///         // ... send the e-mail ...
+    ///         guard.leave_to_expire(); // keep the lock for its whole hour
+    ///     }
+    ///     Err(e) if e.is_busy() || e.is_timeout() => {} // sent within the hour already
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_and_hold(&self, wait: Duration, hold: Duration) -> Result<MutexGuard, Error> {
+        let mutex = self.clone().ttl(hold).fixed_lease();
+        if wait.is_zero() {
+            mutex.try_lock().await
+        } else {
+            mutex.lock_timeout(wait).await
+        }
     }
 
     /// Waits for the lock, runs `work` while holding it, and releases it. `work` gets the [`Lease`] (for its fence)
@@ -347,7 +391,15 @@ impl Mutex {
     async fn acquire(&self, deadline: Option<Instant>) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
         let span = tracing::debug_span!("acquire", lock = %keys.name());
-        tracing::Instrument::instrument(self.acquire_in_span(keys, deadline), span).await
+        let started = Instant::now();
+        let result =
+            tracing::Instrument::instrument(self.acquire_in_span(keys, deadline), span).await;
+        match &result {
+            Ok(_) => crate::metrics::granted(started.elapsed()),
+            Err(Error::Timeout { .. }) => crate::metrics::timed_out(),
+            Err(_) => {}
+        }
+        result
     }
 
     async fn acquire_in_span(
@@ -479,6 +531,7 @@ impl Mutex {
                 // leaves `pending` armed so a grant that did land is released.
                 if matches!(err, Error::NotALock { .. }) {
                     pending.disarm();
+                    return Err(explain_foreign(&inner.conn, &keys.lock, err).await);
                 }
                 return Err(err);
             }
@@ -486,10 +539,13 @@ impl Mutex {
         let token = pending.disarm();
         match code {
             1 => Ok(Attempt::Granted(self.grant(keys, token, value, sent, run))),
-            0 => Ok(Attempt::Busy(
-                u64::try_from(value).ok().map(Duration::from_millis),
-            )),
-            -1 => Err(foreign(&keys.lock, "a value")),
+            0 => {
+                crate::metrics::busy();
+                Ok(Attempt::Busy(
+                    u64::try_from(value).ok().map(Duration::from_millis),
+                ))
+            }
+            -1 => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
             _ => Err(Error::NotALock {
                 key: keys.fence().to_string(),
                 detail: "the fence counter is not a number".to_owned(),

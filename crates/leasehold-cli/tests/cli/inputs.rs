@@ -219,8 +219,10 @@ fn a_key_that_is_not_a_lock_exits_65_and_is_left_alone() {
     ] {
         let (code, _, stderr) = finish(leasehold(&args), SOON);
         assert_eq!(code, Some(65), "{args:?}: {stderr}");
+        let line = one_error_line(&stderr);
         assert!(
-            one_error_line(&stderr).contains("not a leasehold lock"),
+            line.contains("not a leasehold lock")
+                && line.contains("it holds the string \"someone else's\""),
             "{stderr}"
         );
     }

@@ -139,28 +139,42 @@ async fn keys_that_leasehold_did_not_write_are_reported_and_left_alone() {
         }
         let _: redis::Value = cmd.query_async(&mut conn).await.unwrap();
     }
-    for (name, _) in setup {
-        let err = locks.mutex(name).try_lock().await.unwrap_err();
-        assert!(matches!(err, Error::NotALock { .. }), "{name}: {err:?}");
+    // What each error says the key holds: its type, and the start of a string.
+    let expected = [
+        ("hash", "leasehold:{hash}", "it holds a Redis hash"),
+        (
+            "foreign",
+            "leasehold:{foreign}",
+            "it holds the string \"someone else's value\"",
+        ),
+        (
+            "badfence",
+            "leasehold:{badfence}:fence",
+            "the fence counter is not a number",
+        ),
+    ];
+    let says = |err: Error, key: &str, what: &str| match err {
+        Error::NotALock { key: bad, detail } => {
+            assert_eq!(bad, key);
+            assert!(detail.starts_with(what), "{key}: {detail}");
+        }
+        other => panic!("{key}: expected NotALock, got {other:?}"),
+    };
+    for (name, key, what) in expected {
+        says(locks.mutex(name).try_lock().await.unwrap_err(), key, what);
         let err = locks
             .mutex(name)
             .lock_timeout(Duration::from_millis(100))
             .await
             .unwrap_err();
-        assert!(matches!(err, Error::NotALock { .. }), "{name}: {err:?}");
+        says(err, key, what);
     }
-    assert!(matches!(
-        locks.force_release("foreign").await,
-        Err(Error::NotALock { .. })
-    ));
-    assert!(matches!(
-        locks.force_release("hash").await,
-        Err(Error::NotALock { .. })
-    ));
-    assert!(matches!(
-        locks.inspect("foreign").await,
-        Err(Error::NotALock { .. })
-    ));
+    let (_, key, what) = expected[1];
+    says(locks.force_release("foreign").await.unwrap_err(), key, what);
+    says(locks.inspect("foreign").await.unwrap_err(), key, what);
+    let (_, key, what) = expected[0];
+    says(locks.force_release("hash").await.unwrap_err(), key, what);
+    says(locks.inspect("hash").await.unwrap_err(), key, what);
     // Nothing was changed.
     let value: String = redis::cmd("GET")
         .arg("leasehold:{foreign}")

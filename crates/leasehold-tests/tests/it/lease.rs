@@ -204,3 +204,52 @@ async fn run_returns_the_output_and_releases() {
     assert!(info.holder.is_none(), "released after the work");
     assert_eq!(info.last_fence, Some(fence));
 }
+
+#[tokio::test]
+async fn wait_and_hold_takes_a_fixed_lease_that_can_be_left_to_expire() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let hold = Duration::from_millis(300);
+    let guard = locks
+        .mutex("once")
+        .wait_and_hold(Duration::ZERO, hold)
+        .await
+        .unwrap();
+    // Not renewed: the keeper does not know it.
+    assert_eq!(locks.kept_leases(), 0);
+    let remaining = locks
+        .inspect("once")
+        .await
+        .unwrap()
+        .holder
+        .unwrap()
+        .remaining
+        .unwrap();
+    assert!(remaining <= hold, "{remaining:?}");
+
+    // Left to expire: the key stays, so nobody gets the lock before the lease ends in Redis.
+    let lease = guard.lease();
+    guard.leave_to_expire();
+    assert!(!lease.is_held());
+    assert!(locks.inspect("once").await.unwrap().holder.is_some());
+    let err = locks
+        .mutex("once")
+        .wait_and_hold(Duration::ZERO, hold)
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "{err:?}");
+    let err = locks
+        .mutex("once")
+        .wait_and_hold(Duration::from_millis(50), hold)
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    // A bounded wait longer than what is left gets it once Redis expires the key.
+    let next = locks
+        .mutex("once")
+        .wait_and_hold(Duration::from_secs(5), hold)
+        .await
+        .unwrap();
+    assert!(next.fence() > lease.fence());
+    next.release().await.unwrap();
+}

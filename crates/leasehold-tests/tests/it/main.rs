@@ -11,6 +11,7 @@ mod fences;
 mod holders;
 mod inputs;
 mod lease;
+mod metrics;
 mod observe;
 mod outages;
 mod queue;
@@ -36,6 +37,7 @@ return 1
 ";
 
 pub async fn connect(server: &RedisServer) -> leasehold::Client {
+    install_trace_capture();
     leasehold::Client::connect(&server.url()).await.unwrap()
 }
 
@@ -89,13 +91,31 @@ pub async fn pause(server: &RedisServer, ms: u64) {
         .unwrap();
 }
 
-/// Collects what the subscriber writes.
+/// Collects what the subscriber writes on one thread.
 #[derive(Clone, Default)]
 pub struct Captured(Arc<Mutex<Vec<u8>>>);
 
-impl Write for Captured {
+impl Captured {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+thread_local! {
+    /// Where this thread's traces go while a test captures them.
+    static CAPTURE: std::cell::RefCell<Option<Captured>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Writes into the calling thread's capture, or nowhere.
+struct ThreadCapture;
+
+impl Write for ThreadCapture {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        CAPTURE.with(|capture| {
+            if let Some(captured) = &*capture.borrow() {
+                captured.0.lock().unwrap().extend_from_slice(buf);
+            }
+        });
         Ok(buf.len())
     }
 
@@ -104,21 +124,38 @@ impl Write for Captured {
     }
 }
 
-impl Captured {
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+/// Stops the capture of its thread when dropped.
+pub struct CaptureGuard(());
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        CAPTURE.with(|capture| capture.borrow_mut().take());
     }
+}
+
+/// Installs the global subscriber behind [`capture_traces`]. Also called by [`connect`], so that it is in place
+/// before most tests trace anything (a call site first hit while it is being installed could miss it).
+fn install_trace_capture() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(|| ThreadCapture)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("no other global subscriber");
+    });
 }
 
 /// Captures what leasehold traces (DEBUG and up) on this thread until the guard drops: use a current-thread runtime,
 /// so that every task runs here.
-pub fn capture_traces() -> (Captured, tracing::subscriber::DefaultGuard) {
+///
+/// One global subscriber serves every test and writes into the capture of the thread the event happens on. Scoped
+/// per-thread subscribers would be simpler, but tracing caches each call site's interest across all of them, and
+/// tests that set and drop their own subscribers in parallel can leave a call site switched off for another test.
+pub fn capture_traces() -> (Captured, CaptureGuard) {
+    install_trace_capture();
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    (captured, tracing::subscriber::set_default(subscriber))
+    CAPTURE.with(|capture| *capture.borrow_mut() = Some(captured.clone()));
+    (captured, CaptureGuard(()))
 }
