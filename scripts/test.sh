@@ -13,6 +13,8 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 cargo test --workspace --all-features
 # The examples run against a private redis-server; the published crates package and build on their own.
 scripts/examples.sh
+# A new cargo project, depending on leasehold by path as the README says, runs the README quickstart and the examples.
+scripts/fresh-project.sh
 # cargo unpacks the packaged crates into the source cache of a temporary local registry and builds them as registry
 # crates, which it never rebuilds for a version it has built before (registry sources count as immutable). So a
 # second run would verify the published crates against the first run's code: remove our unpacked copies (only

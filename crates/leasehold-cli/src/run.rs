@@ -26,6 +26,35 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         client = connect::locks(&args.redis, Some(args.ttl)) => client?,
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
+    let result = run_with(&args, &client, &mut signals).await;
+    // Every way out, also an interrupted acquire whose grant may have landed after we gave up on it, waits (bounded)
+    // until the releases it left running in the background are answered: the runtime ends right after.
+    // Said only on a way out that has not already reported the trouble: a failed release of the program's own grant
+    // was, and so was Redis being out of reach (the releases of attempts lost in that outage may stay unconfirmed).
+    let reported = match &result {
+        Ok(_) => true,
+        Err(err) => exit::code_of(err) == exit::UNAVAILABLE,
+    };
+    if !client.flush_releases(RELEASE_FLUSH).await && !reported {
+        print_err(&format!(
+            "leasehold: warning: a release of lock {name:?} was not confirmed within {}; the lock expires within {}",
+            show(RELEASE_FLUSH),
+            show(args.ttl)
+        ));
+    }
+    result
+}
+
+/// How long the command waits, on its way out, for releases still running in the background.
+const RELEASE_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Takes the lock, runs the program, releases the lock: everything after connecting.
+async fn run_with(
+    args: &RunArgs,
+    client: &leasehold::Client,
+    signals: &mut Signals,
+) -> anyhow::Result<u8> {
+    let name = args.name.as_str();
     let mutex = client
         .mutex(name)
         .ttl(args.ttl)
@@ -99,7 +128,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
                     "leasehold: lost lock {name:?}: {reason}; stopping {shown} (SIGTERM, then SIGKILL after {})",
                     show(args.kill_after)
                 ));
-                if program.finish_stop(args.kill_after, &mut signals).await == Termination::Killed {
+                if program.finish_stop(args.kill_after, signals).await == Termination::Killed {
                     let grace = show(args.kill_after);
                     print_err(&format!("leasehold: {shown} was still running {grace} after SIGTERM; sent SIGKILL"));
                 }

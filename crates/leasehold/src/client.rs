@@ -270,6 +270,23 @@ impl Client {
         }
     }
 
+    /// Waits, at most `timeout`, until every release running in the background has been answered by Redis (or given
+    /// up): those of guards that were dropped instead of released, and those of acquires that were abandoned while
+    /// their request was out (a grant that may have landed is given back). Returns whether none is left.
+    ///
+    /// Call it before a program ends its runtime on purpose (a signal handler's exit path, say): a runtime that
+    /// shuts down drops these tasks, and what they had not done is then left to the client's drop (one more second
+    /// at most, over a fresh connection) or, after an abnormal exit, to the leases' expiry.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
+    pub async fn flush_releases(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, self.inner.orphans.settle())
+            .await
+            .is_ok()
+    }
+
     /// What the client found, when it connected, that weakens the [safety contract](crate#safety-contract) on this
     /// server (each is also logged with `tracing::warn!`): today, a `maxmemory-policy` that may evict a held lock.
     /// Empty when all is well, or when the server would not say (an ACL user without `INFO`).

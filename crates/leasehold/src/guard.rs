@@ -320,6 +320,7 @@ pub(crate) fn release_in_background(
         return;
     };
     let give_up = Instant::now() + ttl;
+    inner.orphans.started();
     let task = Orphan {
         inner,
         keys,
@@ -370,5 +371,6 @@ impl Drop for Orphan {
                 .orphans
                 .push(Arc::clone(&self.keys), std::mem::take(&mut self.token));
         }
+        self.inner.orphans.finished();
     }
 }

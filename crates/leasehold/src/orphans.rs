@@ -7,8 +7,11 @@
 //! goes, and the client's drop releases what is recorded before `main` finishes returning. Abnormal exits (a
 //! signal, `std::process::exit`, an abort) run no drops: those locks lapse after their lease.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use crate::guard::release_invocation;
 use crate::keys::LockKeys;
@@ -18,6 +21,10 @@ const BUDGET: Duration = Duration::from_secs(1);
 
 pub(crate) struct Orphans {
     list: Mutex<Vec<(Arc<LockKeys>, String)>>,
+    /// Background releases started and not yet finished (answered, given up, or recorded here).
+    in_flight: AtomicUsize,
+    /// Notified whenever `in_flight` drops.
+    settled: Notify,
     redis: redis::Client,
     connect_timeout: Duration,
 }
@@ -26,8 +33,35 @@ impl Orphans {
     pub(crate) fn new(redis: redis::Client, connect_timeout: Duration) -> Orphans {
         Orphans {
             list: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+            settled: Notify::new(),
             redis,
             connect_timeout,
+        }
+    }
+
+    /// A background release starts.
+    pub(crate) fn started(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A background release ended (answered, given up, or recorded with [`Orphans::push`]).
+    pub(crate) fn finished(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.settled.notify_waiters();
+    }
+
+    /// Waits until no background release is running. Cancel safe.
+    pub(crate) async fn settle(&self) {
+        loop {
+            // Registered before the count is read, so a release that finishes in between still wakes us.
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            if self.in_flight.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            settled.await;
         }
     }
 

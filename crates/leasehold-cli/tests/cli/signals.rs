@@ -1,8 +1,9 @@
 //! Signals sent to `leasehold`: passed on to the program, or ending a wait without running anything.
 
 use std::process::Stdio;
+use std::time::Duration;
 
-use leasehold_tests::{send_signal, RedisServer, TempDir};
+use leasehold_tests::{send_signal, RedisServer, TcpProxy, TempDir};
 use nix::sys::signal::Signal;
 
 use crate::{await_waiter, leasehold, lock_exists, Running, SOON};
@@ -171,4 +172,42 @@ fn a_program_does_not_outlive_a_killed_leasehold() {
         std::thread::sleep(std::time::Duration::from_millis(10)); // polling /proc: no event to await
     }
     let _ = run.code(SOON);
+}
+
+// Multi-threaded: the proxy's tasks must keep running while the test body blocks on processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_while_the_acquire_is_in_flight_leaves_no_orphaned_grant() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr()).await;
+    // Every byte takes 150 ms each way: the grant lands in Redis well before its reply reaches leasehold.
+    proxy.delay(Duration::from_millis(150));
+    let mut run = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &proxy.url(),
+        "--ttl",
+        "60s",
+        "in-flight",
+        "sh",
+        "-c",
+        "echo ran",
+    ]));
+    // The grant is in Redis (seen directly, not through the proxy): its reply is on its way back.
+    crate::poll_until("the grant lands in Redis", || {
+        lock_exists(&server, "in-flight")
+    });
+    send_signal(run.pid(), Signal::SIGINT).unwrap();
+    assert_eq!(run.code(SOON), Some(130));
+    let stderr = run.stderr();
+    assert!(
+        crate::one_error_line(&stderr)
+            .contains("SIGINT while waiting for lock \"in-flight\"; nothing was run"),
+        "{stderr}"
+    );
+    assert!(run.rest(SOON).is_empty(), "the program must not have run");
+    // Given back before leasehold exited, not left for the 60 s lease.
+    assert!(
+        !lock_exists(&server, "in-flight"),
+        "the late grant was left behind"
+    );
 }
