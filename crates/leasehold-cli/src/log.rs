@@ -1,12 +1,17 @@
-//! The library's outage warning (a wait riding out a Redis restart) printed as one `leasehold: warning:` line on
-//! stderr. A subscriber of its own, a few lines long, instead of a logging framework: this is the only event the
-//! command shows; everything else the library traces, the command reports in its own words.
+//! What the command shows of the library's `tracing` events.
+//!
+//! By default only the outage warning (a wait riding out a Redis restart), printed as one `leasehold: warning:`
+//! line on stderr: everything else the library traces, the command reports in its own words. With `RUST_LOG` set
+//! (`leasehold=debug`, `info`, `leasehold=trace,warn`: targets and levels, comma-separated), every event it enables
+//! goes to stderr in `tracing`'s usual format, for debugging.
 
 use std::fmt;
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
 
 use crate::exit;
 
@@ -16,9 +21,30 @@ const OUTAGE: &str = "leasehold::outage";
 /// Prints warnings with the outage target; ignores the rest.
 pub struct OutageWarnings;
 
-/// Installs [`OutageWarnings`] for the whole process (once; later calls change nothing).
+/// Installs the process's subscriber: `RUST_LOG`'s, or [`OutageWarnings`] (once; later calls change nothing).
 pub fn install() {
-    let _ = tracing::subscriber::set_global_default(OutageWarnings);
+    let spec = std::env::var("RUST_LOG").unwrap_or_default();
+    if spec.trim().is_empty() {
+        let _ = tracing::subscriber::set_global_default(OutageWarnings);
+        return;
+    }
+    match spec.parse::<Targets>() {
+        Ok(filter) => {
+            // The builder's own level (INFO by default) would cut first: let the targets decide.
+            let subscriber = tracing_subscriber::fmt()
+                .with_max_level(Level::TRACE)
+                .with_writer(std::io::stderr)
+                .finish()
+                .with(filter);
+            let _ = tracing::subscriber::set_global_default(subscriber);
+        }
+        Err(err) => {
+            exit::print_err(&format!(
+                "leasehold: warning: RUST_LOG={spec:?} is not understood ({err}); it is ignored"
+            ));
+            let _ = tracing::subscriber::set_global_default(OutageWarnings);
+        }
+    }
 }
 
 impl Subscriber for OutageWarnings {

@@ -27,7 +27,7 @@ pub const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
 pub const SOON: Duration = Duration::from_secs(10);
 
 /// A `leasehold` command with `args`, isolated from the caller's environment (no `LEASEHOLD_REDIS_URL`,
-/// `LEASEHOLD_PREFIX` or `LEASEHOLD_TLS_*`), stdin closed.
+/// `LEASEHOLD_PREFIX`, `LEASEHOLD_TLS_*` or `RUST_LOG`), stdin closed.
 pub fn leasehold(args: &[&str]) -> Command {
     let mut command = Command::new(LEASEHOLD);
     command.args(args);
@@ -37,6 +37,7 @@ pub fn leasehold(args: &[&str]) -> Command {
         "LEASEHOLD_TLS_CA",
         "LEASEHOLD_TLS_CERT",
         "LEASEHOLD_TLS_KEY",
+        "RUST_LOG",
     ] {
         command.env_remove(var);
     }

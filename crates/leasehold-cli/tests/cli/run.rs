@@ -383,3 +383,32 @@ fn wait_zero_tries_once_and_the_short_flags_work() {
     holder.close_stdin();
     assert_eq!(holder.code(SOON), Some(0));
 }
+
+#[test]
+fn rust_log_shows_the_library_events() {
+    let server = RedisServer::start();
+    let mut command = leasehold(&["run", "--redis", &server.url(), "logged", "true"]);
+    command.env("RUST_LOG", "leasehold=debug");
+    let (code, _, stderr) = finish(command, SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("granted") && stderr.contains("lock=logged"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("released"), "{stderr}");
+
+    // Without it, a clean run prints nothing.
+    let (code, _, stderr) = finish(
+        leasehold(&["run", "--redis", &server.url(), "logged", "true"]),
+        SOON,
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(stderr, "");
+
+    // A value it cannot read is said once and ignored.
+    let mut command = leasehold(&["run", "--redis", &server.url(), "logged", "true"]);
+    command.env("RUST_LOG", "leasehold=loud");
+    let (code, _, stderr) = finish(command, SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(one_error_line(&stderr).contains("RUST_LOG"), "{stderr}");
+}
