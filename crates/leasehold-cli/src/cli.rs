@@ -132,12 +132,16 @@ const BENCH_AFTER: &str = "\
 Scenarios (each measures --duration after a short warm-up, against the same server, in this run):
   floor-1, floor-64        1 or 64 tasks: SET NX PX + owner-checked delete script (the raw-Redis floor)
   uncontended-1, -64       the same with leasehold lock() + release(); reported as a ratio to the floor
+  floor-8p                 8 processes spinning on ONE key with SET NX PX + the delete script
+                           (what most peers do; the contended floor)
   contended-8p             8 processes looping on ONE lock; shares per process (min/max)
   handoff                  2 processes taking turns; p50 compared with one raw round trip
   renew-10k                one process holds 10,000 locks through 3 renewal periods
 
-The table gives latencies in µs and the ratio to the floor as a factor. Each scenario prints one
-line on stderr as it ends (a progress bar too, on a terminal, without --json).
+The table gives latencies in µs, the ratio to the floor as a factor, and the server's CPU time
+(INFO cpu, user + system, over the measured window) per lock cycle (per renewal for renew-10k);
+on a server that others use too, their work counts in it. Each scenario prints one line on
+stderr as it ends (a progress bar too, on a terminal, without --json).
 
 Examples:
   leasehold bench                                   # private redis-server, all scenarios, a table

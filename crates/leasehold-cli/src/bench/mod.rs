@@ -5,7 +5,8 @@
 //! | `floor-1` | 1 task: `SET NX PX` + owner-checked delete script, on a redis-rs `ConnectionManager` |
 //! | `uncontended-1` | 1 task: leasehold `lock()` + `release()` on its own key |
 //! | `floor-64` / `uncontended-64` | the same with 64 tasks in this process, distinct keys |
-//! | `contended-8p` | 8 worker processes looping on ONE lock, empty critical section |
+//! | `floor-8p` | 8 worker processes spinning on ONE key: `SET NX PX` until granted, then the owner-checked delete |
+//! | `contended-8p` | 8 worker processes looping on ONE lock (leasehold), empty critical section |
 //! | `handoff` | 2 worker processes taking turns: release → the waiting other holds it |
 //! | `renew-10k` | one worker process holds 10,000 locks through 3 renewal periods (1 s) of a 3 s lease |
 
@@ -25,11 +26,12 @@ use scenario::Setup;
 use stats::Outcome;
 
 /// Every scenario, in the order they run.
-pub const SCENARIOS: [&str; 7] = [
+pub const SCENARIOS: [&str; 8] = [
     "floor-1",
     "uncontended-1",
     "floor-64",
     "uncontended-64",
+    "floor-8p",
     "contended-8p",
     "handoff",
     "renew-10k",
@@ -101,7 +103,8 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 "uncontended-1" => scenario::in_process(&setup, name, 1, false).await,
                 "floor-64" => scenario::in_process(&setup, name, 64, true).await,
                 "uncontended-64" => scenario::in_process(&setup, name, 64, false).await,
-                "contended-8p" => scenario::contended(&setup, name, 8).await,
+                "floor-8p" => scenario::contended(&setup, name, 8, true).await,
+                "contended-8p" => scenario::contended(&setup, name, 8, false).await,
                 "handoff" => scenario::handoff(&setup, name).await,
                 _ => scenario::renew(&setup, name).await,
             }
@@ -109,6 +112,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
             let floor = match name {
                 "uncontended-1" => Some("floor-1"),
                 "uncontended-64" => Some("floor-64"),
+                "contended-8p" => Some("floor-8p"),
                 _ => None,
             };
             outcome.floor_rate = floor
@@ -166,8 +170,8 @@ fn result_line(o: &Outcome, number: usize, of: usize) -> String {
 fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<15} {:>11} {:>9} {:>9} {:>9} {:>9}  {}\n",
-        "scenario", "acquires/s", "p50 µs", "p99 µs", "max µs", "× floor", "notes"
+        "{:<15} {:>11} {:>9} {:>9} {:>9} {:>9} {:>12}  {}\n",
+        "scenario", "acquires/s", "p50 µs", "p99 µs", "max µs", "× floor", "srv µs/cycle", "notes"
     ));
     for o in outcomes {
         let (p50, p99, max) = if o.samples.len() > 0 {
@@ -206,14 +210,18 @@ fn table(outcomes: &[Outcome]) -> String {
                 r.bytes_per_lock
             ));
         }
+        let server = o
+            .server_us_per_cycle()
+            .map_or("-".to_owned(), |us| format!("{us:.1}"));
         let row = format!(
-            "{:<15} {:>11.0} {:>9} {:>9} {:>9} {:>9}  {}",
+            "{:<15} {:>11.0} {:>9} {:>9} {:>9} {:>9} {:>12}  {}",
             o.scenario,
             o.rate(),
             p50,
             p99,
             max,
             ratio,
+            server,
             notes.join("; ")
         );
         out.push_str(row.trim_end());
@@ -250,12 +258,15 @@ mod tests {
             floor_rate: None,
             rtt_p50_us: None,
             renewal: None,
+            server_cpu_s: None,
         }
     }
 
     #[test]
     fn the_table_has_one_unit_per_column_named_in_the_header() {
-        let floor = outcome("floor-1", &[30, 40, 50]);
+        let mut floor = outcome("floor-1", &[30, 40, 50]);
+        // 300 µs of server CPU over 3 cycles.
+        floor.server_cpu_s = Some(0.000_3);
         let mut lock = outcome("uncontended-1", &[45, 60, 25_000]);
         lock.floor_rate = Some(4.0);
         let mut renew = outcome("renew-10k", &[]);
@@ -287,7 +298,11 @@ mod tests {
                 "×"
             ]
         );
-        assert_eq!(rows[1][..6], ["floor-1", "3", "40", "50", "50", "-"]);
+        assert_eq!(
+            rows[1][..7],
+            ["floor-1", "3", "40", "50", "50", "-", "100.0"]
+        );
+        assert_eq!(rows[2][6], "-", "no server figure: a dash");
         // 25 ms stays in µs: a column never switches unit.
         assert_eq!(
             rows[2][..6],

@@ -26,7 +26,7 @@ pub struct Setup {
 }
 
 /// The owner-checked delete every lock needs: the floor's release.
-const RAW_RELEASE: &str =
+pub const RAW_RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 enum Engine {
@@ -62,6 +62,7 @@ pub async fn in_process(
             tokio::spawn(async move { cycle_until(&engine, task, measure_from, end, &count).await })
         })
         .collect();
+    let cpu = server_cpu_window(setup, measure_from, end);
     let note = || format!("{} acquisitions", count.load(Ordering::Relaxed));
     watch_progress(setup, scenario, start, end, note).await;
     let mut samples = Samples::default();
@@ -79,6 +80,7 @@ pub async fn in_process(
         floor_rate: None,
         rtt_p50_us: None,
         renewal: None,
+        server_cpu_s: cpu.await.ok().and_then(Result::ok),
     })
 }
 
@@ -188,6 +190,7 @@ fn worker_command(
         std::env::current_exe().context("cannot find the leasehold executable to start workers")?;
     let role = match role {
         Role::Contend => "contend",
+        Role::FloorContend => "floor-contend",
         Role::Handoff => "handoff",
         Role::Renew => "renew",
     };
@@ -207,17 +210,23 @@ fn worker_command(
     Ok(command)
 }
 
-/// Spawns `leasehold bench-worker ROLE` processes and collects their JSON lines. Returns each worker's lines.
+/// Spawns `leasehold bench-worker ROLE` processes and collects their JSON lines. Returns each worker's lines, and
+/// the server's CPU time over the measured window.
 async fn workers(
     setup: &Setup,
     scenario: &'static str,
     role: Role,
     processes: usize,
     extra: &[String],
-) -> anyhow::Result<Vec<Vec<Value>>> {
+) -> anyhow::Result<(Vec<Vec<Value>>, Option<f64>)> {
     // Processes start and connect during the first second; everyone measures the same wall-clock window.
     let from_ms = unix_ms() + 1000 + setup.warmup.as_millis() as u64;
     let to_ms = from_ms + setup.duration.as_millis() as u64;
+    let cpu = server_cpu_window(
+        setup,
+        Instant::now() + Duration::from_millis(from_ms.saturating_sub(unix_ms())),
+        Instant::now() + Duration::from_millis(to_ms.saturating_sub(unix_ms())),
+    );
     let mut args = vec![
         "--from-ms".to_owned(),
         from_ms.to_string(),
@@ -257,20 +266,58 @@ async fn workers(
             bail!("a bench worker failed ({status})");
         }
     }
-    Ok(all)
+    Ok((all, cpu.await.ok().and_then(Result::ok)))
+}
+
+/// The server's CPU time (user + system, all its threads, from `INFO cpu`) between `from` and `to`, measured by a
+/// task of its own. On a server shared with other clients it counts their work too.
+fn server_cpu_window(
+    setup: &Setup,
+    from: Instant,
+    to: Instant,
+) -> tokio::task::JoinHandle<anyhow::Result<f64>> {
+    let url = setup.url.clone();
+    tokio::spawn(async move {
+        let client = redis::Client::open(url.as_str())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        tokio::time::sleep_until(from).await;
+        let before = server_cpu_seconds(&mut conn).await?;
+        tokio::time::sleep_until(to).await;
+        Ok(server_cpu_seconds(&mut conn).await? - before)
+    })
+}
+
+/// `used_cpu_user + used_cpu_sys` of `INFO cpu`.
+async fn server_cpu_seconds(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<f64> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    match (field("used_cpu_user"), field("used_cpu_sys")) {
+        (Some(user), Some(sys)) => Ok(user + sys),
+        _ => bail!("INFO cpu has no used_cpu_user/used_cpu_sys"),
+    }
 }
 
 fn last(lines: &[Value]) -> anyhow::Result<&Value> {
     lines.last().context("a worker printed nothing")
 }
 
-/// `processes` processes looping on ONE lock.
+/// `processes` processes looping on ONE lock: leasehold, or (`floor`) spinning on `SET NX PX`.
 pub async fn contended(
     setup: &Setup,
     scenario: &'static str,
     processes: usize,
+    floor: bool,
 ) -> anyhow::Result<Outcome> {
-    let results = workers(setup, scenario, Role::Contend, processes, &[]).await?;
+    let role = if floor {
+        Role::FloorContend
+    } else {
+        Role::Contend
+    };
+    let (results, server_cpu_s) = workers(setup, scenario, role, processes, &[]).await?;
     let mut samples = Samples::default();
     let mut per_process = Vec::new();
     for lines in &results {
@@ -290,6 +337,7 @@ pub async fn contended(
         floor_rate: None,
         rtt_p50_us: None,
         renewal: None,
+        server_cpu_s,
     })
 }
 
@@ -297,7 +345,7 @@ pub async fn contended(
 /// trip (PING) in this process for comparison.
 pub async fn handoff(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outcome> {
     let rtt_p50_us = round_trip_p50(setup).await?;
-    let results = workers(setup, scenario, Role::Handoff, 2, &[]).await?;
+    let (results, server_cpu_s) = workers(setup, scenario, Role::Handoff, 2, &[]).await?;
     // (acquired, released, worker) for every turn, in time order.
     let mut turns: Vec<(u64, u64, usize)> = Vec::new();
     for (worker, lines) in results.iter().enumerate() {
@@ -324,6 +372,7 @@ pub async fn handoff(setup: &Setup, scenario: &'static str) -> anyhow::Result<Ou
         floor_rate: None,
         rtt_p50_us: Some(rtt_p50_us),
         renewal: None,
+        server_cpu_s,
     })
 }
 
@@ -372,6 +421,7 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
     let before = script_calls(&mut stats).await?;
     let holding = Instant::now();
     let hold_end = holding + period * PERIODS + period / 4;
+    let cpu = server_cpu_window(setup, holding, holding + period * PERIODS);
     // Renewal calls are counted on the server at the end; while they run, the bar says which period it is in.
     let note = || {
         let periods = holding.elapsed().as_millis() / period.as_millis();
@@ -410,6 +460,7 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
             cpu_seconds: result["cpu_s"].as_f64().unwrap_or(f64::NAN),
             bytes_per_lock: result["bytes_per_lock"].as_f64().unwrap_or(f64::NAN),
         }),
+        server_cpu_s: cpu.await.ok().and_then(Result::ok),
     })
 }
 

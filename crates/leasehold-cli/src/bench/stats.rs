@@ -66,6 +66,8 @@ pub struct Outcome {
     /// The raw round trip's p50 in µs, for the hand-off scenario.
     pub rtt_p50_us: Option<f64>,
     pub renewal: Option<Renewal>,
+    /// The server's CPU time (user + system) over the measured window, when it could be read.
+    pub server_cpu_s: Option<f64>,
 }
 
 impl Outcome {
@@ -86,6 +88,16 @@ impl Outcome {
         } else {
             min as f64 / max as f64
         })
+    }
+
+    /// Server CPU per lock cycle (acquire + release) in µs; for `renew-10k`, per lease renewed.
+    pub fn server_us_per_cycle(&self) -> Option<f64> {
+        let cpu = self.server_cpu_s?;
+        let cycles = match &self.renewal {
+            Some(r) => (r.locks as f64) * f64::from(r.periods),
+            None => self.acquisitions as f64,
+        };
+        (cycles > 0.0).then(|| cpu * 1e6 / cycles)
     }
 
     pub fn handoff_to_rtt(&self) -> Option<f64> {
@@ -112,6 +124,8 @@ impl Outcome {
             "share_min_max": self.share_ratio().map(round),
             "rtt_p50_us": self.rtt_p50_us.map(round),
             "handoff_to_rtt": self.handoff_to_rtt().map(round),
+            "server_cpu_s": self.server_cpu_s.map(round),
+            "server_cpu_us_per_cycle": self.server_us_per_cycle().map(round),
             "renew": self.renewal.as_ref().map(|r| json!({
                 "locks": r.locks,
                 "all_held": r.all_held,

@@ -15,6 +15,9 @@ use crate::connect;
 pub enum Role {
     /// Loop acquire + release on one lock, empty critical section.
     Contend,
+    /// The contended floor: spin on one key with `SET NX PX` until granted, then the owner-checked delete script
+    /// (what most peers do: no queue, no fence, no lease keeping).
+    FloorContend,
     /// Take turns with one other worker on one lock, recording release and acquire instants.
     Handoff,
     /// Hold many locks through several renewal periods.
@@ -55,8 +58,15 @@ pub struct WorkerArgs {
 
 /// Runs the worker; its result is one JSON line on stdout.
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
+    if args.role == Role::FloorContend {
+        let result = floor_contend(&args).await?;
+        println!("{result}");
+        std::io::stdout().flush()?;
+        return Ok(0);
+    }
     let locks = connect::client(&args.redis, None).await?;
     let result = match args.role {
+        Role::FloorContend => unreachable!("handled above"),
         Role::Contend => contend(&locks, &args).await?,
         Role::Handoff => handoff(&locks, &args).await?,
         Role::Renew => renew(&locks, &args).await?,
@@ -98,6 +108,50 @@ async fn contend(
             samples.push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
         }
         guard.release().await?;
+    }
+    Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
+}
+
+async fn floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
+    let client = leasehold::redis::Client::open(args.redis.as_str())?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let release = leasehold::redis::Script::new(super::scenario::RAW_RELEASE);
+    let mut samples = Vec::new();
+    let mut n: u64 = 0;
+    loop {
+        let now = unix_ms();
+        if now >= args.to_ms {
+            break;
+        }
+        let token = format!("floor:{}:{n}", std::process::id());
+        n += 1;
+        let started = Instant::now();
+        // Spin: a busy answer is retried at once (the best a polling client can do for throughput).
+        loop {
+            let granted: Option<String> = leasehold::redis::cmd("SET")
+                .arg(&args.name)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(30_000)
+                .query_async(&mut conn)
+                .await?;
+            if granted.is_some() {
+                break;
+            }
+            if unix_ms() >= args.to_ms {
+                return Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }));
+            }
+        }
+        let latency = started.elapsed();
+        if now >= args.from_ms {
+            samples.push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
+        }
+        let _: i64 = release
+            .key(&args.name)
+            .arg(&token)
+            .invoke_async(&mut conn)
+            .await?;
     }
     Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
 }

@@ -8,11 +8,12 @@ use serde_json::Value;
 
 use crate::{finish, leasehold};
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "floor-1",
     "uncontended-1",
     "floor-64",
     "uncontended-64",
+    "floor-8p",
     "contended-8p",
     "handoff",
     "renew-10k",
@@ -80,16 +81,27 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
         let expects = |field: &str, present: bool| {
             assert_eq!(!line[field].is_null(), present, "{name}: {field} in {line}");
         };
-        expects("floor_ratio", name.starts_with("uncontended"));
-        expects("share_min_max", name == "contended-8p");
-        expects("per_process", name == "contended-8p");
+        expects(
+            "floor_ratio",
+            name.starts_with("uncontended") || name == "contended-8p",
+        );
+        expects("share_min_max", name.ends_with("-8p"));
+        expects("per_process", name.ends_with("-8p"));
+        // The private server's CPU over each scenario's window, per lock cycle (per renewal for renew-10k).
+        assert!(
+            line["server_cpu_us_per_cycle"]
+                .as_f64()
+                .is_some_and(|us| us > 0.0),
+            "{name}: {line}"
+        );
         expects("rtt_p50_us", name == "handoff");
         expects("handoff_to_rtt", name == "handoff");
         expects("renew", name == "renew-10k");
     }
-    let contended = &lines[4];
-    assert_eq!(contended["per_process"].as_array().unwrap().len(), 8);
-    let renew = &lines[6]["renew"];
+    for contended in &lines[4..6] {
+        assert_eq!(contended["per_process"].as_array().unwrap().len(), 8);
+    }
+    let renew = &lines[7]["renew"];
     assert_eq!(renew["locks"], 10_000);
     assert_eq!(renew["periods"], 3);
     for field in ["calls_per_period", "client_cpu_s", "client_bytes_per_lock"] {
@@ -125,7 +137,7 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
     let picture = std::fs::read_to_string(&svg).unwrap();
     assert!(picture.starts_with("<svg") && picture.trim_end().ends_with("</svg>"));
     // One curve per scenario with latency samples (renew-10k has none).
-    assert_eq!(picture.matches("<polyline").count(), 6);
+    assert_eq!(picture.matches("<polyline").count(), 7);
 }
 
 #[test]
