@@ -108,16 +108,9 @@ async fn cycle_until(
             (Engine::Floor(conn), _) => {
                 let mut conn = conn.clone();
                 let token = format!("floor:{task}:{n}");
-                let granted: Option<String> = redis::cmd("SET")
-                    .arg(&key)
-                    .arg(&token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(30_000)
-                    .query_async(&mut conn)
-                    .await?;
+                let granted = floor_acquire(&mut conn, &key, &token).await?;
                 let latency = started.elapsed();
-                if granted.is_none() {
+                if !granted {
                     bail!("floor key {key} was taken");
                 }
                 let _: i64 = release
@@ -137,6 +130,23 @@ async fn cycle_until(
         }
         n += 1;
     }
+}
+
+/// The floor's acquire: `SET key token NX PX 30000`; whether it was granted.
+pub async fn floor_acquire<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    key: &str,
+    token: &str,
+) -> redis::RedisResult<bool> {
+    let granted: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await?;
+    Ok(granted.is_some())
 }
 
 fn record(

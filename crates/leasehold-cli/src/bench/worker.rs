@@ -128,15 +128,7 @@ async fn floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
         let started = Instant::now();
         // Spin: a busy answer is retried at once (the best a polling client can do for throughput).
         loop {
-            let granted: Option<String> = leasehold::redis::cmd("SET")
-                .arg(&args.name)
-                .arg(&token)
-                .arg("NX")
-                .arg("PX")
-                .arg(30_000)
-                .query_async(&mut conn)
-                .await?;
-            if granted.is_some() {
+            if super::scenario::floor_acquire(&mut conn, &args.name, &token).await? {
                 break;
             }
             if unix_ms() >= args.to_ms {
