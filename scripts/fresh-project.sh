@@ -50,7 +50,13 @@ ready() { # HOST PORT or -s SOCKET
   return 1
 }
 
-if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+pong() { [ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = PONG ]; }
+if ! pong; then
+  if (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
+    echo "fresh-project: something on 127.0.0.1:6379 does not answer PING (a Redis with a password, or another" \
+      "service); the README quickstart connects there as written, so free the port or open that Redis" >&2
+    exit 1
+  fi
   start_redis --port 6379 --bind 127.0.0.1
   ready -h 127.0.0.1 -p 6379
 fi
