@@ -120,12 +120,25 @@ impl Conn {
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> RedisResult<T> {
+        self.invoke_idempotent_tracked(invocation).await.0
+    }
+
+    /// [`Conn::invoke_idempotent`], and whether the script may have run on the server: `false` only when every try
+    /// failed to reach Redis at all (the connection was refused), so that nothing was sent.
+    pub(crate) async fn invoke_idempotent_tracked<T: redis::FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> (RedisResult<T>, bool) {
         match invocation.invoke_async(&mut self.clone()).await {
             Err(err) if is_dropped(&err) => {
                 tracing::debug!(error = %err, "connection dropped; retrying once");
-                invocation.invoke_async(&mut self.clone()).await
+                let first_sent = !err.is_connection_refusal();
+                let result = invocation.invoke_async(&mut self.clone()).await;
+                let sent = first_sent || !matches!(&result, Err(e) if e.is_connection_refusal());
+                (result, sent)
             }
-            result => result,
+            Err(err) if err.is_connection_refusal() => (Err(err), false),
+            result => (result, true),
         }
     }
 }

@@ -521,17 +521,22 @@ impl Mutex {
         let sent = crate::clock::now();
         // Retried once on a dropped connection with the same token: a retry that finds the grant of its first run
         // reports that grant (acquire.lua is idempotent per token).
-        let reply: Result<(i64, i64, i64), redis::RedisError> =
-            inner.conn.invoke_idempotent(&invocation).await;
+        let (reply, reached): (Result<(i64, i64, i64), redis::RedisError>, bool) =
+            inner.conn.invoke_idempotent_tracked(&invocation).await;
         let (code, value, run) = match reply {
             Ok(reply) => reply,
             Err(err) => {
                 let err = not_a_lock(err, &keys.lock);
-                // A server error means the script did not grant; anything else (timeout, dropped connection)
-                // leaves `pending` armed so a grant that did land is released.
+                // A server error means the script did not grant, and a request that never reached Redis (the
+                // connection was refused) cannot have granted either; anything else (timeout, dropped connection)
+                // leaves `pending` armed so a grant that did land is released. (A wait riding out an outage thus
+                // leaves no background release behind per failed attempt.)
                 if matches!(err, Error::NotALock { .. }) {
                     pending.disarm();
                     return Err(explain_foreign(&inner.conn, &keys.lock, err).await);
+                }
+                if !reached {
+                    pending.disarm();
                 }
                 return Err(err);
             }

@@ -16,6 +16,11 @@ async fn traced(captured: &crate::Captured, needle: &str) {
     .await;
 }
 
+/// No release is running in the background for `locks` (checked without waiting).
+async fn locks_flushed(locks: &leasehold::Client) -> bool {
+    locks.flush_releases(Duration::ZERO).await
+}
+
 // Current-thread: the trace capture is per thread, and every task runs on this one.
 #[tokio::test]
 async fn a_wait_survives_a_redis_restart_and_logs_it_once() {
@@ -23,8 +28,12 @@ async fn a_wait_survives_a_redis_restart_and_logs_it_once() {
     let mut server = RedisServer::start();
     let holder = connect(&server).await;
     let waiter = connect(&server).await;
+    let granted_client = waiter.clone();
     let held = holder.mutex("job").try_lock().await.unwrap();
     server.kill();
+    // The waiter's client finds its connection dead on a read-only call: from here on its requests are refused
+    // before anything is sent.
+    assert!(waiter.inspect("job").await.unwrap_err().is_redis());
     let waiting = tokio::spawn(async move { waiter.mutex("job").lock().await });
     // The waiter's attempt failed while the server was down, and it is still waiting.
     traced(
@@ -33,6 +42,12 @@ async fn a_wait_survives_a_redis_restart_and_logs_it_once() {
     )
     .await;
     assert!(!waiting.is_finished());
+    // Its attempts could not reach Redis at all (connection refused): they left no background release behind. (An
+    // attempt whose connection broke under it may have run, and does leave one, for its lease at most.)
+    assert!(
+        locks_flushed(&granted_client).await,
+        "a background release for an attempt that never reached Redis"
+    );
     // A restart without persistence: the holder's lock is gone, so the waiter gets it.
     server.restart();
     let granted = within(
@@ -50,6 +65,7 @@ async fn a_wait_survives_a_redis_restart_and_logs_it_once() {
         1,
         "one line per outage: {text}"
     );
+
     granted.release().await.unwrap();
     drop(held);
 }
