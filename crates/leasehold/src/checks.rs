@@ -8,6 +8,8 @@ use redis::Value;
 
 use crate::conn::Conn;
 use crate::error::Error;
+use crate::keys::LockKeys;
+use crate::scripts::PROBE;
 
 /// Something about the server that weakens the [safety contract](crate#safety-contract), found when the client
 /// connected. Each one is also logged with `tracing::warn!`; see [`Client::server_warnings`](crate::Client::server_warnings).
@@ -68,6 +70,45 @@ pub(crate) async fn check_publish(
                     "this Redis user may not publish on {channel:?}: grant the channel pattern \
                      \"&{channel_prefix}*\" (the README lists the whole ACL rule)"
                 )
+            };
+            Err(Error::NotPermitted {
+                detail,
+                source: err,
+            })
+        }
+        Err(err) => Err(Error::Redis(err)),
+    }
+}
+
+/// Checks that this client may run leasehold's scripts on its lock keys, with the probe script (which runs nothing:
+/// the server checks the permissions before it would).
+///
+/// # Errors
+///
+/// [`Error::NotPermitted`] when the server refuses it (an ACL user whose key pattern does not cover `PREFIX:*`, or
+/// without `+evalsha`, `+script|load`, or a command the script runs), naming what is missing; [`Error::Redis`] for
+/// anything else.
+pub(crate) async fn check_keys(conn: &Conn, prefix: &str) -> Result<(), Error> {
+    let keys = LockKeys::new(prefix, "leasehold-connect-check")?;
+    let reply: redis::RedisResult<Value> =
+        PROBE.key(&keys.lock).invoke_async(&mut conn.clone()).await;
+    match reply {
+        Ok(_) => Ok(()),
+        Err(err) if is_noperm(&err) => {
+            let text = err.to_string();
+            let detail = if text.contains("'evalsha' command") {
+                "this Redis user may not run EVALSHA: grant \"+evalsha\" (the README lists the whole ACL rule)"
+                    .to_owned()
+            } else if text.contains("'script") {
+                "this Redis user may not load scripts: grant \"+script|load\" (the README lists the whole ACL rule)"
+                    .to_owned()
+            } else if text.contains("keys") {
+                format!(
+                    "this Redis user may not access the lock keys under {prefix:?}: grant the key pattern \"~{prefix}:*\" \
+                     (the README lists the whole ACL rule)"
+                )
+            } else {
+                format!("this Redis user lacks a permission leasehold needs ({text}; the README lists the whole ACL rule)")
             };
             Err(Error::NotPermitted {
                 detail,

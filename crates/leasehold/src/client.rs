@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 use redis::Value;
 
-use crate::checks::{check_publish, server_warnings, ServerWarning};
+use crate::checks::{check_keys, check_publish, server_warnings, ServerWarning};
 use crate::conn::Conn;
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{description_of, new_token, Fence, RESERVED_PREFIX, TOKEN_PREFIX};
@@ -523,6 +523,7 @@ impl Builder {
         // Identifies this client in lock queues; its wake-up channel is named after it.
         let client_id = new_token(None)?.split_off(crate::fence::TOKEN_PREFIX.len());
         check_publish(&conn, &format!("{}:wake:", self.prefix), &client_id).await?;
+        check_keys(&conn, &self.prefix).await?;
         let warnings = server_warnings(&conn).await;
         let orphans = Orphans::new(redis.clone(), self.connection_timeout);
         let wakeups = Wakeups::new(

@@ -38,6 +38,8 @@ pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| script(false, include_str!("scripts/renew.lua")));
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| script(false, include_str!("scripts/inspect.lua")));
+pub(crate) static PROBE: LazyLock<Script> =
+    LazyLock::new(|| script(false, include_str!("scripts/probe.lua")));
 
 /// The most leases one renewal call carries. 10,000 held locks cost 20 calls per renewal round.
 pub(crate) const RENEW_BATCH: usize = 500;

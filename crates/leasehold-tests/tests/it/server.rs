@@ -167,3 +167,54 @@ async fn a_user_without_the_publish_command_is_told_that_publish_is_missing() {
     assert!(err.is_not_permitted(), "{err:?}");
     assert!(err.to_string().contains("\"+publish\""), "{err}");
 }
+
+#[tokio::test]
+async fn a_user_whose_key_pattern_misses_the_prefix_is_refused_at_connect() {
+    let server = RedisServer::start_with(&[
+        "--user",
+        "otherkeys",
+        "on",
+        ">pw",
+        "resetkeys",
+        "~other:*",
+        "&*",
+        "+@all",
+    ]);
+    let url = format!("redis://otherkeys:pw@127.0.0.1:{}", server.port());
+    let err = leasehold::Client::connect(&url).await.unwrap_err();
+    assert!(err.is_not_permitted(), "{err:?}");
+    assert!(err.to_string().contains("\"~leasehold:*\""), "{err}");
+    // The same user is fine under a prefix its pattern covers.
+    let locks = leasehold::Client::builder(&url)
+        .unwrap()
+        .prefix("other")
+        .connect()
+        .await
+        .unwrap();
+    locks
+        .mutex("ok")
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_user_without_evalsha_is_told_that_evalsha_is_missing() {
+    let server = RedisServer::start_with(&[
+        "--user",
+        "noscripts",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-evalsha",
+    ]);
+    let url = format!("redis://noscripts:pw@127.0.0.1:{}", server.port());
+    let err = leasehold::Client::connect(&url).await.unwrap_err();
+    assert!(err.is_not_permitted(), "{err:?}");
+    assert!(err.to_string().contains("\"+evalsha\""), "{err}");
+}
