@@ -146,14 +146,7 @@ async fn prefix_namespaces_every_key() {
     assert_eq!(token, guard.token());
     // Another prefix is another namespace.
     let other = connect(&server).await;
-    other
-        .mutex("invoice:7")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::lock_and_release(&other, "invoice:7").await;
     guard.release().await.unwrap();
 }
 
@@ -166,14 +159,7 @@ async fn connects_over_a_unix_socket() {
     let locks = leasehold::Client::connect(&format!("unix://{path}"))
         .await
         .unwrap();
-    locks
-        .mutex("u")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::lock_and_release(&locks, "u").await;
     drop(server);
 }
 
@@ -183,14 +169,7 @@ async fn connects_as_an_acl_user_and_reports_bad_credentials() {
         RedisServer::start_with(&["--user", "alice", "on", ">s3cret", "~*", "&*", "+@all"]);
     let url = format!("redis://alice:s3cret@127.0.0.1:{}", server.port());
     let locks = leasehold::Client::connect(&url).await.unwrap();
-    locks
-        .mutex("acl")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::lock_and_release(&locks, "acl").await;
 
     let wrong = format!("redis://alice:nope@127.0.0.1:{}", server.port());
     let err = leasehold::Client::connect(&wrong).await.unwrap_err();

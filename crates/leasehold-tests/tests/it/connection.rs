@@ -19,14 +19,7 @@ async fn the_client_recovers_from_a_silently_dead_connection() {
         .connect()
         .await
         .unwrap();
-    locks
-        .mutex("flow")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::lock_and_release(&locks, "flow").await;
     // A NAT or load balancer forgets the flow: nothing arrives, nothing is closed.
     proxy.blackhole();
     for _ in 0..3 {

@@ -118,14 +118,7 @@ async fn lock_timeout_ends_on_time_against_a_paused_server() {
     let server = RedisServer::start();
     let locks = client_with_timeout(&server, Duration::from_secs(1)).await;
     // Warm up the connection and the scripts.
-    locks
-        .mutex("warm")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::lock_and_release(&locks, "warm").await;
     pause(&server, 2_000).await;
     let started = Instant::now();
     let err = locks

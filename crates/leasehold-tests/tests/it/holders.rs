@@ -58,14 +58,7 @@ async fn held_locks_lists_only_held_leasehold_locks_matching_the_pattern() {
     }
     // A free lock with a fence on record and the memory of its release, and a key some other program wrote under
     // the prefix: neither is listed.
-    locks
-        .mutex("free")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::lock_and_release(&locks, "free").await;
     let _: () = redis::cmd("SET")
         .arg("leasehold:{foreign}")
         .arg("hello")

@@ -41,6 +41,18 @@ pub async fn connect(server: &RedisServer) -> leasehold::Client {
     leasehold::Client::connect(&server.url()).await.unwrap()
 }
 
+/// Takes the lock `name` once and releases it (a warm-up, or a check that locking works).
+pub async fn lock_and_release(locks: &leasehold::Client, name: &str) {
+    locks
+        .mutex(name)
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// A plain async connection for test bookkeeping.
 pub async fn redis_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     server

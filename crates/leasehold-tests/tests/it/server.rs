@@ -191,14 +191,7 @@ async fn a_user_whose_key_pattern_misses_the_prefix_is_refused_at_connect() {
         .connect()
         .await
         .unwrap();
-    locks
-        .mutex("ok")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::lock_and_release(&locks, "ok").await;
 }
 
 #[tokio::test]

@@ -186,14 +186,7 @@ async fn a_releaser_cannot_barge_ahead_of_a_queued_waiter() {
         .await
         .unwrap();
     assert!(waiter_fence > first);
-    looper
-        .mutex("turns")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::lock_and_release(&looper, "turns").await;
 }
 
 #[tokio::test]
