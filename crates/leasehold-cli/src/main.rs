@@ -8,6 +8,7 @@
 //! | `run.rs` | `leasehold run`: lock, run, stop the program on loss, release |
 //! | `child.rs` | the program's process group, its signals, its terminal, its exit status |
 //! | `signals.rs` | every catchable terminating signal, caught (and passed on to the program) |
+//! | `holder.rs` | the holder description `run` attaches and `status`/`list` read back |
 //! | `status.rs` | `leasehold status`, `leasehold list` and `leasehold release --force` |
 //! | `demo.rs`, `demo/` | `leasehold demo`: rounds, buyer processes, the fenced store, the final table |
 //! | `bench/` | `leasehold bench`: scenarios, worker processes, statistics, the SVG plot |
@@ -29,6 +30,7 @@ mod connect;
 mod demo;
 mod duration;
 mod exit;
+mod holder;
 mod log;
 mod progress;
 mod run;

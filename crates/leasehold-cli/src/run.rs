@@ -58,7 +58,7 @@ async fn run_with(
     let mutex = client
         .mutex(name)
         .ttl(args.ttl)
-        .describe(holder_description(&args.command));
+        .describe(crate::holder::description(&args.command));
     let acquired = tokio::select! {
         acquired = async {
             if args.nonblock || args.wait == Some(std::time::Duration::ZERO) {
@@ -229,38 +229,6 @@ fn not_acquired(
         ),
         other => anyhow::Error::from(other).context(format!("taking lock {name:?}")),
     }
-}
-
-/// What `leasehold status` and `list` show about this holder: `host=H pid=P user=U started=T program=ARGS…`
-/// (the pid is this command's; the start time is UTC, RFC 3339), cut to the library's limit, control characters
-/// replaced by `?`.
-pub fn holder_description(command: &[OsString]) -> String {
-    let host = nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "?".to_owned());
-    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map_or_else(|| nix::unistd::getuid().to_string(), |u| u.name);
-    let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
-    let program: Vec<String> = command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let text = format!(
-        "host={host} pid={} user={user} started={started} program={}",
-        std::process::id(),
-        program.join(" ")
-    );
-    let mut out = String::with_capacity(leasehold::MAX_DESCRIPTION_LEN);
-    for c in text.chars() {
-        let c = if c.is_control() { '?' } else { c };
-        if out.len() + c.len_utf8() > leasehold::MAX_DESCRIPTION_LEN {
-            break;
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The program as shown in messages: its first word, quoted.

@@ -129,29 +129,9 @@ fn to_json(info: &leasehold::LockInfo) -> Value {
         "fence": info.last_fence.map(leasehold::Fence::get),
         "token": holder.map(|h| h.token.as_str()),
         "description": description,
-        "holder": description.and_then(holder_fields),
+        "holder": description.and_then(crate::holder::fields),
         "waiting_clients": info.waiting_clients,
     })
-}
-
-/// The fields of a description `leasehold run` wrote (`host=… pid=… user=… started=… program=…`), or `None` for
-/// any other text.
-fn holder_fields(description: &str) -> Option<Value> {
-    let mut rest = description;
-    let mut fields = serde_json::Map::new();
-    for key in ["host", "pid", "user", "started"] {
-        let (field, tail) = rest.split_once(' ')?;
-        let value = field.strip_prefix(key)?.strip_prefix('=')?;
-        let value = if key == "pid" {
-            json!(value.parse::<u32>().ok()?)
-        } else {
-            json!(value)
-        };
-        fields.insert(key.to_owned(), value);
-        rest = tail;
-    }
-    fields.insert("program".to_owned(), json!(rest.strip_prefix("program=")?));
-    Some(Value::Object(fields))
 }
 
 /// The random part of an owner token, without the description after it.
@@ -212,23 +192,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_description_run_writes_reads_back_as_fields() {
-        let command = ["sh", "-c", "echo a  b"].map(std::ffi::OsString::from);
-        let description = crate::run::holder_description(&command);
-        let fields = holder_fields(&description).unwrap();
-        assert_eq!(fields["pid"], std::process::id());
-        assert_eq!(fields["program"], "sh -c echo a  b");
-        assert!(humantime::parse_rfc3339(fields["started"].as_str().unwrap()).is_ok());
-        assert_eq!(holder_fields("nightly batch on web-1"), None);
+    fn the_token_id_is_the_part_before_the_description() {
         assert_eq!(token_id("dl1:ab host=x pid=1"), "dl1:ab");
         assert_eq!(token_id("dl1:ab"), "dl1:ab");
-    }
-
-    #[test]
-    fn a_long_or_odd_command_is_cut_to_a_valid_description() {
-        let long = ["prog".to_owned(), "é\n".repeat(300)].map(std::ffi::OsString::from);
-        let description = crate::run::holder_description(&long);
-        assert!(description.len() <= leasehold::MAX_DESCRIPTION_LEN);
-        assert!(!description.chars().any(char::is_control));
     }
 }

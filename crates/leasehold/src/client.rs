@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManagerConfig};
-use redis::Value;
 
 use crate::checks::{check_keys, check_publish, server_warnings, ServerWarning};
 use crate::conn::Conn;
@@ -132,15 +131,11 @@ impl Client {
         let keys = self.keys(name)?;
         let mut invocation = INSPECT.key(&keys.lock);
         invocation.key(keys.fence()).key(keys.queue());
-        let read: Result<(Option<String>, i64, Option<String>, u64), Error> = self
-            .inner
-            .conn
-            .invoke_idempotent(&invocation)
-            .await
-            .map_err(|e| not_a_lock(e, &keys.lock));
+        let read: redis::RedisResult<(Option<String>, i64, Option<String>, u64)> =
+            self.inner.conn.invoke_idempotent(&invocation).await;
         let (holder, pttl, fence, waiting) = match read {
             Ok(read) => read,
-            Err(err) => return Err(explain_foreign(&self.inner.conn, &keys.lock, err).await),
+            Err(err) => return Err(script_error(&self.inner.conn, &keys.lock, err).await),
         };
         let reserved = holder
             .as_deref()
@@ -222,12 +217,18 @@ impl Client {
         names.sort();
         names.dedup();
         let mut held = Vec::new();
-        for name in names {
-            match self.inspect(&name).await {
-                Ok(info) if info.holder.is_some() => held.push(info),
-                // Free by now, a name leasehold would refuse, or a key some other program wrote: not a held lock.
-                Ok(_) | Err(Error::InvalidArgument(_) | Error::NotALock { .. }) => {}
-                Err(err) => return Err(err),
+        // Read in chunks, all of a chunk at once (the multiplexed connection pipelines them): one round trip per
+        // chunk, not per lock.
+        for chunk in names.chunks(HELD_LOCKS_CHUNK) {
+            let infos =
+                futures_util::future::join_all(chunk.iter().map(|name| self.inspect(name))).await;
+            for info in infos {
+                match info {
+                    Ok(info) if info.holder.is_some() => held.push(info),
+                    // Free by now, a name leasehold would refuse, or a key some other program wrote: not a held lock.
+                    Ok(_) | Err(Error::InvalidArgument(_) | Error::NotALock { .. }) => {}
+                    Err(err) => return Err(err),
+                }
             }
         }
         Ok(held)
@@ -251,17 +252,16 @@ impl Client {
         require_runtime()?;
         let keys = self.keys(name)?;
         let wakeups = &self.inner.wakeups;
-        let removed: Result<Option<String>, Error> = FORCE_RELEASE
+        let removed: redis::RedisResult<Option<String>> = FORCE_RELEASE
             .key(&keys.lock)
             .key(keys.queue())
             .key(keys.waiters())
             .arg(wakeups.channel_prefix())
             .invoke_async(&mut self.inner.conn.clone())
-            .await
-            .map_err(|e| not_a_lock(e, &keys.lock));
+            .await;
         let removed = match removed {
             Ok(removed) => removed,
-            Err(err) => return Err(explain_foreign(&self.inner.conn, &keys.lock, err).await),
+            Err(err) => return Err(script_error(&self.inner.conn, &keys.lock, err).await),
         };
         match removed {
             Some(token) if !token.starts_with(TOKEN_PREFIX) => Err(foreign(&keys.lock, &token)),
@@ -517,9 +517,8 @@ impl Builder {
                 })??
             }
         };
-        // Fail now, not at the first lock, when the server is unreachable or refuses us.
-        let mut probe = conn.clone();
-        let _: Value = redis::cmd("PING").query_async(&mut probe).await?;
+        // The checks below fail now, not at the first lock, when the server is unreachable or refuses us (the first
+        // of them is the first request on the connection).
         // Identifies this client in lock queues; its wake-up channel is named after it.
         let client_id = new_token(None)?.split_off(crate::fence::TOKEN_PREFIX.len());
         check_publish(&conn, &format!("{}:wake:", self.prefix), &client_id).await?;
@@ -559,6 +558,9 @@ fn check_timeout(what: &'static str, value: Duration) -> Result<(), InvalidArgum
     Ok(())
 }
 
+/// How many locks [`Client::held_locks`] reads at once.
+const HELD_LOCKS_CHUNK: usize = 100;
+
 /// `text` with the glob characters of Redis's `MATCH` escaped.
 fn escape_glob(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -592,6 +594,12 @@ pub(crate) fn foreign(key: &str, value: &str) -> Error {
             excerpt(value.as_bytes())
         ),
     }
+}
+
+/// A failed script call on the lock at `key`: [`Error::NotALock`] (saying what the key holds) for `WRONGTYPE`,
+/// [`Error::Redis`] otherwise.
+pub(crate) async fn script_error(conn: &Conn, key: &str, err: redis::RedisError) -> Error {
+    explain_foreign(conn, key, not_a_lock(err, key)).await
 }
 
 /// `err` with a [`Error::NotALock`] about `key` made precise: the key's Redis type, and for a string the start of
