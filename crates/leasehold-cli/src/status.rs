@@ -45,10 +45,6 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
                     token_id(&holder.token)
                 )
             }
-            None if info.reserved => format!(
-                "{:?} is free, being handed to the waiting client it woke (last fence {fence_text})",
-                info.name
-            ),
             None => match fence {
                 Some(fence) => format!("{:?} is free (last fence {fence})", info.name),
                 None => format!("{:?} is free (no fence on record)", info.name),

@@ -9,7 +9,7 @@ use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 use crate::checks::{check_keys, check_publish, server_warnings, ServerWarning};
 use crate::conn::Conn;
 use crate::error::{require_runtime, Error, InvalidArgument};
-use crate::fence::{description_of, new_token, Fence, RESERVED_PREFIX, TOKEN_PREFIX};
+use crate::fence::{description_of, new_token, Fence, TOKEN_PREFIX};
 use crate::keeper::Keeper;
 use crate::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::mutex::Mutex;
@@ -137,11 +137,7 @@ impl Client {
             Ok(read) => read,
             Err(err) => return Err(script_error(&self.inner.conn, &keys.lock, err).await),
         };
-        let reserved = holder
-            .as_deref()
-            .is_some_and(|h| h.starts_with(RESERVED_PREFIX));
         let holder = match holder {
-            Some(_) if reserved => None,
             Some(token) if token.starts_with(TOKEN_PREFIX) => Some(Holder {
                 description: description_of(&token).map(str::to_owned),
                 token,
@@ -165,7 +161,6 @@ impl Client {
             name: name.to_owned(),
             holder,
             last_fence,
-            reserved,
             waiting_clients: waiting,
         })
     }
@@ -237,8 +232,7 @@ impl Client {
     /// Deletes the lock called `name` whoever holds it, and wakes its waiters. An operator's escape hatch for a
     /// lock whose holder is known to be dead: the holder, if alive, loses its lease at its next renewal.
     ///
-    /// Returns the owner token that was removed, or `None` when the lock was free (or only reserved for a woken
-    /// waiter).
+    /// Returns the owner token that was removed, or `None` when the lock was free.
     ///
     /// # Errors
     ///
@@ -256,7 +250,9 @@ impl Client {
             .key(&keys.lock)
             .key(keys.queue())
             .key(keys.waiters())
+            .key(keys.fence())
             .arg(wakeups.channel_prefix())
+            .arg(crate::keys::millis(self.inner.fence_retention))
             .invoke_async(&mut self.inner.conn.clone())
             .await;
         let removed = match removed {
@@ -265,7 +261,6 @@ impl Client {
         };
         match removed {
             Some(token) if !token.starts_with(TOKEN_PREFIX) => Err(foreign(&keys.lock, &token)),
-            Some(token) if token.starts_with(RESERVED_PREFIX) => Ok(None),
             removed => Ok(removed),
         }
     }
@@ -320,9 +315,6 @@ pub struct LockInfo {
     pub holder: Option<Holder>,
     /// The fence of the most recent grant, when the counter still exists.
     pub last_fence: Option<Fence>,
-    /// True for the few milliseconds after a release during which the lock is kept for the waiting client it
-    /// woke (`holder` is `None` then).
-    pub reserved: bool,
     /// How many clients (processes, usually) are queued waiting for the lock.
     pub waiting_clients: u64,
 }
@@ -524,26 +516,25 @@ impl Builder {
         check_publish(&conn, &format!("{}:wake:", self.prefix), &client_id).await?;
         check_keys(&conn, &self.prefix).await?;
         let warnings = server_warnings(&conn).await;
-        let orphans = Orphans::new(redis.clone(), self.connection_timeout);
-        let wakeups = Wakeups::new(
-            redis,
-            conn.clone(),
-            &self.prefix,
-            client_id,
-            self.connection_timeout,
-            self.response_timeout,
-        );
-        Ok(Client {
-            inner: Arc::new(Inner {
-                conn,
-                prefix: self.prefix,
-                fence_retention: self.fence_retention,
-                keeper: Arc::new(Keeper::new()),
-                wakeups,
-                orphans,
-                warnings,
-            }),
-        })
+        let orphans = Orphans::new(redis.clone(), self.connection_timeout, self.fence_retention);
+        // The subscriber holds the client weakly: it releases grants that nobody here waits for any more.
+        let inner = Arc::new_cyclic(|inner| Inner {
+            wakeups: Wakeups::new(
+                inner.clone(),
+                redis,
+                &self.prefix,
+                client_id,
+                self.connection_timeout,
+                self.response_timeout,
+            ),
+            conn,
+            prefix: self.prefix,
+            fence_retention: self.fence_retention,
+            keeper: Arc::new(Keeper::new()),
+            orphans,
+            warnings,
+        });
+        Ok(Client { inner })
     }
 }
 

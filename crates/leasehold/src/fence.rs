@@ -40,10 +40,6 @@ impl From<Fence> for u64 {
 /// recognised and left alone.
 pub(crate) const TOKEN_PREFIX: &str = "dl1:";
 
-/// The value a release leaves in the lock key, followed by a client id, while the lock is kept for the waiting
-/// client it woke.
-pub(crate) const RESERVED_PREFIX: &str = "dl1:rsv:";
-
 /// Length of a token without its description: the prefix and 32 hex digits.
 const TOKEN_LEN: usize = TOKEN_PREFIX.len() + 32;
 
@@ -65,6 +61,14 @@ pub(crate) fn new_token(description: Option<&str>) -> Result<String, crate::Erro
         token.push_str(description);
     }
     Ok(token)
+}
+
+/// The 128 random bits that identify `token` (its hex digits), or `None` for a string that is not a token.
+pub(crate) fn token_id(token: &str) -> Option<u128> {
+    let hex = token
+        .strip_prefix(TOKEN_PREFIX)?
+        .get(..TOKEN_LEN - TOKEN_PREFIX.len())?;
+    u128::from_str_radix(hex, 16).ok()
 }
 
 /// The holder's description carried by `token`, if any.
@@ -118,7 +122,9 @@ mod tests {
         assert_eq!(description_of(&plain), None);
         let described = new_token(Some("host=a pid=1")).unwrap();
         assert_eq!(described.len(), TOKEN_LEN + 1 + "host=a pid=1".len());
-        assert!(!described.starts_with(RESERVED_PREFIX));
+        assert_eq!(token_id(&described), token_id(&described[..TOKEN_LEN]));
+        assert!(token_id(&described).is_some());
+        assert_eq!(token_id("dl1:zz"), None);
         assert_eq!(description_of(&described), Some("host=a pid=1"));
         assert!(check_description("nightly backup on web-1").is_ok());
         assert!(check_description("a\nb").is_err());

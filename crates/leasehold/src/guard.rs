@@ -105,6 +105,7 @@ impl MutexGuard {
                 &shared.keys,
                 &shared.token,
                 inner.wakeups.channel_prefix(),
+                inner.fence_retention,
             ))
             .await
             .map_err(|e| not_a_lock(e, &shared.keys.lock));
@@ -290,19 +291,22 @@ pub(crate) fn loss_reason(code: i64) -> LossReason {
     }
 }
 
-/// The owner-checked release of `token` (see `scripts/release.lua`).
+/// The owner-checked release of `token`, handing the lock to the next waiting client (see `scripts/release.lua`).
 pub(crate) fn release_invocation<'a>(
     keys: &LockKeys,
     token: &str,
     channel_prefix: &str,
+    fence_retention: Duration,
 ) -> ScriptInvocation<'a> {
     let mut invocation = RELEASE.key(&keys.lock);
     invocation
         .key(keys.queue())
         .key(keys.waiters())
         .key(keys.released())
+        .key(keys.fence())
         .arg(token)
-        .arg(channel_prefix);
+        .arg(channel_prefix)
+        .arg(millis(fence_retention));
     invocation
 }
 
@@ -330,8 +334,12 @@ pub(crate) fn release_in_background(
     runtime.spawn(async move {
         let mut backoff = Duration::from_millis(50);
         loop {
-            let invocation =
-                release_invocation(&task.keys, &task.token, task.inner.wakeups.channel_prefix());
+            let invocation = release_invocation(
+                &task.keys,
+                &task.token,
+                task.inner.wakeups.channel_prefix(),
+                task.inner.fence_retention,
+            );
             let reply: redis::RedisResult<i64> = task.inner.conn.invoke_idempotent(&invocation).await;
             match reply {
                 Ok(_) => break,

@@ -52,6 +52,8 @@ struct Entry {
     next_renewal: Instant,
     in_flight: bool,
     failures: u32,
+    /// Renew once, then forget the lease.
+    once: bool,
 }
 
 impl Keeper {
@@ -64,7 +66,8 @@ impl Keeper {
         }
     }
 
-    /// Starts renewing a lease every `every`; its grant request left at `sent`. Returns the id to
+    /// Starts renewing a lease every `every`; its grant request left at `sent`. With `once`, renews it once, now (a
+    /// fixed lease that a hand-off granted with a shorter claim), and then forgets it. Returns the id to
     /// [`Keeper::forget`] it with.
     ///
     /// Must run inside a tokio runtime (it may start the keeper task).
@@ -74,25 +77,26 @@ impl Keeper {
         lease: Arc<LeaseShared>,
         sent: Instant,
         every: Duration,
+        once: bool,
     ) -> u64 {
-        let next_renewal = sent + every;
+        let entry = Entry {
+            lease,
+            every,
+            next_renewal: if once { sent } else { sent + every },
+            in_flight: false,
+            failures: 0,
+            once,
+        };
+        // A lease granted with less than its usual time left (a hand-off's claim) is due at once.
+        let due = entry.due_at();
         let (id, wake) = {
             let mut state = self.lock();
             let id = state.next_id;
             state.next_id += 1;
-            state.leases.insert(
-                id,
-                Entry {
-                    lease,
-                    every,
-                    next_renewal,
-                    in_flight: false,
-                    failures: 0,
-                },
-            );
-            let wake = state.next_wake.is_none_or(|at| next_renewal < at);
+            state.leases.insert(id, entry);
+            let wake = state.next_wake.is_none_or(|at| due < at);
             if wake {
-                state.next_wake = Some(next_renewal);
+                state.next_wake = Some(due);
             }
             (id, wake)
         };
@@ -171,6 +175,9 @@ impl Keeper {
                     renewal.lease.confirm(renewal.request, run);
                     entry.failures = 0;
                     entry.next_renewal = renewal.request.sent + entry.every;
+                    if entry.once {
+                        state.leases.remove(&renewal.id);
+                    }
                 }
                 Some((_, Some(code))) => {
                     if code == -2 {

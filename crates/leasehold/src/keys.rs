@@ -4,11 +4,10 @@
 //!
 //! | what | Redis name | type |
 //! |---|---|---|
-//! | the lock | `P:{N}` | string: the owner token with a millisecond expiry, or for a few ms after a release the
-//! reservation `dl1:rsv:<client id>` for the waiting client it woke |
+//! | the lock | `P:{N}` | string: the owner token with a millisecond expiry |
 //! | its fencing counter | `P:{N}:fence` | string: the last fence granted |
 //! | its waiting clients | `P:{N}:queue` | list of client ids, oldest first |
-//! | their liveness | `P:{N}:waiters` | hash: client id → liveness deadline (server time, ms) |
+//! | their hand-off entries | `P:{N}:waiters` | hash: client id → `<liveness deadline, server ms> <claim ms> <token>` |
 //! | the last release | `P:{N}:released` | string: the token of the last release, for the rest of its lease |
 //!
 //! The braces make `N` the hash tag, so every key of one lock maps to one Redis Cluster slot. Wake-ups go to
@@ -51,6 +50,15 @@ impl LockKeys {
         }))
     }
 
+    /// The keys of the lock whose lock key is `lock` (as a wake-up message names it), if it is one under `prefix`.
+    pub(crate) fn of_key(prefix: &str, lock: &str) -> Option<Arc<LockKeys>> {
+        let name = lock
+            .strip_prefix(prefix)?
+            .strip_prefix(":{")?
+            .strip_suffix('}')?;
+        LockKeys::new(prefix, name).ok()
+    }
+
     /// The lock's name, `N`.
     pub(crate) fn name(&self) -> &str {
         &self.lock[self.name_start..self.lock.len() - 1]
@@ -63,28 +71,18 @@ impl LockKeys {
 
     /// `P:{N}:queue`.
     pub(crate) fn queue(&self) -> Suffixed<'_> {
-        queue_of(&self.lock)
+        Suffixed(&self.lock, ":queue")
     }
 
     /// `P:{N}:waiters`.
     pub(crate) fn waiters(&self) -> Suffixed<'_> {
-        waiters_of(&self.lock)
+        Suffixed(&self.lock, ":waiters")
     }
 
     /// `P:{N}:released`.
     pub(crate) fn released(&self) -> Suffixed<'_> {
         Suffixed(&self.lock, ":released")
     }
-}
-
-/// The queue key of the lock key `lock` (wake-ups carry only the lock key).
-pub(crate) fn queue_of(lock: &str) -> Suffixed<'_> {
-    Suffixed(lock, ":queue")
-}
-
-/// The waiters key (liveness of queued clients) of the lock key `lock`.
-pub(crate) fn waiters_of(lock: &str) -> Suffixed<'_> {
-    Suffixed(lock, ":waiters")
 }
 
 /// A key written as the lock key plus a suffix, without building the string first.

@@ -203,13 +203,15 @@ pub(crate) struct LeaseShared {
 }
 
 impl LeaseShared {
-    /// A lease granted by a request sent at `sent` that ran at `run` (server µs).
+    /// A lease of `ttl` (what renewals keep it at), granted by a grant that left the key `left` to live when it ran
+    /// at `run` (server µs), and that ran no earlier than `sent` on the lease clock.
     pub(crate) fn new(
         keys: Arc<LockKeys>,
         token: String,
         fence: Fence,
         ttl: Duration,
         sent: Instant,
+        left: Duration,
         run: i64,
     ) -> Arc<LeaseShared> {
         Arc::new(LeaseShared {
@@ -218,7 +220,7 @@ impl LeaseShared {
             fence,
             ttl,
             granted: clock::now(),
-            status: Mutex::new(Status::Held(Validity::new(sent, ttl, run))),
+            status: Mutex::new(Status::Held(Validity::new(sent, left, run))),
             changed: Notify::new(),
         })
     }
@@ -539,7 +541,15 @@ mod tests {
     async fn a_suspension_longer_than_the_lease_ends_it_at_once() {
         let keys = LockKeys::new("p", "n").unwrap();
         let lease = Lease {
-            shared: LeaseShared::new(keys, "t".into(), Fence::new(1), 30 * S, clock::now(), 1),
+            shared: LeaseShared::new(
+                keys,
+                "t".into(),
+                Fence::new(1),
+                30 * S,
+                clock::now(),
+                30 * S,
+                1,
+            ),
         };
         assert!(lease.is_held());
         let lost = tokio::spawn(lease.lost());

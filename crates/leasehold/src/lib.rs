@@ -213,6 +213,12 @@ pub use mutex::{Mutex, DEFAULT_TTL};
 /// Re-exported so that callers can name the connection and error types without a second `redis` dependency.
 pub use redis;
 
+/// Not a public interface: what leasehold's own tests need to replay its scripts by hand.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::scripts::source as script_source;
+}
+
 #[cfg(test)]
 mod bounds {
     fn send_sync_static<T: Send + Sync + 'static>() {}

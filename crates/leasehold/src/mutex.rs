@@ -13,7 +13,8 @@ use crate::fence::{check_description, new_token, Fence};
 use crate::guard::{release_in_background, MutexGuard};
 use crate::keys::{check_ttl, drift, millis, LockKeys};
 use crate::lease::{Lease, LeaseShared};
-use crate::scripts::{ACQUIRE, HEARTBEAT};
+use crate::scripts::{ACQUIRE, CLAIM, HEARTBEAT};
+use crate::wake::{Expecting, Handed};
 
 /// Default lease: kept alive by the watchdog while the guard lives.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -187,7 +188,7 @@ impl Mutex {
     pub async fn try_lock(&self) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
         let started = Instant::now();
-        match self.attempt(&keys, Wait::No).await? {
+        match self.attempt(&keys, Wait::No, None, None).await? {
             Attempt::Granted(guard) => {
                 crate::metrics::granted(started.elapsed());
                 Ok(guard)
@@ -415,7 +416,10 @@ impl Mutex {
         let wakeups = &self.client.inner.wakeups;
         let epoch = wakeups.epoch();
         let mut outage = Outage::default();
-        let mut remaining = match self.attempt_until(&keys, Wait::First, deadline).await {
+        // Every token this wait sends may be stored for a hand-off: registered before it leaves.
+        let mut expecting = wakeups.expecting(&keys.lock);
+        let first = self.attempt_until(&keys, Wait::First, None, &mut expecting, deadline);
+        let mut remaining = match first.await {
             Some(Ok(Attempt::Granted(guard))) => return Ok(guard),
             Some(Ok(Attempt::Busy(remaining))) => remaining,
             Some(Err(err)) => outage.ride(err, &keys, self.fail_fast)?,
@@ -425,15 +429,49 @@ impl Mutex {
 
         tracing::debug!(lock = %keys.name(), holder_lease_left = ?remaining, "busy; waiting");
         let waiting = wakeups.join(&keys.lock);
-        // Registered from here on: every later wake-up for this lock moves `wake`.
+        // Bumped after a subscriber reconnect: a hand-off may have been missed.
         let mut wake = waiting.wakeups();
-        // Only the head of the local queue contends in Redis: a release costs O(1) attempts per process.
+        // Only the head of the local queue contends in Redis: a release costs O(1) attempts per process. A release
+        // may still hand the lock to the token of this task's first attempt while it queues here.
         let (permit, queued) = match waiting.local.queue.try_acquire() {
             Ok(permit) => (permit, false),
-            Err(_) => match until(deadline, waiting.local.queue.acquire()).await {
-                Some(Ok(permit)) => (permit, true),
-                _ => return Err(timed_out(&mut outage)),
-            },
+            Err(_) => {
+                let queue = async {
+                    loop {
+                        tokio::select! {
+                            permit = waiting.local.queue.acquire() => return permit.ok().map(Ok),
+                            () = expecting.arrived() => {}
+                        }
+                        let Some((handed, sent)) = expecting.handed() else {
+                            continue;
+                        };
+                        let token = match self.take_hand_off(&keys, &mut expecting, handed, sent) {
+                            Ok(guard) => return Some(Err(guard)),
+                            Err(token) => token,
+                        };
+                        // Too close to its end to start on: confirm it with one attempt, which finds the lock held
+                        // by that token (or, if it lapsed, queues again).
+                        let confirm =
+                            self.attempt(&keys, Wait::Queued, Some(&token), Some(&mut expecting));
+                        match confirm.await {
+                            Ok(Attempt::Granted(guard)) => return Some(Err(guard)),
+                            Ok(Attempt::Busy(_)) => expecting.drop_handed(&token),
+                            // Left in the mailbox: released if this wait ends, else it lapses with its claim.
+                            Err(_) => {}
+                        }
+                    }
+                };
+                match until(deadline, queue).await {
+                    Some(Some(Ok(permit))) => (permit, true),
+                    Some(Some(Err(guard))) => {
+                        // The grant went to this client, which has left the Redis queue: the local head queues it
+                        // again for the tasks still waiting.
+                        waiting.local.bump();
+                        return Ok(guard);
+                    }
+                    _ => return Err(timed_out(&mut outage)),
+                }
+            }
         };
         if until(deadline, wakeups.ready()).await.is_none() {
             return Err(timed_out(&mut outage));
@@ -442,18 +480,44 @@ impl Mutex {
         // made, nothing was delivered since, and no local waiter went before us.
         let mut look_again = queued || epoch.is_none() || wakeups.epoch() != epoch;
         loop {
+            // A release handed the lock to one of our tokens: start at once when the grant's deadline leaves room,
+            // otherwise confirm it with the attempt below (which finds the lock held by that token).
+            let mut prev = expecting.last().map(str::to_owned);
+            if let Some((handed, sent)) = expecting.handed() {
+                match self.take_hand_off(&keys, &mut expecting, handed, sent) {
+                    Ok(guard) => {
+                        outage.over(&keys);
+                        drop(permit);
+                        return Ok(guard);
+                    }
+                    Err(token) => {
+                        prev = Some(token);
+                        look_again = true;
+                    }
+                }
+            }
             if look_again {
                 // Seen before the attempt: a wake-up that lands after it still wakes us below.
                 wake.borrow_and_update();
-                remaining = match self.attempt_until(&keys, Wait::Queued, deadline).await {
+                let attempt = self.attempt_until(
+                    &keys,
+                    Wait::Queued,
+                    prev.as_deref(),
+                    &mut expecting,
+                    deadline,
+                );
+                remaining = match attempt.await {
                     Some(Ok(Attempt::Granted(guard))) => {
                         outage.over(&keys);
-                        waiting.granted();
                         drop(permit);
                         return Ok(guard);
                     }
                     Some(Ok(Attempt::Busy(remaining))) => {
                         outage.over(&keys);
+                        // A hand-off that was waiting for this confirmation has lapsed: forget it.
+                        if let Some(token) = prev.as_deref() {
+                            expecting.drop_handed(token);
+                        }
                         remaining
                     }
                     Some(Err(err)) => outage.ride(err, &keys, self.fail_fast)?,
@@ -465,19 +529,50 @@ impl Mutex {
             if deadline.is_some_and(|d| now >= d) {
                 return Err(timed_out(&mut outage));
             }
-            // Woken by the release; otherwise look again when the holder's lease ends, and at least every heartbeat,
-            // which keeps this client's queue entry alive and bounds the cost of a lost wake-up or of a reservation
-            // that a dead or paused client never claimed.
+            // Handed the lock by a release; otherwise look again when the holder's lease ends, and at least every
+            // heartbeat, which keeps this client's queue entry (and the token a release would grant) fresh and bounds
+            // the cost of a lost message.
             let lease_end = now
                 + remaining
                     .unwrap_or(NO_TTL_RECHECK)
                     .clamp(Duration::from_millis(1), HEARTBEAT);
             let wake_at = deadline.map_or(lease_end, |d| d.min(lease_end));
             tokio::select! {
+                () = expecting.arrived() => look_again = false,
                 _ = wake.changed() => {}
                 () = tokio::time::sleep_until(wake_at) => {}
             }
         }
+    }
+
+    /// A grant a release handed to `handed.token`, whose attempt was sent at `sent`: a guard, when the deadline it
+    /// gives leaves at least a quarter of the claim; otherwise the token, to be confirmed by an attempt.
+    ///
+    /// The deadline: the release ran after the attempt that stored the token, which ran after it was sent, so the
+    /// claim lease it set ends no earlier than `sent + claim` (less the drift allowance, as for every lease).
+    fn take_hand_off(
+        &self,
+        keys: &Arc<LockKeys>,
+        expecting: &mut Expecting,
+        handed: Handed,
+        sent: Instant,
+    ) -> Result<MutexGuard, String> {
+        let valid_until = sent + handed.claim - drift(handed.claim);
+        if valid_until.saturating_duration_since(crate::clock::now()) < handed.claim / 4 {
+            return Err(handed.token);
+        }
+        expecting.drop_handed(&handed.token);
+        Ok(self.grant(
+            keys,
+            handed.token,
+            i64::try_from(handed.fence).unwrap_or(i64::MAX),
+            Expiry {
+                sent,
+                left: handed.claim,
+                run: handed.run,
+                handed: true,
+            },
+        ))
     }
 
     /// One attempt, given up at `deadline` (`None` then): a paused or unreachable server cannot hold a bounded call
@@ -486,13 +581,23 @@ impl Mutex {
         &self,
         keys: &Arc<LockKeys>,
         wait: Wait,
+        prev: Option<&str>,
+        expecting: &mut Expecting,
         deadline: Option<Instant>,
     ) -> Option<Result<Attempt, Error>> {
-        until(deadline, self.attempt(keys, wait)).await
+        until(deadline, self.attempt(keys, wait, prev, Some(expecting))).await
     }
 
-    /// One acquire script call with a fresh token. A caller that will wait joins the lock's queue when busy.
-    async fn attempt(&self, keys: &Arc<LockKeys>, wait: Wait) -> Result<Attempt, Error> {
+    /// One acquire script call with a fresh token. A caller that will wait joins the lock's queue when busy, with
+    /// this token registered for a hand-off (in `expecting`, before the request leaves); `prev` is the token of its
+    /// previous attempt, which a release may have been handed the lock to meanwhile.
+    async fn attempt(
+        &self,
+        keys: &Arc<LockKeys>,
+        wait: Wait,
+        prev: Option<&str>,
+        expecting: Option<&mut Expecting>,
+    ) -> Result<Attempt, Error> {
         let inner = &self.client.inner;
         let token = new_token(self.description.as_deref())?;
         let ttl_ms = millis(self.ttl);
@@ -509,7 +614,18 @@ impl Mutex {
                 Wait::No => "0",
                 Wait::First => "1",
                 Wait::Queued => "2",
-            });
+            })
+            .arg(millis(self.ttl.min(CLAIM)))
+            .arg(prev.unwrap_or(""));
+        // On the lease clock (see clock.rs), read before the request leaves.
+        let sent = crate::clock::now();
+        let expecting = match expecting {
+            Some(expecting) if wait != Wait::No => {
+                expecting.add(&token, sent);
+                Some(expecting)
+            }
+            _ => None,
+        };
         // From here until the reply is read, a drop (or a lost reply) may leave a grant nobody knows about.
         let mut pending = Pending {
             inner,
@@ -517,13 +633,11 @@ impl Mutex {
             token: Some(token),
             ttl: self.ttl,
         };
-        // On the lease clock (see clock.rs), read before the request leaves.
-        let sent = crate::clock::now();
         // Retried once on a dropped connection with the same token: a retry that finds the grant of its first run
         // reports that grant (acquire.lua is idempotent per token).
-        let (reply, reached): (Result<(i64, i64, i64), redis::RedisError>, bool) =
+        let (reply, reached): (redis::RedisResult<AcquireReply>, bool) =
             inner.conn.invoke_idempotent_tracked(&invocation).await;
-        let (code, value, run) = match reply {
+        let (code, value, run, left) = match reply {
             Ok(reply) => reply,
             Err(err) => {
                 let err = not_a_lock(err, &keys.lock);
@@ -542,8 +656,36 @@ impl Mutex {
             }
         };
         let token = pending.disarm();
+        let expiry = |left: i64| Expiry {
+            sent,
+            left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+            run,
+            handed: false,
+        };
         match code {
-            1 => Ok(Attempt::Granted(self.grant(keys, token, value, sent, run))),
+            1 => {
+                if let Some(expecting) = expecting {
+                    expecting.drop_handed(&token);
+                }
+                Ok(Attempt::Granted(self.grant(
+                    keys,
+                    token,
+                    value,
+                    expiry(left),
+                )))
+            }
+            2 => {
+                // A release handed the lock to our previous attempt's token; this attempt stored nothing.
+                let prev = prev.unwrap_or_default().to_owned();
+                if let Some(expecting) = expecting {
+                    expecting.drop_handed(&prev);
+                }
+                let expiry = Expiry {
+                    handed: true,
+                    ..expiry(left)
+                };
+                Ok(Attempt::Granted(self.grant(keys, prev, value, expiry)))
+            }
             0 => {
                 crate::metrics::busy();
                 Ok(Attempt::Busy(
@@ -558,25 +700,43 @@ impl Mutex {
         }
     }
 
-    fn grant(
-        &self,
-        keys: &Arc<LockKeys>,
-        token: String,
-        fence: i64,
-        sent: Instant,
-        run: i64,
-    ) -> MutexGuard {
+    /// A guard for a grant whose expiry `expiry` describes.
+    fn grant(&self, keys: &Arc<LockKeys>, token: String, fence: i64, expiry: Expiry) -> MutexGuard {
         let inner = &self.client.inner;
         let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
-        tracing::debug!(lock = %keys.name(), fence = fence.get(), ttl = ?self.ttl, "granted");
-        let lease = LeaseShared::new(Arc::clone(keys), token, fence, self.ttl, sent, run);
-        let kept = self.renew_interval().map(|every| {
+        tracing::debug!(lock = %keys.name(), fence = fence.get(), ttl = ?self.ttl, handed = expiry.handed, "granted");
+        let Expiry {
+            sent,
+            left,
+            run,
+            handed,
+        } = expiry;
+        let lease = LeaseShared::new(Arc::clone(keys), token, fence, self.ttl, sent, left, run);
+        let keeper = |every, once| {
             inner
                 .keeper
-                .watch(Arc::downgrade(inner), Arc::clone(&lease), sent, every)
-        });
+                .watch(Arc::downgrade(inner), Arc::clone(&lease), sent, every, once)
+        };
+        let kept = match self.renew_interval() {
+            Some(every) => Some(keeper(every, false)),
+            // A fixed lease handed over with a shorter claim: extended once to its whole lease, at once.
+            None if handed && left < self.ttl => Some(keeper(self.ttl / 3, true)),
+            None => None,
+        };
         MutexGuard::new(self.client.clone(), Lease { shared: lease }, kept)
     }
+}
+
+/// `acquire.lua`'s reply: code, fence (or the holder's time left), server µs, the grant's time left in ms.
+type AcquireReply = (i64, i64, i64, i64);
+
+/// What bounds a new grant's expiry from below: the request that made it possible left at `sent` (lease clock), and
+/// the key had `left` to live when it ran (server time `run`, µs). `handed` when a release granted it (a claim lease).
+struct Expiry {
+    sent: Instant,
+    left: Duration,
+    run: i64,
+    handed: bool,
 }
 
 /// A wait's view of a Redis outage: the last error while it lasts, and the backoff before the next attempt.

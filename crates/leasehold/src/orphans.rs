@@ -27,16 +27,22 @@ pub(crate) struct Orphans {
     settled: Notify,
     redis: redis::Client,
     connect_timeout: Duration,
+    fence_retention: Duration,
 }
 
 impl Orphans {
-    pub(crate) fn new(redis: redis::Client, connect_timeout: Duration) -> Orphans {
+    pub(crate) fn new(
+        redis: redis::Client,
+        connect_timeout: Duration,
+        fence_retention: Duration,
+    ) -> Orphans {
         Orphans {
             list: Mutex::new(Vec::new()),
             in_flight: AtomicUsize::new(0),
             settled: Notify::new(),
             redis,
             connect_timeout,
+            fence_retention,
         }
     }
 
@@ -83,13 +89,20 @@ impl Orphans {
         let redis = self.redis.clone();
         let connect_timeout = self.connect_timeout.min(BUDGET);
         let channel_prefix = channel_prefix.to_owned();
+        let retention = self.fence_retention;
         let (done, finished) = mpsc::channel();
         // A thread of its own: this may run inside a runtime that is shutting down, where nothing async can run.
         let spawned = std::thread::Builder::new()
             .name("leasehold-release".into())
             .spawn(move || {
-                let released =
-                    release_blocking(&redis, connect_timeout, deadline, &orphans, &channel_prefix);
+                let released = release_blocking(
+                    &redis,
+                    connect_timeout,
+                    deadline,
+                    &orphans,
+                    &channel_prefix,
+                    retention,
+                );
                 let _ = done.send(released);
             });
         if spawned.is_err() {
@@ -114,6 +127,7 @@ fn release_blocking(
     deadline: Instant,
     orphans: &[(Arc<LockKeys>, String)],
     channel_prefix: &str,
+    fence_retention: Duration,
 ) -> redis::RedisResult<usize> {
     let mut con = redis.get_connection_with_timeout(connect_timeout)?;
     let mut released = 0;
@@ -124,7 +138,8 @@ fn release_blocking(
         }
         con.set_read_timeout(Some(left))?;
         con.set_write_timeout(Some(left))?;
-        let _: i64 = release_invocation(keys, token, channel_prefix).invoke(&mut con)?;
+        let _: i64 =
+            release_invocation(keys, token, channel_prefix, fence_retention).invoke(&mut con)?;
         released += 1;
     }
     Ok(released)

@@ -2,60 +2,88 @@
 //!
 //! Scripts run atomically on the server, which is what makes "compare the owner, then delete" safe.
 //! [`redis::Script`] sends `EVALSHA` and loads the script once on `NOSCRIPT` (after a restart, for example).
-//! `wake_next.lua` is a helper function prepended to the scripts that wake a waiter, and every script starts with
-//! the constants `RESERVATION_MS`, `LIVENESS_MS` and `QUEUE_RETENTION_MS` (see [`script`]).
+//! `grant.lua` (the server clock, the fence) and `hand_off.lua` (a release granting the next waiter) are helper
+//! functions prepended to the scripts that use them, after the constants `LIVENESS_MS` and `QUEUE_RETENTION_MS`
+//! (see [`source`]).
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::Script;
 
-/// Builds a script: the constants below as Lua locals, the wake-up helper when `wake` is set, then `body`. The
+/// What a script is built from, besides its own file.
+#[derive(Clone, Copy)]
+enum Helpers {
+    None,
+    /// `grant.lua`.
+    Grant,
+    /// `grant.lua` and `hand_off.lua`.
+    HandOff,
+}
+
+/// The text of a script as it is loaded: the constants below as Lua locals, the helpers it uses, then `body`. The
 /// constants travel in the script text rather than as arguments: every argument costs the server an object per call.
-fn script(wake: bool, body: &str) -> Script {
+fn text(helpers: Helpers, body: &str) -> String {
     let mut text = format!(
-        "local RESERVATION_MS = {}\nlocal LIVENESS_MS = {}\nlocal QUEUE_RETENTION_MS = {}\n",
-        RESERVATION.as_millis(),
+        "local LIVENESS_MS = {}\nlocal QUEUE_RETENTION_MS = {}\n",
         LIVENESS.as_millis(),
         QUEUE_RETENTION.as_millis(),
     );
-    if wake {
-        text.push_str(include_str!("scripts/wake_next.lua"));
+    if matches!(helpers, Helpers::Grant | Helpers::HandOff) {
+        text.push_str(include_str!("scripts/grant.lua"));
+    }
+    if matches!(helpers, Helpers::HandOff) {
+        text.push_str(include_str!("scripts/hand_off.lua"));
     }
     text.push_str(body);
-    Script::new(&text)
+    text
 }
 
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| script(false, include_str!("scripts/acquire.lua")));
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| script(true, include_str!("scripts/release.lua")));
-pub(crate) static PASS_ON: LazyLock<Script> =
-    LazyLock::new(|| script(true, include_str!("scripts/pass_on.lua")));
-pub(crate) static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| script(true, include_str!("scripts/force_release.lua")));
-pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| script(false, include_str!("scripts/renew.lua")));
-pub(crate) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| script(false, include_str!("scripts/inspect.lua")));
-pub(crate) static PROBE: LazyLock<Script> =
-    LazyLock::new(|| script(false, include_str!("scripts/probe.lua")));
+/// The full text of a script as leasehold loads it, by file name without `.lua` (`acquire`, `release`, `renew`,
+/// `force_release`, `inspect`, `probe`). For tests that replay a script by hand; not a stable interface.
+#[doc(hidden)]
+pub fn source(name: &str) -> Option<String> {
+    let (helpers, body) = match name {
+        "acquire" => (Helpers::Grant, include_str!("scripts/acquire.lua")),
+        "release" => (Helpers::HandOff, include_str!("scripts/release.lua")),
+        "force_release" => (Helpers::HandOff, include_str!("scripts/force_release.lua")),
+        "renew" => (Helpers::None, include_str!("scripts/renew.lua")),
+        "inspect" => (Helpers::None, include_str!("scripts/inspect.lua")),
+        "probe" => (Helpers::None, include_str!("scripts/probe.lua")),
+        _ => return None,
+    };
+    Some(text(helpers, body))
+}
+
+fn script(name: &str) -> Script {
+    Script::new(&source(name).unwrap_or_default())
+}
+
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| script("acquire"));
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| script("release"));
+pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| script("force_release"));
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| script("renew"));
+pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| script("inspect"));
+pub(crate) static PROBE: LazyLock<Script> = LazyLock::new(|| script("probe"));
 
 /// The most leases one renewal call carries. 10,000 held locks cost 20 calls per renewal round.
 pub(crate) const RENEW_BATCH: usize = 500;
 
-/// How long a woken waiter has to claim the lock before anyone else may take it. Long enough for a wake-up and one
-/// round trip on a loaded host; short enough that a woken client that stalls costs others little.
-pub(crate) const RESERVATION: Duration = Duration::from_millis(50);
-
 /// How long a lock's queue of waiting clients outlives the holder's lease (every busy attempt refreshes it).
 pub(crate) const QUEUE_RETENTION: Duration = Duration::from_secs(60);
 
-/// A waiting client makes an attempt at least this often (its heartbeat), which renews its queue entry's liveness.
-/// It also bounds how long a free lock can go unnoticed by its waiters after a lost wake-up or a reservation that
-/// its client never claimed (a process that died, or paused, right after it was woken).
+/// A waiting client makes an attempt at least this often (its heartbeat), which renews its queue entry's liveness
+/// and the token a release would hand the lock to. It also bounds how long a free lock can go unnoticed by its
+/// waiters after a lost wake-up.
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// A queue entry counts as alive this long after its client's last attempt: three heartbeats, so one slow or lost
 /// attempt does not drop a live waiter. A dead client is skipped by releases from then on.
 pub(crate) const LIVENESS: Duration = Duration::from_secs(3);
+
+/// The longest claim lease: a release hands the lock to a waiter for `min(its lease, CLAIM)`, and the new holder
+/// extends it to its whole lease at once, off its critical path. A waiter that died within its liveness window (so
+/// that the release still saw it live) thus holds the lock for at most this long, never for a whole lease. Two
+/// heartbeats: a waiter's registered token is at most about one heartbeat old when it is granted, so the new holder
+/// usually keeps about a heartbeat of validity and needs no round trip before it starts.
+pub(crate) const CLAIM: Duration = Duration::from_secs(2);

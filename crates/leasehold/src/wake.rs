@@ -1,63 +1,120 @@
-//! Event-driven waiting: each client listens on its own channel, and a release wakes the oldest waiting client.
+//! Event-driven waiting with direct hand-off: a release grants the lock to the oldest live waiting client and tells
+//! it so on that client's own channel.
 //!
 //! # Protocol
 //!
 //! A client that finds a lock busy and means to wait puts its id at the end of the lock's queue (a Redis list, one
-//! entry per client however many of its tasks wait). A release pops ids, oldest first, and publishes the lock key on
-//! `PREFIX:wake:<id>` until a client is still listening (`PUBLISH` counts the receivers), then leaves the lock key
-//! holding a reservation for that client for [`RESERVATION`](crate::scripts::RESERVATION): a releaser that loops
-//! cannot barge ahead of it, so
-//! processes are served in arrival order. The woken client's first local waiter takes the lock; if none is left,
-//! the client passes its turn to the next one (`pass_on.lua`).
+//! entry per client however many of its tasks wait), and stores, per client id, the token of its latest attempt with
+//! a liveness deadline in server time (`acquire.lua`). A release pops ids, oldest first, until one is live, makes that
+//! client's stored token the owner (a short claim lease, the fence drawn in the same step) and publishes the grant on
+//! `PREFIX:wake:<id>` (`hand_off.lua`). The subscriber here routes the grant to the waiting task that sent that token
+//! (its [`Mailbox`]); the task starts its critical section at once, with a validity deadline derived from the instant
+//! it sent the attempt that stored the token (see DESIGN.md, "Direct hand-off"). A grant for a token nobody here waits
+//! with any more (the wait was given up) is released at once, which hands the lock to the next waiting client.
 //!
 //! # Why pub/sub and not a hand-off list
 //!
 //! A hand-off list (`BLPOP` on a per-lock list that the release pushes to) needs a blocking connection per waiting
 //! lock, and a pushed token outlives a waiter that gave up. Here one subscriber connection per client serves every
 //! lock it waits for, is subscribed once for the client's life, and leaves nothing behind in Redis but the queue,
-//! which expires. Lost messages (a reconnect, a client that stalls while reserved) are bounded: every waiter also
-//! sleeps at most the holder's remaining lease, which the failed acquire reported, and the subscriber wakes every
-//! local waiter after it reconnects, since a wake-up may have been missed while it was away.
+//! which expires. Lost messages (a reconnect) are bounded: every waiter also looks again at the holder's lease end
+//! and at least every heartbeat, an attempt finds a lock that was handed to the wait's previous token and takes it,
+//! and the subscriber wakes every local waiter after it reconnects, since a grant may have been missed meanwhile.
 //!
 //! # No stampede
 //!
-//! A release wakes one client, and inside it waiters of one lock queue on a local FIFO semaphore
+//! A release hands over to one client, and inside it waiters of one lock queue on a local FIFO semaphore
 //! ([`LocalLock::queue`]): only its head contends in Redis. A release costs O(1) acquire attempts in all.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::time::Instant;
 
-use crate::conn::Conn;
-use crate::keys::{queue_of, waiters_of};
-use crate::scripts::PASS_ON;
+use crate::client::Inner;
+use crate::fence::token_id;
+use crate::guard::release_in_background;
+use crate::keys::LockKeys;
 
 /// Reconnect backoff bounds for the subscriber connection.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
 /// How often the subscriber pings its connection, to notice a peer that went silent without closing.
 const PING_EVERY: Duration = Duration::from_secs(2);
+/// The tokens one waiting task keeps registered: its latest attempts, any of which a release may grant (a reply
+/// that was lost leaves its attempt's token possibly stored). A grant for an older one is released.
+const KEPT_TOKENS: usize = 8;
 
 /// This process's view of one lock's waiters.
 pub(crate) struct LocalLock {
     /// One permit: the local waiter holding it is the only one contending in Redis.
     pub(crate) queue: Semaphore,
-    /// Bumped on every wake-up for the lock (and after a subscriber reconnect).
+    /// Bumped after a subscriber reconnect (a grant may have been missed) and when the subscriber task ends.
     wake: watch::Sender<u64>,
     /// Local tasks between [`Wakeups::join`] and the drop of their [`Waiting`]; changed under the map lock.
     waiters: AtomicUsize,
-    /// A wake-up (and so a reservation in Redis) arrived that no local grant has used yet.
-    woken: AtomicBool,
 }
 
 impl LocalLock {
-    fn bump(&self) {
+    /// Makes the local waiters of this lock look again.
+    pub(crate) fn bump(&self) {
         self.wake.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// A grant a release handed to one of this client's tokens, as its wake-up message told it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Handed {
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    /// The server time (µs) at which the release ran.
+    pub(crate) run: i64,
+    /// The claim lease the release set.
+    pub(crate) claim: Duration,
+}
+
+impl Handed {
+    /// Parses `g <fence> <now µs> <claim ms> <token>\n<lock key>` (see `hand_off.lua`).
+    fn parse(message: &str) -> Option<(Handed, &str)> {
+        let rest = message.strip_prefix("g ")?;
+        let (head, lock_key) = rest.split_once('\n')?;
+        let mut fields = head.splitn(4, ' ');
+        let fence = fields.next()?.parse().ok()?;
+        let run = fields.next()?.parse().ok()?;
+        let claim = Duration::from_millis(fields.next()?.parse().ok()?);
+        let token = fields.next()?.to_owned();
+        token_id(&token)?;
+        Some((
+            Handed {
+                token,
+                fence,
+                run,
+                claim,
+            },
+            lock_key,
+        ))
+    }
+}
+
+/// Where the subscriber leaves a grant for the waiting task whose token it names.
+#[derive(Default)]
+pub(crate) struct Mailbox {
+    handed: Mutex<Option<Handed>>,
+    arrived: Notify,
+}
+
+impl Mailbox {
+    /// Resolves when a grant arrives (at once if one arrived since the last call). Cancel safe.
+    pub(crate) async fn arrived(&self) {
+        self.arrived.notified().await;
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Option<Handed>> {
+        self.handed.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -74,6 +131,8 @@ pub(crate) struct Wakeups {
 struct Shared {
     /// Lock key → local waiters, for every lock some local task waits on now.
     locals: Mutex<HashMap<String, Arc<LocalLock>>>,
+    /// Token id → the mailbox of the waiting task that sent it, for every token a release may grant.
+    expected: Mutex<HashMap<u128, Arc<Mailbox>>>,
     /// True while our channel is subscribed on a live connection.
     subscribed: watch::Sender<bool>,
     /// Counts every wake-up delivered and every reconnect, for [`Wakeups::epoch`].
@@ -81,12 +140,18 @@ struct Shared {
     client_id: String,
     /// Every client's channel starts with this; ours is `channel_prefix + client_id`.
     channel_prefix: String,
-    conn: Conn,
+    prefix: String,
+    /// The client, to release grants nobody waits for (the client owns this: a weak reference).
+    inner: Weak<Inner>,
 }
 
 impl Shared {
     fn locals(&self) -> MutexGuard<'_, HashMap<String, Arc<LocalLock>>> {
         self.locals.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn expected(&self) -> MutexGuard<'_, HashMap<u128, Arc<Mailbox>>> {
+        self.expected.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn bump_all(&self) {
@@ -96,26 +161,109 @@ impl Shared {
         }
     }
 
-    /// Hands the reservation this client got for `lock_key` to the next waiting client (in the background).
-    fn pass_on(self: &Arc<Self>, lock_key: &str) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+    /// Releases a grant nobody here will use, in the background: the release hands the lock to the next waiting
+    /// client. Owner-checked, so harmless if the grant already lapsed.
+    fn give_back(&self, lock_key: &str, handed: Handed) {
+        let (Some(inner), Some(keys)) = (
+            self.inner.upgrade(),
+            LockKeys::of_key(&self.prefix, lock_key),
+        ) else {
             return;
         };
-        let shared = Arc::clone(self);
-        let lock_key = lock_key.to_owned();
-        runtime.spawn(async move {
-            let reply: redis::RedisResult<i64> = PASS_ON
-                .key(&lock_key)
-                .key(queue_of(&lock_key))
-                .key(waiters_of(&lock_key))
-                .arg(&shared.client_id)
-                .arg(&shared.channel_prefix)
-                .invoke_async(&mut shared.conn.clone())
-                .await;
-            if let Err(err) = reply {
-                tracing::debug!(lock = %lock_key, error = %err, "passing a wake-up on failed; it lapses");
+        tracing::debug!(lock = %keys.name(), fence = handed.fence, "handed a lock nobody waits for; passing it on");
+        release_in_background(inner, keys, handed.token, handed.claim);
+    }
+}
+
+/// A waiting task's tokens, registered so that a release can hand the lock to any of them; and its mailbox. When it
+/// is dropped (the wait ended), a grant that arrived and was not taken is released, and one that arrives later
+/// finds no mailbox and is released by the subscriber.
+pub(crate) struct Expecting {
+    shared: Arc<Shared>,
+    lock_key: String,
+    mailbox: Arc<Mailbox>,
+    /// Oldest first: token, its id, and the lease-clock instant read before its attempt was sent.
+    tokens: VecDeque<(String, u128, Instant)>,
+}
+
+impl Expecting {
+    /// Registers `token`, whose attempt is about to be sent at `sent`. Call it *before* sending: the release that
+    /// grants it can run, and its message arrive, before the attempt's own reply does.
+    pub(crate) fn add(&mut self, token: &str, sent: Instant) {
+        let Some(id) = token_id(token) else { return };
+        let mut expected = self.shared.expected();
+        if self.tokens.len() == KEPT_TOKENS {
+            if let Some((_, old, _)) = self.tokens.pop_front() {
+                expected.remove(&old);
             }
-        });
+        }
+        expected.insert(id, Arc::clone(&self.mailbox));
+        self.tokens.push_back((token.to_owned(), id, sent));
+    }
+
+    /// The token of the latest attempt (a release may have handed the lock to it).
+    pub(crate) fn last(&self) -> Option<&str> {
+        self.tokens.back().map(|(token, ..)| token.as_str())
+    }
+
+    /// The send instant of `token`'s attempt, if it is one of ours.
+    pub(crate) fn sent(&self, token: &str) -> Option<Instant> {
+        self.tokens
+            .iter()
+            .find(|(t, ..)| t == token)
+            .map(|&(_, _, sent)| sent)
+    }
+
+    /// A grant a release handed to one of our tokens, with the instant that token's attempt was sent. It stays in
+    /// the mailbox (and is released if this wait ends) until [`Expecting::drop_handed`] takes it off.
+    pub(crate) fn handed(&self) -> Option<(Handed, Instant)> {
+        let handed = self.mailbox.slot().clone()?;
+        match self.sent(&handed.token) {
+            Some(sent) => Some((handed, sent)),
+            // Not one of ours any more (only our tokens route here, but an old one may have been dropped from the
+            // list meanwhile): never leave a grant unattended.
+            None => {
+                self.mailbox.slot().take();
+                self.shared.give_back(&self.lock_key, handed);
+                None
+            }
+        }
+    }
+
+    /// `token` is granted to this wait's caller now (through a hand-off or an attempt's reply), or its hand-off
+    /// lapsed: take it off the registry and the mailbox, so that the end of the wait does not release it.
+    pub(crate) fn drop_handed(&mut self, token: &str) {
+        if let Some(i) = self.tokens.iter().position(|(t, ..)| t == token) {
+            if let Some((_, id, _)) = self.tokens.remove(i) {
+                self.shared.expected().remove(&id);
+            }
+        }
+        let mut slot = self.mailbox.slot();
+        if slot.as_ref().is_some_and(|h| h.token == token) {
+            *slot = None;
+        }
+    }
+
+    /// Resolves when a grant arrives for one of our tokens. Cancel safe.
+    pub(crate) async fn arrived(&self) {
+        self.mailbox.arrived().await;
+    }
+}
+
+impl Drop for Expecting {
+    fn drop(&mut self) {
+        // Under the registry lock, as in `Task::deliver`: a grant either finds our mailbox (and we release it here)
+        // or finds no mailbox (and the subscriber releases it). Never neither.
+        let handed = {
+            let mut expected = self.shared.expected();
+            for (_, id, _) in &self.tokens {
+                expected.remove(id);
+            }
+            self.mailbox.slot().take()
+        };
+        if let Some(handed) = handed {
+            self.shared.give_back(&self.lock_key, handed);
+        }
     }
 }
 
@@ -127,41 +275,26 @@ pub(crate) struct Waiting {
 }
 
 impl Waiting {
-    /// A receiver of the lock's wake-ups. Mark it seen *before* each acquire attempt, then wait on `changed()`.
+    /// A receiver of the lock's reconnect wake-ups. Mark it seen *before* each acquire attempt, then wait on
+    /// `changed()`.
     pub(crate) fn wakeups(&self) -> watch::Receiver<u64> {
         self.local.wake.subscribe()
-    }
-
-    /// The wait ended in a grant: any reservation for this client was used.
-    pub(crate) fn granted(&self) {
-        self.local.woken.store(false, Ordering::Release);
     }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        // Under the map lock, as in `Task::deliver`: a wake-up either finds this lock's entry (and sets `woken`
-        // before we look at it here) or finds it gone (and passes the turn on itself). Never neither.
-        let unused_wakeup = {
-            let mut map = self.shared.locals();
-            let last = self.local.waiters.fetch_sub(1, Ordering::AcqRel) == 1;
-            if last {
-                map.remove(&self.lock_key);
-            }
-            last && self.local.woken.swap(false, Ordering::AcqRel)
-        };
-        // The last local waiter leaves with a reservation unused: give the turn to the next client now rather
-        // than let it lapse.
-        if unused_wakeup {
-            self.shared.pass_on(&self.lock_key);
+        let mut map = self.shared.locals();
+        if self.local.waiters.fetch_sub(1, Ordering::AcqRel) == 1 {
+            map.remove(&self.lock_key);
         }
     }
 }
 
 impl Wakeups {
     pub(crate) fn new(
+        inner: Weak<Inner>,
         redis: redis::Client,
-        conn: Conn,
         prefix: &str,
         client_id: String,
         connect_timeout: Duration,
@@ -170,11 +303,13 @@ impl Wakeups {
         Wakeups {
             shared: Arc::new(Shared {
                 locals: Mutex::new(HashMap::new()),
+                expected: Mutex::new(HashMap::new()),
                 subscribed: watch::channel(false).0,
                 epoch: AtomicU64::new(0),
                 client_id,
                 channel_prefix: format!("{prefix}:wake:"),
-                conn,
+                prefix: prefix.to_owned(),
+                inner,
             }),
             redis,
             connect_timeout,
@@ -200,6 +335,16 @@ impl Wakeups {
         (*self.shared.subscribed.borrow()).then_some(epoch)
     }
 
+    /// A registry of hand-off tokens for one waiting task on the lock at `lock_key`.
+    pub(crate) fn expecting(&self, lock_key: &str) -> Expecting {
+        Expecting {
+            shared: Arc::clone(&self.shared),
+            lock_key: lock_key.to_owned(),
+            mailbox: Arc::new(Mailbox::default()),
+            tokens: VecDeque::new(),
+        }
+    }
+
     /// Registers the calling task as a waiter of the lock at `lock_key`.
     pub(crate) fn join(&self, lock_key: &str) -> Waiting {
         let mut map = self.shared.locals();
@@ -210,7 +355,6 @@ impl Wakeups {
                     queue: Semaphore::new(1),
                     wake: watch::channel(0).0,
                     waiters: AtomicUsize::new(0),
-                    woken: AtomicBool::new(false),
                 })
             })
             .clone();
@@ -223,7 +367,8 @@ impl Wakeups {
     }
 
     /// Returns once this client's channel is subscribed, or after the response timeout if it cannot be (then
-    /// waiters still wake at the holder's lease end). Starts the subscriber task on first use.
+    /// waiters still look again at the holder's lease end and every heartbeat). Starts the subscriber task on first
+    /// use.
     ///
     /// Must run inside a tokio runtime.
     pub(crate) async fn ready(&self) {
@@ -318,7 +463,7 @@ impl Task {
             tokio::select! {
                 message = stream.next() => match message {
                     Some(message) => match message.get_payload::<String>() {
-                        Ok(lock_key) => self.deliver(&lock_key),
+                        Ok(text) => self.deliver(&text),
                         Err(err) => tracing::warn!(error = %err, "unreadable wake-up message"),
                     },
                     None => return,
@@ -333,23 +478,33 @@ impl Task {
         }
     }
 
-    fn deliver(&self, lock_key: &str) {
+    fn deliver(&self, message: &str) {
         self.shared.epoch.fetch_add(1, Ordering::AcqRel);
-        // `woken` is set under the map lock, so the last local waiter leaving (see `Waiting::drop`) either sees it
-        // set and passes the turn on, or has already removed the entry, and then we pass it on here.
-        let found = {
-            let map = self.shared.locals();
-            match map.get(lock_key) {
-                Some(local) => {
-                    local.woken.store(true, Ordering::Release);
-                    local.bump();
-                    true
+        let Some((handed, lock_key)) = Handed::parse(message) else {
+            tracing::warn!(
+                message,
+                "unreadable wake-up message; every waiter looks again"
+            );
+            self.shared.bump_all();
+            return;
+        };
+        // Under the registry lock, so that the waiting task's `Expecting::drop` either finds the grant in its mailbox
+        // or has already left (and then the grant is released here).
+        let orphan = {
+            let expected = self.shared.expected();
+            match token_id(&handed.token).and_then(|id| expected.get(&id)) {
+                Some(mailbox) => {
+                    let replaced = mailbox.slot().replace(handed);
+                    mailbox.arrived.notify_one();
+                    // A second grant before the first was taken: the first has lapsed by now (the lock is exclusive),
+                    // and releasing it is owner-checked.
+                    replaced
                 }
-                None => false,
+                None => Some(handed),
             }
         };
-        if !found {
-            self.shared.pass_on(lock_key);
+        if let Some(handed) = orphan {
+            self.shared.give_back(lock_key, handed);
         }
     }
 

@@ -10,11 +10,6 @@ use leasehold_tests::RedisServer;
 
 use crate::{connect, pause, redis_conn, within, worker};
 
-/// The scripts as the library loads them, to run each one twice with the same arguments (a retried request).
-const WAKE_NEXT: &str = include_str!("../../../leasehold/src/scripts/wake_next.lua");
-const ACQUIRE: &str = include_str!("../../../leasehold/src/scripts/acquire.lua");
-const RELEASE: &str = include_str!("../../../leasehold/src/scripts/release.lua");
-
 #[tokio::test]
 async fn the_lease_reads_released_before_the_release_request_leaves() {
     let server = RedisServer::start();
@@ -60,18 +55,16 @@ async fn a_release_right_after_a_restart_succeeds() {
     assert!(locks.inspect("restarted").await.unwrap().holder.is_none());
 }
 
-/// `body` as the library loads it: its constants, the wake-up helper, then the script.
-fn script(body: &str) -> redis::Script {
-    let constants =
-        "local RESERVATION_MS = 50\nlocal LIVENESS_MS = 3000\nlocal QUEUE_RETENTION_MS = 60000\n";
-    redis::Script::new(&format!("{constants}{WAKE_NEXT}{body}"))
+/// The script `name` as the library loads it (constants and helpers included).
+fn script(name: &str) -> redis::Script {
+    redis::Script::new(&leasehold::__private::script_source(name).unwrap())
 }
 
 #[tokio::test]
 async fn a_resent_acquire_reports_its_own_grant() {
     let server = RedisServer::start();
     let mut conn = redis_conn(&server).await;
-    let acquire = script(ACQUIRE);
+    let acquire = script("acquire");
     let run = |conn: &mut redis::aio::MultiplexedConnection| {
         let mut invocation = acquire.key("leasehold:{twice}");
         invocation
@@ -82,7 +75,9 @@ async fn a_resent_acquire_reports_its_own_grant() {
             .arg(30_000)
             .arg(86_400_000)
             .arg("client-a")
-            .arg("0");
+            .arg("0")
+            .arg(2_000)
+            .arg("");
         let mut conn = conn.clone();
         async move { invocation.invoke_async::<Vec<i64>>(&mut conn).await }
     };
@@ -104,15 +99,17 @@ async fn a_resent_release_reports_success_and_leaves_the_next_owner_alone() {
     let guard = locks.mutex("twice").try_lock().await.unwrap();
     let token = guard.token().to_owned();
     let mut conn = redis_conn(&server).await;
-    let release = script(RELEASE);
+    let release = script("release");
     let run = |conn: &mut redis::aio::MultiplexedConnection| {
         let mut invocation = release.key("leasehold:{twice}");
         invocation
             .key("leasehold:{twice}:queue")
             .key("leasehold:{twice}:waiters")
             .key("leasehold:{twice}:released")
+            .key("leasehold:{twice}:fence")
             .arg(&token)
-            .arg("leasehold:wake:");
+            .arg("leasehold:wake:")
+            .arg(86_400_000);
         let mut conn = conn.clone();
         async move { invocation.invoke_async::<i64>(&mut conn).await }
     };

@@ -166,9 +166,12 @@ async fn a_releaser_cannot_barge_ahead_of_a_queued_waiter() {
     let looper = connect(&server).await;
     let waiter_client = connect(&server).await;
     let held = looper.mutex("turns").try_lock().await.unwrap();
+    let (done, until_done) = tokio::sync::oneshot::channel::<()>();
     let waiter = tokio::spawn(async move {
         let guard = waiter_client.mutex("turns").lock().await.unwrap();
         let fence = guard.fence();
+        // Held until the looper has tried: the lock was handed over, so it must not be free meanwhile.
+        until_done.await.unwrap();
         guard.release().await.unwrap();
         fence
     });
@@ -176,12 +179,13 @@ async fn a_releaser_cannot_barge_ahead_of_a_queued_waiter() {
 
     let first = held.fence();
     held.release().await.unwrap();
-    // The release reserved the lock for the queued client: the releaser's immediate retry must not win.
+    // The release handed the lock to the queued client: the releaser's immediate retry must not win.
     let retry = looper.mutex("turns").try_lock().await;
     assert!(
         retry.as_ref().is_err_and(|e| e.is_busy()),
         "the releaser barged in: {retry:?}"
     );
+    done.send(()).unwrap();
     let waiter_fence = within(Duration::from_secs(5), "waiter's turn", waiter)
         .await
         .unwrap();
