@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 
+use crate::batch::Coalescer;
 use crate::checks::{check_keys, check_publish, server_warnings, ServerWarning};
 use crate::conn::Conn;
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{description_of, new_token, Fence, TOKEN_PREFIX};
+use crate::guard::ReleaseItem;
 use crate::keeper::Keeper;
 use crate::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
-use crate::mutex::Mutex;
+use crate::mutex::{AcquireItem, Mutex};
 use crate::orphans::Orphans;
 use crate::scripts::{FORCE_RELEASE, INSPECT};
 use crate::wake::Wakeups;
@@ -48,6 +50,9 @@ pub struct Client {
 
 pub(crate) struct Inner {
     pub(crate) conn: Conn,
+    /// Acquire attempts and releases of this client's tasks, coalesced when calls are out (batch.rs).
+    pub(crate) acquires: Coalescer<AcquireItem>,
+    pub(crate) releases: Coalescer<ReleaseItem>,
     pub(crate) prefix: String,
     pub(crate) fence_retention: Duration,
     pub(crate) keeper: Arc<Keeper>,
@@ -528,6 +533,9 @@ impl Builder {
                 self.response_timeout,
             ),
             conn,
+            // One server: a call may cover any locks (on Redis Cluster it must stay within one slot).
+            acquires: Coalescer::new(false),
+            releases: Coalescer::new(false),
             prefix: self.prefix,
             fence_retention: self.fence_retention,
             keeper: Arc::new(Keeper::new()),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::batch::{self, Coalescer, Failure, Item};
 use crate::client::{not_a_lock, Client, Inner};
 use crate::error::{require_runtime, Error};
 use crate::keys::{check_ttl, millis, LockKeys};
@@ -30,15 +31,24 @@ pub struct MutexGuard {
     kept: Option<u64>,
     /// Set once Redis confirmed the release (or that the lock was no longer ours): then drop has nothing to do.
     settled: bool,
+    /// For a grant a wait took through an attempt's reply: the token's route, kept until the grant ends so that a
+    /// hand-off message still on its way is not mistaken for a grant nobody wants (see `wake.rs`).
+    route: Option<u128>,
 }
 
 impl MutexGuard {
-    pub(crate) fn new(client: Client, lease: Lease, kept: Option<u64>) -> MutexGuard {
+    pub(crate) fn new(
+        client: Client,
+        lease: Lease,
+        kept: Option<u64>,
+        route: Option<u128>,
+    ) -> MutexGuard {
         MutexGuard {
             lease,
             client,
             kept,
             settled: false,
+            route,
         }
     }
 
@@ -99,20 +109,29 @@ impl MutexGuard {
         let earlier_loss = self.lease.loss();
         shared.end(LossReason::Released);
         let inner = &self.client.inner;
-        let reply: Result<i64, Error> = inner
-            .conn
-            .invoke_idempotent(&release_invocation(
-                &shared.keys,
-                &shared.token,
-                inner.wakeups.channel_prefix(),
-                inner.fence_retention,
-            ))
-            .await
-            .map_err(|e| not_a_lock(e, &shared.keys.lock));
+        let item = ReleaseItem {
+            keys: Arc::clone(&shared.keys),
+            token: shared.token.clone(),
+        };
+        // Coalesced with other tasks' releases when calls are out (batch.rs).
+        let reply = batch::run(inner, item).await;
         // From here on, the drop has nothing left to do (on an error it retries in the background).
         self.settled = reply.is_ok();
         let name = || shared.keys.name().to_owned();
-        let code = reply?;
+        let code = match reply {
+            Ok(-2) => {
+                return Err(not_a_lock(
+                    redis::RedisError::from((
+                        redis::ErrorKind::Extension,
+                        "WRONGTYPE",
+                        String::new(),
+                    )),
+                    &shared.keys.lock,
+                ))
+            }
+            Ok(code) => code,
+            Err(failure) => return Err(not_a_lock(failure.err, &shared.keys.lock)),
+        };
         tracing::debug!(lock = %shared.keys.name(), fence = shared.fence.get(), ?earlier_loss, still_ours = code == 1, "released");
         match (earlier_loss, code) {
             (Some(reason), _) => Err(Error::LeaseLost {
@@ -246,6 +265,9 @@ impl MutexGuard {
         if let Some(id) = self.kept.take() {
             self.client.inner.keeper.forget(id);
         }
+        if let Some(route) = self.route.take() {
+            self.client.inner.wakeups.untake(route);
+        }
     }
 }
 
@@ -291,23 +313,74 @@ pub(crate) fn loss_reason(code: i64) -> LossReason {
     }
 }
 
-/// The owner-checked release of `token`, handing the lock to the next waiting client (see `scripts/release.lua`).
+/// The owner-checked release of one token, handing the lock to the next waiting client (see `scripts/release.lua`).
 pub(crate) fn release_invocation<'a>(
     keys: &LockKeys,
     token: &str,
     channel_prefix: &str,
     fence_retention: Duration,
 ) -> ScriptInvocation<'a> {
-    let mut invocation = RELEASE.key(&keys.lock);
+    let mut invocation = RELEASE.prepare_invoke();
+    invocation.arg(channel_prefix).arg(millis(fence_retention));
+    add_release(&mut invocation, keys, token);
     invocation
+}
+
+/// Adds one lock's release to a `release.lua` call.
+fn add_release(invocation: &mut ScriptInvocation<'_>, keys: &LockKeys, token: &str) {
+    invocation
+        .key(&keys.lock)
         .key(keys.queue())
         .key(keys.waiters())
         .key(keys.released())
         .key(keys.fence())
-        .arg(token)
-        .arg(channel_prefix)
-        .arg(millis(fence_retention));
-    invocation
+        .arg(token);
+}
+
+/// One release, as the coalescer carries it.
+pub(crate) struct ReleaseItem {
+    keys: Arc<LockKeys>,
+    token: String,
+}
+
+impl Item for ReleaseItem {
+    /// `release.lua`'s code for the lock.
+    type Outcome = i64;
+
+    fn coalescer(inner: &Inner) -> &Coalescer<Self> {
+        &inner.releases
+    }
+
+    fn slot(&self) -> u16 {
+        self.keys.slot()
+    }
+
+    async fn call(inner: &Inner, items: &[Self]) -> Result<Vec<i64>, Failure> {
+        let mut invocation = RELEASE.prepare_invoke();
+        invocation
+            .arg(inner.wakeups.channel_prefix())
+            .arg(millis(inner.fence_retention));
+        for item in items {
+            add_release(&mut invocation, &item.keys, &item.token);
+        }
+        let (reply, reached): (redis::RedisResult<Vec<i64>>, bool) =
+            inner.conn.invoke_idempotent_tracked(&invocation).await;
+        match reply {
+            Ok(codes) if codes.len() == items.len() => Ok(codes),
+            Ok(_) => Err(Failure {
+                err: redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "unexpected reply to a release",
+                )),
+                reached: true,
+            }),
+            Err(err) => Err(Failure { err, reached }),
+        }
+    }
+
+    fn orphaned(self, _: &Arc<Inner>, _: Option<i64>) {
+        // The caller was `release`, whose guard's drop releases again in the background (harmless: idempotent).
+    }
 }
 
 /// Owner-checked release from a drop: spawned on the current tokio runtime if there is one, retried with backoff
@@ -340,7 +413,8 @@ pub(crate) fn release_in_background(
                 task.inner.wakeups.channel_prefix(),
                 task.inner.fence_retention,
             );
-            let reply: redis::RedisResult<i64> = task.inner.conn.invoke_idempotent(&invocation).await;
+            let reply: redis::RedisResult<Vec<i64>> =
+                task.inner.conn.invoke_idempotent(&invocation).await;
             match reply {
                 Ok(_) => break,
                 Err(err) if Instant::now() + backoff < give_up => {

@@ -59,6 +59,18 @@ impl LockKeys {
         LockKeys::new(prefix, name).ok()
     }
 
+    /// The Redis Cluster hash slot of every key of the lock: CRC16 (XMODEM) of the hash tag, the text between the
+    /// key's first `{` and the next `}`, modulo 16384.
+    pub(crate) fn slot(&self) -> u16 {
+        let tag = &self.lock.as_bytes()[self.name_start..];
+        let tag = match tag.iter().position(|&b| b == b'}') {
+            Some(end) if end > 0 => &tag[..end],
+            // Names never start with `}` (refused); the whole key would be hashed then.
+            _ => self.lock.as_bytes(),
+        };
+        crc16(tag) % 16384
+    }
+
     /// The lock's name, `N`.
     pub(crate) fn name(&self) -> &str {
         &self.lock[self.name_start..self.lock.len() - 1]
@@ -83,6 +95,22 @@ impl LockKeys {
     pub(crate) fn released(&self) -> Suffixed<'_> {
         Suffixed(&self.lock, ":released")
     }
+}
+
+/// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), the checksum Redis Cluster hashes keys with.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
 }
 
 /// A key written as the lock key plus a suffix, without building the string first.
@@ -205,6 +233,18 @@ mod tests {
         );
         assert_eq!(keys.name(), "orders:42");
         assert_eq!(LockKeys::new("app", "{x}").unwrap().name(), "{x}");
+    }
+
+    #[test]
+    fn the_cluster_slot_is_crc16_of_the_hash_tag() {
+        // The check value of CRC16/XMODEM, and the slots Redis documents for these keys.
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+        assert_eq!(LockKeys::new("p", "foo").unwrap().slot(), 12182);
+        assert_eq!(LockKeys::new("p", "somekey").unwrap().slot(), 11058);
+        assert_eq!(
+            LockKeys::new("p", "a}b").unwrap().slot(),
+            LockKeys::new("q", "a").unwrap().slot()
+        );
     }
 
     #[test]

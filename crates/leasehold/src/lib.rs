@@ -180,6 +180,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod batch;
 mod checks;
 mod client;
 mod clock;
@@ -217,6 +218,13 @@ pub use redis;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::scripts::source as script_source;
+
+    /// The Redis Cluster hash slot of the lock `name`'s keys, as leasehold computes it.
+    pub fn slot_of(prefix: &str, name: &str) -> Option<u16> {
+        crate::keys::LockKeys::new(prefix, name)
+            .ok()
+            .map(|keys| keys.slot())
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::batch::{self, Coalescer, Failure, Item};
 use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner, LockInfo};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token, Fence};
@@ -561,7 +562,7 @@ impl Mutex {
         if valid_until.saturating_duration_since(crate::clock::now()) < handed.claim / 4 {
             return Err(handed.token);
         }
-        expecting.drop_handed(&handed.token);
+        expecting.handed_over(&handed.token);
         Ok(self.grant(
             keys,
             handed.token,
@@ -572,11 +573,12 @@ impl Mutex {
                 run: handed.run,
                 handed: true,
             },
+            None,
         ))
     }
 
     /// One attempt, given up at `deadline` (`None` then): a paused or unreachable server cannot hold a bounded call
-    /// past its bound. A grant that lands after the attempt was given up is released (see [`Pending`]).
+    /// past its bound. A grant that lands after the attempt was given up is released (see `AcquireItem::orphaned`).
     async fn attempt_until(
         &self,
         keys: &Arc<LockKeys>,
@@ -588,9 +590,10 @@ impl Mutex {
         until(deadline, self.attempt(keys, wait, prev, Some(expecting))).await
     }
 
-    /// One acquire script call with a fresh token. A caller that will wait joins the lock's queue when busy, with
-    /// this token registered for a hand-off (in `expecting`, before the request leaves); `prev` is the token of its
-    /// previous attempt, which a release may have been handed the lock to meanwhile.
+    /// One acquire attempt with a fresh token (coalesced with other tasks' attempts when calls are out: see
+    /// `batch.rs`). A caller that will wait joins the lock's queue when busy, with this token registered for a
+    /// hand-off (in `expecting`, before the request leaves); `prev` is the token of its previous attempt, which a
+    /// release may have handed the lock to meanwhile.
     async fn attempt(
         &self,
         keys: &Arc<LockKeys>,
@@ -600,23 +603,6 @@ impl Mutex {
     ) -> Result<Attempt, Error> {
         let inner = &self.client.inner;
         let token = new_token(self.description.as_deref())?;
-        let ttl_ms = millis(self.ttl);
-        let mut invocation = ACQUIRE.key(&keys.lock);
-        invocation
-            .key(keys.fence())
-            .key(keys.queue())
-            .key(keys.waiters())
-            .arg(token.as_str())
-            .arg(ttl_ms)
-            .arg(millis(inner.fence_retention))
-            .arg(inner.wakeups.client_id())
-            .arg(match wait {
-                Wait::No => "0",
-                Wait::First => "1",
-                Wait::Queued => "2",
-            })
-            .arg(millis(self.ttl.min(CLAIM)))
-            .arg(prev.unwrap_or(""));
         // On the lease clock (see clock.rs), read before the request leaves.
         let sent = crate::clock::now();
         let expecting = match expecting {
@@ -626,65 +612,60 @@ impl Mutex {
             }
             _ => None,
         };
-        // From here until the reply is read, a drop (or a lost reply) may leave a grant nobody knows about.
-        let mut pending = Pending {
-            inner,
-            keys,
-            token: Some(token),
+        let item = AcquireItem {
+            keys: Arc::clone(keys),
+            token,
             ttl: self.ttl,
+            wait,
+            prev: prev.map(str::to_owned),
         };
-        // Retried once on a dropped connection with the same token: a retry that finds the grant of its first run
-        // reports that grant (acquire.lua is idempotent per token).
-        let (reply, reached): (redis::RedisResult<AcquireReply>, bool) =
-            inner.conn.invoke_idempotent_tracked(&invocation).await;
-        let (code, value, run, left) = match reply {
-            Ok(reply) => reply,
-            Err(err) => {
+        // A request dropped on the way is undone by the coalescer (`AcquireItem::orphaned`); one that failed is
+        // undone below. Retried once on a dropped connection with the same token: a retry that finds the grant of
+        // its first run reports that grant (acquire.lua is idempotent per token).
+        let token = item.token.clone();
+        let (code, value, run, left) = match batch::run(inner, item).await {
+            Ok(outcome) => outcome,
+            Err(Failure { err, reached }) => {
                 let err = not_a_lock(err, &keys.lock);
                 // A server error means the script did not grant, and a request that never reached Redis (the
                 // connection was refused) cannot have granted either; anything else (timeout, dropped connection)
-                // leaves `pending` armed so a grant that did land is released. (A wait riding out an outage thus
-                // leaves no background release behind per failed attempt.)
-                if matches!(err, Error::NotALock { .. }) {
-                    pending.disarm();
-                    return Err(explain_foreign(&inner.conn, &keys.lock, err).await);
+                // may have granted: released in the background, owner-checked. (A wait riding out an outage thus
+                // leaves no background release behind per refused attempt.)
+                if reached && !matches!(err, Error::NotALock { .. }) && !is_server_error(&err) {
+                    release_in_background(Arc::clone(inner), Arc::clone(keys), token, self.ttl);
                 }
-                if !reached {
-                    pending.disarm();
-                }
-                return Err(err);
+                return Err(explain_foreign(&inner.conn, &keys.lock, err).await);
             }
         };
-        let token = pending.disarm();
-        let expiry = |left: i64| Expiry {
+        let expiry = |left: i64, handed: bool| Expiry {
             sent,
             left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
             run,
-            handed: false,
+            handed,
         };
         match code {
             1 => {
-                if let Some(expecting) = expecting {
-                    expecting.drop_handed(&token);
-                }
+                // Routed nowhere until this grant ends: a message for it may still come (see `Expecting::taken`).
+                let route = expecting.and_then(|e| e.taken(&token));
                 Ok(Attempt::Granted(self.grant(
                     keys,
                     token,
                     value,
-                    expiry(left),
+                    expiry(left, false),
+                    route,
                 )))
             }
             2 => {
                 // A release handed the lock to our previous attempt's token; this attempt stored nothing.
                 let prev = prev.unwrap_or_default().to_owned();
-                if let Some(expecting) = expecting {
-                    expecting.drop_handed(&prev);
-                }
-                let expiry = Expiry {
-                    handed: true,
-                    ..expiry(left)
-                };
-                Ok(Attempt::Granted(self.grant(keys, prev, value, expiry)))
+                let route = expecting.and_then(|e| e.taken(&prev));
+                Ok(Attempt::Granted(self.grant(
+                    keys,
+                    prev,
+                    value,
+                    expiry(left, true),
+                    route,
+                )))
             }
             0 => {
                 crate::metrics::busy();
@@ -701,7 +682,14 @@ impl Mutex {
     }
 
     /// A guard for a grant whose expiry `expiry` describes.
-    fn grant(&self, keys: &Arc<LockKeys>, token: String, fence: i64, expiry: Expiry) -> MutexGuard {
+    fn grant(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: String,
+        fence: i64,
+        expiry: Expiry,
+        route: Option<u128>,
+    ) -> MutexGuard {
         let inner = &self.client.inner;
         let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
         tracing::debug!(lock = %keys.name(), fence = fence.get(), ttl = ?self.ttl, handed = expiry.handed, "granted");
@@ -723,12 +711,90 @@ impl Mutex {
             None if handed && left < self.ttl => Some(keeper(self.ttl / 3, true)),
             None => None,
         };
-        MutexGuard::new(self.client.clone(), Lease { shared: lease }, kept)
+        MutexGuard::new(self.client.clone(), Lease { shared: lease }, kept, route)
     }
 }
 
-/// `acquire.lua`'s reply: code, fence (or the holder's time left), server µs, the grant's time left in ms.
+/// One lock's answer from `acquire.lua`: code, fence (or the holder's time left), server µs when the call ran, the
+/// grant's time left in ms.
 type AcquireReply = (i64, i64, i64, i64);
+
+/// One acquire attempt, as the coalescer carries it.
+pub(crate) struct AcquireItem {
+    keys: Arc<LockKeys>,
+    token: String,
+    ttl: Duration,
+    wait: Wait,
+    prev: Option<String>,
+}
+
+impl Item for AcquireItem {
+    type Outcome = AcquireReply;
+
+    fn coalescer(inner: &Inner) -> &Coalescer<Self> {
+        &inner.acquires
+    }
+
+    fn slot(&self) -> u16 {
+        self.keys.slot()
+    }
+
+    async fn call(inner: &Inner, items: &[Self]) -> Result<Vec<AcquireReply>, Failure> {
+        let mut invocation = ACQUIRE.prepare_invoke();
+        invocation
+            .arg(millis(inner.fence_retention))
+            .arg(inner.wakeups.client_id());
+        for item in items {
+            invocation
+                .key(&item.keys.lock)
+                .key(item.keys.fence())
+                .key(item.keys.queue())
+                .key(item.keys.waiters())
+                .arg(item.token.as_str())
+                .arg(millis(item.ttl))
+                .arg(match item.wait {
+                    Wait::No => "0",
+                    Wait::First => "1",
+                    Wait::Queued => "2",
+                })
+                .arg(millis(item.ttl.min(CLAIM)))
+                .arg(item.prev.as_deref().unwrap_or(""));
+        }
+        let (reply, reached): (redis::RedisResult<Vec<i64>>, bool) =
+            inner.conn.invoke_idempotent_tracked(&invocation).await;
+        match reply {
+            Ok(reply) if reply.len() == 1 + 3 * items.len() => {
+                let run = reply[0];
+                Ok(reply[1..]
+                    .chunks(3)
+                    .map(|c| (c[0], c[1], run, c[2]))
+                    .collect())
+            }
+            Ok(_) => Err(Failure {
+                err: redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "unexpected reply to an acquire",
+                )),
+                reached: true,
+            }),
+            Err(err) => Err(Failure { err, reached }),
+        }
+    }
+
+    fn orphaned(self, inner: &Arc<Inner>, outcome: Option<AcquireReply>) {
+        // What may hold the lock for a caller that went away: its token (granted, or unknown), or the wait's previous
+        // token (a release handed the lock to it). Releases are owner-checked, so an unknown outcome costs nothing.
+        let tokens = match outcome.map(|(code, ..)| code) {
+            Some(1) => [Some(self.token), None],
+            Some(2) => [self.prev, None],
+            Some(_) => [None, None],
+            None => [Some(self.token), self.prev],
+        };
+        for token in tokens.into_iter().flatten() {
+            release_in_background(Arc::clone(inner), Arc::clone(&self.keys), token, self.ttl);
+        }
+    }
+}
 
 /// What bounds a new grant's expiry from below: the request that made it possible left at `sent` (lease clock), and
 /// the key had `left` to live when it ran (server time `run`, µs). `handed` when a release granted it (a claim lease).
@@ -789,6 +855,11 @@ impl Outage {
     }
 }
 
+/// A reply the server gave as an error (the script did not run to a grant), as opposed to a lost or refused request.
+fn is_server_error(err: &Error) -> bool {
+    matches!(err, Error::Redis(e) if e.code().is_some())
+}
+
 /// Whether `err` may pass by itself: the connection (refused, dropped, timed out) or a server that is starting,
 /// busy, or failing over.
 fn is_transient(err: &Error) -> bool {
@@ -803,36 +874,6 @@ fn is_transient(err: &Error) -> bool {
             err.code(),
             Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN")
         )
-}
-
-/// Releases a grant that may have landed when the acquire future is dropped (or its reply is lost) before the
-/// reply was read.
-struct Pending<'a> {
-    inner: &'a Arc<Inner>,
-    keys: &'a Arc<LockKeys>,
-    /// `Some` while armed.
-    token: Option<String>,
-    ttl: Duration,
-}
-
-impl Pending<'_> {
-    /// The reply was read: nothing to clean up. Returns the token.
-    fn disarm(&mut self) -> String {
-        self.token.take().unwrap_or_default()
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if let Some(token) = self.token.take() {
-            release_in_background(
-                Arc::clone(self.inner),
-                Arc::clone(self.keys),
-                token,
-                self.ttl,
-            );
-        }
-    }
 }
 
 /// Runs `fut` until `deadline`; `None` when the deadline came first.

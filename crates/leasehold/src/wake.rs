@@ -100,6 +100,16 @@ impl Handed {
     }
 }
 
+/// Where a grant message for one of this client's tokens goes.
+enum Route {
+    /// To the mailbox of the waiting task that sent the token.
+    Waiting(Arc<Mailbox>),
+    /// Nowhere: the token holds the lock already, taken through an attempt's reply (the release ran before that
+    /// attempt, and its message may still be on its way). Until that grant ends, a message for it is ignored, never
+    /// given back: giving it back would release a lock in use.
+    Taken,
+}
+
 /// Where the subscriber leaves a grant for the waiting task whose token it names.
 #[derive(Default)]
 pub(crate) struct Mailbox {
@@ -131,8 +141,8 @@ pub(crate) struct Wakeups {
 struct Shared {
     /// Lock key → local waiters, for every lock some local task waits on now.
     locals: Mutex<HashMap<String, Arc<LocalLock>>>,
-    /// Token id → the mailbox of the waiting task that sent it, for every token a release may grant.
-    expected: Mutex<HashMap<u128, Arc<Mailbox>>>,
+    /// Token id → where a grant to that token goes, for every token a release may grant.
+    expected: Mutex<HashMap<u128, Route>>,
     /// True while our channel is subscribed on a live connection.
     subscribed: watch::Sender<bool>,
     /// Counts every wake-up delivered and every reconnect, for [`Wakeups::epoch`].
@@ -150,7 +160,7 @@ impl Shared {
         self.locals.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn expected(&self) -> MutexGuard<'_, HashMap<u128, Arc<Mailbox>>> {
+    fn expected(&self) -> MutexGuard<'_, HashMap<u128, Route>> {
         self.expected.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -197,7 +207,7 @@ impl Expecting {
                 expected.remove(&old);
             }
         }
-        expected.insert(id, Arc::clone(&self.mailbox));
+        expected.insert(id, Route::Waiting(Arc::clone(&self.mailbox)));
         self.tokens.push_back((token.to_owned(), id, sent));
     }
 
@@ -230,18 +240,39 @@ impl Expecting {
         }
     }
 
-    /// `token` is granted to this wait's caller now (through a hand-off or an attempt's reply), or its hand-off
-    /// lapsed: take it off the registry and the mailbox, so that the end of the wait does not release it.
+    /// The hand-off of `token` lapsed (an attempt found the lock no longer held by it): forget it.
     pub(crate) fn drop_handed(&mut self, token: &str) {
-        if let Some(i) = self.tokens.iter().position(|(t, ..)| t == token) {
-            if let Some((_, id, _)) = self.tokens.remove(i) {
-                self.shared.expected().remove(&id);
+        self.unregister(token, false);
+    }
+
+    /// `token` holds the lock now, taken through an attempt's reply: a release may have handed it over with a message
+    /// still on its way, which must be ignored until that grant ends. Returns the id to give
+    /// [`Wakeups::untake`] when it does.
+    pub(crate) fn taken(&mut self, token: &str) -> Option<u128> {
+        self.unregister(token, true)
+    }
+
+    /// `token`'s grant message was taken from the mailbox: there will be no other.
+    pub(crate) fn handed_over(&mut self, token: &str) {
+        self.unregister(token, false);
+    }
+
+    fn unregister(&mut self, token: &str, taken: bool) -> Option<u128> {
+        let i = self.tokens.iter().position(|(t, ..)| t == token)?;
+        let (_, id, _) = self.tokens.remove(i)?;
+        {
+            let mut expected = self.shared.expected();
+            if taken {
+                expected.insert(id, Route::Taken);
+            } else {
+                expected.remove(&id);
             }
         }
         let mut slot = self.mailbox.slot();
         if slot.as_ref().is_some_and(|h| h.token == token) {
             *slot = None;
         }
+        taken.then_some(id)
     }
 
     /// Resolves when a grant arrives for one of our tokens. Cancel safe.
@@ -333,6 +364,15 @@ impl Wakeups {
     pub(crate) fn epoch(&self) -> Option<u64> {
         let epoch = self.shared.epoch.load(Ordering::Acquire);
         (*self.shared.subscribed.borrow()).then_some(epoch)
+    }
+
+    /// The grant of a token that [`Expecting::taken`] routed nowhere has ended: a message for it, if one is still on
+    /// its way, may be given back from now on (releasing it is owner-checked).
+    pub(crate) fn untake(&self, id: u128) {
+        let mut expected = self.shared.expected();
+        if matches!(expected.get(&id), Some(Route::Taken)) {
+            expected.remove(&id);
+        }
     }
 
     /// A registry of hand-off tokens for one waiting task on the lock at `lock_key`.
@@ -455,9 +495,11 @@ impl Task {
         if !self.confirm(sink.subscribe(channel)).await {
             return;
         }
-        self.shared.subscribed.send_replace(true);
-        // Anything published before this subscription was missed: let every waiter look again.
+        // Anything published before this subscription was missed: let every waiter look again. Before the flag goes
+        // up, so that a waiter that waited for it has seen this bump already and does not attempt twice (the
+        // subscription is confirmed by now: any attempt from here on runs while it is active).
         self.shared.bump_all();
+        self.shared.subscribed.send_replace(true);
         let mut pings = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
         loop {
             tokio::select! {
@@ -491,14 +533,20 @@ impl Task {
         // Under the registry lock, so that the waiting task's `Expecting::drop` either finds the grant in its mailbox
         // or has already left (and then the grant is released here).
         let orphan = {
-            let expected = self.shared.expected();
-            match token_id(&handed.token).and_then(|id| expected.get(&id)) {
-                Some(mailbox) => {
+            let mut expected = self.shared.expected();
+            let id = token_id(&handed.token).unwrap_or_default();
+            match expected.get(&id) {
+                Some(Route::Waiting(mailbox)) => {
                     let replaced = mailbox.slot().replace(handed);
                     mailbox.arrived.notify_one();
                     // A second grant before the first was taken: the first has lapsed by now (the lock is exclusive),
                     // and releasing it is owner-checked.
                     replaced
+                }
+                Some(Route::Taken) => {
+                    // The grant is in use already: this was its message, arriving after the attempt that took it.
+                    expected.remove(&id);
+                    None
                 }
                 None => Some(handed),
             }

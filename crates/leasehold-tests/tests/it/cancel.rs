@@ -33,17 +33,16 @@ async fn assert_no_lock_left(locks: &leasehold::Client, names: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grants_that_land_after_the_caller_gave_up_are_released() {
     let server = RedisServer::start();
-    let locks = connect(&server).await;
     let names: Vec<String> = (0..20).map(|i| format!("late:{i}")).collect();
+    // One client per acquire: one client's acquires queue behind the calls it has out and are never sent once their
+    // callers gave up (see `a_queued_acquire_dropped_before_it_was_sent_is_never_sent`); here every one is sent.
+    let mut clients = Vec::new();
+    for _ in &names {
+        clients.push(connect(&server).await);
+    }
+    let locks = clients[0].clone();
     // Load the scripts first: a NOSCRIPT reply after the pause would otherwise end the attempts without a grant.
-    locks
-        .mutex("warm")
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    crate::lock_and_release(&locks, "warm").await;
     server.config_resetstat();
     // The server holds every client's commands for 300 ms: each acquire below is sent, waits in the server, and is
     // granted only after its caller gave up at 50 ms.
@@ -56,8 +55,9 @@ async fn grants_that_land_after_the_caller_gave_up_are_released() {
         .unwrap();
     let attempts: Vec<_> = names
         .iter()
-        .map(|name| {
-            let mutex = locks.mutex(name).ttl(Duration::from_secs(30));
+        .zip(&clients)
+        .map(|(name, client)| {
+            let mutex = client.mutex(name).ttl(Duration::from_secs(30));
             tokio::spawn(async move {
                 tokio::time::timeout(Duration::from_millis(50), mutex.lock()).await
             })
@@ -69,7 +69,9 @@ async fn grants_that_land_after_the_caller_gave_up_are_released() {
             "an attempt finished while the server was paused"
         );
     }
-    assert_no_lock_left(&locks, &names).await;
+    for client in &clients {
+        assert_no_lock_left(client, &names).await;
+    }
     // Every attempt was granted after its caller left: each lock drew a fence.
     for name in &names {
         assert!(
@@ -77,6 +79,46 @@ async fn grants_that_land_after_the_caller_gave_up_are_released() {
             "{name} was never granted: the test proves nothing"
         );
     }
+}
+
+// One thread: the tasks start in the order they are spawned, so the first two are the calls sent at once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_queued_acquire_dropped_before_it_was_sent_is_never_sent() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    crate::lock_and_release(&locks, "warm").await;
+    let names: Vec<String> = (0..20).map(|i| format!("queued:{i}")).collect();
+    // While the server is paused, this client's first calls stay out and the other acquires queue behind them.
+    let mut conn = crate::redis_conn(&server).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(300)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // The queued callers give up first; then the two whose calls are out (which frees their slots, with nothing
+    // left to send).
+    let attempts: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mutex = locks.mutex(name).ttl(Duration::from_secs(30));
+            let patience = Duration::from_millis(if i < 2 { 100 } else { 30 });
+            tokio::spawn(async move { tokio::time::timeout(patience, mutex.lock()).await })
+        })
+        .collect();
+    for attempt in attempts {
+        assert!(attempt.await.unwrap().is_err());
+    }
+    assert_no_lock_left(&locks, &names).await;
+    // The two calls that were out were granted after their callers left (and released); the queued ones never left.
+    let mut granted = Vec::new();
+    for name in &names {
+        if locks.inspect(name).await.unwrap().last_fence.is_some() {
+            granted.push(name.as_str());
+        }
+    }
+    assert_eq!(granted, ["queued:0", "queued:1"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

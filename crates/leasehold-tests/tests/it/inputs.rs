@@ -236,6 +236,12 @@ fn every_accepted_name_keeps_all_keys_of_its_lock_in_one_cluster_slot() {
                     slots.iter().all(|&s| s == slots[0]),
                     "{name:?}: keys {keys:?} hash to slots {slots:?}"
                 );
+                // The slot leasehold computes (to keep each coalesced call within one slot) is the server's.
+                assert_eq!(
+                    leasehold::__private::slot_of(leasehold::DEFAULT_PREFIX, name).map(i64::from),
+                    Some(slots[0]),
+                    "{name:?}"
+                );
             }
             Err(InvalidArgument::BadName { .. }) => {
                 assert!(name.starts_with('}'), "{name:?} was refused");

@@ -3,11 +3,13 @@
 
 mod basics;
 mod cancel;
+mod coalesce;
 mod connection;
 mod deadlines;
 mod exclusion;
 mod faults;
 mod fences;
+mod handoff;
 mod holders;
 mod inputs;
 mod lease;

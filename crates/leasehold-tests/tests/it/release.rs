@@ -71,24 +71,29 @@ async fn a_resent_acquire_reports_its_own_grant() {
             .key("leasehold:{twice}:fence")
             .key("leasehold:{twice}:queue")
             .key("leasehold:{twice}:waiters")
-            .arg("dl1:00000000000000000000000000000001")
-            .arg(30_000)
             .arg(86_400_000)
             .arg("client-a")
+            .arg("dl1:00000000000000000000000000000001")
+            .arg(30_000)
             .arg("0")
             .arg(2_000)
             .arg("");
         let mut conn = conn.clone();
         async move { invocation.invoke_async::<Vec<i64>>(&mut conn).await }
     };
+    // {server µs, code, fence, ms left}
     let first = run(&mut conn).await.unwrap();
-    assert_eq!(first[0], 1, "granted");
+    assert_eq!(first[1], 1, "granted");
     // The same request again, as a retry after a lost reply would send it: the grant stands, with its fence.
     let again = run(&mut conn).await.unwrap();
     assert_eq!(
-        again[..2],
-        first[..2],
+        again[1..3],
+        first[1..3],
         "a retried acquire must report its own grant"
+    );
+    assert!(
+        again[3] > 0 && again[3] <= 30_000,
+        "with the time left on it"
     );
 }
 
@@ -107,11 +112,14 @@ async fn a_resent_release_reports_success_and_leaves_the_next_owner_alone() {
             .key("leasehold:{twice}:waiters")
             .key("leasehold:{twice}:released")
             .key("leasehold:{twice}:fence")
-            .arg(&token)
             .arg("leasehold:wake:")
-            .arg(86_400_000);
+            .arg(86_400_000)
+            .arg(&token);
         let mut conn = conn.clone();
-        async move { invocation.invoke_async::<i64>(&mut conn).await }
+        async move {
+            let codes: Vec<i64> = invocation.invoke_async(&mut conn).await?;
+            Ok::<_, redis::RedisError>(codes[0])
+        }
     };
     assert_eq!(run(&mut conn).await.unwrap(), 1, "released");
     let next = locks.mutex("twice").try_lock().await.unwrap();

@@ -1,0 +1,299 @@
+//! Direct hand-off: a release grants the lock to the oldest live waiting client in the same script, and the waiter
+//! starts without another round trip, with a deadline no later than the server-side expiry.
+
+use std::time::Duration;
+
+use leasehold::LossReason;
+use leasehold_tests::RedisServer;
+use tokio::time::Instant;
+
+use crate::{connect, redis_conn, within};
+
+/// Waits until the acquire script has found the lock busy `n` times (each busy attempt calls PTTL once).
+async fn busy_attempts(server: &RedisServer, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.command_calls("pttl") < n {
+        assert!(Instant::now() < deadline, "waiters never reached Redis");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn get(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_handed_over_lease_ends_before_the_server_expires_it() {
+    let server = RedisServer::start();
+    let holder_client = connect(&server).await;
+    let waiter_client = connect(&server).await;
+    // Loads the release script, so that the release below is one call (not NOSCRIPT, then a retry).
+    crate::lock_and_release(&holder_client, "warm-up").await;
+    let holder = holder_client
+        .mutex("baton")
+        .ttl(Duration::from_secs(60))
+        .try_lock()
+        .await
+        .unwrap();
+    // A fixed 2 s lease: the claim is the whole lease, so nothing renews it and its deadline is the hand-off's.
+    let waiter = tokio::spawn(async move {
+        let guard = waiter_client
+            .mutex("baton")
+            .ttl(Duration::from_secs(2))
+            .fixed_lease()
+            .lock()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    // The first attempt, then the subscribed head's attempt: the client is queued with a fresh token.
+    busy_attempts(&server, 2).await;
+    let scripts_before = server.command_calls("evalsha");
+
+    let first = holder.fence();
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (granted, guard) = within(Duration::from_secs(5), "hand-off", waiter)
+        .await
+        .unwrap();
+    assert!(
+        granted.duration_since(released) < Duration::from_millis(500),
+        "hand-off took {:?}",
+        granted.duration_since(released)
+    );
+    // No round trip of the waiter's own: the one script call since is the release.
+    assert_eq!(server.command_calls("evalsha") - scripts_before, 1);
+    assert!(guard.fence() > first);
+    // The fence was drawn in the hand-off's own step: the counter holds it.
+    let info = holder_client.inspect("baton").await.unwrap();
+    assert_eq!(info.last_fence, Some(guard.fence()));
+
+    let mut conn = redis_conn(&server).await;
+    let token = guard.token().to_owned();
+    assert_eq!(
+        get(&mut conn, "leasehold:{baton}").await.as_deref(),
+        Some(token.as_str())
+    );
+    let reason = within(Duration::from_secs(5), "loss signal", guard.lost()).await;
+    assert_eq!(reason, LossReason::Expired);
+    // The loss is signalled while the server still has the grant: nobody else can hold the lock yet.
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("leasehold:{baton}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        get(&mut conn, "leasehold:{baton}").await.as_deref(),
+        Some(token.as_str())
+    );
+    assert!(
+        pttl > 0,
+        "the key had expired before the loss signal (pttl {pttl})"
+    );
+    let lasted = granted.elapsed();
+    assert!(
+        lasted > Duration::from_millis(1500) && lasted < Duration::from_millis(2100),
+        "a 2 s claim lasted {lasted:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_fixed_lease_handed_over_is_extended_once_to_its_whole_lease() {
+    let server = RedisServer::start();
+    let holder_client = connect(&server).await;
+    let waiter_client = connect(&server).await;
+    let holder = holder_client.mutex("once").try_lock().await.unwrap();
+    let client = waiter_client.clone();
+    let waiter = tokio::spawn(async move {
+        client
+            .mutex("once")
+            .ttl(Duration::from_secs(8))
+            .fixed_lease()
+            .lock()
+            .await
+            .unwrap()
+    });
+    busy_attempts(&server, 2).await;
+    let first = holder.fence();
+    holder.release().await.unwrap();
+    let guard = within(Duration::from_secs(5), "hand-off", waiter)
+        .await
+        .unwrap();
+    assert!(guard.fence() > first);
+    let granted = Instant::now();
+    // Handed over with a 2 s claim, then extended once, at once, to the 8 s it asked for; then no more renewals.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while guard.valid_until() < granted + Duration::from_secs(6) || waiter_client.kept_leases() != 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the claim was not extended: {guard:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("leasehold:{once}")
+        .query_async(&mut redis_conn(&server).await)
+        .await
+        .unwrap();
+    assert!(pttl > 6_000 && pttl <= 8_000, "pttl {pttl}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_that_died_within_its_liveness_window_costs_at_most_its_claim() {
+    let server = RedisServer::start();
+    let holder_client = connect(&server).await;
+    let patient = connect(&server).await;
+    let holder = holder_client
+        .mutex("ghost")
+        .ttl(Duration::from_secs(60))
+        .try_lock()
+        .await
+        .unwrap();
+    let mut conn = redis_conn(&server).await;
+    // A client that queued a moment ago and then froze: its entry is live by server time, and a pattern subscriber
+    // makes every PUBLISH count one receiver, so nothing tells the release that it is gone.
+    let mut bystander = server.client().get_async_pubsub().await.unwrap();
+    bystander.psubscribe("*").await.unwrap();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let alive_until = secs * 1000 + micros / 1000 + 3000;
+    let ghost_token = "dl1:0123456789abcdef0123456789abcdef";
+    let _: () = redis::pipe()
+        .cmd("RPUSH")
+        .arg("leasehold:{ghost}:queue")
+        .arg("ghost")
+        .ignore()
+        .cmd("HSET")
+        .arg("leasehold:{ghost}:waiters")
+        .arg("ghost")
+        .arg(format!("{alive_until} 2000 {ghost_token}"))
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = patient.mutex("ghost").lock().await.unwrap();
+        (Instant::now(), guard)
+    });
+    busy_attempts(&server, 2).await;
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    // The frozen client got the lock, with a claim, not a whole lease.
+    assert_eq!(
+        get(&mut conn, "leasehold:{ghost}").await.as_deref(),
+        Some(ghost_token)
+    );
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("leasehold:{ghost}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(pttl > 0 && pttl <= 2000, "claim of {pttl} ms");
+    let ghost_fence: u64 = get(&mut conn, "leasehold:{ghost}:fence")
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (granted, guard) = within(Duration::from_secs(10), "grant after the claim", waiter)
+        .await
+        .unwrap();
+    let waited = granted.duration_since(released);
+    // The live waiter gets it once the claim lapses (it looks again at the holder's lease end): never a lease later.
+    assert!(
+        waited > Duration::from_millis(1500) && waited < Duration::from_millis(3500),
+        "waited {waited:?} behind a 2 s claim"
+    );
+    assert!(guard.fence().get() > ghost_fence);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_grant_whose_message_was_lost_is_taken_by_the_next_attempt() {
+    let server = RedisServer::start();
+    let holder_client = connect(&server).await;
+    let patient = connect(&server).await;
+    let holder = holder_client
+        .mutex("lost-note")
+        .ttl(Duration::from_secs(60))
+        .try_lock()
+        .await
+        .unwrap();
+    let mut conn = redis_conn(&server).await;
+    let mut bystander = server.client().get_async_pubsub().await.unwrap();
+    bystander.psubscribe("*").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = patient.mutex("lost-note").lock().await.unwrap();
+        (Instant::now(), guard)
+    });
+    busy_attempts(&server, 2).await;
+    // Re-address the waiter's queue entry to a channel it does not listen on: the release still grants its token
+    // (the bystander makes the PUBLISH count one), but the grant message never reaches it.
+    let ids: Vec<String> = redis::cmd("HKEYS")
+        .arg("leasehold:{lost-note}:waiters")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 1);
+    let entry: String = redis::cmd("HGET")
+        .arg("leasehold:{lost-note}:waiters")
+        .arg(&ids[0])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("LSET")
+        .arg("leasehold:{lost-note}:queue")
+        .arg(0)
+        .arg("elsewhere")
+        .ignore()
+        .cmd("HDEL")
+        .arg("leasehold:{lost-note}:waiters")
+        .arg(&ids[0])
+        .ignore()
+        .cmd("HSET")
+        .arg("leasehold:{lost-note}:waiters")
+        .arg("elsewhere")
+        .arg(&entry)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let handed = get(&mut conn, "leasehold:{lost-note}").await.unwrap();
+    assert!(entry.ends_with(&handed), "the waiter's token was granted");
+    let (granted, guard) = within(Duration::from_secs(10), "grant without its message", waiter)
+        .await
+        .unwrap();
+    // The waiter's heartbeat attempt (at most a second) finds the lock held by its own previous token and takes it,
+    // long before the 2 s claim would lapse.
+    assert!(
+        granted.duration_since(released) < Duration::from_millis(1500),
+        "took {:?}",
+        granted.duration_since(released)
+    );
+    assert_eq!(guard.token(), handed);
+    assert!(guard.is_held());
+    // It is kept like any lease: renewed to its whole 30 s at once.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg("leasehold:{lost-note}")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if pttl > 20_000 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the claim was never renewed (pttl {pttl})"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    guard.release().await.unwrap();
+}

@@ -1,0 +1,269 @@
+//! Coalesced requests: the acquire attempts (and, apart, the releases) that tasks of one client make at the same
+//! moment travel as one script call covering many locks, instead of one call each.
+//!
+//! Opportunistic, never a delay: a request is sent at once, alone, while fewer than [`MAX_IN_FLIGHT`] calls of its
+//! kind are out. Only when that many are out does it queue, and when one of them returns, whatever queued meanwhile
+//! goes out as one call (up to [`MAX_BATCH`] locks, all in one Redis Cluster hash slot when the server is a
+//! cluster). So a lone request costs exactly what it did, and under load the calls grow instead of their number.
+//!
+//! Each lock's outcome is its own (the scripts answer per lock), and so is its cancel safety: a request whose caller
+//! went away while it queued is never sent; one whose caller went away while its call was out is settled by
+//! [`Item::orphaned`] (a grant that landed is released), after the call returned, so the undoing runs after what it
+//! undoes.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redis::RedisError;
+use tokio::sync::oneshot;
+
+use crate::client::Inner;
+
+/// How many calls of one kind may be out at once before requests queue.
+const MAX_IN_FLIGHT: usize = 2;
+
+/// The most locks one coalesced call carries.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// A request that failed as a whole: the Redis error, and whether it may have reached the server (`false` only when
+/// the connection was refused, so that nothing was sent).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) err: RedisError,
+    pub(crate) reached: bool,
+}
+
+/// One lock's request of some kind (an acquire attempt, a release).
+pub(crate) trait Item: Send + Sized + 'static {
+    /// One lock's answer, as the script gave it.
+    type Outcome: Send + 'static;
+
+    /// The client's coalescer for this kind.
+    fn coalescer(inner: &Inner) -> &Coalescer<Self>;
+
+    /// The Redis Cluster hash slot of the lock: one call covers one slot.
+    fn slot(&self) -> u16;
+
+    /// Sends `items` as one script call (idempotent per token, so retried once after a dropped connection). On
+    /// success, one outcome per item, in order.
+    fn call(
+        inner: &Inner,
+        items: &[Self],
+    ) -> impl Future<Output = Result<Vec<Self::Outcome>, Failure>> + Send;
+
+    /// Settles a request whose caller went away while its call was out: `outcome` is what the server answered, or
+    /// `None` when that is unknown (the call failed after it may have run).
+    fn orphaned(self, inner: &Arc<Inner>, outcome: Option<Self::Outcome>);
+}
+
+type Reply<T> = oneshot::Sender<Result<<T as Item>::Outcome, Failure>>;
+
+/// The requests of one kind for one client.
+pub(crate) struct Coalescer<T: Item> {
+    state: Mutex<State<T>>,
+    /// Whether calls must stay within one hash slot (Redis Cluster).
+    by_slot: bool,
+}
+
+struct State<T: Item> {
+    in_flight: usize,
+    queue: VecDeque<(T, Reply<T>)>,
+}
+
+impl<T: Item> Coalescer<T> {
+    pub(crate) fn new(by_slot: bool) -> Coalescer<T> {
+        Coalescer {
+            state: Mutex::new(State {
+                in_flight: 0,
+                queue: VecDeque::new(),
+            }),
+            by_slot,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A call ended (its slot is free): the requests that queued meanwhile, as the next call (the slot passes to
+    /// it), or `None` and the slot is released.
+    fn next_batch(&self) -> Option<(Vec<T>, Vec<Reply<T>>)> {
+        let mut state = self.lock();
+        let mut items: Vec<T> = Vec::new();
+        let mut replies = Vec::new();
+        let mut rest = VecDeque::new();
+        while let Some((item, reply)) = state.queue.pop_front() {
+            if reply.is_closed() {
+                continue; // its caller went away before it was sent: nothing to send, nothing to undo
+            }
+            let fits = items.len() < MAX_BATCH
+                && (!self.by_slot
+                    || items
+                        .first()
+                        .is_none_or(|first| first.slot() == item.slot()));
+            if fits {
+                items.push(item);
+                replies.push(reply);
+            } else {
+                rest.push_back((item, reply));
+            }
+        }
+        state.queue = rest;
+        if items.is_empty() {
+            state.in_flight -= 1;
+            None
+        } else {
+            Some((items, replies))
+        }
+    }
+}
+
+/// Runs `item` in a call: its own, at once, or a coalesced one with the requests that queued with it.
+///
+/// Cancel safe: dropped before its call left, the request is never sent; dropped while it was out, its outcome goes to
+/// [`Item::orphaned`].
+pub(crate) async fn run<T: Item>(inner: &Arc<Inner>, item: T) -> Result<T::Outcome, Failure> {
+    let mut item = Some(item);
+    let answer = {
+        let mut state = T::coalescer(inner).lock();
+        if state.in_flight < MAX_IN_FLIGHT {
+            state.in_flight += 1;
+            None
+        } else {
+            let (reply, answer) = oneshot::channel();
+            if let Some(item) = item.take() {
+                state.queue.push_back((item, reply));
+            }
+            Some(answer)
+        }
+    };
+    if let Some(answer) = answer {
+        return answer.await.unwrap_or_else(|_| Err(abandoned()));
+    }
+    // Our own call, alone. Whatever ends it (a reply, or this future dropped), the slot passes on.
+    let mut lead = Lead { inner, item };
+    let result = match &lead.item {
+        Some(item) => T::call(inner, std::slice::from_ref(item)).await,
+        None => Err(abandoned()),
+    };
+    lead.item = None;
+    result.and_then(|mut outcomes| outcomes.pop().ok_or_else(abandoned))
+}
+
+/// The failure of a request whose call was dropped unfinished (its runtime shut down): its outcome is unknown.
+fn abandoned() -> Failure {
+    Failure {
+        err: RedisError::from((redis::ErrorKind::Io, "request abandoned")),
+        reached: true,
+    }
+}
+
+/// The caller's own call. Dropped (its future cancelled, or done), it passes the slot on to the queued requests; an
+/// item still here was in a call whose outcome nobody will read.
+struct Lead<'a, T: Item> {
+    inner: &'a Arc<Inner>,
+    item: Option<T>,
+}
+
+impl<T: Item> Drop for Lead<'_, T> {
+    fn drop(&mut self) {
+        if let Some(item) = self.item.take() {
+            item.orphaned(self.inner, None);
+        }
+        flush::<T>(self.inner);
+    }
+}
+
+/// Sends what queued, in calls of its own (a task), until nothing is left; then frees the slot.
+fn flush<T: Item>(inner: &Arc<Inner>) {
+    let Some(batch) = T::coalescer(inner).next_batch() else {
+        return;
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // No runtime to send them on (it is shutting down): their callers get "abandoned" (senders dropped).
+        T::coalescer(inner).lock().in_flight -= 1;
+        return;
+    };
+    let inner = Arc::clone(inner);
+    runtime.spawn(async move {
+        let mut next = Some(batch);
+        while let Some((items, replies)) = next {
+            let mut call = InCall {
+                inner: &inner,
+                items,
+                replies,
+                done: false,
+            };
+            let result = T::call(&inner, &call.items).await;
+            call.done = true;
+            let items = std::mem::take(&mut call.items);
+            let replies = std::mem::take(&mut call.replies);
+            settle(&inner, items, replies, result);
+            next = T::coalescer(&inner).next_batch();
+        }
+    });
+}
+
+/// A coalesced call in progress. Dropped unfinished (its runtime shut down), it tells its callers the outcome is
+/// unknown, and settles the requests of callers that went away.
+struct InCall<'a, T: Item> {
+    inner: &'a Arc<Inner>,
+    items: Vec<T>,
+    replies: Vec<Reply<T>>,
+    done: bool,
+}
+
+impl<T: Item> Drop for InCall<'_, T> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let items = std::mem::take(&mut self.items);
+        let replies = std::mem::take(&mut self.replies);
+        for (item, reply) in items.into_iter().zip(replies) {
+            if reply.send(Err(abandoned())).is_err() {
+                item.orphaned(self.inner, None);
+            }
+        }
+    }
+}
+
+/// Hands each caller its outcome; the outcomes of callers that went away are settled by their item.
+fn settle<T: Item>(
+    inner: &Arc<Inner>,
+    items: Vec<T>,
+    replies: Vec<Reply<T>>,
+    result: Result<Vec<T::Outcome>, Failure>,
+) {
+    match result {
+        Ok(outcomes) if outcomes.len() == items.len() => {
+            for ((item, reply), outcome) in items.into_iter().zip(replies).zip(outcomes) {
+                if let Err(Ok(outcome)) = reply.send(Ok(outcome)) {
+                    item.orphaned(inner, Some(outcome));
+                }
+            }
+        }
+        result => {
+            let (err, reached) = match result {
+                Err(failure) => (failure.err, failure.reached),
+                Ok(_) => (
+                    RedisError::from((
+                        redis::ErrorKind::Parse,
+                        "a coalesced reply of the wrong length",
+                    )),
+                    true,
+                ),
+            };
+            for (item, reply) in items.into_iter().zip(replies) {
+                let failure = Failure {
+                    err: err.clone(),
+                    reached,
+                };
+                if reply.send(Err(failure)).is_err() && reached {
+                    item.orphaned(inner, None);
+                }
+            }
+        }
+    }
+}
