@@ -28,7 +28,8 @@
 //! | `guard.rs` | [`MutexGuard`]: release, extend, run until lost, release on drop |
 //! | `lease.rs` | [`Lease`]: validity deadline, loss signal, [`LossReason`] |
 //! | `keeper.rs` | the per-client task that renews every kept lease in batches |
-//! | `wake.rs` | the per-client subscriber that wakes waiters on release |
+//! | `wake.rs` | the per-client subscriber that delivers hand-offs to the waiting tasks |
+//! | `batch.rs` | coalesced requests: many locks' acquires (or releases) in one script call |
 //! | `keys.rs` | key layout and limits |
 //! | `clock.rs` | the lease clock: monotonic, counting time spent suspended |
 //! | `conn.rs` | the command connection: replaced when it goes silent; idempotent requests retried once |
@@ -65,9 +66,11 @@
 //!    future releases a grant that landed anyway; a guard still alive when the program ends normally (`main`
 //!    returns) is released when its [`Client`] is dropped, within 1 s. Abnormal exits (`std::process::exit`, a
 //!    signal, an abort) leave the lock to lapse after its lease.
-//! 5. **A free lock is granted promptly.** A release wakes the oldest live waiter; waiters that died or gave up are
-//!    skipped by server time however many there are, and a wake-up lost to a fault costs a live waiter at most one
-//!    heartbeat (1 s).
+//! 5. **A free lock is granted promptly.** A release hands the lock to the oldest live waiter in the same atomic
+//!    step (its fence drawn there too), and the waiter starts without another round trip; waiters that died or gave
+//!    up are skipped by server time however many there are. A grant message lost to a fault costs a live waiter at
+//!    most one heartbeat (1 s); a waiter that died less than its liveness window (3 s) before the release can still
+//!    be handed the lock, which then lapses after its claim lease (2 s at most), never a whole lease.
 //!
 //! The assumptions behind these, stated plainly:
 //!
@@ -130,14 +133,18 @@
 //! # Waiting
 //!
 //! Waiters do not poll. A client that finds a lock busy joins the lock's queue in Redis (one entry per client,
-//! however many of its tasks wait, with a liveness deadline in server time that each of its attempts renews); the
-//! release wakes the oldest client still alive, through that client's own pub/sub channel, and reserves the lock
-//! for it for a few milliseconds so that a releaser looping on the lock cannot barge ahead. Processes are therefore
-//! served in arrival order, and a release costs O(1) acquire attempts however many tasks and processes wait.
-//! Inside a process, waiters of one lock queue in FIFO order and only the first contends in Redis. The first waiter
-//! also looks again when the holder's lease would end and at least once a second (its heartbeat, which keeps its
-//! queue entry alive), so a lost message, a crashed holder or a woken client that died costs at most that, never a
-//! hang.
+//! however many of its tasks wait, holding the token of its latest attempt and a liveness deadline in server time
+//! that each attempt renews). The release **hands the lock over** in the same script: the oldest live waiting
+//! client's token becomes the owner, with a short claim lease (`min(lease, 2 s)`) and its fence drawn in that step,
+//! and the grant is published on that client's own pub/sub channel. The waiter starts at once, without another round
+//! trip, and its lease keeper extends the claim to the whole lease right away. Its validity deadline comes from the
+//! instant it sent the attempt that stored the token (the grant ran after that attempt, so the claim ends no earlier
+//! than that instant plus the claim); a grant whose deadline leaves less than a quarter of the claim is confirmed with
+//! one round trip first. Nobody can barge in between a release and the next owner, processes are served in arrival
+//! order, and a release costs O(1) acquire attempts however many tasks and processes wait. Inside a process, waiters
+//! of one lock queue in FIFO order and only the first contends in Redis. The first waiter also looks again when the
+//! holder's lease would end and at least once a second (its heartbeat, which keeps its queue entry alive), so a lost
+//! message, a crashed holder or a waiter that died costs at most that (or the claim), never a hang.
 //!
 //! A wait rides out a Redis restart or outage (connection errors, timeouts, `LOADING` and the like): it logs one
 //! warning with target `leasehold::outage` and tries again with backoff until Redis answers or its deadline
@@ -169,12 +176,10 @@
 //!
 //! A lock named `N` uses the key `PREFIX:{N}` (the owner token, with the lease as its expiry), the key
 //! `PREFIX:{N}:fence` (the last fence, kept for [`Builder::fence_retention`] from its creation), the list
-//! `PREFIX:{N}:queue` (waiting client ids), the hash `PREFIX:{N}:waiters` (their liveness deadlines) and the key
-//! `PREFIX:{N}:released` (the last release's token, for the rest of its lease, so that a retried release is
-//! recognised); see
-//! [`lock_keys`]. For a few milliseconds after a release that woke a waiter, the lock key holds a reservation for
-//! that client instead of a token. The braces make `N` the Redis Cluster hash tag. Client `C` is woken on the
-//! channel `PREFIX:wake:C`. The prefix defaults to `leasehold`; names are 1 to [`MAX_NAME_LEN`] bytes and may not start
+//! `PREFIX:{N}:queue` (waiting client ids), the hash `PREFIX:{N}:waiters` (per waiting client: its liveness deadline,
+//! claim lease and latest token) and the key `PREFIX:{N}:released` (the last release's token, for the rest of its
+//! lease, so that a retried release is recognised); see [`lock_keys`]. The braces make `N` the Redis Cluster hash
+//! tag. Client `C` hears of grants on the channel `PREFIX:wake:C`. The prefix defaults to `leasehold`; names are 1 to [`MAX_NAME_LEN`] bytes and may not start
 //! with `}` (Redis Cluster would then hash each key of the lock to its own slot). Redis 6.2 or later is required.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

@@ -30,8 +30,8 @@ const NO_TTL_RECHECK: Duration = Duration::from_secs(1);
 /// grant. Cheap to clone.
 ///
 /// Non-reentrant: a second `lock()` on the same name from the same task waits for the first guard like any other
-/// owner would. Waiting clients are served in the order they started waiting: a release wakes the oldest and
-/// reserves the lock for it for a few milliseconds, so a holder that releases and asks again cannot barge ahead.
+/// owner would. Waiting clients are served in the order they started waiting: a release hands the lock directly to
+/// the oldest (see the [crate docs](crate#waiting)), so a holder that releases and asks again cannot barge ahead.
 /// Inside one process, waiters are served in FIFO order. A newcomer can still take a lock that is free with nobody
 /// queued.
 ///
@@ -318,7 +318,6 @@ impl Mutex {
     }
 
     /// Whether some owner holds the lock right now (one read; by the time you act on it, that may have changed).
-    /// A lock reserved for the waiter a release just woke reads as not locked.
     ///
     /// # Errors
     ///

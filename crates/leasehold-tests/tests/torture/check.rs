@@ -27,8 +27,9 @@ pub const STALL_BOUND: Duration = Duration::from_millis(200);
 pub const CALM: Duration = Duration::from_secs(8);
 
 /// How long after a fault a gap is still explained by it. A dead or frozen client stays a live queue entry for up to
-/// the liveness window (3 s) after its last heartbeat; a reservation handed to it lapses, and the next waiter's
-/// heartbeat (1 s) takes the free lock. Any other fault can cost a lost wake-up (heartbeat) or a lease.
+/// the liveness window (3 s) after its last heartbeat; a hand-off to it lapses after its claim (at most the lease),
+/// and the next waiter's heartbeat (1 s) takes the free lock. Any other fault can cost a lost wake-up (heartbeat) or
+/// a lease.
 pub fn recovery(fault: Fault, ttl: Duration) -> u64 {
     let allowance = match fault {
         Fault::Stop | Fault::Kill | Fault::QueueAndDie | Fault::Blackhole => {
