@@ -628,9 +628,16 @@ impl Mutex {
                 let err = not_a_lock(err, &keys.lock);
                 // A server error means the script did not grant, and a request that never reached Redis (the
                 // connection was refused) cannot have granted either; anything else (timeout, dropped connection)
-                // may have granted: released in the background, owner-checked. (A wait riding out an outage thus
-                // leaves no background release behind per refused attempt.)
+                // may have granted, or stored the token for a release to hand the lock to later: released in the
+                // background, owner-checked. (A wait riding out an outage thus leaves no background release behind
+                // per refused attempt.)
                 if reached && !matches!(err, Error::NotALock { .. }) && !is_server_error(&err) {
+                    // From now on the token is being released: the wait must never take a grant to it (a hand-off
+                    // whose message comes late, or an attempt that finds the lock held by it), or that release would
+                    // free a lock in use. A late message for it is given back instead (a second, harmless release).
+                    if let Some(expecting) = expecting {
+                        expecting.drop_handed(&token);
+                    }
                     release_in_background(Arc::clone(inner), Arc::clone(keys), token, self.ttl);
                 }
                 return Err(explain_foreign(&inner.conn, &keys.lock, err).await);

@@ -7,6 +7,7 @@
 //!                                             # then print "held=BOOL" and try a fenced write: "write=0|1"
 //! leasehold-worker drop-at-end URL NAME current|multi  # acquire (30 s lease), print "acquired FENCE", and let `main`
 //!                                             # return with the guard still alive, as user code does
+//! leasehold-worker script-source NAME             # print a script as the library loads it (scripts/profile-server.sh)
 //! ```
 //!
 //! Exit status: 0 on success, 1 on any error (printed on stderr), 2 on bad usage.
@@ -27,6 +28,17 @@ return 1
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [mode, name] = args.as_slice() {
+        if mode == "script-source" {
+            return match leasehold::__private::script_source(name) {
+                Some(source) => {
+                    print!("{source}");
+                    ExitCode::SUCCESS
+                }
+                None => usage(),
+            };
+        }
+    }
     if let [mode, url, name, flavor] = args.as_slice() {
         if mode == "drop-at-end" {
             return drop_at_end(url, name, flavor);
