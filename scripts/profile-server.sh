@@ -68,10 +68,10 @@ measure() {
   "${R[@]}" flushall >/dev/null
   gen "$kind" 64 "$batch" | "${R[@]}" --pipe >/dev/null
   gen "$kind" "$calls" "$batch" >"$dir/work.resp"
-  callgrind_control -z "$pid" >/dev/null
+  callgrind_control -z "$pid" >/dev/null 2>&1
   "${R[@]}" --pipe <"$dir/work.resp" >/dev/null
   rm -f "$dir"/cg."$pid".*
-  callgrind_control -d "$pid" >/dev/null
+  callgrind_control -d "$pid" >/dev/null 2>&1
   local dump
   dump=$(ls -t "$dir"/cg."$pid".* | head -1)
   local total

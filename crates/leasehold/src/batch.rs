@@ -20,8 +20,10 @@ use tokio::sync::oneshot;
 
 use crate::client::Inner;
 
-/// How many calls of one kind may be out at once before requests queue.
-const MAX_IN_FLIGHT: usize = 2;
+/// How many calls of one kind may be out at once before requests queue. Fewer make bigger calls (less server work
+/// per lock) but keep Redis and the client waiting on each other; 8 gave the most throughput in `leasehold bench`'s
+/// uncontended-64 (2, 8, 16 and 64 compared in alternating runs; see DESIGN.md, "Coalesced requests").
+pub(crate) const MAX_IN_FLIGHT: usize = 8;
 
 /// The most locks one coalesced call carries.
 pub(crate) const MAX_BATCH: usize = 64;

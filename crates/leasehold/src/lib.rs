@@ -224,6 +224,9 @@ pub use redis;
 pub mod __private {
     pub use crate::scripts::source as script_source;
 
+    /// How many coalesced calls of one kind a client has out before its requests queue.
+    pub const MAX_IN_FLIGHT: usize = crate::batch::MAX_IN_FLIGHT;
+
     /// The Redis Cluster hash slot of the lock `name`'s keys, as leasehold computes it.
     pub fn slot_of(prefix: &str, name: &str) -> Option<u16> {
         crate::keys::LockKeys::new(prefix, name)

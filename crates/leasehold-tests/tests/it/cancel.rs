@@ -81,13 +81,15 @@ async fn grants_that_land_after_the_caller_gave_up_are_released() {
     }
 }
 
-// One thread: the tasks start in the order they are spawned, so the first two are the calls sent at once.
+// One thread: the tasks start in the order they are spawned, so the first ones are the calls sent at once.
 #[tokio::test(flavor = "current_thread")]
 async fn a_queued_acquire_dropped_before_it_was_sent_is_never_sent() {
     let server = RedisServer::start();
     let locks = connect(&server).await;
     crate::lock_and_release(&locks, "warm").await;
-    let names: Vec<String> = (0..20).map(|i| format!("queued:{i}")).collect();
+    let names: Vec<String> = (0..3 * leasehold::__private::MAX_IN_FLIGHT)
+        .map(|i| format!("queued:{i}"))
+        .collect();
     // While the server is paused, this client's first calls stay out and the other acquires queue behind them.
     let mut conn = crate::redis_conn(&server).await;
     let _: () = redis::cmd("CLIENT")
@@ -96,14 +98,15 @@ async fn a_queued_acquire_dropped_before_it_was_sent_is_never_sent() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    // The queued callers give up first; then the two whose calls are out (which frees their slots, with nothing
-    // left to send).
+    // The queued callers give up first; then those whose calls are out (which frees their slots, with nothing left
+    // to send).
+    let sent_at_once = leasehold::__private::MAX_IN_FLIGHT;
     let attempts: Vec<_> = names
         .iter()
         .enumerate()
         .map(|(i, name)| {
             let mutex = locks.mutex(name).ttl(Duration::from_secs(30));
-            let patience = Duration::from_millis(if i < 2 { 100 } else { 30 });
+            let patience = Duration::from_millis(if i < sent_at_once { 100 } else { 30 });
             tokio::spawn(async move { tokio::time::timeout(patience, mutex.lock()).await })
         })
         .collect();
@@ -111,14 +114,14 @@ async fn a_queued_acquire_dropped_before_it_was_sent_is_never_sent() {
         assert!(attempt.await.unwrap().is_err());
     }
     assert_no_lock_left(&locks, &names).await;
-    // The two calls that were out were granted after their callers left (and released); the queued ones never left.
+    // The calls that were out were granted after their callers left (and released); the queued ones never left.
     let mut granted = Vec::new();
     for name in &names {
         if locks.inspect(name).await.unwrap().last_fence.is_some() {
-            granted.push(name.as_str());
+            granted.push(name.clone());
         }
     }
-    assert_eq!(granted, ["queued:0", "queued:1"]);
+    assert_eq!(granted, names[..sent_at_once]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,9 +57,10 @@ async fn simultaneous_requests_of_one_client_share_calls_and_keep_their_own_outc
     }
     assert_eq!(guards.len(), LOCKS - 3);
     let acquire_calls = server.command_calls("evalsha");
-    // Two calls went out at once; everything that queued meanwhile followed in one.
+    // The first calls went out at once, one lock each; everything that queued meanwhile followed in one call.
+    let at_once = leasehold::__private::MAX_IN_FLIGHT as u64;
     assert!(
-        acquire_calls <= 4,
+        acquire_calls <= at_once + 2,
         "{LOCKS} acquires took {acquire_calls} script calls"
     );
 
@@ -77,7 +78,7 @@ async fn simultaneous_requests_of_one_client_share_calls_and_keep_their_own_outc
     }
     let release_calls = server.command_calls("evalsha");
     assert!(
-        release_calls <= 4,
+        release_calls <= at_once + 2,
         "{} releases took {release_calls} script calls",
         LOCKS - 3
     );
