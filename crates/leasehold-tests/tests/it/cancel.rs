@@ -46,13 +46,7 @@ async fn grants_that_land_after_the_caller_gave_up_are_released() {
     server.config_resetstat();
     // The server holds every client's commands for 300 ms: each acquire below is sent, waits in the server, and is
     // granted only after its caller gave up at 50 ms.
-    let mut conn = crate::redis_conn(&server).await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(300)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    crate::pause(&server, 300).await;
     let attempts: Vec<_> = names
         .iter()
         .zip(&clients)
@@ -91,13 +85,7 @@ async fn a_queued_acquire_dropped_before_it_was_sent_is_never_sent() {
         .map(|i| format!("queued:{i}"))
         .collect();
     // While the server is paused, this client's first calls stay out and the other acquires queue behind them.
-    let mut conn = crate::redis_conn(&server).await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(300)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    crate::pause(&server, 300).await;
     // The queued callers give up first; then those whose calls are out (which frees their slots, with nothing left
     // to send).
     let sent_at_once = leasehold::__private::MAX_IN_FLIGHT;

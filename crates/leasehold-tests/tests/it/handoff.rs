@@ -7,16 +7,7 @@ use leasehold::LossReason;
 use leasehold_tests::RedisServer;
 use tokio::time::Instant;
 
-use crate::{connect, redis_conn, within};
-
-/// Waits until the acquire script has found the lock busy `n` times (each busy attempt calls PTTL once).
-async fn busy_attempts(server: &RedisServer, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.command_calls("pttl") < n {
-        assert!(Instant::now() < deadline, "waiters never reached Redis");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
+use crate::{connect, redis_conn, wait_for_busy_attempts, within};
 
 async fn get(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
@@ -47,7 +38,7 @@ async fn a_handed_over_lease_ends_before_the_server_expires_it() {
         (Instant::now(), guard)
     });
     // The first attempt, then the subscribed head's attempt: the client is queued with a fresh token.
-    busy_attempts(&server, 2).await;
+    wait_for_busy_attempts(&server, 2).await;
     let scripts_before = server.command_calls("evalsha");
 
     let first = holder.fence();
@@ -113,7 +104,7 @@ async fn a_fixed_lease_handed_over_is_extended_once_to_its_whole_lease() {
             .await
             .unwrap()
     });
-    busy_attempts(&server, 2).await;
+    wait_for_busy_attempts(&server, 2).await;
     let first = holder.fence();
     holder.release().await.unwrap();
     let guard = within(Duration::from_secs(5), "hand-off", waiter)
@@ -176,7 +167,7 @@ async fn a_waiter_that_died_within_its_liveness_window_costs_at_most_its_claim()
         let guard = patient.mutex("ghost").lock().await.unwrap();
         (Instant::now(), guard)
     });
-    busy_attempts(&server, 2).await;
+    wait_for_busy_attempts(&server, 2).await;
 
     let released = Instant::now();
     holder.release().await.unwrap();
@@ -227,7 +218,7 @@ async fn a_grant_whose_message_was_lost_is_taken_by_the_next_attempt() {
         let guard = patient.mutex("lost-note").lock().await.unwrap();
         (Instant::now(), guard)
     });
-    busy_attempts(&server, 2).await;
+    wait_for_busy_attempts(&server, 2).await;
     // Re-address the waiter's queue entry to a channel it does not listen on: the release still grants its token
     // (the bystander makes the PUBLISH count one), but the grant message never reaches it.
     let ids: Vec<String> = redis::cmd("HKEYS")

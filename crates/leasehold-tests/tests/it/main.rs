@@ -95,6 +95,18 @@ pub async fn within<F: std::future::Future>(limit: Duration, what: &str, fut: F)
     }
 }
 
+/// Waits until the acquire script has found a lock busy `n` times in all (each busy attempt calls PTTL once).
+pub async fn wait_for_busy_attempts(server: &RedisServer, n: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while server.command_calls("pttl") < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waiters never reached Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await; // polls a server counter: no event to await
+    }
+}
+
 /// Holds every client's commands on the server for `ms` milliseconds (`CLIENT PAUSE`), from a connection of its own.
 pub async fn pause(server: &RedisServer, ms: u64) {
     let _: () = redis::cmd("CLIENT")

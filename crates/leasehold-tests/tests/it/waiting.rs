@@ -7,7 +7,7 @@ use leasehold_tests::RedisServer;
 use tokio::sync::Barrier;
 use tokio::time::Instant;
 
-use crate::{connect, within};
+use crate::{connect, wait_for_busy_attempts, within};
 
 #[tokio::test]
 async fn a_waiter_acquires_right_after_the_release_not_at_the_lease_end() {
@@ -149,15 +149,6 @@ async fn lock_timeout_gives_up_at_the_deadline() {
         other => panic!("expected Timeout, got {other:?}"),
     }
     assert!(waited >= Duration::from_millis(200) && waited < Duration::from_secs(2));
-}
-
-/// Waits until the acquire script has found a lock busy `n` times (each busy attempt calls PTTL once).
-async fn wait_for_busy_attempts(server: &RedisServer, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.command_calls("pttl") < n {
-        assert!(Instant::now() < deadline, "waiters never reached Redis");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test]
