@@ -9,6 +9,28 @@ use tokio::time::Instant;
 
 use crate::{connect, redis_conn, wait_for_busy_attempts, within};
 
+/// The lock `name` held for a minute by a client of its own, a plain connection, and a pattern subscriber (`PSUBSCRIBE
+/// *`, as a monitoring tool has) that makes every `PUBLISH` count one receiver.
+async fn held_with_a_bystander(
+    server: &RedisServer,
+    name: &str,
+) -> (
+    leasehold::MutexGuard,
+    redis::aio::MultiplexedConnection,
+    redis::aio::PubSub,
+) {
+    let holder = connect(server)
+        .await
+        .mutex(name)
+        .ttl(Duration::from_secs(60))
+        .try_lock()
+        .await
+        .unwrap();
+    let mut bystander = server.client().get_async_pubsub().await.unwrap();
+    bystander.psubscribe("*").await.unwrap();
+    (holder, redis_conn(server).await, bystander)
+}
+
 async fn get(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query_async(conn).await.unwrap()
 }
@@ -134,19 +156,10 @@ async fn a_fixed_lease_handed_over_is_extended_once_to_its_whole_lease() {
 #[tokio::test]
 async fn a_waiter_that_died_within_its_liveness_window_costs_at_most_its_claim() {
     let server = RedisServer::start();
-    let holder_client = connect(&server).await;
     let patient = connect(&server).await;
-    let holder = holder_client
-        .mutex("ghost")
-        .ttl(Duration::from_secs(60))
-        .try_lock()
-        .await
-        .unwrap();
-    let mut conn = redis_conn(&server).await;
     // A client that queued a moment ago and then froze: its entry is live by server time, and a pattern subscriber
     // makes every PUBLISH count one receiver, so nothing tells the release that it is gone.
-    let mut bystander = server.client().get_async_pubsub().await.unwrap();
-    bystander.psubscribe("*").await.unwrap();
+    let (holder, mut conn, _bystander) = held_with_a_bystander(&server, "ghost").await;
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
     let alive_until = secs * 1000 + micros / 1000 + 3000;
     let ghost_token = "dl1:0123456789abcdef0123456789abcdef";
@@ -203,17 +216,8 @@ async fn a_waiter_that_died_within_its_liveness_window_costs_at_most_its_claim()
 #[tokio::test]
 async fn a_grant_whose_message_was_lost_is_taken_by_the_next_attempt() {
     let server = RedisServer::start();
-    let holder_client = connect(&server).await;
     let patient = connect(&server).await;
-    let holder = holder_client
-        .mutex("lost-note")
-        .ttl(Duration::from_secs(60))
-        .try_lock()
-        .await
-        .unwrap();
-    let mut conn = redis_conn(&server).await;
-    let mut bystander = server.client().get_async_pubsub().await.unwrap();
-    bystander.psubscribe("*").await.unwrap();
+    let (holder, mut conn, _bystander) = held_with_a_bystander(&server, "lost-note").await;
     let waiter = tokio::spawn(async move {
         let guard = patient.mutex("lost-note").lock().await.unwrap();
         (Instant::now(), guard)
