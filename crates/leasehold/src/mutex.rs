@@ -417,7 +417,7 @@ impl Mutex {
         let epoch = wakeups.epoch();
         let mut outage = Outage::default();
         // Every token this wait sends may be stored for a hand-off: registered before it leaves.
-        let mut expecting = wakeups.expecting(&keys.lock);
+        let mut expecting = wakeups.expecting(&keys);
         let first = self.attempt_until(&keys, Wait::First, None, &mut expecting, deadline);
         let mut remaining = match first.await {
             Some(Ok(Attempt::Granted(guard))) => return Ok(guard),

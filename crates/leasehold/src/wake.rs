@@ -173,11 +173,8 @@ impl Shared {
 
     /// Releases a grant nobody here will use, in the background: the release hands the lock to the next waiting
     /// client. Owner-checked, so harmless if the grant already lapsed.
-    fn give_back(&self, lock_key: &str, handed: Handed) {
-        let (Some(inner), Some(keys)) = (
-            self.inner.upgrade(),
-            LockKeys::of_key(&self.prefix, lock_key),
-        ) else {
+    fn give_back(&self, keys: Arc<LockKeys>, handed: Handed) {
+        let Some(inner) = self.inner.upgrade() else {
             return;
         };
         tracing::debug!(lock = %keys.name(), fence = handed.fence, "handed a lock nobody waits for; passing it on");
@@ -190,7 +187,7 @@ impl Shared {
 /// finds no mailbox and is released by the subscriber.
 pub(crate) struct Expecting {
     shared: Arc<Shared>,
-    lock_key: String,
+    keys: Arc<LockKeys>,
     mailbox: Arc<Mailbox>,
     /// Oldest first: token, its id, and the lease-clock instant read before its attempt was sent.
     tokens: VecDeque<(String, u128, Instant)>,
@@ -234,7 +231,7 @@ impl Expecting {
             // list meanwhile): never leave a grant unattended.
             None => {
                 self.mailbox.slot().take();
-                self.shared.give_back(&self.lock_key, handed);
+                self.shared.give_back(Arc::clone(&self.keys), handed);
                 None
             }
         }
@@ -293,7 +290,7 @@ impl Drop for Expecting {
             self.mailbox.slot().take()
         };
         if let Some(handed) = handed {
-            self.shared.give_back(&self.lock_key, handed);
+            self.shared.give_back(Arc::clone(&self.keys), handed);
         }
     }
 }
@@ -375,11 +372,11 @@ impl Wakeups {
         }
     }
 
-    /// A registry of hand-off tokens for one waiting task on the lock at `lock_key`.
-    pub(crate) fn expecting(&self, lock_key: &str) -> Expecting {
+    /// A registry of hand-off tokens for one waiting task on the lock `keys`.
+    pub(crate) fn expecting(&self, keys: &Arc<LockKeys>) -> Expecting {
         Expecting {
             shared: Arc::clone(&self.shared),
-            lock_key: lock_key.to_owned(),
+            keys: Arc::clone(keys),
             mailbox: Arc::new(Mailbox::default()),
             tokens: VecDeque::new(),
         }
@@ -551,8 +548,11 @@ impl Task {
                 None => Some(handed),
             }
         };
-        if let Some(handed) = orphan {
-            self.shared.give_back(lock_key, handed);
+        // The lock named by the message (a key under our prefix, or nothing to release).
+        if let (Some(handed), Some(keys)) =
+            (orphan, LockKeys::of_key(&self.shared.prefix, lock_key))
+        {
+            self.shared.give_back(keys, handed);
         }
     }
 
@@ -564,5 +564,35 @@ impl Task {
             tokio::time::timeout(self.response_timeout, request).await,
             Ok(Ok(_))
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_message_parses_with_the_lock_key_last() {
+        let token = "dl1:0123456789abcdef0123456789abcdef host=a pid=1";
+        // Lock names may hold spaces, newlines and braces: the key is everything after the first newline.
+        let message = format!("g 1795480193111221 1795480193111221 2000 {token}\nlk:{{a b\nc}}");
+        let (handed, lock_key) = Handed::parse(&message).unwrap();
+        assert_eq!(
+            handed,
+            Handed {
+                token: token.to_owned(),
+                fence: 1_795_480_193_111_221,
+                run: 1_795_480_193_111_221,
+                claim: Duration::from_secs(2),
+            }
+        );
+        assert_eq!(lock_key, "lk:{a b\nc}");
+        // Anything else (an old plain wake-up, a token that is not one) is refused, never half-read.
+        assert_eq!(Handed::parse("leasehold:{x}"), None);
+        assert_eq!(Handed::parse("g 1 2 2000 not-a-token\nk"), None);
+        assert_eq!(
+            Handed::parse("g 1 2 x dl1:0123456789abcdef0123456789abcdef\nk"),
+            None
+        );
     }
 }
