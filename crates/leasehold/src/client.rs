@@ -53,6 +53,10 @@ pub(crate) struct Inner {
     /// Acquire attempts and releases of this client's tasks, coalesced when calls are out (batch.rs).
     pub(crate) acquires: Coalescer<AcquireItem>,
     pub(crate) releases: Coalescer<ReleaseItem>,
+    /// Acquire attempts of the queued kinds (fair mutex, read-write lock, semaphore).
+    pub(crate) set_acquires: Coalescer<crate::queued::SetAcquireItem>,
+    /// Numbers this client's waits of the queued kinds (each has its own queue entry).
+    pub(crate) waits: std::sync::atomic::AtomicU64,
     pub(crate) prefix: String,
     pub(crate) fence_retention: Duration,
     pub(crate) keeper: Arc<Keeper>,
@@ -119,6 +123,23 @@ impl Client {
     /// first operation, which reports a bad name as [`Error::InvalidArgument`].
     pub fn mutex(&self, name: &str) -> Mutex {
         Mutex::new(self.clone(), name)
+    }
+
+    /// A handle to the strictly fair mutex called `name` (see [`FairMutex`]). Cheap; nothing is sent until it is
+    /// used.
+    pub fn fair_mutex(&self, name: &str) -> crate::FairMutex {
+        crate::FairMutex::new(self.clone(), name)
+    }
+
+    /// A handle to the read-write lock called `name` (see [`RwLock`](crate::RwLock)).
+    pub fn rw_lock(&self, name: &str) -> crate::RwLock {
+        crate::RwLock::new(self.clone(), name)
+    }
+
+    /// A handle to the counting semaphore called `name` with `permits` permits (see [`Semaphore`](crate::Semaphore)).
+    /// The count is checked by the first operation ([`InvalidArgument::BadPermits`](crate::InvalidArgument::BadPermits)).
+    pub fn semaphore(&self, name: &str, permits: u64) -> crate::Semaphore {
+        crate::Semaphore::new(self.clone(), name, permits)
     }
 
     /// Reads the state of the lock called `name` in one atomic step, without changing anything.
@@ -536,6 +557,8 @@ impl Builder {
             // One server: a call may cover any locks (on Redis Cluster it must stay within one slot).
             acquires: Coalescer::new(false),
             releases: Coalescer::new(false),
+            set_acquires: Coalescer::new(false),
+            waits: std::sync::atomic::AtomicU64::new(0),
             prefix: self.prefix,
             fence_retention: self.fence_retention,
             keeper: Arc::new(Keeper::new()),

@@ -181,6 +181,15 @@ pub enum InvalidArgument {
         /// The exclusive upper bound.
         limit: Duration,
     },
+    /// A semaphore's permit count must be 1 to [`MAX_PERMITS`](crate::MAX_PERMITS), and an acquisition asks for 1 to
+    /// that many.
+    #[error("cannot acquire {asked} of {permits} permits: the count must be 1 to 2^40 and a request 1 to the count")]
+    BadPermits {
+        /// The permits asked for at once.
+        asked: u64,
+        /// The semaphore's count.
+        permits: u64,
+    },
     /// A duration option (timeout, retention) was zero or too large to use.
     #[error("{what} of {value:?} is not allowed ({why})")]
     BadDuration {

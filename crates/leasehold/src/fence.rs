@@ -63,9 +63,15 @@ pub(crate) fn new_token(description: Option<&str>) -> Result<String, crate::Erro
     Ok(token)
 }
 
-/// The 128 random bits that identify `token` (its hex digits), or `None` for a string that is not a token.
-pub(crate) fn token_id(token: &str) -> Option<u128> {
-    let hex = token
+/// The owner token inside `hold`: a hold is the token itself (a mutex) or `"<tag> <token>"` (a queued kind's entry
+/// in its set of holds; tags never contain the token prefix).
+pub(crate) fn token_of(hold: &str) -> &str {
+    hold.find(TOKEN_PREFIX).map_or(hold, |start| &hold[start..])
+}
+
+/// The 128 random bits that identify the token of `hold` (its hex digits), or `None` for a string that holds no token.
+pub(crate) fn token_id(hold: &str) -> Option<u128> {
+    let hex = token_of(hold)
         .strip_prefix(TOKEN_PREFIX)?
         .get(..TOKEN_LEN - TOKEN_PREFIX.len())?;
     u128::from_str_radix(hex, 16).ok()

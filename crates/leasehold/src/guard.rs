@@ -16,15 +16,20 @@ use crate::lease::{Lease, LossReason};
 use crate::scripts::{RELEASE, RENEW};
 use redis::ScriptInvocation;
 
-/// Proof of holding a lock: one grant, with its fence and lease. Dereferences to its [`Lease`] for
+/// The guard of a [`Mutex`](crate::Mutex) grant: a [`Guard`] (the name this crate used before the other kinds came).
+pub type MutexGuard = Guard;
+
+/// Proof of holding a lock: one grant of any lock kind (a [`Mutex`](crate::Mutex) or
+/// [`FairMutex`](crate::FairMutex) lock, a read or write share of a [`RwLock`](crate::RwLock), permits of a
+/// [`Semaphore`](crate::Semaphore)), with its fence and lease. Dereferences to its [`Lease`] for
 /// [`fence`](Lease::fence), [`is_held`](Lease::is_held), [`lost`](Lease::lost) and the rest.
 ///
-/// Give it back with [`release`](MutexGuard::release), which tells you whether the lock was still yours. Dropping
+/// Give it back with [`release`](Guard::release), which tells you whether the lock was still yours. Dropping
 /// the guard instead releases in the background when a tokio runtime is running, and otherwise leaves the key to
 /// expire after its lease; it never blocks and never panics.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
-pub struct MutexGuard {
+pub struct Guard {
     lease: Lease,
     client: Client,
     /// The keeper's id for this lease, when the watchdog renews it.
@@ -36,14 +41,14 @@ pub struct MutexGuard {
     route: Option<u128>,
 }
 
-impl MutexGuard {
+impl Guard {
     pub(crate) fn new(
         client: Client,
         lease: Lease,
         kept: Option<u64>,
         route: Option<u128>,
-    ) -> MutexGuard {
-        MutexGuard {
+    ) -> Guard {
+        Guard {
             lease,
             client,
             kept,
@@ -271,7 +276,7 @@ impl MutexGuard {
     }
 }
 
-impl Deref for MutexGuard {
+impl Deref for Guard {
     type Target = Lease;
 
     fn deref(&self) -> &Lease {
@@ -279,7 +284,7 @@ impl Deref for MutexGuard {
     }
 }
 
-impl Drop for MutexGuard {
+impl Drop for Guard {
     fn drop(&mut self) {
         self.forget();
         let shared = &self.lease.shared;
@@ -296,9 +301,9 @@ impl Drop for MutexGuard {
     }
 }
 
-impl fmt::Debug for MutexGuard {
+impl fmt::Debug for Guard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MutexGuard")
+        f.debug_struct("Guard")
             .field("lease", &self.lease)
             .field("watchdog", &self.kept.is_some())
             .finish()

@@ -375,7 +375,7 @@ impl Lease {
 
     /// The owner token stored in Redis for this grant (`dl1:` and 32 hex digits; unique per grant).
     pub fn token(&self) -> &str {
-        &self.shared.token
+        crate::fence::token_of(&self.shared.token)
     }
 
     /// The lease length that the watchdog keeps renewing (or the fixed lease).

@@ -191,6 +191,7 @@ mod client;
 mod clock;
 mod conn;
 mod error;
+mod fair;
 mod fence;
 mod guard;
 mod keeper;
@@ -199,7 +200,10 @@ mod lease;
 mod metrics;
 mod mutex;
 mod orphans;
+mod queued;
+mod rwlock;
 mod scripts;
+mod semaphore;
 #[cfg(feature = "tls")]
 mod tls;
 mod wake;
@@ -210,11 +214,14 @@ pub use client::{
     DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use error::{Error, InvalidArgument};
+pub use fair::FairMutex;
 pub use fence::{Fence, MAX_DESCRIPTION_LEN};
-pub use guard::MutexGuard;
+pub use guard::{Guard, MutexGuard};
 pub use keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
 pub use lease::{Lease, LossReason};
 pub use mutex::{Mutex, DEFAULT_TTL};
+pub use rwlock::RwLock;
+pub use semaphore::{Semaphore, MAX_PERMITS};
 
 /// Re-exported so that callers can name the connection and error types without a second `redis` dependency.
 pub use redis;

@@ -69,7 +69,7 @@ pub struct Mutex {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Renewal {
+pub(crate) enum Renewal {
     /// Every third of the lease.
     Auto,
     Every(Duration),
@@ -381,7 +381,7 @@ impl Mutex {
         Ok(keys)
     }
 
-    fn renew_interval(&self) -> Option<Duration> {
+    pub(crate) fn renew_interval(&self) -> Option<Duration> {
         match self.renewal {
             Renewal::Auto => Some(self.ttl / 3),
             Renewal::Every(every) => Some(every),
@@ -557,8 +557,7 @@ impl Mutex {
         handed: Handed,
         sent: Instant,
     ) -> Result<MutexGuard, String> {
-        let valid_until = sent + handed.claim - drift(handed.claim);
-        if valid_until.saturating_duration_since(crate::clock::now()) < handed.claim / 4 {
+        if !hand_off_usable(&handed, sent) {
             return Err(handed.token);
         }
         expecting.handed_over(&handed.token);
@@ -696,29 +695,55 @@ impl Mutex {
         expiry: Expiry,
         route: Option<u128>,
     ) -> MutexGuard {
-        let inner = &self.client.inner;
-        let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
-        tracing::debug!(lock = %keys.name(), fence = fence.get(), ttl = ?self.ttl, handed = expiry.handed, "granted");
-        let Expiry {
-            sent,
-            left,
-            run,
-            handed,
-        } = expiry;
-        let lease = LeaseShared::new(Arc::clone(keys), token, fence, self.ttl, sent, left, run);
-        let keeper = |every, once| {
-            inner
-                .keeper
-                .watch(Arc::downgrade(inner), Arc::clone(&lease), sent, every, once)
-        };
-        let kept = match self.renew_interval() {
-            Some(every) => Some(keeper(every, false)),
-            // A fixed lease handed over with a shorter claim: extended once to its whole lease, at once.
-            None if handed && left < self.ttl => Some(keeper(self.ttl / 3, true)),
-            None => None,
-        };
-        MutexGuard::new(self.client.clone(), Lease { shared: lease }, kept, route)
+        let lease = (self.ttl, self.renew_interval());
+        new_guard(&self.client, keys, token, fence, lease, expiry, route)
     }
+}
+
+/// A guard for a grant of `hold` with fence `fence`, whose expiry `expiry` describes; `lease` is the lease to keep
+/// and how often to renew it (never: `None`). Shared by every lock kind.
+pub(crate) fn new_guard(
+    client: &Client,
+    keys: &Arc<LockKeys>,
+    hold: String,
+    fence: i64,
+    lease: (Duration, Option<Duration>),
+    expiry: Expiry,
+    route: Option<u128>,
+) -> MutexGuard {
+    let inner = &client.inner;
+    let (ttl, renew_every) = lease;
+    let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
+    tracing::debug!(lock = %keys.name(), fence = fence.get(), ttl = ?ttl, handed = expiry.handed, "granted");
+    let Expiry {
+        sent,
+        left,
+        run,
+        handed,
+    } = expiry;
+    let lease = LeaseShared::new(Arc::clone(keys), hold, fence, ttl, sent, left, run);
+    let keeper = |every, once| {
+        inner
+            .keeper
+            .watch(Arc::downgrade(inner), Arc::clone(&lease), sent, every, once)
+    };
+    let kept = match renew_every {
+        Some(every) => Some(keeper(every, false)),
+        // A fixed lease handed over with a shorter claim: extended once to its whole lease, at once.
+        None if handed && left < ttl => Some(keeper(ttl / 3, true)),
+        None => None,
+    };
+    MutexGuard::new(client.clone(), Lease { shared: lease }, kept, route)
+}
+
+/// When a grant a release handed to `handed.token` (whose attempt was sent at `sent`) can be started on at once: the
+/// deadline it gives, if that leaves at least a quarter of the claim; otherwise it must be confirmed by an attempt.
+///
+/// The release ran after the attempt that stored the token, which ran after it was sent, so the claim lease it set
+/// ends no earlier than `sent + claim` (less the drift allowance, as for every lease).
+pub(crate) fn hand_off_usable(handed: &Handed, sent: Instant) -> bool {
+    let valid_until = sent + handed.claim - drift(handed.claim);
+    valid_until.saturating_duration_since(crate::clock::now()) >= handed.claim / 4
 }
 
 /// One lock's answer from `acquire.lua`: code, fence (or the holder's time left), server µs when the call ran, the
@@ -804,16 +829,16 @@ impl Item for AcquireItem {
 
 /// What bounds a new grant's expiry from below: the request that made it possible left at `sent` (lease clock), and
 /// the key had `left` to live when it ran (server time `run`, µs). `handed` when a release granted it (a claim lease).
-struct Expiry {
-    sent: Instant,
-    left: Duration,
-    run: i64,
-    handed: bool,
+pub(crate) struct Expiry {
+    pub(crate) sent: Instant,
+    pub(crate) left: Duration,
+    pub(crate) run: i64,
+    pub(crate) handed: bool,
 }
 
 /// A wait's view of a Redis outage: the last error while it lasts, and the backoff before the next attempt.
 #[derive(Default)]
-struct Outage {
+pub(crate) struct Outage {
     error: Option<Error>,
     backoff: Duration,
 }
@@ -824,7 +849,7 @@ impl Outage {
 
     /// An attempt failed with `err`: ends the wait (`Err`) unless the error is transient and the wait rides outages;
     /// otherwise returns how long to wait before the next attempt (a wake-up still cuts it short).
-    fn ride(
+    pub(crate) fn ride(
         &mut self,
         err: Error,
         keys: &LockKeys,
@@ -849,20 +874,20 @@ impl Outage {
     }
 
     /// Redis answered again.
-    fn over(&mut self, keys: &LockKeys) {
+    pub(crate) fn over(&mut self, keys: &LockKeys) {
         if self.error.take().is_some() {
             tracing::info!(target: "leasehold::outage", lock = %keys.name(), "Redis answers again; still waiting");
         }
     }
 
     /// The error to end the wait with when its deadline passes during an outage.
-    fn take(&mut self) -> Option<Error> {
+    pub(crate) fn take(&mut self) -> Option<Error> {
         self.error.take()
     }
 }
 
 /// A reply the server gave as an error (the script did not run to a grant), as opposed to a lost or refused request.
-fn is_server_error(err: &Error) -> bool {
+pub(crate) fn is_server_error(err: &Error) -> bool {
     matches!(err, Error::Redis(e) if e.code().is_some())
 }
 
@@ -883,7 +908,7 @@ fn is_transient(err: &Error) -> bool {
 }
 
 /// Runs `fut` until `deadline`; `None` when the deadline came first.
-async fn until<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
+pub(crate) async fn until<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
     match deadline {
         Some(deadline) => tokio::time::timeout_at(deadline, fut).await.ok(),
         None => Some(fut.await),

@@ -2,8 +2,8 @@
 //!
 //! Scripts run atomically on the server, which is what makes "compare the owner, then delete" safe.
 //! [`redis::Script`] sends `EVALSHA` and loads the script once on `NOSCRIPT` (after a restart, for example).
-//! `grant.lua` (the server clock, the fence) and `hand_off.lua` (a release granting the next waiter) are helper
-//! functions prepended to the scripts that use them, after the constants `LIVENESS_MS` and `QUEUE_RETENTION_MS`
+//! `grant.lua` (the server clock, the fence), `hand_off.lua` (a mutex release granting the next waiter) and `set.lua`
+//! (the holds and queue of the queued kinds) are helper functions prepended to the scripts that use them, after the constants `LIVENESS_MS` and `QUEUE_RETENTION_MS`
 //! (see [`source`]).
 
 use std::sync::LazyLock;
@@ -11,45 +11,44 @@ use std::time::Duration;
 
 use redis::Script;
 
-/// What a script is built from, besides its own file.
-#[derive(Clone, Copy)]
-enum Helpers {
-    None,
-    /// `grant.lua`.
-    Grant,
-    /// `grant.lua` and `hand_off.lua`.
-    HandOff,
-}
+/// The helper files a script is built from, besides its own: `grant.lua` (the clock, the fence), `hand_off.lua` (a
+/// mutex release granting the next waiting client), `set.lua` (the queued kinds' holds and queue).
+const GRANT: &str = include_str!("scripts/grant.lua");
+const HAND_OFF: &str = include_str!("scripts/hand_off.lua");
+const SET: &str = include_str!("scripts/set.lua");
 
 /// The text of a script as it is loaded: the constants below as Lua locals, the helpers it uses, then `body`. The
 /// constants travel in the script text rather than as arguments: every argument costs the server an object per call.
-fn text(helpers: Helpers, body: &str) -> String {
+fn text(helpers: &[&str], body: &str) -> String {
     let mut text = format!(
         "local LIVENESS_MS = {}\nlocal QUEUE_RETENTION_MS = {}\n",
         LIVENESS.as_millis(),
         QUEUE_RETENTION.as_millis(),
     );
-    if matches!(helpers, Helpers::Grant | Helpers::HandOff) {
-        text.push_str(include_str!("scripts/grant.lua"));
-    }
-    if matches!(helpers, Helpers::HandOff) {
-        text.push_str(include_str!("scripts/hand_off.lua"));
+    for helper in helpers {
+        text.push_str(helper);
     }
     text.push_str(body);
     text
 }
 
-/// The full text of a script as leasehold loads it, by file name without `.lua` (`acquire`, `release`, `renew`,
-/// `force_release`, `inspect`, `probe`). For tests that replay a script by hand; not a stable interface.
+/// The full text of a script as leasehold loads it, by file name without `.lua` (`acquire`, `set_acquire`,
+/// `release`, `leave`, `renew`, `force_release`, `inspect`, `probe`). For tests that replay a script by hand; not a
+/// stable interface.
 #[doc(hidden)]
 pub fn source(name: &str) -> Option<String> {
-    let (helpers, body) = match name {
-        "acquire" => (Helpers::Grant, include_str!("scripts/acquire.lua")),
-        "release" => (Helpers::HandOff, include_str!("scripts/release.lua")),
-        "force_release" => (Helpers::HandOff, include_str!("scripts/force_release.lua")),
-        "renew" => (Helpers::None, include_str!("scripts/renew.lua")),
-        "inspect" => (Helpers::None, include_str!("scripts/inspect.lua")),
-        "probe" => (Helpers::None, include_str!("scripts/probe.lua")),
+    let (helpers, body): (&[&str], &str) = match name {
+        "acquire" => (&[GRANT], include_str!("scripts/acquire.lua")),
+        "set_acquire" => (&[GRANT, SET], include_str!("scripts/set_acquire.lua")),
+        "release" => (&[GRANT, HAND_OFF, SET], include_str!("scripts/release.lua")),
+        "leave" => (&[GRANT, SET], include_str!("scripts/leave.lua")),
+        "force_release" => (
+            &[GRANT, HAND_OFF, SET],
+            include_str!("scripts/force_release.lua"),
+        ),
+        "renew" => (&[], include_str!("scripts/renew.lua")),
+        "inspect" => (&[], include_str!("scripts/inspect.lua")),
+        "probe" => (&[], include_str!("scripts/probe.lua")),
         _ => return None,
     };
     Some(text(helpers, body))
@@ -60,7 +59,9 @@ fn script(name: &str) -> Script {
 }
 
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| script("acquire"));
+pub(crate) static SET_ACQUIRE: LazyLock<Script> = LazyLock::new(|| script("set_acquire"));
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| script("release"));
+pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| script("leave"));
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| script("force_release"));
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| script("renew"));
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| script("inspect"));

@@ -7,6 +7,7 @@ mod coalesce;
 mod connection;
 mod deadlines;
 mod exclusion;
+mod family;
 mod faults;
 mod fences;
 mod handoff;

@@ -3,7 +3,7 @@
 -- Idempotent: running it twice extends twice, from the later run.
 --
 -- KEYS[i]        lock key of lease i
--- ARGV[2i - 1]   owner token of lease i
+-- ARGV[2i - 1]   owner token of lease i, or its hold ("<tag> <token>") in the set of holds of a queued kind
 -- ARGV[2i]       new lease of lease i, in milliseconds
 --
 -- Returns  {now, code_1, code_2, ...}: the server time in microseconds (a decimal string) when the script ran (it orders the replies
@@ -14,12 +14,33 @@
 --          -2  the key holds something leasehold did not write (another type): that lease is lost, the key untouched
 local t = redis.call('TIME')
 local reply = {t[1] .. string.sub('00000' .. t[2], -6)}
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for i, key in ipairs(KEYS) do
-    local holder = redis.pcall('GET', key)
+    local holder
+    local hold, ttl = ARGV[2 * i - 1], ARGV[2 * i]
+    if string.sub(hold, 1, 4) ~= 'dl1:' then
+        -- A hold of a queued kind: extended only while it is live, never brought back once lapsed.
+        local score = redis.pcall('ZSCORE', key, hold)
+        if type(score) == 'table' then
+            holder = score
+        elseif score and tonumber(score) >= now_ms then
+            redis.call('ZADD', key, 'XX', now_ms + ttl, hold)
+            if redis.call('PTTL', key) < tonumber(ttl) then
+                redis.call('PEXPIRE', key, ttl)
+            end
+            holder = hold
+        else
+            holder = false
+        end
+    else
+        holder = redis.pcall('GET', key)
+        if holder == hold then
+            redis.call('PEXPIRE', key, ttl)
+        end
+    end
     if type(holder) == 'table' and holder.err then
         reply[i + 1] = -2
-    elseif holder == ARGV[2 * i - 1] then
-        redis.call('PEXPIRE', key, ARGV[2 * i])
+    elseif holder == hold then
         reply[i + 1] = 1
     elseif holder then
         reply[i + 1] = -1

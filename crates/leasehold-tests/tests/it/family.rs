@@ -1,0 +1,262 @@
+//! The queued kinds in one process: the fair mutex, the read-write lock and the semaphore (admission, queue order,
+//! leaving the queue, leases). Across processes: `exclusion.rs`.
+
+use std::time::Duration;
+
+use leasehold::Error;
+use leasehold_tests::RedisServer;
+
+use crate::{connect, redis_conn, within};
+
+/// Waits until the queue of the lock `name` has `n` entries (a server-side state: polled, no event to await).
+pub async fn wait_for_queue_len(server: &RedisServer, name: &str, n: usize) {
+    let mut conn = redis_conn(server).await;
+    within(Duration::from_secs(10), "waiters queued", async {
+        loop {
+            let len: usize = redis::cmd("LLEN")
+                .arg(format!("leasehold:{{{name}}}:queue"))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if len == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+async fn exists(server: &RedisServer, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<i64>(&mut redis_conn(server).await)
+        .await
+        .unwrap()
+        == 1
+}
+
+#[tokio::test]
+async fn a_semaphore_grants_its_permits_and_no_more() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let sem = locks.semaphore("pool", 3);
+    let a = sem.try_acquire(1).await.unwrap();
+    let b = sem.try_acquire(2).await.unwrap();
+    assert!(sem.try_acquire(1).await.unwrap_err().is_busy());
+    assert!(b.fence() > a.fence(), "every grant draws its own fence");
+    b.release().await.unwrap();
+    let c = sem.try_acquire(2).await.unwrap();
+    assert!(sem.try_acquire(1).await.unwrap_err().is_busy());
+    a.release().await.unwrap();
+    c.release().await.unwrap();
+    assert!(
+        !exists(&server, "leasehold:{pool}").await,
+        "nothing held, nothing left"
+    );
+}
+
+#[tokio::test]
+async fn bad_permit_counts_are_typed_errors() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    for (permits, k) in [(0, 1), (3, 0), (3, 4), (leasehold::MAX_PERMITS + 1, 1)] {
+        let err = locks
+            .semaphore("pool", permits)
+            .try_acquire(k)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidArgument(leasehold::InvalidArgument::BadPermits { .. })
+            ),
+            "{permits} permits, {k} asked: {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_large_request_at_the_head_holds_back_the_smaller_ones_behind_it() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let sem = locks.semaphore("pool", 2);
+    let held = sem.try_acquire(1).await.unwrap();
+    let big = tokio::spawn({
+        let sem = sem.clone();
+        async move { sem.acquire_many(2).await.unwrap() }
+    });
+    wait_for_queue_len(&server, "pool", 1).await;
+    // One permit is free, but the request for two came first.
+    assert!(sem.try_acquire(1).await.unwrap_err().is_busy());
+    let small = tokio::spawn({
+        let sem = sem.clone();
+        async move { sem.acquire().await.unwrap() }
+    });
+    wait_for_queue_len(&server, "pool", 2).await;
+    held.release().await.unwrap();
+    let big = within(Duration::from_secs(5), "the large request granted", big)
+        .await
+        .unwrap();
+    assert!(!small.is_finished(), "the small request waits its turn");
+    big.release().await.unwrap();
+    let small = within(Duration::from_secs(5), "the small request granted", small)
+        .await
+        .unwrap();
+    small.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_fair_mutex_grants_in_order_of_arrival() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let fair = locks.fair_mutex("ledger");
+    let holder = fair.lock().await.unwrap();
+    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        // Each waiter on a client of its own, queued only after the one before it.
+        let locks = connect(&server).await;
+        let order_tx = order_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = locks.fair_mutex("ledger").lock().await.unwrap();
+            order_tx.send(i).unwrap();
+            guard.release().await.unwrap();
+        }));
+        wait_for_queue_len(&server, "ledger", i + 1).await;
+    }
+    // A newcomer cannot barge ahead of the queue.
+    assert!(fair.try_lock().await.unwrap_err().is_busy());
+    holder.release().await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        order.push(
+            within(
+                Duration::from_secs(10),
+                "every waiter served",
+                order_rx.recv(),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    assert_eq!(order, (0..6).collect::<Vec<_>>());
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_that_gives_up_leaves_no_trace() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let fair = locks.fair_mutex("ledger");
+    let holder = fair.lock().await.unwrap();
+    let err = fair
+        .lock_timeout(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    // A dropped wait leaves too.
+    let dropped = tokio::spawn({
+        let fair = fair.clone();
+        async move { fair.lock().await }
+    });
+    wait_for_queue_len(&server, "ledger", 1).await;
+    dropped.abort();
+    wait_for_queue_len(&server, "ledger", 0).await;
+    let waiters: usize = redis::cmd("HLEN")
+        .arg("leasehold:{ledger}:waiters")
+        .query_async(&mut redis_conn(&server).await)
+        .await
+        .unwrap();
+    assert_eq!(waiters, 0, "no entry left behind");
+    holder.release().await.unwrap();
+    // The lock is free at once for a newcomer: nobody is queued.
+    fair.try_lock().await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn readers_share_and_a_waiting_writer_holds_back_new_readers() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let rw = locks.rw_lock("config");
+    let r1 = rw.read().await.unwrap();
+    let r2 = rw.try_read().await.unwrap();
+    assert!(rw.try_write().await.unwrap_err().is_busy());
+    let writer = tokio::spawn({
+        let rw = rw.clone();
+        async move { rw.write().await.unwrap() }
+    });
+    wait_for_queue_len(&server, "config", 1).await;
+    assert!(
+        rw.try_read().await.unwrap_err().is_busy(),
+        "a new reader waits behind the writer"
+    );
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let rw = rw.clone();
+            tokio::spawn(async move { rw.read().await.unwrap() })
+        })
+        .collect();
+    wait_for_queue_len(&server, "config", 4).await;
+    r1.release().await.unwrap();
+    assert!(!writer.is_finished(), "one reader still holds");
+    r2.release().await.unwrap();
+    let w = within(Duration::from_secs(5), "the writer granted", writer)
+        .await
+        .unwrap();
+    assert!(readers.iter().all(|r| !r.is_finished()));
+    w.release().await.unwrap();
+    // The readers queued behind the writer are admitted together.
+    let mut shares = Vec::new();
+    for reader in readers {
+        shares.push(
+            within(Duration::from_secs(5), "readers granted", reader)
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(shares.iter().all(|s| s.is_held()));
+    for share in shares {
+        share.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_name_serves_one_kind() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let mutex = locks.mutex("shared-name").try_lock().await.unwrap();
+    let err = locks
+        .semaphore("shared-name", 2)
+        .try_acquire(1)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotALock { .. }), "{err}");
+    mutex.release().await.unwrap();
+    let share = locks.rw_lock("other").read().await.unwrap();
+    let err = locks.fair_mutex("other").try_lock().await.unwrap_err();
+    assert!(matches!(err, Error::NotALock { .. }), "{err}");
+    share.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_queued_kind_hold_is_kept_alive_and_a_crashed_one_frees_its_permit() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let ttl = Duration::from_millis(300);
+    let sem = locks.semaphore("pool", 1).ttl(ttl);
+    let kept = sem.acquire().await.unwrap();
+    tokio::time::sleep(ttl * 3).await; // lets three leases pass: the keeper must have renewed it
+    assert!(kept.is_held());
+    assert!(sem.try_acquire(1).await.unwrap_err().is_busy());
+    kept.release().await.unwrap();
+    // A holder that stops renewing (as if it crashed) gives its permit back after its lease.
+    let crashed = sem.try_acquire(1).await.unwrap();
+    crashed.leave_to_expire();
+    let next = within(Duration::from_secs(5), "the permit returns", sem.acquire())
+        .await
+        .unwrap();
+    next.release().await.unwrap();
+}

@@ -1,0 +1,527 @@
+//! The engine of the queued lock kinds ([`FairMutex`](crate::FairMutex), [`RwLock`](crate::RwLock),
+//! [`Semaphore`](crate::Semaphore)): one acquire-and-wait written once, each kind bringing only its hold's tag (what
+//! it asks for) and, for the semaphore, its permit count. The admission rule lives in `scripts/set.lua`.
+//!
+//! Unlike the [`Mutex`](crate::Mutex), whose queue has one entry per client, every waiting *task* has its own entry
+//! in the lock's queue, so that grants follow the order of arrival at Redis across every waiter of every process.
+//! What follows a grant (the lease, its keeper, the loss signal, the guard, release, hand-off routing) is the mutex's,
+//! unchanged: a hold `"<tag> <token>"` travels where a mutex's token does.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::batch::{self, Coalescer, Failure, Item};
+use crate::client::{not_a_lock, Client, Inner};
+use crate::error::{require_runtime, Error, InvalidArgument};
+use crate::fence::{check_description, new_token};
+use crate::guard::{release_in_background, Guard as MutexGuard};
+use crate::keys::{check_ttl, drift, millis, LockKeys};
+use crate::mutex::{hand_off_usable, is_server_error, new_guard, until, Expiry, Outage, Renewal};
+use crate::scripts::{CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
+use crate::wake::{Expecting, Handed};
+
+/// The options every queued kind shares, and the lock it names.
+#[derive(Clone, Debug)]
+pub(crate) struct Queued {
+    pub(crate) client: Client,
+    pub(crate) keys: Result<Arc<LockKeys>, InvalidArgument>,
+    pub(crate) ttl: Duration,
+    pub(crate) renewal: Renewal,
+    pub(crate) description: Option<Arc<str>>,
+    pub(crate) fail_fast: bool,
+}
+
+/// What one acquisition asks for: its hold's tag (`x`, `r`, `w`, `s<k>`: see `set.lua`) and the permit count it
+/// counts against (semaphores; 0 otherwise).
+#[derive(Clone, Debug)]
+pub(crate) struct Ask {
+    pub(crate) tag: String,
+    pub(crate) limit: u64,
+}
+
+/// How an attempt relates to waiting (`set_acquire.lua`'s mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Try,
+    First,
+    Again,
+}
+
+enum Attempt {
+    Granted(MutexGuard),
+    Busy(Option<Duration>),
+}
+
+impl Queued {
+    pub(crate) fn new(client: Client, name: &str) -> Queued {
+        let keys = LockKeys::new(&client.inner.prefix, name);
+        Queued {
+            client,
+            keys,
+            ttl: crate::mutex::DEFAULT_TTL,
+            renewal: Renewal::Auto,
+            description: None,
+            fail_fast: false,
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        match &self.keys {
+            Ok(keys) => keys.name(),
+            Err(_) => "",
+        }
+    }
+
+    fn renew_interval(&self) -> Option<Duration> {
+        match self.renewal {
+            Renewal::Auto => Some(self.ttl / 3),
+            Renewal::Every(every) => Some(every),
+            Renewal::Off => None,
+        }
+    }
+
+    fn checked(&self) -> Result<Arc<LockKeys>, Error> {
+        require_runtime()?;
+        let keys = self.keys.clone()?;
+        check_ttl(self.ttl)?;
+        if let Some(description) = &self.description {
+            check_description(description)?;
+        }
+        if let Some(every) = self.renew_interval() {
+            let limit = self.ttl - drift(self.ttl);
+            if every.is_zero() || every >= limit {
+                return Err(InvalidArgument::BadRenewal {
+                    every,
+                    ttl: self.ttl,
+                    limit,
+                }
+                .into());
+            }
+        }
+        Ok(keys)
+    }
+
+    /// One try: granted only when the lock admits `ask` and nobody live waits.
+    pub(crate) async fn try_acquire(&self, ask: &Ask) -> Result<MutexGuard, Error> {
+        let keys = self.checked()?;
+        match self.attempt(&keys, ask, Mode::Try, None, "", None).await? {
+            Attempt::Granted(guard) => Ok(guard),
+            Attempt::Busy(remaining) => Err(Error::Busy {
+                name: keys.name().to_owned(),
+                remaining,
+            }),
+        }
+    }
+
+    /// Waits in the lock's queue until `ask` is granted, or `deadline`.
+    pub(crate) async fn acquire(
+        &self,
+        ask: &Ask,
+        deadline: Option<Instant>,
+    ) -> Result<MutexGuard, Error> {
+        let keys = self.checked()?;
+        let span = tracing::debug_span!("acquire", lock = %keys.name(), ask = %ask.tag);
+        let started = Instant::now();
+        let result =
+            tracing::Instrument::instrument(self.wait(keys.clone(), ask, deadline), span).await;
+        match &result {
+            Ok(_) => crate::metrics::granted(started.elapsed()),
+            Err(Error::Timeout { .. }) => crate::metrics::timed_out(),
+            Err(_) => {}
+        }
+        result
+    }
+
+    async fn wait(
+        &self,
+        keys: Arc<LockKeys>,
+        ask: &Ask,
+        deadline: Option<Instant>,
+    ) -> Result<MutexGuard, Error> {
+        let started = Instant::now();
+        let inner = &self.client.inner;
+        let wakeups = &inner.wakeups;
+        let timed_out = |outage: &mut Outage| {
+            outage.take().unwrap_or_else(|| Error::Timeout {
+                name: keys.name().to_owned(),
+                waited: started.elapsed(),
+            })
+        };
+        let mut outage = Outage::default();
+        // Subscribed before the first attempt: a release that finds nobody listening on our channel skips our entry.
+        let waiting = wakeups.join(&keys.lock);
+        let mut wake = waiting.wakeups();
+        if until(deadline, wakeups.ready()).await.is_none() {
+            return Err(timed_out(&mut outage));
+        }
+        let wid = format!(
+            "{}/{}",
+            wakeups.client_id(),
+            inner.waits.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut leave = Leave {
+            inner: Arc::clone(inner),
+            keys: Arc::clone(&keys),
+            wid: wid.clone(),
+            armed: true,
+        };
+        let mut expecting = wakeups.expecting(&keys);
+        let mut mode = Mode::First;
+        loop {
+            let mut prev = expecting.last().map(str::to_owned);
+            if let Some((handed, sent)) = expecting.handed() {
+                match self.take_hand_off(&keys, &mut expecting, handed, sent) {
+                    Ok(guard) => {
+                        leave.armed = false;
+                        return Ok(guard);
+                    }
+                    Err(hold) => prev = Some(hold),
+                }
+            }
+            wake.borrow_and_update();
+            let attempt = self.attempt(
+                &keys,
+                ask,
+                mode,
+                prev.as_deref(),
+                &wid,
+                Some(&mut expecting),
+            );
+            let remaining = match until(deadline, attempt).await {
+                Some(Ok(Attempt::Granted(guard))) => {
+                    leave.armed = false;
+                    outage.over(&keys);
+                    return Ok(guard);
+                }
+                Some(Ok(Attempt::Busy(remaining))) => {
+                    outage.over(&keys);
+                    if let Some(hold) = prev.as_deref() {
+                        expecting.drop_handed(hold);
+                    }
+                    mode = Mode::Again;
+                    remaining
+                }
+                Some(Err(err)) => outage.ride(err, &keys, self.fail_fast)?,
+                None => return Err(timed_out(&mut outage)),
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(timed_out(&mut outage));
+            }
+            // Granted by a release (a message), or look again when the first hold's lease ends, and at least every
+            // heartbeat, which keeps our queue entry live and bounds the cost of a lost message.
+            let next = now
+                + remaining
+                    .unwrap_or(HEARTBEAT)
+                    .clamp(Duration::from_millis(1), HEARTBEAT);
+            let wake_at = deadline.map_or(next, |d| d.min(next));
+            tokio::select! {
+                () = expecting.arrived() => {}
+                _ = wake.changed() => {}
+                () = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+    }
+
+    /// A grant a release handed to one of our holds: a guard, or the hold to confirm with an attempt when too little
+    /// of its claim is left (see [`hand_off_usable`]).
+    fn take_hand_off(
+        &self,
+        keys: &Arc<LockKeys>,
+        expecting: &mut Expecting,
+        handed: Handed,
+        sent: Instant,
+    ) -> Result<MutexGuard, String> {
+        if !hand_off_usable(&handed, sent) {
+            return Err(handed.token);
+        }
+        expecting.handed_over(&handed.token);
+        Ok(new_guard(
+            &self.client,
+            keys,
+            handed.token,
+            i64::try_from(handed.fence).unwrap_or(i64::MAX),
+            (self.ttl, self.renew_interval()),
+            Expiry {
+                sent,
+                left: handed.claim,
+                run: handed.run,
+                handed: true,
+            },
+            None,
+        ))
+    }
+
+    /// One attempt with a fresh hold (coalesced with other tasks' attempts when calls are out: see `batch.rs`).
+    async fn attempt(
+        &self,
+        keys: &Arc<LockKeys>,
+        ask: &Ask,
+        mode: Mode,
+        prev: Option<&str>,
+        wid: &str,
+        expecting: Option<&mut Expecting>,
+    ) -> Result<Attempt, Error> {
+        let inner = &self.client.inner;
+        let hold = format!("{} {}", ask.tag, new_token(self.description.as_deref())?);
+        let sent = crate::clock::now();
+        let expecting = match expecting {
+            Some(expecting) if mode != Mode::Try => {
+                expecting.add(&hold, sent);
+                Some(expecting)
+            }
+            _ => None,
+        };
+        let item = SetAcquireItem {
+            keys: Arc::clone(keys),
+            hold: hold.clone(),
+            ttl: self.ttl,
+            mode,
+            prev: prev.map(str::to_owned),
+            wid: wid.to_owned(),
+            limit: ask.limit,
+        };
+        let (code, value, run, left) = match batch::run(inner, item).await {
+            Ok(outcome) => outcome,
+            Err(Failure { err, reached }) => {
+                let err = not_a_lock(err, &keys.lock);
+                // As for the mutex: an attempt that may have run may have granted, or stored the hold for a release
+                // to grant later. It is released, and never taken by this wait from now on.
+                if reached && !matches!(err, Error::NotALock { .. }) && !is_server_error(&err) {
+                    if let Some(expecting) = expecting {
+                        expecting.drop_handed(&hold);
+                    }
+                    release_in_background(Arc::clone(inner), Arc::clone(keys), hold, self.ttl);
+                }
+                return Err(err);
+            }
+        };
+        let expiry = |handed: bool| Expiry {
+            sent,
+            left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+            run,
+            handed,
+        };
+        let granted = |hold: String, handed: bool, route: Option<u128>| {
+            Attempt::Granted(new_guard(
+                &self.client,
+                keys,
+                hold,
+                value,
+                (self.ttl, self.renew_interval()),
+                expiry(handed),
+                route,
+            ))
+        };
+        match code {
+            1 => {
+                let route = expecting.and_then(|e| e.taken(&hold));
+                Ok(granted(hold, false, route))
+            }
+            2 => {
+                let prev = prev.unwrap_or_default().to_owned();
+                let route = expecting.and_then(|e| e.taken(&prev));
+                Ok(granted(prev, true, route))
+            }
+            0 => {
+                crate::metrics::busy();
+                Ok(Attempt::Busy(
+                    u64::try_from(value).ok().map(Duration::from_millis),
+                ))
+            }
+            -3 => Err(Error::NotALock {
+                key: keys.lock.clone(),
+                detail: "the lock is held as another kind (a name is used by one lock kind only)"
+                    .to_owned(),
+            }),
+            -2 => Err(Error::NotALock {
+                key: keys.fence().to_string(),
+                detail: "the fence counter is not a number".to_owned(),
+            }),
+            _ => Err(Error::NotALock {
+                key: keys.lock.clone(),
+                detail: "not a set of holds written by leasehold (a mutex of the same name?)"
+                    .to_owned(),
+            }),
+        }
+    }
+}
+
+/// A wait that ended without a grant leaves the lock's queue at once, in the background (a drop guard, so a dropped
+/// wait leaves too). A hold a release granted it meanwhile is released by the hand-off routing (`Expecting`'s drop,
+/// or the subscriber when the message comes later) or by the coalescer (an attempt that was out).
+struct Leave {
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    wid: String,
+    armed: bool,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the entry stops counting after its liveness window
+        };
+        let inner = Arc::clone(&self.inner);
+        let keys = Arc::clone(&self.keys);
+        let wid = std::mem::take(&mut self.wid);
+        runtime.spawn(async move {
+            let mut invocation = LEAVE.prepare_invoke();
+            invocation
+                .key(&keys.lock)
+                .key(keys.queue())
+                .key(keys.waiters())
+                .key(keys.released())
+                .key(keys.fence())
+                .arg(inner.wakeups.channel_prefix())
+                .arg(millis(inner.fence_retention))
+                .arg(wid.as_str());
+            let reply: redis::RedisResult<i64> = inner.conn.invoke_idempotent(&invocation).await;
+            if let Err(err) = reply {
+                tracing::debug!(lock = %keys.name(), error = %err, "leaving the queue failed; the entry lapses");
+            }
+        });
+    }
+}
+
+/// One lock's answer from `set_acquire.lua`: code, fence (or ms until the first hold ends), server µs, ms left.
+type SetAcquireReply = (i64, i64, i64, i64);
+
+/// One attempt of a queued kind, as the coalescer carries it.
+pub(crate) struct SetAcquireItem {
+    keys: Arc<LockKeys>,
+    hold: String,
+    ttl: Duration,
+    mode: Mode,
+    prev: Option<String>,
+    wid: String,
+    limit: u64,
+}
+
+impl Item for SetAcquireItem {
+    type Outcome = SetAcquireReply;
+
+    fn coalescer(inner: &Inner) -> &Coalescer<Self> {
+        &inner.set_acquires
+    }
+
+    fn slot(&self) -> u16 {
+        self.keys.slot()
+    }
+
+    async fn call(inner: &Inner, items: &[Self]) -> Result<Vec<SetAcquireReply>, Failure> {
+        let mut invocation = SET_ACQUIRE.prepare_invoke();
+        invocation
+            .arg(millis(inner.fence_retention))
+            .arg(inner.wakeups.client_id())
+            .arg(inner.wakeups.channel_prefix());
+        for item in items {
+            invocation
+                .key(&item.keys.lock)
+                .key(item.keys.fence())
+                .key(item.keys.queue())
+                .key(item.keys.waiters())
+                .arg(item.hold.as_str())
+                .arg(millis(item.ttl))
+                .arg(match item.mode {
+                    Mode::Try => "0",
+                    Mode::First => "1",
+                    Mode::Again => "2",
+                })
+                .arg(millis(item.ttl.min(CLAIM)))
+                .arg(item.prev.as_deref().unwrap_or(""))
+                .arg(item.wid.as_str())
+                .arg(item.limit);
+        }
+        let (reply, reached): (redis::RedisResult<Vec<i64>>, bool) =
+            inner.conn.invoke_idempotent_tracked(&invocation).await;
+        match reply {
+            Ok(reply) if reply.len() == 1 + 3 * items.len() => {
+                let run = reply[0];
+                Ok(reply[1..]
+                    .chunks(3)
+                    .map(|c| (c[0], c[1], run, c[2]))
+                    .collect())
+            }
+            Ok(_) => Err(Failure {
+                err: redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "unexpected reply to an acquire",
+                )),
+                reached: true,
+            }),
+            Err(err) => Err(Failure { err, reached }),
+        }
+    }
+
+    fn orphaned(self, inner: &Arc<Inner>, outcome: Option<SetAcquireReply>) {
+        let holds = match outcome.map(|(code, ..)| code) {
+            Some(1) => [Some(self.hold), None],
+            Some(2) => [self.prev, None],
+            Some(_) => [None, None],
+            None => [Some(self.hold), self.prev],
+        };
+        for hold in holds.into_iter().flatten() {
+            release_in_background(Arc::clone(inner), Arc::clone(&self.keys), hold, self.ttl);
+        }
+    }
+}
+
+/// The options every queued kind's handle has, as the [`Mutex`](crate::Mutex)'s, written once.
+macro_rules! queued_options {
+    ($kind:ident) => {
+        impl $kind {
+            /// Ends a wait at the first Redis error instead of riding it out, as
+            /// [`Mutex::fail_fast`](crate::Mutex::fail_fast) does.
+            pub fn fail_fast(mut self) -> $kind {
+                self.queued.fail_fast = true;
+                self
+            }
+
+            /// Attaches a short description of the holder to every grant of this handle, as
+            /// [`Mutex::describe`](crate::Mutex::describe) does (1 to 256 bytes, no control characters).
+            pub fn describe(mut self, description: impl Into<String>) -> $kind {
+                self.queued.description = Some(std::sync::Arc::from(description.into()));
+                self
+            }
+
+            /// The lease of each grant: between [`MIN_TTL`](crate::MIN_TTL) (10 ms) and
+            /// [`MAX_TTL`](crate::MAX_TTL) (30 days). Defaults to 30 s.
+            pub fn ttl(mut self, ttl: std::time::Duration) -> $kind {
+                self.queued.ttl = ttl;
+                self
+            }
+
+            /// How often the keeper renews a held lease; shorter than the lease minus its drift allowance.
+            /// Defaults to a third of the lease.
+            pub fn renew_every(mut self, every: std::time::Duration) -> $kind {
+                self.queued.renewal = crate::mutex::Renewal::Every(every);
+                self
+            }
+
+            /// No watchdog: each grant ends after its lease unless [`Guard::extend`](crate::Guard::extend) moves
+            /// it.
+            pub fn fixed_lease(mut self) -> $kind {
+                self.queued.renewal = crate::mutex::Renewal::Off;
+                self
+            }
+
+            /// The lock's name.
+            pub fn name(&self) -> &str {
+                self.queued.name()
+            }
+        }
+    };
+}
+pub(crate) use queued_options;
+
+/// The deadline `timeout` from now (`None`: too far to represent, i.e. never).
+pub(crate) fn deadline_in(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}

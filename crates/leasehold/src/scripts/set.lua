@@ -1,0 +1,127 @@
+-- set: shared by the scripts of the queued lock kinds (prepended after grant.lua): the fair mutex, the read-write
+-- lock and the counting semaphore. Such a lock is a sorted set of holds instead of one owner token:
+--
+--   lock key   zset: hold -> the server time (ms) its lease ends; a hold is "<tag> <token>", the tag saying what it
+--              holds: "x" (the fair mutex), "r" or "w" (a read or write share), "s<k>" (k permits)
+--   queue      list of wait ids, oldest first: every waiting task has its own entry (strict FIFO across processes)
+--   waiters    hash: wait id -> "<alive until, server ms> <claim ms> <limit> <client id> <hold>", the hold that a
+--              grant to this wait would store; <limit> is the semaphore's permit count as that waiter counts it
+--
+-- A hold is live while its score is at least the server's time; lapsed holds are removed by the next script that
+-- looks. Waiters are served in queue order, each as soon as it is admissible (`admits`), by every script that can
+-- free capacity (a release, a leave) and by every acquire (capacity also frees up when a holder's lease runs out).
+
+-- The family of a tag: holds of different families never share a lock.
+local function family(tag)
+    local c = string.sub(tag, 1, 1)
+    if c == 'w' then
+        return 'r'
+    end
+    return c
+end
+
+-- The first live hold (its member), or nil.
+local function first_hold(lock, now_ms)
+    return redis.call('ZRANGEBYSCORE', lock, now_ms, '+inf', 'LIMIT', 0, 1)[1]
+end
+
+-- Whether a hold tagged `tag` can be granted next to the live holds, `limit` being the permit count for a semaphore.
+local function admits(lock, now_ms, tag, limit)
+    local c = string.sub(tag, 1, 1)
+    if c == 's' then
+        local used = tonumber(string.sub(tag, 2))
+        for _, hold in ipairs(redis.call('ZRANGEBYSCORE', lock, now_ms, '+inf')) do
+            -- A hold of another kind (a name misused) counts as taking every permit.
+            used = used + (tonumber(string.match(hold, '^s(%d+) ')) or tonumber(limit))
+        end
+        return used <= tonumber(limit)
+    end
+    local first = first_hold(lock, now_ms)
+    if not first then
+        return true
+    end
+    -- Shares stack; everything else is exclusive. (A write hold is always alone, so the first one tells.)
+    return c == 'r' and string.sub(first, 1, 2) == 'r '
+end
+
+-- Stores `hold` with a lease of `ms` from `now_ms`; the key lives at least as long as its longest hold.
+local function store_hold(lock, hold, now_ms, ms)
+    redis.call('ZADD', lock, now_ms + ms, hold)
+    if redis.call('PTTL', lock) < tonumber(ms) then
+        redis.call('PEXPIRE', lock, ms)
+    end
+end
+
+-- Drops the holds whose lease ended.
+local function purge(lock, now_ms)
+    redis.call('ZREMRANGEBYSCORE', lock, '-inf', '(' .. now_ms)
+end
+
+-- Serves the queue: grants the oldest live waiters, in order, for as long as the head is admissible. Dead entries
+-- (liveness over, or, on one server, nobody subscribed to their client's channel) are dropped on the way; each entry
+-- is popped once, so their number costs once in all. A waiter is granted a claim lease and told on its client's
+-- channel (as in hand_off.lua); the waiter `self_wid` (the caller of an acquire, or nil) is granted `self_ttl` and
+-- told by the reply instead. Returns the fence granted to `self_wid` (or nil), and false as the second value when
+-- the fence counter is not a number (then nothing more is granted).
+local function serve(lock, fence_key, queue, waiters, prefix, retention_ms, now, now_ms, self_wid, self_ttl)
+    local mine
+    while true do
+        local wid = redis.call('LINDEX', queue, 0)
+        if not wid then
+            return mine, true
+        end
+        local entry = redis.call('HGET', waiters, wid)
+        local alive, claim, limit, client, hold
+        if entry then
+            alive, claim, limit, client, hold = string.match(entry, '^(%d+) (%d+) (%d+) (%S+) (.+)$')
+        end
+        if alive and tonumber(alive) >= now_ms then
+            if not admits(lock, now_ms, string.match(hold, '^%S+'), limit) then
+                return mine, true
+            end
+        end
+        redis.call('LPOP', queue)
+        redis.call('HDEL', waiters, wid)
+        if alive and tonumber(alive) >= now_ms then
+            local fence = draw_fence(fence_key, now, retention_ms)
+            if not fence then
+                return mine, false
+            end
+            if wid == self_wid then
+                store_hold(lock, hold, now_ms, self_ttl)
+                mine = fence
+            else
+                local grant = 'g ' .. fence .. ' ' .. now .. ' ' .. claim .. ' ' .. hold .. '\n' .. lock
+                if redis.call('PUBLISH', prefix .. client, grant) > 0 then
+                    store_hold(lock, hold, now_ms, claim)
+                end
+            end
+        end
+    end
+end
+
+-- Releases `hold` if it is live (and serves the queue). Returns 1 (released now, or by an earlier run of the same
+-- request), 0 (gone: lapsed, or never granted), -2 (the key is not a set of holds).
+local function release_hold(lock, queue, waiters, released, fence_key, hold, prefix, retention_ms, now, now_ms)
+    local score = redis.pcall('ZSCORE', lock, hold)
+    if type(score) == 'table' then
+        return -2
+    end
+    if score and tonumber(score) >= now_ms then
+        redis.call('ZREM', lock, hold)
+        -- Remembered for the rest of its lease, so that a retried release is recognised.
+        redis.call('ZREMRANGEBYSCORE', released, '-inf', '(' .. now_ms)
+        redis.call('ZADD', released, score, hold)
+        if redis.call('PTTL', released) < tonumber(score) - now_ms then
+            redis.call('PEXPIRE', released, tonumber(score) - now_ms)
+        end
+        purge(lock, now_ms)
+        serve(lock, fence_key, queue, waiters, prefix, retention_ms, now, now_ms, nil, 0)
+        return 1
+    end
+    local again = redis.pcall('ZSCORE', released, hold)
+    if type(again) == 'string' and tonumber(again) >= now_ms then
+        return 1
+    end
+    return 0
+end
