@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Runs the torture test (crates/leasehold-tests/tests/torture/) for longer than CI does: worker processes loop on one lock
-# while faults are injected at random, and the checker prints one line. Installs redis-server when it is missing.
-# Usage: scripts/torture.sh [SECONDS] [SEED]     (defaults: 600 s, a seed drawn from the clock; the seed is printed)
+# while faults are injected at random, and the checker prints one line per lock kind. Installs redis-server when it is
+# missing.
+# Usage: scripts/torture.sh [SECONDS] [SEED] [KINDS]
+#   SECONDS  per kind (default 600); SEED drawn from the clock when absent (it is printed);
+#   KINDS    comma-separated, from mutex, fair, semaphore:N, rw (default: mutex,fair,semaphore:2,rw)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 export TORTURE_SECONDS="${1:-600}"
 if [ -n "${2:-}" ]; then
   export TORTURE_SEED="$2"
+fi
+if [ -n "${3:-}" ]; then
+  export TORTURE_KINDS="$3"
 fi
 exec cargo test --release -q -p leasehold-tests --test torture -- --nocapture the_lock_keeps_its_contract_under_random_faults

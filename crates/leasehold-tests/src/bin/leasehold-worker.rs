@@ -8,6 +8,14 @@
 //! leasehold-worker drop-at-end URL NAME current|multi  # acquire (30 s lease), print "acquired FENCE", and let `main`
 //!                                             # return with the guard still alive, as user code does
 //! leasehold-worker script-source NAME             # print a script as the library loads it (scripts/profile-server.sh)
+//! leasehold-worker fair-wait URL NAME TASKS        # TASKS tasks wait on the fair mutex NAME, described "<pid>-<i>";
+//!                                             # each appends its description to test:grants when granted
+//! leasehold-worker sem-count URL NAME PERMITS SECTIONS  # SECTIONS sections under one permit each: the number
+//!                                             # inside is counted in test:inside, its maximum kept in test:max
+//! leasehold-worker rw-mix URL NAME SECTIONS        # SECTIONS sections, one write in ten: overlaps counted in
+//!                                             # test:overlaps, the most readers at once in test:max
+//! leasehold-worker read-loop URL NAME             # reads (5 ms each) until killed; prints "reading" once
+//! leasehold-worker read-hold URL NAME TTL_MS       # takes a read share, prints "acquired FENCE", holds until killed
 //! ```
 //!
 //! Exit status: 0 on success, 1 on any error (printed on stderr), 2 on bad usage.
@@ -100,6 +108,23 @@ async fn dispatch(args: Vec<String>) -> ExitCode {
             Ok(ms) => hold(url, name, ms, true).await,
             Err(_) => return usage(),
         },
+        ["fair-wait", url, name, tasks] => match tasks.parse() {
+            Ok(n) => fair_wait(url, name, n).await,
+            Err(_) => return usage(),
+        },
+        ["sem-count", url, name, permits, sections] => match (permits.parse(), sections.parse()) {
+            (Ok(p), Ok(n)) => sem_count(url, name, p, n).await,
+            _ => return usage(),
+        },
+        ["rw-mix", url, name, sections] => match sections.parse() {
+            Ok(n) => rw_mix(url, name, n).await,
+            Err(_) => return usage(),
+        },
+        ["read-loop", url, name] => read_loop(url, name).await,
+        ["read-hold", url, name, ttl_ms] => match ttl_ms.parse() {
+            Ok(ms) => read_hold(url, name, ms).await,
+            Err(_) => return usage(),
+        },
         _ => return usage(),
     };
     match result {
@@ -112,7 +137,9 @@ async fn dispatch(args: Vec<String>) -> ExitCode {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: leasehold-worker count|hold|hold-then-write|drop-at-end URL NAME N|FLAVOR");
+    eprintln!(
+        "usage: leasehold-worker count|hold|hold-then-write|drop-at-end|fair-wait|sem-count|rw-mix|read-loop|read-hold URL NAME ..."
+    );
     ExitCode::from(2)
 }
 
@@ -182,5 +209,129 @@ async fn hold(url: &str, name: &str, ttl_ms: u64, then_write: bool) -> Result<()
     println!("write={written}");
     std::io::stdout().flush()?;
     drop(guard);
+    Ok(())
+}
+
+/// Increments `test:inside` and keeps its maximum in `test:max`.
+const ENTER: &str = r"
+local n = redis.call('INCR', KEYS[1])
+if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end
+return n
+";
+
+async fn store(url: &str) -> Result<redis::aio::MultiplexedConnection> {
+    Ok(redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?)
+}
+
+async fn fair_wait(url: &str, name: &str, tasks: usize) -> Result<()> {
+    let locks = leasehold::Client::connect(url).await?;
+    let pid = std::process::id();
+    let mut handles = Vec::new();
+    for i in 0..tasks {
+        let fair = locks.fair_mutex(name).describe(format!("{pid}-{i}"));
+        let mut redis = store(url).await?;
+        handles.push(tokio::spawn(async move {
+            let guard = fair.lock().await?;
+            let _: i64 = redis.rpush("test:grants", format!("{pid}-{i}")).await?;
+            guard.release().await?;
+            Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+        }));
+    }
+    for handle in handles {
+        handle.await?.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+async fn sem_count(url: &str, name: &str, permits: u64, sections: u32) -> Result<()> {
+    let locks = leasehold::Client::connect(url).await?;
+    let mut redis = store(url).await?;
+    let enter = redis::Script::new(ENTER);
+    let semaphore = locks.semaphore(name, permits).ttl(Duration::from_secs(10));
+    for _ in 0..sections {
+        let permit = semaphore.acquire().await?;
+        let _: i64 = enter
+            .key("test:inside")
+            .key("test:max")
+            .invoke_async(&mut redis)
+            .await?;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let _: i64 = redis.decr("test:inside", 1).await?;
+        permit.release().await?;
+    }
+    Ok(())
+}
+
+async fn rw_mix(url: &str, name: &str, sections: u32) -> Result<()> {
+    let locks = leasehold::Client::connect(url).await?;
+    let mut redis = store(url).await?;
+    let enter = redis::Script::new(ENTER);
+    let rw = locks.rw_lock(name).ttl(Duration::from_secs(10));
+    for i in 0..sections {
+        if i % 10 == 0 {
+            let guard = rw.write().await?;
+            let alone: bool = redis::cmd("SET")
+                .arg("test:writer")
+                .arg(1)
+                .arg("NX")
+                .query_async::<Option<String>>(&mut redis)
+                .await?
+                .is_some();
+            let readers: i64 = redis
+                .get::<_, Option<i64>>("test:inside")
+                .await?
+                .unwrap_or(0);
+            if !alone || readers != 0 {
+                let _: i64 = redis.incr("test:overlaps", 1).await?;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let _: i64 = redis.del("test:writer").await?;
+            guard.release().await?;
+        } else {
+            let guard = rw.read().await?;
+            let _: i64 = enter
+                .key("test:inside")
+                .key("test:max")
+                .invoke_async(&mut redis)
+                .await?;
+            if redis.exists::<_, bool>("test:writer").await? {
+                let _: i64 = redis.incr("test:overlaps", 1).await?;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let _: i64 = redis.decr("test:inside", 1).await?;
+            guard.release().await?;
+        }
+    }
+    Ok(())
+}
+
+async fn read_loop(url: &str, name: &str) -> Result<()> {
+    let locks = leasehold::Client::connect(url).await?;
+    let rw = locks.rw_lock(name);
+    let mut first = true;
+    loop {
+        let guard = rw.read().await?;
+        if first {
+            println!("reading");
+            std::io::stdout().flush()?;
+            first = false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        guard.release().await?;
+    }
+}
+
+async fn read_hold(url: &str, name: &str, ttl_ms: u64) -> Result<()> {
+    let locks = leasehold::Client::connect(url).await?;
+    let guard = locks
+        .rw_lock(name)
+        .ttl(Duration::from_millis(ttl_ms))
+        .read()
+        .await?;
+    println!("acquired {}", guard.fence());
+    std::io::stdout().flush()?;
+    std::future::pending::<()>().await;
     Ok(())
 }

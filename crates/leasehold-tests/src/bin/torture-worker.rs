@@ -3,15 +3,18 @@
 //! (shared by all processes), one line per event, flushed at once so that a killed worker's history survives.
 //!
 //! ```text
-//! torture-worker run LOCK_URL STORE_URL NAME WORKER TTL_MS SEED LOG   # the loop, until killed
-//! torture-worker queue-and-die LOCK_URL NAME                         # start waiting for the lock, then vanish
+//! torture-worker run LOCK_URL STORE_URL NAME WORKER TTL_MS SEED LOG KIND  # the loop, until killed
+//! torture-worker queue-and-die LOCK_URL NAME KIND                         # start waiting, then vanish
 //! ```
+//!
+//! `KIND` is the lock kind: `mutex`, `fair`, `semaphore:N` (one permit per grant) or `rw` (a write in three grants,
+//! reads otherwise).
 //!
 //! Log lines (`T` is `CLOCK_MONOTONIC` in ns, read *before* the step it stamps):
 //!
 //! ```text
 //! want T                      about to wait for the lock
-//! grant T FENCE               lock() returned a grant
+//! grant T FENCE MODE          lock() returned a grant: x (exclusive), w (write), r (read), s (a permit)
 //! held T FENCE                is_held() was true (T read before the call); written at most every 2 ms, and last
 //!                             right before the release is sent
 //! lost T FENCE REASON         the loss signal resolved
@@ -58,7 +61,7 @@ impl Log {
     }
 }
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -73,8 +76,12 @@ fn main() -> ExitCode {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["run", lock_url, store_url, name, worker, ttl_ms, seed, log] => {
-            let (Ok(ttl_ms), Ok(seed)) = (ttl_ms.parse::<u64>(), seed.parse::<u64>()) else {
+        ["run", lock_url, store_url, name, worker, ttl_ms, seed, log, kind] => {
+            let (Ok(ttl_ms), Ok(seed), Some(kind)) = (
+                ttl_ms.parse::<u64>(),
+                seed.parse::<u64>(),
+                Kind::parse(kind),
+            ) else {
                 return usage();
             };
             let log = match OpenOptions::new().create(true).append(true).open(log) {
@@ -85,9 +92,14 @@ fn main() -> ExitCode {
                 }
             };
             let worker = worker.to_string();
-            runtime.block_on(run(lock_url, store_url, name, worker, ttl_ms, seed, log))
+            runtime.block_on(run(
+                lock_url, store_url, name, worker, ttl_ms, seed, log, kind,
+            ))
         }
-        ["queue-and-die", lock_url, name] => runtime.block_on(queue_and_die(lock_url, name)),
+        ["queue-and-die", lock_url, name, kind] => match Kind::parse(kind) {
+            Some(kind) => runtime.block_on(queue_and_die(lock_url, name, kind)),
+            None => return usage(),
+        },
         _ => return usage(),
     };
     match result {
@@ -100,8 +112,63 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: torture-worker run LOCK_URL STORE_URL NAME WORKER TTL_MS SEED LOG | queue-and-die LOCK_URL NAME");
+    eprintln!(
+        "usage: torture-worker run LOCK_URL STORE_URL NAME WORKER TTL_MS SEED LOG KIND | queue-and-die LOCK_URL NAME KIND"
+    );
     ExitCode::from(2)
+}
+
+/// The lock kind a worker loops on.
+#[derive(Clone, Copy)]
+enum Kind {
+    Mutex,
+    Fair,
+    Semaphore(u64),
+    Rw,
+}
+
+impl Kind {
+    fn parse(text: &str) -> Option<Kind> {
+        match text {
+            "mutex" => Some(Kind::Mutex),
+            "fair" => Some(Kind::Fair),
+            "rw" => Some(Kind::Rw),
+            _ => text
+                .strip_prefix("semaphore:")
+                .and_then(|n| n.parse().ok())
+                .map(Kind::Semaphore),
+        }
+    }
+
+    /// Waits at most `wait` for a grant of this kind (a write one time in three for `rw`), and says what it holds.
+    async fn lock(
+        self,
+        locks: &leasehold::Client,
+        name: &str,
+        ttl: Duration,
+        wait: Duration,
+        rng: &mut Rng,
+    ) -> (Result<leasehold::Guard, leasehold::Error>, char) {
+        match self {
+            Kind::Mutex => (locks.mutex(name).ttl(ttl).lock_timeout(wait).await, 'x'),
+            Kind::Fair => (
+                locks.fair_mutex(name).ttl(ttl).lock_timeout(wait).await,
+                'x',
+            ),
+            Kind::Semaphore(n) => (
+                locks
+                    .semaphore(name, n)
+                    .ttl(ttl)
+                    .acquire_timeout(1, wait)
+                    .await,
+                's',
+            ),
+            Kind::Rw if rng.chance(33) => {
+                (locks.rw_lock(name).ttl(ttl).write_timeout(wait).await, 'w')
+            }
+            Kind::Rw => (locks.rw_lock(name).ttl(ttl).read_timeout(wait).await, 'r'),
+        }
+    }
 }
 
 /// Connects, retrying while the path is cut (a respawned worker may start inside a fault).
@@ -139,7 +206,8 @@ async fn run(
     ttl_ms: u64,
     seed: u64,
     log: Log,
-) -> Result<()> {
+    kind: Kind,
+) -> BoxResult<()> {
     let ttl = Duration::from_millis(ttl_ms);
     let mut rng = Rng::new(seed);
     let locks = connect(lock_url, ttl, &log).await;
@@ -150,11 +218,11 @@ async fn run(
         .await?;
     let fenced_write = redis::Script::new(FENCED_WRITE);
     let leave = redis::Script::new(LEAVE);
-    let mutex = locks.mutex(name).ttl(ttl);
     loop {
         log.line(format_args!("want {}", now_ns()));
         let wait = Duration::from_millis(200 + rng.below(3 * ttl_ms));
-        let guard = match mutex.lock_timeout(wait).await {
+        let (result, mode) = kind.lock(&locks, name, ttl, wait, &mut rng).await;
+        let guard = match result {
             Ok(guard) => guard,
             Err(e) if e.is_timeout() => continue,
             Err(e) => {
@@ -164,7 +232,7 @@ async fn run(
             }
         };
         let fence = guard.fence().get();
-        log.line(format_args!("grant {} {fence}", now_ns()));
+        log.line(format_args!("grant {} {fence} {mode}", now_ns()));
         let lease = guard.lease();
         // The loss signal, logged the moment it resolves.
         let lost = {
@@ -201,6 +269,7 @@ async fn run(
         };
         let section = critical_section(
             &guard,
+            matches!(mode, 'x' | 'w'),
             &mut store,
             &fenced_write,
             &leave,
@@ -234,38 +303,42 @@ async fn run(
     }
 }
 
-/// Occupancy check, fenced write, some work (sometimes longer than the lease, sometimes with an extension that
-/// shortens or lengthens it), then leaving the store as found.
+/// Occupancy check and fenced write (for an exclusive grant: shared ones overlap by design), some work (sometimes
+/// longer than the lease, sometimes with an extension that shortens or lengthens it), then leaving the store as found.
+#[allow(clippy::too_many_arguments)]
 async fn critical_section(
-    guard: &leasehold::MutexGuard,
+    guard: &leasehold::Guard,
+    exclusive: bool,
     store: &mut redis::aio::MultiplexedConnection,
     fenced_write: &redis::Script,
     leave: &redis::Script,
     worker: &str,
     rng: &mut Rng,
     log: &Log,
-) -> Result<()> {
+) -> BoxResult<()> {
     let fence = guard.fence().get();
     let ttl_ms = u64::try_from(guard.ttl().as_millis()).unwrap_or(u64::MAX);
-    let entered: Option<String> = redis::cmd("SET")
-        .arg("torture:occupant")
-        .arg(worker)
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl_ms * 4)
-        .query_async(store)
-        .await?;
-    if entered.is_none() && guard.is_held() {
-        log.line(format_args!("occupied {} {fence}", now_ns()));
+    if exclusive {
+        let entered: Option<String> = redis::cmd("SET")
+            .arg("torture:occupant")
+            .arg(worker)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms * 4)
+            .query_async(store)
+            .await?;
+        if entered.is_none() && guard.is_held() {
+            log.line(format_args!("occupied {} {fence}", now_ns()));
+        }
+        let t = now_ns();
+        let written: i64 = fenced_write
+            .key("torture:record")
+            .arg(fence)
+            .arg(worker)
+            .invoke_async(store)
+            .await?;
+        log.line(format_args!("write {t} {fence} {written}"));
     }
-    let t = now_ns();
-    let written: i64 = fenced_write
-        .key("torture:record")
-        .arg(fence)
-        .arg(worker)
-        .invoke_async(store)
-        .await?;
-    log.line(format_args!("write {t} {fence} {written}"));
     // Mostly short sections (many hand-offs), sometimes longer than the lease (the watchdog must keep it).
     let steps = 1 + rng.below(3);
     for _ in 0..steps {
@@ -285,18 +358,25 @@ async fn critical_section(
             break;
         }
     }
-    let _: i64 = leave
-        .key("torture:occupant")
-        .arg(worker)
-        .invoke_async(store)
-        .await?;
+    if exclusive {
+        let _: i64 = leave
+            .key("torture:occupant")
+            .arg(worker)
+            .invoke_async(store)
+            .await?;
+    }
     Ok(())
 }
 
 /// Starts waiting for the lock (joining its queue), then exits without a word: a dead client in the queue.
-async fn queue_and_die(lock_url: &str, name: &str) -> Result<()> {
+async fn queue_and_die(lock_url: &str, name: &str, kind: Kind) -> BoxResult<()> {
     let locks = leasehold::Client::connect(lock_url).await?;
-    let mutex = locks.mutex(name);
-    let _ = tokio::time::timeout(Duration::from_millis(30), mutex.lock()).await;
+    let mut rng = Rng::new(u64::from(std::process::id()));
+    let wait = Duration::from_secs(30);
+    let _ = tokio::time::timeout(
+        Duration::from_millis(30),
+        kind.lock(&locks, name, Duration::from_secs(1), wait, &mut rng),
+    )
+    .await;
     std::process::exit(0)
 }

@@ -8,6 +8,7 @@ mod connection;
 mod deadlines;
 mod exclusion;
 mod family;
+mod family_processes;
 mod faults;
 mod fences;
 mod handoff;

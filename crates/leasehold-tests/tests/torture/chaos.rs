@@ -6,7 +6,7 @@ use std::time::Duration;
 use leasehold_tests::{ChildGuard, RedisServer, TcpProxy, TempDir, XorShift as Rng};
 use nix::sys::signal::Signal;
 
-use crate::check::{check, Report};
+use crate::check::{check, Report, Rule};
 use crate::history::{read_all, Fault, Stats, Window};
 
 /// The lock's name.
@@ -33,10 +33,12 @@ pub struct Rig {
     rng: Rng,
     seed: u64,
     windows: Vec<Window>,
+    /// The lock kind, as the worker takes it (`mutex`, `fair`, `semaphore:N`, `rw`).
+    kind: String,
 }
 
 impl Rig {
-    pub async fn start(workers: usize, ttl: Duration, seed: u64) -> Rig {
+    pub async fn start(workers: usize, ttl: Duration, seed: u64, kind: &str) -> Rig {
         let lock = RedisServer::start_with(&["--enable-debug-command", "local"]);
         // A bystander listening to every channel (monitoring, a debugging session): every PUBLISH counts it, so a
         // queue whose liveness were judged by PUBLISH's count would wake dead clients.
@@ -57,6 +59,7 @@ impl Rig {
             rng: Rng::new(seed),
             seed,
             windows: Vec::new(),
+            kind: kind.to_owned(),
         };
         for i in 0..workers {
             let child = rig.spawn(i, 0);
@@ -82,6 +85,7 @@ impl Rig {
             .arg(self.ttl.as_millis().to_string())
             .arg((self.seed ^ ((worker as u64 + 1) << 32) ^ incarnation as u64).to_string())
             .arg(&log)
+            .arg(&self.kind)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -212,7 +216,7 @@ impl Rig {
         let clients: Vec<ChildGuard> = (0..n)
             .map(|_| {
                 Command::new(env!("CARGO_BIN_EXE_torture-worker"))
-                    .args(["queue-and-die", &self.lock.url(), NAME])
+                    .args(["queue-and-die", &self.lock.url(), NAME, &self.kind])
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
@@ -245,7 +249,7 @@ impl Rig {
             let _ = worker.child.wait();
         }
         let (grants, stats) = read_all(self.dir.path());
-        let report = check(&grants, &self.windows, self.ttl);
+        let report = check(&grants, &self.windows, self.ttl, Rule::of(&self.kind));
         let keys_without_ttl = keys_without_ttl(&self.lock);
         Outcome {
             report,
@@ -285,10 +289,10 @@ impl Outcome {
     }
 
     /// The one-line summary.
-    pub fn line(&self, seed: u64, seconds: u64) -> String {
+    pub fn line(&self, kind: &str, seed: u64, seconds: u64) -> String {
         let r = &self.report;
         format!(
-            "torture seed={seed} secs={seconds} sections={} faults={} overlaps={} fence_regressions={} late_losses={} \
+            "torture kind={kind} seed={seed} secs={seconds} sections={} faults={} overlaps={} fence_regressions={} late_losses={} \
              stalls={} keys_without_ttl={} | excused_overlaps={} writes={} refused={} occupied={} errors={}",
             self.stats.sections,
             self.faults,

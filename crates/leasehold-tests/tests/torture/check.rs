@@ -1,13 +1,18 @@
 //! The checker: reads the histories and counts violations of the library's contract.
 //!
-//! - **Overlap**: two grants whose "held" intervals (first to last `is_held() == true` sample) intersect. Excused
+//! What counts as a conflict depends on the lock kind ([`Rule`]): any two grants of an exclusive lock (the mutex, the
+//! fair mutex), more than N of a semaphore, a write grant and any other of a read-write lock.
+//!
+//! - **Overlap**: a grant whose "held" interval (first to last `is_held() == true` sample) begins while conflicting
+//!   grants are held. Excused
 //!   (counted apart) when the later grant began within a lease of a fault that loses grants (restart without
 //!   persistence, `FLUSHALL`) that happened while the earlier one was held: the contract does not cover data loss,
 //!   and the earlier holder learns of it at its next renewal, within a lease.
-//! - **Fence regression**: grants ordered by the start of their held interval whose fences do not strictly increase.
-//!   Never excused: fences are floored at the server clock, so they increase across data loss too.
-//! - **Late loss**: a grant whose loss signal (not its release) resolved later than [`LATE_SLACK`] after another
-//!   grant's held interval began, unless data loss came in between or the late worker was stopped (a paused process
+//! - **Fence regression**: a grant held after another one's held interval ended, that could not have been granted
+//!   while that one was (any two of an exclusive lock, a write and any other of a read-write lock), with a lower
+//!   fence. Never excused: fences are floored at the server clock, so they increase across data loss too.
+//! - **Late loss**: a grant whose loss signal (not its release) resolved later than [`LATE_SLACK`] after a grant began
+//!   whose held interval conflicts with it (and with every other grant not yet released or told of its loss), unless data loss came in between or the late worker was stopped (a paused process
 //!   cannot be told anything until it runs again).
 //! - **Stall**: the lock held by nobody, between two held intervals, for longer than [`STALL_BOUND`] while no fault
 //!   was in force or recovering (each fault window extended by [`recovery`]). Six workers loop on the lock, so
@@ -62,8 +67,52 @@ impl Report {
     }
 }
 
-/// Checks `grants` against the fault `windows`, for workers holding leases of `ttl`.
-pub fn check(grants: &[Grant], windows: &[Window], ttl: Duration) -> Report {
+/// What a lock admits at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// One grant (the mutex, the fair mutex).
+    Exclusive,
+    /// N grants of one permit each (the semaphore).
+    Permits(usize),
+    /// Reads together, a write alone.
+    ReadWrite,
+}
+
+impl Rule {
+    /// The rule of a worker's lock kind (`mutex`, `fair`, `semaphore:N`, `rw`).
+    pub fn of(kind: &str) -> Rule {
+        match kind {
+            "rw" => Rule::ReadWrite,
+            _ => kind
+                .strip_prefix("semaphore:")
+                .and_then(|n| n.parse().ok())
+                .map_or(Rule::Exclusive, Rule::Permits),
+        }
+    }
+
+    /// Whether `b` may not be held while every grant of `others` is.
+    fn conflicts(self, others: &[&Grant], b: &Grant) -> bool {
+        match self {
+            Rule::Exclusive => !others.is_empty(),
+            Rule::Permits(n) => others.len() >= n,
+            Rule::ReadWrite => {
+                !others.is_empty() && (b.mode == 'w' || others.iter().any(|g| g.mode == 'w'))
+            }
+        }
+    }
+
+    /// Whether `b`, held after `a` ended, can only have been granted after `a` (so with a higher fence).
+    fn ordered(self, a: &Grant, b: &Grant) -> bool {
+        match self {
+            Rule::Exclusive => true,
+            Rule::Permits(n) => n == 1,
+            Rule::ReadWrite => a.mode == 'w' || b.mode == 'w',
+        }
+    }
+}
+
+/// Checks `grants` against the fault `windows`, for workers holding leases of `ttl` on a lock that admits `rule`.
+pub fn check(grants: &[Grant], windows: &[Window], ttl: Duration, rule: Rule) -> Report {
     let stall_bound = u64::try_from(STALL_BOUND.as_nanos()).unwrap_or(u64::MAX);
     let mut report = Report::default();
     let mut held: Vec<&Grant> = grants.iter().filter(|g| g.held().is_some()).collect();
@@ -77,55 +126,78 @@ pub fn check(grants: &[Grant], windows: &[Window], ttl: Duration) -> Report {
         })
     };
 
-    for (i, a) in held.iter().enumerate() {
-        let (a_first, a_last) = a.held().unwrap_or_default();
-        for b in &held[i + 1..] {
-            let (b_first, _) = b.held().unwrap_or_default();
-            if b_first > a_last {
-                break;
-            }
-            let what = format!(
-                "fence {} (worker {}) held until {a_last} while fence {} (worker {}) held from {b_first}",
-                a.fence, a.worker, b.fence, b.worker
-            );
-            if loses_between(a_first, b_first) {
-                report.excused_overlaps.push(what);
-            } else {
-                report.overlaps.push(what);
+    for (i, b) in held.iter().enumerate() {
+        let (b_first, _) = b.held().unwrap_or_default();
+        let active: Vec<&Grant> = held[..i]
+            .iter()
+            .copied()
+            .filter(|a| a.held().is_some_and(|(_, a_last)| a_last >= b_first))
+            .collect();
+        if !rule.conflicts(&active, b) {
+            continue;
+        }
+        let what = format!(
+            "fence {} (worker {}) held from {b_first} while {} held",
+            b.fence,
+            b.worker,
+            active
+                .iter()
+                .map(|a| format!(
+                    "fence {} (worker {}) until {}",
+                    a.fence,
+                    a.worker,
+                    a.last_held.unwrap_or_default()
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if active
+            .iter()
+            .all(|a| loses_between(a.first_held.unwrap_or_default(), b_first))
+        {
+            report.excused_overlaps.push(what);
+        } else {
+            report.overlaps.push(what);
+        }
+    }
+
+    for b in &held {
+        let (b_first, _) = b.held().unwrap_or_default();
+        for a in &held {
+            let (_, a_last) = a.held().unwrap_or_default();
+            if a_last < b_first && rule.ordered(a, b) && b.fence <= a.fence {
+                report.fence_regressions.push(format!(
+                    "fence {} (worker {}, held from {b_first}) after fence {} (worker {}, held until {a_last})",
+                    b.fence, b.worker, a.fence, a.worker
+                ));
             }
         }
     }
 
-    for pair in held.windows(2) {
-        if pair[1].fence <= pair[0].fence {
-            report.fence_regressions.push(format!(
-                "fence {} (worker {}, held from {:?}) after fence {} (worker {}, held from {:?})",
-                pair[1].fence,
-                pair[1].worker,
-                pair[1].first_held,
-                pair[0].fence,
-                pair[0].worker,
-                pair[0].first_held
-            ));
+    for b in &held {
+        let (b_first, _) = b.held().unwrap_or_default();
+        // Everything its holder still took as held when `b` began (told of its loss only later, or still sampling).
+        let told_late = |a: &Grant| a.loss().is_some_and(|lost| lost > b_first + LATE_SLACK);
+        let others: Vec<&Grant> = held
+            .iter()
+            .copied()
+            .filter(|a| {
+                let (a_first, a_last) = a.held().unwrap_or_default();
+                a.fence != b.fence && a_first < b_first && (a_last >= b_first || told_late(a))
+            })
+            .collect();
+        if !rule.conflicts(&others, b) {
+            continue;
         }
-    }
-
-    for a in &held {
-        let Some(lost_at) = a.loss() else { continue };
-        let (a_first, _) = a.held().unwrap_or_default();
-        let stopped = |from: u64, to: u64| {
-            windows.iter().any(|w| {
+        for a in others.iter().filter(|a| told_late(a)) {
+            let (a_first, _) = a.held().unwrap_or_default();
+            let lost_at = a.loss().unwrap_or_default();
+            let stopped = windows.iter().any(|w| {
                 matches!(w.fault, Fault::Stop | Fault::Kill)
                     && w.worker == Some(a.worker)
-                    && w.overlaps(from, to)
-            })
-        };
-        for b in &held {
-            let (b_first, _) = b.held().unwrap_or_default();
-            if b.fence == a.fence || b_first <= a_first || b_first + LATE_SLACK >= lost_at {
-                continue;
-            }
-            if !loses_between(a_first, b_first) && !stopped(b_first, lost_at) {
+                    && w.overlaps(b_first, lost_at)
+            });
+            if !loses_between(a_first, b_first) && !stopped {
                 report.late_losses.push(format!(
                     "fence {} (worker {}) was told of its loss at {lost_at}, after fence {} held from {b_first}",
                     a.fence, a.worker, b.fence
@@ -190,13 +262,13 @@ mod tests {
             grant(1, 20, 101, 200),
             grant(0, 30, 203, 300),
         ];
-        assert_eq!(check(&grants, &[], TTL).violations(), 0);
+        assert_eq!(check(&grants, &[], TTL, Rule::Exclusive).violations(), 0);
     }
 
     #[test]
     fn intersecting_held_intervals_are_an_overlap() {
         let grants = [grant(0, 10, 0, 100), grant(1, 20, 99, 200)];
-        let report = check(&grants, &[], TTL);
+        let report = check(&grants, &[], TTL, Rule::Exclusive);
         assert_eq!(report.overlaps.len(), 1, "{report:?}");
     }
 
@@ -204,23 +276,34 @@ mod tests {
     fn an_overlap_across_a_restart_is_excused_but_not_across_a_pause() {
         let grants = [grant(0, 10, 0, 100), grant(1, 20, 50, 200)];
         let restart = [window(Fault::Restart, None, 40, 45)];
-        let report = check(&grants, &restart, TTL);
+        let report = check(&grants, &restart, TTL, Rule::Exclusive);
         assert_eq!(
             (report.overlaps.len(), report.excused_overlaps.len()),
             (0, 1)
         );
         // Data loss long before the second owner started does not explain it.
         let long = [grant(0, 10, 0, 1_000), grant(1, 20, 990, 1_200)];
-        assert_eq!(check(&long, &restart, TTL).overlaps.len(), 1);
+        assert_eq!(
+            check(&long, &restart, TTL, Rule::Exclusive).overlaps.len(),
+            1
+        );
         let pause = [window(Fault::Pause, None, 40, 45)];
-        assert_eq!(check(&grants, &pause, TTL).overlaps.len(), 1);
+        assert_eq!(
+            check(&grants, &pause, TTL, Rule::Exclusive).overlaps.len(),
+            1
+        );
     }
 
     #[test]
     fn a_lower_fence_later_is_a_regression_even_across_a_restart() {
         let grants = [grant(0, 30, 0, 100), grant(1, 20, 101, 200)];
         let restart = [window(Fault::Restart, None, 100, 100)];
-        assert_eq!(check(&grants, &restart, TTL).fence_regressions.len(), 1);
+        assert_eq!(
+            check(&grants, &restart, TTL, Rule::Exclusive)
+                .fence_regressions
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -228,13 +311,21 @@ mod tests {
         let mut a = grant(0, 10, 0, 100);
         a.lost = Some((400 * MS, "Expired".into()));
         let grants = [a.clone(), grant(1, 20, 150, 200)];
-        assert_eq!(check(&grants, &[], TTL).late_losses.len(), 1);
+        assert_eq!(
+            check(&grants, &[], TTL, Rule::Exclusive).late_losses.len(),
+            1
+        );
         // Not when the late worker was stopped meanwhile, nor for a release.
         let stop = [window(Fault::Stop, Some(0), 120, 390)];
-        assert_eq!(check(&grants, &stop, TTL).late_losses.len(), 0);
+        assert_eq!(
+            check(&grants, &stop, TTL, Rule::Exclusive)
+                .late_losses
+                .len(),
+            0
+        );
         a.lost = Some((400 * MS, "Released".into()));
         assert_eq!(
-            check(&[a, grant(1, 20, 150, 200)], &[], TTL)
+            check(&[a, grant(1, 20, 150, 200)], &[], TTL, Rule::Exclusive)
                 .late_losses
                 .len(),
             0
@@ -244,12 +335,64 @@ mod tests {
     #[test]
     fn a_long_free_gap_without_faults_is_a_stall() {
         let grants = [grant(0, 10, 0, 100), grant(1, 20, 100 + 300, 700)];
-        assert_eq!(check(&grants, &[], TTL).stalls.len(), 1);
+        assert_eq!(check(&grants, &[], TTL, Rule::Exclusive).stalls.len(), 1);
         let kill = [window(Fault::Kill, Some(0), 90, 120)];
         assert_eq!(
-            check(&grants, &kill, TTL).stalls.len(),
+            check(&grants, &kill, TTL, Rule::Exclusive).stalls.len(),
             0,
             "a gap right after a fault is excused"
+        );
+    }
+
+    fn with_mode(mut g: Grant, mode: char) -> Grant {
+        g.mode = mode;
+        g
+    }
+
+    #[test]
+    fn a_semaphore_admits_its_permits_and_no_more() {
+        let two = [grant(0, 10, 0, 100), grant(1, 20, 50, 200)];
+        assert_eq!(check(&two, &[], TTL, Rule::Permits(2)).violations(), 0);
+        let three = [
+            grant(0, 10, 0, 100),
+            grant(1, 20, 50, 200),
+            grant(2, 30, 60, 70),
+        ];
+        assert_eq!(check(&three, &[], TTL, Rule::Permits(2)).overlaps.len(), 1);
+        // Permits are not ordered among themselves: a lower fence held later is no regression.
+        let unordered = [grant(0, 20, 0, 10), grant(1, 10, 20, 30)];
+        assert_eq!(
+            check(&unordered, &[], TTL, Rule::Permits(2)).violations(),
+            0
+        );
+    }
+
+    #[test]
+    fn reads_share_and_a_write_conflicts_with_everything() {
+        let reads = [
+            with_mode(grant(0, 10, 0, 100), 'r'),
+            with_mode(grant(1, 20, 50, 200), 'r'),
+        ];
+        assert_eq!(check(&reads, &[], TTL, Rule::ReadWrite).violations(), 0);
+        let write_in_reads = [
+            with_mode(grant(0, 10, 0, 100), 'r'),
+            with_mode(grant(1, 20, 50, 200), 'w'),
+        ];
+        assert_eq!(
+            check(&write_in_reads, &[], TTL, Rule::ReadWrite)
+                .overlaps
+                .len(),
+            1
+        );
+        let after_write = [
+            with_mode(grant(0, 20, 0, 10), 'w'),
+            with_mode(grant(1, 10, 20, 30), 'r'),
+        ];
+        assert_eq!(
+            check(&after_write, &[], TTL, Rule::ReadWrite)
+                .fence_regressions
+                .len(),
+            1
         );
     }
 }

@@ -9,6 +9,8 @@ use std::path::Path;
 pub struct Grant {
     pub worker: usize,
     pub fence: u64,
+    /// What it held: `x` exclusive, `w` write, `r` read, `s` a permit.
+    pub mode: char,
     /// When `lock()` returned the grant.
     pub granted: u64,
     /// The first and last `is_held() == true` samples (each stamped before the call).
@@ -105,6 +107,7 @@ pub fn parse(worker: usize, text: &str, grants: &mut BTreeMap<u64, Grant>, stats
             ("grant", Some(f)) => {
                 let mut g = grant(grants, f);
                 g.granted = t;
+                g.mode = words.get(3).and_then(|m| m.chars().next()).unwrap_or('x');
                 grants.insert(f, g);
                 stats.sections += 1;
             }

@@ -14,8 +14,9 @@
 //! - The checker (`check.rs`) counts overlaps, fence regressions, late losses and stalls, and the test adds keys left
 //!   without a TTL on the lock server. Any of them fails the test, with the seed in the message.
 //!
-//! `TORTURE_SECONDS` (default 30) and `TORTURE_SEED` (default: drawn from the clock) set the run;
-//! `scripts/torture.sh SECONDS SEED` runs it in release mode.
+//! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw`), each with its own
+//! servers and workers, for `TORTURE_SECONDS` each (default 15) with `TORTURE_SEED` (default: drawn from the clock);
+//! `scripts/torture.sh SECONDS SEED [KINDS]` runs it in release mode.
 
 mod chaos;
 mod check;
@@ -29,13 +30,16 @@ use chaos::Rig;
 /// enough next to the stall bound that a waiter left to its lease-end timer shows as a stall.
 const TTL: Duration = Duration::from_secs(1);
 const WORKERS: usize = 5;
+/// The kinds a run goes through by default.
+const KINDS: &str = "mutex,fair,semaphore:2,rw";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_keeps_its_contract_under_random_faults() {
     let seconds: u64 = std::env::var("TORTURE_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
+        .unwrap_or(15);
+    let kinds = std::env::var("TORTURE_KINDS").unwrap_or_else(|_| KINDS.to_owned());
     let seed: u64 = std::env::var("TORTURE_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -44,22 +48,26 @@ async fn the_lock_keeps_its_contract_under_random_faults() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64)
         });
-    eprintln!("torture: seed={seed} secs={seconds} (rerun with TORTURE_SEED={seed})");
-
-    let mut rig = Rig::start(WORKERS, TTL, seed).await;
-    rig.torture(Duration::from_secs(seconds)).await;
-    let verbose = std::env::var_os("TORTURE_VERBOSE").is_some();
-    if verbose {
-        eprintln!("{}", rig.windows());
-    }
-    let outcome = rig.finish().await;
-    println!("{}", outcome.line(seed, seconds));
-    if verbose {
-        eprintln!("{}", outcome.details());
+    let mut failed = Vec::new();
+    for kind in kinds.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+        eprintln!("torture: kind={kind} seed={seed} secs={seconds} (rerun with TORTURE_KINDS={kind} TORTURE_SEED={seed})");
+        let mut rig = Rig::start(WORKERS, TTL, seed, kind).await;
+        rig.torture(Duration::from_secs(seconds)).await;
+        let verbose = std::env::var_os("TORTURE_VERBOSE").is_some();
+        if verbose {
+            eprintln!("{}", rig.windows());
+        }
+        let outcome = rig.finish().await;
+        println!("{}", outcome.line(kind, seed, seconds));
+        if verbose || outcome.violations() > 0 {
+            eprintln!("{}", outcome.details());
+        }
+        if outcome.violations() > 0 {
+            failed.push(kind.to_owned());
+        }
     }
     assert!(
-        outcome.violations() == 0,
-        "torture seed={seed} found violations (rerun with TORTURE_SEED={seed}):\n{}",
-        outcome.details()
+        failed.is_empty(),
+        "torture seed={seed} found violations for {failed:?} (rerun with TORTURE_SEED={seed})"
     );
 }
