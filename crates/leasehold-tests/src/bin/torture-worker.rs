@@ -198,6 +198,7 @@ fn one_word(e: &dyn std::fmt::Display) -> String {
         .join("_")
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run(
     lock_url: &str,
     store_url: &str,
