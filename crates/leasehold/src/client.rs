@@ -157,22 +157,54 @@ impl Client {
         let keys = self.keys(name)?;
         let mut invocation = INSPECT.key(&keys.lock);
         invocation.key(keys.fence()).key(keys.queue());
-        let read: redis::RedisResult<(Option<String>, i64, Option<String>, u64)> =
+        let read: redis::RedisResult<Vec<redis::Value>> =
             self.inner.conn.invoke_idempotent(&invocation).await;
-        let (holder, pttl, fence, waiting) = match read {
+        let read = match read {
             Ok(read) => read,
             Err(err) => return Err(script_error(&self.inner.conn, &keys.lock, err).await),
         };
-        let holder = match holder {
-            Some(token) if token.starts_with(TOKEN_PREFIX) => Some(Holder {
-                description: description_of(&token).map(str::to_owned),
-                token,
-                remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-            }),
-            Some(other) => return Err(foreign(&keys.lock, &other)),
-            None => None,
+        let text = |v: &redis::Value| {
+            redis::from_redis_value::<Option<String>>(v.clone())
+                .ok()
+                .flatten()
         };
-        let last_fence = match fence {
+        let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap_or(0);
+        let (Some(kind), Some(fence), Some(waiting)) = (read.first(), read.get(1), read.get(2))
+        else {
+            return Err(Error::NotALock {
+                key: keys.lock.clone(),
+                detail: "unexpected reply to inspect".to_owned(),
+            });
+        };
+        let kind = text(kind).unwrap_or_default();
+        let mut holders = Vec::new();
+        for pair in read[3..].chunks(2) {
+            let [hold, ms] = pair else { continue };
+            let Some(hold) = text(hold) else { continue };
+            let remaining = u64::try_from(int(ms)).ok().map(Duration::from_millis);
+            let token = crate::fence::token_of(&hold);
+            if !token.starts_with(TOKEN_PREFIX) {
+                return Err(foreign(&keys.lock, &hold));
+            }
+            holders.push(Holder {
+                description: description_of(token).map(str::to_owned),
+                mode: HoldMode::of(&hold),
+                token: token.to_owned(),
+                remaining,
+            });
+        }
+        let kind = match kind.as_str() {
+            "string" => Some(LockKind::Mutex),
+            "zset" => holders.first().map(|h| h.mode.kind()),
+            "none" => None,
+            other => {
+                return Err(Error::NotALock {
+                    key: keys.lock.clone(),
+                    detail: format!("it holds a Redis {other}, which leasehold does not write"),
+                })
+            }
+        };
+        let last_fence = match text(fence) {
             Some(raw) => Some(
                 raw.parse::<u64>()
                     .map(Fence::new)
@@ -185,9 +217,11 @@ impl Client {
         };
         Ok(LockInfo {
             name: name.to_owned(),
-            holder,
+            kind,
+            holder: holders.first().cloned(),
+            holders,
             last_fence,
-            waiting_clients: waiting,
+            waiting_clients: u64::try_from(int(waiting)).unwrap_or(0),
         })
     }
 
@@ -221,8 +255,6 @@ impl Client {
                 .arg(&glob)
                 .arg("COUNT")
                 .arg(1000)
-                .arg("TYPE")
-                .arg("string")
                 .query_async(&mut conn)
                 .await?;
             names.extend(
@@ -337,12 +369,90 @@ impl Client {
 pub struct LockInfo {
     /// The lock's name.
     pub name: String,
-    /// The current holder, or `None` when the lock is free.
+    /// The kind of lock the name holds now, as its key shows it; `None` when nothing holds it.
+    pub kind: Option<LockKind>,
+    /// The current holder (for a queued kind, the hold whose lease ends first), or `None` when the lock is free.
     pub holder: Option<Holder>,
+    /// Every current holder: one for a mutex, any number of readers or permit holders for the queued kinds.
+    pub holders: Vec<Holder>,
     /// The fence of the most recent grant, when the counter still exists.
     pub last_fence: Option<Fence>,
-    /// How many clients (processes, usually) are queued waiting for the lock.
+    /// How many entries the lock's queue has: waiting clients (processes, usually) for a [`Mutex`], waiting tasks
+    /// for the queued kinds.
     pub waiting_clients: u64,
+}
+
+/// The kinds of lock a name can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// [`Mutex`].
+    Mutex,
+    /// [`FairMutex`](crate::FairMutex).
+    Fair,
+    /// [`RwLock`](crate::RwLock).
+    ReadWrite,
+    /// [`Semaphore`](crate::Semaphore).
+    Semaphore,
+}
+
+impl fmt::Display for LockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LockKind::Mutex => "mutex",
+            LockKind::Fair => "fair mutex",
+            LockKind::ReadWrite => "read-write lock",
+            LockKind::Semaphore => "semaphore",
+        })
+    }
+}
+
+/// What one holder holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HoldMode {
+    /// The whole lock: a [`Mutex`] or [`FairMutex`](crate::FairMutex) grant.
+    Exclusive,
+    /// A read share of a [`RwLock`](crate::RwLock).
+    Read,
+    /// The write lock of a [`RwLock`](crate::RwLock).
+    Write,
+    /// This many permits of a [`Semaphore`](crate::Semaphore).
+    Permits(u64),
+}
+
+impl HoldMode {
+    /// The mode of a hold as stored: a mutex's bare token, or `"<tag> <token>"` (see `scripts/set.lua`).
+    fn of(hold: &str) -> HoldMode {
+        match hold.split_once(' ').map(|(tag, _)| tag) {
+            Some("r") => HoldMode::Read,
+            Some("w") => HoldMode::Write,
+            Some(tag) if tag.starts_with('s') => tag[1..]
+                .parse()
+                .map_or(HoldMode::Exclusive, HoldMode::Permits),
+            _ => HoldMode::Exclusive,
+        }
+    }
+
+    fn kind(self) -> LockKind {
+        match self {
+            HoldMode::Exclusive => LockKind::Fair,
+            HoldMode::Read | HoldMode::Write => LockKind::ReadWrite,
+            HoldMode::Permits(_) => LockKind::Semaphore,
+        }
+    }
+}
+
+impl fmt::Display for HoldMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HoldMode::Exclusive => f.write_str("exclusive"),
+            HoldMode::Read => f.write_str("read"),
+            HoldMode::Write => f.write_str("write"),
+            HoldMode::Permits(1) => f.write_str("1 permit"),
+            HoldMode::Permits(n) => write!(f, "{n} permits"),
+        }
+    }
 }
 
 /// The holder of a lock, as [`Client::inspect`] saw it.
@@ -354,6 +464,8 @@ pub struct Holder {
     /// What the holder said about itself ([`Mutex::describe`]); the command gives host, pid, user, start time and
     /// program.
     pub description: Option<String>,
+    /// What it holds.
+    pub mode: HoldMode,
     /// The remaining lease on the server, when the key has an expiry.
     pub remaining: Option<Duration>,
 }

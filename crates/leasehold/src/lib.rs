@@ -210,8 +210,8 @@ mod wake;
 
 pub use checks::ServerWarning;
 pub use client::{
-    Builder, Client, Holder, LockInfo, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_FENCE_RETENTION,
-    DEFAULT_RESPONSE_TIMEOUT,
+    Builder, Client, HoldMode, Holder, LockInfo, LockKind, DEFAULT_CONNECTION_TIMEOUT,
+    DEFAULT_FENCE_RETENTION, DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use error::{Error, InvalidArgument};
 pub use fair::FairMutex;

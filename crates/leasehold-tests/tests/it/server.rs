@@ -37,6 +37,14 @@ const MINIMAL_ACL: &[&str] = &[
     "+hset",
     "+hget",
     "+hdel",
+    "+type",
+    "+lindex",
+    "+zadd",
+    "+zscore",
+    "+zrem",
+    "+zcard",
+    "+zrangebyscore",
+    "+zremrangebyscore",
 ];
 
 #[tokio::test]
@@ -130,6 +138,24 @@ async fn the_documented_minimal_acl_user_can_lock_wait_and_release() {
     assert!(guard.is_held());
     guard.release().await.unwrap();
     assert!(holder.inspect("acl").await.unwrap().holder.is_none());
+    // The queued kinds too: a grant, a wait ended by a release, a renewal, status, a forced release.
+    let sem = holder
+        .semaphore("acl-pool", 1)
+        .ttl(Duration::from_millis(300));
+    let permit = sem.try_acquire(1).await.unwrap();
+    let next = tokio::spawn({
+        let sem = sem.clone();
+        async move { sem.acquire().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await; // past one lease: the keeper renewed it
+    assert!(permit.is_held());
+    assert_eq!(holder.inspect("acl-pool").await.unwrap().holders.len(), 1);
+    permit.release().await.unwrap();
+    let permit = within(Duration::from_secs(5), "permit handed over", next)
+        .await
+        .unwrap();
+    assert!(holder.force_release("acl-pool").await.unwrap().is_some());
+    drop(permit);
 }
 
 #[tokio::test]

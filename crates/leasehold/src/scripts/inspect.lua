@@ -1,9 +1,28 @@
 -- inspect: read a lock's state in one atomic step (for status displays; never changes anything).
 --
--- KEYS[1]  lock key
+-- KEYS[1]  lock key: a string (a mutex: the owner token) or a sorted set (a queued kind: see set.lua)
 -- KEYS[2]  fence key
 -- KEYS[3]  queue key
 --
--- Returns  {holder token or false, pttl of the lock key (-2 when absent), last fence or false, waiting clients}
-local holder = redis.call('GET', KEYS[1])
-return {holder, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]), redis.call('LLEN', KEYS[3])}
+-- Returns  {type, last fence or false, queue length, hold_1, ms_1, hold_2, ms_2, ...}: the lock key's type ("string",
+--          "zset", "none", or another type leasehold did not write), then every live hold with its time left in ms
+--          (-1: no expiry): the owner token of a mutex, or "<tag> <token>" for a queued kind, oldest expiry first.
+local kind = redis.call('TYPE', KEYS[1]).ok
+local reply = {kind, redis.call('GET', KEYS[2]) or false, 0}
+local queue = redis.pcall('LLEN', KEYS[3])
+if type(queue) == 'number' then
+    reply[3] = queue
+end
+if kind == 'string' then
+    reply[4] = redis.call('GET', KEYS[1])
+    reply[5] = redis.call('PTTL', KEYS[1])
+elseif kind == 'zset' then
+    local t = redis.call('TIME')
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local holds = redis.call('ZRANGEBYSCORE', KEYS[1], now_ms, '+inf', 'WITHSCORES')
+    for i = 1, #holds, 2 do
+        reply[#reply + 1] = holds[i]
+        reply[#reply + 1] = tonumber(holds[i + 1]) - now_ms
+    end
+end
+return reply
