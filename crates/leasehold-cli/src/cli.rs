@@ -36,6 +36,12 @@ and with these variables added to its environment:
                grant of the lock: pass it to the store you write to, and have the store
                refuse writes that carry a lower one
 
+Lock kinds: by default NAME is a mutex (one run at a time; waiting hosts are served in the
+order they started waiting). --fair serves every waiting run in order of arrival; --shared
+and --exclusive take a read share or the write lock of a read-write lock (a waiting
+--exclusive run holds back --shared runs that come after it); --permits N lets N runs hold
+NAME at once. A name is one kind: using it as another fails with status 65.
+
 The lease is renewed every third of --ttl while the program runs. If it is lost (renewal
 not confirmed in time, key gone or taken), the program's whole process group gets SIGTERM
 before the lease can expire in Redis, then SIGKILL after --kill-after; leasehold reports the
@@ -47,7 +53,8 @@ Exit status:
   N      the program's own exit status
   128+N  the program was ended by signal N (or leasehold was, while waiting for the lock)
   2      usage error
-  65     the lock's key holds something leasehold did not write (left untouched)
+  65     the lock's key holds something leasehold did not write (left untouched), or a
+         lock of another kind (--permits, --shared/--exclusive, --fair, or none of them)
   69     Redis cannot be reached at start, refuses the credentials, lacks an ACL permission,
          or was still unreachable when --wait ran out (a wait rides out restarts and outages,
          with one warning line)
@@ -65,6 +72,13 @@ Examples:
   # Wait up to an hour and a half for the lock; a shell command as the program:
   leasehold run --wait 1h30m -c 'psql -f migrate.sql && touch /var/run/migrated' migrate
 
+  # At most 4 exports at once across all hosts:
+  leasehold run --permits 4 exports ./export.sh
+
+  # Backups read while the schema migration (alone) waits for them, then holds them back:
+  leasehold run --shared schema ./backup.sh
+  leasehold run --exclusive schema ./migrate.sh
+
   # Hand the fence to the store, which refuses writes older than the newest it has seen:
   leasehold run -c 'psql -v fence=\"$LEASEHOLD_FENCE\" -f sync.sql' stock-sync";
 
@@ -77,7 +91,11 @@ not a leasehold lock, 2 on usage errors).
   {\"name\": string, \"state\": \"held\" | \"free\", \"remaining_ms\": number | null,
    \"fence\": number | null, \"token\": string | null, \"description\": string | null,
    \"holder\": {\"host\", \"pid\", \"user\", \"started\", \"program\"} | null,
-   \"waiting_clients\": number, \"warnings\": [string]}
+   \"waiting_clients\": number, \"kind\": \"mutex\" | \"fair\" | \"rw\" | \"semaphore\" | null,
+   \"holders\": [{\"mode\", \"remaining_ms\", \"token\", \"description\", \"holder\"}],
+   \"warnings\": [string]}
+The top-level holder fields describe the holder whose lease ends first; \"holders\" lists them all
+(readers of a read-write lock, permit holders of a semaphore).
 fence is the holder's fence while held, and the last fence granted while free (null when
 Redis no longer has it); remaining_ms and token are null while free; description is what the
 holder said about itself, and holder its fields when `leasehold run` wrote it (host, pid of
@@ -248,6 +266,23 @@ pub struct RunArgs {
     /// Do not wait: exit at once with the conflict status when the lock is held.
     #[arg(long, short = 'n')]
     pub nonblock: bool,
+
+    /// Take a read share of the read-write lock NAME: runs alongside other --shared runs, never with an --exclusive
+    /// one.
+    #[arg(long, group = "kind")]
+    pub shared: bool,
+
+    /// Take the write lock of the read-write lock NAME: runs alone, neither with --shared nor --exclusive runs.
+    #[arg(long, group = "kind")]
+    pub exclusive: bool,
+
+    /// Take one of N permits of the semaphore NAME: at most N runs at once across all hosts.
+    #[arg(long, value_name = "N", group = "kind", value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
+    pub permits: Option<u64>,
+
+    /// Use the strictly fair mutex NAME: waiting runs start in order of arrival, across all hosts.
+    #[arg(long, group = "kind")]
+    pub fair: bool,
 
     /// Print nothing when the lock was not acquired: the exit status says it.
     #[arg(long, short = 'q')]

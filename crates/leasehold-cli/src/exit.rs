@@ -85,7 +85,7 @@ fn code_of_lock_error(err: &leasehold::Error) -> u8 {
     match err {
         leasehold::Error::Redis(_) | leasehold::Error::NotPermitted { .. } => UNAVAILABLE,
         leasehold::Error::InvalidArgument(_) => USAGE,
-        leasehold::Error::NotALock { .. } => NOT_A_LOCK,
+        leasehold::Error::NotALock { .. } | leasehold::Error::WrongKind { .. } => NOT_A_LOCK,
         leasehold::Error::Busy { .. } | leasehold::Error::Timeout { .. } => CONFLICT,
         leasehold::Error::LeaseLost { .. } | leasehold::Error::NotOwner { .. } => LOST,
         _ => INTERNAL,

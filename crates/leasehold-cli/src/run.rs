@@ -45,6 +45,59 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     result
 }
 
+/// Takes NAME as the lock kind the options ask for: tries once (`--nonblock`, `--wait 0`), waits at most `--wait`, or
+/// waits as long as it takes.
+async fn acquire(
+    args: &RunArgs,
+    client: &leasehold::Client,
+    description: String,
+) -> Result<leasehold::Guard, leasehold::Error> {
+    use std::time::Duration;
+    let name = args.name.as_str();
+    // None: try once; Some(None): no limit.
+    let wait = if args.nonblock || args.wait == Some(Duration::ZERO) {
+        None
+    } else {
+        Some(args.wait)
+    };
+    if let Some(permits) = args.permits {
+        let semaphore = client
+            .semaphore(name, permits)
+            .ttl(args.ttl)
+            .describe(description);
+        return match wait {
+            None => semaphore.try_acquire(1).await,
+            Some(Some(wait)) => semaphore.acquire_timeout(1, wait).await,
+            Some(None) => semaphore.acquire().await,
+        };
+    }
+    if args.shared || args.exclusive {
+        let rw = client.rw_lock(name).ttl(args.ttl).describe(description);
+        return match (args.shared, wait) {
+            (true, None) => rw.try_read().await,
+            (true, Some(Some(wait))) => rw.read_timeout(wait).await,
+            (true, Some(None)) => rw.read().await,
+            (false, None) => rw.try_write().await,
+            (false, Some(Some(wait))) => rw.write_timeout(wait).await,
+            (false, Some(None)) => rw.write().await,
+        };
+    }
+    if args.fair {
+        let fair = client.fair_mutex(name).ttl(args.ttl).describe(description);
+        return match wait {
+            None => fair.try_lock().await,
+            Some(Some(wait)) => fair.lock_timeout(wait).await,
+            Some(None) => fair.lock().await,
+        };
+    }
+    let mutex = client.mutex(name).ttl(args.ttl).describe(description);
+    match wait {
+        None => mutex.try_lock().await,
+        Some(Some(wait)) => mutex.lock_timeout(wait).await,
+        Some(None) => mutex.lock().await,
+    }
+}
+
 /// How long the command waits, on its way out, for releases still running in the background.
 const RELEASE_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -55,20 +108,9 @@ async fn run_with(
     signals: &mut Signals,
 ) -> anyhow::Result<u8> {
     let name = args.name.as_str();
-    let mutex = client
-        .mutex(name)
-        .ttl(args.ttl)
-        .describe(crate::holder::description(&args.command));
+    let description = crate::holder::description(&args.command);
     let acquired = tokio::select! {
-        acquired = async {
-            if args.nonblock || args.wait == Some(std::time::Duration::ZERO) {
-                mutex.try_lock().await
-            } else if let Some(wait) = args.wait {
-                mutex.lock_timeout(wait).await
-            } else {
-                mutex.lock().await
-            }
-        } => acquired,
+        acquired = acquire(args, client, description) => acquired,
         // Dropping the acquire future releases a grant that may have landed (the library's cancel safety).
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
@@ -78,7 +120,7 @@ async fn run_with(
             // Who holds it, for the message (one more read, on the conflict path only).
             let holder = match &err {
                 leasehold::Error::Busy { .. } | leasehold::Error::Timeout { .. } if !args.quiet => {
-                    mutex.inspect().await.ok().and_then(|info| info.holder)
+                    client.inspect(name).await.ok().and_then(|info| info.holder)
                 }
                 _ => None,
             };

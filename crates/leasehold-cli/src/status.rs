@@ -30,7 +30,32 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
         object.to_string()
     } else {
         let fence_text = fence.map_or("unknown".to_owned(), |f| f.to_string());
+        let queued = !matches!(info.kind, None | Some(leasehold::LockKind::Mutex));
         let mut text = match &info.holder {
+            Some(_) if queued => {
+                let kind = info.kind.map_or(String::new(), |k| k.to_string());
+                let n = info.holders.len();
+                let mut text = format!(
+                    "{:?} is a {kind} held by {n} holder{} (last fence {fence_text})",
+                    info.name,
+                    if n == 1 { "" } else { "s" }
+                );
+                for holder in &info.holders {
+                    let left = holder
+                        .remaining
+                        .map_or("no expiry".to_owned(), |r| format!("{} left", show(r)));
+                    let by = holder
+                        .description
+                        .as_ref()
+                        .map_or(String::new(), |d| format!(" by {d}"));
+                    text.push_str(&format!(
+                        "\n  {}{by}: {left}, token {}",
+                        holder.mode,
+                        token_id(&holder.token)
+                    ));
+                }
+                text
+            }
             Some(holder) => {
                 let left = holder
                     .remaining
@@ -50,10 +75,11 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
                 None => format!("{:?} is free (no fence on record)", info.name),
             },
         };
+        let waiters = if queued { "task" } else { "client" };
         match info.waiting_clients {
             0 => {}
-            1 => text.push_str("; 1 client waiting"),
-            n => text.push_str(&format!("; {n} clients waiting")),
+            1 => text.push_str(&format!("; 1 {waiters} waiting")),
+            n => text.push_str(&format!("; {n} {waiters}s waiting")),
         }
         text
     };
@@ -78,12 +104,17 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
         print_line(&format!("no held locks match {:?}", args.pattern));
         return Ok(0);
     }
-    let rows: Vec<[String; 5]> = held
+    let rows: Vec<[String; 6]> = held
         .iter()
         .map(|info| {
             let holder = info.holder.as_ref();
+            let more = match info.holders.len() {
+                0 | 1 => String::new(),
+                n => format!(" (+{} more)", n - 1),
+            };
             [
                 info.name.clone(),
+                info.kind.map_or("-".to_owned(), kind_word),
                 info.last_fence.map_or("-".to_owned(), |f| f.to_string()),
                 holder
                     .and_then(|h| h.remaining)
@@ -91,12 +122,13 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
                 info.waiting_clients.to_string(),
                 holder
                     .and_then(|h| h.description.clone())
-                    .unwrap_or_else(|| "-".to_owned()),
+                    .unwrap_or_else(|| "-".to_owned())
+                    + &more,
             ]
         })
         .collect();
-    let header = ["NAME", "FENCE", "LEFT", "WAITING", "HOLDER"].map(str::to_owned);
-    let mut widths = [0usize; 4];
+    let header = ["NAME", "KIND", "FENCE", "LEFT", "WAITING", "HOLDER"].map(str::to_owned);
+    let mut widths = [0usize; 5];
     for row in std::iter::once(&header).chain(&rows) {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
@@ -107,7 +139,7 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
         for (width, cell) in widths.iter().zip(row) {
             out.push_str(&format!("{cell:<width$}  "));
         }
-        out.push_str(&row[4]);
+        out.push_str(&row[5]);
         out.push('\n');
     }
     exit::print_out(&out);
@@ -127,7 +159,27 @@ fn to_json(info: &leasehold::LockInfo) -> Value {
         "description": description,
         "holder": description.and_then(crate::holder::fields),
         "waiting_clients": info.waiting_clients,
+        "kind": info.kind.map(kind_word),
+        "holders": info.holders.iter().map(|h| json!({
+            "mode": h.mode.to_string(),
+            "remaining_ms": h.remaining.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
+            "token": h.token,
+            "description": h.description,
+            "holder": h.description.as_deref().and_then(crate::holder::fields),
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// One word for a lock kind, for tables and JSON.
+fn kind_word(kind: leasehold::LockKind) -> String {
+    match kind {
+        leasehold::LockKind::Mutex => "mutex",
+        leasehold::LockKind::Fair => "fair",
+        leasehold::LockKind::ReadWrite => "rw",
+        leasehold::LockKind::Semaphore => "semaphore",
+        _ => "other",
+    }
+    .to_owned()
 }
 
 /// The random part of an owner token, without the description after it.

@@ -761,10 +761,26 @@ pub(crate) async fn explain_foreign(conn: &Conn, key: &str, err: Error) -> Error
             .query_async::<Vec<u8>>(&mut conn)
             .await
         {
+            Ok(value) if value.starts_with(TOKEN_PREFIX.as_bytes()) => {
+                return wrong_kind(key, LockKind::Mutex);
+            }
             Ok(value) => format!(
                 "it holds the string {}, which leasehold did not write",
                 excerpt(&value)
             ),
+            Err(_) => return err,
+        },
+        "zset" => match redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(0)
+            .query_async::<Vec<String>>(&mut conn)
+            .await
+        {
+            Ok(first) if first.first().is_some_and(|h| h.contains(TOKEN_PREFIX)) => {
+                return wrong_kind(key, HoldMode::of(&first[0]).kind());
+            }
+            Ok(_) => "it holds a Redis zset, which leasehold did not write".to_owned(),
             Err(_) => return err,
         },
         // Gone (or changed) between the failed call and this read: say what was seen.
@@ -774,6 +790,18 @@ pub(crate) async fn explain_foreign(conn: &Conn, key: &str, err: Error) -> Error
     Error::NotALock {
         key: key.to_owned(),
         detail,
+    }
+}
+
+/// The error for the lock key `key` holding a lock of kind `found`.
+fn wrong_kind(key: &str, found: LockKind) -> Error {
+    let name = key
+        .split_once(":{")
+        .and_then(|(_, rest)| rest.strip_suffix('}'))
+        .unwrap_or(key);
+    Error::WrongKind {
+        name: name.to_owned(),
+        found,
     }
 }
 

@@ -53,6 +53,16 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(#[from] InvalidArgument),
 
+    /// The name holds a lock of another kind (a [`Mutex`](crate::Mutex) asked for as a
+    /// [`Semaphore`](crate::Semaphore), say): a name is used by one lock kind. Nothing was changed.
+    #[error("lock {name:?} is a {found}: a name is used by one lock kind")]
+    WrongKind {
+        /// The lock's name.
+        name: String,
+        /// The kind it holds now.
+        found: crate::LockKind,
+    },
+
     /// The key that a lock uses exists but was not written by leasehold (another type, or a foreign value). leasehold left
     /// it untouched.
     #[error("key {key:?} exists but is not a leasehold lock ({detail})")]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::batch::{self, Coalescer, Failure, Item};
-use crate::client::{not_a_lock, Client, Inner};
+use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token};
 use crate::guard::{release_in_background, Guard as MutexGuard};
@@ -296,7 +296,7 @@ impl Queued {
                     }
                     release_in_background(Arc::clone(inner), Arc::clone(keys), hold, self.ttl);
                 }
-                return Err(err);
+                return Err(explain_foreign(&inner.conn, &keys.lock, err).await);
             }
         };
         let expiry = |handed: bool| Expiry {
@@ -332,20 +332,12 @@ impl Queued {
                     u64::try_from(value).ok().map(Duration::from_millis),
                 ))
             }
-            -3 => Err(Error::NotALock {
-                key: keys.lock.clone(),
-                detail: "the lock is held as another kind (a name is used by one lock kind only)"
-                    .to_owned(),
-            }),
             -2 => Err(Error::NotALock {
                 key: keys.fence().to_string(),
                 detail: "the fence counter is not a number".to_owned(),
             }),
-            _ => Err(Error::NotALock {
-                key: keys.lock.clone(),
-                detail: "not a set of holds written by leasehold (a mutex of the same name?)"
-                    .to_owned(),
-            }),
+            // -1, -3: the name holds a lock of another kind, or something leasehold did not write.
+            _ => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
         }
     }
 }

@@ -4,6 +4,7 @@
 mod bench;
 mod demo;
 mod inputs;
+mod kinds;
 mod lease;
 mod run;
 mod signals;

@@ -233,11 +233,37 @@ async fn a_name_serves_one_kind() {
         .try_acquire(1)
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::NotALock { .. }), "{err}");
+    assert!(
+        matches!(
+            &err,
+            Error::WrongKind { name, found: leasehold::LockKind::Mutex } if name == "shared-name"
+        ),
+        "{err}"
+    );
     mutex.release().await.unwrap();
     let share = locks.rw_lock("other").read().await.unwrap();
     let err = locks.fair_mutex("other").try_lock().await.unwrap_err();
-    assert!(matches!(err, Error::NotALock { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::WrongKind {
+                found: leasehold::LockKind::ReadWrite,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = locks.mutex("other").try_lock().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::WrongKind {
+                found: leasehold::LockKind::ReadWrite,
+                ..
+            }
+        ),
+        "{err}"
+    );
     share.release().await.unwrap();
 }
 

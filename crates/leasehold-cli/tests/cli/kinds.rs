@@ -1,0 +1,106 @@
+//! `leasehold run --permits`, `--shared`, `--exclusive` and `--fair`, and what `status` says of those kinds.
+
+use std::process::Stdio;
+
+use leasehold_tests::RedisServer;
+
+use crate::{finish, leasehold, lock_exists, one_error_line, Running, SOON};
+
+/// Starts `leasehold run FLAGS NAME` with a program that prints `held FENCE` and waits for stdin to close.
+fn holder(server: &RedisServer, flags: &[&str], name: &str) -> Running {
+    let url = server.url();
+    let mut args = vec!["run", "--redis", url.as_str()];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[
+        name,
+        "--",
+        "sh",
+        "-c",
+        "echo held $LEASEHOLD_FENCE; read line; exit 0",
+    ]);
+    let mut command = leasehold(&args);
+    command.stdin(Stdio::piped());
+    let running = Running::start(command);
+    let line = running.line(SOON);
+    assert!(line.starts_with("held "), "{line}");
+    running
+}
+
+/// `leasehold run --nonblock FLAGS NAME -- true`: its exit status.
+fn try_run(server: &RedisServer, flags: &[&str], name: &str) -> (Option<i32>, String) {
+    let url = server.url();
+    let mut args = vec!["run", "--redis", url.as_str(), "--nonblock"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[name, "--", "true"]);
+    let (code, _, stderr) = finish(leasehold(&args), SOON);
+    (code, stderr)
+}
+
+#[test]
+fn permits_let_that_many_runs_hold_a_name_at_once() {
+    let server = RedisServer::start();
+    let mut first = holder(&server, &["--permits", "2"], "exports");
+    let mut second = holder(&server, &["--permits", "2"], "exports");
+    let (code, stderr) = try_run(&server, &["--permits", "2"], "exports");
+    assert_eq!(code, Some(75), "{stderr}");
+
+    let (code, stdout, _) = finish(
+        leasehold(&["status", "--redis", &server.url(), "exports"]),
+        SOON,
+    );
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.starts_with("\"exports\" is a semaphore held by 2 holders"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("1 permit by ").count(), 2, "{stdout}");
+    let (_, json, _) = finish(
+        leasehold(&["status", "--redis", &server.url(), "--json", "exports"]),
+        SOON,
+    );
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["kind"], "semaphore");
+    assert_eq!(json["holders"].as_array().unwrap().len(), 2);
+
+    first.close_stdin();
+    assert_eq!(first.code(SOON), Some(0));
+    let (code, stderr) = try_run(&server, &["--permits", "2"], "exports");
+    assert_eq!(code, Some(0), "{stderr}");
+    second.close_stdin();
+    assert_eq!(second.code(SOON), Some(0));
+    assert!(!lock_exists(&server, "exports"));
+}
+
+#[test]
+fn shared_runs_overlap_and_an_exclusive_one_runs_alone() {
+    let server = RedisServer::start();
+    let mut a = holder(&server, &["--shared"], "schema");
+    let mut b = holder(&server, &["--shared"], "schema");
+    let (code, stderr) = try_run(&server, &["--exclusive"], "schema");
+    assert_eq!(code, Some(75), "{stderr}");
+    a.close_stdin();
+    b.close_stdin();
+    assert_eq!((a.code(SOON), b.code(SOON)), (Some(0), Some(0)));
+    let mut writer = holder(&server, &["--exclusive"], "schema");
+    let (code, stderr) = try_run(&server, &["--shared"], "schema");
+    assert_eq!(code, Some(75), "{stderr}");
+    writer.close_stdin();
+    assert_eq!(writer.code(SOON), Some(0));
+}
+
+#[test]
+fn a_name_used_as_another_kind_is_status_65_and_bad_permits_a_usage_error() {
+    let server = RedisServer::start();
+    let mut fair = holder(&server, &["--fair"], "ledger");
+    let (code, stderr) = try_run(&server, &[], "ledger");
+    assert_eq!(code, Some(65), "{stderr}");
+    assert!(one_error_line(&stderr).contains("ledger"), "{stderr}");
+    fair.close_stdin();
+    assert_eq!(fair.code(SOON), Some(0));
+    for bad in ["0", "-1", "x"] {
+        let (code, stderr) = try_run(&server, &["--permits", bad], "pool");
+        assert_eq!(code, Some(2), "--permits {bad}: {stderr}");
+    }
+    let (code, stderr) = try_run(&server, &["--fair", "--shared"], "pool");
+    assert_eq!(code, Some(2), "{stderr}");
+}
