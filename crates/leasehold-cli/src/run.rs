@@ -77,9 +77,12 @@ async fn acquire(
             (true, None) => rw.try_read().await,
             (true, Some(Some(wait))) => rw.read_timeout(wait).await,
             (true, Some(None)) => rw.read().await,
-            (false, None) => rw.try_write().await,
-            (false, Some(Some(wait))) => rw.write_timeout(wait).await,
-            (false, Some(None)) => rw.write().await,
+            (false, None) => rw.try_write().await.map(leasehold::WriteGuard::into_guard),
+            (false, Some(Some(wait))) => rw
+                .write_timeout(wait)
+                .await
+                .map(leasehold::WriteGuard::into_guard),
+            (false, Some(None)) => rw.write().await.map(leasehold::WriteGuard::into_guard),
         };
     }
     if args.fair {

@@ -266,6 +266,15 @@ impl Guard {
         }
     }
 
+    /// Ends this guard without releasing its hold, whose ownership passed to another guard (a downgrade): the keeper
+    /// stops renewing it and clones of its lease read as released.
+    pub(crate) fn converted(mut self) -> (Client, Arc<crate::lease::LeaseShared>) {
+        self.forget();
+        self.lease.shared.end(LossReason::Released);
+        self.settled = true;
+        (self.client.clone(), Arc::clone(&self.lease.shared))
+    }
+
     fn forget(&mut self) {
         if let Some(id) = self.kept.take() {
             self.client.inner.keeper.forget(id);

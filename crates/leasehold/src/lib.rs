@@ -220,7 +220,7 @@ pub use guard::{Guard, MutexGuard};
 pub use keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
 pub use lease::{Lease, LossReason};
 pub use mutex::{Mutex, DEFAULT_TTL};
-pub use rwlock::RwLock;
+pub use rwlock::{RwLock, WriteGuard};
 pub use semaphore::{Semaphore, MAX_PERMITS};
 
 /// Re-exported so that callers can name the connection and error types without a second `redis` dependency.

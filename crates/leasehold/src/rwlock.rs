@@ -1,11 +1,18 @@
 //! The read-write lock: many readers or one writer, with waiting writers ahead of new readers.
 
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
-use crate::error::Error;
-use crate::guard::Guard;
+use crate::client::{not_a_lock, Client};
+use crate::error::{require_runtime, Error};
+use crate::fence::token_of;
+use crate::guard::{release_in_background, Guard};
+use crate::keys::millis;
+use crate::mutex::{new_guard, Expiry};
 use crate::queued::{deadline_in, queued_options, Ask, Queued};
+use crate::scripts::DOWNGRADE;
 
 /// A distributed read-write lock: any number of readers at once, or one writer alone.
 ///
@@ -109,8 +116,21 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`read`](RwLock::read).
-    pub async fn write(&self) -> Result<Guard, Error> {
-        self.queued.acquire(&write_ask(), None).await
+    pub async fn write(&self) -> Result<WriteGuard, Error> {
+        let guard = self.queued.acquire(&write_ask(), None).await?;
+        Ok(self.write_guard(guard))
+    }
+
+    fn write_guard(&self, guard: Guard) -> WriteGuard {
+        let renew_every = match self.queued.renewal {
+            crate::mutex::Renewal::Auto => Some(self.queued.ttl / 3),
+            crate::mutex::Renewal::Every(every) => Some(every),
+            crate::mutex::Renewal::Off => None,
+        };
+        WriteGuard {
+            guard,
+            lease: (self.queued.ttl, renew_every),
+        }
     }
 
     /// Waits at most `timeout` for the write lock.
@@ -122,10 +142,12 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`read`](RwLock::read).
-    pub async fn write_timeout(&self, timeout: Duration) -> Result<Guard, Error> {
-        self.queued
+    pub async fn write_timeout(&self, timeout: Duration) -> Result<WriteGuard, Error> {
+        let guard = self
+            .queued
             .acquire(&write_ask(), deadline_in(timeout))
-            .await
+            .await?;
+        Ok(self.write_guard(guard))
     }
 
     /// Tries once for the write lock.
@@ -137,7 +159,177 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`try_read`](RwLock::try_read).
-    pub async fn try_write(&self) -> Result<Guard, Error> {
-        self.queued.try_acquire(&write_ask()).await
+    pub async fn try_write(&self) -> Result<WriteGuard, Error> {
+        let guard = self.queued.try_acquire(&write_ask()).await?;
+        Ok(self.write_guard(guard))
+    }
+}
+
+/// The write grant of a [`RwLock`]: a [`Guard`] (it dereferences to one) that can also
+/// [`downgrade`](WriteGuard::downgrade) to a read share.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct WriteGuard {
+    guard: Guard,
+    /// The lease a downgraded grant keeps, and how often it is renewed.
+    lease: (Duration, Option<Duration>),
+}
+
+impl Deref for WriteGuard {
+    type Target = Guard;
+
+    fn deref(&self) -> &Guard {
+        &self.guard
+    }
+}
+
+impl WriteGuard {
+    /// The plain [`Guard`] of this grant (it can no longer downgrade).
+    pub fn into_guard(self) -> Guard {
+        self.guard
+    }
+
+    /// Releases the write lock, as [`Guard::release`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`Guard::release`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Guard::release`].
+    pub async fn release(self) -> Result<(), Error> {
+        self.guard.release().await
+    }
+
+    /// Lets the grant run out without releasing it, as [`Guard::leave_to_expire`] does.
+    pub fn leave_to_expire(self) {
+        self.guard.leave_to_expire();
+    }
+
+    /// Runs `work` while the lease holds, as [`Guard::run_until_lost`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`Guard::run_until_lost`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Guard::run_until_lost`].
+    pub async fn run_until_lost<F: Future>(&self, work: F) -> Result<F::Output, Error> {
+        self.guard.run_until_lost(work).await
+    }
+
+    /// Turns the write lock into a read share in one atomic step: no other writer can take the lock in between, and
+    /// readers waiting at the head of the queue are admitted alongside. The share keeps the grant's token, fence and
+    /// expiry, and is kept alive as the write lock was.
+    ///
+    /// The write grant's [`Lease`](crate::Lease) (and its clones) ends here as released; the share has a lease of its own
+    /// ([`Guard::lease`] on the returned guard).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the write lease had already ended; [`Error::NotOwner`] when Redis no longer has the
+    /// write grant; [`Error::Redis`] when Redis could not be asked (then both the write grant and the share it may
+    /// have become are released in the background).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped call releases, in the background, whichever of the two holds Redis has.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let config = locks.rw_lock("config");
+    /// let writing = config.write().await?;
+    /// // ... write the new configuration ...
+    /// let reading = writing.downgrade().await?; // no writer can slip in before we read it back
+    /// // ... read it back, alongside other readers ...
+    /// reading.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn downgrade(self) -> Result<Guard, Error> {
+        require_runtime()?;
+        let WriteGuard { guard, lease } = self;
+        let keys = Arc::clone(&guard.lease().shared.keys);
+        if let Some(reason) = guard.loss() {
+            return Err(Error::LeaseLost {
+                name: keys.name().to_owned(),
+                reason,
+            });
+        }
+        let fence = i64::try_from(guard.fence().get()).unwrap_or(i64::MAX);
+        let (client, shared) = guard.converted();
+        let write_hold = shared.token.clone();
+        let read_hold = format!("r {}", token_of(&write_hold));
+        // Until the reply says which hold Redis has, both are released if this call goes no further.
+        let undo = Undo {
+            client: client.clone(),
+            keys: Arc::clone(&keys),
+            holds: Some([write_hold.clone(), read_hold.clone()]),
+            ttl: shared.ttl,
+        };
+        let inner = &client.inner;
+        let sent = crate::clock::now();
+        let mut invocation = DOWNGRADE.key(&keys.lock);
+        invocation
+            .key(keys.fence())
+            .key(keys.queue())
+            .key(keys.waiters())
+            .arg(inner.wakeups.channel_prefix())
+            .arg(millis(inner.fence_retention))
+            .arg(write_hold.as_str())
+            .arg(read_hold.as_str());
+        let reply: redis::RedisResult<(i64, i64, i64)> =
+            inner.conn.invoke_idempotent(&invocation).await;
+        let (run, code, left) = reply.map_err(|err| not_a_lock(err, &keys.lock))?;
+        let mut undo = undo;
+        undo.holds = None;
+        match code {
+            1 => Ok(new_guard(
+                &client,
+                &keys,
+                read_hold,
+                fence,
+                lease,
+                Expiry {
+                    sent,
+                    left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+                    run,
+                    handed: false,
+                },
+                None,
+            )),
+            0 => Err(Error::NotOwner {
+                name: keys.name().to_owned(),
+            }),
+            _ => Err(Error::NotALock {
+                key: keys.lock.clone(),
+                detail: "it is not a read-write lock".to_owned(),
+            }),
+        }
+    }
+}
+
+/// Releases the holds a downgrade may have left in Redis when it ends without a reply.
+struct Undo {
+    client: Client,
+    keys: Arc<crate::keys::LockKeys>,
+    holds: Option<[String; 2]>,
+    ttl: Duration,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        for hold in self.holds.take().into_iter().flatten() {
+            release_in_background(
+                Arc::clone(&self.client.inner),
+                Arc::clone(&self.keys),
+                hold,
+                self.ttl,
+            );
+        }
     }
 }

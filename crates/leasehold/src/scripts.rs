@@ -33,7 +33,7 @@ fn text(helpers: &[&str], body: &str) -> String {
 }
 
 /// The full text of a script as leasehold loads it, by file name without `.lua` (`acquire`, `set_acquire`,
-/// `release`, `leave`, `renew`, `force_release`, `inspect`, `probe`). For tests that replay a script by hand; not a
+/// `release`, `leave`, `downgrade`, `renew`, `force_release`, `inspect`, `probe`). For tests that replay a script by hand; not a
 /// stable interface.
 #[doc(hidden)]
 pub fn source(name: &str) -> Option<String> {
@@ -42,6 +42,7 @@ pub fn source(name: &str) -> Option<String> {
         "set_acquire" => (&[GRANT, SET], include_str!("scripts/set_acquire.lua")),
         "release" => (&[GRANT, HAND_OFF, SET], include_str!("scripts/release.lua")),
         "leave" => (&[GRANT, SET], include_str!("scripts/leave.lua")),
+        "downgrade" => (&[GRANT, SET], include_str!("scripts/downgrade.lua")),
         "force_release" => (
             &[GRANT, HAND_OFF, SET],
             include_str!("scripts/force_release.lua"),
@@ -62,6 +63,7 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| script("acquire")
 pub(crate) static SET_ACQUIRE: LazyLock<Script> = LazyLock::new(|| script("set_acquire"));
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| script("release"));
 pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| script("leave"));
+pub(crate) static DOWNGRADE: LazyLock<Script> = LazyLock::new(|| script("downgrade"));
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| script("force_release"));
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| script("renew"));
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| script("inspect"));

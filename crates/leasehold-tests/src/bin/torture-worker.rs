@@ -163,9 +163,15 @@ impl Kind {
                     .await,
                 's',
             ),
-            Kind::Rw if rng.chance(33) => {
-                (locks.rw_lock(name).ttl(ttl).write_timeout(wait).await, 'w')
-            }
+            Kind::Rw if rng.chance(33) => (
+                locks
+                    .rw_lock(name)
+                    .ttl(ttl)
+                    .write_timeout(wait)
+                    .await
+                    .map(leasehold::WriteGuard::into_guard),
+                'w',
+            ),
             Kind::Rw => (locks.rw_lock(name).ttl(ttl).read_timeout(wait).await, 'r'),
         }
     }

@@ -286,3 +286,46 @@ async fn a_queued_kind_hold_is_kept_alive_and_a_crashed_one_frees_its_permit() {
         .unwrap();
     next.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_writer_downgrades_without_letting_another_writer_in() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let rw = locks.rw_lock("config").ttl(Duration::from_millis(300));
+    let writing = rw.write().await.unwrap();
+    let fence = writing.fence();
+    let reader = tokio::spawn({
+        let rw = rw.clone();
+        async move { rw.read().await.unwrap() }
+    });
+    wait_for_queue_len(&server, "config", 1).await;
+    let writer = tokio::spawn({
+        let rw = rw.clone();
+        async move { rw.write().await.unwrap() }
+    });
+    wait_for_queue_len(&server, "config", 2).await;
+    let old_lease = writing.lease();
+    let reading = writing.downgrade().await.unwrap();
+    assert!(!old_lease.is_held(), "the write grant's lease ended");
+    assert_eq!(reading.fence(), fence, "the share keeps the grant's fence");
+    // The reader at the head joins at once; the writer behind it still waits.
+    let other = within(Duration::from_secs(5), "the queued reader admitted", reader)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await; // two leases: the share is renewed as its own hold
+    assert!(reading.is_held() && other.is_held());
+    assert!(!writer.is_finished());
+    let info = locks.inspect("config").await.unwrap();
+    assert_eq!(info.holders.len(), 2);
+    assert!(info
+        .holders
+        .iter()
+        .all(|h| h.mode == leasehold::HoldMode::Read));
+    reading.release().await.unwrap();
+    other.release().await.unwrap();
+    let w = within(Duration::from_secs(5), "the writer granted", writer)
+        .await
+        .unwrap();
+    assert!(w.fence() > fence);
+    w.release().await.unwrap();
+}
