@@ -125,7 +125,7 @@ impl Client {
         Mutex::new(self.clone(), name)
     }
 
-    /// A handle to the strictly fair mutex called `name` (see [`FairMutex`]). Cheap; nothing is sent until it is
+    /// A handle to the strictly fair mutex called `name` (see [`FairMutex`](crate::FairMutex)). Cheap; nothing is sent until it is
     /// used.
     pub fn fair_mutex(&self, name: &str) -> crate::FairMutex {
         crate::FairMutex::new(self.clone(), name)

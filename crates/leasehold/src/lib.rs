@@ -25,7 +25,9 @@
 //! | `client.rs` | [`Client`], its [`Builder`], the connection, [`Client::inspect`] and [`Client::force_release`] |
 //! | `checks.rs` | what a client checks when it connects: the wake-up channel permission, the eviction policy |
 //! | `mutex.rs` | [`Mutex`]: options, the acquire call, waiting |
-//! | `guard.rs` | [`MutexGuard`]: release, extend, run until lost, release on drop |
+//! | `fair.rs`, `rwlock.rs`, `semaphore.rs` | [`FairMutex`], [`RwLock`] (and [`WriteGuard`]), [`Semaphore`]: what each asks for |
+//! | `queued.rs` | the engine of those three: one queue entry per waiting task, grants in order of arrival |
+//! | `guard.rs` | [`Guard`] of every kind: release, extend, run until lost, release on drop |
 //! | `lease.rs` | [`Lease`]: validity deadline, loss signal, [`LossReason`] |
 //! | `keeper.rs` | the per-client task that renews every kept lease in batches |
 //! | `wake.rs` | the per-client subscriber that delivers hand-offs to the waiting tasks |
@@ -145,6 +147,23 @@
 //! of one lock queue in FIFO order and only the first contends in Redis. The first waiter also looks again when the
 //! holder's lease would end and at least once a second (its heartbeat, which keeps its queue entry alive), so a lost
 //! message, a crashed holder or a waiter that died costs at most that (or the claim), never a hang.
+//!
+//! # Lock kinds
+//!
+//! | kind | admits | waiting | a grant costs |
+//! |---|---|---|---|
+//! | [`Mutex`] | one holder | FIFO between clients, FIFO between a client's tasks; direct hand-off | 1 round trip |
+//! | [`FairMutex`] | one holder | strict FIFO across every waiting task of every process; direct hand-off | 1 round trip |
+//! | [`RwLock`] | many readers or one writer | FIFO; a waiting writer holds back later readers; the readers behind a writer are admitted together; [`WriteGuard::downgrade`] | 1 round trip |
+//! | [`Semaphore`] | holders of up to N permits (k at once, atomically) | FIFO; a large request at the head holds back smaller ones | 1 round trip |
+//!
+//! Every kind shares the mutex's contract above: each grant (a read share and a permit too) has its own owner token,
+//! fence and lease kept by the keeper, the loss signal fires before the server could grant its capacity to anyone
+//! else, a crashed holder frees its share after its lease, and every acquire is cancel safe. The three queued kinds
+//! give each waiting task its own place in a queue that Redis keeps: a waiter that gives up leaves it at once, one
+//! whose process died is skipped by the next grant (at once on one server, otherwise within its 3 s liveness; a grant
+//! handed to it lapses after a 2 s claim). A name is used by one kind: asking for it as another is
+//! [`Error::WrongKind`].
 //!
 //! A wait rides out a Redis restart or outage (connection errors, timeouts, `LOADING` and the like): it logs one
 //! warning with target `leasehold::outage` and tries again with backoff until Redis answers or its deadline
