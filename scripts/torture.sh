@@ -4,7 +4,7 @@
 # missing.
 # Usage: scripts/torture.sh [SECONDS] [SEED] [KINDS]
 #   SECONDS  per kind (default 600); SEED drawn from the clock when absent (it is printed);
-#   KINDS    comma-separated, from mutex, fair, semaphore:N, rw (default: mutex,fair,semaphore:2,rw)
+#   KINDS    comma-separated, from mutex, fair, semaphore:N, rw, reentrant (default: all five, semaphore:2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh

@@ -42,6 +42,11 @@ and --exclusive take a read share or the write lock of a read-write lock (a wait
 --exclusive run holds back --shared runs that come after it); --permits N lets N runs hold
 NAME at once. A name is one kind: using it as another fails with status 65.
 
+Nesting: a program run under NAME may run `leasehold run NAME ...` again (the environment
+says which lock and token it runs under): the inner program runs at once under the outer
+grant, and its end does not release the outer lock. If the lock is lost, the outer run stops
+its whole process group, the inner run and its program with it.
+
 The lease is renewed every third of --ttl while the program runs. If it is lost (renewal
 not confirmed in time, key gone or taken), the program's whole process group gets SIGTERM
 before the lease can expire in Redis, then SIGKILL after --kill-after; leasehold reports the
@@ -154,6 +159,9 @@ Scenarios (each measures --duration after a short warm-up, against the same serv
                            (what most peers do; the contended floor)
   contended-8p             8 processes looping on ONE lock; shares per process (min/max)
   handoff                  2 processes taking turns; p50 compared with one raw round trip
+  fair-8p, fair-handoff    the same two with the fair mutex (fair-8p against floor-8p)
+  rw-8p                    8 processes on ONE read-write lock, one write in ten; writes' p99
+  semaphore-8p             8 processes on ONE semaphore of 4 permits; shares per process
   renew-10k                one process holds 10,000 locks through 3 renewal periods
 
 The table gives latencies in µs, the ratio to the floor as a factor, and the server's CPU time

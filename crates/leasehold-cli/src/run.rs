@@ -111,6 +111,9 @@ async fn run_with(
     signals: &mut Signals,
 ) -> anyhow::Result<u8> {
     let name = args.name.as_str();
+    if let Some(code) = nested(args, client, signals).await? {
+        return Ok(code);
+    }
     let description = crate::holder::description(&args.command);
     let acquired = tokio::select! {
         acquired = acquire(args, client, description) => acquired,
@@ -143,18 +146,12 @@ async fn run_with(
         ("LEASEHOLD_FENCE", guard.fence().get().to_string()),
     ];
     let shown = program_name(&args.command);
-    let mut program = match Program::spawn(&args.command, &env) {
+    let mut program = match spawn(&args.command, &env) {
         Ok(program) => program,
         Err(err) => {
             // Nothing ran: give the lock back at once rather than after a lease.
             let _ = guard.release().await;
-            // As the shells and flock do: 127 when there is no such program, 126 when it cannot be executed.
-            let code = if err.kind() == std::io::ErrorKind::NotFound {
-                exit::CANNOT_RUN
-            } else {
-                exit::CANNOT_EXECUTE
-            };
-            return Err(fail(code, format!("cannot run {shown}: {err}")));
+            return Err(err);
         }
     };
 
@@ -224,6 +221,71 @@ async fn run_with(
             Ok(code)
         }
     }
+}
+
+/// Starts the program with `env` added; a program that cannot start is 127 (not found) or 126 (not executable), as
+/// the shells and flock say.
+fn spawn(command: &[OsString], env: &[(&str, String)]) -> anyhow::Result<Program> {
+    Program::spawn(command, env).map_err(|err| {
+        let code = if err.kind() == std::io::ErrorKind::NotFound {
+            exit::CANNOT_RUN
+        } else {
+            exit::CANNOT_EXECUTE
+        };
+        fail(code, format!("cannot run {}: {err}", program_name(command)))
+    })
+}
+
+/// A `run` of the lock that this very process runs under: a program started by `leasehold run NAME` that runs
+/// `leasehold run NAME …` again (its environment names NAME, and Redis says its token holds the lock). The program
+/// runs at once under the outer run's grant, taking nothing, so the nested run neither deadlocks nor frees the outer
+/// lock when it ends. The outer run keeps the lease and, if it is lost, stops its whole process group, this run and
+/// its program with it. `None`: not nested, take the lock as usual.
+async fn nested(
+    args: &RunArgs,
+    client: &leasehold::Client,
+    signals: &mut Signals,
+) -> anyhow::Result<Option<u8>> {
+    let (Ok(outer_name), Ok(outer_token)) = (
+        std::env::var("LEASEHOLD_NAME"),
+        std::env::var("LEASEHOLD_TOKEN"),
+    ) else {
+        return Ok(None);
+    };
+    let id = outer_token.split(' ').next().unwrap_or_default();
+    if outer_name != args.name || id.is_empty() {
+        return Ok(None);
+    }
+    // An unreadable lock is left to the usual path, which reports it.
+    let Ok(info) = client.inspect(&args.name).await else {
+        return Ok(None);
+    };
+    if !info
+        .holders
+        .iter()
+        .any(|h| h.token.split(' ').next() == Some(id))
+    {
+        return Ok(None);
+    }
+    let fence = std::env::var("LEASEHOLD_FENCE").unwrap_or_default();
+    let env = [
+        ("LEASEHOLD_NAME", outer_name),
+        ("LEASEHOLD_TOKEN", outer_token),
+        ("LEASEHOLD_FENCE", fence),
+    ];
+    let shown = program_name(&args.command);
+    let mut program = spawn(&args.command, &env)?;
+    let status = loop {
+        tokio::select! {
+            event = program.next_event() => match event {
+                Ok(Event::Exited(status)) => break status,
+                Ok(Event::Stopped) => program.suspend_with_it(),
+                Err(err) => return Err(anyhow::Error::from(err).context(format!("waiting for {shown}"))),
+            },
+            sig = signals.recv() => program.forward(sig),
+        }
+    };
+    Ok(Some(child::exit_code(status)))
 }
 
 fn interrupted(sig: Signal, name: &str) -> anyhow::Error {

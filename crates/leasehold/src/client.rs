@@ -131,6 +131,11 @@ impl Client {
         crate::FairMutex::new(self.clone(), name)
     }
 
+    /// A handle to the reentrant mutex called `name` (see [`ReentrantMutex`](crate::ReentrantMutex)).
+    pub fn reentrant_mutex(&self, name: &str) -> crate::ReentrantMutex {
+        crate::ReentrantMutex::new(self.clone(), name)
+    }
+
     /// A handle to the read-write lock called `name` (see [`RwLock`](crate::RwLock)).
     pub fn rw_lock(&self, name: &str) -> crate::RwLock {
         crate::RwLock::new(self.clone(), name)
@@ -394,6 +399,8 @@ pub enum LockKind {
     ReadWrite,
     /// [`Semaphore`](crate::Semaphore).
     Semaphore,
+    /// [`ReentrantMutex`](crate::ReentrantMutex).
+    Reentrant,
 }
 
 impl fmt::Display for LockKind {
@@ -403,6 +410,7 @@ impl fmt::Display for LockKind {
             LockKind::Fair => "fair mutex",
             LockKind::ReadWrite => "read-write lock",
             LockKind::Semaphore => "semaphore",
+            LockKind::Reentrant => "reentrant mutex",
         })
     }
 }
@@ -419,6 +427,10 @@ pub enum HoldMode {
     Write,
     /// This many permits of a [`Semaphore`](crate::Semaphore).
     Permits(u64),
+    /// The root grant of a [`ReentrantMutex`](crate::ReentrantMutex).
+    Reentrant,
+    /// A nested hold of a [`ReentrantMutex`](crate::ReentrantMutex), taken with its holder's token.
+    Nested,
 }
 
 impl HoldMode {
@@ -427,6 +439,8 @@ impl HoldMode {
         match hold.split_once(' ').map(|(tag, _)| tag) {
             Some("r") => HoldMode::Read,
             Some("w") => HoldMode::Write,
+            Some("e") => HoldMode::Reentrant,
+            Some("n") => HoldMode::Nested,
             Some(tag) if tag.starts_with('s') => tag[1..]
                 .parse()
                 .map_or(HoldMode::Exclusive, HoldMode::Permits),
@@ -439,6 +453,7 @@ impl HoldMode {
             HoldMode::Exclusive => LockKind::Fair,
             HoldMode::Read | HoldMode::Write => LockKind::ReadWrite,
             HoldMode::Permits(_) => LockKind::Semaphore,
+            HoldMode::Reentrant | HoldMode::Nested => LockKind::Reentrant,
         }
     }
 }
@@ -451,6 +466,8 @@ impl fmt::Display for HoldMode {
             HoldMode::Write => f.write_str("write"),
             HoldMode::Permits(1) => f.write_str("1 permit"),
             HoldMode::Permits(n) => write!(f, "{n} permits"),
+            HoldMode::Reentrant => f.write_str("reentrant"),
+            HoldMode::Nested => f.write_str("nested"),
         }
     }
 }

@@ -63,6 +63,15 @@ pub enum Error {
         found: crate::LockKind,
     },
 
+    /// A [`ReentrantMutex`](crate::ReentrantMutex) would nest deeper than [`MAX_DEPTH`](crate::MAX_DEPTH).
+    #[error("lock {name:?} is nested {depth} deep already, the most a reentrant mutex allows")]
+    TooDeep {
+        /// The lock's name.
+        name: String,
+        /// The limit.
+        depth: usize,
+    },
+
     /// The key that a lock uses exists but was not written by leasehold (another type, or a foreign value). leasehold left
     /// it untouched.
     #[error("key {key:?} exists but is not a leasehold lock ({detail})")]

@@ -25,8 +25,8 @@
 //! | `client.rs` | [`Client`], its [`Builder`], the connection, [`Client::inspect`] and [`Client::force_release`] |
 //! | `checks.rs` | what a client checks when it connects: the wake-up channel permission, the eviction policy |
 //! | `mutex.rs` | [`Mutex`]: options, the acquire call, waiting |
-//! | `fair.rs`, `rwlock.rs`, `semaphore.rs` | [`FairMutex`], [`RwLock`] (and [`WriteGuard`]), [`Semaphore`]: what each asks for |
-//! | `queued.rs` | the engine of those three: one queue entry per waiting task, grants in order of arrival |
+//! | `fair.rs`, `rwlock.rs`, `semaphore.rs`, `reentrant.rs` | [`FairMutex`], [`RwLock`] (and [`WriteGuard`]), [`Semaphore`], [`ReentrantMutex`] (and [`ReentrantGuard`]): what each asks for |
+//! | `queued.rs` | the engine of those four: one queue entry per waiting task, grants in order of arrival |
 //! | `guard.rs` | [`Guard`] of every kind: release, extend, run until lost, release on drop |
 //! | `lease.rs` | [`Lease`]: validity deadline, loss signal, [`LossReason`] |
 //! | `keeper.rs` | the per-client task that renews every kept lease in batches |
@@ -156,6 +156,7 @@
 //! | [`FairMutex`] | one holder | strict FIFO across every waiting task of every process; direct hand-off | 1 round trip |
 //! | [`RwLock`] | many readers or one writer | FIFO; a waiting writer holds back later readers; the readers behind a writer are admitted together; [`WriteGuard::downgrade`] | 1 round trip |
 //! | [`Semaphore`] | holders of up to N permits (k at once, atomically) | FIFO; a large request at the head holds back smaller ones | 1 round trip |
+//! | [`ReentrantMutex`] | one holder group: its root grant, re-entries through its guard, nested holds by its token | as [`FairMutex`]; a re-entry never waits | 1 round trip; a re-entry in-process none |
 //!
 //! Every kind shares the mutex's contract above: each grant (a read share and a permit too) has its own owner token,
 //! fence and lease kept by the keeper, the loss signal fires before the server could grant its capacity to anyone
@@ -220,6 +221,7 @@ mod metrics;
 mod mutex;
 mod orphans;
 mod queued;
+mod reentrant;
 mod rwlock;
 mod scripts;
 mod semaphore;
@@ -239,6 +241,7 @@ pub use guard::{Guard, MutexGuard};
 pub use keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
 pub use lease::{Lease, LossReason};
 pub use mutex::{Mutex, DEFAULT_TTL};
+pub use reentrant::{ReentrantGuard, ReentrantMutex, MAX_DEPTH};
 pub use rwlock::{RwLock, WriteGuard};
 pub use semaphore::{Semaphore, MAX_PERMITS};
 

@@ -83,7 +83,7 @@ impl Queued {
         }
     }
 
-    fn checked(&self) -> Result<Arc<LockKeys>, Error> {
+    pub(crate) fn checked(&self) -> Result<Arc<LockKeys>, Error> {
         require_runtime()?;
         let keys = self.keys.clone()?;
         check_ttl(self.ttl)?;

@@ -26,7 +26,7 @@ use scenario::Setup;
 use stats::Outcome;
 
 /// Every scenario, in the order they run.
-pub const SCENARIOS: [&str; 8] = [
+pub const SCENARIOS: [&str; 12] = [
     "floor-1",
     "uncontended-1",
     "floor-64",
@@ -34,6 +34,10 @@ pub const SCENARIOS: [&str; 8] = [
     "floor-8p",
     "contended-8p",
     "handoff",
+    "fair-8p",
+    "fair-handoff",
+    "rw-8p",
+    "semaphore-8p",
     "renew-10k",
 ];
 
@@ -103,16 +107,20 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 "uncontended-1" => scenario::in_process(&setup, name, 1, false).await,
                 "floor-64" => scenario::in_process(&setup, name, 64, true).await,
                 "uncontended-64" => scenario::in_process(&setup, name, 64, false).await,
-                "floor-8p" => scenario::contended(&setup, name, 8, true).await,
-                "contended-8p" => scenario::contended(&setup, name, 8, false).await,
-                "handoff" => scenario::handoff(&setup, name).await,
+                "floor-8p" => scenario::contended(&setup, name, 8, true, "mutex").await,
+                "contended-8p" => scenario::contended(&setup, name, 8, false, "mutex").await,
+                "handoff" => scenario::handoff(&setup, name, "mutex").await,
+                "fair-8p" => scenario::contended(&setup, name, 8, false, "fair").await,
+                "fair-handoff" => scenario::handoff(&setup, name, "fair").await,
+                "rw-8p" => scenario::contended(&setup, name, 8, false, "rw").await,
+                "semaphore-8p" => scenario::contended(&setup, name, 8, false, "semaphore:4").await,
                 _ => scenario::renew(&setup, name).await,
             }
             .with_context(|| format!("scenario {name}"))?;
             let floor = match name {
                 "uncontended-1" => Some("floor-1"),
                 "uncontended-64" => Some("floor-64"),
-                "contended-8p" => Some("floor-8p"),
+                "contended-8p" | "fair-8p" => Some("floor-8p"),
                 _ => None,
             };
             outcome.floor_rate = floor
@@ -190,6 +198,9 @@ fn table(outcomes: &[Outcome]) -> String {
         if let Some(share) = o.share_ratio() {
             notes.push(format!("share min/max {share:.2}"));
         }
+        if let Some(p99) = o.write_p99_us {
+            notes.push(format!("writes p99 {} µs", micros(p99)));
+        }
         if let (Some(rtt), Some(ratio)) = (o.rtt_p50_us, o.handoff_to_rtt()) {
             notes.push(format!(
                 "p50 = {ratio:.2} × raw round trip ({} µs)",
@@ -259,6 +270,7 @@ mod tests {
             rtt_p50_us: None,
             renewal: None,
             server_cpu_s: None,
+            write_p99_us: None,
         }
     }
 

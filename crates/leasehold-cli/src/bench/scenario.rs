@@ -81,6 +81,7 @@ pub async fn in_process(
         rtt_p50_us: None,
         renewal: None,
         server_cpu_s: cpu.await.ok().and_then(Result::ok),
+        write_p99_us: None,
     })
 }
 
@@ -321,21 +322,30 @@ pub async fn contended(
     scenario: &'static str,
     processes: usize,
     floor: bool,
+    kind: &str,
 ) -> anyhow::Result<Outcome> {
     let role = if floor {
         Role::FloorContend
     } else {
         Role::Contend
     };
-    let (results, server_cpu_s) = workers(setup, scenario, role, processes, &[]).await?;
+    let extra = ["--kind".to_owned(), kind.to_owned()];
+    let (results, server_cpu_s) = workers(setup, scenario, role, processes, &extra).await?;
     let mut samples = Samples::default();
+    let mut writes = Samples::default();
     let mut per_process = Vec::new();
     for lines in &results {
         let result = last(lines)?;
         let taken: Vec<u64> = serde_json::from_value(result["samples_ns"].clone())?;
         per_process.push(taken.len() as u64);
         samples.0.extend(taken);
+        if let Some(w) = result.get("write_samples_ns") {
+            writes
+                .0
+                .extend(serde_json::from_value::<Vec<u64>>(w.clone())?);
+        }
     }
+    let writes = writes.sorted();
     Ok(Outcome {
         scenario,
         processes,
@@ -348,14 +358,16 @@ pub async fn contended(
         rtt_p50_us: None,
         renewal: None,
         server_cpu_s,
+        write_p99_us: (writes.len() > 0).then(|| writes.quantile_us(0.99)),
     })
 }
 
 /// Two processes taking turns: the time from one's release to the other's grant. Also measures the raw round
 /// trip (PING) in this process for comparison.
-pub async fn handoff(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outcome> {
+pub async fn handoff(setup: &Setup, scenario: &'static str, kind: &str) -> anyhow::Result<Outcome> {
     let rtt_p50_us = round_trip_p50(setup).await?;
-    let (results, server_cpu_s) = workers(setup, scenario, Role::Handoff, 2, &[]).await?;
+    let extra = ["--kind".to_owned(), kind.to_owned()];
+    let (results, server_cpu_s) = workers(setup, scenario, Role::Handoff, 2, &extra).await?;
     // (acquired, released, worker) for every turn, in time order.
     let mut turns: Vec<(u64, u64, usize)> = Vec::new();
     for (worker, lines) in results.iter().enumerate() {
@@ -383,6 +395,7 @@ pub async fn handoff(setup: &Setup, scenario: &'static str) -> anyhow::Result<Ou
         rtt_p50_us: Some(rtt_p50_us),
         renewal: None,
         server_cpu_s,
+        write_p99_us: None,
     })
 }
 
@@ -471,6 +484,7 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
             bytes_per_lock: result["bytes_per_lock"].as_f64().unwrap_or(f64::NAN),
         }),
         server_cpu_s: cpu.await.ok().and_then(Result::ok),
+        write_p99_us: None,
     })
 }
 

@@ -68,6 +68,8 @@ pub struct Outcome {
     pub renewal: Option<Renewal>,
     /// The server's CPU time (user + system) over the measured window, when it could be read.
     pub server_cpu_s: Option<f64>,
+    /// The p99 of write-lock acquisitions, for the read-write scenario.
+    pub write_p99_us: Option<f64>,
 }
 
 impl Outcome {
@@ -126,6 +128,7 @@ impl Outcome {
             "handoff_to_rtt": self.handoff_to_rtt().map(round),
             "server_cpu_s": self.server_cpu_s.map(round),
             "server_cpu_us_per_cycle": self.server_us_per_cycle().map(round),
+            "write_p99_us": self.write_p99_us.map(round),
             "renew": self.renewal.as_ref().map(|r| json!({
                 "locks": r.locks,
                 "all_held": r.all_held,

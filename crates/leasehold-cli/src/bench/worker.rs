@@ -54,6 +54,31 @@ pub struct WorkerArgs {
     /// Renewal periods to hold for (renew).
     #[arg(long, default_value_t = 3)]
     pub periods: u32,
+    /// The lock kind (contend, handoff): mutex, fair, rw (one write in ten), semaphore:N.
+    #[arg(long, default_value = "mutex")]
+    pub kind: String,
+}
+
+/// A grant of the worker's lock kind; `write` for a write grant of the read-write lock.
+async fn take(
+    locks: &leasehold::Client,
+    kind: &str,
+    name: &str,
+    n: u64,
+) -> anyhow::Result<(leasehold::Guard, bool)> {
+    Ok(match kind {
+        "mutex" => (locks.mutex(name).lock().await?, false),
+        "fair" => (locks.fair_mutex(name).lock().await?, false),
+        "rw" if n % 10 == 0 => (locks.rw_lock(name).write().await?.into_guard(), true),
+        "rw" => (locks.rw_lock(name).read().await?, false),
+        _ => {
+            let permits = kind
+                .strip_prefix("semaphore:")
+                .and_then(|n| n.parse().ok())
+                .with_context(|| format!("unknown lock kind {kind:?}"))?;
+            (locks.semaphore(name, permits).acquire().await?, false)
+        }
+    })
 }
 
 /// Runs the worker; its result is one JSON line on stdout.
@@ -94,22 +119,28 @@ async fn contend(
     locks: &leasehold::Client,
     args: &WorkerArgs,
 ) -> anyhow::Result<serde_json::Value> {
-    let mutex = locks.mutex(&args.name);
     let mut samples = Vec::new();
+    let mut writes = Vec::new();
+    // Each process starts its one-in-ten writes at another point.
+    let mut n = u64::from(std::process::id());
     loop {
         let now = unix_ms();
         if now >= args.to_ms {
             break;
         }
         let started = Instant::now();
-        let guard = mutex.lock().await?;
-        let latency = started.elapsed();
+        let (guard, write) = take(locks, &args.kind, &args.name, n).await?;
+        n += 1;
+        let latency = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         if now >= args.from_ms {
-            samples.push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
+            samples.push(latency);
+            if write {
+                writes.push(latency);
+            }
         }
         guard.release().await?;
     }
-    Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
+    Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples, "write_samples_ns": writes }))
 }
 
 async fn floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
@@ -152,14 +183,13 @@ async fn handoff(
     locks: &leasehold::Client,
     args: &WorkerArgs,
 ) -> anyhow::Result<serde_json::Value> {
-    let mutex = locks.mutex(&args.name);
     let mut turns = Vec::new();
     loop {
         let now = unix_ms();
         if now >= args.to_ms {
             break;
         }
-        let guard = mutex.lock().await?;
+        let (guard, _) = take(locks, &args.kind, &args.name, 1).await?;
         let acquired = monotonic_ns();
         // Hold until the other worker is queued, so that every release is a hand-off to a waiter.
         let patience = Instant::now() + Duration::from_millis(20);

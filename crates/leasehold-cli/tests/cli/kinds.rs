@@ -104,3 +104,33 @@ fn a_name_used_as_another_kind_is_status_65_and_bad_permits_a_usage_error() {
     let (code, stderr) = try_run(&server, &["--fair", "--shared"], "pool");
     assert_eq!(code, Some(2), "{stderr}");
 }
+
+#[test]
+fn a_nested_run_of_the_same_lock_runs_at_once_and_leaves_the_outer_lock_held() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let bin = crate::LEASEHOLD;
+    // The outer program runs the same lock again, then says whether the lock is still held after the inner run.
+    let script = format!(
+        "{bin} run --redis {url} --wait 2s job -- sh -c 'echo inner $LEASEHOLD_FENCE'; \
+         echo inner-exit $?; {bin} status --redis {url} job"
+    );
+    for flags in [&[][..], &["--permits", "2"][..], &["--fair"][..]] {
+        let mut args = vec!["run", "--redis", url.as_str()];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["job", "--", "sh", "-c", &script]);
+        let (code, stdout, stderr) = finish(leasehold(&args), SOON);
+        assert_eq!(code, Some(0), "{flags:?}: {stderr}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert!(lines[0].starts_with("inner "), "{flags:?}: {stdout}");
+        assert_eq!(lines[1], "inner-exit 0", "{flags:?}: {stdout}");
+        assert!(
+            lines[2].contains("held"),
+            "the outer lock is still held: {stdout}"
+        );
+        assert!(
+            !lock_exists(&server, "job"),
+            "released when the outer run ended"
+        );
+    }
+}

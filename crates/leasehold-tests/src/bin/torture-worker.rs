@@ -7,8 +7,8 @@
 //! torture-worker queue-and-die LOCK_URL NAME KIND                         # start waiting, then vanish
 //! ```
 //!
-//! `KIND` is the lock kind: `mutex`, `fair`, `semaphore:N` (one permit per grant) or `rw` (a write in three grants,
-//! reads otherwise).
+//! `KIND` is the lock kind: `mutex`, `fair`, `semaphore:N` (one permit per grant), `rw` (a write in three grants,
+//! reads otherwise) or `reentrant` (a nested hold taken with the grant's token in three sections in ten).
 //!
 //! Log lines (`T` is `CLOCK_MONOTONIC` in ns, read *before* the step it stamps):
 //!
@@ -125,6 +125,7 @@ enum Kind {
     Fair,
     Semaphore(u64),
     Rw,
+    Reentrant,
 }
 
 impl Kind {
@@ -133,6 +134,7 @@ impl Kind {
             "mutex" => Some(Kind::Mutex),
             "fair" => Some(Kind::Fair),
             "rw" => Some(Kind::Rw),
+            "reentrant" => Some(Kind::Reentrant),
             _ => text
                 .strip_prefix("semaphore:")
                 .and_then(|n| n.parse().ok())
@@ -173,6 +175,15 @@ impl Kind {
                 'w',
             ),
             Kind::Rw => (locks.rw_lock(name).ttl(ttl).read_timeout(wait).await, 'r'),
+            Kind::Reentrant => {
+                let root = locks
+                    .reentrant_mutex(name)
+                    .ttl(ttl)
+                    .lock_timeout(wait)
+                    .await;
+                // The only level in this process: its plain guard.
+                (root.map(|g| g.into_guard().expect("one level")), 'x')
+            }
         }
     }
 }
@@ -274,8 +285,10 @@ async fn run(
                 }
             })
         };
+        let nest = matches!(kind, Kind::Reentrant).then(|| locks.reentrant_mutex(name).ttl(ttl));
         let section = critical_section(
             &guard,
+            nest.as_ref(),
             matches!(mode, 'x' | 'w'),
             &mut store,
             &fenced_write,
@@ -315,6 +328,7 @@ async fn run(
 #[allow(clippy::too_many_arguments)]
 async fn critical_section(
     guard: &leasehold::Guard,
+    nest: Option<&leasehold::ReentrantMutex>,
     exclusive: bool,
     store: &mut redis::aio::MultiplexedConnection,
     fenced_write: &redis::Script,
@@ -345,6 +359,22 @@ async fn critical_section(
             .invoke_async(store)
             .await?;
         log.line(format_args!("write {t} {fence} {written}"));
+    }
+    // A nested hold of the same grant (as another process handed the token would take it), released before the grant.
+    if let Some(nest) = nest.filter(|_| rng.chance(30)) {
+        match nest.lock_as(guard.token()).await {
+            Ok(nested) => {
+                tokio::time::sleep(Duration::from_millis(rng.below(ttl_ms / 2))).await;
+                if let Err(e) = nested.release().await {
+                    log.line(format_args!(
+                        "error {} nested-release:{}",
+                        now_ns(),
+                        one_word(&e)
+                    ));
+                }
+            }
+            Err(e) => log.line(format_args!("error {} nested:{}", now_ns(), one_word(&e))),
+        }
     }
     // Mostly short sections (many hand-offs), sometimes longer than the lease (the watchdog must keep it).
     let steps = 1 + rng.below(3);

@@ -329,3 +329,107 @@ async fn a_writer_downgrades_without_letting_another_writer_in() {
     assert!(w.fence() > fence);
     w.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_reentrant_guard_reenters_without_a_round_trip_and_the_last_release_frees() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let ledger = locks.reentrant_mutex("ledger");
+    let outer = ledger.lock().await.unwrap();
+    let calls = server.command_calls("evalsha");
+    let inner = outer.reenter().unwrap();
+    assert_eq!(server.command_calls("evalsha"), calls, "no round trip");
+    assert_eq!(
+        (inner.fence(), inner.token()),
+        (outer.fence(), outer.token())
+    );
+    assert_eq!(outer.depth(), 2);
+    inner.release().await.unwrap();
+    assert!(outer.is_held(), "the inner release leaves the lock held");
+    assert!(ledger.try_lock().await.unwrap_err().is_busy());
+    // A lock() is a new holder: it waits like any other, also from the holder's own task.
+    let err = ledger
+        .lock_timeout(Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    let mut levels = vec![outer];
+    while levels.len() < leasehold::MAX_DEPTH {
+        levels.push(levels[0].reenter().unwrap());
+    }
+    assert!(matches!(
+        levels[0].reenter().unwrap_err(),
+        Error::TooDeep { .. }
+    ));
+    for level in levels {
+        level.release().await.unwrap();
+    }
+    ledger.try_lock().await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_token_enters_from_another_client_and_each_level_keeps_the_lock() {
+    let server = RedisServer::start();
+    let outer_client = connect(&server).await;
+    let inner_client = connect(&server).await;
+    let ttl = Duration::from_millis(400);
+    let outer = outer_client
+        .reentrant_mutex("ledger")
+        .ttl(ttl)
+        .lock()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let m = outer_client.reentrant_mutex("ledger");
+        async move { m.lock().await.unwrap() }
+    });
+    wait_for_queue_len(&server, "ledger", 1).await;
+    let nested_mutex = inner_client.reentrant_mutex("ledger").ttl(ttl);
+    // At once, although someone waits: the group holds the lock.
+    let inner = nested_mutex.lock_as(outer.token()).await.unwrap();
+    assert_eq!(
+        inner.fence(),
+        outer.fence(),
+        "a re-entry keeps the grant's fence"
+    );
+    assert_ne!(inner.token(), outer.token());
+    let info = outer_client.inspect("ledger").await.unwrap();
+    assert_eq!(info.kind, Some(leasehold::LockKind::Reentrant));
+    assert_eq!(info.holders.len(), 2, "the hold count lives in Redis");
+    // The outer one releases first: the nested holder keeps the lock (its lease is kept by its own client).
+    outer.release().await.unwrap();
+    tokio::time::sleep(ttl * 2).await; // two leases: the nested hold is renewed on its own
+    assert!(inner.is_held());
+    assert!(!waiter.is_finished());
+    let (inner_fence, inner_token) = (inner.fence(), inner.token().to_owned());
+    inner.release().await.unwrap();
+    let next = within(Duration::from_secs(5), "the waiter granted", waiter)
+        .await
+        .unwrap();
+    assert!(next.fence() > inner_fence);
+    // A token that holds nothing enters nothing.
+    let err = nested_mutex.lock_as(&inner_token).await.unwrap_err();
+    assert!(matches!(err, Error::NotOwner { .. }), "{err}");
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crashed_nested_holder_frees_its_level_within_its_lease() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let ttl = Duration::from_millis(300);
+    let mutex = locks.reentrant_mutex("ledger").ttl(ttl);
+    let outer = mutex.lock().await.unwrap();
+    let nested = mutex.lock_as(outer.token()).await.unwrap();
+    // As if its process died: the nested hold is no longer renewed.
+    nested.leave_to_expire();
+    outer.release().await.unwrap();
+    let next = within(
+        Duration::from_secs(5),
+        "the lock free after the nested lease",
+        mutex.lock(),
+    )
+    .await
+    .unwrap();
+    next.release().await.unwrap();
+}

@@ -14,8 +14,8 @@
 //! - The checker (`check.rs`) counts overlaps, fence regressions, late losses and stalls, and the test adds keys left
 //!   without a TTL on the lock server. Any of them fails the test, with the seed in the message.
 //!
-//! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw`), each with its own
-//! servers and workers, for `TORTURE_SECONDS` each (default 15) with `TORTURE_SEED` (default: drawn from the clock);
+//! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant`), each with its own
+//! servers and workers, for `TORTURE_SECONDS` each (default 12) with `TORTURE_SEED` (default: drawn from the clock);
 //! `scripts/torture.sh SECONDS SEED [KINDS]` runs it in release mode.
 
 mod chaos;
@@ -31,14 +31,14 @@ use chaos::Rig;
 const TTL: Duration = Duration::from_secs(1);
 const WORKERS: usize = 5;
 /// The kinds a run goes through by default.
-const KINDS: &str = "mutex,fair,semaphore:2,rw";
+const KINDS: &str = "mutex,fair,semaphore:2,rw,reentrant";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_keeps_its_contract_under_random_faults() {
     let seconds: u64 = std::env::var("TORTURE_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(15);
+        .unwrap_or(12);
     let kinds = std::env::var("TORTURE_KINDS").unwrap_or_else(|_| KINDS.to_owned());
     let seed: u64 = std::env::var("TORTURE_SEED")
         .ok()

@@ -2,7 +2,8 @@
 -- lock and the counting semaphore. Such a lock is a sorted set of holds instead of one owner token:
 --
 --   lock key   zset: hold -> the server time (ms) its lease ends; a hold is "<tag> <token>", the tag saying what it
---              holds: "x" (the fair mutex), "r" or "w" (a read or write share), "s<k>" (k permits)
+--              holds: "x" (the fair mutex), "r" or "w" (a read or write share), "s<k>" (k permits), "e" (a
+--              reentrant mutex's root grant) or "n" (a nested hold of it, see reenter.lua)
 --   queue      list of wait ids, oldest first: every waiting task has its own entry (strict FIFO across processes)
 --   waiters    hash: wait id -> "<alive until, server ms> <claim ms> <limit> <client id> <hold>", the hold that a
 --              grant to this wait would store; <limit> is the semaphore's permit count as that waiter counts it
@@ -16,6 +17,8 @@ local function family(tag)
     local c = string.sub(tag, 1, 1)
     if c == 'w' then
         return 'r'
+    elseif c == 'n' then
+        return 'e'
     end
     return c
 end

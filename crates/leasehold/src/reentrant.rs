@@ -1,0 +1,321 @@
+//! The reentrant mutex: a holder takes the lock again through its own guard (in one process) or by presenting its
+//! token (from another process), never implicitly.
+
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::{explain_foreign, foreign, not_a_lock, Client};
+use crate::error::Error;
+use crate::fence::new_token;
+use crate::guard::{release_in_background, Guard};
+use crate::keys::millis;
+use crate::mutex::{new_guard, Expiry};
+use crate::queued::{deadline_in, queued_options, Ask, Queued};
+use crate::scripts::REENTER;
+
+/// The deepest a reentrant mutex nests: re-entries of one guard in a process, and holds of one lock across processes.
+pub const MAX_DEPTH: usize = 32;
+
+/// A distributed mutex its holder can take again: explicitly, through the guard it holds
+/// ([`ReentrantGuard::reenter`]), or from another process by presenting that guard's token
+/// ([`ReentrantMutex::lock_as`]).
+///
+/// Created by [`Client::reentrant_mutex`]. Grants are fenced, leased, kept and queued (strict FIFO) as the
+/// [`FairMutex`](crate::FairMutex)'s.
+///
+/// # Why never implicit
+///
+/// Async Rust has no thread that owns a lock, and a task is no substitute: the branches of one `join!` or `select!`
+/// run in one task, so a lock that let "the same task" in again would let two concurrent branches both hold it:
+///
+/// ```no_run
+/// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+/// let ledger = locks.reentrant_mutex("ledger");
+/// // If lock() re-entered for "the same task", both branches would be inside at once. They are not: the second
+/// // waits for the first, as two tasks would.
+/// let (a, b) = tokio::join!(ledger.lock(), ledger.lock_timeout(std::time::Duration::from_millis(100)));
+/// # Ok(()) }
+/// ```
+///
+/// So re-entry needs proof of holding: the guard itself, or its token.
+///
+/// # Across processes
+///
+/// A holder hands its token (`guard.token()`, `LEASEHOLD_TOKEN` for a program run by `leasehold run`) to another
+/// process, which calls [`lock_as`](ReentrantMutex::lock_as): granted at once, with the group's fence, as a nested
+/// hold with a lease of its own. The lock stays held while any hold of the group is live: the nested holder's release
+/// does not free the outer one's lock, the outer one's release leaves the lock to the nested holder until it releases,
+/// and a nested holder that crashes frees its level after its lease (the lock never stays held by a dead process
+/// beyond a lease).
+///
+/// # In one process
+///
+/// [`ReentrantGuard::reenter`] returns another guard of the same grant, without a round trip: same token, fence and
+/// lease (renewed once, however deep), and the lock is released when the last of them is released or dropped.
+#[derive(Clone, Debug)]
+pub struct ReentrantMutex {
+    queued: Queued,
+}
+
+queued_options!(ReentrantMutex);
+
+fn root_ask() -> Ask {
+    Ask {
+        tag: "e".to_owned(),
+        limit: 0,
+    }
+}
+
+impl ReentrantMutex {
+    pub(crate) fn new(client: Client, name: &str) -> ReentrantMutex {
+        ReentrantMutex {
+            queued: Queued::new(client, name),
+        }
+    }
+
+    /// Waits for the lock as a new holder (a root grant).
+    ///
+    /// # Errors
+    ///
+    /// As [`Mutex::lock`](crate::Mutex::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves the queue at once and leaves no lock behind.
+    pub async fn lock(&self) -> Result<ReentrantGuard, Error> {
+        let guard = self.queued.acquire(&root_ask(), None).await?;
+        Ok(ReentrantGuard::root(guard))
+    }
+
+    /// Waits at most `timeout` for the lock as a new holder.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the time ran out; otherwise as [`lock`](ReentrantMutex::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](ReentrantMutex::lock).
+    pub async fn lock_timeout(&self, timeout: Duration) -> Result<ReentrantGuard, Error> {
+        let guard = self
+            .queued
+            .acquire(&root_ask(), deadline_in(timeout))
+            .await?;
+        Ok(ReentrantGuard::root(guard))
+    }
+
+    /// Tries once as a new holder.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] when it is held or waited for; otherwise as [`lock`](ReentrantMutex::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a grant that lands after the future was dropped is released in the background.
+    pub async fn try_lock(&self) -> Result<ReentrantGuard, Error> {
+        let guard = self.queued.try_acquire(&root_ask()).await?;
+        Ok(ReentrantGuard::root(guard))
+    }
+
+    /// Enters the lock that the holder of `token` holds (its root grant, or a nested hold): at once, however many
+    /// wait, as a nested hold with the group's fence and a lease of its own. `token` is an owner token as
+    /// [`Lease::token`](crate::Lease::token) gives it (a description after it is ignored).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotOwner`] when `token` holds nothing live on this lock (its holder released it, or lost it);
+    /// [`Error::TooDeep`] when the lock has [`MAX_DEPTH`] holds already; [`Error::WrongKind`] when the name holds
+    /// another kind of lock; [`Error::Redis`] when Redis could not be asked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a nested hold that lands after the future was dropped is released in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// // In a program started under the lock by another process, which passed its token on:
+    /// let token = std::env::var("LEASEHOLD_TOKEN").unwrap_or_default();
+    /// let inner = locks.reentrant_mutex("ledger").lock_as(&token).await?;
+    /// // ... the nested section; the outer holder keeps the lock when this one releases ...
+    /// inner.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_as(&self, token: &str) -> Result<ReentrantGuard, Error> {
+        let queued = &self.queued;
+        let keys = queued.checked()?;
+        let presented = crate::fence::token_of(token)
+            .split(' ')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let inner = &queued.client.inner;
+        let hold = format!("n {}", new_token(queued.description.as_deref())?);
+        // If this call goes no further, the nested hold it may have made is released.
+        let mut undo = Undo {
+            client: queued.client.clone(),
+            keys: Arc::clone(&keys),
+            hold: hold.clone(),
+            ttl: queued.ttl,
+        };
+        let sent = crate::clock::now();
+        let mut invocation = REENTER.key(&keys.lock);
+        invocation
+            .key(keys.fence())
+            .arg(hold.as_str())
+            .arg(presented.as_str())
+            .arg(millis(queued.ttl))
+            .arg(MAX_DEPTH)
+            .arg(millis(inner.fence_retention));
+        let reply: redis::RedisResult<(i64, i64, i64, i64)> =
+            inner.conn.invoke_idempotent(&invocation).await;
+        let (run, code, fence, left) = match reply {
+            Ok(reply) => reply,
+            Err(err) => {
+                let err = not_a_lock(err, &keys.lock);
+                return Err(explain_foreign(&inner.conn, &keys.lock, err).await);
+            }
+        };
+        // The reply says what Redis has: the nested hold on code 1 (the guard below owns it), nothing otherwise.
+        undo.hold.clear();
+        match code {
+            1 => {
+                let renew_every = match queued.renewal {
+                    crate::mutex::Renewal::Auto => Some(queued.ttl / 3),
+                    crate::mutex::Renewal::Every(every) => Some(every),
+                    crate::mutex::Renewal::Off => None,
+                };
+                let guard = new_guard(
+                    &queued.client,
+                    &keys,
+                    hold,
+                    fence,
+                    (queued.ttl, renew_every),
+                    Expiry {
+                        sent,
+                        left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+                        run,
+                        handed: false,
+                    },
+                    None,
+                );
+                Ok(ReentrantGuard::root(guard))
+            }
+            0 => Err(Error::NotOwner {
+                name: keys.name().to_owned(),
+            }),
+            -4 => Err(Error::TooDeep {
+                name: keys.name().to_owned(),
+                depth: MAX_DEPTH,
+            }),
+            _ => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
+        }
+    }
+}
+
+/// Releases a nested hold that a call may have made, when it ends without a reply.
+struct Undo {
+    client: Client,
+    keys: Arc<crate::keys::LockKeys>,
+    /// Empty once there is nothing to undo.
+    hold: String,
+    ttl: Duration,
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if !self.hold.is_empty() {
+            release_in_background(
+                Arc::clone(&self.client.inner),
+                Arc::clone(&self.keys),
+                std::mem::take(&mut self.hold),
+                self.ttl,
+            );
+        }
+    }
+}
+
+/// A grant of a [`ReentrantMutex`], and each re-entry of it in this process: they share one [`Guard`] (dereferenced
+/// to), and the lock is released when the last of them is released or dropped.
+#[must_use = "the lock is released as soon as the last guard of the grant is dropped"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct ReentrantGuard {
+    grant: Arc<Guard>,
+}
+
+impl ReentrantGuard {
+    fn root(guard: Guard) -> ReentrantGuard {
+        ReentrantGuard {
+            grant: Arc::new(guard),
+        }
+    }
+
+    /// Enters again: another guard of the same grant (same token, fence and lease), at once and without a round
+    /// trip. The lease is kept once for all of them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TooDeep`] when [`MAX_DEPTH`] guards of this grant are alive already.
+    pub fn reenter(&self) -> Result<ReentrantGuard, Error> {
+        if Arc::strong_count(&self.grant) >= MAX_DEPTH {
+            return Err(Error::TooDeep {
+                name: self.grant.name().to_owned(),
+                depth: MAX_DEPTH,
+            });
+        }
+        Ok(ReentrantGuard {
+            grant: Arc::clone(&self.grant),
+        })
+    }
+
+    /// The grant's [`Guard`] when this is its last level in this process, or this guard back when other levels are
+    /// alive.
+    pub fn into_guard(self) -> Result<Guard, ReentrantGuard> {
+        Arc::try_unwrap(self.grant).map_err(|grant| ReentrantGuard { grant })
+    }
+
+    /// How many guards of this grant are alive in this process (1 for a grant not re-entered).
+    pub fn depth(&self) -> usize {
+        Arc::strong_count(&self.grant)
+    }
+
+    /// Leaves one level: the last guard of the grant releases the lock (as [`Guard::release`]); the others only let
+    /// go of their level and return `Ok`.
+    ///
+    /// # Errors
+    ///
+    /// From the last guard, as [`Guard::release`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Guard::release`].
+    pub async fn release(self) -> Result<(), Error> {
+        match Arc::try_unwrap(self.grant) {
+            Ok(guard) => guard.release().await,
+            // Another level is still held; if it goes at the same moment, its drop releases the grant.
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+impl ReentrantGuard {
+    /// Leaves one level without releasing: the last guard of the grant lets the lock run out after its lease, as
+    /// [`Guard::leave_to_expire`] does.
+    pub fn leave_to_expire(self) {
+        if let Ok(guard) = Arc::try_unwrap(self.grant) {
+            guard.leave_to_expire();
+        }
+    }
+}
+
+impl Deref for ReentrantGuard {
+    type Target = Guard;
+
+    fn deref(&self) -> &Guard {
+        &self.grant
+    }
+}
