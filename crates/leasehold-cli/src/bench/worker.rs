@@ -69,7 +69,7 @@ async fn take(
     Ok(match kind {
         "mutex" => (locks.mutex(name).lock().await?, false),
         "fair" => (locks.fair_mutex(name).lock().await?, false),
-        "rw" if n % 10 == 0 => (locks.rw_lock(name).write().await?.into_guard(), true),
+        "rw" if n.is_multiple_of(10) => (locks.rw_lock(name).write().await?.into_guard(), true),
         "rw" => (locks.rw_lock(name).read().await?, false),
         _ => {
             let permits = kind
