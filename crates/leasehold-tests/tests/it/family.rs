@@ -433,3 +433,33 @@ async fn a_crashed_nested_holder_frees_its_level_within_its_lease() {
     .unwrap();
     next.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_read_share_and_a_free_permit_cost_one_round_trip() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let rw = locks.rw_lock("doc");
+    let sem = locks.semaphore("pool", 2);
+    // Warm: the scripts loaded, the wake-up channel subscribed (once per client).
+    rw.read().await.unwrap().release().await.unwrap();
+    sem.acquire().await.unwrap().release().await.unwrap();
+    let one_call = |before: u64| server.command_calls("evalsha") - before;
+
+    let before = server.command_calls("evalsha");
+    let first = rw.read().await.unwrap();
+    assert_eq!(one_call(before), 1, "a read share with no writer: one call");
+    let before = server.command_calls("evalsha");
+    let second = rw.read().await.unwrap();
+    assert_eq!(one_call(before), 1, "a read share next to another: one call");
+
+    let before = server.command_calls("evalsha");
+    let permit = sem.acquire().await.unwrap();
+    assert_eq!(one_call(before), 1, "a free permit: one call");
+    let before = server.command_calls("evalsha");
+    let both = sem.try_acquire(1).await.unwrap();
+    assert_eq!(one_call(before), 1);
+
+    for guard in [first, second, permit, both] {
+        guard.release().await.unwrap();
+    }
+}
