@@ -450,7 +450,11 @@ async fn a_read_share_and_a_free_permit_cost_one_round_trip() {
     assert_eq!(one_call(before), 1, "a read share with no writer: one call");
     let before = server.command_calls("evalsha");
     let second = rw.read().await.unwrap();
-    assert_eq!(one_call(before), 1, "a read share next to another: one call");
+    assert_eq!(
+        one_call(before),
+        1,
+        "a read share next to another: one call"
+    );
 
     let before = server.command_calls("evalsha");
     let permit = sem.acquire().await.unwrap();
