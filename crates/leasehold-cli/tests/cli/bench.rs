@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::{finish, leasehold};
 
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 12] = [
     "floor-1",
     "uncontended-1",
     "floor-64",
@@ -16,6 +16,10 @@ const SCENARIOS: [&str; 8] = [
     "floor-8p",
     "contended-8p",
     "handoff",
+    "fair-8p",
+    "fair-handoff",
+    "rw-8p",
+    "semaphore-8p",
     "renew-10k",
 ];
 
@@ -83,7 +87,7 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
         };
         expects(
             "floor_ratio",
-            name.starts_with("uncontended") || name == "contended-8p",
+            name.starts_with("uncontended") || name == "contended-8p" || name == "fair-8p",
         );
         expects("share_min_max", name.ends_with("-8p"));
         expects("per_process", name.ends_with("-8p"));
@@ -94,14 +98,18 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
                 .is_some_and(|us| us > 0.0),
             "{name}: {line}"
         );
-        expects("rtt_p50_us", name == "handoff");
-        expects("handoff_to_rtt", name == "handoff");
+        expects("rtt_p50_us", name.ends_with("handoff"));
+        expects("handoff_to_rtt", name.ends_with("handoff"));
         expects("renew", name == "renew-10k");
+        expects("write_p99_us", name == "rw-8p");
     }
-    for contended in &lines[4..6] {
+    for contended in lines
+        .iter()
+        .filter(|l| l["scenario"].as_str().unwrap().ends_with("-8p"))
+    {
         assert_eq!(contended["per_process"].as_array().unwrap().len(), 8);
     }
-    let renew = &lines[7]["renew"];
+    let renew = &lines[11]["renew"];
     assert_eq!(renew["locks"], 10_000);
     assert_eq!(renew["periods"], 3);
     for field in ["calls_per_period", "client_cpu_s", "client_bytes_per_lock"] {
@@ -137,7 +145,7 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
     let picture = std::fs::read_to_string(&svg).unwrap();
     assert!(picture.starts_with("<svg") && picture.trim_end().ends_with("</svg>"));
     // One curve per scenario with latency samples (renew-10k has none).
-    assert_eq!(picture.matches("<polyline").count(), 7);
+    assert_eq!(picture.matches("<polyline").count(), 11);
 }
 
 #[test]
