@@ -41,13 +41,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
                     if n == 1 { "" } else { "s" }
                 );
                 for holder in &info.holders {
-                    let left = holder
-                        .remaining
-                        .map_or("no expiry".to_owned(), |r| format!("{} left", show(r)));
-                    let by = holder
-                        .description
-                        .as_ref()
-                        .map_or(String::new(), |d| format!(" by {d}"));
+                    let (left, by) = left_and_by(holder);
                     text.push_str(&format!(
                         "\n  {}{by}: {left}, token {}",
                         holder.mode,
@@ -57,13 +51,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
                 text
             }
             Some(holder) => {
-                let left = holder
-                    .remaining
-                    .map_or("no expiry".to_owned(), |r| format!("{} left", show(r)));
-                let by = holder
-                    .description
-                    .as_ref()
-                    .map_or(String::new(), |d| format!(" by {d}"));
+                let (left, by) = left_and_by(holder);
                 format!(
                     "{:?} is held{by}: fence {fence_text}, {left}, token {}",
                     info.name,
@@ -85,6 +73,18 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
     };
     print_line(&text);
     Ok(0)
+}
+
+/// A holder's remaining lease ("29s left") and who it is (" by …", or nothing), for the sentences of `status`.
+fn left_and_by(holder: &leasehold::Holder) -> (String, String) {
+    let left = holder
+        .remaining
+        .map_or("no expiry".to_owned(), |r| format!("{} left", show(r)));
+    let by = holder
+        .description
+        .as_ref()
+        .map_or(String::new(), |d| format!(" by {d}"));
+    (left, by)
 }
 
 /// Runs `leasehold list`: the held locks matching the pattern, as a table or a JSON array.

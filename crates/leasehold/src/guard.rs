@@ -446,6 +446,48 @@ pub(crate) fn release_in_background(
     });
 }
 
+/// Holds that a request may have left in Redis: released in the background if the request ends without a reply (an
+/// error, or its future dropped), forgotten once [`Undo::disarm`] says the reply told what Redis has.
+pub(crate) struct Undo {
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    holds: Vec<String>,
+    ttl: Duration,
+}
+
+impl Undo {
+    pub(crate) fn new(
+        inner: &Arc<Inner>,
+        keys: &Arc<LockKeys>,
+        holds: Vec<String>,
+        ttl: Duration,
+    ) -> Undo {
+        Undo {
+            inner: Arc::clone(inner),
+            keys: Arc::clone(keys),
+            holds,
+            ttl,
+        }
+    }
+
+    pub(crate) fn disarm(mut self) {
+        self.holds.clear();
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        for hold in self.holds.drain(..) {
+            release_in_background(
+                Arc::clone(&self.inner),
+                Arc::clone(&self.keys),
+                hold,
+                self.ttl,
+            );
+        }
+    }
+}
+
 /// A background release in progress; if its task is dropped unfinished, the release is recorded as an orphan.
 struct Orphan {
     inner: Arc<Inner>,

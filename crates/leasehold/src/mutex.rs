@@ -748,7 +748,7 @@ pub(crate) fn hand_off_usable(handed: &Handed, sent: Instant) -> bool {
 
 /// One lock's answer from `acquire.lua`: code, fence (or the holder's time left), server µs when the call ran, the
 /// grant's time left in ms.
-type AcquireReply = (i64, i64, i64, i64);
+pub(crate) type AcquireReply = (i64, i64, i64, i64);
 
 /// One acquire attempt, as the coalescer carries it.
 pub(crate) struct AcquireItem {
@@ -791,39 +791,60 @@ impl Item for AcquireItem {
                 .arg(millis(item.ttl.min(CLAIM)))
                 .arg(item.prev.as_deref().unwrap_or(""));
         }
-        let (reply, reached): (redis::RedisResult<Vec<i64>>, bool) =
-            inner.conn.invoke_idempotent_tracked(&invocation).await;
-        match reply {
-            Ok(reply) if reply.len() == 1 + 3 * items.len() => {
-                let run = reply[0];
-                Ok(reply[1..]
-                    .chunks(3)
-                    .map(|c| (c[0], c[1], run, c[2]))
-                    .collect())
-            }
-            Ok(_) => Err(Failure {
-                err: redis::RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "unexpected reply to an acquire",
-                )),
-                reached: true,
-            }),
-            Err(err) => Err(Failure { err, reached }),
-        }
+        let (reply, reached) = inner.conn.invoke_idempotent_tracked(&invocation).await;
+        acquire_outcomes(reply, reached, items.len())
     }
 
     fn orphaned(self, inner: &Arc<Inner>, outcome: Option<AcquireReply>) {
-        // What may hold the lock for a caller that went away: its token (granted, or unknown), or the wait's previous
-        // token (a release handed the lock to it). Releases are owner-checked, so an unknown outcome costs nothing.
-        let tokens = match outcome.map(|(code, ..)| code) {
-            Some(1) => [Some(self.token), None],
-            Some(2) => [self.prev, None],
-            Some(_) => [None, None],
-            None => [Some(self.token), self.prev],
-        };
-        for token in tokens.into_iter().flatten() {
-            release_in_background(Arc::clone(inner), Arc::clone(&self.keys), token, self.ttl);
+        release_orphaned(inner, &self.keys, self.token, self.prev, self.ttl, outcome);
+    }
+}
+
+/// Splits an acquire script's reply (`acquire.lua`, `set_acquire.lua`: `{now, code, value, ms, ...}`) for `n` locks
+/// into one outcome each.
+pub(crate) fn acquire_outcomes(
+    reply: redis::RedisResult<Vec<i64>>,
+    reached: bool,
+    n: usize,
+) -> Result<Vec<AcquireReply>, Failure> {
+    match reply {
+        Ok(reply) if reply.len() == 1 + 3 * n => {
+            let run = reply[0];
+            Ok(reply[1..]
+                .chunks(3)
+                .map(|c| (c[0], c[1], run, c[2]))
+                .collect())
         }
+        Ok(_) => Err(Failure {
+            err: redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "unexpected reply to an acquire",
+            )),
+            reached: true,
+        }),
+        Err(err) => Err(Failure { err, reached }),
+    }
+}
+
+/// Settles an acquire whose caller went away: what may hold the lock for it is its token (granted, or unknown), or
+/// the wait's previous token (a release handed the lock to it); each is released in the background. Releases are
+/// owner-checked, so an unknown outcome costs nothing.
+pub(crate) fn release_orphaned(
+    inner: &Arc<Inner>,
+    keys: &Arc<LockKeys>,
+    token: String,
+    prev: Option<String>,
+    ttl: Duration,
+    outcome: Option<AcquireReply>,
+) {
+    let tokens = match outcome.map(|(code, ..)| code) {
+        Some(1) => [Some(token), None],
+        Some(2) => [prev, None],
+        Some(_) => [None, None],
+        None => [Some(token), prev],
+    };
+    for token in tokens.into_iter().flatten() {
+        release_in_background(Arc::clone(inner), Arc::clone(keys), token, ttl);
     }
 }
 

@@ -19,7 +19,10 @@ use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token};
 use crate::guard::{release_in_background, Guard as MutexGuard};
 use crate::keys::{check_ttl, drift, millis, LockKeys};
-use crate::mutex::{hand_off_usable, is_server_error, new_guard, until, Expiry, Outage, Renewal};
+use crate::mutex::{
+    acquire_outcomes, hand_off_usable, is_server_error, new_guard, release_orphaned, until,
+    AcquireReply, Expiry, Outage, Renewal,
+};
 use crate::scripts::{CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
 use crate::wake::{Expecting, Handed};
 
@@ -75,7 +78,7 @@ impl Queued {
         }
     }
 
-    fn renew_interval(&self) -> Option<Duration> {
+    pub(crate) fn renew_interval(&self) -> Option<Duration> {
         match self.renewal {
             Renewal::Auto => Some(self.ttl / 3),
             Renewal::Every(every) => Some(every),
@@ -382,9 +385,6 @@ impl Drop for Leave {
     }
 }
 
-/// One lock's answer from `set_acquire.lua`: code, fence (or ms until the first hold ends), server µs, ms left.
-type SetAcquireReply = (i64, i64, i64, i64);
-
 /// One attempt of a queued kind, as the coalescer carries it.
 pub(crate) struct SetAcquireItem {
     keys: Arc<LockKeys>,
@@ -397,7 +397,8 @@ pub(crate) struct SetAcquireItem {
 }
 
 impl Item for SetAcquireItem {
-    type Outcome = SetAcquireReply;
+    /// As `acquire.lua`'s: code, fence (or ms until the first hold ends), server µs, ms left.
+    type Outcome = AcquireReply;
 
     fn coalescer(inner: &Inner) -> &Coalescer<Self> {
         &inner.set_acquires
@@ -407,7 +408,7 @@ impl Item for SetAcquireItem {
         self.keys.slot()
     }
 
-    async fn call(inner: &Inner, items: &[Self]) -> Result<Vec<SetAcquireReply>, Failure> {
+    async fn call(inner: &Inner, items: &[Self]) -> Result<Vec<AcquireReply>, Failure> {
         let mut invocation = SET_ACQUIRE.prepare_invoke();
         invocation
             .arg(millis(inner.fence_retention))
@@ -431,37 +432,12 @@ impl Item for SetAcquireItem {
                 .arg(item.wid.as_str())
                 .arg(item.limit);
         }
-        let (reply, reached): (redis::RedisResult<Vec<i64>>, bool) =
-            inner.conn.invoke_idempotent_tracked(&invocation).await;
-        match reply {
-            Ok(reply) if reply.len() == 1 + 3 * items.len() => {
-                let run = reply[0];
-                Ok(reply[1..]
-                    .chunks(3)
-                    .map(|c| (c[0], c[1], run, c[2]))
-                    .collect())
-            }
-            Ok(_) => Err(Failure {
-                err: redis::RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "unexpected reply to an acquire",
-                )),
-                reached: true,
-            }),
-            Err(err) => Err(Failure { err, reached }),
-        }
+        let (reply, reached) = inner.conn.invoke_idempotent_tracked(&invocation).await;
+        acquire_outcomes(reply, reached, items.len())
     }
 
-    fn orphaned(self, inner: &Arc<Inner>, outcome: Option<SetAcquireReply>) {
-        let holds = match outcome.map(|(code, ..)| code) {
-            Some(1) => [Some(self.hold), None],
-            Some(2) => [self.prev, None],
-            Some(_) => [None, None],
-            None => [Some(self.hold), self.prev],
-        };
-        for hold in holds.into_iter().flatten() {
-            release_in_background(Arc::clone(inner), Arc::clone(&self.keys), hold, self.ttl);
-        }
+    fn orphaned(self, inner: &Arc<Inner>, outcome: Option<AcquireReply>) {
+        release_orphaned(inner, &self.keys, self.hold, self.prev, self.ttl, outcome);
     }
 }
 

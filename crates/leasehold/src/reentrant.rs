@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::client::{explain_foreign, foreign, not_a_lock, Client};
 use crate::error::Error;
 use crate::fence::new_token;
-use crate::guard::{release_in_background, Guard};
+use crate::guard::{Guard, Undo};
 use crate::keys::millis;
 use crate::mutex::{new_guard, Expiry};
 use crate::queued::{deadline_in, queued_options, Ask, Queued};
@@ -155,12 +155,7 @@ impl ReentrantMutex {
         let inner = &queued.client.inner;
         let hold = format!("n {}", new_token(queued.description.as_deref())?);
         // If this call goes no further, the nested hold it may have made is released.
-        let mut undo = Undo {
-            client: queued.client.clone(),
-            keys: Arc::clone(&keys),
-            hold: hold.clone(),
-            ttl: queued.ttl,
-        };
+        let undo = Undo::new(inner, &keys, vec![hold.clone()], queued.ttl);
         let sent = crate::clock::now();
         let mut invocation = REENTER.key(&keys.lock);
         invocation
@@ -180,20 +175,15 @@ impl ReentrantMutex {
             }
         };
         // The reply says what Redis has: the nested hold on code 1 (the guard below owns it), nothing otherwise.
-        undo.hold.clear();
+        undo.disarm();
         match code {
             1 => {
-                let renew_every = match queued.renewal {
-                    crate::mutex::Renewal::Auto => Some(queued.ttl / 3),
-                    crate::mutex::Renewal::Every(every) => Some(every),
-                    crate::mutex::Renewal::Off => None,
-                };
                 let guard = new_guard(
                     &queued.client,
                     &keys,
                     hold,
                     fence,
-                    (queued.ttl, renew_every),
+                    (queued.ttl, queued.renew_interval()),
                     Expiry {
                         sent,
                         left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
@@ -212,28 +202,6 @@ impl ReentrantMutex {
                 depth: MAX_DEPTH,
             }),
             _ => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
-        }
-    }
-}
-
-/// Releases a nested hold that a call may have made, when it ends without a reply.
-struct Undo {
-    client: Client,
-    keys: Arc<crate::keys::LockKeys>,
-    /// Empty once there is nothing to undo.
-    hold: String,
-    ttl: Duration,
-}
-
-impl Drop for Undo {
-    fn drop(&mut self) {
-        if !self.hold.is_empty() {
-            release_in_background(
-                Arc::clone(&self.client.inner),
-                Arc::clone(&self.keys),
-                std::mem::take(&mut self.hold),
-                self.ttl,
-            );
         }
     }
 }

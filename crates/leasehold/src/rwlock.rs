@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::client::{not_a_lock, Client};
 use crate::error::{require_runtime, Error};
 use crate::fence::token_of;
-use crate::guard::{release_in_background, Guard};
+use crate::guard::{Guard, Undo};
 use crate::keys::millis;
 use crate::mutex::{new_guard, Expiry};
 use crate::queued::{deadline_in, queued_options, Ask, Queued};
@@ -122,14 +122,9 @@ impl RwLock {
     }
 
     fn write_guard(&self, guard: Guard) -> WriteGuard {
-        let renew_every = match self.queued.renewal {
-            crate::mutex::Renewal::Auto => Some(self.queued.ttl / 3),
-            crate::mutex::Renewal::Every(every) => Some(every),
-            crate::mutex::Renewal::Off => None,
-        };
         WriteGuard {
             guard,
-            lease: (self.queued.ttl, renew_every),
+            lease: (self.queued.ttl, self.queued.renew_interval()),
         }
     }
 
@@ -264,14 +259,14 @@ impl WriteGuard {
         let (client, shared) = guard.converted();
         let write_hold = shared.token.clone();
         let read_hold = format!("r {}", token_of(&write_hold));
-        // Until the reply says which hold Redis has, both are released if this call goes no further.
-        let undo = Undo {
-            client: client.clone(),
-            keys: Arc::clone(&keys),
-            holds: Some([write_hold.clone(), read_hold.clone()]),
-            ttl: shared.ttl,
-        };
         let inner = &client.inner;
+        // Until the reply says which hold Redis has, both are released if this call goes no further.
+        let undo = Undo::new(
+            inner,
+            &keys,
+            vec![write_hold.clone(), read_hold.clone()],
+            shared.ttl,
+        );
         let sent = crate::clock::now();
         let mut invocation = DOWNGRADE.key(&keys.lock);
         invocation
@@ -285,8 +280,7 @@ impl WriteGuard {
         let reply: redis::RedisResult<(i64, i64, i64)> =
             inner.conn.invoke_idempotent(&invocation).await;
         let (run, code, left) = reply.map_err(|err| not_a_lock(err, &keys.lock))?;
-        let mut undo = undo;
-        undo.holds = None;
+        undo.disarm();
         match code {
             1 => Ok(new_guard(
                 &client,
@@ -309,27 +303,6 @@ impl WriteGuard {
                 key: keys.lock.clone(),
                 detail: "it is not a read-write lock".to_owned(),
             }),
-        }
-    }
-}
-
-/// Releases the holds a downgrade may have left in Redis when it ends without a reply.
-struct Undo {
-    client: Client,
-    keys: Arc<crate::keys::LockKeys>,
-    holds: Option<[String; 2]>,
-    ttl: Duration,
-}
-
-impl Drop for Undo {
-    fn drop(&mut self) {
-        for hold in self.holds.take().into_iter().flatten() {
-            release_in_background(
-                Arc::clone(&self.client.inner),
-                Arc::clone(&self.keys),
-                hold,
-                self.ttl,
-            );
         }
     }
 }
