@@ -561,16 +561,12 @@ impl Mutex {
             return Err(handed.token);
         }
         expecting.handed_over(&handed.token);
+        let expiry = Expiry::handed(&handed, sent);
         Ok(self.grant(
             keys,
             handed.token,
             i64::try_from(handed.fence).unwrap_or(i64::MAX),
-            Expiry {
-                sent,
-                left: handed.claim,
-                run: handed.run,
-                handed: true,
-            },
+            expiry,
             None,
         ))
     }
@@ -642,12 +638,7 @@ impl Mutex {
                 return Err(explain_foreign(&inner.conn, &keys.lock, err).await);
             }
         };
-        let expiry = |left: i64, handed: bool| Expiry {
-            sent,
-            left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
-            run,
-            handed,
-        };
+        let expiry = |left: i64, handed: bool| Expiry::replied(sent, left, run, handed);
         match code {
             1 => {
                 // Routed nowhere until this grant ends: a message for it may still come (see `Expecting::taken`).
@@ -855,6 +846,28 @@ pub(crate) struct Expiry {
     pub(crate) left: Duration,
     pub(crate) run: i64,
     pub(crate) handed: bool,
+}
+
+impl Expiry {
+    /// A grant whose request left at `sent` and ran at server time `run` (µs), `left_ms` before its lease ends.
+    pub(crate) fn replied(sent: Instant, left_ms: i64, run: i64, handed: bool) -> Expiry {
+        Expiry {
+            sent,
+            left: Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)),
+            run,
+            handed,
+        }
+    }
+
+    /// A grant a release handed over, by its message; the attempt that stored its token left at `sent`.
+    pub(crate) fn handed(handed: &Handed, sent: Instant) -> Expiry {
+        Expiry {
+            sent,
+            left: handed.claim,
+            run: handed.run,
+            handed: true,
+        }
+    }
 }
 
 /// A wait's view of a Redis outage: the last error while it lasts, and the backoff before the next attempt.

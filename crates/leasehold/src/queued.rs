@@ -242,18 +242,14 @@ impl Queued {
             return Err(handed.token);
         }
         expecting.handed_over(&handed.token);
+        let expiry = Expiry::handed(&handed, sent);
         Ok(new_guard(
             &self.client,
             keys,
             handed.token,
             i64::try_from(handed.fence).unwrap_or(i64::MAX),
             (self.ttl, self.renew_interval()),
-            Expiry {
-                sent,
-                left: handed.claim,
-                run: handed.run,
-                handed: true,
-            },
+            expiry,
             None,
         ))
     }
@@ -302,12 +298,7 @@ impl Queued {
                 return Err(explain_foreign(&inner.conn, &keys.lock, err).await);
             }
         };
-        let expiry = |handed: bool| Expiry {
-            sent,
-            left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
-            run,
-            handed,
-        };
+        let expiry = |handed: bool| Expiry::replied(sent, left, run, handed);
         let granted = |hold: String, handed: bool, route: Option<u128>| {
             Attempt::Granted(new_guard(
                 &self.client,

@@ -184,12 +184,7 @@ impl ReentrantMutex {
                     hold,
                     fence,
                     (queued.ttl, queued.renew_interval()),
-                    Expiry {
-                        sent,
-                        left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
-                        run,
-                        handed: false,
-                    },
+                    Expiry::replied(sent, left, run, false),
                     None,
                 );
                 Ok(ReentrantGuard::root(guard))

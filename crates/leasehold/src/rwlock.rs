@@ -288,12 +288,7 @@ impl WriteGuard {
                 read_hold,
                 fence,
                 lease,
-                Expiry {
-                    sent,
-                    left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
-                    run,
-                    handed: false,
-                },
+                Expiry::replied(sent, left, run, false),
                 None,
             )),
             0 => Err(Error::NotOwner {
