@@ -15,7 +15,8 @@
 //! leasehold-worker rw-mix URL NAME SECTIONS        # SECTIONS sections, one write in ten: overlaps counted in
 //!                                             # test:overlaps, the most readers at once in test:max
 //! leasehold-worker read-loop URL NAME             # reads (5 ms each) until killed; prints "reading" once
-//! leasehold-worker read-hold URL NAME TTL_MS       # takes a read share, prints "acquired FENCE", holds until killed
+//! leasehold-worker kind-hold URL NAME KIND TTL_MS  # takes a read share (KIND read), the write lock (write) or a
+//!                                             # permit of N (permits:N), prints "acquired FENCE", holds until killed
 //! ```
 //!
 //! Exit status: 0 on success, 1 on any error (printed on stderr), 2 on bad usage.
@@ -121,8 +122,8 @@ async fn dispatch(args: Vec<String>) -> ExitCode {
             Err(_) => return usage(),
         },
         ["read-loop", url, name] => read_loop(url, name).await,
-        ["read-hold", url, name, ttl_ms] => match ttl_ms.parse() {
-            Ok(ms) => read_hold(url, name, ms).await,
+        ["kind-hold", url, name, kind, ttl_ms] => match ttl_ms.parse() {
+            Ok(ms) => kind_hold(url, name, kind, ms).await,
             Err(_) => return usage(),
         },
         _ => return usage(),
@@ -138,7 +139,7 @@ async fn dispatch(args: Vec<String>) -> ExitCode {
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: leasehold-worker count|hold|hold-then-write|drop-at-end|fair-wait|sem-count|rw-mix|read-loop|read-hold URL NAME ..."
+        "usage: leasehold-worker count|hold|hold-then-write|drop-at-end|fair-wait|sem-count|rw-mix|read-loop|kind-hold URL NAME ..."
     );
     ExitCode::from(2)
 }
@@ -323,13 +324,17 @@ async fn read_loop(url: &str, name: &str) -> Result<()> {
     }
 }
 
-async fn read_hold(url: &str, name: &str, ttl_ms: u64) -> Result<()> {
+async fn kind_hold(url: &str, name: &str, kind: &str, ttl_ms: u64) -> Result<()> {
     let locks = leasehold::Client::connect(url).await?;
-    let guard = locks
-        .rw_lock(name)
-        .ttl(Duration::from_millis(ttl_ms))
-        .read()
-        .await?;
+    let ttl = Duration::from_millis(ttl_ms);
+    let guard = match kind {
+        "read" => locks.rw_lock(name).ttl(ttl).read().await?,
+        "write" => locks.rw_lock(name).ttl(ttl).write().await?.into_guard(),
+        _ => match kind.strip_prefix("permits:").and_then(|n| n.parse().ok()) {
+            Some(permits) => locks.semaphore(name, permits).ttl(ttl).acquire().await?,
+            None => return Err(format!("unknown kind {kind:?}").into()),
+        },
+    };
     println!("acquired {}", guard.fence());
     std::io::stdout().flush()?;
     std::future::pending::<()>().await;

@@ -174,29 +174,65 @@ async fn a_writer_gets_in_while_eight_reader_processes_loop() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_reader_frees_its_share_within_its_lease() {
-    let server = RedisServer::start();
-    let mut reader = worker(&["read-hold", &server.url(), "doc", "1000"]);
-    let mut out = BufReader::new(reader.stdout.take().unwrap());
+/// Starts a process holding `kind` (`read`, `write`, `permits:N`) of lock `name` with a 1 s lease, and waits until it
+/// holds.
+fn holding_process(server: &RedisServer, name: &str, kind: &str) -> leasehold_tests::ChildGuard {
+    let mut holder = worker(&["kind-hold", &server.url(), name, kind, "1000"]);
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
     let line = tokio::task::block_in_place(|| read_line(&mut out));
     assert!(line.starts_with("acquired "), "{line:?}");
-    let locks = connect(&server).await;
-    let rw = locks.rw_lock("doc");
-    let other = rw.read().await.unwrap();
-    assert!(rw.try_write().await.unwrap_err().is_busy());
-    reader.signal(Signal::SIGKILL).unwrap();
-    other.release().await.unwrap();
+    holder
+}
+
+/// Kills `holder` and returns when `acquire` got what it held: within its 1 s lease and a heartbeat.
+async fn freed_after_kill<T>(holder: leasehold_tests::ChildGuard, acquire: impl std::future::Future<Output = T>) -> T {
+    let mut holder = holder;
+    holder.signal(Signal::SIGKILL).unwrap();
     let killed = Instant::now();
-    let writing = within(Duration::from_secs(5), "the writer granted", rw.write())
-        .await
-        .unwrap();
+    let got = within(Duration::from_secs(5), "the share freed", acquire).await;
     assert!(
         killed.elapsed() <= Duration::from_millis(1000 + 1000),
         "granted {:?} after the kill: the share outlived its lease and a heartbeat",
         killed.elapsed()
     );
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_reader_frees_its_share_within_its_lease() {
+    let server = RedisServer::start();
+    let reader = holding_process(&server, "doc", "read");
+    let locks = connect(&server).await;
+    let rw = locks.rw_lock("doc");
+    let other = rw.read().await.unwrap();
+    assert!(rw.try_write().await.unwrap_err().is_busy());
+    other.release().await.unwrap();
+    let writing = freed_after_kill(reader, rw.write()).await.unwrap();
     writing.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_writer_frees_the_lock_within_its_lease() {
+    let server = RedisServer::start();
+    let writer = holding_process(&server, "doc", "write");
+    let locks = connect(&server).await;
+    let rw = locks.rw_lock("doc");
+    assert!(rw.try_read().await.unwrap_err().is_busy());
+    let reading = freed_after_kill(writer, rw.read()).await.unwrap();
+    reading.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_permit_holder_gives_its_permit_back_within_its_lease() {
+    let server = RedisServer::start();
+    let holder = holding_process(&server, "pool", "permits:2");
+    let locks = connect(&server).await;
+    let sem = locks.semaphore("pool", 2);
+    let mine = sem.try_acquire(1).await.unwrap();
+    assert!(sem.try_acquire(1).await.unwrap_err().is_busy(), "both permits held");
+    let theirs = freed_after_kill(holder, sem.acquire()).await.unwrap();
+    theirs.release().await.unwrap();
+    mine.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
