@@ -185,8 +185,10 @@ fn holding_process(server: &RedisServer, name: &str, kind: &str) -> leasehold_te
 }
 
 /// Kills `holder` and returns when `acquire` got what it held: within its 1 s lease and a heartbeat.
-async fn freed_after_kill<T>(holder: leasehold_tests::ChildGuard, acquire: impl std::future::Future<Output = T>) -> T {
-    let mut holder = holder;
+async fn freed_after_kill<T>(
+    holder: leasehold_tests::ChildGuard,
+    acquire: impl std::future::Future<Output = T>,
+) -> T {
     holder.signal(Signal::SIGKILL).unwrap();
     let killed = Instant::now();
     let got = within(Duration::from_secs(5), "the share freed", acquire).await;
@@ -229,7 +231,10 @@ async fn a_killed_permit_holder_gives_its_permit_back_within_its_lease() {
     let locks = connect(&server).await;
     let sem = locks.semaphore("pool", 2);
     let mine = sem.try_acquire(1).await.unwrap();
-    assert!(sem.try_acquire(1).await.unwrap_err().is_busy(), "both permits held");
+    assert!(
+        sem.try_acquire(1).await.unwrap_err().is_busy(),
+        "both permits held"
+    );
     let theirs = freed_after_kill(holder, sem.acquire()).await.unwrap();
     theirs.release().await.unwrap();
     mine.release().await.unwrap();
