@@ -361,24 +361,12 @@ impl Mutex {
     }
 
     fn checked(&self) -> Result<Arc<LockKeys>, Error> {
-        require_runtime()?;
-        let keys = self.keys.clone()?;
-        check_ttl(self.ttl)?;
-        if let Some(description) = &self.description {
-            check_description(description)?;
-        }
-        if let Some(every) = self.renew_interval() {
-            let limit = self.ttl - drift(self.ttl);
-            if every.is_zero() || every >= limit {
-                return Err(InvalidArgument::BadRenewal {
-                    every,
-                    ttl: self.ttl,
-                    limit,
-                }
-                .into());
-            }
-        }
-        Ok(keys)
+        check_options(
+            &self.keys,
+            self.ttl,
+            self.description.as_deref(),
+            self.renew_interval(),
+        )
     }
 
     pub(crate) fn renew_interval(&self) -> Option<Duration> {
@@ -689,6 +677,29 @@ impl Mutex {
         let lease = (self.ttl, self.renew_interval());
         new_guard(&self.client, keys, token, fence, lease, expiry, route)
     }
+}
+
+/// Checks a lock handle's options before its first request (every kind has the same ones): inside a runtime, a
+/// valid name, a lease in range, a valid description, a renewal interval that fits the lease.
+pub(crate) fn check_options(
+    keys: &Result<Arc<LockKeys>, InvalidArgument>,
+    ttl: Duration,
+    description: Option<&str>,
+    renew_every: Option<Duration>,
+) -> Result<Arc<LockKeys>, Error> {
+    require_runtime()?;
+    let keys = keys.clone()?;
+    check_ttl(ttl)?;
+    if let Some(description) = description {
+        check_description(description)?;
+    }
+    if let Some(every) = renew_every {
+        let limit = ttl - drift(ttl);
+        if every.is_zero() || every >= limit {
+            return Err(InvalidArgument::BadRenewal { every, ttl, limit }.into());
+        }
+    }
+    Ok(keys)
 }
 
 /// A guard for a grant of `hold` with fence `fence`, whose expiry `expiry` describes; `lease` is the lease to keep

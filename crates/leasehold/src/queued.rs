@@ -15,13 +15,13 @@ use tokio::time::Instant;
 
 use crate::batch::{self, Coalescer, Failure, Item};
 use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner};
-use crate::error::{require_runtime, Error, InvalidArgument};
-use crate::fence::{check_description, new_token};
+use crate::error::{Error, InvalidArgument};
+use crate::fence::new_token;
 use crate::guard::{release_in_background, Guard as MutexGuard};
-use crate::keys::{check_ttl, drift, millis, LockKeys};
+use crate::keys::{millis, LockKeys};
 use crate::mutex::{
-    acquire_outcomes, hand_off_usable, is_server_error, new_guard, release_orphaned, until,
-    AcquireReply, Expiry, Outage, Renewal,
+    acquire_outcomes, check_options, hand_off_usable, is_server_error, new_guard, release_orphaned,
+    until, AcquireReply, Expiry, Outage, Renewal,
 };
 use crate::scripts::{CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
 use crate::wake::{Expecting, Handed};
@@ -87,24 +87,12 @@ impl Queued {
     }
 
     pub(crate) fn checked(&self) -> Result<Arc<LockKeys>, Error> {
-        require_runtime()?;
-        let keys = self.keys.clone()?;
-        check_ttl(self.ttl)?;
-        if let Some(description) = &self.description {
-            check_description(description)?;
-        }
-        if let Some(every) = self.renew_interval() {
-            let limit = self.ttl - drift(self.ttl);
-            if every.is_zero() || every >= limit {
-                return Err(InvalidArgument::BadRenewal {
-                    every,
-                    ttl: self.ttl,
-                    limit,
-                }
-                .into());
-            }
-        }
-        Ok(keys)
+        check_options(
+            &self.keys,
+            self.ttl,
+            self.description.as_deref(),
+            self.renew_interval(),
+        )
     }
 
     /// One try: granted only when the lock admits `ask` and nobody live waits.
