@@ -342,13 +342,19 @@ pub(crate) fn release_invocation<'a>(
 
 /// Adds one lock's release to a `release.lua` call.
 fn add_release(invocation: &mut ScriptInvocation<'_>, keys: &LockKeys, token: &str) {
+    add_lock_keys(invocation, keys);
+    invocation.arg(token);
+}
+
+/// Adds the keys a release touches, in the order `release.lua` and `leave.lua` take them: lock, queue, waiters,
+/// released, fence.
+pub(crate) fn add_lock_keys(invocation: &mut ScriptInvocation<'_>, keys: &LockKeys) {
     invocation
         .key(&keys.lock)
         .key(keys.queue())
         .key(keys.waiters())
         .key(keys.released())
-        .key(keys.fence())
-        .arg(token);
+        .key(keys.fence());
 }
 
 /// One release, as the coalescer carries it.

@@ -369,6 +369,11 @@ impl Mutex {
         )
     }
 
+    /// The lease a grant of this handle keeps, and how often it is renewed.
+    fn lease(&self) -> (Duration, Option<Duration>) {
+        (self.ttl, self.renew_interval())
+    }
+
     pub(crate) fn renew_interval(&self) -> Option<Duration> {
         match self.renewal {
             Renewal::Auto => Some(self.ttl / 3),
@@ -433,7 +438,14 @@ impl Mutex {
                         let Some((handed, sent)) = expecting.handed() else {
                             continue;
                         };
-                        let token = match self.take_hand_off(&keys, &mut expecting, handed, sent) {
+                        let token = match take_hand_off(
+                            &self.client,
+                            &keys,
+                            &mut expecting,
+                            handed,
+                            sent,
+                            self.lease(),
+                        ) {
                             Ok(guard) => return Some(Err(guard)),
                             Err(token) => token,
                         };
@@ -472,7 +484,14 @@ impl Mutex {
             // otherwise confirm it with the attempt below (which finds the lock held by that token).
             let mut prev = expecting.last().map(str::to_owned);
             if let Some((handed, sent)) = expecting.handed() {
-                match self.take_hand_off(&keys, &mut expecting, handed, sent) {
+                match take_hand_off(
+                    &self.client,
+                    &keys,
+                    &mut expecting,
+                    handed,
+                    sent,
+                    self.lease(),
+                ) {
                     Ok(guard) => {
                         outage.over(&keys);
                         drop(permit);
@@ -531,32 +550,6 @@ impl Mutex {
                 () = tokio::time::sleep_until(wake_at) => {}
             }
         }
-    }
-
-    /// A grant a release handed to `handed.token`, whose attempt was sent at `sent`: a guard, when the deadline it
-    /// gives leaves at least a quarter of the claim; otherwise the token, to be confirmed by an attempt.
-    ///
-    /// The deadline: the release ran after the attempt that stored the token, which ran after it was sent, so the
-    /// claim lease it set ends no earlier than `sent + claim` (less the drift allowance, as for every lease).
-    fn take_hand_off(
-        &self,
-        keys: &Arc<LockKeys>,
-        expecting: &mut Expecting,
-        handed: Handed,
-        sent: Instant,
-    ) -> Result<MutexGuard, String> {
-        if !hand_off_usable(&handed, sent) {
-            return Err(handed.token);
-        }
-        expecting.handed_over(&handed.token);
-        let expiry = Expiry::handed(&handed, sent);
-        Ok(self.grant(
-            keys,
-            handed.token,
-            i64::try_from(handed.fence).unwrap_or(i64::MAX),
-            expiry,
-            None,
-        ))
     }
 
     /// One attempt, given up at `deadline` (`None` then): a paused or unreachable server cannot hold a bounded call
@@ -674,8 +667,15 @@ impl Mutex {
         expiry: Expiry,
         route: Option<u128>,
     ) -> MutexGuard {
-        let lease = (self.ttl, self.renew_interval());
-        new_guard(&self.client, keys, token, fence, lease, expiry, route)
+        new_guard(
+            &self.client,
+            keys,
+            token,
+            fence,
+            self.lease(),
+            expiry,
+            route,
+        )
     }
 }
 
@@ -738,12 +738,43 @@ pub(crate) fn new_guard(
     MutexGuard::new(client.clone(), Lease { shared: lease }, kept, route)
 }
 
+/// A grant a release handed to `handed.token` (whose attempt was sent at `sent`), taken by a wait of any kind: a guard
+/// keeping `lease`, when the deadline it gives leaves at least a quarter of the claim; otherwise the token, to be
+/// confirmed by an attempt.
+///
+/// The deadline: the release ran after the attempt that stored the token, which ran after it was sent, so the claim
+/// lease it set ends no earlier than `sent + claim` (less the drift allowance, as for every lease).
+pub(crate) fn take_hand_off(
+    client: &Client,
+    keys: &Arc<LockKeys>,
+    expecting: &mut Expecting,
+    handed: Handed,
+    sent: Instant,
+    lease: (Duration, Option<Duration>),
+) -> Result<MutexGuard, String> {
+    if !hand_off_usable(&handed, sent) {
+        return Err(handed.token);
+    }
+    expecting.handed_over(&handed.token);
+    let expiry = Expiry::handed(&handed, sent);
+    let fence = i64::try_from(handed.fence).unwrap_or(i64::MAX);
+    Ok(new_guard(
+        client,
+        keys,
+        handed.token,
+        fence,
+        lease,
+        expiry,
+        None,
+    ))
+}
+
 /// When a grant a release handed to `handed.token` (whose attempt was sent at `sent`) can be started on at once: the
 /// deadline it gives, if that leaves at least a quarter of the claim; otherwise it must be confirmed by an attempt.
 ///
 /// The release ran after the attempt that stored the token, which ran after it was sent, so the claim lease it set
 /// ends no earlier than `sent + claim` (less the drift allowance, as for every lease).
-pub(crate) fn hand_off_usable(handed: &Handed, sent: Instant) -> bool {
+fn hand_off_usable(handed: &Handed, sent: Instant) -> bool {
     let valid_until = sent + handed.claim - drift(handed.claim);
     valid_until.saturating_duration_since(crate::clock::now()) >= handed.claim / 4
 }

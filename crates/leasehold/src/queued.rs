@@ -17,14 +17,14 @@ use crate::batch::{self, Coalescer, Failure, Item};
 use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner};
 use crate::error::{Error, InvalidArgument};
 use crate::fence::new_token;
-use crate::guard::{release_in_background, Guard as MutexGuard};
+use crate::guard::{add_lock_keys, release_in_background, Guard as MutexGuard};
 use crate::keys::{millis, LockKeys};
 use crate::mutex::{
-    acquire_outcomes, check_options, hand_off_usable, is_server_error, new_guard, release_orphaned,
+    acquire_outcomes, check_options, is_server_error, new_guard, release_orphaned, take_hand_off,
     until, AcquireReply, Expiry, Outage, Renewal,
 };
 use crate::scripts::{CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
-use crate::wake::{Expecting, Handed};
+use crate::wake::Expecting;
 
 /// The options every queued kind shares, and the lock it names.
 #[derive(Clone, Debug)]
@@ -164,7 +164,14 @@ impl Queued {
         loop {
             let mut prev = expecting.last().map(str::to_owned);
             if let Some((handed, sent)) = expecting.handed() {
-                match self.take_hand_off(&keys, &mut expecting, handed, sent) {
+                match take_hand_off(
+                    &self.client,
+                    &keys,
+                    &mut expecting,
+                    handed,
+                    sent,
+                    (self.ttl, self.renew_interval()),
+                ) {
                     Ok(guard) => {
                         leave.armed = false;
                         return Ok(guard);
@@ -215,31 +222,6 @@ impl Queued {
                 () = tokio::time::sleep_until(wake_at) => {}
             }
         }
-    }
-
-    /// A grant a release handed to one of our holds: a guard, or the hold to confirm with an attempt when too little
-    /// of its claim is left (see [`hand_off_usable`]).
-    fn take_hand_off(
-        &self,
-        keys: &Arc<LockKeys>,
-        expecting: &mut Expecting,
-        handed: Handed,
-        sent: Instant,
-    ) -> Result<MutexGuard, String> {
-        if !hand_off_usable(&handed, sent) {
-            return Err(handed.token);
-        }
-        expecting.handed_over(&handed.token);
-        let expiry = Expiry::handed(&handed, sent);
-        Ok(new_guard(
-            &self.client,
-            keys,
-            handed.token,
-            i64::try_from(handed.fence).unwrap_or(i64::MAX),
-            (self.ttl, self.renew_interval()),
-            expiry,
-            None,
-        ))
     }
 
     /// One attempt with a fresh hold (coalesced with other tasks' attempts when calls are out: see `batch.rs`).
@@ -347,12 +329,8 @@ impl Drop for Leave {
         let wid = std::mem::take(&mut self.wid);
         runtime.spawn(async move {
             let mut invocation = LEAVE.prepare_invoke();
+            add_lock_keys(&mut invocation, &keys);
             invocation
-                .key(&keys.lock)
-                .key(keys.queue())
-                .key(keys.waiters())
-                .key(keys.released())
-                .key(keys.fence())
                 .arg(inner.wakeups.channel_prefix())
                 .arg(millis(inner.fence_retention))
                 .arg(wid.as_str());
