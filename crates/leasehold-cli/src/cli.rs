@@ -226,7 +226,8 @@ pub struct RedisArg {
         value_name = "URL",
         env = "LEASEHOLD_REDIS_URL",
         default_value = DEFAULT_REDIS,
-        help = "The Redis server: redis://[user:password@]host[:port][/db], rediss://… (TLS) or unix:///path"
+        help = "The Redis server: redis://[user:password@]host[:port][/db], rediss://… (TLS) or unix:///path; a \
+                Redis Cluster: redis+cluster://[user:password@]host:port,host:port,… (every seed node)"
     )]
     pub url: String,
 

@@ -82,7 +82,8 @@ fn not_a_url(url: &str, why: &str) -> anyhow::Error {
     fail(
         exit::USAGE,
         format!(
-            "{} is not a Redis URL ({why}; expected redis://host:port, rediss://host:port or unix:///path)",
+            "{} is not a Redis URL ({why}; expected redis://host:port, rediss://host:port, unix:///path or \
+             redis+cluster://host:port,host:port)",
             redact(url)
         ),
     )

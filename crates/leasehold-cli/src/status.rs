@@ -177,6 +177,7 @@ fn kind_word(kind: leasehold::LockKind) -> String {
         leasehold::LockKind::Fair => "fair",
         leasehold::LockKind::ReadWrite => "rw",
         leasehold::LockKind::Semaphore => "semaphore",
+        leasehold::LockKind::Reentrant => "reentrant",
         _ => "other",
     }
     .to_owned()

@@ -6,6 +6,11 @@
 //!   127.0.0.1, with no persistence and its own temporary directory. It can be killed and
 //!   restarted on the same port, and prints its log to stderr when dropped during a panic, so a
 //!   failing test shows what the server saw.
+//! - [`cluster`]: [`RedisCluster`], a local Redis Cluster of three primaries and three replicas
+//!   (and [`slot_of`], a key's hash slot). It kills, restarts, fails over and migrates slots on
+//!   demand, and waits until every node agrees on the result.
+//! - [`sentinel`]: [`SentinelSet`], one primary, two replicas and three sentinels; it kills,
+//!   restarts, fails over and puts a node to sleep on demand.
 //! - [`proxy`]: [`TcpProxy`] forwards TCP between a client and Redis and can turn into a black
 //!   hole (bytes read and dropped, nothing closed) or reset every connection. This is how tests
 //!   cut a lock holder off from Redis without it noticing at once.
@@ -37,16 +42,20 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod cluster;
 pub mod process;
 pub mod proxy;
 pub mod rng;
+pub mod sentinel;
 pub mod server;
 mod temp;
 pub mod tls;
 
+pub use cluster::{slot_of, RedisCluster};
 pub use process::{send_signal, ChildGuard};
 pub use proxy::TcpProxy;
 pub use rng::{monotonic_ns, XorShift};
+pub use sentinel::SentinelSet;
 pub use server::RedisServer;
 pub use temp::TempDir;
 pub use tls::{TestCa, TlsRedisServer};

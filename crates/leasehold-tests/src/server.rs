@@ -11,13 +11,13 @@ use crate::TempDir;
 /// The line `redis-server` logs once it listens; 7.x appends the transport (`tcp`).
 const READY: &str = "Ready to accept connections";
 /// What `redis-server` logs, before exiting, when its port is taken.
-const ADDR_IN_USE: &str = "Address already in use";
+pub(crate) const ADDR_IN_USE: &str = "Address already in use";
 /// How long a server may take to become ready.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long [`RedisServer::restart`] keeps retrying while its port is still taken.
 const RESTART_PORT_WAIT: Duration = Duration::from_secs(5);
 /// How many fresh ports [`RedisServer::start_with`] tries before giving up.
-const START_ATTEMPTS: usize = 5;
+pub(crate) const START_ATTEMPTS: usize = 5;
 /// How often the log is read while waiting for readiness. The server announces readiness only
 /// through its log, and a file cannot be awaited portably, so it is polled.
 const POLL: Duration = Duration::from_millis(5);
@@ -55,14 +55,14 @@ const STDERR_FILE: &str = "stderr.log";
 #[derive(Debug)]
 pub struct RedisServer {
     /// `None` while killed.
-    child: Option<Child>,
-    port: u16,
-    extra_args: Vec<String>,
-    dir: TempDir,
+    pub(crate) child: Option<Child>,
+    pub(crate) port: u16,
+    pub(crate) extra_args: Vec<String>,
+    pub(crate) dir: TempDir,
 }
 
 /// Why one attempt to run the server failed.
-enum SpawnError {
+pub(crate) enum SpawnError {
     /// Someone else listens on the port; another port (or a later try) may work.
     AddrInUse,
     /// Anything else, with the reason.
@@ -298,7 +298,7 @@ impl RedisServer {
     }
 
     /// Runs `redis-server` on `self.port` and waits until it is ready or gone.
-    fn spawn(&mut self) -> Result<(), SpawnError> {
+    pub(crate) fn spawn(&mut self) -> Result<(), SpawnError> {
         debug_assert!(self.child.is_none());
         let log_path = self.log_path();
         // The log is appended to across restarts; only what this run writes tells whether
@@ -375,7 +375,7 @@ pub(crate) fn free_port() -> u16 {
 }
 
 /// The file's bytes from `offset` on as text; empty if it does not exist (yet).
-fn read_lossy(path: impl AsRef<std::path::Path>, offset: u64) -> String {
+pub(crate) fn read_lossy(path: impl AsRef<std::path::Path>, offset: u64) -> String {
     let bytes = std::fs::read(path).unwrap_or_default();
     let start = usize::try_from(offset).map_or(bytes.len(), |o| o.min(bytes.len()));
     String::from_utf8_lossy(&bytes[start..]).into_owned()

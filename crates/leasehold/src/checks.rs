@@ -10,6 +10,7 @@ use crate::conn::Conn;
 use crate::error::Error;
 use crate::keys::LockKeys;
 use crate::scripts::PROBE;
+use crate::topology::Target;
 
 /// Something about the server that weakens the [safety contract](crate#safety-contract), found when the client
 /// connected. Each one is also logged with `tracing::warn!`; see [`Client::server_warnings`](crate::Client::server_warnings).
@@ -39,19 +40,35 @@ impl fmt::Display for ServerWarning {
     }
 }
 
-/// Checks that this client may publish on its wake-up channel (harmless: nobody listens on it yet).
+/// Checks that this client may publish wake-ups (harmless: nobody listens on the channel): `PUBLISH` on its own
+/// channel `PREFIX:wake:<id>` on one server, `SPUBLISH` on a lock's sharded channel `PREFIX:{N}:wake:<id>` on a
+/// cluster.
 ///
 /// # Errors
 ///
-/// [`Error::NotPermitted`] when the server refuses it (an ACL user without `&PREFIX:wake:*` or without `+publish`),
+/// [`Error::NotPermitted`] when the server refuses it (an ACL user without the channel pattern or the command),
 /// naming what is missing; [`Error::Redis`] for anything else.
 pub(crate) async fn check_publish(
     conn: &Conn,
-    channel_prefix: &str,
+    target: &Target,
+    prefix: &str,
     client_id: &str,
 ) -> Result<(), Error> {
-    let channel = format!("{channel_prefix}{client_id}");
-    let reply: redis::RedisResult<Value> = redis::cmd("PUBLISH")
+    let (command, channel, pattern) = if target.is_cluster() {
+        let keys = LockKeys::new(prefix, "leasehold-connect-check")?;
+        (
+            "SPUBLISH",
+            format!("{}:wake:{client_id}", keys.lock),
+            format!("{prefix}:*"),
+        )
+    } else {
+        (
+            "PUBLISH",
+            format!("{prefix}:wake:{client_id}"),
+            format!("{prefix}:wake:*"),
+        )
+    };
+    let reply: redis::RedisResult<Value> = redis::cmd(command)
         .arg(&channel)
         .arg("")
         .query_async(&mut conn.clone())
@@ -61,14 +78,16 @@ pub(crate) async fn check_publish(
         Err(err) if is_noperm(&err) => {
             // Redis names what is missing: the command ("no permissions to run the 'publish' command") or the
             // channel ("… to access one of the channels used as arguments").
-            let detail = if err.to_string().contains("'publish' command") {
-                "this Redis user may not run PUBLISH: grant the command \"+publish\" (the README lists the whole \
-                 ACL rule)"
-                    .to_owned()
+            let lower = command.to_ascii_lowercase();
+            let detail = if err.to_string().contains(&format!("'{lower}' command")) {
+                format!(
+                    "this Redis user may not run {command}: grant the command \"+{lower}\" (the README lists the \
+                     whole ACL rule)"
+                )
             } else {
                 format!(
-                    "this Redis user may not publish on {channel:?}: grant the channel pattern \
-                     \"&{channel_prefix}*\" (the README lists the whole ACL rule)"
+                    "this Redis user may not publish on {channel:?}: grant the channel pattern \"&{pattern}\" (the \
+                     README lists the whole ACL rule)"
                 )
             };
             Err(Error::NotPermitted {
@@ -126,7 +145,7 @@ fn is_noperm(err: &redis::RedisError) -> bool {
 /// Reads `INFO memory` and returns what weakens the contract. A server that refuses `INFO` (an ACL user without
 /// it) is not checked.
 pub(crate) async fn server_warnings(conn: &Conn) -> Vec<ServerWarning> {
-    let info: redis::RedisResult<String> = redis::cmd("INFO")
+    let info: redis::RedisResult<Value> = redis::cmd("INFO")
         .arg("memory")
         .query_async(&mut conn.clone())
         .await;
@@ -137,6 +156,30 @@ pub(crate) async fn server_warnings(conn: &Conn) -> Vec<ServerWarning> {
             return Vec::new();
         }
     };
+    // One server answers with its text; a cluster connection asks every node and answers with a map of texts.
+    let texts: Vec<String> = match info {
+        Value::Map(nodes) => nodes
+            .into_iter()
+            .filter_map(|(_, text)| redis::from_redis_value(text).ok())
+            .collect(),
+        other => redis::from_redis_value(other).into_iter().collect(),
+    };
+    let mut warnings: Vec<ServerWarning> = Vec::new();
+    for text in texts {
+        if let Some(warning) = eviction(&text) {
+            if !warnings.contains(&warning) {
+                warnings.push(warning);
+            }
+        }
+    }
+    for warning in &warnings {
+        tracing::warn!("{warning}");
+    }
+    warnings
+}
+
+/// The eviction warning for a server whose `INFO memory` is `info`, if it may evict keys.
+fn eviction(info: &str) -> Option<ServerWarning> {
     let field = |name: &str| {
         info.lines()
             .filter_map(|line| line.split_once(':'))
@@ -147,12 +190,6 @@ pub(crate) async fn server_warnings(conn: &Conn) -> Vec<ServerWarning> {
         .and_then(|m| m.parse::<u64>().ok())
         .unwrap_or(0);
     let policy = field("maxmemory_policy").unwrap_or_default();
-    let mut warnings = Vec::new();
-    if maxmemory > 0 && (policy.starts_with("allkeys-") || policy.starts_with("volatile-")) {
-        warnings.push(ServerWarning::Eviction { policy, maxmemory });
-    }
-    for warning in &warnings {
-        tracing::warn!("{warning}");
-    }
-    warnings
+    (maxmemory > 0 && (policy.starts_with("allkeys-") || policy.starts_with("volatile-")))
+        .then_some(ServerWarning::Eviction { policy, maxmemory })
 }

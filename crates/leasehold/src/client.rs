@@ -17,6 +17,7 @@ use crate::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::mutex::{AcquireItem, Mutex};
 use crate::orphans::Orphans;
 use crate::scripts::{FORCE_RELEASE, INSPECT};
+use crate::topology::{Cluster, Target};
 use crate::wake::Wakeups;
 
 /// Default time allowed to open a connection to Redis.
@@ -50,6 +51,8 @@ pub struct Client {
 
 pub(crate) struct Inner {
     pub(crate) conn: Conn,
+    /// The server, or the cluster, the client talks to.
+    pub(crate) target: Target,
     /// Acquire attempts and releases of this client's tasks, coalesced when calls are out (batch.rs).
     pub(crate) acquires: Coalescer<AcquireItem>,
     pub(crate) releases: Coalescer<ReleaseItem>,
@@ -87,8 +90,10 @@ impl Client {
     /// Connects to the Redis server at `url` with default settings.
     ///
     /// Accepted URLs: `redis://[user[:password]@]host[:port][/db]`, `redis+unix:///path/to/socket` or
-    /// `unix:///path/to/socket`, and `rediss://…` when the `tls` feature is on. The connection reconnects by
-    /// itself after Redis restarts.
+    /// `unix:///path/to/socket`, and `rediss://…` when the `tls` feature is on; for a Redis Cluster,
+    /// `redis+cluster://[user[:password]@]host:port,host:port,…` (every seed node you know; `rediss+cluster://`
+    /// for TLS). The connection reconnects by itself after Redis restarts, and follows a cluster's failovers and
+    /// slot migrations.
     ///
     /// # Errors
     ///
@@ -108,15 +113,28 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] for a malformed URL.
     pub fn builder(url: &str) -> Result<Builder, Error> {
-        if cfg!(not(feature = "tls")) && url.trim_start().starts_with("rediss://") {
-            return Err(InvalidArgument::BadUrl(
-                "rediss:// (TLS) needs leasehold's `tls` feature".to_owned(),
-            )
-            .into());
-        }
-        // The URL is not repeated in the error: it may carry a password.
-        let redis = redis::Client::open(url).map_err(|e| InvalidArgument::BadUrl(e.to_string()))?;
-        Ok(Builder::new(redis))
+        Ok(Builder::with_target(Target::parse(url)?))
+    }
+
+    /// A [`Builder`] for the Redis Cluster reached through `seeds`, one URL per node
+    /// (`["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]`; `rediss://` with the `tls` feature). Name several:
+    /// the client starts as long as one of them answers, and learns the rest of the cluster from it.
+    /// [`Client::builder`] takes the same as one URL, `redis+cluster://10.0.0.1:7000,10.0.0.2:7000`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a malformed seed or an empty list.
+    pub fn cluster_builder<I, U>(seeds: I) -> Result<Builder, Error>
+    where
+        I: IntoIterator<Item = U>,
+        U: AsRef<str>,
+    {
+        Ok(Builder::with_target(Target::Cluster(Cluster::new(seeds)?)))
+    }
+
+    /// Whether this client talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.inner.target.is_cluster()
     }
 
     /// A handle for the non-reentrant mutex called `name`. Creating it does no I/O; the name is checked by the
@@ -236,7 +254,8 @@ impl Client {
     ///
     /// Walks the keyspace with `SCAN` (never `KEYS`, which blocks the server), so a lock granted or released during
     /// the walk may or may not be listed; each listed entry is consistent in itself. Keys under this client's
-    /// prefix that are not leasehold locks are skipped. On Redis Cluster this sees one node only.
+    /// prefix that are not leasehold locks are skipped. On a Redis Cluster every primary is walked (with a cluster
+    /// connection of your own, given to [`Builder::connection`], one node only).
     ///
     /// # Errors
     ///
@@ -250,27 +269,13 @@ impl Client {
         let prefix = &self.inner.prefix;
         let glob = format!("{}:{{{pattern}}}", escape_glob(prefix));
         let head = prefix.len() + 2;
-        let mut conn = self.inner.conn.clone();
-        let mut cursor = 0u64;
         let mut names = Vec::new();
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&glob)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await?;
+        for keys in scan_all(&self.inner.conn, &glob).await? {
             names.extend(
                 keys.into_iter()
                     .filter(|key| key.len() > head && key.ends_with('}'))
                     .map(|key| key[head..key.len() - 1].to_owned()),
             );
-            cursor = next;
-            if cursor == 0 {
-                break;
-            }
         }
         names.sort();
         names.dedup();
@@ -504,7 +509,7 @@ pub struct Holder {
 /// ```
 #[must_use = "a builder does nothing until `connect` is called"]
 pub struct Builder {
-    redis: redis::Client,
+    target: Target,
     conn: Option<Conn>,
     prefix: String,
     connection_timeout: Duration,
@@ -518,6 +523,7 @@ impl fmt::Debug for Builder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("prefix", &self.prefix)
+            .field("cluster", &self.target.is_cluster())
             .field("connection_timeout", &self.connection_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("fence_retention", &self.fence_retention)
@@ -530,8 +536,12 @@ impl Builder {
     /// Settings for the server `redis` points at. Use this when you already build [`redis::Client`]s (for TLS
     /// certificates, say); [`Client::builder`] parses a URL instead.
     pub fn new(redis: redis::Client) -> Builder {
+        Builder::with_target(Target::Single(redis))
+    }
+
+    fn with_target(target: Target) -> Builder {
         Builder {
-            redis,
+            target,
             conn: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
@@ -601,6 +611,10 @@ impl Builder {
     /// silent, as it does its own). Wake-ups for waiters still use a separate subscriber connection to the server
     /// given to [`Builder::new`], because a subscribed connection cannot carry commands.
     ///
+    /// For a Redis Cluster, start from [`Client::cluster_builder`] and pass a
+    /// [`redis::cluster_async::ClusterConnection`] to the same cluster: the client then groups its calls per slot and
+    /// waits on sharded channels, as with a connection of its own.
+    ///
     /// The connection must run one client's requests in the order they are sent, as a multiplexed connection does.
     /// A pool does not: the lease deadlines stay correct (they order replies by server time), but the release of a
     /// dropped acquire may then run before the acquire itself, leaving that grant held until its lease ends.
@@ -627,13 +641,6 @@ impl Builder {
     pub async fn connect(self) -> Result<Client, Error> {
         require_runtime()?;
         check_prefix(&self.prefix)?;
-        #[cfg(feature = "tls")]
-        let redis = {
-            crate::tls::ensure_crypto_provider();
-            crate::tls::apply(self.redis, &self.tls)?
-        };
-        #[cfg(not(feature = "tls"))]
-        let redis = self.redis;
         check_timeout("connection timeout", self.connection_timeout)?;
         check_timeout("response timeout", self.response_timeout)?;
         if self.fence_retention < Duration::from_secs(1) {
@@ -644,9 +651,28 @@ impl Builder {
             }
             .into());
         }
-        let conn = match self.conn {
-            Some(conn) => conn,
-            None => {
+        #[cfg(feature = "tls")]
+        crate::tls::ensure_crypto_provider();
+        let target = match self.target {
+            #[cfg(feature = "tls")]
+            Target::Single(redis) => Target::Single(crate::tls::apply(redis, &self.tls)?),
+            #[cfg(not(feature = "tls"))]
+            Target::Single(redis) => Target::Single(redis),
+            Target::Cluster(mut cluster) => {
+                cluster.connection_timeout = self.connection_timeout;
+                cluster.response_timeout = self.response_timeout;
+                #[cfg(feature = "tls")]
+                {
+                    cluster.certs = crate::tls::checked(&self.tls, cluster.uses_tls())?;
+                }
+                Target::Cluster(cluster)
+            }
+        };
+        let gave_up =
+            || redis::RedisError::from((redis::ErrorKind::Io, "timed out connecting to redis"));
+        let conn = match (self.conn, &target) {
+            (Some(conn), _) => conn,
+            (None, Target::Single(redis)) => {
                 // Few retries per (re)connect: a request that fails triggers the next reconnect anyway, and the
                 // first connect should report a refused or unreachable server at once, with its real cause.
                 let config = ConnectionManagerConfig::new()
@@ -659,34 +685,47 @@ impl Builder {
                     Conn::managed(redis.clone(), config),
                 )
                 .await
-                .map_err(|_| {
-                    redis::RedisError::from((redis::ErrorKind::Io, "timed out connecting to redis"))
-                })??
+                .map_err(|_| gave_up())??
+            }
+            (None, Target::Cluster(cluster)) => {
+                let client = cluster.client(None)?;
+                let connection = client.get_async_connection();
+                let connection =
+                    tokio::time::timeout(self.connection_timeout.saturating_mul(2), connection)
+                        .await
+                        .map_err(|_| gave_up())??;
+                Conn::cluster(connection, self.response_timeout)
             }
         };
         // The checks below fail now, not at the first lock, when the server is unreachable or refuses us (the first
         // of them is the first request on the connection).
         // Identifies this client in lock queues; its wake-up channel is named after it.
         let client_id = new_token(None)?.split_off(crate::fence::TOKEN_PREFIX.len());
-        check_publish(&conn, &format!("{}:wake:", self.prefix), &client_id).await?;
+        check_publish(&conn, &target, &self.prefix, &client_id).await?;
         check_keys(&conn, &self.prefix).await?;
         let warnings = server_warnings(&conn).await;
-        let orphans = Orphans::new(redis.clone(), self.connection_timeout, self.fence_retention);
+        let orphans = Orphans::new(
+            target.clone(),
+            self.connection_timeout,
+            self.fence_retention,
+        );
+        let cluster = target.is_cluster();
         // The subscriber holds the client weakly: it releases grants that nobody here waits for any more.
         let inner = Arc::new_cyclic(|inner| Inner {
             wakeups: Wakeups::new(
                 inner.clone(),
-                redis,
+                target.clone(),
                 &self.prefix,
                 client_id,
                 self.connection_timeout,
                 self.response_timeout,
             ),
             conn,
-            // One server: a call may cover any locks (on Redis Cluster it must stay within one slot).
-            acquires: Coalescer::new(false),
-            releases: Coalescer::new(false),
-            set_acquires: Coalescer::new(false),
+            target,
+            // On one server a call may cover any locks; on a cluster it must stay within one slot.
+            acquires: Coalescer::new(cluster),
+            releases: Coalescer::new(cluster),
+            set_acquires: Coalescer::new(cluster),
             waits: std::sync::atomic::AtomicU64::new(0),
             prefix: self.prefix,
             fence_retention: self.fence_retention,
@@ -707,6 +746,79 @@ fn check_timeout(what: &'static str, value: Duration) -> Result<(), InvalidArgum
         });
     }
     Ok(())
+}
+
+/// The keys matching `glob`, per node walked: every primary of a cluster (reached through leasehold's own cluster
+/// connection), or the one server.
+async fn scan_all(conn: &Conn, glob: &str) -> Result<Vec<Vec<String>>, Error> {
+    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+    let scan = |cursor: u64| {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(glob)
+            .arg("COUNT")
+            .arg(1000);
+        cmd
+    };
+    let Conn::Cluster(cluster, _) = conn else {
+        let mut conn = conn.clone();
+        let mut cursor = 0u64;
+        let mut found = Vec::new();
+        loop {
+            let (next, keys): (u64, Vec<String>) = scan(cursor).query_async(&mut conn).await?;
+            found.extend(keys);
+            cursor = next;
+            if cursor == 0 {
+                return Ok(vec![found]);
+            }
+        }
+    };
+    // Every primary, as `CLUSTER SLOTS` lists them: [[start, end, [host, port, id, …], replicas…], …].
+    let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut conn.clone())
+        .await?;
+    let mut primaries: Vec<(String, u16)> = slots
+        .iter()
+        .filter_map(|range| {
+            let node: Vec<redis::Value> = redis::from_redis_value(range.get(2)?.clone()).ok()?;
+            let host: String = redis::from_redis_value(node.first()?.clone()).ok()?;
+            let port: u16 = redis::from_redis_value(node.get(1)?.clone()).ok()?;
+            Some((host, port))
+        })
+        .collect();
+    primaries.sort();
+    primaries.dedup();
+    let mut per_node = Vec::new();
+    for (host, port) in primaries {
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: host.clone(),
+            port,
+        });
+        let mut cursor = 0u64;
+        let mut found = Vec::new();
+        loop {
+            let mut cluster = cluster.clone();
+            let reply = tokio::time::timeout(
+                DEFAULT_RESPONSE_TIMEOUT.max(Duration::from_secs(5)),
+                cluster.route_command(scan(cursor), route.clone()),
+            )
+            .await
+            .map_err(|_| {
+                redis::RedisError::from((redis::ErrorKind::Io, "SCAN timed out on a cluster node"))
+            })??;
+            let (next, keys): (u64, Vec<String>) =
+                redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+            found.extend(keys);
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        per_node.push(found);
+    }
+    Ok(per_node)
 }
 
 /// How many locks [`Client::held_locks`] reads at once.

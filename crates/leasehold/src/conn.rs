@@ -8,7 +8,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 
+use std::time::Duration;
+
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
 
 /// Consecutive timed-out requests after which the connection is considered silently dead and replaced.
@@ -34,6 +37,8 @@ where
 pub(crate) enum Conn {
     Managed(Arc<Managed>),
     Shared(Box<dyn SharedConnection>),
+    /// A Redis Cluster connection (leasehold's or the caller's), each request bounded by the timeout.
+    Cluster(ClusterConnection, Duration),
 }
 
 /// A [`ConnectionManager`] that is replaced when it goes silent.
@@ -104,6 +109,12 @@ impl Conn {
         })))
     }
 
+    /// A cluster connection whose every request (with its redirections and retries) is given up after `timeout`:
+    /// the cluster client's own timeouts were seen not to bound a request in every case (FIELD-NOTES).
+    pub(crate) fn cluster(conn: ClusterConnection, timeout: Duration) -> Conn {
+        Conn::Cluster(conn, timeout)
+    }
+
     pub(crate) fn shared<C>(conn: C) -> Conn
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
@@ -154,6 +165,7 @@ impl Clone for Conn {
         match self {
             Conn::Managed(c) => Conn::Managed(Arc::clone(c)),
             Conn::Shared(c) => Conn::Shared(c.boxed_clone()),
+            Conn::Cluster(c, timeout) => Conn::Cluster(c.clone(), *timeout),
         }
     }
 }
@@ -170,6 +182,10 @@ impl ConnectionLike for Conn {
                 })
             }
             Conn::Shared(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c, timeout) => {
+                let timeout = *timeout;
+                Box::pin(bounded(timeout, c.req_packed_command(cmd)))
+            }
         }
     }
 
@@ -192,6 +208,13 @@ impl ConnectionLike for Conn {
                 })
             }
             Conn::Shared(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c, timeout) => {
+                let timeout = *timeout;
+                Box::pin(bounded(
+                    timeout,
+                    c.req_packed_commands(pipeline, offset, count),
+                ))
+            }
         }
     }
 
@@ -199,6 +222,23 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Managed(managed) => managed.current().get_db(),
             Conn::Shared(c) => c.get_db(),
+            Conn::Cluster(c, _) => c.get_db(),
         }
+    }
+}
+
+/// `request`, failed as timed out (an I/O error of kind `TimedOut`, which [`redis::RedisError::is_timeout`]
+/// recognises) when it has not answered within `timeout`.
+async fn bounded<T>(
+    timeout: Duration,
+    request: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    match tokio::time::timeout(timeout, request).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no reply from the redis cluster within the response timeout",
+        )
+        .into()),
     }
 }

@@ -254,11 +254,8 @@ async fn run(keeper: Arc<Keeper>, inner: Weak<Inner>) {
             let Some(inner) = inner.upgrade() else {
                 return;
             };
-            let mut due = due;
-            while !due.is_empty() {
-                let rest = due.split_off(due.len().min(RENEW_BATCH));
-                tokio::spawn(renew(Arc::clone(&keeper), Arc::clone(&inner), due));
-                due = rest;
+            for batch in batches(due, inner.target.is_cluster()) {
+                tokio::spawn(renew(Arc::clone(&keeper), Arc::clone(&inner), batch));
             }
         }
         match next {
@@ -271,6 +268,33 @@ async fn run(keeper: Arc<Keeper>, inner: Weak<Inner>) {
             None => keeper.wake.notified().await,
         }
     }
+}
+
+/// The renewal calls for `due`: at most [`RENEW_BATCH`] leases each, and on a cluster (`by_slot`) only leases of one
+/// hash slot each, since a script's keys must share a slot there. 10,000 locks spread over a cluster's 16,384 slots
+/// therefore cost about one call per lock and round; the calls run concurrently.
+fn batches(
+    mut due: Vec<(u64, Arc<LeaseShared>)>,
+    by_slot: bool,
+) -> Vec<Vec<(u64, Arc<LeaseShared>)>> {
+    let mut batches = Vec::new();
+    if by_slot {
+        due.sort_by_key(|(_, lease)| lease.keys.slot());
+    }
+    while !due.is_empty() {
+        let mut len = due.len().min(RENEW_BATCH);
+        if by_slot {
+            let slot = due[0].1.keys.slot();
+            len = due[..len]
+                .iter()
+                .position(|(_, lease)| lease.keys.slot() != slot)
+                .unwrap_or(len);
+        }
+        let rest = due.split_off(len);
+        batches.push(due);
+        due = rest;
+    }
+    batches
 }
 
 async fn renew(keeper: Arc<Keeper>, inner: Arc<Inner>, due: Vec<(u64, Arc<LeaseShared>)>) {

@@ -227,6 +227,7 @@ mod scripts;
 mod semaphore;
 #[cfg(feature = "tls")]
 mod tls;
+mod topology;
 mod wake;
 
 pub use checks::ServerWarning;

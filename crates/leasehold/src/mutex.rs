@@ -473,7 +473,7 @@ impl Mutex {
                 }
             }
         };
-        if until(deadline, wakeups.ready()).await.is_none() {
+        if until(deadline, wakeups.ready(&keys.lock)).await.is_none() {
             return Err(timed_out(&mut outage));
         }
         // The first attempt already queued this client; it need not be repeated if we were subscribed when it was
@@ -977,9 +977,15 @@ fn is_transient(err: &Error) -> bool {
         || err.is_timeout()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
+        || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        // MOVED and ASK reach us only when the cluster client gave up following them (a slot whose new owner is
+        // not reachable yet, during a failover).
         || matches!(
             err.code(),
-            Some("LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN")
+            Some(
+                "LOADING" | "BUSY" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "CLUSTERDOWN" | "MOVED"
+                    | "ASK"
+            )
         )
 }
 

@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 
 use crate::guard::release_invocation;
 use crate::keys::LockKeys;
+use crate::topology::Target;
 
 /// The most a client's drop waits for its outstanding releases.
 const BUDGET: Duration = Duration::from_secs(1);
@@ -25,14 +26,14 @@ pub(crate) struct Orphans {
     in_flight: AtomicUsize,
     /// Notified whenever `in_flight` drops.
     settled: Notify,
-    redis: redis::Client,
+    target: Target,
     connect_timeout: Duration,
     fence_retention: Duration,
 }
 
 impl Orphans {
     pub(crate) fn new(
-        redis: redis::Client,
+        target: Target,
         connect_timeout: Duration,
         fence_retention: Duration,
     ) -> Orphans {
@@ -40,7 +41,7 @@ impl Orphans {
             list: Mutex::new(Vec::new()),
             in_flight: AtomicUsize::new(0),
             settled: Notify::new(),
-            redis,
+            target,
             connect_timeout,
             fence_retention,
         }
@@ -86,7 +87,7 @@ impl Orphans {
             return;
         }
         let deadline = Instant::now() + BUDGET;
-        let redis = self.redis.clone();
+        let target = self.target.clone();
         let connect_timeout = self.connect_timeout.min(BUDGET);
         let channel_prefix = channel_prefix.to_owned();
         let retention = self.fence_retention;
@@ -96,7 +97,7 @@ impl Orphans {
             .name("leasehold-release".into())
             .spawn(move || {
                 let released = release_blocking(
-                    &redis,
+                    &target,
                     connect_timeout,
                     deadline,
                     &orphans,
@@ -122,25 +123,47 @@ impl Orphans {
 }
 
 fn release_blocking(
-    redis: &redis::Client,
+    target: &Target,
     connect_timeout: Duration,
     deadline: Instant,
     orphans: &[(Arc<LockKeys>, String)],
     channel_prefix: &str,
     fence_retention: Duration,
 ) -> redis::RedisResult<usize> {
-    let mut con = redis.get_connection_with_timeout(connect_timeout)?;
     let mut released = 0;
-    for (keys, token) in orphans {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
+    match target {
+        Target::Single(redis) => {
+            let mut con = redis.get_connection_with_timeout(connect_timeout)?;
+            for (keys, token) in orphans {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                con.set_read_timeout(Some(left))?;
+                con.set_write_timeout(Some(left))?;
+                let _: i64 = release_invocation(keys, token, channel_prefix, fence_retention)
+                    .invoke(&mut con)?;
+                released += 1;
+            }
         }
-        con.set_read_timeout(Some(left))?;
-        con.set_write_timeout(Some(left))?;
-        let _: i64 =
-            release_invocation(keys, token, channel_prefix, fence_retention).invoke(&mut con)?;
-        released += 1;
+        Target::Cluster(cluster) => {
+            // The blocking cluster connection, with the time left as its timeouts (it routes each release to the
+            // lock's node).
+            let mut cluster = cluster.clone();
+            cluster.connection_timeout = connect_timeout;
+            cluster.response_timeout = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
+            let mut con = cluster.client(None)?.get_connection()?;
+            for (keys, token) in orphans {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                let _: i64 = release_invocation(keys, token, channel_prefix, fence_retention)
+                    .invoke(&mut con)?;
+                released += 1;
+            }
+        }
     }
     Ok(released)
 }

@@ -145,7 +145,7 @@ impl Queued {
         // Subscribed before the first attempt: a release that finds nobody listening on our channel skips our entry.
         let waiting = wakeups.join(&keys.lock);
         let mut wake = waiting.wakeups();
-        if until(deadline, wakeups.ready()).await.is_none() {
+        if until(deadline, wakeups.ready(&keys.lock)).await.is_none() {
             return Err(timed_out(&mut outage));
         }
         let wid = format!(

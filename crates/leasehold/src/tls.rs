@@ -42,11 +42,24 @@ pub(crate) fn apply(
     redis: redis::Client,
     settings: &TlsSettings,
 ) -> Result<redis::Client, InvalidArgument> {
-    if settings.is_empty() {
-        return Ok(redis);
-    }
     let info = redis.get_connection_info().clone();
-    if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+    let uses_tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+    match checked(settings, uses_tls)? {
+        None => Ok(redis),
+        Some(certs) => redis::Client::build_with_tls(info, certs)
+            .map_err(|e| InvalidArgument::BadTls(e.to_string())),
+    }
+}
+
+/// The certificates of `settings`, checked, for servers reached with TLS (`uses_tls`); `None` when there are none.
+pub(crate) fn checked(
+    settings: &TlsSettings,
+    uses_tls: bool,
+) -> Result<Option<redis::TlsCertificates>, InvalidArgument> {
+    if settings.is_empty() {
+        return Ok(None);
+    }
+    if !uses_tls {
         return Err(InvalidArgument::BadTls(
             "TLS certificates were given for a URL that does not use TLS (use rediss://)"
                 .to_owned(),
@@ -72,7 +85,7 @@ pub(crate) fn apply(
             ))
         })?;
     }
-    let certs = redis::TlsCertificates {
+    Ok(Some(redis::TlsCertificates {
         client_tls: settings
             .identity
             .as_ref()
@@ -81,8 +94,7 @@ pub(crate) fn apply(
                 client_key: key.clone(),
             }),
         root_cert: settings.ca.clone(),
-    };
-    redis::Client::build_with_tls(info, certs).map_err(|e| InvalidArgument::BadTls(e.to_string()))
+    }))
 }
 
 /// How many certificates `pem` holds; an error when one of them cannot be read.

@@ -39,12 +39,16 @@ use crate::client::Inner;
 use crate::fence::token_id;
 use crate::guard::release_in_background;
 use crate::keys::LockKeys;
+use crate::topology::{Cluster, Target};
 
 /// Reconnect backoff bounds for the subscriber connection.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
 /// How often the subscriber pings its connection, to notice a peer that went silent without closing.
 const PING_EVERY: Duration = Duration::from_secs(2);
+/// How often a cluster subscriber drops the sharded channels of locks nobody here waits for any more. A channel is
+/// kept this long after its last waiter left, so that a lock waited for again and again is subscribed once.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// The tokens one waiting task keeps registered: its latest attempts, any of which a release may grant (a reply
 /// that was lost leaves its attempt's token possibly stored). A grant for an older one is released.
 const KEPT_TOKENS: usize = 8;
@@ -57,6 +61,8 @@ pub(crate) struct LocalLock {
     wake: watch::Sender<u64>,
     /// Local tasks between [`Wakeups::join`] and the drop of their [`Waiting`]; changed under the map lock.
     waiters: AtomicUsize,
+    /// On a cluster: whether this lock's sharded channel is subscribed (see [`Wakeups::ready`]).
+    subscribed: watch::Sender<bool>,
 }
 
 impl LocalLock {
@@ -131,11 +137,13 @@ impl Mailbox {
 /// The client's side of the subscriber task.
 pub(crate) struct Wakeups {
     shared: Arc<Shared>,
-    redis: redis::Client,
+    target: Target,
     connect_timeout: Duration,
     response_timeout: Duration,
     /// Dropped with the client, which ends the task.
     task: Mutex<Option<oneshot::Sender<()>>>,
+    /// On a cluster: asks the task to subscribe a lock's sharded channel (by lock key).
+    requests: Mutex<Option<tokio::sync::mpsc::UnboundedSender<String>>>,
 }
 
 struct Shared {
@@ -148,7 +156,8 @@ struct Shared {
     /// Counts every wake-up delivered and every reconnect, for [`Wakeups::epoch`].
     epoch: AtomicU64,
     client_id: String,
-    /// Every client's channel starts with this; ours is `channel_prefix + client_id`.
+    /// Every client's channel starts with this; ours is `channel_prefix + client_id`. Empty on a cluster, where
+    /// the channel is per lock: `P:{N}:wake:<client id>` (see `notify` in `grant.lua`).
     channel_prefix: String,
     prefix: String,
     /// The client, to release grants nobody waits for (the client owns this: a weak reference).
@@ -322,7 +331,7 @@ impl Drop for Waiting {
 impl Wakeups {
     pub(crate) fn new(
         inner: Weak<Inner>,
-        redis: redis::Client,
+        target: Target,
         prefix: &str,
         client_id: String,
         connect_timeout: Duration,
@@ -335,14 +344,19 @@ impl Wakeups {
                 subscribed: watch::channel(false).0,
                 epoch: AtomicU64::new(0),
                 client_id,
-                channel_prefix: format!("{prefix}:wake:"),
+                channel_prefix: if target.is_cluster() {
+                    String::new()
+                } else {
+                    format!("{prefix}:wake:")
+                },
                 prefix: prefix.to_owned(),
                 inner,
             }),
-            redis,
+            target,
             connect_timeout,
             response_timeout,
             task: Mutex::new(None),
+            requests: Mutex::new(None),
         }
     }
 
@@ -357,8 +371,12 @@ impl Wakeups {
     }
 
     /// A value that changes whenever a wake-up could have been missed by a task that was not yet registered with
-    /// [`Wakeups::join`]: any delivery, any reconnect. `None` while not subscribed.
+    /// [`Wakeups::join`]: any delivery, any reconnect. `None` while not subscribed, and always on a cluster (where
+    /// a lock's channel is subscribed only once a task waits for it).
     pub(crate) fn epoch(&self) -> Option<u64> {
+        if self.target.is_cluster() {
+            return None;
+        }
         let epoch = self.shared.epoch.load(Ordering::Acquire);
         (*self.shared.subscribed.borrow()).then_some(epoch)
     }
@@ -392,6 +410,7 @@ impl Wakeups {
                     queue: Semaphore::new(1),
                     wake: watch::channel(0).0,
                     waiters: AtomicUsize::new(0),
+                    subscribed: watch::channel(false).0,
                 })
             })
             .clone();
@@ -403,17 +422,32 @@ impl Wakeups {
         }
     }
 
-    /// Returns once this client's channel is subscribed, or after the response timeout if it cannot be (then
-    /// waiters still look again at the holder's lease end and every heartbeat). Starts the subscriber task on first
-    /// use.
+    /// Returns once wake-ups for the lock at `lock_key` reach this client (its channel is subscribed; on a cluster,
+    /// the lock's sharded channel for this client), or after the response timeout if they cannot (then waiters still
+    /// look again at the holder's lease end and every heartbeat). Starts the subscriber task on first use. The
+    /// calling task must have [joined](Wakeups::join) the lock.
     ///
     /// Must run inside a tokio runtime.
-    pub(crate) async fn ready(&self) {
-        let mut subscribed = self.shared.subscribed.subscribe();
+    pub(crate) async fn ready(&self, lock_key: &str) {
+        let mut subscribed = match &self.target {
+            Target::Single(_) => self.shared.subscribed.subscribe(),
+            Target::Cluster(_) => {
+                let Some(local) = self.shared.locals().get(lock_key).cloned() else {
+                    return;
+                };
+                local.subscribed.subscribe()
+            }
+        };
         if *subscribed.borrow_and_update() {
             return;
         }
         self.start();
+        if self.target.is_cluster() {
+            let requests = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(requests) = requests.as_ref() {
+                let _ = requests.send(lock_key.to_owned());
+            }
+        }
         let wait = subscribed.wait_for(|&s| s);
         if tokio::time::timeout(self.response_timeout, wait)
             .await
@@ -431,16 +465,25 @@ impl Wakeups {
         let (stop, stopped) = oneshot::channel();
         let task = Task {
             shared: Arc::clone(&self.shared),
-            redis: self.redis.clone(),
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
         };
+        let run: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+            match &self.target {
+                Target::Single(redis) => Box::pin(task.run(redis.clone())),
+                Target::Cluster(cluster) => {
+                    let (requests, received) = tokio::sync::mpsc::unbounded_channel();
+                    *self.requests.lock().unwrap_or_else(|e| e.into_inner()) = Some(requests);
+                    Box::pin(task.run_sharded(cluster.clone(), received))
+                }
+            };
+        let shared = Arc::clone(&self.shared);
         tokio::spawn(async move {
             // Whatever ends this task (the client dropped, or its runtime shutting down and dropping it), the flag
             // must not keep saying "subscribed": a client used from another runtime later starts a new task.
-            let _unsubscribed = Unsubscribed(Arc::clone(&task.shared));
+            let _unsubscribed = Unsubscribed(shared);
             tokio::select! {
-                () = task.run() => {}
+                () = run => {}
                 _ = stopped => {}
             }
         });
@@ -454,23 +497,25 @@ struct Unsubscribed(Arc<Shared>);
 impl Drop for Unsubscribed {
     fn drop(&mut self) {
         self.0.subscribed.send_replace(false);
+        for local in self.0.locals().values() {
+            local.subscribed.send_replace(false);
+        }
         self.0.bump_all();
     }
 }
 
 struct Task {
     shared: Arc<Shared>,
-    redis: redis::Client,
     connect_timeout: Duration,
     response_timeout: Duration,
 }
 
 impl Task {
-    async fn run(self) {
+    async fn run(self, redis: redis::Client) {
         let channel = format!("{}{}", self.shared.channel_prefix, self.shared.client_id);
         let mut backoff = RECONNECT_MIN;
         loop {
-            match tokio::time::timeout(self.connect_timeout, self.redis.get_async_pubsub()).await {
+            match tokio::time::timeout(self.connect_timeout, redis.get_async_pubsub()).await {
                 Ok(Ok(pubsub)) => {
                     backoff = RECONNECT_MIN;
                     self.serve(pubsub, &channel).await;
@@ -514,6 +559,157 @@ impl Task {
                     }
                 }
             }
+        }
+    }
+
+    /// The cluster subscriber: one cluster connection (RESP3, pushes to this task) whose sharded channels are the
+    /// locks this client waits for, `P:{N}:wake:<client id>`, each in its lock's slot. A channel is subscribed when
+    /// a task first waits for its lock ([`Wakeups::ready`]) and dropped within [`SWEEP_EVERY`] after its last waiter
+    /// left.
+    ///
+    /// After a node fails or a slot moves, redis-rs restores a sharded subscription only once that connection next
+    /// sends a command to the slot, and wake-ups are lost until then (FIELD-NOTES). So this task subscribes every
+    /// channel again at once when the connection reports a disconnection or the server drops a channel (a slot that
+    /// moved away), retrying until each is back, and then lets every waiter look again.
+    async fn run_sharded(
+        self,
+        cluster: Cluster,
+        mut requests: tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) {
+        let mut backoff = RECONNECT_MIN;
+        loop {
+            let (push, mut pushes) = tokio::sync::mpsc::unbounded_channel();
+            let connected = match cluster.client(Some(push)) {
+                Ok(client) => {
+                    tokio::time::timeout(self.connect_timeout, client.get_async_connection()).await
+                }
+                Err(err) => Ok(Err(err)),
+            };
+            match connected {
+                Ok(Ok(conn)) => {
+                    backoff = RECONNECT_MIN;
+                    self.serve_sharded(conn, &mut pushes, &mut requests).await;
+                    for local in self.shared.locals().values() {
+                        local.subscribed.send_replace(false);
+                    }
+                    self.shared.bump_all();
+                }
+                Ok(Err(err)) => {
+                    tracing::debug!(error = %err, "cluster subscriber connection failed")
+                }
+                Err(_) => tracing::debug!("cluster subscriber connection timed out"),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(RECONNECT_MAX);
+        }
+    }
+
+    /// Serves one cluster connection until its pushes end.
+    async fn serve_sharded(
+        &self,
+        mut conn: redis::cluster_async::ClusterConnection,
+        pushes: &mut tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+        requests: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) {
+        let channel_of = |lock_key: &str| format!("{lock_key}:wake:{}", self.shared.client_id);
+        // Lock key → subscribed (as far as this task knows).
+        let mut channels: HashMap<String, bool> = HashMap::new();
+        let mut resubscribe_at: Option<Instant> = None;
+        let mut backoff = RECONNECT_MIN;
+        let mut sweep = tokio::time::interval_at(Instant::now() + SWEEP_EVERY, SWEEP_EVERY);
+        loop {
+            tokio::select! {
+                request = requests.recv() => {
+                    let Some(lock_key) = request else { return };
+                    if channels.get(&lock_key) == Some(&true) {
+                        self.mark_subscribed(&lock_key);
+                        continue;
+                    }
+                    if self.confirm(conn.ssubscribe(channel_of(&lock_key))).await {
+                        channels.insert(lock_key.clone(), true);
+                        self.mark_subscribed(&lock_key);
+                    } else {
+                        // The waiter's `ready` gives up after its timeout and looks again on lease ends; the
+                        // channel is tried again with the others.
+                        channels.insert(lock_key, false);
+                        resubscribe_at.get_or_insert_with(|| Instant::now() + backoff);
+                    }
+                }
+                push = pushes.recv() => {
+                    let Some(push) = push else { return };
+                    match push.kind {
+                        redis::PushKind::SMessage => {
+                            match push.data.get(1).cloned().map(redis::from_redis_value::<String>) {
+                                Some(Ok(text)) => self.deliver(&text),
+                                _ => tracing::warn!("unreadable wake-up message"),
+                            }
+                        }
+                        redis::PushKind::Disconnection => {
+                            tracing::debug!("cluster subscriber lost a node; subscribing again");
+                            for subscribed in channels.values_mut() {
+                                *subscribed = false;
+                            }
+                            resubscribe_at = Some(Instant::now());
+                            // Wake-ups sent meanwhile are lost: let every waiter look again.
+                            self.shared.bump_all();
+                        }
+                        redis::PushKind::SUnsubscribe => {
+                            // The server dropped one of our channels (its slot moved to another node), or we did.
+                            let channel = push
+                                .data
+                                .first()
+                                .cloned()
+                                .and_then(|c| redis::from_redis_value::<String>(c).ok());
+                            let lock_key = channel.as_deref().and_then(|c| {
+                                c.strip_suffix(&format!(":wake:{}", self.shared.client_id))
+                            });
+                            if let Some(subscribed) = lock_key.and_then(|k| channels.get_mut(k)) {
+                                *subscribed = false;
+                                resubscribe_at = Some(Instant::now());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                () = sleep_until_some(resubscribe_at) => {
+                    let mut all = true;
+                    for (lock_key, subscribed) in channels.iter_mut().filter(|(_, s)| !**s) {
+                        *subscribed = self.confirm(conn.ssubscribe(channel_of(lock_key))).await;
+                        if *subscribed {
+                            self.mark_subscribed(lock_key);
+                        }
+                        all &= *subscribed;
+                    }
+                    if all {
+                        resubscribe_at = None;
+                        backoff = RECONNECT_MIN;
+                        // A grant may have been published while a channel was down.
+                        self.shared.bump_all();
+                    } else {
+                        resubscribe_at = Some(Instant::now() + backoff);
+                        backoff = (backoff * 2).min(RECONNECT_MAX);
+                    }
+                }
+                _ = sweep.tick() => {
+                    let idle: Vec<String> = {
+                        let locals = self.shared.locals();
+                        channels.keys().filter(|k| !locals.contains_key(*k)).cloned().collect()
+                    };
+                    for lock_key in idle {
+                        channels.remove(&lock_key);
+                        if !self.confirm(conn.sunsubscribe(channel_of(&lock_key))).await {
+                            tracing::debug!("could not drop an idle wake-up channel");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The lock's sharded channel is subscribed: its waiters may rely on wake-ups.
+    fn mark_subscribed(&self, lock_key: &str) {
+        if let Some(local) = self.shared.locals().get(lock_key) {
+            local.subscribed.send_replace(true);
         }
     }
 
@@ -564,6 +760,14 @@ impl Task {
             tokio::time::timeout(self.response_timeout, request).await,
             Ok(Ok(_))
         )
+    }
+}
+
+/// Sleeps until `at`; forever when it is `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

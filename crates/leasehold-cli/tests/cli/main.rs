@@ -2,6 +2,7 @@
 //! concern). Every test starts its own servers on private ports, bounds every wait, and cleans up its processes.
 
 mod bench;
+mod cluster;
 mod demo;
 mod inputs;
 mod kinds;

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! leasehold-worker count URL NAME SECTIONS        # SECTIONS critical sections: a non-atomic counter increment
+//! leasehold-worker count-on URL DATA NAME SECTIONS  # the same, the lock on URL (a cluster), the data on DATA
 //! leasehold-worker hold URL NAME TTL_MS           # acquire, print "acquired FENCE", then hold until killed
 //! leasehold-worker hold-then-write URL NAME TTL_MS  # acquire, print "acquired FENCE", wait for a stdin line,
 //!                                             # then print "held=BOOL" and try a fenced write: "write=0|1"
@@ -98,7 +99,12 @@ async fn dispatch(args: Vec<String>) -> ExitCode {
         .as_slice()
     {
         ["count", url, name, sections] => match sections.parse() {
-            Ok(n) => count(url, name, n).await,
+            Ok(n) => count(url, url, name, n).await,
+            Err(e) => Err(e.into()),
+        },
+        // The lock on `url` (a cluster, say), the shared data on the one server `data`.
+        ["count-on", url, data, name, sections] => match sections.parse() {
+            Ok(n) => count(url, data, name, n).await,
             Err(_) => return usage(),
         },
         ["hold", url, name, ttl_ms] => match ttl_ms.parse() {
@@ -148,9 +154,9 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// Critical sections that would corrupt the counter without mutual exclusion: read, yield, write. An occupancy
 /// marker set with NX on entry detects any overlap; every section appends its fence to a list, in order.
-async fn count(url: &str, name: &str, sections: u32) -> Result<()> {
+async fn count(url: &str, data: &str, name: &str, sections: u32) -> Result<()> {
     let locks = leasehold::Client::connect(url).await?;
-    let mut redis = redis::Client::open(url)?
+    let mut redis = redis::Client::open(data)?
         .get_multiplexed_async_connection()
         .await?;
     let mutex = locks.mutex(name).ttl(Duration::from_secs(10));

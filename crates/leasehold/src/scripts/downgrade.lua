@@ -6,7 +6,7 @@
 -- KEYS[2]  fence key
 -- KEYS[3]  queue key
 -- KEYS[4]  waiters key
--- ARGV[1]  wake-up channel prefix
+-- ARGV[1]  wake-up channel prefix (empty on Redis Cluster: see `notify` in grant.lua)
 -- ARGV[2]  how long a fence counter lives after it was created, in milliseconds
 -- ARGV[3]  the write hold ("w <token>")
 -- ARGV[4]  the read hold it becomes ("r <token>")

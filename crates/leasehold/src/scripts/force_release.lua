@@ -5,7 +5,8 @@
 -- KEYS[2]  queue key
 -- KEYS[3]  waiters key
 -- KEYS[4]  fence key
--- ARGV[1]  wake-up channel prefix: client `id` listens on ARGV[1] .. id
+-- ARGV[1]  wake-up channel prefix: client `id` listens on ARGV[1] .. id (empty on Redis Cluster: see
+--           `notify` in grant.lua)
 -- ARGV[2]  how long a fence counter lives after it was created, in milliseconds
 --
 -- Returns  the token that was removed (for a queued kind, the live hold that would have lapsed first), false when

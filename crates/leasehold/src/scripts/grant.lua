@@ -37,3 +37,24 @@ local function draw_fence(fence_key, now, retention_ms)
     redis.call('SET', fence_key, fence, 'KEEPTTL')
     return fence
 end
+
+-- notify(lock, prefix, id, message)
+--             publishes a wake-up for the waiting client `id` of the lock whose key is `lock`, and returns whether the
+--             grant it carries may be stored: a count of the subscribers that can act on it, or 1 when that count
+--             cannot be known.
+--             On one server `prefix` is `P:wake:` and the channel is the client's own, `P:wake:<id>` (PUBLISH): its
+--             subscriber is connected to this very server, so a count of 0 proves the client gone.
+--             An empty `prefix` means Redis Cluster: the channel is `P:{N}:wake:<id>`, in the lock's own slot,
+--             published with SPUBLISH (it stays in the lock's shard: no broadcast over the cluster bus). Its count
+--             proves nothing there: replicas deliver sharded messages too, and after a failover a subscription can
+--             still sit on the demoted primary, which receives the message while the new primary counts 0. A grant
+--             published must therefore always be stored (1 is returned), so that no message ever names a grant that
+--             does not exist; a waiter that is in fact gone holds the lock for its claim at most, and liveness is
+--             judged by server time alone (the queue entry's deadline).
+local function notify(lock, prefix, id, message)
+    if prefix == '' then
+        redis.call('SPUBLISH', lock .. ':wake:' .. id, message)
+        return 1
+    end
+    return redis.call('PUBLISH', prefix .. id, message)
+end

@@ -8,8 +8,8 @@
 -- "<alive until, server ms> <claim ms> <token>", written by that client's latest busy attempt.
 --
 -- Liveness is decided by server time (each attempt of a waiting client renews its entry), never by PUBLISH's count,
--- which pattern subscribers inflate (and which counts one node only on Redis Cluster). A count of 0 still proves the
--- client gone on a single server: the entry is skipped. A waiter that died less than a liveness window ago is granted
+-- which pattern subscribers inflate. A count of 0 still proves the client gone on one server: the entry is skipped (on
+-- Redis Cluster, where no count proves anything, `notify` reports 1 and the live waiter is granted: see grant.lua). A waiter that died less than a liveness window ago is granted
 -- a claim lease it never extends: the lock is then held for at most that claim (2 s), never for a whole lease.
 --
 -- Work: every id popped here was pushed by one acquire call and is popped once, so however many dead entries sit at
@@ -42,7 +42,7 @@ local function hand_off(lock_key, fence_key, queue_key, waiters_key, prefix, ret
                     end
                 end
                 local grant = 'g ' .. fence .. ' ' .. now .. ' ' .. claim .. ' ' .. token .. '\n' .. lock_key
-                if redis.call('PUBLISH', prefix .. id, grant) > 0 then
+                if notify(lock_key, prefix, id, grant) > 0 then
                     redis.call('SET', lock_key, token, 'PX', claim)
                     return true
                 end

@@ -8,7 +8,7 @@
 -- KEYS[3]  waiters key
 -- KEYS[4]  released key
 -- KEYS[5]  fence key
--- ARGV[1]  wake-up channel prefix
+-- ARGV[1]  wake-up channel prefix (empty on Redis Cluster: see `notify` in grant.lua)
 -- ARGV[2]  how long a fence counter lives after it was created, in milliseconds
 -- ARGV[3]  the wait's id
 --

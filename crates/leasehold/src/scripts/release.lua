@@ -11,7 +11,8 @@
 -- KEYS[5i-1]  its released key: the token of the last release, for the rest of its lease, so that a retry is
 --             recognised
 -- KEYS[5i]    its fence key (a hand-off draws the next owner's fence)
--- ARGV[1]     wake-up channel prefix: client `id` listens on ARGV[1] .. id
+-- ARGV[1]     wake-up channel prefix: client `id` listens on ARGV[1] .. id (empty on Redis Cluster:
+--             see `notify` in grant.lua)
 -- ARGV[2]     how long a fence counter lives after it was created, in milliseconds
 -- ARGV[i+2]   release i's owner token, or its hold for a queued kind
 --

@@ -95,7 +95,7 @@ local function serve(lock, fence_key, queue, waiters, prefix, retention_ms, now,
                 mine = fence
             else
                 local grant = 'g ' .. fence .. ' ' .. now .. ' ' .. claim .. ' ' .. hold .. '\n' .. lock
-                if redis.call('PUBLISH', prefix .. client, grant) > 0 then
+                if notify(lock, prefix, client, grant) > 0 then
                     store_hold(lock, hold, now_ms, claim)
                 end
             end

@@ -11,7 +11,7 @@
 -- KEYS[4i]    its waiters key
 -- ARGV[1]     how long a fence counter lives after it was created, in milliseconds
 -- ARGV[2]     the caller's client id (its wake-up channel is ARGV[3] .. id)
--- ARGV[3]     wake-up channel prefix
+-- ARGV[3]     wake-up channel prefix (empty on Redis Cluster: see `notify` in grant.lua)
 -- ARGV[7i-3]  attempt i's hold: "<tag> <new owner token>"
 -- ARGV[7i-2]  its lease in milliseconds
 -- ARGV[7i-1]  "0" for a single try; "1" or "2" for an attempt of a wait (enter or refresh the queue entry)

@@ -1,0 +1,175 @@
+//! leasehold on a real Redis Cluster: 3 primaries and 3 replicas, started once for this whole binary (about 2.5 s)
+//! and killed when it ends.
+//!
+//! The binary has its own `main` (`harness = false`): the tests share one cluster and some of them kill, fail over or
+//! migrate its nodes, so they run one after the other, each leaving the cluster whole (3 + 3, every slot served) for
+//! the next. Run one test with `cargo test --test cluster -- NAME_PART`.
+
+mod faults;
+mod kinds;
+mod processes;
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use leasehold_tests::RedisCluster;
+
+type TestFn = fn(&mut RedisCluster) -> Pin<Box<dyn Future<Output = ()> + '_>>;
+
+macro_rules! tests {
+    ($($module:ident :: $name:ident),* $(,)?) => {
+        &[$((concat!(stringify!($module), "::", stringify!($name)), |c| Box::pin($module::$name(c)))),*]
+    };
+}
+
+const TESTS: &[(&str, TestFn)] = tests![
+    kinds::every_kind_locks_and_waits_on_the_cluster,
+    kinds::a_release_hands_the_lock_to_a_waiter_on_its_sharded_channel,
+    kinds::a_fair_release_hands_over_on_the_sharded_channel,
+    kinds::leases_in_many_slots_are_renewed_and_released,
+    kinds::held_locks_walks_every_primary,
+    kinds::a_call_to_a_sleeping_primary_is_bounded,
+    processes::eight_processes_never_overlap_on_a_cluster,
+    faults::a_lock_held_and_waited_for_survives_a_manual_failover,
+    faults::a_lock_whose_slot_migrates_while_held_and_waited_for_stays_exclusive,
+    faults::kill_9_of_the_locks_primary_never_gives_two_owners,
+];
+
+fn main() {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let chosen: Vec<_> = TESTS
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    // `cargo test -- --list` and friends: nothing to start.
+    if std::env::args().any(|a| a == "--list") {
+        for (name, _) in &chosen {
+            println!("{name}: test");
+        }
+        return;
+    }
+    // `LEASEHOLD_TEST_TRACE=debug` prints what leasehold traces.
+    if let Ok(level) = std::env::var("LEASEHOLD_TEST_TRACE") {
+        let level = level.parse().unwrap_or(tracing::Level::DEBUG);
+        tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .init();
+    }
+    println!(
+        "\nrunning {} tests (one cluster, in sequence)",
+        chosen.len()
+    );
+    if chosen.is_empty() {
+        return;
+    }
+    let started = Instant::now();
+    let mut cluster = RedisCluster::start();
+    println!("cluster ready in {:.1?}", started.elapsed());
+    let mut failed = Vec::new();
+    for (name, test) in chosen {
+        let began = Instant::now();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            runtime.block_on(test(&mut cluster));
+        }));
+        drop(runtime);
+        match outcome {
+            Ok(()) => println!("test {name} ... ok ({:.1?})", began.elapsed()),
+            Err(_) => {
+                println!("test {name} ... FAILED ({:.1?})", began.elapsed());
+                failed.push(*name);
+                // Whatever the test left broken, the next one gets a whole cluster.
+                heal(&mut cluster);
+            }
+        }
+    }
+    drop(cluster);
+    if failed.is_empty() {
+        println!("\ntest result: ok. ({:.1?})", started.elapsed());
+    } else {
+        println!("\nfailures: {failed:?}");
+        std::process::exit(101);
+    }
+}
+
+/// Restarts every killed node and waits until the cluster is whole again.
+pub fn heal(cluster: &mut RedisCluster) {
+    for i in 0..6 {
+        if cluster.pid(i).is_none() {
+            cluster.restart(i);
+        }
+    }
+    cluster.wait_stable();
+}
+
+/// A leasehold client of the cluster.
+pub async fn connect(cluster: &RedisCluster) -> leasehold::Client {
+    leasehold::Client::connect(&cluster.url()).await.unwrap()
+}
+
+/// A client with a short response timeout, for tests that make the cluster misbehave.
+pub async fn connect_with(cluster: &RedisCluster, response: Duration) -> leasehold::Client {
+    leasehold::Client::builder(&cluster.url())
+        .unwrap()
+        .response_timeout(response)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The raw value of `key` on the node that serves its slot.
+pub fn get(cluster: &RedisCluster, key: &str) -> Option<String> {
+    let node = cluster.primary_of_slot(leasehold_tests::cluster::slot_of(key));
+    redis::cmd("GET")
+        .arg(key)
+        .query(&mut cluster.connection(node))
+        .unwrap()
+}
+
+/// Bounds a test step in time so a hang fails the test instead of stalling the suite.
+pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(out) => out,
+        Err(_) => panic!("{what} did not happen within {limit:?}"),
+    }
+}
+
+/// Polls `condition` (server state: nothing announces it) every 5 ms until it holds, at most `limit`.
+pub async fn eventually(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} did not happen within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Whether client `client_id`'s sharded wake-up channel for the lock `name` is subscribed on the lock's primary, and
+/// the lock's queue holds an entry: a release now hands the lock over through the channel.
+pub fn waiter_ready(cluster: &RedisCluster, name: &str) -> bool {
+    let lock = format!("leasehold:{{{name}}}");
+    let node = cluster.primary_of_slot(leasehold_tests::cluster::slot_of(&lock));
+    let mut con = cluster.connection(node);
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("SHARDCHANNELS")
+        .arg(format!("{lock}:wake:*"))
+        .query(&mut con)
+        .unwrap();
+    let queued: u64 = redis::cmd("LLEN")
+        .arg(format!("{lock}:queue"))
+        .query(&mut con)
+        .unwrap();
+    !channels.is_empty() && queued > 0
+}

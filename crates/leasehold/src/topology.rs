@@ -1,0 +1,226 @@
+//! Where a client's locks live: one Redis server, or a Redis Cluster.
+//!
+//! Everything that differs between the two is decided here or by a `match` on [`Target`]:
+//! - **where a key lives**: every key of one lock is in one slot (`P:{N}`, the name is the hash tag), so every
+//!   script runs on the node that owns the lock; on a cluster, calls that carry several locks (coalesced acquires and
+//!   releases, renewal batches) are grouped per slot;
+//! - **how a call is made**: through a connection manager to the one server, or through redis-rs's cluster
+//!   connection, which follows `MOVED`/`ASK` and retries `TRYAGAIN`; either way each call is bounded by the client's
+//!   own response timeout ([`crate::conn`]);
+//! - **how a waiter hears back**: a channel per client (`PUBLISH`) on one server; a sharded channel per lock and
+//!   client in the lock's own slot (`SPUBLISH`) on a cluster ([`crate::wake`], `notify` in `grant.lua`).
+
+use std::time::Duration;
+
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::{ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
+
+use crate::error::InvalidArgument;
+
+/// The scheme of a Redis Cluster URL, `redis+cluster://host:port,host:port`; `rediss+cluster://` for TLS.
+pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster://";
+pub(crate) const CLUSTER_TLS_SCHEME: &str = "rediss+cluster://";
+
+/// How many times the cluster client retries a request that met `TRYAGAIN`, `MOVED` to a node it cannot reach yet,
+/// or a dropped connection, inside the client's response timeout.
+const CLUSTER_RETRIES: u32 = 4;
+/// The bounds of the cluster client's wait between retries, in ms: short, so that a `TRYAGAIN` during a slot
+/// migration is retried within one response timeout (redis-rs waits seconds by default).
+const CLUSTER_RETRY_MIN_MS: u64 = 10;
+const CLUSTER_RETRY_MAX_MS: u64 = 200;
+
+/// The servers a client talks to.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One server (a standalone Redis, or a primary you address directly).
+    Single(redis::Client),
+    /// A Redis Cluster, reached through these seed nodes (every node the caller named: a cluster client seeded with
+    /// one node cannot start while that node is down).
+    Cluster(Cluster),
+}
+
+/// A Redis Cluster's seed nodes and the settings every connection to it uses.
+#[derive(Clone)]
+pub(crate) struct Cluster {
+    pub(crate) seeds: Vec<ConnectionInfo>,
+    pub(crate) connection_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    #[cfg(feature = "tls")]
+    pub(crate) certs: Option<redis::TlsCertificates>,
+}
+
+impl Target {
+    /// Parses a URL: a cluster URL, or any URL redis-rs accepts for one server.
+    pub(crate) fn parse(url: &str) -> Result<Target, InvalidArgument> {
+        let trimmed = url.trim();
+        let tls = trimmed.starts_with(CLUSTER_TLS_SCHEME);
+        if tls || trimmed.starts_with(CLUSTER_SCHEME) {
+            return Ok(Target::Cluster(Cluster::new(cluster_seeds(trimmed)?)?));
+        }
+        if cfg!(not(feature = "tls")) && trimmed.starts_with("rediss://") {
+            return Err(InvalidArgument::BadUrl(
+                "rediss:// (TLS) needs leasehold's `tls` feature".to_owned(),
+            ));
+        }
+        // The URL is not repeated in the error: it may carry a password.
+        redis::Client::open(url)
+            .map(Target::Single)
+            .map_err(|e| InvalidArgument::BadUrl(e.to_string()))
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Target::Cluster(_))
+    }
+}
+
+impl Cluster {
+    /// A cluster reached through `seeds`, each a one-server URL (`redis://host:port`, `rediss://…`).
+    pub(crate) fn new<I, U>(seeds: I) -> Result<Cluster, InvalidArgument>
+    where
+        I: IntoIterator<Item = U>,
+        U: AsRef<str>,
+    {
+        let mut infos = Vec::new();
+        for seed in seeds {
+            let seed = seed.as_ref().trim();
+            if cfg!(not(feature = "tls")) && seed.starts_with("rediss://") {
+                return Err(InvalidArgument::BadUrl(
+                    "rediss:// (TLS) needs leasehold's `tls` feature".to_owned(),
+                ));
+            }
+            let info = seed
+                .into_connection_info()
+                .map_err(|e| InvalidArgument::BadUrl(format!("a cluster seed: {e}")))?;
+            if !matches!(
+                info.addr(),
+                redis::ConnectionAddr::Tcp(..) | redis::ConnectionAddr::TcpTls { .. }
+            ) {
+                return Err(InvalidArgument::BadUrl(
+                    "a cluster seed must be a TCP address (host:port)".to_owned(),
+                ));
+            }
+            infos.push(info);
+        }
+        if infos.is_empty() {
+            return Err(InvalidArgument::BadUrl(
+                "a cluster needs at least one seed node".to_owned(),
+            ));
+        }
+        Ok(Cluster {
+            seeds: infos,
+            connection_timeout: crate::client::DEFAULT_CONNECTION_TIMEOUT,
+            response_timeout: crate::client::DEFAULT_RESPONSE_TIMEOUT,
+            #[cfg(feature = "tls")]
+            certs: None,
+        })
+    }
+
+    /// A cluster client with this cluster's settings; with RESP3 and `push` as its push sender when given (sharded
+    /// subscriptions need both).
+    pub(crate) fn client(
+        &self,
+        push: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>,
+    ) -> redis::RedisResult<ClusterClient> {
+        let mut builder = ClusterClientBuilder::new(self.seeds.clone())
+            .connection_timeout(self.connection_timeout)
+            .response_timeout(self.response_timeout)
+            .overall_response_timeout(Some(self.response_timeout))
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(CLUSTER_RETRY_MIN_MS)
+            .max_retry_wait(CLUSTER_RETRY_MAX_MS);
+        #[cfg(feature = "tls")]
+        if let Some(certs) = &self.certs {
+            builder = builder.certs(certs.clone());
+        }
+        if let Some(push) = push {
+            builder = builder
+                .use_protocol(ProtocolVersion::RESP3)
+                .push_sender(push);
+        }
+        builder.build()
+    }
+
+    /// Whether the seeds use TLS.
+    #[cfg(feature = "tls")]
+    pub(crate) fn uses_tls(&self) -> bool {
+        self.seeds
+            .iter()
+            .all(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }))
+    }
+}
+
+/// The seed URLs of a cluster URL: `redis+cluster://[user[:password]@]h1:p1,h2:p2[/db][?query]` becomes
+/// `redis://[user[:password]@]h1:p1[/db][?query]`, … (`rediss://` for `rediss+cluster://`).
+fn cluster_seeds(url: &str) -> Result<Vec<String>, InvalidArgument> {
+    let (scheme, rest) = if let Some(rest) = url.strip_prefix(CLUSTER_TLS_SCHEME) {
+        ("rediss://", rest)
+    } else if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
+        ("redis://", rest)
+    } else {
+        return Err(InvalidArgument::BadUrl(
+            "not a redis+cluster:// URL".to_owned(),
+        ));
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (credentials, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let mut seeds = Vec::new();
+    for host in hosts.split(',') {
+        let host = host.trim();
+        if host.is_empty() {
+            return Err(InvalidArgument::BadUrl(
+                "a redis+cluster:// URL lists an empty host (write host:port,host:port)".to_owned(),
+            ));
+        }
+        seeds.push(format!("{scheme}{credentials}{host}{tail}"));
+    }
+    Ok(seeds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_url_names_every_seed_with_the_shared_credentials() {
+        assert_eq!(
+            cluster_seeds("redis+cluster://u:p@a:1,b:2/0").unwrap(),
+            ["redis://u:p@a:1/0", "redis://u:p@b:2/0"]
+        );
+        assert_eq!(
+            cluster_seeds("rediss+cluster://a:1,b:2?insecure").unwrap(),
+            ["rediss://a:1?insecure", "rediss://b:2?insecure"]
+        );
+        // A password may hold an `@`: the last one ends the credentials.
+        assert_eq!(
+            cluster_seeds("redis+cluster://:p@ss@h:7000").unwrap(),
+            ["redis://:p@ss@h:7000"]
+        );
+        assert!(cluster_seeds("redis+cluster://a:1,,b:2").is_err());
+        assert!(cluster_seeds("redis+cluster://").is_err());
+    }
+
+    #[test]
+    fn cluster_urls_parse_into_seeds_and_others_into_one_server() {
+        let Ok(Target::Cluster(cluster)) = Target::parse("redis+cluster://127.0.0.1:7000,h:7001")
+        else {
+            panic!("a cluster URL");
+        };
+        assert_eq!(cluster.seeds.len(), 2);
+        assert!(matches!(
+            Target::parse("redis://127.0.0.1:6379"),
+            Ok(Target::Single(_))
+        ));
+        assert!(matches!(
+            Target::parse("redis+cluster://127.0.0.1"),
+            Ok(Target::Cluster(_))
+        ));
+        assert!(matches!(
+            Target::parse("redis+cluster://unix:/x"),
+            Err(InvalidArgument::BadUrl(_))
+        ));
+    }
+}
