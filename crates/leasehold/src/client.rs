@@ -8,7 +8,7 @@ use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 
 use crate::batch::Coalescer;
 use crate::checks::{check_keys, check_publish, server_warnings, ServerWarning};
-use crate::conn::Conn;
+use crate::conn::{Conn, ReplicaAcks};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{description_of, new_token, Fence, TOKEN_PREFIX};
 use crate::guard::ReleaseItem;
@@ -53,6 +53,8 @@ pub(crate) struct Inner {
     pub(crate) conn: Conn,
     /// The server, or the cluster, the client talks to.
     pub(crate) target: Target,
+    /// Replicas that must acknowledge every grant and renewal (`Builder::replicas`).
+    pub(crate) replicas: Option<ReplicaAcks>,
     /// Acquire attempts and releases of this client's tasks, coalesced when calls are out (batch.rs).
     pub(crate) acquires: Coalescer<AcquireItem>,
     pub(crate) releases: Coalescer<ReleaseItem>,
@@ -515,6 +517,8 @@ pub struct Builder {
     connection_timeout: Duration,
     response_timeout: Duration,
     fence_retention: Duration,
+    replicas: u32,
+    replica_timeout: Option<Duration>,
     #[cfg(feature = "tls")]
     tls: crate::tls::TlsSettings,
 }
@@ -527,6 +531,7 @@ impl fmt::Debug for Builder {
             .field("connection_timeout", &self.connection_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("fence_retention", &self.fence_retention)
+            .field("replicas", &self.replicas)
             .field("own_connection", &self.conn.is_some())
             .finish()
     }
@@ -547,6 +552,8 @@ impl Builder {
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             fence_retention: DEFAULT_FENCE_RETENTION,
+            replicas: 0,
+            replica_timeout: None,
             #[cfg(feature = "tls")]
             tls: crate::tls::TlsSettings::default(),
         }
@@ -605,6 +612,32 @@ impl Builder {
         self
     }
 
+    /// Requires every grant and every renewal to be acknowledged by `count` replicas of the lock's primary before it
+    /// counts. Each acquire and renewal call is followed, in the same round trip on the same node, by
+    /// `WAIT count timeout`. A grant that fewer replicas acknowledge is released and reported as
+    /// [`Error::NotReplicated`] (with the count that did); a renewal that fewer acknowledge does not extend the lease,
+    /// which then ends at its last acknowledged deadline unless a later renewal is acknowledged (the holder is told
+    /// before that deadline, as for any renewal failure). A lock a release hands to this client's waiter is confirmed
+    /// by one acknowledged attempt before the waiter starts. Defaults to 0 (no waiting).
+    ///
+    /// What it buys: a grant acknowledged this way is on `count` replicas when the caller starts, so a failover that
+    /// promotes one of them keeps it, and a primary cut off from its replicas (the split-brain case: a paused or
+    /// partitioned primary while Sentinel or the cluster promotes another) cannot grant at all. What it does not buy:
+    /// `WAIT` is not consensus. The replicas hold the grant in memory, not on disk, a failover may still promote a
+    /// replica that did not acknowledge, and a grant that a replica acknowledged after the timeout is released although
+    /// it was replicated. See the README's "Replicas, failover and what `WAIT` changes".
+    pub fn replicas(mut self, count: u32) -> Builder {
+        self.replicas = count;
+        self
+    }
+
+    /// How long the server waits for the replicas' acknowledgements ([`Builder::replicas`]) before answering with the
+    /// count it has. Must be below the response timeout. Defaults to a quarter of the response timeout.
+    pub fn replica_timeout(mut self, timeout: Duration) -> Builder {
+        self.replica_timeout = Some(timeout);
+        self
+    }
+
     /// Sends commands over a connection you already have instead of opening one: a
     /// [`redis::aio::MultiplexedConnection`], a [`redis::aio::ConnectionManager`] or anything cheaply cloneable that
     /// multiplexes. Its own timeouts and reconnect behaviour then apply (leasehold does not replace it when it goes
@@ -651,6 +684,21 @@ impl Builder {
             }
             .into());
         }
+        let replicas = match self.replicas {
+            0 => None,
+            count => {
+                let timeout = self.replica_timeout.unwrap_or(self.response_timeout / 4);
+                if timeout.is_zero() || timeout >= self.response_timeout {
+                    return Err(InvalidArgument::BadDuration {
+                        what: "replica timeout",
+                        value: timeout,
+                        why: "must be above zero and below the response timeout",
+                    }
+                    .into());
+                }
+                Some(ReplicaAcks { count, timeout })
+            }
+        };
         #[cfg(feature = "tls")]
         crate::tls::ensure_crypto_provider();
         let target = match self.target {
@@ -722,6 +770,7 @@ impl Builder {
             ),
             conn,
             target,
+            replicas,
             // On one server a call may cover any locks; on a cluster it must stay within one slot.
             acquires: Coalescer::new(cluster),
             releases: Coalescer::new(cluster),

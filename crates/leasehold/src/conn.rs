@@ -39,6 +39,8 @@ pub(crate) enum Conn {
     Shared(Box<dyn SharedConnection>),
     /// A Redis Cluster connection (leasehold's or the caller's), each request bounded by the timeout.
     Cluster(ClusterConnection, Duration),
+    /// Another connection, with `WAIT` after each script (see [`Conn::invoke_acked`]).
+    Acked(Arc<Acked>),
 }
 
 /// A [`ConnectionManager`] that is replaced when it goes silent.
@@ -154,6 +156,88 @@ impl Conn {
     }
 }
 
+/// A client's requirement that grants and renewals be acknowledged by replicas before they count (see
+/// [`Builder::replicas`](crate::Builder::replicas)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAcks {
+    /// How many replicas must acknowledge.
+    pub(crate) count: u32,
+    /// How long the server waits for them (`WAIT`'s timeout).
+    pub(crate) timeout: Duration,
+}
+
+impl Conn {
+    /// [`Conn::invoke_idempotent_tracked`], with `WAIT count timeout` pipelined after the script when `acks` is given:
+    /// both in one round trip, on the script's node (on a cluster a pipeline goes where its first keyed command goes;
+    /// a bare `WAIT` would go to every primary and answer the minimum). Returns the script's reply, whether it may have
+    /// run, and how many replicas acknowledged its writes (`None` without `acks`, or when the call failed).
+    pub(crate) async fn invoke_acked<T: redis::FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        acks: Option<ReplicaAcks>,
+    ) -> (RedisResult<T>, bool, Option<u32>) {
+        let Some(acks) = acks else {
+            let (reply, sent) = self.invoke_idempotent_tracked(invocation).await;
+            return (reply, sent, None);
+        };
+        let acked = Arc::new(std::sync::Mutex::new(None));
+        let conn = Conn::Acked(Arc::new(Acked {
+            conn: self.clone(),
+            acks,
+            acked: Arc::clone(&acked),
+        }));
+        let (reply, sent) = conn.invoke_idempotent_tracked(invocation).await;
+        let acked = *acked.lock().unwrap_or_else(|e| e.into_inner());
+        let acked = acked.filter(|_| reply.is_ok());
+        (reply, sent, acked)
+    }
+}
+
+/// A connection that sends `WAIT` after every script call (`EVALSHA`, `EVAL`) in the same pipeline, and keeps the
+/// count it answered. Other commands (`SCRIPT LOAD` after `NOSCRIPT`) pass through.
+pub(crate) struct Acked {
+    conn: Conn,
+    acks: ReplicaAcks,
+    acked: Arc<std::sync::Mutex<Option<u32>>>,
+}
+
+impl Acked {
+    async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let script = cmd
+            .args_iter()
+            .next()
+            .is_some_and(|arg| matches!(arg, redis::Arg::Simple(name) if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL")));
+        let mut conn = self.conn.clone();
+        if !script {
+            return conn.req_packed_command(cmd).await;
+        }
+        let mut pipeline = redis::pipe();
+        pipeline.add_command(cmd.clone());
+        pipeline.cmd("WAIT").arg(self.acks.count).arg(
+            u64::try_from(self.acks.timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        );
+        let mut replies = conn.req_packed_commands(&pipeline, 0, 2).await?.into_iter();
+        let (Some(reply), Some(acked)) = (replies.next(), replies.next()) else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "no reply to WAIT after a script",
+            )));
+        };
+        if let Value::ServerError(err) = reply {
+            return Err(err.into());
+        }
+        let acked = match acked {
+            Value::Int(n) => u32::try_from(n).unwrap_or(0),
+            Value::ServerError(err) => return Err(err.into()),
+            _ => 0,
+        };
+        *self.acked.lock().unwrap_or_else(|e| e.into_inner()) = Some(acked);
+        Ok(reply)
+    }
+}
+
 /// A connection that ended (reset, broken pipe, closed, refused while reconnecting), as opposed to a slow reply.
 fn is_dropped(err: &redis::RedisError) -> bool {
     !err.is_timeout()
@@ -166,6 +250,7 @@ impl Clone for Conn {
             Conn::Managed(c) => Conn::Managed(Arc::clone(c)),
             Conn::Shared(c) => Conn::Shared(c.boxed_clone()),
             Conn::Cluster(c, timeout) => Conn::Cluster(c.clone(), *timeout),
+            Conn::Acked(c) => Conn::Acked(Arc::clone(c)),
         }
     }
 }
@@ -185,6 +270,10 @@ impl ConnectionLike for Conn {
             Conn::Cluster(c, timeout) => {
                 let timeout = *timeout;
                 Box::pin(bounded(timeout, c.req_packed_command(cmd)))
+            }
+            Conn::Acked(c) => {
+                let c = Arc::clone(c);
+                Box::pin(async move { c.request(cmd).await })
             }
         }
     }
@@ -215,6 +304,10 @@ impl ConnectionLike for Conn {
                     c.req_packed_commands(pipeline, offset, count),
                 ))
             }
+            Conn::Acked(c) => {
+                let mut conn = c.conn.clone();
+                Box::pin(async move { conn.req_packed_commands(pipeline, offset, count).await })
+            }
         }
     }
 
@@ -223,6 +316,7 @@ impl ConnectionLike for Conn {
             Conn::Managed(managed) => managed.current().get_db(),
             Conn::Shared(c) => c.get_db(),
             Conn::Cluster(c, _) => c.get_db(),
+            Conn::Acked(c) => c.conn.get_db(),
         }
     }
 }

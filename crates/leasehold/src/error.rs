@@ -72,6 +72,19 @@ pub enum Error {
         depth: usize,
     },
 
+    /// The lock was granted, but fewer replicas than the client requires acknowledged the grant within the replica
+    /// timeout (see [`Builder::replicas`](crate::Builder::replicas)). The grant was released: a failover now could
+    /// have lost it and granted the lock again.
+    #[error("lock {name:?} was granted but only {acked} of the {required} required replicas acknowledged it; released")]
+    NotReplicated {
+        /// The lock's name.
+        name: String,
+        /// How many replicas acknowledged the grant.
+        acked: u32,
+        /// How many the client requires.
+        required: u32,
+    },
+
     /// The key that a lock uses exists but was not written by leasehold (another type, or a foreign value). leasehold left
     /// it untouched.
     #[error("key {key:?} exists but is not a leasehold lock ({detail})")]

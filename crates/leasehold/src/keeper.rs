@@ -323,8 +323,21 @@ async fn renew(keeper: Arc<Keeper>, inner: Arc<Inner>, due: Vec<(u64, Arc<LeaseS
         settled: false,
     };
     if !call.batch.is_empty() {
-        let reply: Result<Vec<i64>, _> = inner.conn.invoke_idempotent(&invocation).await;
+        let (reply, _, acked) = inner
+            .conn
+            .invoke_acked::<Vec<i64>>(&invocation, inner.replicas)
+            .await;
         call.settled = true;
+        // A renewal too few replicas acknowledged does not count: its leases keep their last acknowledged deadline
+        // (the request stays unconfirmed, as after a timeout) and are retried until then.
+        let reply = match crate::mutex::short_of(inner.replicas, acked) {
+            Some((acked, required)) if reply.is_ok() => Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "renewal not acknowledged by enough replicas",
+                format!("{acked} of {required}"),
+            ))),
+            _ => reply,
+        };
         match reply.as_deref() {
             Ok([run, codes @ ..]) if codes.len() == call.batch.len() => {
                 let renewed = codes.iter().filter(|&&c| c == 1).count();

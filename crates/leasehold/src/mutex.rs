@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::batch::{self, Coalescer, Failure, Item};
 use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner, LockInfo};
+use crate::conn::ReplicaAcks;
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token, Fence};
 use crate::guard::{release_in_background, MutexGuard};
@@ -650,6 +651,16 @@ impl Mutex {
                     u64::try_from(value).ok().map(Duration::from_millis),
                 ))
             }
+            101 | 102 => {
+                let granted = if code == 101 {
+                    token
+                } else {
+                    prev.unwrap_or_default().to_owned()
+                };
+                Err(unreplicated(
+                    inner, keys, expecting, granted, self.ttl, value,
+                ))
+            }
             -1 => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
             _ => Err(Error::NotALock {
                 key: keys.fence().to_string(),
@@ -744,6 +755,27 @@ pub(crate) fn new_guard(
 ///
 /// The deadline: the release ran after the attempt that stored the token, which ran after it was sent, so the claim
 /// lease it set ends no earlier than `sent + claim` (less the drift allowance, as for every lease).
+/// A grant (`token`, a mutex token or a hold) that too few replicas acknowledged: released in the background
+/// (owner-checked), never taken by this wait, and reported.
+pub(crate) fn unreplicated(
+    inner: &Arc<Inner>,
+    keys: &Arc<LockKeys>,
+    expecting: Option<&mut Expecting>,
+    token: String,
+    ttl: Duration,
+    acked: i64,
+) -> Error {
+    if let Some(expecting) = expecting {
+        expecting.drop_handed(&token);
+    }
+    release_in_background(Arc::clone(inner), Arc::clone(keys), token, ttl);
+    Error::NotReplicated {
+        name: keys.name().to_owned(),
+        acked: u32::try_from(acked).unwrap_or(0),
+        required: inner.replicas.map_or(0, |r| r.count),
+    }
+}
+
 pub(crate) fn take_hand_off(
     client: &Client,
     keys: &Arc<LockKeys>,
@@ -752,7 +784,9 @@ pub(crate) fn take_hand_off(
     sent: Instant,
     lease: (Duration, Option<Duration>),
 ) -> Result<MutexGuard, String> {
-    if !hand_off_usable(&handed, sent) {
+    // A grant whose replication nobody confirmed (the release that handed it did not wait for replicas) is confirmed
+    // by an attempt first, when the client requires acknowledgements: that attempt's call waits for them.
+    if client.inner.replicas.is_some() || !hand_off_usable(&handed, sent) {
         return Err(handed.token);
     }
     expecting.handed_over(&handed.token);
@@ -824,8 +858,8 @@ impl Item for AcquireItem {
                 .arg(millis(item.ttl.min(CLAIM)))
                 .arg(item.prev.as_deref().unwrap_or(""));
         }
-        let (reply, reached) = inner.conn.invoke_idempotent_tracked(&invocation).await;
-        acquire_outcomes(reply, reached, items.len())
+        let (reply, reached, acked) = inner.conn.invoke_acked(&invocation, inner.replicas).await;
+        acquire_outcomes(reply, reached, items.len(), short_of(inner.replicas, acked))
     }
 
     fn orphaned(self, inner: &Arc<Inner>, outcome: Option<AcquireReply>) {
@@ -833,19 +867,39 @@ impl Item for AcquireItem {
     }
 }
 
+/// The code of an acquire outcome that granted (1: to this attempt's token, 2: to the previous attempt's) but whose
+/// call too few replicas acknowledged: [`NOT_REPLICATED`] plus the original code.
+pub(crate) const NOT_REPLICATED: i64 = 100;
+
+/// How many replicas acknowledged a call, when that is fewer than the client requires: `(acked, required)`.
+pub(crate) fn short_of(required: Option<ReplicaAcks>, acked: Option<u32>) -> Option<(u32, u32)> {
+    let required = required?.count;
+    let acked = acked.unwrap_or(0);
+    (acked < required).then_some((acked, required))
+}
+
 /// Splits an acquire script's reply (`acquire.lua`, `set_acquire.lua`: `{now, code, value, ms, ...}`) for `n` locks
-/// into one outcome each.
+/// into one outcome each. When too few replicas acknowledged the call (`short`), every grant in it is marked
+/// [`NOT_REPLICATED`], with the count of replicas that acknowledged as its value: the attempt releases it and reports
+/// [`Error::NotReplicated`].
 pub(crate) fn acquire_outcomes(
     reply: redis::RedisResult<Vec<i64>>,
     reached: bool,
     n: usize,
+    short: Option<(u32, u32)>,
 ) -> Result<Vec<AcquireReply>, Failure> {
     match reply {
         Ok(reply) if reply.len() == 1 + 3 * n => {
             let run = reply[0];
             Ok(reply[1..]
                 .chunks(3)
-                .map(|c| (c[0], c[1], run, c[2]))
+                .map(|c| match (c[0], short) {
+                    // The value is then the count of replicas that acknowledged (the fence is of no use).
+                    (1 | 2, Some((acked, _))) => {
+                        (NOT_REPLICATED + c[0], i64::from(acked), run, c[2])
+                    }
+                    (code, _) => (code, c[1], run, c[2]),
+                })
                 .collect())
         }
         Ok(_) => Err(Failure {
@@ -871,8 +925,8 @@ pub(crate) fn release_orphaned(
     outcome: Option<AcquireReply>,
 ) {
     let tokens = match outcome.map(|(code, ..)| code) {
-        Some(1) => [Some(token), None],
-        Some(2) => [prev, None],
+        Some(1 | 101) => [Some(token), None],
+        Some(2 | 102) => [prev, None],
         Some(_) => [None, None],
         None => [Some(token), prev],
     };

@@ -20,8 +20,8 @@ use crate::fence::new_token;
 use crate::guard::{add_lock_keys, release_in_background, Guard as MutexGuard};
 use crate::keys::{millis, LockKeys};
 use crate::mutex::{
-    acquire_outcomes, check_options, is_server_error, new_guard, release_orphaned, take_hand_off,
-    until, AcquireReply, Expiry, Outage, Renewal,
+    acquire_outcomes, check_options, is_server_error, new_guard, release_orphaned, short_of,
+    take_hand_off, unreplicated, until, AcquireReply, Expiry, Outage, Renewal,
 };
 use crate::scripts::{CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
 use crate::wake::Expecting;
@@ -296,6 +296,16 @@ impl Queued {
                     u64::try_from(value).ok().map(Duration::from_millis),
                 ))
             }
+            101 | 102 => {
+                let granted = if code == 101 {
+                    hold
+                } else {
+                    prev.unwrap_or_default().to_owned()
+                };
+                Err(unreplicated(
+                    inner, keys, expecting, granted, self.ttl, value,
+                ))
+            }
             -2 => Err(Error::NotALock {
                 key: keys.fence().to_string(),
                 detail: "the fence counter is not a number".to_owned(),
@@ -389,8 +399,8 @@ impl Item for SetAcquireItem {
                 .arg(item.wid.as_str())
                 .arg(item.limit);
         }
-        let (reply, reached) = inner.conn.invoke_idempotent_tracked(&invocation).await;
-        acquire_outcomes(reply, reached, items.len())
+        let (reply, reached, acked) = inner.conn.invoke_acked(&invocation, inner.replicas).await;
+        acquire_outcomes(reply, reached, items.len(), short_of(inner.replicas, acked))
     }
 
     fn orphaned(self, inner: &Arc<Inner>, outcome: Option<AcquireReply>) {

@@ -165,8 +165,10 @@ impl ReentrantMutex {
             .arg(millis(queued.ttl))
             .arg(MAX_DEPTH)
             .arg(millis(inner.fence_retention));
-        let reply: redis::RedisResult<(i64, i64, i64, i64)> =
-            inner.conn.invoke_idempotent(&invocation).await;
+        let (reply, _, acked) = inner
+            .conn
+            .invoke_acked::<(i64, i64, i64, i64)>(&invocation, inner.replicas)
+            .await;
         let (run, code, fence, left) = match reply {
             Ok(reply) => reply,
             Err(err) => {
@@ -174,6 +176,14 @@ impl ReentrantMutex {
                 return Err(explain_foreign(&inner.conn, &keys.lock, err).await);
             }
         };
+        if let (1, Some((acked, _))) = (code, crate::mutex::short_of(inner.replicas, acked)) {
+            // Dropped armed on this return, the undo releases the nested hold.
+            return Err(Error::NotReplicated {
+                name: keys.name().to_owned(),
+                acked,
+                required: inner.replicas.map_or(0, |r| r.count),
+            });
+        }
         // The reply says what Redis has: the nested hold on code 1 (the guard below owns it), nothing otherwise.
         undo.disarm();
         match code {

@@ -330,3 +330,40 @@ pub async fn a_call_to_a_sleeping_primary_is_bounded(cluster: &mut RedisCluster)
     let guard = locks.mutex(name).try_lock().await.unwrap();
     guard.release().await.unwrap();
 }
+
+pub async fn grants_wait_for_replicas_on_the_locks_own_node(cluster: &mut RedisCluster) {
+    let with = |replicas: u32| {
+        let url = cluster.url();
+        async move {
+            leasehold::Client::builder(&url)
+                .unwrap()
+                .replicas(replicas)
+                .replica_timeout(Duration::from_millis(200))
+                .connect()
+                .await
+                .unwrap()
+        }
+    };
+    // Each primary has one replica. `WAIT` goes with the script to the lock's node: a bare `WAIT` would go to every
+    // primary and answer the minimum.
+    let one = with(1).await;
+    for name in names_on_every_primary(cluster, "acked") {
+        let guard = one.mutex(&name).try_lock().await.unwrap();
+        let permit = one
+            .semaphore(&format!("{name}-sem"), 2)
+            .try_acquire(1)
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+        permit.release().await.unwrap();
+    }
+    let two = with(2).await;
+    match two.mutex("acked-two").try_lock().await {
+        Err(Error::NotReplicated {
+            acked: 1,
+            required: 2,
+            ..
+        }) => {}
+        other => panic!("expected NotReplicated with 1 of 2, got {other:?}"),
+    }
+}

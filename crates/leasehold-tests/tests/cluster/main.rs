@@ -31,6 +31,7 @@ const TESTS: &[(&str, TestFn)] = tests![
     kinds::leases_in_many_slots_are_renewed_and_released,
     kinds::held_locks_walks_every_primary,
     kinds::a_call_to_a_sleeping_primary_is_bounded,
+    kinds::grants_wait_for_replicas_on_the_locks_own_node,
     processes::eight_processes_never_overlap_on_a_cluster,
     faults::a_lock_held_and_waited_for_survives_a_manual_failover,
     faults::a_lock_whose_slot_migrates_while_held_and_waited_for_stays_exclusive,

@@ -21,6 +21,7 @@ mod outages;
 mod queue;
 mod release;
 mod renewal;
+mod replicas;
 mod server;
 mod tls;
 mod waiting;
