@@ -64,7 +64,7 @@ pub(crate) async fn check_publish(
     } else {
         (
             "PUBLISH",
-            format!("{prefix}:wake:{client_id}"),
+            format!("{}{client_id}", target.channel_prefix(prefix)),
             format!("{prefix}:wake:*"),
         )
     };

@@ -17,6 +17,7 @@ use crate::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::mutex::{AcquireItem, Mutex};
 use crate::orphans::Orphans;
 use crate::scripts::{FORCE_RELEASE, INSPECT};
+use crate::sentinel::Followed;
 use crate::topology::{Cluster, Target};
 use crate::wake::Wakeups;
 
@@ -715,26 +716,34 @@ impl Builder {
                 }
                 Target::Cluster(cluster)
             }
+            // Resolved (and followed) below, with the connection.
+            Target::Sentinel(sentinel) => Target::Sentinel(sentinel),
+            Target::Followed(followed) => Target::Followed(followed),
         };
         let gave_up =
             || redis::RedisError::from((redis::ErrorKind::Io, "timed out connecting to redis"));
+        // Few retries per (re)connect: a request that fails triggers the next reconnect anyway, and the first connect
+        // should report a refused or unreachable server at once, with its real cause.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connection_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(1));
+        let target = match target {
+            Target::Sentinel(sentinel) => {
+                let followed = Followed::connect(sentinel, config.clone(), self.connection_timeout);
+                Target::Followed(followed.await?)
+            }
+            other => other,
+        };
         let conn = match (self.conn, &target) {
             (Some(conn), _) => conn,
-            (None, Target::Single(redis)) => {
-                // Few retries per (re)connect: a request that fails triggers the next reconnect anyway, and the
-                // first connect should report a refused or unreachable server at once, with its real cause.
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.connection_timeout))
-                    .set_response_timeout(Some(self.response_timeout))
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_secs(1));
-                tokio::time::timeout(
-                    self.connection_timeout.saturating_mul(2),
-                    Conn::managed(redis.clone(), config),
-                )
-                .await
-                .map_err(|_| gave_up())??
-            }
+            (None, Target::Single(redis)) => tokio::time::timeout(
+                self.connection_timeout.saturating_mul(2),
+                Conn::managed(redis.clone(), config),
+            )
+            .await
+            .map_err(|_| gave_up())??,
             (None, Target::Cluster(cluster)) => {
                 let client = cluster.client(None)?;
                 let connection = client.get_async_connection();
@@ -744,6 +753,9 @@ impl Builder {
                         .map_err(|_| gave_up())??;
                 Conn::cluster(connection, self.response_timeout)
             }
+            (None, Target::Followed(followed)) => Conn::Followed(Arc::clone(followed)),
+            // Resolved into `Followed` above.
+            (None, Target::Sentinel(_)) => return Err(gave_up().into()),
         };
         // The checks below fail now, not at the first lock, when the server is unreachable or refuses us (the first
         // of them is the first request on the connection).

@@ -41,6 +41,8 @@ pub(crate) enum Conn {
     Cluster(ClusterConnection, Duration),
     /// Another connection, with `WAIT` after each script (see [`Conn::invoke_acked`]).
     Acked(Arc<Acked>),
+    /// The primary that the sentinels name, followed across failovers.
+    Followed(Arc<crate::sentinel::Followed>),
 }
 
 /// A [`ConnectionManager`] that is replaced when it goes silent.
@@ -251,6 +253,7 @@ impl Clone for Conn {
             Conn::Shared(c) => Conn::Shared(c.boxed_clone()),
             Conn::Cluster(c, timeout) => Conn::Cluster(c.clone(), *timeout),
             Conn::Acked(c) => Conn::Acked(Arc::clone(c)),
+            Conn::Followed(f) => Conn::Followed(Arc::clone(f)),
         }
     }
 }
@@ -274,6 +277,14 @@ impl ConnectionLike for Conn {
             Conn::Acked(c) => {
                 let c = Arc::clone(c);
                 Box::pin(async move { c.request(cmd).await })
+            }
+            Conn::Followed(f) => {
+                let f = Arc::clone(f);
+                Box::pin(async move {
+                    let result = f.conn().req_packed_command(cmd).await;
+                    f.observe(&result);
+                    result
+                })
             }
         }
     }
@@ -308,6 +319,14 @@ impl ConnectionLike for Conn {
                 let mut conn = c.conn.clone();
                 Box::pin(async move { conn.req_packed_commands(pipeline, offset, count).await })
             }
+            Conn::Followed(f) => {
+                let f = Arc::clone(f);
+                Box::pin(async move {
+                    let result = f.conn().req_packed_commands(pipeline, offset, count).await;
+                    f.observe(&result);
+                    result
+                })
+            }
         }
     }
 
@@ -317,6 +336,7 @@ impl ConnectionLike for Conn {
             Conn::Shared(c) => c.get_db(),
             Conn::Cluster(c, _) => c.get_db(),
             Conn::Acked(c) => c.conn.get_db(),
+            Conn::Followed(f) => f.conn().get_db(),
         }
     }
 }

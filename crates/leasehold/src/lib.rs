@@ -225,6 +225,7 @@ mod reentrant;
 mod rwlock;
 mod scripts;
 mod semaphore;
+mod sentinel;
 #[cfg(feature = "tls")]
 mod tls;
 mod topology;

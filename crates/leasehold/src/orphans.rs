@@ -131,6 +131,15 @@ fn release_blocking(
     fence_retention: Duration,
 ) -> redis::RedisResult<usize> {
     let mut released = 0;
+    let followed;
+    let target = match target {
+        // The primary the sentinels named last.
+        Target::Followed(f) => {
+            followed = Target::Single(f.client());
+            &followed
+        }
+        other => other,
+    };
     match target {
         Target::Single(redis) => {
             let mut con = redis.get_connection_with_timeout(connect_timeout)?;
@@ -164,6 +173,8 @@ fn release_blocking(
                 released += 1;
             }
         }
+        // Never a client's target (connect turns it into `Followed`).
+        Target::Sentinel(_) | Target::Followed(_) => {}
     }
     Ok(released)
 }

@@ -10,12 +10,14 @@
 //! - **how a waiter hears back**: a channel per client (`PUBLISH`) on one server; a sharded channel per lock and
 //!   client in the lock's own slot (`SPUBLISH`) on a cluster ([`crate::wake`], `notify` in `grant.lua`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::{ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 
 use crate::error::InvalidArgument;
+use crate::sentinel::{Followed, Sentinel, SENTINEL_SCHEME, SENTINEL_TLS_SCHEME};
 
 /// The scheme of a Redis Cluster URL, `redis+cluster://host:port,host:port`; `rediss+cluster://` for TLS.
 pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster://";
@@ -37,6 +39,10 @@ pub(crate) enum Target {
     /// A Redis Cluster, reached through these seed nodes (every node the caller named: a cluster client seeded with
     /// one node cannot start while that node is down).
     Cluster(Cluster),
+    /// A primary that Redis Sentinel manages, as the builder names it (before connecting).
+    Sentinel(Sentinel),
+    /// The same, connected: the primary the sentinels name now, followed across failovers.
+    Followed(Arc<Followed>),
 }
 
 /// A Redis Cluster's seed nodes and the settings every connection to it uses.
@@ -57,6 +63,14 @@ impl Target {
         if tls || trimmed.starts_with(CLUSTER_SCHEME) {
             return Ok(Target::Cluster(Cluster::new(cluster_seeds(trimmed)?)?));
         }
+        if trimmed.starts_with(SENTINEL_SCHEME) || trimmed.starts_with(SENTINEL_TLS_SCHEME) {
+            if cfg!(not(feature = "tls")) && trimmed.starts_with(SENTINEL_TLS_SCHEME) {
+                return Err(InvalidArgument::BadUrl(
+                    "rediss+sentinel:// (TLS) needs leasehold's `tls` feature".to_owned(),
+                ));
+            }
+            return Ok(Target::Sentinel(Sentinel::parse(trimmed)?));
+        }
         if cfg!(not(feature = "tls")) && trimmed.starts_with("rediss://") {
             return Err(InvalidArgument::BadUrl(
                 "rediss:// (TLS) needs leasehold's `tls` feature".to_owned(),
@@ -70,6 +84,20 @@ impl Target {
 
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Target::Cluster(_))
+    }
+
+    /// The prefix of the wake-up channels of a client whose keys are under `prefix` (the `ARGV` every script that
+    /// grants takes; see `notify` in `grant.lua`):
+    /// - one server: `P:wake:`; a client's channel is `P:wake:<id>`, and `PUBLISH`'s count proves a waiter gone;
+    /// - Sentinel: `P:wake:=`; the trailing `=` tells the scripts not to trust the count, because a subscriber may
+    ///   still sit on a demoted primary, which receives the new primary's messages through replication;
+    /// - a cluster: empty; the channel is per lock, `P:{N}:wake:<id>`, in the lock's slot (`SPUBLISH`).
+    pub(crate) fn channel_prefix(&self, prefix: &str) -> String {
+        match self {
+            Target::Cluster(_) => String::new(),
+            Target::Sentinel(_) | Target::Followed(_) => format!("{prefix}:wake:="),
+            Target::Single(_) => format!("{prefix}:wake:"),
+        }
     }
 }
 

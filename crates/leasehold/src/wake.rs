@@ -344,11 +344,7 @@ impl Wakeups {
                 subscribed: watch::channel(false).0,
                 epoch: AtomicU64::new(0),
                 client_id,
-                channel_prefix: if target.is_cluster() {
-                    String::new()
-                } else {
-                    format!("{prefix}:wake:")
-                },
+                channel_prefix: target.channel_prefix(prefix),
                 prefix: prefix.to_owned(),
                 inner,
             }),
@@ -430,7 +426,9 @@ impl Wakeups {
     /// Must run inside a tokio runtime.
     pub(crate) async fn ready(&self, lock_key: &str) {
         let mut subscribed = match &self.target {
-            Target::Single(_) => self.shared.subscribed.subscribe(),
+            Target::Single(_) | Target::Sentinel(_) | Target::Followed(_) => {
+                self.shared.subscribed.subscribe()
+            }
             Target::Cluster(_) => {
                 let Some(local) = self.shared.locals().get(lock_key).cloned() else {
                     return;
@@ -470,7 +468,12 @@ impl Wakeups {
         };
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
             match &self.target {
-                Target::Single(redis) => Box::pin(task.run(redis.clone())),
+                Target::Single(redis) => Box::pin(task.run(Source::Fixed(Box::new(redis.clone())))),
+                Target::Followed(followed) => {
+                    Box::pin(task.run(Source::Followed(Arc::clone(followed))))
+                }
+                // Never a client's target (connect turns it into `Followed`).
+                Target::Sentinel(_) => Box::pin(std::future::pending()),
                 Target::Cluster(cluster) => {
                     let (requests, received) = tokio::sync::mpsc::unbounded_channel();
                     *self.requests.lock().unwrap_or_else(|e| e.into_inner()) = Some(requests);
@@ -511,14 +514,16 @@ struct Task {
 }
 
 impl Task {
-    async fn run(self, redis: redis::Client) {
+    async fn run(self, source: Source) {
         let channel = format!("{}{}", self.shared.channel_prefix, self.shared.client_id);
         let mut backoff = RECONNECT_MIN;
         loop {
+            let mut moved = source.changed();
+            let redis = source.client();
             match tokio::time::timeout(self.connect_timeout, redis.get_async_pubsub()).await {
                 Ok(Ok(pubsub)) => {
                     backoff = RECONNECT_MIN;
-                    self.serve(pubsub, &channel).await;
+                    self.serve(pubsub, &channel, &mut moved).await;
                     self.shared.subscribed.send_replace(false);
                     // Wake-ups sent while we were away are lost: let every waiter look again.
                     self.shared.bump_all();
@@ -531,8 +536,14 @@ impl Task {
         }
     }
 
-    /// Serves one connection until it fails.
-    async fn serve(&self, pubsub: redis::aio::PubSub, channel: &str) {
+    /// Serves one connection until it fails, or until the primary it is connected to is no longer the primary
+    /// (`moved`, with Sentinel).
+    async fn serve(
+        &self,
+        pubsub: redis::aio::PubSub,
+        channel: &str,
+        moved: &mut Option<watch::Receiver<u64>>,
+    ) {
         let (mut sink, mut stream) = pubsub.split();
         if !self.confirm(sink.subscribe(channel)).await {
             return;
@@ -557,6 +568,10 @@ impl Task {
                     if !self.confirm(sink.ping::<redis::Value>()).await {
                         return;
                     }
+                }
+                () = changed(moved) => {
+                    tracing::debug!("the primary moved; subscribing there");
+                    return;
                 }
             }
         }
@@ -761,6 +776,39 @@ impl Task {
             Ok(Ok(_))
         )
     }
+}
+
+/// Where the one-server subscriber connects: a fixed server, or the primary the sentinels name now.
+enum Source {
+    Fixed(Box<redis::Client>),
+    Followed(Arc<crate::sentinel::Followed>),
+}
+
+impl Source {
+    fn client(&self) -> redis::Client {
+        match self {
+            Source::Fixed(redis) => (**redis).clone(),
+            Source::Followed(followed) => followed.client(),
+        }
+    }
+
+    /// Changes when the primary moves (never for a fixed server).
+    fn changed(&self) -> Option<watch::Receiver<u64>> {
+        match self {
+            Source::Fixed(_) => None,
+            Source::Followed(followed) => Some(followed.changed()),
+        }
+    }
+}
+
+/// Resolves when `moved` changes; never when it is `None` or its sender is gone.
+async fn changed(moved: &mut Option<watch::Receiver<u64>>) {
+    if let Some(moved) = moved {
+        if moved.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// Sleeps until `at`; forever when it is `None`.

@@ -41,20 +41,26 @@ end
 -- notify(lock, prefix, id, message)
 --             publishes a wake-up for the waiting client `id` of the lock whose key is `lock`, and returns whether the
 --             grant it carries may be stored: a count of the subscribers that can act on it, or 1 when that count
---             cannot be known.
+--             cannot be trusted.
 --             On one server `prefix` is `P:wake:` and the channel is the client's own, `P:wake:<id>` (PUBLISH): its
 --             subscriber is connected to this very server, so a count of 0 proves the client gone.
+--             With Sentinel `prefix` ends with `=` (`P:wake:=`): the channel is the client's own too, but after a
+--             failover its subscriber may still sit on the demoted primary, which receives this message through
+--             replication while this server counts 0.
 --             An empty `prefix` means Redis Cluster: the channel is `P:{N}:wake:<id>`, in the lock's own slot,
---             published with SPUBLISH (it stays in the lock's shard: no broadcast over the cluster bus). Its count
---             proves nothing there: replicas deliver sharded messages too, and after a failover a subscription can
---             still sit on the demoted primary, which receives the message while the new primary counts 0. A grant
---             published must therefore always be stored (1 is returned), so that no message ever names a grant that
---             does not exist; a waiter that is in fact gone holds the lock for its claim at most, and liveness is
---             judged by server time alone (the queue entry's deadline).
+--             published with SPUBLISH (it stays in the lock's shard: no broadcast over the cluster bus); replicas
+--             deliver sharded messages too, so the same holds.
+--             Where the count cannot be trusted, a published grant must always be stored (1 is returned), so that no
+--             message ever names a grant that does not exist; a waiter that is in fact gone then holds the lock for
+--             its claim at most, and liveness is judged by server time alone (the queue entry's deadline).
 local function notify(lock, prefix, id, message)
     if prefix == '' then
         redis.call('SPUBLISH', lock .. ':wake:' .. id, message)
         return 1
     end
-    return redis.call('PUBLISH', prefix .. id, message)
+    local count = redis.call('PUBLISH', prefix .. id, message)
+    if string.byte(prefix, -1) == 61 then
+        return 1
+    end
+    return count
 end
