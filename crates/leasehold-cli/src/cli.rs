@@ -62,7 +62,7 @@ Exit status:
          lock of another kind (--permits, --shared/--exclusive, --fair, or none of them)
   69     Redis cannot be reached at start, refuses the credentials, lacks an ACL permission,
          or was still unreachable when --wait ran out (a wait rides out restarts and outages,
-         with one warning line)
+         with one warning line); or fewer than --replicas replicas acknowledged the grant
   70     internal error (a bug in leasehold; please report it)
   75     the lock was not acquired (--nonblock, --wait); see --conflict-exit-code
   76     the lock was lost while the program ran
@@ -256,6 +256,16 @@ pub struct RedisArg {
         requires = "tls_cert"
     )]
     pub tls_key: Option<PathBuf>,
+
+    /// Every grant and renewal must be acknowledged by this many replicas of the lock's primary (WAIT); a grant too
+    /// few acknowledge is released, and the command exits 69 saying how many did.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "LEASEHOLD_REPLICAS",
+        default_value_t = 0
+    )]
+    pub replicas: u32,
 }
 
 /// `leasehold run`.

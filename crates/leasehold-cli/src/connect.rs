@@ -18,6 +18,7 @@ pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehol
         tls_ca: None,
         tls_cert: None,
         tls_key: None,
+        replicas: 0,
     };
     locks(&target, ttl).await
 }
@@ -40,7 +41,9 @@ pub async fn locks(target: &RedisArg, ttl: Option<Duration>) -> anyhow::Result<l
         }
         Err(err) => return Err(err.into()),
     };
-    builder = builder.prefix(target.prefix.clone());
+    builder = builder
+        .prefix(target.prefix.clone())
+        .replicas(target.replicas);
     if let Some(ca) = &target.tls_ca {
         builder = builder.tls_ca_pem(read_pem(ca, "--tls-ca")?);
     }

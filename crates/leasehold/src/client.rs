@@ -520,6 +520,7 @@ pub struct Builder {
     fence_retention: Duration,
     replicas: u32,
     replica_timeout: Option<Duration>,
+    sentinel_auth: Option<(Option<String>, String)>,
     #[cfg(feature = "tls")]
     tls: crate::tls::TlsSettings,
 }
@@ -555,6 +556,7 @@ impl Builder {
             fence_retention: DEFAULT_FENCE_RETENTION,
             replicas: 0,
             replica_timeout: None,
+            sentinel_auth: None,
             #[cfg(feature = "tls")]
             tls: crate::tls::TlsSettings::default(),
         }
@@ -639,6 +641,17 @@ impl Builder {
         self
     }
 
+    /// The credentials of the sentinels themselves (`requirepass` or an ACL user in their configuration), for a
+    /// `redis+sentinel://` URL, whose own credentials are the data nodes'. Without it the sentinels are asked
+    /// without credentials.
+    ///
+    /// Checked by [`connect`](Builder::connect): for a URL that is not `redis+sentinel://`, it is
+    /// [`InvalidArgument::BadUrl`].
+    pub fn sentinel_auth(mut self, username: Option<&str>, password: &str) -> Builder {
+        self.sentinel_auth = Some((username.map(str::to_owned), password.to_owned()));
+        self
+    }
+
     /// Sends commands over a connection you already have instead of opening one: a
     /// [`redis::aio::MultiplexedConnection`], a [`redis::aio::ConnectionManager`] or anything cheaply cloneable that
     /// multiplexes. Its own timeouts and reconnect behaviour then apply (leasehold does not replace it when it goes
@@ -685,6 +698,13 @@ impl Builder {
             }
             .into());
         }
+        if self.sentinel_auth.is_some() && !matches!(self.target, Target::Sentinel(_)) {
+            return Err(InvalidArgument::BadUrl(
+                "sentinel credentials were given for a URL that is not redis+sentinel://"
+                    .to_owned(),
+            )
+            .into());
+        }
         let replicas = match self.replicas {
             0 => None,
             count => {
@@ -717,7 +737,12 @@ impl Builder {
                 Target::Cluster(cluster)
             }
             // Resolved (and followed) below, with the connection.
-            Target::Sentinel(sentinel) => Target::Sentinel(sentinel),
+            Target::Sentinel(mut sentinel) => {
+                if let Some((username, password)) = &self.sentinel_auth {
+                    sentinel.authenticate(username.as_deref(), password);
+                }
+                Target::Sentinel(sentinel)
+            }
             Target::Followed(followed) => Target::Followed(followed),
         };
         let gave_up =

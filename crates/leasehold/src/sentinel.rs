@@ -102,6 +102,17 @@ impl Sentinel {
         })
     }
 
+    /// Asks the sentinels with these credentials.
+    pub(crate) fn authenticate(&mut self, username: Option<&str>, password: &str) {
+        for sentinel in &mut self.sentinels {
+            let mut settings = sentinel.redis_settings().clone().set_password(password);
+            if let Some(username) = username {
+                settings = settings.set_username(username);
+            }
+            *sentinel = sentinel.clone().set_redis_settings(settings);
+        }
+    }
+
     /// The data node at `host:port`, with the data nodes' settings.
     fn node(&self, host: String, port: u16) -> ConnectionInfo {
         let addr = match self.data.addr() {
@@ -369,6 +380,24 @@ mod tests {
         assert_eq!(node.redis_settings().password(), Some("pw"));
         assert_eq!(node.redis_settings().db(), 2);
         assert!(matches!(node.addr(), ConnectionAddr::Tcp(h, 7001) if h == "10.0.0.9"));
+        let mut authenticated = sentinel.clone();
+        authenticated.authenticate(Some("watcher"), "s3cret");
+        assert_eq!(
+            authenticated.sentinels[1].redis_settings().username(),
+            Some("watcher")
+        );
+        assert_eq!(
+            authenticated.sentinels[1].redis_settings().password(),
+            Some("s3cret")
+        );
+        // The data nodes keep their own.
+        assert_eq!(
+            authenticated
+                .node("h".to_owned(), 1)
+                .redis_settings()
+                .password(),
+            Some("pw")
+        );
         assert!(Sentinel::parse("redis+sentinel://s1:26379").is_err());
         assert!(Sentinel::parse("redis+sentinel://s1:26379/").is_err());
         assert!(Sentinel::parse("redis+sentinel://s1:1,,s2:2/x").is_err());

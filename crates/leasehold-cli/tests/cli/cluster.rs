@@ -83,3 +83,25 @@ fn run_status_list_and_force_release_work_on_a_cluster() {
         }
     }
 }
+
+#[test]
+fn run_with_replicas_refuses_a_grant_no_replica_acknowledges() {
+    let server = leasehold_tests::RedisServer::start();
+    let url = server.url();
+    let (code, _, stderr) = finish(
+        leasehold(&[
+            "run",
+            "--replicas",
+            "1",
+            "--redis",
+            &url,
+            "jobs",
+            "--",
+            "true",
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(69), "{stderr}");
+    assert!(stderr.contains("0 of the 1 required replicas"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
