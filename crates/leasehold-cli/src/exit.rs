@@ -85,7 +85,8 @@ fn code_of_lock_error(err: &leasehold::Error) -> u8 {
     match err {
         leasehold::Error::Redis(_)
         | leasehold::Error::NotPermitted { .. }
-        | leasehold::Error::NotReplicated { .. } => UNAVAILABLE,
+        | leasehold::Error::NotReplicated { .. }
+        | leasehold::Error::Unsupported { .. } => UNAVAILABLE,
         leasehold::Error::InvalidArgument(_) => USAGE,
         leasehold::Error::NotALock { .. } | leasehold::Error::WrongKind { .. } => NOT_A_LOCK,
         leasehold::Error::Busy { .. } | leasehold::Error::Timeout { .. } => CONFLICT,

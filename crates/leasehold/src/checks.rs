@@ -142,6 +142,56 @@ fn is_noperm(err: &redis::RedisError) -> bool {
     err.code() == Some("NOPERM") || err.to_string().contains("NOPERM")
 }
 
+/// Checks that every node the connection reaches can run `WAITAOF`: Redis 7.2 or later, with the append-only file
+/// on (`INFO server`'s `redis_version`, `INFO persistence`'s `aof_enabled`).
+///
+/// # Errors
+///
+/// [`Error::Unsupported`] naming what is missing; [`Error::Redis`] when the server cannot be asked.
+pub(crate) async fn check_waitaof(conn: &Conn) -> Result<(), Error> {
+    let info: Value = redis::cmd("INFO")
+        .arg("server")
+        .arg("persistence")
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(Error::Redis)?;
+    for text in node_texts(info) {
+        let field = |name: &str| {
+            text.lines()
+                .filter_map(|line| line.split_once(':'))
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.trim().to_owned())
+        };
+        let version = field("redis_version").unwrap_or_default();
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        if (major, minor) < (7, 2) {
+            return Err(Error::Unsupported {
+                detail: format!(
+                    "replicas_on_disk needs WAITAOF, which Redis {version} lacks (it came with 7.2)"
+                ),
+            });
+        }
+        if field("aof_enabled").as_deref() != Some("1") {
+            return Err(Error::Unsupported {
+                detail: "replicas_on_disk needs the append-only file (appendonly yes)".to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The texts of an `INFO` reply: one server's, or every node's when a cluster connection asked them all.
+fn node_texts(info: Value) -> Vec<String> {
+    match info {
+        Value::Map(nodes) => nodes
+            .into_iter()
+            .filter_map(|(_, text)| redis::from_redis_value(text).ok())
+            .collect(),
+        other => redis::from_redis_value(other).into_iter().collect(),
+    }
+}
+
 /// Reads `INFO memory` and returns what weakens the contract. A server that refuses `INFO` (an ACL user without
 /// it) is not checked.
 pub(crate) async fn server_warnings(conn: &Conn) -> Vec<ServerWarning> {
@@ -157,15 +207,8 @@ pub(crate) async fn server_warnings(conn: &Conn) -> Vec<ServerWarning> {
         }
     };
     // One server answers with its text; a cluster connection asks every node and answers with a map of texts.
-    let texts: Vec<String> = match info {
-        Value::Map(nodes) => nodes
-            .into_iter()
-            .filter_map(|(_, text)| redis::from_redis_value(text).ok())
-            .collect(),
-        other => redis::from_redis_value(other).into_iter().collect(),
-    };
     let mut warnings: Vec<ServerWarning> = Vec::new();
-    for text in texts {
+    for text in node_texts(info) {
         if let Some(warning) = eviction(&text) {
             if !warnings.contains(&warning) {
                 warnings.push(warning);

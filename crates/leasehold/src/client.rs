@@ -520,6 +520,7 @@ pub struct Builder {
     fence_retention: Duration,
     replicas: u32,
     replica_timeout: Option<Duration>,
+    on_disk: bool,
     sentinel_auth: Option<(Option<String>, String)>,
     #[cfg(feature = "tls")]
     tls: crate::tls::TlsSettings,
@@ -556,6 +557,7 @@ impl Builder {
             fence_retention: DEFAULT_FENCE_RETENTION,
             replicas: 0,
             replica_timeout: None,
+            on_disk: false,
             sentinel_auth: None,
             #[cfg(feature = "tls")]
             tls: crate::tls::TlsSettings::default(),
@@ -634,6 +636,20 @@ impl Builder {
         self
     }
 
+    /// Makes an acknowledgement mean "written to the append-only file": the lock's primary and [`replicas`](
+    /// Builder::replicas) of its replicas (0 for the primary alone) fsync every grant and renewal before it counts
+    /// (`WAITAOF 1 n timeout` instead of `WAIT n timeout`), so that a restart of the primary, or of the replicas, does
+    /// not lose an acknowledged grant. Needs Redis 7.2 or later with `appendonly yes` (and `appendfsync everysec` or
+    /// `always`): [`connect`](Builder::connect) checks both and fails with [`Error::Unsupported`] otherwise. Defaults
+    /// to off.
+    ///
+    /// Not exercised by leasehold's own tests beyond that check: the Redis they run (Debian's 7.0.15) has no
+    /// `WAITAOF`.
+    pub fn replicas_on_disk(mut self, on: bool) -> Builder {
+        self.on_disk = on;
+        self
+    }
+
     /// How long the server waits for the replicas' acknowledgements ([`Builder::replicas`]) before answering with the
     /// count it has. Must be below the response timeout. Defaults to a quarter of the response timeout.
     pub fn replica_timeout(mut self, timeout: Duration) -> Builder {
@@ -705,9 +721,9 @@ impl Builder {
             )
             .into());
         }
-        let replicas = match self.replicas {
-            0 => None,
-            count => {
+        let replicas = match (self.replicas, self.on_disk) {
+            (0, false) => None,
+            (count, on_disk) => {
                 let timeout = self.replica_timeout.unwrap_or(self.response_timeout / 4);
                 if timeout.is_zero() || timeout >= self.response_timeout {
                     return Err(InvalidArgument::BadDuration {
@@ -717,7 +733,11 @@ impl Builder {
                     }
                     .into());
                 }
-                Some(ReplicaAcks { count, timeout })
+                Some(ReplicaAcks {
+                    count,
+                    timeout,
+                    on_disk,
+                })
             }
         };
         #[cfg(feature = "tls")]
@@ -788,6 +808,9 @@ impl Builder {
         let client_id = new_token(None)?.split_off(crate::fence::TOKEN_PREFIX.len());
         check_publish(&conn, &target, &self.prefix, &client_id).await?;
         check_keys(&conn, &self.prefix).await?;
+        if replicas.is_some_and(|r| r.on_disk) {
+            crate::checks::check_waitaof(&conn).await?;
+        }
         let warnings = server_warnings(&conn).await;
         let orphans = Orphans::new(
             target.clone(),

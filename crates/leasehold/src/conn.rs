@@ -166,6 +166,9 @@ pub(crate) struct ReplicaAcks {
     pub(crate) count: u32,
     /// How long the server waits for them (`WAIT`'s timeout).
     pub(crate) timeout: Duration,
+    /// Acknowledged means written to the append-only file, here and on `count` replicas (`WAITAOF 1 count`),
+    /// rather than received by `count` replicas (`WAIT count`).
+    pub(crate) on_disk: bool,
 }
 
 impl Conn {
@@ -231,7 +234,15 @@ impl Acked {
             return Err(err.into());
         }
         let acked = match acked {
+            // WAIT: how many replicas have the writes.
             Value::Int(n) => u32::try_from(n).unwrap_or(0),
+            // WAITAOF: [this server fsynced (0 or 1), how many replicas did]. Without the local fsync nothing counts.
+            Value::Array(counts) => match counts.as_slice() {
+                [Value::Int(local), Value::Int(replicas)] if *local >= 1 => {
+                    u32::try_from(*replicas).unwrap_or(0)
+                }
+                _ => 0,
+            },
             Value::ServerError(err) => return Err(err.into()),
             _ => 0,
         };

@@ -85,6 +85,14 @@ pub enum Error {
         required: u32,
     },
 
+    /// The server lacks something a setting needs (found when the client connected): `WAITAOF` for
+    /// [`Builder::replicas_on_disk`](crate::Builder::replicas_on_disk) needs Redis 7.2 and the append-only file.
+    #[error("not supported by this server: {detail}")]
+    Unsupported {
+        /// What is missing.
+        detail: String,
+    },
+
     /// The key that a lock uses exists but was not written by leasehold (another type, or a foreign value). leasehold left
     /// it untouched.
     #[error("key {key:?} exists but is not a leasehold lock ({detail})")]

@@ -232,3 +232,31 @@ async fn in_a_split_brain_the_old_primary_grants_without_wait_and_refuses_with_i
     }
     owner.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn acknowledgements_on_disk_are_refused_by_a_server_without_waitaof() {
+    let server = RedisServer::start_with(&["--appendonly", "yes"]);
+    let version = server.info_field("server", "redis_version").unwrap();
+    let connected = leasehold::Client::builder(&server.url())
+        .unwrap()
+        .replicas(1)
+        .replicas_on_disk(true)
+        .connect()
+        .await;
+    let newer = {
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
+        (parts.next().unwrap(), parts.next().unwrap()) >= (7, 2)
+    };
+    match connected {
+        // The Redis these tests run has no WAITAOF: the setting is refused when the client connects, naming why.
+        Err(Error::Unsupported { detail }) if !newer => {
+            assert!(
+                detail.contains(&version) && detail.contains("7.2"),
+                "{detail}"
+            );
+        }
+        // A newer server runs it: the append-only file is on, so the client connects.
+        Ok(_) if newer => {}
+        other => panic!("Redis {version}: unexpected {other:?}"),
+    }
+}
