@@ -34,7 +34,9 @@
 //! | `batch.rs` | coalesced requests: many locks' acquires (or releases) in one script call |
 //! | `keys.rs` | key layout and limits |
 //! | `clock.rs` | the lease clock: monotonic, counting time spent suspended |
-//! | `conn.rs` | the command connection: replaced when it goes silent; idempotent requests retried once |
+//! | `conn.rs` | the command connection: replaced when it goes silent; idempotent requests retried once; `WAIT` after scripts ([`Builder::replicas`]) |
+//! | `topology.rs` | one server, a Redis Cluster (seeds, bounded calls) or Sentinel: where a key lives, how a call goes, how a waiter hears back |
+//! | `sentinel.rs` | the primary the sentinels name, followed across failovers |
 //! | `orphans.rs` | releases no runtime could finish, done when the client is dropped |
 //! | `tls.rs` | `rediss://`: the crypto backend, a private CA, a client identity (feature `tls`) |
 //! | `scripts/*.lua` | the Lua scripts, each with its KEYS, ARGV and replies |
@@ -86,8 +88,18 @@
 //!   ([`Client::server_warnings`]).
 //! - **Failover loses locks.** Redis replication is asynchronous: after a primary fails, a replica may be promoted
 //!   without the latest grant, and a second owner can get the lock while the first still believes it holds it.
-//!   A restart without persistence does the same. The first owner finds out at its next renewal
-//!   ([`LossReason::Gone`] or [`LossReason::Taken`]), not before.
+//!   A restart without persistence does the same, and so does a Sentinel failover while the old primary still takes
+//!   writes (until the sentinels demote it). The first owner finds out at its next renewal
+//!   ([`LossReason::Gone`] or [`LossReason::Taken`]), not before. [`Builder::replicas`] narrows this (a grant counts
+//!   only once replicas acknowledged it, so a primary cut off from its replicas cannot grant); it is not consensus.
+//!
+//! # Redis Cluster and Sentinel
+//!
+//! The contract above holds per lock on a Redis Cluster (`redis+cluster://h1:p1,h2:p2`) and through Sentinel
+//! (`redis+sentinel://s1:p1,s2:p2/service`), with "the server" read as the lock's current primary and the failover
+//! assumption above. All keys of a lock share one slot; every cluster call is bounded by the response timeout;
+//! wake-ups use a sharded channel in the lock's slot on a cluster; a Sentinel client follows the primary the
+//! sentinels name. The measured failure table is in the README ("Replicas, failover and what `WAIT` changes").
 //! - **Pauses.** A holder can be paused (GC, `SIGSTOP`, a VM freeze, a page fault storm) at any point, including
 //!   between checking [`Lease::is_held`] and writing. No lock service can stop a paused process from sending a
 //!   write after it wakes up. **Only a resource that checks the fence is safe against that.**
@@ -199,7 +211,8 @@
 //! `PREFIX:{N}:queue` (waiting client ids), the hash `PREFIX:{N}:waiters` (per waiting client: its liveness deadline,
 //! claim lease and latest token) and the key `PREFIX:{N}:released` (the last release's token, for the rest of its
 //! lease, so that a retried release is recognised); see [`lock_keys`]. The braces make `N` the Redis Cluster hash
-//! tag. Client `C` hears of grants on the channel `PREFIX:wake:C`. The prefix defaults to `leasehold`; names are 1 to [`MAX_NAME_LEN`] bytes and may not start
+//! tag. Client `C` hears of grants on the channel `PREFIX:wake:C` (`PREFIX:wake:=C` through Sentinel; on a cluster, a
+//! sharded channel per lock, `PREFIX:{N}:wake:C`). The prefix defaults to `leasehold`; names are 1 to [`MAX_NAME_LEN`] bytes and may not start
 //! with `}` (Redis Cluster would then hash each key of the lock to its own slot). Redis 6.2 or later is required.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
