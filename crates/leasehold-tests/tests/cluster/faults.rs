@@ -26,6 +26,31 @@ fn waiter(client: &leasehold::Client, name: &str) -> JoinHandle<Result<leasehold
     })
 }
 
+/// Waits until the waiter's sharded wake-up channel for `name` is subscribed on the node that now serves the lock's
+/// slot. The subscriber's cluster connection sends nothing else, so after a failover or a migration only its own
+/// active re-subscription can bring the channel back (redis-rs alone restores it at the next command to the slot).
+async fn resubscribed(cluster: &RedisCluster, name: &str, since: Instant) {
+    let pattern = format!("{}:wake:*", lock_key(name));
+    eventually(
+        Duration::from_secs(10),
+        "the wake-up channel re-subscribed",
+        || {
+            let node = cluster.primary_of_slot(slot_of(&lock_key(name)));
+            let channels: Vec<String> = redis::cmd("PUBSUB")
+                .arg("SHARDCHANNELS")
+                .arg(&pattern)
+                .query(&mut cluster.connection(node))
+                .unwrap_or_default();
+            !channels.is_empty()
+        },
+    )
+    .await;
+    println!(
+        "measured: wake-up channel back on the slot's node {:.1?} after the fault",
+        since.elapsed()
+    );
+}
+
 /// Waits until `name`'s queue has an entry (the waiter reached the server).
 async fn queued(cluster: &RedisCluster, name: &str) {
     let queue = format!("{}:queue", lock_key(name));
@@ -120,8 +145,10 @@ pub async fn a_lock_whose_slot_migrates_while_held_and_waited_for_stays_exclusiv
         b.mutex(name).try_lock().await,
         Err(Error::Busy { .. }) | Err(Error::Redis(_))
     ));
+    let moved = Instant::now();
     cluster.finish_migration(slot, to);
     assert_eq!(cluster.primary_of_slot(slot), to);
+    resubscribed(cluster, name, moved).await;
     tokio::time::sleep(Duration::from_secs(3)).await; // renewals now follow MOVED to the new owner
     assert!(
         held.is_held(),
@@ -188,6 +215,7 @@ pub async fn kill_9_of_the_locks_primary_never_gives_two_owners(cluster: &mut Re
         killed.elapsed()
     );
     assert_eq!(promoted, replica);
+    resubscribed(cluster, name, killed).await;
     // The lock is reachable again once a call succeeds on the promoted replica.
     let mut unavailable = None;
     while unavailable.is_none() {
