@@ -9,8 +9,13 @@
 //! | `contended-8p` | 8 worker processes looping on ONE lock (leasehold), empty critical section |
 //! | `handoff` | 2 worker processes taking turns: release → the waiting other holds it |
 //! | `renew-10k` | one worker process holds 10,000 locks through 3 renewal periods (1 s) of a 3 s lease |
+//!
+//! Every scenario runs on a Redis Cluster too (`--redis redis+cluster://h:p,h:p,…`): the floor then uses redis-rs's
+//! cluster connection, the server's CPU time and script calls are summed over every primary, and the in-process
+//! scenarios say how their keys spread over slots and primaries (`bench:N`, which leasehold uses as the hash tag).
 
 mod plot;
+mod raw;
 mod scenario;
 mod stats;
 pub mod worker;
@@ -44,7 +49,7 @@ pub const SCENARIOS: [&str; 12] = [
 /// `leasehold bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Use this Redis server instead of starting a private one.
+    /// Use this Redis server (or cluster: redis+cluster://host:port,host:port,…) instead of starting a private one.
     #[arg(long = "redis", value_name = "URL")]
     pub redis: Option<String>,
 
@@ -92,6 +97,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     // Fail early, with the usual exit status, when the server cannot be used.
     crate::connect::client(&url, None).await?;
     let setup = Setup {
+        raw: raw::Raw::open(&url)?,
         url,
         warmup: (args.duration / 10).clamp(Duration::from_millis(100), Duration::from_secs(1)),
         duration: args.duration,
@@ -198,6 +204,17 @@ fn table(outcomes: &[Outcome]) -> String {
         if let Some(share) = o.share_ratio() {
             notes.push(format!("share min/max {share:.2}"));
         }
+        if let Some(s) = o.spread {
+            notes.push(format!(
+                "{} {} on {} {}, {} of {} primaries",
+                s.keys,
+                if s.keys == 1 { "key" } else { "keys" },
+                s.slots,
+                if s.slots == 1 { "slot" } else { "slots" },
+                s.primaries,
+                s.of_primaries
+            ));
+        }
         if let Some(p99) = o.write_p99_us {
             notes.push(format!("writes p99 {} µs", micros(p99)));
         }
@@ -238,6 +255,11 @@ fn table(outcomes: &[Outcome]) -> String {
         out.push_str(row.trim_end());
         out.push('\n');
     }
+    if let Some(primaries) = outcomes.iter().find_map(|o| o.cpu_primaries) {
+        out.push_str(&format!(
+            "on a cluster: srv µs/cycle is the CPU time of all {primaries} primaries together (replicas not counted)\n"
+        ));
+    }
     out
 }
 
@@ -270,7 +292,9 @@ mod tests {
             rtt_p50_us: None,
             renewal: None,
             server_cpu_s: None,
+            cpu_primaries: None,
             write_p99_us: None,
+            spread: None,
         }
     }
 
@@ -329,6 +353,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_cluster_table_says_where_keys_live_and_whose_cpu_it_sums() {
+        let mut floor = outcome("floor-64", &[30, 40, 50]);
+        floor.server_cpu_s = Some(0.000_3);
+        floor.cpu_primaries = Some(3);
+        floor.spread = Some(raw::Spread {
+            keys: 64,
+            slots: 64,
+            primaries: 3,
+            of_primaries: 3,
+        });
+        let text = table(&[floor]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[1].ends_with("100.0  64 keys on 64 slots, 3 of 3 primaries"),
+            "{text}"
+        );
+        assert_eq!(
+            lines[2],
+            "on a cluster: srv µs/cycle is the CPU time of all 3 primaries together (replicas not counted)"
+        );
+        let single = table(&[outcome("floor-1", &[30])]);
+        assert_eq!(single.lines().count(), 2, "one server: no footer");
     }
 
     #[test]

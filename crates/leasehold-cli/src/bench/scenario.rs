@@ -1,6 +1,7 @@
 //! The scenarios: in-process loops against the raw-Redis floor and leasehold, and the multi-process ones that spawn
 //! `leasehold bench-worker` processes.
 
+use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -8,11 +9,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use leasehold::redis;
-use leasehold::redis::aio::ConnectionManager;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::time::Instant;
 
+use super::raw::{Conn, Raw};
 use super::stats::{Outcome, Renewal, Samples};
 use super::worker::{unix_ms, Role};
 use crate::progress::Bar;
@@ -20,6 +21,8 @@ use crate::progress::Bar;
 /// What a scenario needs to know about the run.
 pub struct Setup {
     pub url: String,
+    /// The same server or cluster, for raw commands.
+    pub raw: Raw,
     pub warmup: Duration,
     pub duration: Duration,
     pub progress: bool,
@@ -30,8 +33,9 @@ pub const RAW_RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 enum Engine {
-    /// `SET key token NX PX 30000`, then the owner-checked delete script, on a redis-rs `ConnectionManager`.
-    Floor(ConnectionManager),
+    /// `SET key token NX PX 30000`, then the owner-checked delete script, on a redis-rs `ConnectionManager` (on a
+    /// cluster, its cluster connection).
+    Floor(Conn),
     /// leasehold `lock()` + `release()` (lease 30 s, watchdog on: the defaults).
     Leasehold(leasehold::Client),
 }
@@ -43,9 +47,14 @@ pub async fn in_process(
     tasks: usize,
     floor: bool,
 ) -> anyhow::Result<Outcome> {
+    let spread = if setup.raw.is_cluster() {
+        let names: Vec<String> = (0..tasks).map(key_of).collect();
+        setup.raw.multiplexed().await?.spread(&names).await?
+    } else {
+        None
+    };
     let engine = if floor {
-        let client = redis::Client::open(setup.url.as_str())?;
-        Arc::new(Engine::Floor(client.get_connection_manager().await?))
+        Arc::new(Engine::Floor(setup.raw.manager().await?))
     } else {
         Arc::new(Engine::Leasehold(
             crate::connect::client(&setup.url, None).await?,
@@ -69,6 +78,7 @@ pub async fn in_process(
     for worker in workers {
         samples.extend(worker.await.context("a bench task panicked")??);
     }
+    let (server_cpu_s, cpu_primaries) = cpu_of(cpu).await;
     Ok(Outcome {
         scenario,
         processes: 1,
@@ -80,9 +90,17 @@ pub async fn in_process(
         floor_rate: None,
         rtt_p50_us: None,
         renewal: None,
-        server_cpu_s: cpu.await.ok().and_then(Result::ok),
+        server_cpu_s,
+        cpu_primaries,
         write_p99_us: None,
+        spread,
     })
+}
+
+/// The key (leasehold: the lock name) of in-process task `task`. On a cluster the tasks spread over the slots:
+/// leasehold's keys are tagged with the whole name, and the floor's key has no tag, so both hash `bench:N`.
+fn key_of(task: usize) -> String {
+    format!("bench:{task}")
 }
 
 async fn cycle_until(
@@ -92,7 +110,7 @@ async fn cycle_until(
     end: Instant,
     count: &AtomicU64,
 ) -> anyhow::Result<Samples> {
-    let key = format!("bench:{task}");
+    let key = key_of(task);
     let mut samples = Samples::default();
     let release = redis::Script::new(RAW_RELEASE);
     let mutex = match engine {
@@ -222,14 +240,14 @@ fn worker_command(
 }
 
 /// Spawns `leasehold bench-worker ROLE` processes and collects their JSON lines. Returns each worker's lines, and
-/// the server's CPU time over the measured window.
+/// the server's CPU time over the measured window (see [`cpu_of`]).
 async fn workers(
     setup: &Setup,
     scenario: &'static str,
     role: Role,
     processes: usize,
     extra: &[String],
-) -> anyhow::Result<(Vec<Vec<Value>>, Option<f64>)> {
+) -> anyhow::Result<(Vec<Vec<Value>>, (Option<f64>, Option<usize>))> {
     // Processes start and connect during the first second; everyone measures the same wall-clock window.
     let from_ms = unix_ms() + 1000 + setup.warmup.as_millis() as u64;
     let to_ms = from_ms + setup.duration.as_millis() as u64;
@@ -277,39 +295,57 @@ async fn workers(
             bail!("a bench worker failed ({status})");
         }
     }
-    Ok((all, cpu.await.ok().and_then(Result::ok)))
+    Ok((all, cpu_of(cpu).await))
 }
 
 /// The server's CPU time (user + system, all its threads, from `INFO cpu`) between `from` and `to`, measured by a
-/// task of its own. On a server shared with other clients it counts their work too.
+/// task of its own; on a cluster, the sum over every primary, and how many there are. On a server shared with other
+/// clients it counts their work too.
 fn server_cpu_window(
     setup: &Setup,
     from: Instant,
     to: Instant,
-) -> tokio::task::JoinHandle<anyhow::Result<f64>> {
-    let url = setup.url.clone();
+) -> tokio::task::JoinHandle<anyhow::Result<(f64, Option<usize>)>> {
+    let raw = setup.raw.clone();
     tokio::spawn(async move {
-        let client = redis::Client::open(url.as_str())?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        let mut conn = raw.multiplexed().await?;
         tokio::time::sleep_until(from).await;
         let before = server_cpu_seconds(&mut conn).await?;
         tokio::time::sleep_until(to).await;
-        Ok(server_cpu_seconds(&mut conn).await? - before)
+        let after = server_cpu_seconds(&mut conn).await?;
+        if before.keys().ne(after.keys()) {
+            bail!("the primaries changed while the server CPU was measured");
+        }
+        let used = after.iter().map(|(node, cpu)| cpu - before[node]).sum();
+        Ok((used, raw.is_cluster().then_some(after.len())))
     })
 }
 
-/// `used_cpu_user + used_cpu_sys` of `INFO cpu`.
-async fn server_cpu_seconds(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-    };
-    match (field("used_cpu_user"), field("used_cpu_sys")) {
-        (Some(user), Some(sys)) => Ok(user + sys),
-        _ => bail!("INFO cpu has no used_cpu_user/used_cpu_sys"),
+/// The seconds of [`server_cpu_window`], when it could read them, and on a cluster the number of primaries summed.
+async fn cpu_of(
+    window: tokio::task::JoinHandle<anyhow::Result<(f64, Option<usize>)>>,
+) -> (Option<f64>, Option<usize>) {
+    match window.await {
+        Ok(Ok((seconds, primaries))) => (Some(seconds), primaries),
+        _ => (None, None),
     }
+}
+
+/// `used_cpu_user + used_cpu_sys` of `INFO cpu`, by node.
+async fn server_cpu_seconds(conn: &mut Conn) -> anyhow::Result<BTreeMap<String, f64>> {
+    let mut seconds = BTreeMap::new();
+    for (node, info) in conn.info("cpu").await? {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        };
+        match (field("used_cpu_user"), field("used_cpu_sys")) {
+            (Some(user), Some(sys)) => seconds.insert(node, user + sys),
+            _ => bail!("INFO cpu of {node} has no used_cpu_user/used_cpu_sys"),
+        };
+    }
+    Ok(seconds)
 }
 
 fn last(lines: &[Value]) -> anyhow::Result<&Value> {
@@ -330,7 +366,8 @@ pub async fn contended(
         Role::Contend
     };
     let extra = ["--kind".to_owned(), kind.to_owned()];
-    let (results, server_cpu_s) = workers(setup, scenario, role, processes, &extra).await?;
+    let (results, (server_cpu_s, cpu_primaries)) =
+        workers(setup, scenario, role, processes, &extra).await?;
     let mut samples = Samples::default();
     let mut writes = Samples::default();
     let mut per_process = Vec::new();
@@ -358,16 +395,19 @@ pub async fn contended(
         rtt_p50_us: None,
         renewal: None,
         server_cpu_s,
+        cpu_primaries,
         write_p99_us: (writes.len() > 0).then(|| writes.quantile_us(0.99)),
+        spread: None,
     })
 }
 
 /// Two processes taking turns: the time from one's release to the other's grant. Also measures the raw round
-/// trip (PING) in this process for comparison.
+/// trip (PING, on a cluster to the lock's node) in this process for comparison.
 pub async fn handoff(setup: &Setup, scenario: &'static str, kind: &str) -> anyhow::Result<Outcome> {
-    let rtt_p50_us = round_trip_p50(setup).await?;
+    let rtt_p50_us = round_trip_p50(setup, &format!("bench:{scenario}")).await?;
     let extra = ["--kind".to_owned(), kind.to_owned()];
-    let (results, server_cpu_s) = workers(setup, scenario, Role::Handoff, 2, &extra).await?;
+    let (results, (server_cpu_s, cpu_primaries)) =
+        workers(setup, scenario, Role::Handoff, 2, &extra).await?;
     // (acquired, released, worker) for every turn, in time order.
     let mut turns: Vec<(u64, u64, usize)> = Vec::new();
     for (worker, lines) in results.iter().enumerate() {
@@ -395,32 +435,33 @@ pub async fn handoff(setup: &Setup, scenario: &'static str, kind: &str) -> anyho
         rtt_p50_us: Some(rtt_p50_us),
         renewal: None,
         server_cpu_s,
+        cpu_primaries,
         write_p99_us: None,
+        spread: None,
     })
 }
 
-/// The p50 of one raw round trip (`PING`) on the connection type leasehold uses, in µs.
-async fn round_trip_p50(setup: &Setup) -> anyhow::Result<f64> {
-    let client = redis::Client::open(setup.url.as_str())?;
-    let mut conn = client.get_connection_manager().await?;
+/// The p50 of one raw round trip (`PING`) on the connection type leasehold uses, in µs; on a cluster, to the
+/// primary of the lock `name`.
+async fn round_trip_p50(setup: &Setup, name: &str) -> anyhow::Result<f64> {
+    let mut conn = setup.raw.manager().await?;
     let mut samples = Samples::default();
     let end = Instant::now() + (setup.duration / 5).max(Duration::from_millis(200));
     while Instant::now() < end {
         let started = Instant::now();
-        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        conn.ping(name).await?;
         samples.push(started.elapsed());
     }
     Ok(samples.sorted().quantile_us(0.5))
 }
 
 /// One process holds 10,000 locks through three renewal periods of a short lease; renewal calls are counted on
-/// the server.
+/// the server (on a cluster, summed over the primaries).
 pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outcome> {
     const LOCKS: usize = 10_000;
     const PERIODS: u32 = 3;
     let period = Duration::from_secs(1);
-    let client = redis::Client::open(setup.url.as_str())?;
-    let mut stats = client.get_multiplexed_async_connection().await?;
+    let mut stats = setup.raw.multiplexed().await?;
     let args = [
         "--locks".to_owned(),
         LOCKS.to_string(),
@@ -460,6 +501,7 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
         None => bail!("the renew worker stopped while holding its locks"),
     };
     let after = script_calls(&mut stats).await?;
+    let (server_cpu_s, cpu_primaries) = cpu_of(cpu).await;
     let status = child.wait().await?;
     if !status.success() {
         bail!("the renew worker failed ({status})");
@@ -483,19 +525,18 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
             cpu_seconds: result["cpu_s"].as_f64().unwrap_or(f64::NAN),
             bytes_per_lock: result["bytes_per_lock"].as_f64().unwrap_or(f64::NAN),
         }),
-        server_cpu_s: cpu.await.ok().and_then(Result::ok),
+        server_cpu_s,
+        cpu_primaries,
         write_p99_us: None,
+        spread: None,
     })
 }
 
-/// Script calls (`EVALSHA` + `EVAL`) the server has counted so far.
-async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await?;
+/// Script calls (`EVALSHA` + `EVAL`) the server (every primary of a cluster) has counted so far.
+async fn script_calls(conn: &mut Conn) -> anyhow::Result<u64> {
+    let infos = conn.info("commandstats").await?;
     let mut total = 0;
-    for line in info.lines() {
+    for line in infos.values().flat_map(|info| info.lines()) {
         for cmd in ["cmdstat_evalsha:", "cmdstat_eval:"] {
             if let Some(rest) = line.strip_prefix(cmd) {
                 let calls = rest

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::raw::Spread;
+
 /// Acquire latencies in nanoseconds, in arrival order until [`Samples::sorted`].
 #[derive(Debug, Default, Clone)]
 pub struct Samples(pub Vec<u64>);
@@ -66,10 +68,15 @@ pub struct Outcome {
     /// The raw round trip's p50 in µs, for the hand-off scenario.
     pub rtt_p50_us: Option<f64>,
     pub renewal: Option<Renewal>,
-    /// The server's CPU time (user + system) over the measured window, when it could be read.
+    /// The server's CPU time (user + system) over the measured window, when it could be read; on a cluster, the
+    /// sum over its primaries.
     pub server_cpu_s: Option<f64>,
+    /// On a cluster, how many primaries `server_cpu_s` sums.
+    pub cpu_primaries: Option<usize>,
     /// The p99 of write-lock acquisitions, for the read-write scenario.
     pub write_p99_us: Option<f64>,
+    /// On a cluster, where the keys of an in-process scenario live.
+    pub spread: Option<Spread>,
 }
 
 impl Outcome {
@@ -109,7 +116,7 @@ impl Outcome {
 
     pub fn to_json(&self) -> Value {
         let round = |x: f64| (x * 100.0).round() / 100.0;
-        json!({
+        let mut out = json!({
             "scenario": self.scenario,
             "processes": self.processes,
             "tasks": self.tasks,
@@ -137,7 +144,20 @@ impl Outcome {
                 "client_cpu_s": round(r.cpu_seconds),
                 "client_bytes_per_lock": round(r.bytes_per_lock),
             })),
-        })
+        });
+        // Cluster runs only: the one-server shape stays as documented.
+        if let Some(primaries) = self.cpu_primaries {
+            out["server_cpu_primaries"] = json!(primaries);
+        }
+        if let Some(s) = self.spread {
+            out["key_spread"] = json!({
+                "keys": s.keys,
+                "slots": s.slots,
+                "primaries": s.primaries,
+                "of_primaries": s.of_primaries,
+            });
+        }
+        out
     }
 }
 

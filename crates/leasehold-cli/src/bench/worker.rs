@@ -30,7 +30,7 @@ pub struct WorkerArgs {
     /// The role.
     #[arg(value_enum)]
     pub role: Role,
-    /// The Redis server's URL.
+    /// The Redis server's URL (`redis+cluster://…` for a cluster).
     #[arg(long)]
     pub redis: String,
     /// The lock (or lock-name prefix) to use.
@@ -144,8 +144,8 @@ async fn contend(
 }
 
 async fn floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
-    let client = leasehold::redis::Client::open(args.redis.as_str())?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
+    // A multiplexed connection on one server; on a cluster, redis-rs's cluster connection to the key's node.
+    let mut conn = super::raw::Raw::open(&args.redis)?.multiplexed().await?;
     let release = leasehold::redis::Script::new(super::scenario::RAW_RELEASE);
     let mut samples = Vec::new();
     let mut n: u64 = 0;

@@ -1,9 +1,10 @@
 //! `leasehold bench`: the output is complete and well-formed, progress included (the numbers themselves are not
 //! asserted).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use leasehold_tests::TempDir;
+use leasehold_tests::{slot_of, RedisCluster, TempDir};
 use serde_json::Value;
 
 use crate::{finish, leasehold};
@@ -146,6 +147,69 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
     assert!(picture.starts_with("<svg") && picture.trim_end().ends_with("</svg>"));
     // One curve per scenario with latency samples (renew-10k has none).
     assert_eq!(picture.matches("<polyline").count(), 11);
+}
+
+#[test]
+fn bench_runs_on_a_cluster_with_the_server_cpu_of_every_primary() {
+    let cluster = RedisCluster::start();
+    // The 64 in-process tasks use the locks bench:0 … bench:63 (leasehold's keys are tagged with the name; the
+    // floor's key is the bare name): they must reach every primary, or the cluster run measures one node.
+    let owners: BTreeSet<usize> = (0..64)
+        .map(|task| cluster.primary_of_slot(slot_of(&format!("bench:{task}"))))
+        .collect();
+    assert_eq!(owners.len(), 3);
+    let scenarios = ["floor-1", "uncontended-64", "contended-8p"];
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "bench",
+            "--redis",
+            &cluster.url(),
+            "--duration",
+            "300ms",
+            "--scenarios",
+            &scenarios.join(","),
+            "--json",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "bench failed: {stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|l| l["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, scenarios);
+    for line in &lines {
+        let name = line["scenario"].as_str().unwrap();
+        assert!(
+            line["acquisitions"].as_u64().is_some_and(|n| n > 0),
+            "{name}: {line}"
+        );
+        // The server CPU is read from, and summed over, the three primaries.
+        assert!(
+            line["server_cpu_us_per_cycle"]
+                .as_f64()
+                .is_some_and(|us| us > 0.0),
+            "{name}: {line}"
+        );
+        assert_eq!(line["server_cpu_primaries"], 3, "{name}: {line}");
+    }
+    let spread = &lines[1]["key_spread"];
+    assert_eq!(spread["keys"], 64, "{spread}");
+    assert_eq!(spread["primaries"], 3, "{spread}");
+    assert_eq!(spread["of_primaries"], 3, "{spread}");
+    assert!(spread["slots"].as_u64().is_some_and(|n| n > 32), "{spread}");
+    assert_eq!(lines[0]["key_spread"]["keys"], 1);
+    assert!(lines[2]["key_spread"].is_null(), "one key: {}", lines[2]);
+    assert_eq!(
+        lines[1]["floor_ratio"],
+        Value::Null,
+        "no floor-64 in this run"
+    );
+    assert_eq!(stderr.lines().count(), scenarios.len(), "{stderr}");
 }
 
 #[test]

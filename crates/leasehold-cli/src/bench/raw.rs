@@ -1,0 +1,244 @@
+//! The bench's raw Redis, on one server or on a Redis Cluster: the connections of the floor, and what is read from
+//! the servers themselves (CPU time, script calls, the raw round trip, where keys live). On a cluster, server
+//! figures are summed over every primary.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{bail, Context as _};
+use leasehold::redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use leasehold::redis::cluster::{ClusterClient, ClusterClientBuilder};
+use leasehold::redis::cluster_async::ClusterConnection;
+use leasehold::redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
+use leasehold::redis::{self, Cmd, Pipeline, RedisFuture, Value};
+
+/// Where the bench sends its raw commands: the server or cluster of `--redis`.
+#[derive(Clone)]
+// One per run: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum Raw {
+    Single(redis::Client),
+    Cluster(ClusterClient),
+}
+
+/// A raw connection of either kind; every command on a cluster goes to the node of its key.
+#[derive(Clone)]
+pub enum Conn {
+    /// One server, reconnecting: the in-process floor and the raw round trip.
+    Manager(ConnectionManager),
+    /// One server: the floor's worker processes and the readings of the server.
+    Multiplexed(MultiplexedConnection),
+    /// redis-rs's cluster connection: follows `MOVED`/`ASK`, reaches every primary.
+    Cluster(ClusterConnection),
+}
+
+/// Where the keys of a scenario live on a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spread {
+    pub keys: usize,
+    pub slots: usize,
+    /// The primaries that own at least one of the keys.
+    pub primaries: usize,
+    /// Every primary of the cluster.
+    pub of_primaries: usize,
+}
+
+impl Raw {
+    /// A cluster for a `redis+cluster://` URL (reached through every node it names), else one server.
+    pub fn open(url: &str) -> anyhow::Result<Raw> {
+        let Some(seeds) = leasehold::__private::cluster_seeds(url) else {
+            return Ok(Raw::Single(redis::Client::open(url)?));
+        };
+        let client = ClusterClientBuilder::new(seeds)
+            .connection_timeout(leasehold::DEFAULT_CONNECTION_TIMEOUT)
+            // redis-rs waits forever for a cluster's reply by default; the floor gets leasehold's bound instead.
+            .response_timeout(leasehold::DEFAULT_RESPONSE_TIMEOUT)
+            .overall_response_timeout(Some(leasehold::DEFAULT_RESPONSE_TIMEOUT))
+            .build()?;
+        Ok(Raw::Cluster(client))
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Raw::Cluster(_))
+    }
+
+    /// The in-process floor's connection: a `ConnectionManager` on one server.
+    pub async fn manager(&self) -> anyhow::Result<Conn> {
+        Ok(match self {
+            Raw::Single(client) => Conn::Manager(client.get_connection_manager().await?),
+            Raw::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
+        })
+    }
+
+    /// A connection for the floor's worker processes and the readings of the server: a multiplexed connection on
+    /// one server.
+    pub async fn multiplexed(&self) -> anyhow::Result<Conn> {
+        Ok(match self {
+            Raw::Single(client) => {
+                Conn::Multiplexed(client.get_multiplexed_async_connection().await?)
+            }
+            Raw::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
+        })
+    }
+}
+
+impl Conn {
+    /// `INFO section` of the server, or of every primary of the cluster, by node address.
+    pub async fn info(&mut self, section: &str) -> anyhow::Result<BTreeMap<String, String>> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg(section);
+        let Conn::Cluster(conn) = self else {
+            let text: String = cmd.query_async(self).await?;
+            return Ok(BTreeMap::from([("server".to_owned(), text)]));
+        };
+        let all = conn
+            .route_command(
+                cmd,
+                RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+            )
+            .await?;
+        let Value::Map(replies) = all else {
+            bail!("INFO from every primary: not one reply per primary: {all:?}");
+        };
+        let mut texts = BTreeMap::new();
+        for (node, reply) in replies {
+            let node: String = redis::from_redis_value(node)?;
+            let text: String = redis::from_redis_value(reply)
+                .with_context(|| format!("INFO {section} from {node}"))?;
+            texts.insert(node, text);
+        }
+        Ok(texts)
+    }
+
+    /// One `PING`, on a cluster to the primary of the lock `name` (the node a lock call on it goes to).
+    pub async fn ping(&mut self, name: &str) -> anyhow::Result<()> {
+        let Conn::Cluster(conn) = self else {
+            let _: String = redis::cmd("PING").query_async(self).await?;
+            return Ok(());
+        };
+        let slot = leasehold::__private::slot_of(leasehold::DEFAULT_PREFIX, name)
+            .with_context(|| format!("no slot for the lock {name:?}"))?;
+        let route = Route::new(slot, SlotAddr::Master);
+        conn.route_command(
+            redis::cmd("PING"),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Where the locks `names` live on a cluster (`None` on one server). The floor's key for a lock is its name,
+    /// which has no hash tag: its slot is that of the whole name, the same as the slot of the lock (whose keys
+    /// are tagged with the name), so this is where the floor's keys live too.
+    pub async fn spread(&mut self, names: &[String]) -> anyhow::Result<Option<Spread>> {
+        let Conn::Cluster(conn) = self else {
+            return Ok(None);
+        };
+        let ranges =
+            primaries_by_slot(redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?)?;
+        let mut slots = BTreeSet::new();
+        let mut owners = BTreeSet::new();
+        for name in names {
+            let slot = leasehold::__private::slot_of(leasehold::DEFAULT_PREFIX, name)
+                .with_context(|| format!("no slot for the lock {name:?}"))?;
+            slots.insert(slot);
+            let owner = ranges
+                .iter()
+                .find(|(start, end, _)| (*start..=*end).contains(&slot))
+                .with_context(|| format!("no primary serves slot {slot}"))?;
+            owners.insert(owner.2.clone());
+        }
+        let of_primaries = ranges.iter().map(|r| &r.2).collect::<BTreeSet<_>>().len();
+        Ok(Some(Spread {
+            keys: names.len(),
+            slots: slots.len(),
+            primaries: owners.len(),
+            of_primaries,
+        }))
+    }
+}
+
+/// `(first slot, last slot, primary's host:port)` of every range of a `CLUSTER SLOTS` reply.
+fn primaries_by_slot(reply: Value) -> anyhow::Result<Vec<(u16, u16, String)>> {
+    let ranges: Vec<Vec<Value>> = redis::from_redis_value(reply)?;
+    let mut out = Vec::new();
+    for range in ranges {
+        let [start, end, primary, ..] = &range[..] else {
+            bail!("CLUSTER SLOTS: a range without a primary");
+        };
+        let node: Vec<Value> = redis::from_redis_value_ref(primary)?;
+        let [host, port, ..] = &node[..] else {
+            bail!("CLUSTER SLOTS: a primary without host and port");
+        };
+        let host: String = redis::from_redis_value_ref(host)?;
+        let port: u16 = redis::from_redis_value_ref(port)?;
+        out.push((
+            redis::from_redis_value_ref(start)?,
+            redis::from_redis_value_ref(end)?,
+            format!("{host}:{port}"),
+        ));
+    }
+    Ok(out)
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Manager(conn) => conn.req_packed_command(cmd),
+            Conn::Multiplexed(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Manager(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Multiplexed(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Manager(conn) => conn.get_db(),
+            Conn::Multiplexed(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_slots_name_the_primary_of_each_range() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                Value::Array(vec![bulk("127.0.0.1"), Value::Int(7000), bulk("id0")]),
+                Value::Array(vec![bulk("127.0.0.1"), Value::Int(7003), bulk("id3")]),
+            ]),
+            Value::Array(vec![
+                Value::Int(5461),
+                Value::Int(16383),
+                Value::Array(vec![bulk("127.0.0.1"), Value::Int(7001), bulk("id1")]),
+            ]),
+        ]);
+        assert_eq!(
+            primaries_by_slot(reply).unwrap(),
+            [
+                (0, 5460, "127.0.0.1:7000".to_owned()),
+                (5461, 16383, "127.0.0.1:7001".to_owned())
+            ]
+        );
+    }
+}
