@@ -2,9 +2,12 @@
 # Runs the torture test (crates/leasehold-tests/tests/torture/) for longer than CI does: worker processes loop on one lock
 # while faults are injected at random, and the checker prints one line per lock kind. Installs redis-server when it is
 # missing.
-# Usage: scripts/torture.sh [SECONDS] [SEED] [KINDS]
+# Usage: scripts/torture.sh [SECONDS] [SEED] [KINDS] [TOPOLOGY]
 #   SECONDS  per kind (default 600); SEED drawn from the clock when absent (it is printed);
-#   KINDS    comma-separated, from mutex, fair, semaphore:N, rw, reentrant (default: all five, semaphore:2)
+#   KINDS    comma-separated, from mutex, fair, semaphore:N, rw, reentrant (default: all five, semaphore:2);
+#   TOPOLOGY where the lock lives: single (one redis-server, the default), cluster (3 primaries + 3 replicas, with
+#            failovers, slot migrations and killed primaries among the faults), or single,cluster for both in turn.
+# An empty argument takes its default: scripts/torture.sh 60 "" "" cluster
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
@@ -14,5 +17,8 @@ if [ -n "${2:-}" ]; then
 fi
 if [ -n "${3:-}" ]; then
   export TORTURE_KINDS="$3"
+fi
+if [ -n "${4:-}" ]; then
+  export TORTURE_TOPOLOGY="$4"
 fi
 exec cargo test --release -q -p leasehold-tests --test torture -- --nocapture the_lock_keeps_its_contract_under_random_faults

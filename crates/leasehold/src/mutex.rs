@@ -789,7 +789,7 @@ pub(crate) fn take_hand_off(
     if client.inner.replicas.is_some() || !hand_off_usable(&handed, sent) {
         return Err(handed.token);
     }
-    expecting.handed_over(&handed.token);
+    let route = expecting.handed_over(&handed.token);
     let expiry = Expiry::handed(&handed, sent);
     let fence = i64::try_from(handed.fence).unwrap_or(i64::MAX);
     Ok(new_guard(
@@ -799,7 +799,7 @@ pub(crate) fn take_hand_off(
         fence,
         lease,
         expiry,
-        None,
+        route,
     ))
 }
 

@@ -258,9 +258,11 @@ impl Expecting {
         self.unregister(token, true)
     }
 
-    /// `token`'s grant message was taken from the mailbox: there will be no other.
-    pub(crate) fn handed_over(&mut self, token: &str) {
-        self.unregister(token, false);
+    /// `token`'s grant was taken from the mailbox. Copies of its message may still arrive (a replica delivers what
+    /// its primary published): until the grant ends they are ignored, never given back. Returns the id to give
+    /// [`Wakeups::untake`] when it ends.
+    pub(crate) fn handed_over(&mut self, token: &str) -> Option<u128> {
+        self.unregister(token, true)
     }
 
     fn unregister(&mut self, token: &str, taken: bool) -> Option<u128> {
@@ -741,21 +743,31 @@ impl Task {
         // Under the registry lock, so that the waiting task's `Expecting::drop` either finds the grant in its mailbox
         // or has already left (and then the grant is released here).
         let orphan = {
-            let mut expected = self.shared.expected();
+            let expected = self.shared.expected();
             let id = token_id(&handed.token).unwrap_or_default();
             match expected.get(&id) {
                 Some(Route::Waiting(mailbox)) => {
-                    let replaced = mailbox.slot().replace(handed);
-                    mailbox.arrived.notify_one();
-                    // A second grant before the first was taken: the first has lapsed by now (the lock is exclusive),
-                    // and releasing it is owner-checked.
-                    replaced
+                    let mut slot = mailbox.slot();
+                    if slot
+                        .as_ref()
+                        .is_some_and(|waiting| waiting.token == handed.token)
+                    {
+                        // The same grant again: one message can arrive twice (a replica delivers what its primary
+                        // published, and a subscription can sit on both). Giving the first copy back would release
+                        // the grant the task is about to take.
+                        None
+                    } else {
+                        let replaced = slot.replace(handed);
+                        mailbox.arrived.notify_one();
+                        // A second grant before the first was taken: the first has lapsed by now (the lock is
+                        // exclusive), and releasing it is owner-checked.
+                        replaced
+                    }
                 }
-                Some(Route::Taken) => {
-                    // The grant is in use already: this was its message, arriving after the attempt that took it.
-                    expected.remove(&id);
-                    None
-                }
+                // The grant is in use already (taken through an attempt's reply, or from the mailbox): this is its
+                // message, or a copy of it, arriving late. The route stays until the grant ends, since more copies may
+                // follow ([`Wakeups::untake`]).
+                Some(Route::Taken) => None,
                 None => Some(handed),
             }
         };

@@ -292,3 +292,90 @@ async fn a_grant_whose_message_was_lost_is_taken_by_the_next_attempt() {
     }
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_second_copy_of_a_grant_message_never_releases_the_grant_in_use() {
+    // One message can arrive twice: a replica delivers what its primary published, and after a failover a client can
+    // be subscribed on both (the cluster torture run found it). The copy must not be given back as a grant nobody
+    // waits for: that release would free the lock its holder is using.
+    let server = RedisServer::start();
+    let holder_client = connect(&server).await;
+    let waiter_client = connect(&server).await;
+    crate::lock_and_release(&waiter_client, "warm-up").await;
+    let holder = holder_client
+        .mutex("twice")
+        .ttl(Duration::from_secs(60))
+        .try_lock()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = waiter_client.mutex("twice").lock().await.unwrap();
+        (waiter_client, guard)
+    });
+    wait_for_busy_attempts(&server, 1).await;
+    let mut conn = crate::redis_conn(&server).await;
+    let clients: Vec<String> = redis::cmd("HKEYS")
+        .arg("leasehold:{twice}:waiters")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let [client_id] = clients.as_slice() else {
+        panic!("one waiting client expected: {clients:?}");
+    };
+    holder.release().await.unwrap();
+    let (_waiter_client, guard) = within(Duration::from_secs(5), "the hand-off", waiter)
+        .await
+        .unwrap();
+    let channel = format!("leasehold:wake:{client_id}");
+    let copy = format!(
+        "g {} 1 2000 {}\nleasehold:{{twice}}",
+        guard.fence().get(),
+        guard.token()
+    );
+    // A decoy for a token nobody here knows, after the copy: the subscriber handles messages in order, and gives the
+    // decoy back with one release call, so once that call has reached the server, the copy has been handled too.
+    let decoy = "g 1 1 2000 dl1:00000000000000000000000000000000\nleasehold:{twice}";
+    // The new holder extends its 2 s claim to its whole lease (30 s) right after the hand-off, with one renewal call:
+    // let that pass first, so that the count below is the decoy's alone (the next renewal is 10 s away).
+    within(Duration::from_secs(5), "the claim extended", async {
+        loop {
+            let left: i64 = redis::cmd("PTTL")
+                .arg("leasehold:{twice}")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if left > 2_500 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await; // polls server state: no event to await
+        }
+    })
+    .await;
+    server.config_resetstat();
+    for message in [copy.as_str(), decoy] {
+        let receivers: i64 = redis::cmd("PUBLISH")
+            .arg(&channel)
+            .arg(message)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(receivers, 1);
+    }
+    within(Duration::from_secs(5), "the decoy's release", async {
+        while server.command_calls("evalsha") < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await; // polls a server counter: no event to await
+        }
+    })
+    .await;
+    assert_eq!(
+        server.command_calls("evalsha"),
+        1,
+        "the copy was given back too"
+    );
+    assert!(guard.is_held());
+    assert_eq!(
+        get(&mut conn, "leasehold:{twice}").await.as_deref(),
+        Some(guard.token())
+    );
+    guard.release().await.unwrap();
+}

@@ -1,19 +1,37 @@
 //! The rig: the servers, the proxies, the worker processes, and the scheduler that injects faults.
+//!
+//! The lock lives on one server or on a Redis Cluster ([`Topology`]). On one server each worker reaches it through a
+//! proxy of its own, which the scheduler can cut or slow down. A proxy cannot sit in front of a cluster (a cluster
+//! client learns the nodes' addresses from the cluster itself), so there the workers connect with the cluster URL,
+//! and the faults of the path give way to faults of the topology: a manual failover and a migration of the lock's
+//! slot where one server is restarted from a snapshot, the loss of the lock's primary where it is killed.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use leasehold_tests::{ChildGuard, RedisServer, TcpProxy, TempDir, XorShift as Rng};
+use leasehold_tests::{
+    slot_of, ChildGuard, RedisCluster, RedisServer, TcpProxy, TempDir, XorShift as Rng,
+};
 use nix::sys::signal::Signal;
 
 use crate::check::{check, Report, Rule};
 use crate::history::{read_all, Fault, Stats, Window};
+use crate::Topology;
 
 /// The lock's name.
 const NAME: &str = "torture";
 
+/// The longest `DEBUG SLEEP` of a cluster primary: well inside the cluster's node timeout (2 s), past which its
+/// replica would be elected and the sleeper, on waking, would run what queued up meanwhile as a second primary.
+const CLUSTER_SLEEP_MAX: Duration = Duration::from_millis(1200);
+
 fn now_ns() -> u64 {
     leasehold_tests::monotonic_ns()
+}
+
+/// The lock's main key; all of its keys share its slot.
+fn lock_key() -> String {
+    format!("leasehold:{{{NAME}}}")
 }
 
 struct Worker {
@@ -21,11 +39,71 @@ struct Worker {
     incarnation: usize,
 }
 
+/// Where the lock lives.
+enum Lock {
+    /// One redis-server.
+    Single(RedisServer),
+    /// Three primaries and three replicas.
+    Cluster(RedisCluster),
+}
+
+impl Lock {
+    fn start(topology: Topology) -> Lock {
+        match topology {
+            Topology::Single => Lock::Single(RedisServer::start_with(&[
+                "--enable-debug-command",
+                "local",
+            ])),
+            Topology::Cluster => Lock::Cluster(RedisCluster::start()),
+        }
+    }
+
+    /// The URL a client reaches the lock with, bypassing any proxy.
+    fn url(&self) -> String {
+        match self {
+            Lock::Single(server) => server.url(),
+            Lock::Cluster(cluster) => cluster.url(),
+        }
+    }
+
+    /// On a cluster, the primary that serves the lock's slot.
+    fn primary(&self) -> Option<usize> {
+        match self {
+            Lock::Single(_) => None,
+            Lock::Cluster(cluster) => Some(cluster.primary_of_slot(slot_of(&lock_key()))),
+        }
+    }
+
+    /// A connection to the node that serves the lock: the server, or the primary of the lock's slot.
+    fn node(&self) -> redis::Connection {
+        match self {
+            Lock::Single(server) => server.connection(),
+            Lock::Cluster(cluster) => {
+                cluster.connection(cluster.primary_of_slot(slot_of(&lock_key())))
+            }
+        }
+    }
+
+    /// Keys that would never expire, on the server or on any primary.
+    fn keys_without_ttl(&self) -> Vec<String> {
+        let nodes = match self {
+            Lock::Single(server) => vec![server.connection()],
+            Lock::Cluster(cluster) => cluster
+                .primaries()
+                .into_iter()
+                .map(|i| cluster.connection(i))
+                .collect(),
+        };
+        nodes.into_iter().flat_map(keys_without_ttl).collect()
+    }
+}
+
 pub struct Rig {
-    /// Listens to every channel; replaced after each restart.
-    bystander: redis::aio::PubSub,
-    lock: RedisServer,
+    /// On one server, listens to every channel; replaced after each restart.
+    bystander: Option<redis::aio::PubSub>,
+    lock: Lock,
     store: RedisServer,
+    /// One per worker, on one server; none on a cluster.
     proxies: Vec<TcpProxy>,
     workers: Vec<Worker>,
     dir: TempDir,
@@ -38,16 +116,29 @@ pub struct Rig {
 }
 
 impl Rig {
-    pub async fn start(workers: usize, ttl: Duration, seed: u64, kind: &str) -> Rig {
-        let lock = RedisServer::start_with(&["--enable-debug-command", "local"]);
-        // A bystander listening to every channel (monitoring, a debugging session): every PUBLISH counts it, so a
-        // queue whose liveness were judged by PUBLISH's count would wake dead clients.
-        let bystander = bystander(&lock).await;
+    pub async fn start(
+        topology: Topology,
+        workers: usize,
+        ttl: Duration,
+        seed: u64,
+        kind: &str,
+    ) -> Rig {
+        let lock = tokio::task::block_in_place(|| Lock::start(topology));
         let store = RedisServer::start();
-        let mut proxies = Vec::new();
-        for _ in 0..workers {
-            proxies.push(TcpProxy::start(lock.addr()).await);
-        }
+        let (bystander, proxies) = match &lock {
+            Lock::Single(server) => {
+                // A bystander listening to every channel (monitoring, a debugging session): every PUBLISH counts it,
+                // so a queue whose liveness were judged by PUBLISH's count would wake dead clients. (A cluster's
+                // wake-ups go on sharded channels, which no pattern matches.)
+                let listener = bystander(server).await;
+                let mut proxies = Vec::new();
+                for _ in 0..workers {
+                    proxies.push(TcpProxy::start(server.addr()).await);
+                }
+                (Some(listener), proxies)
+            }
+            Lock::Cluster(_) => (None, Vec::new()),
+        };
         let mut rig = Rig {
             bystander,
             lock,
@@ -78,7 +169,10 @@ impl Rig {
             .join(format!("worker-{worker}-{incarnation}.log"));
         let child = Command::new(env!("CARGO_BIN_EXE_torture-worker"))
             .arg("run")
-            .arg(self.proxies[worker].url())
+            .arg(match &self.lock {
+                Lock::Single(_) => self.proxies[worker].url(),
+                Lock::Cluster(cluster) => cluster.url(),
+            })
             .arg(self.store.url())
             .arg(NAME)
             .arg(worker.to_string())
@@ -112,7 +206,10 @@ impl Rig {
         while tokio::time::Instant::now() < end {
             // A snapshot now: a restart in this burst comes back from it, with a stale fence counter, stale keys
             // and a stale queue (stock redis-server persists to RDB snapshots by default).
-            let _: redis::RedisResult<()> = redis::cmd("SAVE").query(&mut self.lock.connection());
+            // (Not on a cluster: a lost primary comes back as a replica, which takes its primary's data.)
+            if let Lock::Single(server) = &self.lock {
+                let _: redis::RedisResult<()> = redis::cmd("SAVE").query(&mut server.connection());
+            }
             let burst = tokio::time::Instant::now()
                 + self
                     .rng
@@ -130,10 +227,13 @@ impl Rig {
         }
     }
 
+    /// One fault, drawn from the mix of the lock's topology: the same ten slots on both, the faults of one server's
+    /// path and restart (2, 3, 6) replaced on a cluster by a failover, a slot migration and the loss of the primary.
     async fn one_fault(&mut self) {
         let ttl = self.ttl;
         let worker = self.rng.below(self.workers.len() as u64) as usize;
         let start = now_ns();
+        let cluster = matches!(self.lock, Lock::Cluster(_));
         match self.rng.below(10) {
             0 => {
                 let pause = self.rng.between(ttl * 3 / 2, ttl * 3);
@@ -152,6 +252,7 @@ impl Rig {
                 };
                 self.record(Fault::Kill, Some(worker), start);
             }
+            2 if cluster => self.failover().await,
             2 => {
                 let cut = self.rng.between(ttl / 2, ttl * 2);
                 self.proxies[worker].blackhole();
@@ -159,6 +260,7 @@ impl Rig {
                 self.proxies[worker].restore();
                 self.record(Fault::Blackhole, Some(worker), start);
             }
+            3 if cluster => self.migrate().await,
             3 => {
                 let delay = self.rng.between(Duration::from_millis(2), ttl / 3);
                 let length = self.rng.between(ttl, ttl * 4);
@@ -168,8 +270,14 @@ impl Rig {
                 self.record(Fault::Delay, Some(worker), start);
             }
             4 => {
-                let sleep = self.rng.between(ttl / 5, ttl * 3 / 2);
-                let mut con = self.lock.connection();
+                let longest = if cluster {
+                    (ttl * 3 / 2).min(CLUSTER_SLEEP_MAX)
+                } else {
+                    ttl * 3 / 2
+                };
+                let sleep = self.rng.between(ttl / 5, longest);
+                let primary = self.lock.primary();
+                let mut con = self.lock.node();
                 tokio::task::block_in_place(|| {
                     let _: redis::RedisResult<()> = redis::cmd("DEBUG")
                         .arg("SLEEP")
@@ -177,36 +285,133 @@ impl Rig {
                         .query(&mut con);
                 });
                 self.record(Fault::DebugSleep, None, start);
+                if cluster {
+                    self.check_primary_kept(primary, start);
+                }
             }
             5 => {
                 let pause = self.rng.between(ttl / 5, ttl * 2);
                 let _: redis::RedisResult<()> = redis::cmd("CLIENT")
                     .arg("PAUSE")
                     .arg(pause.as_millis() as u64)
-                    .query(&mut self.lock.connection());
+                    .query(&mut self.lock.node());
                 tokio::time::sleep(pause).await;
                 self.record(Fault::Pause, None, start);
             }
+            6 if cluster => self.lose_primary().await,
             6 => {
+                let Lock::Single(server) = &mut self.lock else {
+                    unreachable!("a cluster takes the arm above")
+                };
                 // A crash (SIGKILL), and a restart from the snapshot taken at the start of the burst.
-                tokio::task::block_in_place(|| self.lock.restart());
-                self.bystander = bystander(&self.lock).await;
+                tokio::task::block_in_place(|| server.restart());
+                self.bystander = Some(bystander(server).await);
                 self.record(Fault::Restart, None, start);
             }
             7 => {
-                self.lock.flushall();
+                // On a cluster the replica follows through replication: the lock's data is gone from both.
+                let _: () = redis::cmd("FLUSHALL")
+                    .query(&mut self.lock.node())
+                    .expect("FLUSHALL");
                 self.record(Fault::Flushall, None, start);
             }
             8 => {
                 let _: redis::RedisResult<()> = redis::cmd("DEL")
-                    .arg(format!("leasehold:{{{NAME}}}:fence"))
-                    .query(&mut self.lock.connection());
+                    .arg(format!("{}:fence", lock_key()))
+                    .query(&mut self.lock.node());
                 self.record(Fault::DelFence, None, start);
             }
             _ => {
                 let n = 1 + self.rng.below(20);
                 self.queue_and_die(n);
             }
+        }
+    }
+
+    /// The cluster, for the faults only a cluster has.
+    fn cluster(&mut self) -> &mut RedisCluster {
+        match &mut self.lock {
+            Lock::Cluster(cluster) => cluster,
+            Lock::Single(_) => unreachable!("a cluster fault drawn for one server"),
+        }
+    }
+
+    /// `CLUSTER FAILOVER` on the replica of the lock's primary: the replica catches up, then takes over the slot
+    /// while the workers hold and wait for the lock.
+    async fn failover(&mut self) {
+        let start = now_ns();
+        let cluster = self.cluster();
+        tokio::task::block_in_place(|| {
+            let primary = cluster.primary_of_slot(slot_of(&lock_key()));
+            cluster.failover(cluster.replica_of(primary));
+        });
+        self.record(Fault::Failover, None, start);
+    }
+
+    /// Migrates the lock's slot to another primary and back, each way pausing half-way (the source still serves the
+    /// keys it has, redirects with `ASK` for the ones it does not, and answers `TRYAGAIN` to a script whose keys are
+    /// split) and between the two.
+    async fn migrate(&mut self) {
+        let start = now_ns();
+        let ttl = self.ttl;
+        let pauses: Vec<Duration> = (0..3).map(|_| self.rng.between(ttl / 5, ttl * 2)).collect();
+        let pick = self.rng.next_u64();
+        let slot = slot_of(&lock_key());
+        let cluster = self.cluster();
+        let (from, to) = tokio::task::block_in_place(|| {
+            let from = cluster.primary_of_slot(slot);
+            let others: Vec<usize> = cluster
+                .primaries()
+                .into_iter()
+                .filter(|&p| p != from)
+                .collect();
+            (from, others[(pick % others.len() as u64) as usize])
+        });
+        tokio::task::block_in_place(|| cluster.begin_migration(slot, to));
+        tokio::time::sleep(pauses[0]).await;
+        tokio::task::block_in_place(|| cluster.finish_migration(slot, to));
+        tokio::time::sleep(pauses[1]).await;
+        tokio::task::block_in_place(|| cluster.begin_migration(slot, from));
+        tokio::time::sleep(pauses[2]).await;
+        tokio::task::block_in_place(|| cluster.finish_migration(slot, from));
+        self.record(Fault::Migrate, None, start);
+    }
+
+    /// `kill -9` of the lock's primary; once its replica is elected and a moment later, the killed node started
+    /// again (it rejoins as the elected one's replica).
+    async fn lose_primary(&mut self) {
+        let start = now_ns();
+        let down = self.rng.between(Duration::ZERO, self.ttl);
+        let slot = slot_of(&lock_key());
+        let cluster = self.cluster();
+        let primary = tokio::task::block_in_place(|| {
+            let primary = cluster.primary_of_slot(slot);
+            cluster.kill(primary);
+            cluster.wait_primary_elected(slot);
+            primary
+        });
+        self.record(Fault::PrimaryLost, None, start);
+        tokio::time::sleep(down).await;
+        let start = now_ns();
+        let cluster = self.cluster();
+        tokio::task::block_in_place(|| cluster.restart(primary));
+        self.record(Fault::Rejoin, None, start);
+    }
+
+    /// After a `DEBUG SLEEP` from `start` of the lock's primary, which was `before`: if the replica was elected
+    /// meanwhile (the sleep outlasted the node timeout on a loaded machine), the sleeper ran what it had queued as a
+    /// second primary on waking, which is the loss of a primary, not a sleep.
+    fn check_primary_kept(&mut self, before: Option<usize>, start: u64) {
+        let cluster = self.cluster();
+        let after = tokio::task::block_in_place(|| {
+            cluster.wait_stable();
+            cluster.primary_of_slot(slot_of(&lock_key()))
+        });
+        if before != Some(after) {
+            eprintln!(
+                "torture: DEBUG SLEEP of node {before:?} outlasted the node timeout: node {after} was elected"
+            );
+            self.record(Fault::PrimaryLost, None, start);
         }
     }
 
@@ -250,7 +455,7 @@ impl Rig {
         }
         let (grants, stats) = read_all(self.dir.path());
         let report = check(&grants, &self.windows, self.ttl, Rule::of(&self.kind));
-        let keys_without_ttl = keys_without_ttl(&self.lock);
+        let keys_without_ttl = self.lock.keys_without_ttl();
         Outcome {
             report,
             stats,
@@ -267,9 +472,8 @@ async fn bystander(server: &RedisServer) -> redis::aio::PubSub {
     pubsub
 }
 
-/// Keys on the lock server that would never expire.
-fn keys_without_ttl(server: &RedisServer) -> Vec<String> {
-    let mut con = server.connection();
+/// Keys on one node that would never expire.
+fn keys_without_ttl(mut con: redis::Connection) -> Vec<String> {
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
     keys.into_iter()
         .filter(|key| redis::cmd("PTTL").arg(key).query::<i64>(&mut con).unwrap() == -1)
@@ -289,10 +493,10 @@ impl Outcome {
     }
 
     /// The one-line summary.
-    pub fn line(&self, kind: &str, seed: u64, seconds: u64) -> String {
+    pub fn line(&self, topology: Topology, kind: &str, seed: u64, seconds: u64) -> String {
         let r = &self.report;
         format!(
-            "torture kind={kind} seed={seed} secs={seconds} sections={} faults={} overlaps={} fence_regressions={} late_losses={} \
+            "torture topology={topology} kind={kind} seed={seed} secs={seconds} sections={} faults={} overlaps={} fence_regressions={} late_losses={} \
              stalls={} keys_without_ttl={} | excused_overlaps={} writes={} refused={} occupied={} errors={}",
             self.stats.sections,
             self.faults,

@@ -6,8 +6,10 @@
 //! - **Overlap**: a grant whose "held" interval (first to last `is_held() == true` sample) begins while conflicting
 //!   grants are held. Excused
 //!   (counted apart) when the later grant began within a lease of a fault that loses grants (restart without
-//!   persistence, `FLUSHALL`) that happened while the earlier one was held: the contract does not cover data loss,
-//!   and the earlier holder learns of it at its next renewal, within a lease.
+//!   persistence, `FLUSHALL`, on a cluster the loss of the lock's primary: its replica is elected without the writes
+//!   that had not reached it yet) that happened while the earlier one was held: the contract does not cover data
+//!   loss, and the earlier holder learns of it at its next renewal, within a lease. A manual `CLUSTER FAILOVER` and a
+//!   slot migration lose nothing, so an overlap across them is never excused.
 //! - **Fence regression**: a grant held after another one's held interval ended, that could not have been granted
 //!   while that one was (any two of an exclusive lock, a write and any other of a read-write lock), with a lower
 //!   fence. Never excused: fences are floored at the server clock, so they increase across data loss too.
@@ -15,7 +17,7 @@
 //!   whose held interval conflicts with it (and with every other grant not yet released or told of its loss), unless data loss came in between or the late worker was stopped (a paused process
 //!   cannot be told anything until it runs again).
 //! - **Stall**: the lock held by nobody, between two held intervals, for longer than [`STALL_BOUND`] while no fault
-//!   was in force or recovering (each fault window extended by [`recovery`]). Six workers loop on the lock, so
+//!   was in force or recovering (each fault window extended by [`recovery`]). Five workers loop on the lock, so
 //!   someone always waits; a release hands over in a few milliseconds, so a longer gap in calm times means a waiter
 //!   was not woken. (Fences regress when a snapshot restore brings back a stale counter unless each is floored at
 //!   the server clock.)
@@ -35,9 +37,17 @@ pub const CALM: Duration = Duration::from_secs(8);
 /// the liveness window (3 s) after its last heartbeat; a hand-off to it lapses after its claim (at most the lease),
 /// and the next waiter's heartbeat (1 s) takes the free lock. Any other fault can cost a lost wake-up (heartbeat) or
 /// a lease.
+///
+/// On a cluster, the windows themselves hold the slow part: the loss of the lock's primary is in force from the kill
+/// until every live node agrees on the elected replica (the node timeout, 2 s, then the election: 3–5 s in all), the
+/// killed node's rejoin until the cluster is stable again, a failover or migration until every node agrees on the
+/// slot's new owner. After the election every waiter looks dead to the server (no heartbeat reached it for seconds,
+/// and its wake-up subscription died with the node), so the loss of a primary gets a dead client's allowance; after
+/// a failover, a migration or a rejoin a client follows `MOVED` on its next call and a wake-up sent to the old owner
+/// costs at most a heartbeat or a claim, as for any other fault.
 pub fn recovery(fault: Fault, ttl: Duration) -> u64 {
     let allowance = match fault {
-        Fault::Stop | Fault::Kill | Fault::QueueAndDie | Fault::Blackhole => {
+        Fault::Stop | Fault::Kill | Fault::QueueAndDie | Fault::Blackhole | Fault::PrimaryLost => {
             Duration::from_secs(3) + Duration::from_secs(1) + ttl * 2 + Duration::from_millis(500)
         }
         _ => ttl * 3 + Duration::from_millis(1500),
@@ -295,6 +305,62 @@ mod tests {
         assert_eq!(
             check(&grants, &pause, TTL, Rule::Exclusive).overlaps.len(),
             1
+        );
+    }
+
+    #[test]
+    fn an_overlap_across_the_loss_of_a_primary_is_excused_but_not_across_a_failover_or_migration() {
+        // Killed at 40, the replica elected at 3 000: the grant of 0 may not have reached it.
+        let lost = [window(Fault::PrimaryLost, None, 40, 3_000)];
+        let grants = [grant(0, 10, 0, 3_100), grant(1, 20, 3_050, 3_200)];
+        let report = check(&grants, &lost, TTL, Rule::Exclusive);
+        assert_eq!(
+            (report.overlaps.len(), report.excused_overlaps.len()),
+            (0, 1)
+        );
+        // Not a second owner more than a lease after the election.
+        let later = [grant(0, 10, 0, 4_000), grant(1, 20, 3_900, 4_100)];
+        assert_eq!(check(&later, &lost, TTL, Rule::Exclusive).overlaps.len(), 1);
+        let overlapping = [grant(0, 10, 0, 100), grant(1, 20, 50, 200)];
+        for fault in [Fault::Failover, Fault::Migrate, Fault::Rejoin] {
+            let window = [window(fault, None, 40, 45)];
+            assert_eq!(
+                check(&overlapping, &window, TTL, Rule::Exclusive)
+                    .overlaps
+                    .len(),
+                1,
+                "{fault:?} loses nothing"
+            );
+        }
+    }
+
+    #[test]
+    fn an_election_explains_a_gap_and_its_allowance_ends() {
+        let lost = [window(Fault::PrimaryLost, None, 90, 4_000)];
+        let after = |first| [grant(0, 10, 0, 100), grant(1, 20, first, first + 100)];
+        assert_eq!(
+            check(&after(4_500), &lost, TTL, Rule::Exclusive)
+                .stalls
+                .len(),
+            0
+        );
+        let allowance = recovery(Fault::PrimaryLost, TTL) / MS;
+        assert_eq!(
+            check(&after(4_000 + allowance + 300), &lost, TTL, Rule::Exclusive)
+                .stalls
+                .len(),
+            0,
+            "the gap began while the fault was in force"
+        );
+        let late = [
+            grant(0, 10, 0, 100),
+            grant(1, 20, 4_000 + allowance + 100, 4_000 + allowance + 200),
+            grant(2, 30, 4_000 + allowance + 500, 4_000 + allowance + 600),
+        ];
+        assert_eq!(
+            check(&late, &lost, TTL, Rule::Exclusive).stalls.len(),
+            1,
+            "a gap past the allowance is a stall"
         );
     }
 

@@ -48,26 +48,38 @@ pub enum Fault {
     Blackhole,
     /// A worker's proxy holds requests and replies back.
     Delay,
-    /// `DEBUG SLEEP` on the lock server.
+    /// `DEBUG SLEEP` on the lock server (on a cluster: the lock's primary).
     DebugSleep,
-    /// `CLIENT PAUSE` on the lock server.
+    /// `CLIENT PAUSE` on the lock server (on a cluster: the lock's primary).
     Pause,
     /// The lock server killed and restarted from an older snapshot: grants since then lost, the fence counter
     /// stale.
     Restart,
-    /// `FLUSHALL` on the lock server.
+    /// `FLUSHALL` on the lock server (on a cluster: the lock's primary, and its replica through replication).
     Flushall,
     /// `DEL` of the lock's fence counter.
     DelFence,
     /// Clients that join the lock's queue and vanish.
     QueueAndDie,
+    /// `CLUSTER FAILOVER` on the replica of the lock's primary: the coordinated kind, in which the replica catches up
+    /// before it takes over, so nothing acknowledged is lost.
+    Failover,
+    /// The lock's slot migrated to another primary and back, each way with a pause half-way (`IMPORTING` /
+    /// `MIGRATING`); keys move with `MIGRATE`, nothing is lost.
+    Migrate,
+    /// `kill -9` of the lock's primary, until its replica is elected (or a `DEBUG SLEEP` that outlasted the node
+    /// timeout, so that the replica was elected meanwhile). Replication is asynchronous: the replica may lack the
+    /// last grants, releases and fence increments.
+    PrimaryLost,
+    /// A killed primary started again, until the cluster is stable with it as a replica of the elected one.
+    Rejoin,
 }
 
 impl Fault {
     /// Faults after which the server no longer has a grant it acknowledged: the library promises no exclusion
     /// across them (only fences keep the store safe).
     pub fn loses_grants(self) -> bool {
-        matches!(self, Fault::Restart | Fault::Flushall)
+        matches!(self, Fault::Restart | Fault::Flushall | Fault::PrimaryLost)
     }
 }
 

@@ -1,27 +1,36 @@
 //! The torture test: worker processes loop lock → critical section → release on one lock while a scheduler injects
 //! faults at random, and a checker reads everything they observed and reports one line.
 //!
-//! - Each worker (`torture-worker`, a real OS process) talks to the lock server through its own [`TcpProxy`], and to
-//!   a separate store server directly (an occupancy marker and a fenced write per critical section). It logs its
-//!   grants, its `is_held() == true` samples (stamped before each call, also while its release is in flight), its
-//!   loss signals and its releases on `CLOCK_MONOTONIC`, which all processes share (`history.rs`).
+//! - Each worker (`torture-worker`, a real OS process) talks to the lock and to a separate store server (an occupancy
+//!   marker and a fenced write per critical section). It logs its grants, its `is_held() == true` samples (stamped
+//!   before each call, also while its release is in flight), its loss signals and its releases on `CLOCK_MONOTONIC`,
+//!   which all processes share (`history.rs`).
+//! - The lock lives on one redis-server (topology `single`), which each worker reaches through its own [`TcpProxy`],
+//!   or on a Redis Cluster of three primaries and three replicas (topology `cluster`), which the workers reach with
+//!   the cluster URL (a cluster client learns the nodes' addresses from the cluster, so no proxy can sit in between).
 //! - The scheduler (`chaos.rs`) picks faults from a seeded generator: SIGSTOP past the lease, SIGKILL and respawn,
-//!   blackholed and delayed proxies, `DEBUG SLEEP`, `CLIENT PAUSE`, crashes restarted from an older snapshot,
-//!   `FLUSHALL`, deletion of the fence counter, and clients that queue and die, with a `PSUBSCRIBE '*'` bystander on
-//!   the lock server throughout. Faults come in bursts; each burst ends with more than 16 clients that queue and
-//!   die, and is followed by a calm spell in which a free lock must reach a waiter within the stall bound. It
-//!   records when each fault was in force.
+//!   `DEBUG SLEEP`, `CLIENT PAUSE` and `FLUSHALL` of the lock's node, deletion of the fence counter, and clients that
+//!   queue and die; on one server also blackholed and delayed proxies and crashes restarted from an older snapshot,
+//!   with a `PSUBSCRIBE '*'` bystander throughout; on a cluster instead a manual failover, a migration of the lock's
+//!   slot to another primary and back, and `kill -9` of the lock's primary, restarted once its replica is elected.
+//!   Faults come in bursts; each burst ends with more than 16 clients that queue and die, and is followed by a calm
+//!   spell in which a free lock must reach a waiter within the stall bound. It records when each fault was in force.
 //! - The checker (`check.rs`) counts overlaps, fence regressions, late losses and stalls, and the test adds keys left
-//!   without a TTL on the lock server. Any of them fails the test, with the seed in the message.
+//!   without a TTL on the lock's server (every primary of a cluster). Any of them fails the test, with the seed in the
+//!   message.
 //!
-//! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant`), each with its own
-//! servers and workers, for `TORTURE_SECONDS` each (default 12) with `TORTURE_SEED` (default: drawn from the clock);
-//! `scripts/torture.sh SECONDS SEED [KINDS]` runs it in release mode.
+//! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant`), each with
+//! its own servers and workers, for `TORTURE_SECONDS` each (default 12) with `TORTURE_SEED` (default: drawn from the
+//! clock), on each topology of `TORTURE_TOPOLOGY` (`single`, the default, `cluster`, or `single,cluster`). A second,
+//! shorter test puts the cluster through it for CI: `mutex,fair` (one kind of each engine), 8 s each, unless
+//! `TORTURE_TOPOLOGY` leaves the cluster out; the other variables mean the same there. The two never run at once.
+//! `scripts/torture.sh SECONDS SEED [KINDS] [TOPOLOGY]` runs the first in release mode.
 
 mod chaos;
 mod check;
 mod history;
 
+use std::fmt;
 use std::time::Duration;
 
 use chaos::Rig;
@@ -32,14 +41,77 @@ const TTL: Duration = Duration::from_secs(1);
 const WORKERS: usize = 5;
 /// The kinds a run goes through by default.
 const KINDS: &str = "mutex,fair,semaphore:2,rw,reentrant";
+/// The kinds of the cluster run in CI: the mutex, and the fair mutex for the queued kinds' engine.
+const CLUSTER_KINDS: &str = "mutex,fair";
+
+/// One run at a time: two rigs side by side on a small machine would stretch each other's hand-offs past the stall
+/// bound.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Where the lock lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// One redis-server, each worker behind a fault proxy of its own.
+    Single,
+    /// A Redis Cluster of three primaries and three replicas.
+    Cluster,
+}
+
+impl Topology {
+    /// The topologies `TORTURE_TOPOLOGY` names, in its order, if it is set.
+    ///
+    /// # Panics
+    ///
+    /// On a name other than `single` and `cluster`.
+    fn from_env() -> Option<Vec<Topology>> {
+        let names = std::env::var("TORTURE_TOPOLOGY").ok()?;
+        let topologies = names
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(|name| match name {
+                "single" => Topology::Single,
+                "cluster" => Topology::Cluster,
+                _ => panic!("TORTURE_TOPOLOGY: unknown topology {name:?} (single, cluster)"),
+            })
+            .collect();
+        Some(topologies)
+    }
+}
+
+impl fmt::Display for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Topology::Single => "single",
+            Topology::Cluster => "cluster",
+        })
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_keeps_its_contract_under_random_faults() {
+    let topologies = Topology::from_env().unwrap_or_else(|| vec![Topology::Single]);
+    torture(&topologies, KINDS, 12).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_on_a_cluster_keeps_its_contract_under_random_faults() {
+    if Topology::from_env().is_some_and(|names| !names.contains(&Topology::Cluster)) {
+        eprintln!("torture: the cluster run skipped (TORTURE_TOPOLOGY leaves it out)");
+        return;
+    }
+    torture(&[Topology::Cluster], CLUSTER_KINDS, 8).await;
+}
+
+/// Puts every kind through the torture on every topology in turn: `TORTURE_KINDS` or else `kinds`, for
+/// `TORTURE_SECONDS` or else `seconds` each.
+async fn torture(topologies: &[Topology], kinds: &str, seconds: u64) {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let seconds: u64 = std::env::var("TORTURE_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
-    let kinds = std::env::var("TORTURE_KINDS").unwrap_or_else(|_| KINDS.to_owned());
+        .unwrap_or(seconds);
+    let kinds = std::env::var("TORTURE_KINDS").unwrap_or_else(|_| kinds.to_owned());
     let seed: u64 = std::env::var("TORTURE_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -49,21 +121,26 @@ async fn the_lock_keeps_its_contract_under_random_faults() {
                 .map_or(1, |d| d.as_nanos() as u64)
         });
     let mut failed = Vec::new();
-    for kind in kinds.split(',').map(str::trim).filter(|k| !k.is_empty()) {
-        eprintln!("torture: kind={kind} seed={seed} secs={seconds} (rerun with TORTURE_KINDS={kind} TORTURE_SEED={seed})");
-        let mut rig = Rig::start(WORKERS, TTL, seed, kind).await;
-        rig.torture(Duration::from_secs(seconds)).await;
-        let verbose = std::env::var_os("TORTURE_VERBOSE").is_some();
-        if verbose {
-            eprintln!("{}", rig.windows());
-        }
-        let outcome = rig.finish().await;
-        println!("{}", outcome.line(kind, seed, seconds));
-        if verbose || outcome.violations() > 0 {
-            eprintln!("{}", outcome.details());
-        }
-        if outcome.violations() > 0 {
-            failed.push(kind.to_owned());
+    for &topology in topologies {
+        for kind in kinds.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+            eprintln!(
+                "torture: topology={topology} kind={kind} seed={seed} secs={seconds} \
+                 (rerun with scripts/torture.sh {seconds} {seed} {kind} {topology})"
+            );
+            let mut rig = Rig::start(topology, WORKERS, TTL, seed, kind).await;
+            rig.torture(Duration::from_secs(seconds)).await;
+            let verbose = std::env::var_os("TORTURE_VERBOSE").is_some();
+            if verbose {
+                eprintln!("{}", rig.windows());
+            }
+            let outcome = rig.finish().await;
+            println!("{}", outcome.line(topology, kind, seed, seconds));
+            if verbose || outcome.violations() > 0 {
+                eprintln!("{}", outcome.details());
+            }
+            if outcome.violations() > 0 {
+                failed.push(format!("{topology} {kind}"));
+            }
         }
     }
     assert!(
