@@ -749,12 +749,6 @@ pub(crate) fn new_guard(
     MutexGuard::new(client.clone(), Lease { shared: lease }, kept, route)
 }
 
-/// A grant a release handed to `handed.token` (whose attempt was sent at `sent`), taken by a wait of any kind: a guard
-/// keeping `lease`, when the deadline it gives leaves at least a quarter of the claim; otherwise the token, to be
-/// confirmed by an attempt.
-///
-/// The deadline: the release ran after the attempt that stored the token, which ran after it was sent, so the claim
-/// lease it set ends no earlier than `sent + claim` (less the drift allowance, as for every lease).
 /// A grant (`token`, a mutex token or a hold) that too few replicas acknowledged: released in the background
 /// (owner-checked), never taken by this wait, and reported.
 pub(crate) fn unreplicated(
@@ -776,6 +770,12 @@ pub(crate) fn unreplicated(
     }
 }
 
+/// A grant a release handed to `handed.token` (whose attempt was sent at `sent`), taken by a wait of any kind: a guard
+/// keeping `lease`, when the deadline it gives leaves at least a quarter of the claim; otherwise the token, to be
+/// confirmed by an attempt.
+///
+/// The deadline: the release ran after the attempt that stored the token, which ran after it was sent, so the claim
+/// lease it set ends no earlier than `sent + claim` (less the drift allowance, as for every lease).
 pub(crate) fn take_hand_off(
     client: &Client,
     keys: &Arc<LockKeys>,
