@@ -113,6 +113,22 @@ impl Conn {
         })))
     }
 
+    /// A managed connection that connects on its first request (a quorum node that is down now must not keep the
+    /// quorum from starting). Falls back to a connection opened now when the lazy kind cannot be made.
+    pub(crate) fn lazy(redis: redis::Client, config: ConnectionManagerConfig) -> Conn {
+        let manager = ConnectionManager::new_lazy_with_config(redis.clone(), config.clone());
+        match manager {
+            Ok(manager) => Conn::Managed(Arc::new(Managed {
+                current: RwLock::new(manager),
+                redis,
+                config,
+                timeouts: AtomicU32::new(0),
+                replacing: AtomicBool::new(false),
+            })),
+            Err(_) => Conn::Shared(Box::new(Unreachable)),
+        }
+    }
+
     /// A cluster connection whose every request (with its redirections and retries) is given up after `timeout`:
     /// the cluster client's own timeouts were seen not to bound a request in every case (FIELD-NOTES).
     pub(crate) fn cluster(conn: ClusterConnection, timeout: Duration) -> Conn {
@@ -350,6 +366,36 @@ impl ConnectionLike for Conn {
             Conn::Followed(f) => f.conn().get_db(),
         }
     }
+}
+
+/// A node no connection could be made for: every request fails at once.
+#[derive(Clone)]
+struct Unreachable;
+
+impl ConnectionLike for Unreachable {
+    fn req_packed_command<'a>(&'a mut self, _cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async { Err(unreachable()) })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        _pipeline: &'a Pipeline,
+        _offset: usize,
+        _count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async { Err(unreachable()) })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+fn unreachable() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "no connection could be made to this node",
+    ))
 }
 
 /// `request`, failed as timed out (an I/O error of kind `TimedOut`, which [`redis::RedisError::is_timeout`]

@@ -85,6 +85,18 @@ pub enum Error {
         required: u32,
     },
 
+    /// Too few of a [`Quorum`](crate::Quorum)'s nodes answered for a majority to grant, renew or refuse: a lock call
+    /// on the quorum cannot be decided. Nothing was left behind on the nodes that did answer.
+    #[error("lock {name:?}: only {answered} of {nodes} nodes answered, fewer than a majority")]
+    NoQuorum {
+        /// The lock's name.
+        name: String,
+        /// How many nodes answered in time.
+        answered: usize,
+        /// How many nodes the quorum has.
+        nodes: usize,
+    },
+
     /// The server lacks something a setting needs (found when the client connected): `WAITAOF` for
     /// [`Builder::replicas_on_disk`](crate::Builder::replicas_on_disk) needs Redis 7.2 and the append-only file.
     #[error("not supported by this server: {detail}")]

@@ -51,6 +51,7 @@ pub fn source(name: &str) -> Option<String> {
         "renew" => (&[], include_str!("scripts/renew.lua")),
         "inspect" => (&[], include_str!("scripts/inspect.lua")),
         "probe" => (&[], include_str!("scripts/probe.lua")),
+        "fence_up" => (&[], include_str!("scripts/fence_up.lua")),
         _ => return None,
     };
     Some(text(helpers, body))
@@ -70,6 +71,7 @@ pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| script("for
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| script("renew"));
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| script("inspect"));
 pub(crate) static PROBE: LazyLock<Script> = LazyLock::new(|| script("probe"));
+pub(crate) static FENCE_UP: LazyLock<Script> = LazyLock::new(|| script("fence_up"));
 
 /// The most leases one renewal call carries. 10,000 held locks cost 20 calls per renewal round.
 pub(crate) const RENEW_BATCH: usize = 500;

@@ -3,6 +3,7 @@
 //! ```text
 //! leasehold-worker count URL NAME SECTIONS        # SECTIONS critical sections: a non-atomic counter increment
 //! leasehold-worker count-on URL DATA NAME SECTIONS  # the same, the lock on URL (a cluster), the data on DATA
+//! leasehold-worker quorum-count URL,URL,… DATA NAME SECTIONS  # the same on a quorum of independent servers
 //! leasehold-worker hold URL NAME TTL_MS           # acquire, print "acquired FENCE", then hold until killed
 //! leasehold-worker hold-then-write URL NAME TTL_MS  # acquire, print "acquired FENCE", wait for a stdin line,
 //!                                             # then print "held=BOOL" and try a fenced write: "write=0|1"
@@ -102,6 +103,11 @@ async fn dispatch(args: Vec<String>) -> ExitCode {
             Ok(n) => count(url, url, name, n).await,
             Err(e) => Err(e.into()),
         },
+        // The lock on a quorum of the comma-separated `urls`, the shared data on the one server `data`.
+        ["quorum-count", urls, data, name, sections] => match sections.parse() {
+            Ok(n) => quorum_count(urls, data, name, n).await,
+            Err(e) => Err(e.into()),
+        },
         // The lock on `url` (a cluster, say), the shared data on the one server `data`.
         ["count-on", url, data, name, sections] => match sections.parse() {
             Ok(n) => count(url, data, name, n).await,
@@ -163,6 +169,40 @@ async fn count(url: &str, data: &str, name: &str, sections: u32) -> Result<()> {
     let me = std::process::id().to_string();
     for _ in 0..sections {
         let guard = mutex.lock().await?;
+        let entered: bool = redis::cmd("SET")
+            .arg("test:occupant")
+            .arg(&me)
+            .arg("NX")
+            .query_async::<Option<String>>(&mut redis)
+            .await?
+            .is_some();
+        if !entered {
+            let _: i64 = redis.incr("test:overlaps", 1).await?;
+        }
+        let value: i64 = redis
+            .get::<_, Option<i64>>("test:counter")
+            .await?
+            .unwrap_or(0);
+        let _: i64 = redis.rpush("test:fences", guard.fence().get()).await?;
+        tokio::task::yield_now().await;
+        let _: () = redis.set("test:counter", value + 1).await?;
+        if entered {
+            let _: i64 = redis.del("test:occupant").await?;
+        }
+        guard.release().await?;
+    }
+    Ok(())
+}
+
+async fn quorum_count(urls: &str, data: &str, name: &str, sections: u32) -> Result<()> {
+    let quorum = leasehold::Quorum::connect(urls.split(',')).await?;
+    let mut redis = redis::Client::open(data)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mutex = quorum.mutex(name).ttl(Duration::from_secs(10));
+    let me = std::process::id().to_string();
+    for _ in 0..sections {
+        let guard = mutex.lock_timeout(Duration::from_secs(60)).await?;
         let entered: bool = redis::cmd("SET")
             .arg("test:occupant")
             .arg(&me)

@@ -19,6 +19,7 @@ mod metrics;
 mod observe;
 mod outages;
 mod queue;
+mod quorum;
 mod release;
 mod renewal;
 mod replicas;

@@ -1,0 +1,209 @@
+//! The quorum lock (Redlock with a monotone fence) over independent `redis-server` processes.
+
+use std::time::{Duration, Instant};
+
+use leasehold::{Error, LossReason, Quorum};
+use leasehold_tests::RedisServer;
+
+use crate::within;
+
+fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+async fn quorum(nodes: &[RedisServer]) -> Quorum {
+    Quorum::connect(nodes.iter().map(RedisServer::url))
+        .await
+        .unwrap()
+}
+
+fn get(server: &RedisServer, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query(&mut server.connection())
+        .unwrap()
+}
+
+fn set(server: &RedisServer, key: &str, value: &str) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query(&mut server.connection())
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_majority_grants_the_lock_and_every_node_forgets_it_on_release() {
+    let nodes = servers(5);
+    let q = quorum(&nodes).await;
+    assert_eq!((q.nodes(), q.majority()), (5, 3));
+    let guard = q.mutex("jobs").try_lock().await.unwrap();
+    let holding = nodes
+        .iter()
+        .filter(|n| get(n, "leasehold:{jobs}").as_deref() == Some(guard.token()))
+        .count();
+    assert_eq!(holding, 5);
+    // The fence was written back: every node that granted has a counter at least the fence.
+    let written = nodes
+        .iter()
+        .filter(|n| {
+            get(n, "leasehold:{jobs}:fence")
+                .is_some_and(|c| c.parse::<u64>().unwrap() >= guard.fence().get())
+        })
+        .count();
+    assert!(written >= 3, "{written} counters at the fence");
+    match q.mutex("jobs").try_lock().await {
+        Err(Error::Busy {
+            remaining: Some(_), ..
+        }) => {}
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    let fence = guard.fence();
+    guard.release().await.unwrap();
+    for node in &nodes {
+        assert_eq!(get(node, "leasehold:{jobs}"), None);
+    }
+    let again = q.mutex("jobs").try_lock().await.unwrap();
+    assert!(again.fence() > fence);
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn two_of_five_down_still_grant_and_three_down_fail_on_time_leaving_nothing() {
+    let mut nodes = servers(5);
+    let q = quorum(&nodes).await;
+    nodes[0].kill();
+    nodes[1].kill();
+    let guard = q
+        .mutex("jobs")
+        .ttl(Duration::from_millis(900))
+        .try_lock()
+        .await
+        .unwrap();
+    // Renewals go on with a minority down: the lease outlives two of its lengths.
+    tokio::time::sleep(Duration::from_millis(2000)).await; // time passing is what is tested
+    assert!(guard.is_held(), "{:?}", guard.loss());
+    // A third node down: no majority can confirm a renewal, and the holder is told before the deadline.
+    let lost = guard.lost();
+    nodes[2].kill();
+    let reason = within(Duration::from_secs(3), "the loss signal", lost).await;
+    assert_eq!(reason, LossReason::Expired);
+    drop(guard);
+    let started = Instant::now();
+    match q.mutex("other").try_lock().await {
+        Err(Error::NoQuorum {
+            answered: 2,
+            nodes: 5,
+            ..
+        }) => {}
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    // A waiting call ends on time too, with the same error, however many rounds it made.
+    match q
+        .mutex("other")
+        .lock_timeout(Duration::from_millis(400))
+        .await
+    {
+        Err(Error::NoQuorum { .. }) => {}
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // The failed rounds left nothing on the nodes that answered.
+    within(Duration::from_secs(5), "the undone rounds", async {
+        while get(&nodes[3], "leasehold:{other}").is_some()
+            || get(&nodes[4], "leasehold:{other}").is_some()
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await; // the undo runs in the background: polled
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn divergent_counters_never_give_a_lower_fence() {
+    // Counters A far ahead of B and C (a node that saw many grants, or whose clock ran ahead).
+    let nodes = servers(3);
+    let q = quorum(&nodes).await;
+    let ahead: u64 = 9_000_000_000_000_000;
+    set(&nodes[0], "leasehold:{fenced}:fence", &ahead.to_string());
+    // C is held by someone else: the first grant is on {A, B}, with a fence above A's counter.
+    let c = leasehold::Client::connect(&nodes[2].url()).await.unwrap();
+    let on_c = c.mutex("fenced").try_lock().await.unwrap();
+    let first = q.mutex("fenced").try_lock().await.unwrap();
+    let first_fence = first.fence();
+    assert!(first_fence.get() > ahead);
+    first.release().await.unwrap();
+    on_c.release().await.unwrap();
+    // Now A is held by someone else: the next grant is on {B, C}. Only the write-back of the first fence to B keeps
+    // it above: "max over the winning majority" would give C's and B's clock-floored counters, far below.
+    let a = leasehold::Client::connect(&nodes[0].url()).await.unwrap();
+    let on_a = a.mutex("fenced").try_lock().await.unwrap();
+    let second = q.mutex("fenced").try_lock().await.unwrap();
+    assert!(
+        second.fence() > first_fence,
+        "fence went back: {} after {first_fence}",
+        second.fence(),
+    );
+    second.release().await.unwrap();
+    on_a.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_quorums_are_typed_errors() {
+    let nodes = servers(2);
+    match Quorum::connect(nodes.iter().map(RedisServer::url)).await {
+        Err(Error::InvalidArgument(_)) => {}
+        other => panic!("two nodes are no quorum: {other:?}"),
+    }
+    match Quorum::connect(["redis://a:1", "not a url", "redis://c:3"]).await {
+        Err(Error::InvalidArgument(_)) => {}
+        other => panic!("expected a bad URL: {other:?}"),
+    }
+}
+
+#[test]
+fn eight_processes_on_a_five_node_quorum_never_overlap_and_fences_increase() {
+    let nodes = servers(5);
+    let store = RedisServer::start();
+    let urls = nodes
+        .iter()
+        .map(RedisServer::url)
+        .collect::<Vec<_>>()
+        .join(",");
+    let data = store.url();
+    let mut workers: Vec<_> = (0..8)
+        .map(|_| crate::worker(&["quorum-count", &urls, &data, "shared", "100"]))
+        .collect();
+    for w in &mut workers {
+        let status = w
+            .wait_timeout(Duration::from_secs(180))
+            .expect("worker finished in time");
+        assert!(status.success(), "worker failed: {status}");
+    }
+    let mut conn = store.connection();
+    let counter: i64 = redis::cmd("GET")
+        .arg("test:counter")
+        .query(&mut conn)
+        .unwrap();
+    let overlaps: Option<i64> = redis::cmd("GET")
+        .arg("test:overlaps")
+        .query(&mut conn)
+        .unwrap();
+    let fences: Vec<u64> = redis::cmd("LRANGE")
+        .arg("test:fences")
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(overlaps, None, "two critical sections overlapped");
+    assert_eq!(counter, 800, "lost updates");
+    assert_eq!(fences.len(), 800);
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences, in critical-section order, must strictly increase"
+    );
+}
