@@ -212,6 +212,18 @@ impl QuorumMutex {
         self.round(&keys).await
     }
 
+    /// Rounds until one grants the lock, however long that takes (see [`lock_timeout`](QuorumMutex::lock_timeout)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name or lease; anything but a busy lock or unreachable nodes (which it
+    /// waits out) ends the wait with that error.
+    pub async fn lock(&self) -> Result<QuorumGuard, Error> {
+        // A century: no deadline in practice, and no overflow on the lease clock.
+        self.lock_timeout(Duration::from_secs(100 * 365 * 24 * 3600))
+            .await
+    }
+
     /// Rounds until one grants the lock or `timeout` passes, each after a random delay longer than a round (so that
     /// competing clients do not split the votes again), and no longer than the shortest remaining lease a busy node
     /// reported. The call ends on time even when every node is down.
