@@ -207,3 +207,68 @@ fn eight_processes_on_a_five_node_quorum_never_overlap_and_fences_increase() {
         "fences, in critical-section order, must strictly increase"
     );
 }
+
+#[tokio::test]
+async fn a_node_restarted_empty_after_the_longest_lease_gives_no_second_owner() {
+    // The Redlock restart rule: a node that lost its data comes back only after the longest lease has passed.
+    let mut nodes = servers(3);
+    let q = quorum(&nodes).await;
+    let ttl = Duration::from_millis(900);
+    // Node 2 is held by someone else, so the holder's majority is {0, 1}.
+    let other = leasehold::Client::connect(&nodes[2].url()).await.unwrap();
+    let on_2 = other.mutex("restart").try_lock().await.unwrap();
+    let holder = q.mutex("restart").ttl(ttl).try_lock().await.unwrap();
+    let lost = holder.lost();
+    nodes[1].kill();
+    // With node 1 gone the holder keeps one node of three: no renewal reaches a majority, and it is told so at its
+    // deadline, within a lease.
+    let reason = within(ttl * 2, "the holder's loss signal", lost).await;
+    assert_eq!(reason, LossReason::Expired);
+    // The rule: down for longer than the longest lease, then back, empty.
+    tokio::time::sleep(ttl).await; // the rule itself is a wait
+    nodes[1].restart();
+    on_2.release().await.unwrap();
+    let next = q.mutex("restart").try_lock().await.unwrap();
+    assert!(!holder.is_held(), "two owners");
+    assert!(
+        next.fence() > holder.fence(),
+        "the restarted node's counter is floored at its clock: {} after {}",
+        next.fence(),
+        holder.fence()
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_slow_or_partitioned_node_costs_a_round_no_more_than_the_node_timeout() {
+    let nodes = servers(5);
+    let slow = leasehold_tests::TcpProxy::start(nodes[0].addr()).await;
+    let cut = leasehold_tests::TcpProxy::start(nodes[1].addr()).await;
+    let mut urls: Vec<String> = vec![slow.url(), cut.url()];
+    urls.extend(nodes[2..].iter().map(RedisServer::url));
+    let node_timeout = Duration::from_millis(100);
+    let q = Quorum::connect_with(&urls, "leasehold", node_timeout)
+        .await
+        .unwrap();
+    // Warm the connections, so that the round below measures answers, not connects.
+    q.mutex("warm")
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    slow.delay(Duration::from_secs(2));
+    cut.blackhole();
+    let ttl = Duration::from_secs(5);
+    let before = tokio::time::Instant::now();
+    let guard = q.mutex("slow").ttl(ttl).try_lock().await.unwrap();
+    let took = before.elapsed();
+    // One round: every node at once, the slow and the cut one given up after the node timeout (generous slack for a
+    // loaded machine, far below the 2 s delay).
+    assert!(took < node_timeout * 6, "the round took {took:?}");
+    // The validity counts from before the first request left: the slow round is paid out of the lease.
+    assert!(guard.valid_until() <= before + ttl);
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+}
