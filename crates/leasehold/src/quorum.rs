@@ -65,10 +65,92 @@ pub struct Quorum {
 
 struct QuorumInner {
     nodes: Vec<Conn>,
+    /// The nodes' clients, for the subscribers that hear of releases.
+    clients: Vec<redis::Client>,
     prefix: String,
     node_timeout: Duration,
     fence_retention: Duration,
     channel_prefix: String,
+    /// Where releases are announced on every node: `P:freed`, the message is the lock key.
+    freed_channel: String,
+    wakers: Wakers,
+}
+
+/// The local side of event-driven waiting: one subscriber per node (started by the first wait), and a wake-up per
+/// lock some local task waits for. A release on the quorum is announced on every node it released on; a message
+/// from any node wakes the lock's waiters, which then make a round at once (after a short random delay, so that
+/// waiters of several processes do not split the votes in step). A lost message costs at most the poll that waiting
+/// keeps anyway (the holder's remaining lease, at most 1 s).
+#[derive(Default)]
+struct Wakers {
+    locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Notify>>>,
+    started: std::sync::atomic::AtomicBool,
+}
+
+impl Wakers {
+    /// The wake-up of the lock at `lock_key`.
+    fn of(&self, lock_key: &str) -> Arc<tokio::sync::Notify> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(locks.entry(lock_key.to_owned()).or_default())
+    }
+
+    fn wake(&self, lock_key: &str) {
+        let locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = locks.get(lock_key) {
+            notify.notify_waiters();
+        }
+    }
+
+    fn wake_all(&self) {
+        let locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        for notify in locks.values() {
+            notify.notify_waiters();
+        }
+    }
+}
+
+/// Starts one subscriber per node, once per quorum. Each holds the quorum weakly and ends with it.
+fn start_subscribers(inner: &Arc<QuorumInner>) {
+    if inner.wakers.started.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    for client in &inner.clients {
+        tokio::spawn(subscribe(Arc::downgrade(inner), client.clone()));
+    }
+}
+
+/// Listens to one node's release announcements, reconnecting with backoff; after each (re)connect every waiter looks
+/// again, since an announcement may have been missed meanwhile.
+async fn subscribe(inner: std::sync::Weak<QuorumInner>, client: redis::Client) {
+    use futures_util::StreamExt;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let Some(this) = inner.upgrade() else { return };
+        let channel = this.freed_channel.clone();
+        let timeout = this.node_timeout.max(Duration::from_millis(200));
+        drop(this);
+        let connected = tokio::time::timeout(timeout, async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe(&channel).await?;
+            redis::RedisResult::Ok(pubsub)
+        })
+        .await;
+        if let Ok(Ok(pubsub)) = connected {
+            backoff = Duration::from_millis(50);
+            if let Some(this) = inner.upgrade() {
+                this.wakers.wake_all();
+            }
+            let mut messages = pubsub.into_on_message();
+            while let Some(message) = messages.next().await {
+                let Some(this) = inner.upgrade() else { return };
+                if let Ok(lock_key) = message.get_payload::<String>() {
+                    this.wakers.wake(&lock_key);
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
 }
 
 impl std::fmt::Debug for Quorum {
@@ -121,7 +203,7 @@ impl Quorum {
             }
             .into());
         }
-        let mut clients = Vec::new();
+        let mut clients: Vec<redis::Client> = Vec::new();
         for url in urls {
             let client = redis::Client::open(url.as_ref())
                 .map_err(|e| InvalidArgument::BadUrl(e.to_string()))?;
@@ -141,16 +223,19 @@ impl Quorum {
             .set_max_delay(Duration::from_millis(200));
         // Connected lazily: a node down now must not keep the quorum from starting.
         let nodes = clients
-            .into_iter()
-            .map(|client| Conn::lazy(client, config.clone()))
+            .iter()
+            .map(|client| Conn::lazy(client.clone(), config.clone()))
             .collect();
         Ok(Quorum {
             inner: Arc::new(QuorumInner {
                 nodes,
+                clients,
                 prefix: prefix.to_owned(),
                 node_timeout,
                 fence_retention: crate::client::DEFAULT_FENCE_RETENTION,
                 channel_prefix: format!("{prefix}:wake:"),
+                freed_channel: format!("{prefix}:freed"),
+                wakers: Wakers::default(),
             }),
         })
     }
@@ -239,7 +324,14 @@ impl QuorumMutex {
         // Why the last complete round failed: too few nodes answered (reported as such at the deadline), or the lock
         // was held (a timeout).
         let mut no_quorum = None;
+        let inner = &self.quorum.inner;
+        start_subscribers(inner);
+        let freed = inner.wakers.of(&keys.lock);
         loop {
+            // Armed before the round: a release announced while it runs still wakes the wait below.
+            let released = freed.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
             let outcome = tokio::time::timeout_at(deadline, self.round(&keys)).await;
             let wait = match outcome {
                 Ok(Ok(guard)) => return Ok(guard),
@@ -262,10 +354,16 @@ impl QuorumMutex {
                     waited: started.elapsed(),
                 }));
             }
-            let round = self.quorum.inner.node_timeout * 2;
-            let jitter = Duration::from_micros(random_below(round.as_micros() as u64 + 1));
-            let pause = wait.unwrap_or(round).clamp(round, Duration::from_secs(1)) + jitter;
-            tokio::time::sleep_until((now + pause).min(deadline)).await;
+            let round = inner.node_timeout * 2;
+            let pause = wait.unwrap_or(round).clamp(round, Duration::from_secs(1));
+            tokio::select! {
+                () = &mut released => {}
+                () = tokio::time::sleep_until((now + pause).min(deadline)) => {}
+            }
+            // A random delay within half a round: waiters of several processes woken by one release do not all ask
+            // at once.
+            let jitter = Duration::from_micros(random_below(round.as_micros() as u64 / 2 + 1));
+            tokio::time::sleep_until((Instant::now() + jitter).min(deadline)).await;
         }
     }
 
@@ -421,19 +519,28 @@ async fn fence_up(
     )
 }
 
-/// Releases `token` on every node, owner-checked; how many released it.
+/// Releases `token` on every node, owner-checked, and announces the release on each node that released it (its
+/// waiters hear it from whichever node reaches them first); how many released it.
 async fn release_all(inner: &QuorumInner, keys: &LockKeys, token: &str) -> usize {
     join_all(inner.nodes.iter().map(|node| async move {
         let invocation =
             release_invocation(keys, token, &inner.channel_prefix, inner.fence_retention);
-        matches!(
+        let released = matches!(
             tokio::time::timeout(
                 inner.node_timeout,
                 node.invoke_idempotent::<i64>(&invocation)
             )
             .await,
             Ok(Ok(1))
-        )
+        );
+        if released {
+            let mut cmd = redis::cmd("PUBLISH");
+            cmd.arg(&inner.freed_channel).arg(&keys.lock);
+            let mut conn = node.clone();
+            let announce = cmd.query_async::<i64>(&mut conn);
+            let _ = tokio::time::timeout(inner.node_timeout, announce).await;
+        }
+        released
     }))
     .await
     .into_iter()

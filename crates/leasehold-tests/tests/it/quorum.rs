@@ -272,3 +272,41 @@ async fn a_slow_or_partitioned_node_costs_a_round_no_more_than_the_node_timeout(
     assert!(guard.is_held());
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_release_wakes_the_quorum_waiters_at_once() {
+    let nodes = servers(3);
+    let holder_q = quorum(&nodes).await;
+    let waiter_q = quorum(&nodes).await;
+    let held = holder_q
+        .mutex("wake")
+        .ttl(Duration::from_secs(60))
+        .try_lock()
+        .await
+        .unwrap();
+    nodes[0].config_resetstat();
+    let waiter = tokio::spawn(async move {
+        let guard = waiter_q
+            .mutex("wake")
+            .lock_timeout(Duration::from_secs(30))
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    // The waiter's first round found the lock busy (one acquire script on node 0). Its next poll is a second away (the
+    // holder has 60 s left): a grant much sooner than that after the release comes from the release's announcement.
+    within(Duration::from_secs(5), "the waiter's first round", async {
+        while nodes[0].command_calls("evalsha") < 1 {
+            tokio::time::sleep(Duration::from_millis(2)).await; // polls a server counter: no event to await
+        }
+    })
+    .await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (granted, guard) = within(Duration::from_secs(5), "the waiter's grant", waiter)
+        .await
+        .unwrap();
+    let gap = granted - released;
+    assert!(gap < Duration::from_millis(500), "woken after {gap:?}");
+    guard.release().await.unwrap();
+}
