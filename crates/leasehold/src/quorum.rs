@@ -141,10 +141,19 @@ async fn subscribe(inner: std::sync::Weak<QuorumInner>, client: redis::Client) {
                 this.wakers.wake_all();
             }
             let mut messages = pubsub.into_on_message();
-            while let Some(message) = messages.next().await {
+            loop {
+                // Looks up now and then whether the quorum is still there: a quiet channel must not keep the
+                // subscriber (and its connection) alive after the quorum was dropped.
+                let message = tokio::time::timeout(Duration::from_secs(1), messages.next()).await;
                 let Some(this) = inner.upgrade() else { return };
-                if let Ok(lock_key) = message.get_payload::<String>() {
-                    this.wakers.wake(&lock_key);
+                match message {
+                    Ok(Some(message)) => {
+                        if let Ok(lock_key) = message.get_payload::<String>() {
+                            this.wakers.wake(&lock_key);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(_) => {}
                 }
             }
         }
