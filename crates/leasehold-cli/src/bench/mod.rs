@@ -13,13 +13,29 @@
 //! Every scenario runs on a Redis Cluster too (`--redis redis+cluster://h:p,h:p,…`): the floor then uses redis-rs's
 //! cluster connection, the server's CPU time and script calls are summed over every primary, and the in-process
 //! scenarios say how their keys spread over slots and primaries (`bench:N`, which leasehold uses as the hash tag).
+//!
+//! On a quorum of independent servers (`--redis` given three times or more, or `--quorum N` private servers), the
+//! scenarios are the quorum's, each beside its single-node figure on the first node:
+//!
+//! | scenario | what runs |
+//! |---|---|
+//! | `quorum-floor-1` | 1 task: `SET NX PX` to every node at once, done at a majority's OK; the delete on every node |
+//! | `quorum-1` | 1 task: leasehold `QuorumMutex` `try_lock()` + `release()`, p50 beside each node's round trip |
+//! | `uncontended-1` | as above, on the first node alone |
+//! | `quorum-64` | `quorum-1` with 64 tasks, distinct keys |
+//! | `quorum-contended-8p` | 8 worker processes looping `lock()` + `release()` on ONE quorum mutex |
+//! | `contended-8p` | as above, on the first node alone |
+//!
+//! The server CPU of a quorum scenario is summed over every node.
 
 mod plot;
+mod quorum;
 mod raw;
 mod scenario;
 mod stats;
 pub mod worker;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -27,10 +43,11 @@ use clap::Args;
 
 use crate::exit;
 use crate::server::PrivateServer;
+use quorum::Nodes;
 use scenario::Setup;
-use stats::Outcome;
+use stats::{OnQuorum, Outcome};
 
-/// Every scenario, in the order they run.
+/// Every scenario of one server or cluster, in the order they run.
 pub const SCENARIOS: [&str; 12] = [
     "floor-1",
     "uncontended-1",
@@ -46,12 +63,33 @@ pub const SCENARIOS: [&str; 12] = [
     "renew-10k",
 ];
 
+/// Every scenario of a quorum, in the order they run: each of the quorum's beside its figure on the first node alone.
+pub const QUORUM_SCENARIOS: [&str; 6] = [
+    "quorum-floor-1",
+    "quorum-1",
+    "uncontended-1",
+    "quorum-64",
+    "quorum-contended-8p",
+    "contended-8p",
+];
+
 /// `leasehold bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Use this Redis server (or cluster: redis+cluster://host:port,host:port,…) instead of starting a private one.
+    /// Given 3 times or more: a quorum of independent servers (Redlock), with the scenarios quorum-floor-1, quorum-1,
+    /// quorum-64, quorum-contended-8p, and uncontended-1 and contended-8p on the first server alone.
     #[arg(long = "redis", value_name = "URL")]
-    pub redis: Option<String>,
+    pub redis: Vec<String>,
+
+    /// Start N private servers (3 to 15) instead of one, and bench a quorum of them (as --redis given N times).
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "redis",
+        value_parser = clap::value_parser!(u8).range(3..=15)
+    )]
+    pub quorum: Option<u8>,
 
     /// How long each scenario measures (after a short warm-up).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::duration::parse)]
@@ -71,13 +109,72 @@ pub struct BenchArgs {
 }
 
 fn parse_scenario(name: &str) -> Result<String, String> {
-    if SCENARIOS.contains(&name) {
+    if SCENARIOS.contains(&name) || QUORUM_SCENARIOS.contains(&name) {
         Ok(name.to_owned())
     } else {
         Err(format!(
-            "unknown scenario {name:?}; known: {}",
-            SCENARIOS.join(", ")
+            "unknown scenario {name:?}; known: {}; on a quorum: {}",
+            SCENARIOS.join(", "),
+            QUORUM_SCENARIOS.join(", ")
         ))
+    }
+}
+
+/// A usage error unless `--redis` names one server (or cluster), or the distinct independent servers of a quorum.
+fn check_servers(urls: &[String]) -> anyhow::Result<()> {
+    let usage = |message: &str| Err(exit::fail(exit::USAGE, message));
+    match urls.len() {
+        0 | 1 => return Ok(()),
+        2 => return usage(
+            "--redis given twice: one server (or cluster) takes one --redis, a quorum at least 3",
+        ),
+        _ => {}
+    }
+    for (i, url) in urls.iter().enumerate() {
+        if urls[..i].contains(url) {
+            return usage("a quorum's servers must be distinct: one given twice would vote twice");
+        }
+        if leasehold::__private::cluster_seeds(url).is_some() {
+            return usage("a quorum is made of independent servers (redis://…), not of clusters");
+        }
+    }
+    Ok(())
+}
+
+/// The servers of the run: `--redis` as given, or private ones (kept running while the returned servers live).
+fn servers(args: &BenchArgs) -> anyhow::Result<(Vec<String>, Vec<PrivateServer>)> {
+    if !args.redis.is_empty() {
+        return Ok((args.redis.clone(), Vec::new()));
+    }
+    let mut private = Vec::new();
+    for _ in 0..args.quorum.map_or(1, usize::from) {
+        private.push(
+            PrivateServer::start().map_err(|e| exit::fail(exit::UNAVAILABLE, e.to_string()))?,
+        );
+    }
+    Ok((private.iter().map(PrivateServer::url).collect(), private))
+}
+
+/// A usage error when a chosen scenario does not run on this topology.
+fn check_scenarios(chosen: &[String], quorum: bool) -> anyhow::Result<()> {
+    let runs = if quorum {
+        &QUORUM_SCENARIOS[..]
+    } else {
+        &SCENARIOS[..]
+    };
+    match chosen.iter().find(|name| !runs.contains(&name.as_str())) {
+        None => Ok(()),
+        Some(name) if quorum => Err(exit::fail(
+            exit::USAGE,
+            format!(
+                "{name} does not run on a quorum; there: {}",
+                QUORUM_SCENARIOS.join(", ")
+            ),
+        )),
+        Some(name) => Err(exit::fail(
+            exit::USAGE,
+            format!("{name} needs a quorum: --quorum N, or --redis given 3 times or more"),
+        )),
     }
 }
 
@@ -86,29 +183,63 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     if args.duration > Duration::from_secs(3600) {
         return Err(exit::fail(exit::USAGE, "--duration is limited to 1h"));
     }
-    let (url, private) = match &args.redis {
-        Some(url) => (url.clone(), None),
-        None => {
-            let server =
-                PrivateServer::start().map_err(|e| exit::fail(exit::UNAVAILABLE, e.to_string()))?;
-            (server.url(), Some(server))
-        }
+    check_servers(&args.redis)?;
+    let is_quorum = args.quorum.is_some() || args.redis.len() >= leasehold::MIN_NODES;
+    check_scenarios(&args.scenarios, is_quorum)?;
+    let (urls, private) = servers(&args)?;
+    // Fail early, with the usual exit status, when a server cannot be used.
+    for url in &urls {
+        crate::connect::client(url, None).await?;
+    }
+    let nodes = if is_quorum {
+        Some(Arc::new(Nodes::open(&urls)?))
+    } else {
+        None
     };
-    // Fail early, with the usual exit status, when the server cannot be used.
-    crate::connect::client(&url, None).await?;
+    let url = urls[0].clone();
+    // One server or cluster; on a quorum, its first node (the single-node comparisons).
     let setup = Setup {
         raw: raw::Raw::open(&url)?,
         url,
+        quorum: None,
         warmup: (args.duration / 10).clamp(Duration::from_millis(100), Duration::from_secs(1)),
         duration: args.duration,
         progress: !args.json,
     };
+    // The quorum scenarios' setup; without a quorum none of them is chosen.
+    let all_nodes = Setup {
+        quorum: nodes.clone(),
+        ..setup.clone()
+    };
+    let rtt_time = (setup.duration / 5).max(Duration::from_millis(200));
     let wanted = |name: &str| args.scenarios.is_empty() || args.scenarios.iter().any(|s| s == name);
-    let chosen: Vec<&'static str> = SCENARIOS.into_iter().filter(|n| wanted(n)).collect();
+    let scenarios = if is_quorum {
+        &QUORUM_SCENARIOS[..]
+    } else {
+        &SCENARIOS[..]
+    };
+    let chosen: Vec<&'static str> = scenarios.iter().copied().filter(|n| wanted(n)).collect();
     let run = async {
         let mut outcomes: Vec<Outcome> = Vec::new();
         for (index, &name) in chosen.iter().enumerate() {
             let mut outcome = match name {
+                "quorum-floor-1" | "quorum-1" => {
+                    async {
+                        let rtts = match &nodes {
+                            Some(nodes) => Some(nodes.round_trips(rtt_time).await?),
+                            None => None,
+                        };
+                        let floor = name == "quorum-floor-1";
+                        let mut outcome = scenario::in_process(&all_nodes, name, 1, floor).await?;
+                        outcome.node_rtts = rtts;
+                        anyhow::Ok(outcome)
+                    }
+                    .await
+                }
+                "quorum-64" => scenario::in_process(&all_nodes, name, 64, false).await,
+                "quorum-contended-8p" => {
+                    scenario::contended(&all_nodes, name, 8, false, "mutex").await
+                }
                 "floor-1" => scenario::in_process(&setup, name, 1, true).await,
                 "uncontended-1" => scenario::in_process(&setup, name, 1, false).await,
                 "floor-64" => scenario::in_process(&setup, name, 64, true).await,
@@ -127,11 +258,16 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 "uncontended-1" => Some("floor-1"),
                 "uncontended-64" => Some("floor-64"),
                 "contended-8p" | "fair-8p" => Some("floor-8p"),
+                "quorum-1" => Some("quorum-floor-1"),
                 _ => None,
             };
             outcome.floor_rate = floor
                 .and_then(|f| outcomes.iter().find(|o| o.scenario == f))
                 .map(Outcome::rate);
+            outcome.on_quorum = nodes.as_ref().map(|nodes| OnQuorum {
+                nodes: nodes.len(),
+                all_nodes: name.starts_with("quorum-"),
+            });
             // On stderr whether it is a terminal or not (a CI log, a pipe): a long run is never silent.
             exit::print_err(&result_line(&outcome, index + 1, chosen.len()));
             if args.json {
@@ -183,8 +319,15 @@ fn result_line(o: &Outcome, number: usize, of: usize) -> String {
 /// The results as a text table: one unit per column, named in the header.
 fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::new();
+    // Wide enough for the longest name (quorum-contended-8p); as wide as ever without a quorum.
+    let name_width = outcomes
+        .iter()
+        .map(|o| o.scenario.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(15);
     out.push_str(&format!(
-        "{:<15} {:>11} {:>9} {:>9} {:>9} {:>9} {:>12}  {}\n",
+        "{:<name_width$} {:>11} {:>9} {:>9} {:>9} {:>9} {:>12}  {}\n",
         "scenario", "acquires/s", "p50 µs", "p99 µs", "max µs", "× floor", "srv µs/cycle", "notes"
     ));
     for o in outcomes {
@@ -224,6 +367,21 @@ fn table(outcomes: &[Outcome]) -> String {
                 micros(rtt)
             ));
         }
+        if let (Some(rtts), Some(ratio)) = (&o.node_rtts, o.p50_to_majority_rtt()) {
+            let each: Vec<String> = rtts.p50_us.iter().map(|&us| micros(us)).collect();
+            notes.push(format!(
+                "node round trips {} µs; p50 = {ratio:.2} × the {} fastest ({} µs); all at once: {} µs to a \
+                 majority, {} µs to all",
+                each.join(", "),
+                ordinal(rtts.majority),
+                micros(rtts.majority_us()),
+                micros(rtts.at_once_majority_us),
+                micros(rtts.at_once_all_us)
+            ));
+        }
+        if o.on_quorum.is_some_and(|q| !q.all_nodes) {
+            notes.push("first node alone".to_owned());
+        }
         if let Some(r) = &o.renewal {
             notes.push(format!(
                 "{} locks {}, {:.0} renewal calls/period, {:.2} s CPU, {:.0} B/lock",
@@ -242,7 +400,7 @@ fn table(outcomes: &[Outcome]) -> String {
             .server_us_per_cycle()
             .map_or("-".to_owned(), |us| format!("{us:.1}"));
         let row = format!(
-            "{:<15} {:>11.0} {:>9} {:>9} {:>9} {:>9} {:>12}  {}",
+            "{:<name_width$} {:>11.0} {:>9} {:>9} {:>9} {:>9} {:>12}  {}",
             o.scenario,
             o.rate(),
             p50,
@@ -260,7 +418,28 @@ fn table(outcomes: &[Outcome]) -> String {
             "on a cluster: srv µs/cycle is the CPU time of all {primaries} primaries together (replicas not counted)\n"
         ));
     }
+    if let Some(q) = outcomes
+        .iter()
+        .find_map(|o| o.on_quorum.filter(|q| q.all_nodes))
+    {
+        out.push_str(&format!(
+            "on a quorum: srv µs/cycle of a quorum-* row is the CPU time of all {} nodes together\n",
+            q.nodes
+        ));
+    }
     out
+}
+
+/// `3rd`, for "the 3rd fastest".
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 /// Microseconds, whole: every latency column is in µs, however large.
@@ -295,6 +474,8 @@ mod tests {
             cpu_primaries: None,
             write_p99_us: None,
             spread: None,
+            on_quorum: None,
+            node_rtts: None,
         }
     }
 
@@ -378,6 +559,73 @@ mod tests {
         );
         let single = table(&[outcome("floor-1", &[30])]);
         assert_eq!(single.lines().count(), 2, "one server: no footer");
+    }
+
+    #[test]
+    fn a_quorum_table_sets_the_acquire_beside_the_round_trip_to_each_node() {
+        let on_all = Some(OnQuorum {
+            nodes: 5,
+            all_nodes: true,
+        });
+        let mut floor = outcome("quorum-floor-1", &[100, 110, 120]);
+        floor.on_quorum = on_all;
+        let mut lock = outcome("quorum-1", &[130, 140, 150]);
+        lock.on_quorum = on_all;
+        lock.floor_rate = Some(3.0);
+        lock.server_cpu_s = Some(0.000_3);
+        lock.node_rtts = Some(quorum::NodeRtts {
+            p50_us: vec![70.0, 60.0, 400.0, 90.0, 65.0],
+            majority: 3,
+            at_once_majority_us: 110.0,
+            at_once_all_us: 420.0,
+        });
+        let mut single = outcome("uncontended-1", &[50, 60, 70]);
+        single.on_quorum = Some(OnQuorum {
+            nodes: 5,
+            all_nodes: false,
+        });
+        let mut contended = outcome("quorum-contended-8p", &[500, 600, 700]);
+        contended.on_quorum = on_all;
+        let text = table(&[floor, lock, single, contended]);
+        let lines: Vec<&str> = text.lines().collect();
+        // The name column is as wide as the longest name, and every row keeps to it.
+        let rate_end = lines[0].find("acquires/s").unwrap() + "acquires/s".len();
+        assert_eq!(rate_end, "quorum-contended-8p".len() + 1 + 11, "{text}");
+        for line in &lines[1..5] {
+            assert!(line[..rate_end].ends_with('3'), "{line:?} in {text}");
+        }
+        assert_eq!(
+            lines[2].split_whitespace().take(7).collect::<Vec<_>>(),
+            ["quorum-1", "3", "140", "150", "150", "1.00", "100.0"]
+        );
+        assert!(
+            lines[2].ends_with(
+                "node round trips 70, 60, 400, 90, 65 µs; p50 = 2.00 × the 3rd fastest (70 µs); \
+                 all at once: 110 µs to a majority, 420 µs to all"
+            ),
+            "{text}"
+        );
+        assert!(lines[3].ends_with("  first node alone"), "{text}");
+        assert_eq!(
+            lines[5],
+            "on a quorum: srv µs/cycle of a quorum-* row is the CPU time of all 5 nodes together"
+        );
+        assert_eq!(lines.len(), 6, "{text}");
+        // Without a quorum, the name column keeps its width.
+        let single = table(&[outcome("floor-1", &[30])]);
+        assert_eq!(
+            single.find("acquires/s"),
+            Some(16 + 11 - "acquires/s".len())
+        );
+    }
+
+    #[test]
+    fn ordinals_name_the_majority() {
+        let names: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 23].map(ordinal).into();
+        assert_eq!(
+            names,
+            ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd"]
+        );
     }
 
     #[test]

@@ -13,16 +13,22 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::time::Instant;
 
+use super::quorum::{Nodes, QuorumFloor};
 use super::raw::{Conn, Raw};
 use super::stats::{Outcome, Renewal, Samples};
 use super::worker::{unix_ms, Role};
 use crate::progress::Bar;
 
 /// What a scenario needs to know about the run.
+#[derive(Clone)]
 pub struct Setup {
+    /// The server or cluster; on a quorum, its first node.
     pub url: String,
     /// The same server or cluster, for raw commands.
     pub raw: Raw,
+    /// For the scenarios of a quorum: every node. The same scenario shapes then run on the quorum (see
+    /// [`in_process`], [`contended`]), and the server CPU is summed over the nodes.
+    pub quorum: Option<Arc<Nodes>>,
     pub warmup: Duration,
     pub duration: Duration,
     pub progress: bool,
@@ -38,9 +44,22 @@ enum Engine {
     Floor(Conn),
     /// leasehold `lock()` + `release()` (lease 30 s, watchdog on: the defaults).
     Leasehold(leasehold::Client),
+    /// On a quorum: `SET NX PX` to every node at once, granted when a majority said OK; the delete on every node.
+    QuorumFloor(QuorumFloor),
+    /// On a quorum: leasehold `QuorumMutex::try_lock()` + `release()` (lease 30 s: the default).
+    Quorum(leasehold::Quorum),
 }
 
-/// `tasks` tasks in this process, each on its own key, looping acquire + release.
+/// One task's lock, made before its loop: only acquire and release are measured.
+enum TaskLock<'a> {
+    Floor(&'a Conn),
+    Mutex(leasehold::Mutex),
+    QuorumFloor(&'a QuorumFloor),
+    Quorum(leasehold::QuorumMutex),
+}
+
+/// `tasks` tasks in this process, each on its own key, looping acquire + release; on a quorum setup, the quorum's
+/// floor and lock.
 pub async fn in_process(
     setup: &Setup,
     scenario: &'static str,
@@ -53,13 +72,12 @@ pub async fn in_process(
     } else {
         None
     };
-    let engine = if floor {
-        Arc::new(Engine::Floor(setup.raw.manager().await?))
-    } else {
-        Arc::new(Engine::Leasehold(
-            crate::connect::client(&setup.url, None).await?,
-        ))
-    };
+    let engine = Arc::new(match (&setup.quorum, floor) {
+        (None, true) => Engine::Floor(setup.raw.manager().await?),
+        (None, false) => Engine::Leasehold(crate::connect::client(&setup.url, None).await?),
+        (Some(nodes), true) => Engine::QuorumFloor(nodes.floor().await?),
+        (Some(nodes), false) => Engine::Quorum(nodes.leasehold().await?),
+    });
     let count = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let measure_from = start + setup.warmup;
@@ -94,6 +112,8 @@ pub async fn in_process(
         cpu_primaries,
         write_p99_us: None,
         spread,
+        on_quorum: None,
+        node_rtts: None,
     })
 }
 
@@ -113,9 +133,11 @@ async fn cycle_until(
     let key = key_of(task);
     let mut samples = Samples::default();
     let release = redis::Script::new(RAW_RELEASE);
-    let mutex = match engine {
-        Engine::Leasehold(client) => Some(client.mutex(&key)),
-        Engine::Floor(_) => None,
+    let lock = match engine {
+        Engine::Floor(conn) => TaskLock::Floor(conn),
+        Engine::Leasehold(client) => TaskLock::Mutex(client.mutex(&key)),
+        Engine::QuorumFloor(floor) => TaskLock::QuorumFloor(floor),
+        Engine::Quorum(quorum) => TaskLock::Quorum(quorum.mutex(&key)),
     };
     let mut n: u64 = 0;
     loop {
@@ -123,9 +145,9 @@ async fn cycle_until(
         if started >= end {
             return Ok(samples);
         }
-        match (engine, &mutex) {
-            (Engine::Floor(conn), _) => {
-                let mut conn = conn.clone();
+        match &lock {
+            TaskLock::Floor(conn) => {
+                let mut conn = (*conn).clone();
                 let token = format!("floor:{task}:{n}");
                 let granted = floor_acquire(&mut conn, &key, &token).await?;
                 let latency = started.elapsed();
@@ -139,13 +161,28 @@ async fn cycle_until(
                     .await?;
                 record(&mut samples, started, measure_from, latency, count);
             }
-            (Engine::Leasehold(_), Some(mutex)) => {
+            TaskLock::Mutex(mutex) => {
                 let guard = mutex.lock().await?;
                 let latency = started.elapsed();
                 guard.release().await?;
                 record(&mut samples, started, measure_from, latency, count);
             }
-            (Engine::Leasehold(_), None) => bail!("no mutex"),
+            TaskLock::QuorumFloor(floor) => {
+                let token = format!("floor:{task}:{n}");
+                let granted = floor.acquire(&key, &token).await?;
+                let latency = started.elapsed();
+                if !granted {
+                    bail!("floor key {key} was taken on the quorum");
+                }
+                floor.release(&key, &token).await?;
+                record(&mut samples, started, measure_from, latency, count);
+            }
+            TaskLock::Quorum(mutex) => {
+                let guard = mutex.try_lock().await?;
+                let latency = started.elapsed();
+                guard.release().await?;
+                record(&mut samples, started, measure_from, latency, count);
+            }
         }
         n += 1;
     }
@@ -208,7 +245,8 @@ async fn watch_progress(
     }
 }
 
-/// `leasehold bench-worker ROLE --redis URL --name bench:SCENARIO ARGS…`, stdout piped, killed on drop.
+/// `leasehold bench-worker ROLE --redis URL --name bench:SCENARIO ARGS…` (on a quorum, one `--redis` per node),
+/// stdout piped, killed on drop.
 fn worker_command(
     setup: &Setup,
     scenario: &str,
@@ -222,13 +260,18 @@ fn worker_command(
         Role::FloorContend => "floor-contend",
         Role::Handoff => "handoff",
         Role::Renew => "renew",
+        Role::QuorumContend => "quorum-contend",
+    };
+    let urls = match &setup.quorum {
+        Some(nodes) => nodes.urls.clone(),
+        None => vec![setup.url.clone()],
     };
     let mut command = tokio::process::Command::new(exe);
+    command.arg("bench-worker").arg(role);
+    for url in urls {
+        command.arg("--redis").arg(url);
+    }
     command
-        .arg("bench-worker")
-        .arg(role)
-        .arg("--redis")
-        .arg(&setup.url)
         .arg("--name")
         .arg(format!("bench:{scenario}"))
         .args(args)
@@ -299,26 +342,44 @@ async fn workers(
 }
 
 /// The server's CPU time (user + system, all its threads, from `INFO cpu`) between `from` and `to`, measured by a
-/// task of its own; on a cluster, the sum over every primary, and how many there are. On a server shared with other
-/// clients it counts their work too.
+/// task of its own; on a cluster, the sum over every primary, and how many there are; on a quorum, the sum over every
+/// node. On a server shared with other clients it counts their work too.
 fn server_cpu_window(
     setup: &Setup,
     from: Instant,
     to: Instant,
 ) -> tokio::task::JoinHandle<anyhow::Result<(f64, Option<usize>)>> {
-    let raw = setup.raw.clone();
+    let raws = match &setup.quorum {
+        Some(nodes) => nodes.raws().to_vec(),
+        None => vec![setup.raw.clone()],
+    };
+    let cluster = setup.raw.is_cluster();
     tokio::spawn(async move {
-        let mut conn = raw.multiplexed().await?;
+        let mut conns = Vec::new();
+        for raw in &raws {
+            conns.push(raw.multiplexed().await?);
+        }
         tokio::time::sleep_until(from).await;
-        let before = server_cpu_seconds(&mut conn).await?;
+        let before = servers_cpu_seconds(&mut conns).await?;
         tokio::time::sleep_until(to).await;
-        let after = server_cpu_seconds(&mut conn).await?;
+        let after = servers_cpu_seconds(&mut conns).await?;
         if before.keys().ne(after.keys()) {
             bail!("the primaries changed while the server CPU was measured");
         }
         let used = after.iter().map(|(node, cpu)| cpu - before[node]).sum();
-        Ok((used, raw.is_cluster().then_some(after.len())))
+        Ok((used, cluster.then_some(after.len())))
     })
+}
+
+/// [`server_cpu_seconds`] of every connection's server(s), by connection and node.
+async fn servers_cpu_seconds(conns: &mut [Conn]) -> anyhow::Result<BTreeMap<(usize, String), f64>> {
+    let mut seconds = BTreeMap::new();
+    for (i, conn) in conns.iter_mut().enumerate() {
+        for (node, cpu) in server_cpu_seconds(conn).await? {
+            seconds.insert((i, node), cpu);
+        }
+    }
+    Ok(seconds)
 }
 
 /// The seconds of [`server_cpu_window`], when it could read them, and on a cluster the number of primaries summed.
@@ -352,7 +413,8 @@ fn last(lines: &[Value]) -> anyhow::Result<&Value> {
     lines.last().context("a worker printed nothing")
 }
 
-/// `processes` processes looping on ONE lock: leasehold, or (`floor`) spinning on `SET NX PX`.
+/// `processes` processes looping on ONE lock: leasehold, or (`floor`) spinning on `SET NX PX`; on a quorum setup,
+/// leasehold's quorum mutex (`lock()`).
 pub async fn contended(
     setup: &Setup,
     scenario: &'static str,
@@ -360,10 +422,11 @@ pub async fn contended(
     floor: bool,
     kind: &str,
 ) -> anyhow::Result<Outcome> {
-    let role = if floor {
-        Role::FloorContend
-    } else {
-        Role::Contend
+    let role = match (&setup.quorum, floor) {
+        (None, true) => Role::FloorContend,
+        (None, false) => Role::Contend,
+        (Some(_), false) if kind == "mutex" => Role::QuorumContend,
+        (Some(_), _) => bail!("only leasehold's mutex runs contended on a quorum"),
     };
     let extra = ["--kind".to_owned(), kind.to_owned()];
     let (results, (server_cpu_s, cpu_primaries)) =
@@ -398,6 +461,8 @@ pub async fn contended(
         cpu_primaries,
         write_p99_us: (writes.len() > 0).then(|| writes.quantile_us(0.99)),
         spread: None,
+        on_quorum: None,
+        node_rtts: None,
     })
 }
 
@@ -438,6 +503,8 @@ pub async fn handoff(setup: &Setup, scenario: &'static str, kind: &str) -> anyho
         cpu_primaries,
         write_p99_us: None,
         spread: None,
+        on_quorum: None,
+        node_rtts: None,
     })
 }
 
@@ -529,6 +596,8 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
         cpu_primaries,
         write_p99_us: None,
         spread: None,
+        on_quorum: None,
+        node_rtts: None,
     })
 }
 

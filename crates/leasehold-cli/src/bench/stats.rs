@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::quorum::NodeRtts;
 use super::raw::Spread;
 
 /// Acquire latencies in nanoseconds, in arrival order until [`Samples::sorted`].
@@ -51,6 +52,16 @@ pub struct Renewal {
     pub bytes_per_lock: f64,
 }
 
+/// Where a scenario of a quorum run ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OnQuorum {
+    /// The nodes of the quorum.
+    pub nodes: usize,
+    /// On every node (a quorum scenario; the server CPU is their sum), or on the first alone (a single-node
+    /// comparison).
+    pub all_nodes: bool,
+}
+
 /// One scenario's outcome.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -77,6 +88,10 @@ pub struct Outcome {
     pub write_p99_us: Option<f64>,
     /// On a cluster, where the keys of an in-process scenario live.
     pub spread: Option<Spread>,
+    /// In a quorum run: where the scenario ran.
+    pub on_quorum: Option<OnQuorum>,
+    /// For the uncontended scenarios of a quorum: the raw round trip to each node.
+    pub node_rtts: Option<NodeRtts>,
 }
 
 impl Outcome {
@@ -112,6 +127,13 @@ impl Outcome {
     pub fn handoff_to_rtt(&self) -> Option<f64> {
         self.rtt_p50_us
             .map(|rtt| self.samples.quantile_us(0.5) / rtt.max(1e-9))
+    }
+
+    /// The p50 over the round trip to the slowest node of the fastest majority.
+    pub fn p50_to_majority_rtt(&self) -> Option<f64> {
+        self.node_rtts
+            .as_ref()
+            .map(|rtts| self.samples.quantile_us(0.5) / rtts.majority_us().max(1e-9))
     }
 
     pub fn to_json(&self) -> Value {
@@ -157,6 +179,21 @@ impl Outcome {
                 "of_primaries": s.of_primaries,
             });
         }
+        // Quorum runs only, likewise.
+        if let Some(q) = self.on_quorum {
+            out["quorum_nodes"] = json!(q.nodes);
+            // The nodes the scenario ran on, and whose CPU server_cpu_s sums.
+            out["nodes_used"] = json!(if q.all_nodes { q.nodes } else { 1 });
+        }
+        if let Some(rtts) = &self.node_rtts {
+            out["node_rtt_p50_us"] =
+                json!(rtts.p50_us.iter().map(|&us| round(us)).collect::<Vec<_>>());
+            out["majority"] = json!(rtts.majority);
+            out["majority_rtt_us"] = json!(round(rtts.majority_us()));
+            out["p50_to_majority_rtt"] = json!(self.p50_to_majority_rtt().map(round));
+            out["at_once_majority_rtt_us"] = json!(round(rtts.at_once_majority_us));
+            out["at_once_all_rtt_us"] = json!(round(rtts.at_once_all_us));
+        }
         out
     }
 }
@@ -176,5 +213,68 @@ mod tests {
         assert_eq!(s.quantile_us(0.5), 3.0);
         assert_eq!(s.quantile_us(1.0), 5.0);
         assert_eq!(Samples::default().quantile_us(0.5), 0.0);
+    }
+
+    #[test]
+    fn quorum_fields_appear_in_quorum_runs_only() {
+        let mut samples = Samples::default();
+        for us in [120u64, 140, 160] {
+            samples.push(Duration::from_micros(us));
+        }
+        let mut outcome = Outcome {
+            scenario: "quorum-1",
+            processes: 1,
+            tasks: 1,
+            elapsed: Duration::from_secs(1),
+            acquisitions: 3,
+            samples: samples.sorted(),
+            per_process: Vec::new(),
+            floor_rate: None,
+            rtt_p50_us: None,
+            renewal: None,
+            server_cpu_s: None,
+            cpu_primaries: None,
+            write_p99_us: None,
+            spread: None,
+            on_quorum: None,
+            node_rtts: None,
+        };
+        let json = outcome.to_json();
+        for field in [
+            "quorum_nodes",
+            "nodes_used",
+            "node_rtt_p50_us",
+            "majority",
+            "majority_rtt_us",
+            "p50_to_majority_rtt",
+            "at_once_majority_rtt_us",
+            "at_once_all_rtt_us",
+        ] {
+            assert!(json.get(field).is_none(), "{field} in {json}");
+        }
+        outcome.on_quorum = Some(OnQuorum {
+            nodes: 3,
+            all_nodes: true,
+        });
+        outcome.node_rtts = Some(NodeRtts {
+            p50_us: vec![80.0, 60.0, 70.0],
+            majority: 2,
+            at_once_majority_us: 95.0,
+            at_once_all_us: 110.0,
+        });
+        let json = outcome.to_json();
+        assert_eq!(json["quorum_nodes"], 3);
+        assert_eq!(json["nodes_used"], 3);
+        assert_eq!(json["node_rtt_p50_us"], json!([80.0, 60.0, 70.0]));
+        assert_eq!(json["majority"], 2);
+        assert_eq!(json["majority_rtt_us"], 70.0);
+        assert_eq!(json["p50_to_majority_rtt"], 2.0);
+        assert_eq!(json["at_once_majority_rtt_us"], 95.0);
+        assert_eq!(json["at_once_all_rtt_us"], 110.0);
+        outcome.on_quorum = Some(OnQuorum {
+            nodes: 3,
+            all_nodes: false,
+        });
+        assert_eq!(outcome.to_json()["nodes_used"], 1);
     }
 }

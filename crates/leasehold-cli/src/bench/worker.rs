@@ -22,6 +22,8 @@ pub enum Role {
     Handoff,
     /// Hold many locks through several renewal periods.
     Renew,
+    /// Loop `lock()` + release on one mutex of a quorum (one `--redis` per node), empty critical section.
+    QuorumContend,
 }
 
 /// `leasehold bench-worker`.
@@ -30,9 +32,9 @@ pub struct WorkerArgs {
     /// The role.
     #[arg(value_enum)]
     pub role: Role,
-    /// The Redis server's URL (`redis+cluster://…` for a cluster).
-    #[arg(long)]
-    pub redis: String,
+    /// The Redis server's URL (`redis+cluster://…` for a cluster); for quorum-contend, once per node.
+    #[arg(long, required = true)]
+    pub redis: Vec<String>,
     /// The lock (or lock-name prefix) to use.
     #[arg(long, default_value = "bench")]
     pub name: String,
@@ -83,15 +85,19 @@ async fn take(
 
 /// Runs the worker; its result is one JSON line on stdout.
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
-    if args.role == Role::FloorContend {
-        let result = floor_contend(&args).await?;
+    let result = match args.role {
+        Role::FloorContend => Some(floor_contend(&args).await?),
+        Role::QuorumContend => Some(quorum_contend(&args).await?),
+        _ => None,
+    };
+    if let Some(result) = result {
         println!("{result}");
         std::io::stdout().flush()?;
         return Ok(0);
     }
-    let locks = connect::client(&args.redis, None).await?;
+    let locks = connect::client(one_server(&args)?, None).await?;
     let result = match args.role {
-        Role::FloorContend => unreachable!("handled above"),
+        Role::FloorContend | Role::QuorumContend => unreachable!("handled above"),
         Role::Contend => contend(&locks, &args).await?,
         Role::Handoff => handoff(&locks, &args).await?,
         Role::Renew => renew(&locks, &args).await?,
@@ -99,6 +105,14 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
     println!("{result}");
     std::io::stdout().flush()?;
     Ok(0)
+}
+
+/// The one server (or cluster) of every role but quorum-contend.
+fn one_server(args: &WorkerArgs) -> anyhow::Result<&str> {
+    match &args.redis[..] {
+        [url] => Ok(url),
+        _ => anyhow::bail!("{:?} takes one --redis", args.role),
+    }
 }
 
 /// Milliseconds since the Unix epoch: the one clock all processes of a run share for start and stop.
@@ -145,7 +159,9 @@ async fn contend(
 
 async fn floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
     // A multiplexed connection on one server; on a cluster, redis-rs's cluster connection to the key's node.
-    let mut conn = super::raw::Raw::open(&args.redis)?.multiplexed().await?;
+    let mut conn = super::raw::Raw::open(one_server(args)?)?
+        .multiplexed()
+        .await?;
     let release = leasehold::redis::Script::new(super::scenario::RAW_RELEASE);
     let mut samples = Vec::new();
     let mut n: u64 = 0;
@@ -175,6 +191,32 @@ async fn floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
             .arg(&token)
             .invoke_async(&mut conn)
             .await?;
+    }
+    Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
+}
+
+async fn quorum_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
+    let quorum = leasehold::Quorum::connect(&args.redis).await?;
+    let mutex = quorum.mutex(&args.name);
+    let to = Instant::now() + Duration::from_millis(args.to_ms.saturating_sub(unix_ms()));
+    let mut samples = Vec::new();
+    loop {
+        let now = unix_ms();
+        if now >= args.to_ms {
+            break;
+        }
+        let started = Instant::now();
+        // A waiter retries only every 0.5–1.5 s (by default), so the wait is cut at the end of the window rather than
+        // keeping the scenario past it; a dropped round is undone on every node.
+        let Ok(guard) = tokio::time::timeout_at(to, mutex.lock()).await else {
+            break;
+        };
+        let guard = guard?;
+        let latency = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if now >= args.from_ms {
+            samples.push(latency);
+        }
+        guard.release().await?;
     }
     Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
 }

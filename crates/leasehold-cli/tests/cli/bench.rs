@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use leasehold_tests::{slot_of, RedisCluster, TempDir};
+use leasehold_tests::{slot_of, RedisCluster, RedisServer, TempDir};
 use serde_json::Value;
 
 use crate::{finish, leasehold};
@@ -210,6 +210,154 @@ fn bench_runs_on_a_cluster_with_the_server_cpu_of_every_primary() {
         "no floor-64 in this run"
     );
     assert_eq!(stderr.lines().count(), scenarios.len(), "{stderr}");
+}
+
+#[test]
+fn bench_runs_on_a_quorum_of_private_servers() {
+    let scenarios = ["quorum-floor-1", "quorum-1", "quorum-contended-8p"];
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "bench",
+            "--quorum",
+            "3",
+            "--duration",
+            "300ms",
+            "--scenarios",
+            &scenarios.join(","),
+            "--json",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "bench failed: {stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|l| l["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, scenarios);
+    for line in &lines {
+        let name = line["scenario"].as_str().unwrap();
+        assert!(
+            line["acquisitions"].as_u64().is_some_and(|n| n > 0),
+            "{name}: {line}"
+        );
+        assert_eq!(line["quorum_nodes"], 3, "{name}: {line}");
+        // Every node's CPU, summed.
+        assert_eq!(line["nodes_used"], 3, "{name}: {line}");
+        assert!(
+            line["server_cpu_us_per_cycle"]
+                .as_f64()
+                .is_some_and(|us| us > 0.0),
+            "{name}: {line}"
+        );
+    }
+    for uncontended in &lines[..2] {
+        let rtts = uncontended["node_rtt_p50_us"].as_array().unwrap();
+        assert_eq!(rtts.len(), 3, "{uncontended}");
+        assert!(rtts.iter().all(|us| us.as_f64().is_some_and(|us| us > 0.0)));
+        assert_eq!(uncontended["majority"], 2, "{uncontended}");
+        for at_once in ["at_once_majority_rtt_us", "at_once_all_rtt_us"] {
+            assert!(
+                uncontended[at_once].as_f64().is_some_and(|us| us > 0.0),
+                "{at_once} in {uncontended}"
+            );
+        }
+        assert!(
+            uncontended["p50_to_majority_rtt"]
+                .as_f64()
+                .is_some_and(|r| r > 0.0),
+            "{uncontended}"
+        );
+    }
+    assert!(lines[1]["floor_ratio"].as_f64().is_some(), "{}", lines[1]);
+    assert_eq!(lines[2]["per_process"].as_array().unwrap().len(), 8);
+    assert!(lines[2]["node_rtt_p50_us"].is_null(), "{}", lines[2]);
+    assert_eq!(stderr.lines().count(), scenarios.len(), "{stderr}");
+}
+
+#[test]
+fn bench_compares_a_quorum_of_given_servers_with_its_first_node_alone() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let mut args = vec!["bench".to_owned()];
+    for server in &servers {
+        args.extend(["--redis".to_owned(), server.url()]);
+    }
+    args.extend(
+        [
+            "--duration",
+            "300ms",
+            "--scenarios",
+            "quorum-1,uncontended-1",
+            "--json",
+        ]
+        .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, stdout, stderr) = finish(leasehold(&args), Duration::from_secs(60));
+    assert_eq!(code, Some(0), "bench failed: {stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines[0]["scenario"], "quorum-1");
+    assert_eq!(lines[0]["nodes_used"], 3);
+    assert_eq!(lines[1]["scenario"], "uncontended-1");
+    assert_eq!(lines[1]["nodes_used"], 1);
+    assert!(lines[1]["node_rtt_p50_us"].is_null(), "{}", lines[1]);
+    // uncontended-1 ran on the first server only: the others never saw a single-node lock's scripts.
+    let calls: Vec<u64> = servers
+        .iter()
+        .map(|server| server.command_calls("evalsha"))
+        .collect();
+    for line in &lines {
+        assert!(
+            line["acquisitions"].as_u64().is_some_and(|n| n > 0),
+            "{line}"
+        );
+    }
+    let uncontended = lines[1]["acquisitions"].as_u64().unwrap();
+    assert!(
+        calls[0] > calls[1] + uncontended && calls[0] > calls[2] + uncontended,
+        "script calls per server {calls:?}, {uncontended} single-node acquisitions"
+    );
+}
+
+#[test]
+fn bench_rejects_two_servers_and_scenarios_of_the_other_topology() {
+    for args in [
+        &[
+            "bench",
+            "--redis",
+            "redis://127.0.0.1:1",
+            "--redis",
+            "redis://127.0.0.1:2",
+        ][..],
+        &["bench", "--quorum", "2"],
+        &["bench", "--quorum", "3", "--redis", "redis://127.0.0.1:1"],
+        &["bench", "--scenarios", "quorum-1"],
+        &["bench", "--quorum", "3", "--scenarios", "floor-1"],
+        &[
+            "bench",
+            "--redis",
+            "redis://127.0.0.1:1",
+            "--redis",
+            "redis://127.0.0.1:2",
+            "--redis",
+            "redis://127.0.0.1:1",
+        ],
+    ] {
+        let (code, _, stderr) = finish(leasehold(args), Duration::from_secs(10));
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
 }
 
 #[test]
