@@ -226,10 +226,12 @@ pub struct RedisArg {
         value_name = "URL",
         env = "LEASEHOLD_REDIS_URL",
         default_value = DEFAULT_REDIS,
+        action = clap::ArgAction::Append,
         help = "The Redis server: redis://[user:password@]host[:port][/db], rediss://… (TLS) or unix:///path; a \
-                Redis Cluster: redis+cluster://[user:password@]host:port,host:port,… (every seed node)"
+                Redis Cluster: redis+cluster://[user:password@]host:port,host:port,… (every seed node); given 3 or \
+                more times (run, status): a quorum of independent servers (Redlock)"
     )]
-    pub url: String,
+    pub urls: Vec<String>,
 
     /// The key prefix of the locks (as the library's `Builder::prefix`).
     #[arg(long, value_name = "PREFIX", env = "LEASEHOLD_PREFIX", default_value = leasehold::DEFAULT_PREFIX)]

@@ -13,7 +13,7 @@ use crate::exit::{self, fail};
 /// As [`locks`].
 pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
     let target = RedisArg {
-        url: url.to_owned(),
+        urls: vec![url.to_owned()],
         prefix: leasehold::DEFAULT_PREFIX.to_owned(),
         tls_ca: None,
         tls_cert: None,
@@ -32,7 +32,15 @@ pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehol
 /// Status 2 for a malformed URL, a bad prefix or an unusable TLS file, 69 when Redis cannot be reached (or the TLS
 /// handshake fails) or refuses the credentials.
 pub async fn locks(target: &RedisArg, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
-    let url = target.url.as_str();
+    let url = match target.urls.as_slice() {
+        [url] => url.as_str(),
+        _ => {
+            return Err(fail(
+                exit::USAGE,
+                "this command takes one --redis (a quorum of 3 or more is for run and status)",
+            ))
+        }
+    };
     check_not_empty(url)?;
     let mut builder = match leasehold::Client::builder(url) {
         Ok(builder) => builder,
@@ -63,6 +71,39 @@ pub async fn locks(target: &RedisArg, ttl: Option<Duration>) -> anyhow::Result<l
             exit::UNAVAILABLE,
             format!("cannot reach Redis at {}: {}", redact(url), one_line(&err)),
         ),
+        other => other.into(),
+    })
+}
+
+/// A quorum of the independent servers of `target` (`--redis` given 3 or more times).
+///
+/// # Errors
+///
+/// Status 2 for 2 URLs, a malformed URL or a bad prefix.
+pub async fn quorum(target: &RedisArg) -> anyhow::Result<leasehold::Quorum> {
+    if target.urls.len() < leasehold::MIN_NODES {
+        return Err(fail(
+            exit::USAGE,
+            format!(
+                "--redis given {} times: one server takes one --redis, a quorum at least {}",
+                target.urls.len(),
+                leasehold::MIN_NODES
+            ),
+        ));
+    }
+    for url in &target.urls {
+        check_not_empty(url)?;
+    }
+    leasehold::Quorum::connect_with(
+        &target.urls,
+        &target.prefix,
+        leasehold::DEFAULT_NODE_TIMEOUT,
+    )
+    .await
+    .map_err(|err| match err {
+        leasehold::Error::InvalidArgument(why) => {
+            fail(exit::USAGE, format!("a quorum --redis URL: {why}"))
+        }
         other => other.into(),
     })
 }

@@ -86,7 +86,8 @@ fn code_of_lock_error(err: &leasehold::Error) -> u8 {
         leasehold::Error::Redis(_)
         | leasehold::Error::NotPermitted { .. }
         | leasehold::Error::NotReplicated { .. }
-        | leasehold::Error::Unsupported { .. } => UNAVAILABLE,
+        | leasehold::Error::Unsupported { .. }
+        | leasehold::Error::NoQuorum { .. } => UNAVAILABLE,
         leasehold::Error::InvalidArgument(_) => USAGE,
         leasehold::Error::NotALock { .. } | leasehold::Error::WrongKind { .. } => NOT_A_LOCK,
         leasehold::Error::Busy { .. } | leasehold::Error::Timeout { .. } => CONFLICT,

@@ -22,6 +22,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     // program starts must reach the program.
     let mut signals = Signals::catch()?;
     let name = args.name.as_str();
+    if args.redis.urls.len() > 1 {
+        return run_on_quorum(&args, &mut signals).await;
+    }
     let client = tokio::select! {
         client = connect::locks(&args.redis, Some(args.ttl)) => client?,
         sig = signals.recv() => return Err(interrupted(sig, name)),
@@ -139,11 +142,81 @@ async fn run_with(
             ));
         }
     };
+    supervise(args, Held::One(guard), signals).await
+}
+
+/// `leasehold run` on a quorum of independent servers (`--redis` 3 or more times): the quorum mutex (the only kind
+/// there), then the same supervision as on one server.
+async fn run_on_quorum(args: &RunArgs, signals: &mut Signals) -> anyhow::Result<u8> {
+    use std::time::Duration;
+    let name = args.name.as_str();
+    if args.fair || args.shared || args.exclusive || args.permits.is_some() {
+        return Err(fail(
+            exit::USAGE,
+            "a quorum (--redis given 3 or more times) has the mutex only: drop --fair, --shared, --exclusive and \
+             --permits",
+        ));
+    }
+    let quorum = tokio::select! {
+        quorum = connect::quorum(&args.redis) => quorum?,
+        sig = signals.recv() => return Err(interrupted(sig, name)),
+    };
+    let mutex = quorum.mutex(name).ttl(args.ttl);
+    let acquire = async {
+        if args.nonblock || args.wait == Some(Duration::ZERO) {
+            mutex.try_lock().await
+        } else if let Some(wait) = args.wait {
+            mutex.lock_timeout(wait).await
+        } else {
+            mutex.lock().await
+        }
+    };
+    let acquired = tokio::select! {
+        acquired = acquire => acquired,
+        sig = signals.recv() => return Err(interrupted(sig, name)),
+    };
+    match acquired {
+        Ok(guard) => supervise(args, Held::Quorum(guard), signals).await,
+        Err(err) => Err(not_acquired(
+            err,
+            name,
+            args.conflict_exit_code,
+            args.quiet,
+            None,
+        )),
+    }
+}
+
+/// A grant on one server (any kind) or on a quorum.
+enum Held {
+    One(leasehold::Guard),
+    Quorum(leasehold::QuorumGuard),
+}
+
+impl Held {
+    fn lease(&self) -> &leasehold::Lease {
+        match self {
+            Held::One(guard) => guard,
+            Held::Quorum(guard) => guard,
+        }
+    }
+
+    async fn release(self) -> Result<(), leasehold::Error> {
+        match self {
+            Held::One(guard) => guard.release().await,
+            Held::Quorum(guard) => guard.release().await,
+        }
+    }
+}
+
+/// Runs the program under `guard`: stops it the moment the lease is lost, releases the lock when it exits.
+async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow::Result<u8> {
+    let name = args.name.as_str();
 
     let env = [
         ("LEASEHOLD_NAME", name.to_owned()),
-        ("LEASEHOLD_TOKEN", guard.token().to_owned()),
-        ("LEASEHOLD_FENCE", guard.fence().get().to_string()),
+        ("LEASEHOLD_TOKEN", guard.lease().token().to_owned()),
+        ("LEASEHOLD_FENCE", guard.lease().fence().get().to_string()),
     ];
     let shown = program_name(&args.command);
     let mut program = match spawn(&args.command, &env) {
@@ -155,7 +228,7 @@ async fn run_with(
         }
     };
 
-    let lost = guard.lost();
+    let lost = guard.lease().lost();
     tokio::pin!(lost);
     let status = loop {
         tokio::select! {
@@ -196,7 +269,7 @@ async fn run_with(
     let code = child::exit_code(status);
     // Read before the release: the loss signal fires before the server-side expiry, so a lease still held now was
     // held without a gap while the program ran, whatever the release then meets.
-    let held_at_exit = guard.is_held();
+    let held_at_exit = guard.lease().is_held();
     match guard.release().await {
         Ok(()) => Ok(code),
         Err(leasehold::Error::NotOwner { .. } | leasehold::Error::LeaseLost { .. }) => {

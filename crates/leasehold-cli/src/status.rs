@@ -13,9 +13,11 @@ use crate::exit::{self, fail};
 ///
 /// 69 when Redis cannot be asked, 65 when the key is not a leasehold lock.
 pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
+    if args.redis.urls.len() > 1 {
+        return quorum_status(&args).await;
+    }
     let client = connect::locks(&args.redis, None).await?;
     let info = client.inspect(&args.name).await?;
-    let fence = info.last_fence.map(leasehold::Fence::get);
     let warnings: Vec<String> = client
         .server_warnings()
         .iter()
@@ -29,6 +31,90 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
         object["warnings"] = json!(warnings);
         object.to_string()
     } else {
+        sentence(&info)
+    };
+    print_line(&text);
+    Ok(0)
+}
+
+/// `leasehold status` on a quorum (`--redis` 3 or more times): each node's view, and whether a majority of nodes
+/// names the same holder (the lock is held on the quorum only then). Exits 0 as long as the question could be put;
+/// a node that cannot be asked is shown as such.
+async fn quorum_status(args: &StatusArgs) -> anyhow::Result<u8> {
+    let quorum = connect::quorum(&args.redis).await?;
+    let views = futures_util::future::join_all(args.redis.urls.iter().map(|url| async move {
+        let node = crate::cli::RedisArg {
+            urls: vec![url.clone()],
+            ..args.redis.clone()
+        };
+        let info = match connect::locks(&node, None).await {
+            Ok(client) => client
+                .inspect(&args.name)
+                .await
+                .map_err(anyhow::Error::from),
+            Err(err) => Err(err),
+        };
+        (connect::redact(url), info)
+    }))
+    .await;
+    let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (_, info) in &views {
+        if let Ok(Some(holder)) = info.as_ref().map(|i| i.holder.as_ref()) {
+            *counts
+                .entry(token_id(&holder.token).to_owned())
+                .or_default() += 1;
+        }
+    }
+    let majority = counts
+        .into_iter()
+        .find(|&(_, n)| n >= quorum.majority())
+        .map(|(token, _)| token);
+    let text = if args.json {
+        let nodes: Vec<Value> = views
+            .iter()
+            .map(|(url, info)| match info {
+                Ok(info) => {
+                    let mut object = to_json(info);
+                    object["node"] = json!(url);
+                    object
+                }
+                Err(err) => json!({ "node": url, "error": exit::one_line(err) }),
+            })
+            .collect();
+        json!({ "name": args.name, "held_by_majority": majority, "majority": quorum.majority(), "nodes": nodes })
+            .to_string()
+    } else {
+        let mut text = match &majority {
+            Some(token) => format!(
+                "{:?} is held on the quorum (a majority of {} names token {token})",
+                args.name,
+                quorum.nodes()
+            ),
+            None => format!(
+                "{:?} is not held on the quorum (no holder named by {} of {} nodes)",
+                args.name,
+                quorum.majority(),
+                quorum.nodes()
+            ),
+        };
+        for (url, info) in &views {
+            match info {
+                Ok(info) => text.push_str(&format!("\n  {url}: {}", sentence(info))),
+                Err(err) => {
+                    text.push_str(&format!("\n  {url}: cannot ask: {}", exit::one_line(err)))
+                }
+            }
+        }
+        text
+    };
+    print_line(&text);
+    Ok(0)
+}
+
+/// The sentence `status` prints for one server's view of a lock.
+fn sentence(info: &leasehold::LockInfo) -> String {
+    let fence = info.last_fence.map(leasehold::Fence::get);
+    {
         let fence_text = fence.map_or("unknown".to_owned(), |f| f.to_string());
         let queued = !matches!(info.kind, None | Some(leasehold::LockKind::Mutex));
         let mut text = match &info.holder {
@@ -70,9 +156,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
             n => text.push_str(&format!("; {n} {waiters}s waiting")),
         }
         text
-    };
-    print_line(&text);
-    Ok(0)
+    }
 }
 
 /// A holder's remaining lease ("29s left") and who it is (" by …", or nothing), for the sentences of `status`.

@@ -7,6 +7,7 @@ mod demo;
 mod inputs;
 mod kinds;
 mod lease;
+mod quorum;
 mod run;
 mod signals;
 mod status;
