@@ -150,7 +150,7 @@ fn release_blocking(
                 }
                 con.set_read_timeout(Some(left))?;
                 con.set_write_timeout(Some(left))?;
-                let _: i64 = release_invocation(keys, token, channel_prefix, fence_retention)
+                let _: Vec<i64> = release_invocation(keys, token, channel_prefix, fence_retention)
                     .invoke(&mut con)?;
                 released += 1;
             }
@@ -168,7 +168,7 @@ fn release_blocking(
                 if Instant::now() >= deadline {
                     break;
                 }
-                let _: i64 = release_invocation(keys, token, channel_prefix, fence_retention)
+                let _: Vec<i64> = release_invocation(keys, token, channel_prefix, fence_retention)
                     .invoke(&mut con)?;
                 released += 1;
             }

@@ -17,7 +17,7 @@
 //!   ends the lease at once.
 //! - **Release**: every node, owner-checked; the lease reads released before the requests leave.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,6 +74,8 @@ struct QuorumInner {
     /// Where releases are announced on every node: `P:freed`, the message is the lock key.
     freed_channel: String,
     wakers: Wakers,
+    /// How long the last acquire round took, µs: the scale of the delays that keep waiters from colliding.
+    round_us: AtomicU64,
 }
 
 /// The local side of event-driven waiting: one subscriber per node (started by the first wait), and a wake-up per
@@ -85,6 +87,8 @@ struct QuorumInner {
 struct Wakers {
     locks: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Notify>>>,
     started: std::sync::atomic::AtomicBool,
+    /// Locks this client released while others listened, and when (see [`Wakers::yield_to_waiters`]).
+    yields: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
 }
 
 impl Wakers {
@@ -99,6 +103,26 @@ impl Wakers {
         if let Some(notify) = locks.get(lock_key) {
             notify.notify_waiters();
         }
+    }
+
+    /// Someone else waits for the lock at `lock_key`, which this client just released: this client's next round on
+    /// it waits a little (see [`Wakers::yielding`]), so that a woken waiter can take its turn.
+    fn yield_to_waiters(&self, lock_key: &str) {
+        let mut yields = self.yields.lock().unwrap_or_else(|e| e.into_inner());
+        yields.insert(lock_key.to_owned(), Instant::now());
+    }
+
+    /// How long this client should still hold back before its next round on `lock_key`: three rounds after its own
+    /// release, while others were listening (a woken waiter needs the announcement, its jitter and its own round).
+    fn yielding(&self, lock_key: &str, round: Duration) -> Option<Instant> {
+        let mut yields = self.yields.lock().unwrap_or_else(|e| e.into_inner());
+        let released = *yields.get(lock_key)?;
+        let until = released + round * 3 + Duration::from_micros(500);
+        if Instant::now() >= until {
+            yields.remove(lock_key);
+            return None;
+        }
+        Some(until)
     }
 
     fn wake_all(&self) {
@@ -245,6 +269,7 @@ impl Quorum {
                 channel_prefix: format!("{prefix}:wake:"),
                 freed_channel: format!("{prefix}:freed"),
                 wakers: Wakers::default(),
+                round_us: AtomicU64::new(1_000),
             }),
         })
     }
@@ -342,19 +367,32 @@ impl QuorumMutex {
             tokio::pin!(released);
             released.as_mut().enable();
             let outcome = tokio::time::timeout_at(deadline, self.round(&keys)).await;
-            let wait = match outcome {
+            let last = Duration::from_micros(inner.round_us.load(Ordering::Relaxed));
+            let pause = match outcome {
                 Ok(Ok(guard)) => return Ok(guard),
-                Ok(Err(Error::Busy { remaining, .. })) => {
+                // Held: until the holder's lease ends (or its release is announced), polling at least every second.
+                Ok(Err(Error::Busy {
+                    remaining: Some(left),
+                    ..
+                })) => {
                     no_quorum = None;
-                    remaining
+                    left.clamp(last, Duration::from_secs(1))
                 }
+                // A split vote: again within a few rounds, at random, so that the contenders fall out of step.
+                Ok(Err(Error::Busy {
+                    remaining: None, ..
+                })) => {
+                    no_quorum = None;
+                    Duration::from_micros(random_below(3 * last.as_micros() as u64 + 1)) + last
+                }
+                // Too few nodes answered: again after a node timeout's worth of rounds.
                 Ok(Err(err @ Error::NoQuorum { .. })) => {
                     no_quorum = Some(err);
-                    None
+                    (inner.node_timeout * 2).min(Duration::from_secs(1))
                 }
                 Ok(Err(err)) => return Err(err),
                 // The round was cut at the deadline: whatever it granted is undone by its drop guard.
-                Err(_) => None,
+                Err(_) => Duration::ZERO,
             };
             let now = Instant::now();
             if now >= deadline {
@@ -363,15 +401,13 @@ impl QuorumMutex {
                     waited: started.elapsed(),
                 }));
             }
-            let round = inner.node_timeout * 2;
-            let pause = wait.unwrap_or(round).clamp(round, Duration::from_secs(1));
             tokio::select! {
                 () = &mut released => {}
                 () = tokio::time::sleep_until((now + pause).min(deadline)) => {}
             }
-            // A random delay within half a round: waiters of several processes woken by one release do not all ask
-            // at once.
-            let jitter = Duration::from_micros(random_below(round.as_micros() as u64 / 2 + 1));
+            // A random delay within the last round's length: waiters of several processes woken by one release do not
+            // all ask at once (the releaser itself waits longer before it asks again: see `Wakers::yielding`).
+            let jitter = Duration::from_micros(random_below(last.as_micros() as u64 + 1));
             tokio::time::sleep_until((Instant::now() + jitter).min(deadline)).await;
         }
     }
@@ -385,6 +421,12 @@ impl QuorumMutex {
 
     async fn round(&self, keys: &Arc<LockKeys>) -> Result<QuorumGuard, Error> {
         let inner = &self.quorum.inner;
+        // Just released it while others waited: let one of them go first (a releaser that asks again at once would win
+        // every time, being nearest).
+        let last = Duration::from_micros(inner.round_us.load(Ordering::Relaxed));
+        if let Some(until) = inner.wakers.yielding(&keys.lock, last) {
+            tokio::time::sleep_until(until).await;
+        }
         let token = new_token(None)?;
         // Undoes this round on every node unless it ends in a guard (also when the caller drops the future).
         let mut undo = UndoRound {
@@ -400,6 +442,11 @@ impl QuorumMutex {
                 .map(|node| vote(inner, node, keys, &token, self.ttl)),
         )
         .await;
+        let took = sent.elapsed();
+        inner.round_us.store(
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1),
+            Ordering::Relaxed,
+        );
         let granted: Vec<(usize, i64)> = votes
             .iter()
             .enumerate()
@@ -419,13 +466,20 @@ impl QuorumMutex {
                     nodes: inner.nodes.len(),
                 });
             }
-            let remaining = votes
-                .iter()
-                .filter_map(|v| match v {
-                    Vote::Busy(left) => *left,
-                    _ => None,
-                })
-                .min();
+            // Some nodes granted, too few: a split vote between contenders (or a lock just released on some nodes),
+            // not a held lock. Said as "no remaining lease", which makes a waiter try again within a few rounds
+            // instead of waiting on the leases of the competing rounds, which are undone at once.
+            let remaining = if granted.is_empty() {
+                votes
+                    .iter()
+                    .filter_map(|v| match v {
+                        Vote::Busy(left) => *left,
+                        _ => None,
+                    })
+                    .min()
+            } else {
+                None
+            };
             return Err(Error::Busy {
                 name: keys.name().to_owned(),
                 remaining,
@@ -534,20 +588,29 @@ async fn release_all(inner: &QuorumInner, keys: &LockKeys, token: &str) -> usize
     join_all(inner.nodes.iter().map(|node| async move {
         let invocation =
             release_invocation(keys, token, &inner.channel_prefix, inner.fence_retention);
+        // `release.lua` answers one code per release of the call: `[1]` when this one released.
         let released = matches!(
             tokio::time::timeout(
                 inner.node_timeout,
-                node.invoke_idempotent::<i64>(&invocation)
+                node.invoke_idempotent::<Vec<i64>>(&invocation)
             )
-            .await,
-            Ok(Ok(1))
+            .await
+            .as_ref()
+            .map(|reply| reply.as_ref().map(Vec::as_slice)),
+            Ok(Ok([1]))
         );
         if released {
             let mut cmd = redis::cmd("PUBLISH");
             cmd.arg(&inner.freed_channel).arg(&keys.lock);
             let mut conn = node.clone();
             let announce = cmd.query_async::<i64>(&mut conn);
-            let _ = tokio::time::timeout(inner.node_timeout, announce).await;
+            if let Ok(Ok(listeners)) = tokio::time::timeout(inner.node_timeout, announce).await {
+                // Our own subscriber, when this client ever waited, is one of them.
+                let own = i64::from(inner.wakers.started.load(Ordering::Acquire));
+                if listeners > own {
+                    inner.wakers.yield_to_waiters(&keys.lock);
+                }
+            }
         }
         released
     }))

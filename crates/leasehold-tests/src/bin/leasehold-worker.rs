@@ -77,7 +77,9 @@ fn drop_at_end(url: &str, name: &str, flavor: &str) -> ExitCode {
     .expect("a runtime");
     let result: Result<()> = runtime.block_on(async {
         let locks = leasehold::Client::connect(url).await?;
+        // Two locks: the client's drop releases every one left, not only the first.
         let guard = locks.mutex(name).lock().await?;
+        let _second = locks.mutex(&format!("{name}-2")).lock().await?;
         println!("acquired {}", guard.fence());
         std::io::stdout().flush()?;
         Ok(())

@@ -310,3 +310,70 @@ async fn a_release_wakes_the_quorum_waiters_at_once() {
     assert!(gap < Duration::from_millis(500), "woken after {gap:?}");
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_releaser_that_asks_again_at_once_lets_a_waiter_go_first() {
+    let nodes = servers(3);
+    let a = quorum(&nodes).await;
+    let b = quorum(&nodes).await;
+    // Both clients have waited before (their subscribers run), as the processes of a contended lock have.
+    for q in [&a, &b] {
+        q.mutex("turns")
+            .lock_timeout(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let mut b_first = 0;
+    for _ in 0..10 {
+        let held = a
+            .mutex("turns")
+            .ttl(Duration::from_secs(10))
+            .lock_timeout(Duration::from_secs(5))
+            .await
+            .unwrap();
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move {
+                b.mutex("turns")
+                    .lock_timeout(Duration::from_secs(5))
+                    .await
+                    .unwrap()
+            }
+        });
+        // The waiter's first round has found the lock held (its acquire reached node 0).
+        let calls = nodes[0].command_calls("evalsha");
+        within(Duration::from_secs(5), "the waiter's first round", async {
+            while nodes[0].command_calls("evalsha") <= calls {
+                tokio::time::sleep(Duration::from_millis(1)).await; // polls a server counter
+            }
+        })
+        .await;
+        held.release().await.unwrap();
+        let again = tokio::spawn({
+            let a = a.clone();
+            async move {
+                a.mutex("turns")
+                    .lock_timeout(Duration::from_secs(5))
+                    .await
+                    .unwrap()
+            }
+        });
+        let waiter = within(Duration::from_secs(5), "the waiter", waiter)
+            .await
+            .unwrap();
+        if !again.is_finished() {
+            b_first += 1;
+        }
+        waiter.release().await.unwrap();
+        within(Duration::from_secs(5), "the releaser's turn", again)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    assert!(b_first >= 8, "the waiter went first {b_first} times of 10");
+}
