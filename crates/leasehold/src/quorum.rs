@@ -78,6 +78,15 @@ struct QuorumInner {
     round_us: AtomicU64,
 }
 
+impl QuorumInner {
+    /// How long one request to one node may take in all: the node timeout, which the node's connection applies to
+    /// its replies, plus a quarter. The connection's own timeout fires first, so that it counts the silence and opens
+    /// a new connection to a node that went quiet (`conn.rs`); this bound covers the lazy connect and the retry.
+    fn call_bound(&self) -> Duration {
+        self.node_timeout + self.node_timeout / 4
+    }
+}
+
 /// The local side of event-driven waiting: one subscriber per node (started by the first wait), and a wake-up per
 /// lock some local task waits for. A release on the quorum is announced on every node it released on; a message
 /// from any node wakes the lock's waiters, which then make a round at once (after a short random delay, so that
@@ -543,7 +552,7 @@ async fn vote(
         .arg(millis(ttl.min(crate::scripts::CLAIM)))
         .arg("");
     let reply = tokio::time::timeout(
-        inner.node_timeout,
+        inner.call_bound(),
         node.invoke_idempotent::<Vec<i64>>(&invocation),
     )
     .await;
@@ -574,7 +583,7 @@ async fn fence_up(
         .arg(millis(inner.fence_retention));
     matches!(
         tokio::time::timeout(
-            inner.node_timeout,
+            inner.call_bound(),
             node.invoke_idempotent::<i64>(&invocation)
         )
         .await,
@@ -591,7 +600,7 @@ async fn release_all(inner: &QuorumInner, keys: &LockKeys, token: &str) -> usize
         // `release.lua` answers one code per release of the call: `[1]` when this one released.
         let released = matches!(
             tokio::time::timeout(
-                inner.node_timeout,
+                inner.call_bound(),
                 node.invoke_idempotent::<Vec<i64>>(&invocation)
             )
             .await
@@ -604,7 +613,7 @@ async fn release_all(inner: &QuorumInner, keys: &LockKeys, token: &str) -> usize
             cmd.arg(&inner.freed_channel).arg(&keys.lock);
             let mut conn = node.clone();
             let announce = cmd.query_async::<i64>(&mut conn);
-            if let Ok(Ok(listeners)) = tokio::time::timeout(inner.node_timeout, announce).await {
+            if let Ok(Ok(listeners)) = tokio::time::timeout(inner.call_bound(), announce).await {
                 // Our own subscriber, when this client ever waited, is one of them.
                 let own = i64::from(inner.wakers.started.load(Ordering::Acquire));
                 if listeners > own {
@@ -666,7 +675,7 @@ async fn keep(inner: Arc<QuorumInner>, lease: Arc<LeaseShared>, ttl: Duration, m
             return;
         };
         let run = sequence.fetch_add(1, Ordering::Relaxed);
-        let timeout = inner.node_timeout;
+        let timeout = inner.call_bound();
         let codes = join_all(inner.nodes.iter().map(|node| {
             let lease = &lease;
             async move {

@@ -1,6 +1,7 @@
 //! A worker of the torture test (`tests/torture/`): one real OS process that loops lock → critical section → release
-//! on one lock, through its own fault proxy, and logs everything it observes on the machine's monotonic clock
-//! (shared by all processes), one line per event, flushed at once so that a killed worker's history survives.
+//! on one lock, through its own fault proxy (on a quorum: through each node's proxy), and logs everything it observes
+//! on the machine's monotonic clock (shared by all processes), one line per event, flushed at once so that a killed
+//! worker's history survives.
 //!
 //! ```text
 //! torture-worker run LOCK_URL STORE_URL NAME WORKER TTL_MS SEED LOG KIND  # the loop, until killed
@@ -8,13 +9,16 @@
 //! ```
 //!
 //! `KIND` is the lock kind: `mutex`, `fair`, `semaphore:N` (one permit per grant), `rw` (a write in three grants,
-//! reads otherwise) or `reentrant` (a nested hold taken with the grant's token in three sections in ten).
+//! reads otherwise), `reentrant` (a nested hold taken with the grant's token in three sections in ten), or `quorum`
+//! (the mutex on a [`leasehold::Quorum`]: `LOCK_URL` is then the nodes' URLs, comma-separated; it has no `extend`, so
+//! its sections never extend).
 //!
 //! Log lines (`T` is `CLOCK_MONOTONIC` in ns, read *before* the step it stamps):
 //!
 //! ```text
 //! want T                      about to wait for the lock
-//! grant T FENCE MODE          lock() returned a grant: x (exclusive), w (write), r (read), s (a permit)
+//! grant T FENCE MODE TOKEN    lock() returned a grant: x (exclusive), w (write), r (read), s (a permit); TOKEN is
+//!                             the owner token the lock's keys hold (so that data loss can be matched to grants)
 //! held T FENCE                is_held() was true (T read before the call); written at most every 2 ms, and last
 //!                             right before the release is sent
 //! lost T FENCE REASON         the loss signal resolved
@@ -126,6 +130,45 @@ enum Kind {
     Semaphore(u64),
     Rw,
     Reentrant,
+    /// The mutex on a quorum of independent nodes.
+    Quorum,
+}
+
+/// What a worker takes its locks from: one client (a server, a cluster), or a quorum of independent nodes.
+enum Locks {
+    One(leasehold::Client),
+    Quorum(leasehold::Quorum),
+}
+
+/// One grant, of either.
+enum Held {
+    One(leasehold::Guard),
+    Quorum(leasehold::QuorumGuard),
+}
+
+impl Held {
+    /// The grant's lease (fence, token, deadline, loss signal).
+    fn lease(&self) -> leasehold::Lease {
+        match self {
+            Held::One(guard) => guard.lease(),
+            Held::Quorum(guard) => leasehold::Lease::clone(guard),
+        }
+    }
+
+    /// Extends the lease to `to`, where the lock can (a quorum grant cannot: `None`).
+    async fn extend(&self, to: Duration) -> Option<Result<(), leasehold::Error>> {
+        match self {
+            Held::One(guard) => Some(guard.extend(to).await),
+            Held::Quorum(_) => None,
+        }
+    }
+
+    async fn release(self) -> Result<(), leasehold::Error> {
+        match self {
+            Held::One(guard) => guard.release().await,
+            Held::Quorum(guard) => guard.release().await,
+        }
+    }
 }
 
 impl Kind {
@@ -135,6 +178,7 @@ impl Kind {
             "fair" => Some(Kind::Fair),
             "rw" => Some(Kind::Rw),
             "reentrant" => Some(Kind::Reentrant),
+            "quorum" => Some(Kind::Quorum),
             _ => text
                 .strip_prefix("semaphore:")
                 .and_then(|n| n.parse().ok())
@@ -145,13 +189,23 @@ impl Kind {
     /// Waits at most `wait` for a grant of this kind (a write one time in three for `rw`), and says what it holds.
     async fn lock(
         self,
-        locks: &leasehold::Client,
+        locks: &Locks,
         name: &str,
         ttl: Duration,
         wait: Duration,
         rng: &mut Rng,
-    ) -> (Result<leasehold::Guard, leasehold::Error>, char) {
-        match self {
+    ) -> (Result<Held, leasehold::Error>, char) {
+        let locks = match (self, locks) {
+            (Kind::Quorum, Locks::Quorum(quorum)) => {
+                let grant = quorum.mutex(name).ttl(ttl).lock_timeout(wait).await;
+                return (grant.map(Held::Quorum), 'x');
+            }
+            (Kind::Quorum, Locks::One(_)) | (_, Locks::Quorum(_)) => {
+                unreachable!("connect() opens a quorum exactly for the quorum kind")
+            }
+            (_, Locks::One(locks)) => locks,
+        };
+        let (grant, mode) = match self {
             Kind::Mutex => (locks.mutex(name).ttl(ttl).lock_timeout(wait).await, 'x'),
             Kind::Fair => (
                 locks.fair_mutex(name).ttl(ttl).lock_timeout(wait).await,
@@ -184,14 +238,27 @@ impl Kind {
                 // The only level in this process: its plain guard.
                 (root.map(|g| g.into_guard().expect("one level")), 'x')
             }
-        }
+            Kind::Quorum => unreachable!("returned above"),
+        };
+        (grant.map(Held::One), mode)
     }
 }
 
-/// Connects, retrying while the path is cut (a respawned worker may start inside a fault).
-async fn connect(url: &str, ttl: Duration, log: &Log) -> leasehold::Client {
+/// Connects, retrying while the path is cut (a respawned worker may start inside a fault). A quorum connects to its
+/// nodes lazily, so it starts whatever state they are in.
+async fn connect(url: &str, kind: Kind, ttl: Duration, log: &Log) -> Locks {
+    let timeout = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
+    if let Kind::Quorum = kind {
+        let quorum = leasehold::Quorum::connect_with(
+            url.split(','),
+            leasehold::DEFAULT_PREFIX,
+            leasehold::DEFAULT_NODE_TIMEOUT.min(timeout),
+        )
+        .await
+        .expect("valid node URLs");
+        return Locks::Quorum(quorum);
+    }
     loop {
-        let timeout = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
         let attempt = leasehold::Client::builder(url)
             .expect("a valid URL")
             .response_timeout(timeout)
@@ -199,7 +266,7 @@ async fn connect(url: &str, ttl: Duration, log: &Log) -> leasehold::Client {
             .connect()
             .await;
         match attempt {
-            Ok(client) => return client,
+            Ok(client) => return Locks::One(client),
             Err(e) => {
                 log.line(format_args!("error {} connect:{}", now_ns(), one_word(&e)));
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -228,7 +295,7 @@ async fn run(
 ) -> BoxResult<()> {
     let ttl = Duration::from_millis(ttl_ms);
     let mut rng = Rng::new(seed);
-    let locks = connect(lock_url, ttl, &log).await;
+    let locks = connect(lock_url, kind, ttl, &log).await;
     let store_config =
         redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(5)));
     let mut store = redis::Client::open(store_url)?
@@ -249,9 +316,13 @@ async fn run(
                 continue;
             }
         };
-        let fence = guard.fence().get();
-        log.line(format_args!("grant {} {fence} {mode}", now_ns()));
         let lease = guard.lease();
+        let fence = lease.fence().get();
+        log.line(format_args!(
+            "grant {} {fence} {mode} {}",
+            now_ns(),
+            lease.token()
+        ));
         // The loss signal, logged the moment it resolves.
         let lost = {
             let (lease, log) = (lease.clone(), log.clone());
@@ -285,7 +356,10 @@ async fn run(
                 }
             })
         };
-        let nest = matches!(kind, Kind::Reentrant).then(|| locks.reentrant_mutex(name).ttl(ttl));
+        let nest = match (&locks, kind) {
+            (Locks::One(locks), Kind::Reentrant) => Some(locks.reentrant_mutex(name).ttl(ttl)),
+            _ => None,
+        };
         let section = critical_section(
             &guard,
             nest.as_ref(),
@@ -324,10 +398,11 @@ async fn run(
 }
 
 /// Occupancy check and fenced write (for an exclusive grant: shared ones overlap by design), some work (sometimes
-/// longer than the lease, sometimes with an extension that shortens or lengthens it), then leaving the store as found.
+/// longer than the lease, sometimes with an extension that shortens or lengthens it, where the lock has one), then
+/// leaving the store as found.
 #[allow(clippy::too_many_arguments)]
 async fn critical_section(
-    guard: &leasehold::Guard,
+    guard: &Held,
     nest: Option<&leasehold::ReentrantMutex>,
     exclusive: bool,
     store: &mut redis::aio::MultiplexedConnection,
@@ -337,8 +412,9 @@ async fn critical_section(
     rng: &mut Rng,
     log: &Log,
 ) -> BoxResult<()> {
-    let fence = guard.fence().get();
-    let ttl_ms = u64::try_from(guard.ttl().as_millis()).unwrap_or(u64::MAX);
+    let lease = guard.lease();
+    let fence = lease.fence().get();
+    let ttl_ms = u64::try_from(lease.ttl().as_millis()).unwrap_or(u64::MAX);
     if exclusive {
         let entered: Option<String> = redis::cmd("SET")
             .arg("torture:occupant")
@@ -348,7 +424,7 @@ async fn critical_section(
             .arg(ttl_ms * 4)
             .query_async(store)
             .await?;
-        if entered.is_none() && guard.is_held() {
+        if entered.is_none() && lease.is_held() {
             log.line(format_args!("occupied {} {fence}", now_ns()));
         }
         let t = now_ns();
@@ -362,7 +438,7 @@ async fn critical_section(
     }
     // A nested hold of the same grant (as another process handed the token would take it), released before the grant.
     if let Some(nest) = nest.filter(|_| rng.chance(30)) {
-        match nest.lock_as(guard.token()).await {
+        match nest.lock_as(lease.token()).await {
             Ok(nested) => {
                 tokio::time::sleep(Duration::from_millis(rng.below(ttl_ms / 2))).await;
                 if let Err(e) = nested.release().await {
@@ -385,13 +461,13 @@ async fn critical_section(
             _ => Duration::from_micros(rng.below(2_000)),
         };
         tokio::time::sleep(work).await;
-        if rng.chance(15) && guard.is_held() {
+        if rng.chance(15) && lease.is_held() {
             let to = Duration::from_millis(ttl_ms / 4 + rng.below(ttl_ms * 2));
-            if let Err(e) = guard.extend(to).await {
+            if let Some(Err(e)) = guard.extend(to).await {
                 log.line(format_args!("error {} extend:{}", now_ns(), one_word(&e)));
             }
         }
-        if !guard.is_held() {
+        if !lease.is_held() {
             break;
         }
     }
@@ -405,9 +481,14 @@ async fn critical_section(
     Ok(())
 }
 
-/// Starts waiting for the lock (joining its queue), then exits without a word: a dead client in the queue.
+/// Starts waiting for the lock (joining its queue), then exits without a word: a dead client in the queue. On a
+/// quorum, which has no queue, a client that dies in the middle of its rounds: whatever it was granted stays on the
+/// nodes until its lease ends.
 async fn queue_and_die(lock_url: &str, name: &str, kind: Kind) -> BoxResult<()> {
-    let locks = leasehold::Client::connect(lock_url).await?;
+    let locks = match kind {
+        Kind::Quorum => Locks::Quorum(leasehold::Quorum::connect(lock_url.split(',')).await?),
+        _ => Locks::One(leasehold::Client::connect(lock_url).await?),
+    };
     let mut rng = Rng::new(u64::from(std::process::id()));
     let wait = Duration::from_secs(30);
     let _ = tokio::time::timeout(

@@ -1,20 +1,25 @@
 //! The rig: the servers, the proxies, the worker processes, and the scheduler that injects faults.
 //!
-//! The lock lives on one server or on a Redis Cluster ([`Topology`]). On one server each worker reaches it through a
-//! proxy of its own, which the scheduler can cut or slow down. A proxy cannot sit in front of a cluster (a cluster
-//! client learns the nodes' addresses from the cluster itself), so there the workers connect with the cluster URL,
-//! and the faults of the path give way to faults of the topology: a manual failover and a migration of the lock's
-//! slot where one server is restarted from a snapshot, the loss of the lock's primary where it is killed.
+//! The lock lives on one server, on a Redis Cluster or on a quorum of independent servers ([`Topology`]). On one
+//! server each worker reaches it through a proxy of its own, which the scheduler can cut or slow down. A proxy cannot
+//! sit in front of a cluster (a cluster client learns the nodes' addresses from the cluster itself), so there the
+//! workers connect with the cluster URL, and the faults of the path give way to faults of the topology: a manual
+//! failover and a migration of the lock's slot where one server is restarted from a snapshot, the loss of the lock's
+//! primary where it is killed. On a quorum each node sits behind one proxy that every worker goes through, so that
+//! cutting or slowing a proxy partitions or slows that node for everyone; the node faults hit one or two nodes at a
+//! time, never more, so that a majority always stays healthy ([`NodeFault`]).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use futures_util::future::join_all;
 
 use leasehold_tests::{
     slot_of, ChildGuard, RedisCluster, RedisServer, TcpProxy, TempDir, XorShift as Rng,
 };
 use nix::sys::signal::Signal;
 
-use crate::check::{check, Report, Rule};
+use crate::check::{check, stall_bound, Report, Rule};
 use crate::history::{read_all, Fault, Stats, Window};
 use crate::Topology;
 
@@ -24,6 +29,11 @@ const NAME: &str = "torture";
 /// The longest `DEBUG SLEEP` of a cluster primary: well inside the cluster's node timeout (2 s), past which its
 /// replica would be elected and the sleeper, on waking, would run what queued up meanwhile as a second primary.
 const CLUSTER_SLEEP_MAX: Duration = Duration::from_millis(1200);
+
+/// How many independent servers a quorum has.
+const QUORUM_NODES: usize = 5;
+/// The most quorum nodes that are faulty at once: fewer than half, so that a majority always stays healthy.
+const MAX_FAULTY_NODES: usize = 2;
 
 fn now_ns() -> u64 {
     leasehold_tests::monotonic_ns()
@@ -45,31 +55,37 @@ enum Lock {
     Single(RedisServer),
     /// Three primaries and three replicas.
     Cluster(RedisCluster),
+    /// Independent redis-servers, without persistence.
+    Quorum(Vec<RedisServer>),
 }
 
 impl Lock {
     fn start(topology: Topology) -> Lock {
+        let debuggable = || RedisServer::start_with(&["--enable-debug-command", "local"]);
         match topology {
-            Topology::Single => Lock::Single(RedisServer::start_with(&[
-                "--enable-debug-command",
-                "local",
-            ])),
+            Topology::Single => Lock::Single(debuggable()),
             Topology::Cluster => Lock::Cluster(RedisCluster::start()),
+            Topology::Quorum => Lock::Quorum((0..QUORUM_NODES).map(|_| debuggable()).collect()),
         }
     }
 
-    /// The URL a client reaches the lock with, bypassing any proxy.
+    /// The URL a client reaches the lock with, bypassing any proxy (a quorum's: its nodes', comma-separated).
     fn url(&self) -> String {
         match self {
             Lock::Single(server) => server.url(),
             Lock::Cluster(cluster) => cluster.url(),
+            Lock::Quorum(nodes) => nodes
+                .iter()
+                .map(RedisServer::url)
+                .collect::<Vec<_>>()
+                .join(","),
         }
     }
 
     /// On a cluster, the primary that serves the lock's slot.
     fn primary(&self) -> Option<usize> {
         match self {
-            Lock::Single(_) => None,
+            Lock::Single(_) | Lock::Quorum(_) => None,
             Lock::Cluster(cluster) => Some(cluster.primary_of_slot(slot_of(&lock_key()))),
         }
     }
@@ -81,10 +97,11 @@ impl Lock {
             Lock::Cluster(cluster) => {
                 cluster.connection(cluster.primary_of_slot(slot_of(&lock_key())))
             }
+            Lock::Quorum(_) => unreachable!("a quorum's faults pick their nodes (NodeFault)"),
         }
     }
 
-    /// Keys that would never expire, on the server or on any primary.
+    /// Keys that would never expire, on the server, on any primary, or on any node of a quorum.
     fn keys_without_ttl(&self) -> Vec<String> {
         let nodes = match self {
             Lock::Single(server) => vec![server.connection()],
@@ -93,6 +110,7 @@ impl Lock {
                 .into_iter()
                 .map(|i| cluster.connection(i))
                 .collect(),
+            Lock::Quorum(nodes) => nodes.iter().map(RedisServer::connection).collect(),
         };
         nodes.into_iter().flat_map(keys_without_ttl).collect()
     }
@@ -102,8 +120,9 @@ pub struct Rig {
     /// On one server, listens to every channel; replaced after each restart.
     bystander: Option<redis::aio::PubSub>,
     lock: Lock,
+    topology: Topology,
     store: RedisServer,
-    /// One per worker, on one server; none on a cluster.
+    /// One per worker, on one server; none on a cluster; one per node, shared by every worker, on a quorum.
     proxies: Vec<TcpProxy>,
     workers: Vec<Worker>,
     dir: TempDir,
@@ -111,8 +130,10 @@ pub struct Rig {
     rng: Rng,
     seed: u64,
     windows: Vec<Window>,
-    /// The lock kind, as the worker takes it (`mutex`, `fair`, `semaphore:N`, `rw`).
+    /// The lock kind (`mutex`, `fair`, `semaphore:N`, `rw`, `reentrant`).
     kind: String,
+    /// The lock kind as the worker takes it: the kind, or `quorum` for the mutex on a quorum.
+    worker_kind: String,
 }
 
 impl Rig {
@@ -138,10 +159,25 @@ impl Rig {
                 (Some(listener), proxies)
             }
             Lock::Cluster(_) => (None, Vec::new()),
+            Lock::Quorum(nodes) => {
+                let mut proxies = Vec::new();
+                for node in nodes {
+                    proxies.push(TcpProxy::start(node.addr()).await);
+                }
+                (None, proxies)
+            }
+        };
+        let worker_kind = match topology {
+            Topology::Quorum => {
+                assert_eq!(kind, "mutex", "a quorum has only the mutex");
+                "quorum".to_owned()
+            }
+            Topology::Single | Topology::Cluster => kind.to_owned(),
         };
         let mut rig = Rig {
             bystander,
             lock,
+            topology,
             store,
             proxies,
             workers: Vec::new(),
@@ -151,6 +187,7 @@ impl Rig {
             seed,
             windows: Vec::new(),
             kind: kind.to_owned(),
+            worker_kind,
         };
         for i in 0..workers {
             let child = rig.spawn(i, 0);
@@ -172,6 +209,12 @@ impl Rig {
             .arg(match &self.lock {
                 Lock::Single(_) => self.proxies[worker].url(),
                 Lock::Cluster(cluster) => cluster.url(),
+                Lock::Quorum(_) => self
+                    .proxies
+                    .iter()
+                    .map(TcpProxy::url)
+                    .collect::<Vec<_>>()
+                    .join(","),
             })
             .arg(self.store.url())
             .arg(NAME)
@@ -179,7 +222,7 @@ impl Rig {
             .arg(self.ttl.as_millis().to_string())
             .arg((self.seed ^ ((worker as u64 + 1) << 32) ^ incarnation as u64).to_string())
             .arg(&log)
-            .arg(&self.kind)
+            .arg(&self.worker_kind)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -192,6 +235,8 @@ impl Rig {
         self.windows.push(Window {
             fault,
             worker,
+            node: None,
+            erased: None,
             start,
             end: now_ns(),
         });
@@ -227,13 +272,15 @@ impl Rig {
         }
     }
 
-    /// One fault, drawn from the mix of the lock's topology: the same ten slots on both, the faults of one server's
-    /// path and restart (2, 3, 6) replaced on a cluster by a failover, a slot migration and the loss of the primary.
+    /// One fault, drawn from the mix of the lock's topology: the same ten slots on all three, the faults of one
+    /// server's path and restart (2, 3, 6) replaced on a cluster by a failover, a slot migration and the loss of the
+    /// primary, and the faults of the lock's server (2 to 8) replaced on a quorum by faults of one or two nodes.
     async fn one_fault(&mut self) {
         let ttl = self.ttl;
         let worker = self.rng.below(self.workers.len() as u64) as usize;
         let start = now_ns();
         let cluster = matches!(self.lock, Lock::Cluster(_));
+        let quorum = matches!(self.lock, Lock::Quorum(_));
         match self.rng.below(10) {
             0 => {
                 let pause = self.rng.between(ttl * 3 / 2, ttl * 3);
@@ -252,6 +299,7 @@ impl Rig {
                 };
                 self.record(Fault::Kill, Some(worker), start);
             }
+            2..=8 if quorum => self.node_faults().await,
             2 if cluster => self.failover().await,
             2 => {
                 let cut = self.rng.between(ttl / 2, ttl * 2);
@@ -301,7 +349,7 @@ impl Rig {
             6 if cluster => self.lose_primary().await,
             6 => {
                 let Lock::Single(server) = &mut self.lock else {
-                    unreachable!("a cluster takes the arm above")
+                    unreachable!("a cluster and a quorum take the arms above")
                 };
                 // A crash (SIGKILL), and a restart from the snapshot taken at the start of the burst.
                 tokio::task::block_in_place(|| server.restart());
@@ -332,8 +380,36 @@ impl Rig {
     fn cluster(&mut self) -> &mut RedisCluster {
         match &mut self.lock {
             Lock::Cluster(cluster) => cluster,
-            Lock::Single(_) => unreachable!("a cluster fault drawn for one server"),
+            Lock::Single(_) | Lock::Quorum(_) => unreachable!("a cluster fault drawn elsewhere"),
         }
+    }
+
+    /// Faults of one or two quorum nodes (never more: [`MAX_FAULTY_NODES`]), each node with a fault of its own drawn
+    /// from the node mix, in force at the same time; the next fault comes only once all of them are over.
+    async fn node_faults(&mut self) {
+        let ttl = self.ttl;
+        let count = 1 + self.rng.below(MAX_FAULTY_NODES as u64) as usize;
+        let mut picked: Vec<usize> = Vec::new();
+        while picked.len() < count {
+            let node = self.rng.below(QUORUM_NODES as u64) as usize;
+            if !picked.contains(&node) {
+                picked.push(node);
+            }
+        }
+        let plans: Vec<(usize, NodeFault)> = picked
+            .into_iter()
+            .map(|node| (node, NodeFault::draw(&mut self.rng, ttl)))
+            .collect();
+        let Lock::Quorum(nodes) = &mut self.lock else {
+            unreachable!("node faults are drawn for a quorum only")
+        };
+        let proxies = &self.proxies;
+        let runs = nodes.iter_mut().enumerate().filter_map(|(i, server)| {
+            let (_, fault) = plans.iter().find(|(node, _)| *node == i)?;
+            Some(fault.inflict(i, server, &proxies[i], ttl))
+        });
+        let windows = join_all(runs).await;
+        self.windows.extend(windows);
     }
 
     /// `CLUSTER FAILOVER` on the replica of the lock's primary: the replica catches up, then takes over the slot
@@ -421,7 +497,7 @@ impl Rig {
         let clients: Vec<ChildGuard> = (0..n)
             .map(|_| {
                 Command::new(env!("CARGO_BIN_EXE_torture-worker"))
-                    .args(["queue-and-die", &self.lock.url(), NAME, &self.kind])
+                    .args(["queue-and-die", &self.lock.url(), NAME, &self.worker_kind])
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
@@ -442,7 +518,12 @@ impl Rig {
     pub fn windows(&self) -> String {
         self.windows
             .iter()
-            .map(|w| format!("{:?} {:?} {}..{}", w.fault, w.worker, w.start, w.end))
+            .map(|w| {
+                format!(
+                    "{:?} worker={:?} node={:?} erased={:?} {}..{}",
+                    w.fault, w.worker, w.node, w.erased, w.start, w.end
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -454,7 +535,13 @@ impl Rig {
             let _ = worker.child.wait();
         }
         let (grants, stats) = read_all(self.dir.path());
-        let report = check(&grants, &self.windows, self.ttl, Rule::of(&self.kind));
+        let report = check(
+            &grants,
+            &self.windows,
+            self.ttl,
+            Rule::of(&self.kind),
+            stall_bound(self.topology),
+        );
         let keys_without_ttl = self.lock.keys_without_ttl();
         Outcome {
             report,
@@ -463,6 +550,143 @@ impl Rig {
             keys_without_ttl,
         }
     }
+}
+
+/// A fault of one quorum node, with its parameters drawn in advance (the nodes' faults run at once, and the seed
+/// must replay them).
+#[derive(Debug, Clone, Copy)]
+enum NodeFault {
+    /// `kill -9`, and a restart without data once the node was down for `down`, longer than the longest lease: the
+    /// Redlock restart rule, which [`NodeFault::inflict`] enforces.
+    Restart { down: Duration },
+    /// `DEBUG SLEEP`: the node stops answering, and runs what queued up when it wakes.
+    Sleep(Duration),
+    /// `CLIENT PAUSE`: commands wait, and so does key expiry.
+    Pause(Duration),
+    /// The node's proxy swallows everything, both ways: the node is partitioned from every worker.
+    Blackhole(Duration),
+    /// The node's proxy holds every chunk back by `delay`, both ways, for `length`: a slow node.
+    Delay { delay: Duration, length: Duration },
+    /// `FLUSHALL` of the node: its lock key and fence counter gone, and it answers at once (a restart without the
+    /// wait).
+    Flushall,
+    /// `DEL` of the node's fence counter.
+    DelFence,
+}
+
+impl NodeFault {
+    fn draw(rng: &mut Rng, ttl: Duration) -> NodeFault {
+        match rng.below(7) {
+            0 => NodeFault::Restart {
+                down: rng.between(ttl + ttl / 10, ttl * 2),
+            },
+            1 => NodeFault::Sleep(rng.between(ttl / 5, ttl * 3 / 2)),
+            2 => NodeFault::Pause(rng.between(ttl / 5, ttl * 2)),
+            3 => NodeFault::Blackhole(rng.between(ttl / 2, ttl * 2)),
+            4 => NodeFault::Delay {
+                delay: rng.between(Duration::from_millis(2), ttl / 3),
+                length: rng.between(ttl, ttl * 4),
+            },
+            5 => NodeFault::Flushall,
+            _ => NodeFault::DelFence,
+        }
+    }
+
+    /// Inflicts the fault on node `node` (its `server`, reached by the workers through `proxy`), for workers whose
+    /// leases are `ttl` long, and says when it was in force.
+    async fn inflict(
+        self,
+        node: usize,
+        server: &mut RedisServer,
+        proxy: &TcpProxy,
+        ttl: Duration,
+    ) -> Window {
+        let start = now_ns();
+        let (fault, erased) = match self {
+            NodeFault::Restart { down } => {
+                tokio::task::block_in_place(|| server.kill());
+                let killed = tokio::time::Instant::now();
+                tokio::time::sleep(down).await;
+                // The restart rule: a node that forgot its grants answers again only once every lease it granted
+                // has ended (or is held on a majority without it).
+                assert!(
+                    killed.elapsed() > ttl,
+                    "a node restarted without its data after {:?}, within a lease ({ttl:?})",
+                    killed.elapsed()
+                );
+                tokio::task::block_in_place(|| server.restart());
+                (Fault::NodeRestart, None)
+            }
+            NodeFault::Sleep(sleep) => {
+                let _: redis::RedisResult<()> = redis::cmd("DEBUG")
+                    .arg("SLEEP")
+                    .arg(sleep.as_secs_f64())
+                    .query_async(&mut node_connection(server).await)
+                    .await;
+                (Fault::DebugSleep, None)
+            }
+            NodeFault::Pause(pause) => {
+                let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+                    .arg("PAUSE")
+                    .arg(pause.as_millis() as u64)
+                    .query_async(&mut node_connection(server).await)
+                    .await;
+                tokio::time::sleep(pause).await;
+                (Fault::Pause, None)
+            }
+            NodeFault::Blackhole(cut) => {
+                proxy.blackhole();
+                tokio::time::sleep(cut).await;
+                proxy.restore();
+                (Fault::Blackhole, None)
+            }
+            NodeFault::Delay { delay, length } => {
+                proxy.delay(delay);
+                tokio::time::sleep(length).await;
+                proxy.delay(Duration::ZERO);
+                (Fault::Delay, None)
+            }
+            NodeFault::Flushall => {
+                // The token the node held, read in the same atomic step: the one grant this can take from the node.
+                let (erased, ()): (Option<String>, ()) = redis::pipe()
+                    .atomic()
+                    .cmd("GET")
+                    .arg(lock_key())
+                    .cmd("FLUSHALL")
+                    .query_async(&mut node_connection(server).await)
+                    .await
+                    .expect("FLUSHALL");
+                (Fault::Flushall, erased)
+            }
+            NodeFault::DelFence => {
+                let _: redis::RedisResult<()> = redis::cmd("DEL")
+                    .arg(format!("{}:fence", lock_key()))
+                    .query_async(&mut node_connection(server).await)
+                    .await;
+                (Fault::DelFence, None)
+            }
+        };
+        Window {
+            fault,
+            worker: None,
+            node: Some(node),
+            erased,
+            start,
+            end: now_ns(),
+        }
+    }
+}
+
+/// A connection of the rig's own to a quorum node, patient enough for a `DEBUG SLEEP`.
+async fn node_connection(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(10)));
+    server
+        .client()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("a healthy quorum node accepts the rig's connection")
 }
 
 /// A connection subscribed to every channel (`PSUBSCRIBE *`), as a monitoring tool would be.

@@ -11,6 +11,8 @@ pub struct Grant {
     pub fence: u64,
     /// What it held: `x` exclusive, `w` write, `r` read, `s` a permit.
     pub mode: char,
+    /// The owner token the lock's keys hold for it.
+    pub token: String,
     /// When `lock()` returned the grant.
     pub granted: u64,
     /// The first and last `is_held() == true` samples (each stamped before the call).
@@ -48,16 +50,17 @@ pub enum Fault {
     Blackhole,
     /// A worker's proxy holds requests and replies back.
     Delay,
-    /// `DEBUG SLEEP` on the lock server (on a cluster: the lock's primary).
+    /// `DEBUG SLEEP` on the lock server (on a cluster: the lock's primary; on a quorum: one node).
     DebugSleep,
-    /// `CLIENT PAUSE` on the lock server (on a cluster: the lock's primary).
+    /// `CLIENT PAUSE` on the lock server (on a cluster: the lock's primary; on a quorum: one node).
     Pause,
     /// The lock server killed and restarted from an older snapshot: grants since then lost, the fence counter
     /// stale.
     Restart,
-    /// `FLUSHALL` on the lock server (on a cluster: the lock's primary, and its replica through replication).
+    /// `FLUSHALL` on the lock server (on a cluster: the lock's primary, and its replica through replication; on a
+    /// quorum: one node, and only the token that node held is lost, see [`Window::erased`]).
     Flushall,
-    /// `DEL` of the lock's fence counter.
+    /// `DEL` of the lock's fence counter (on a quorum: one node's).
     DelFence,
     /// Clients that join the lock's queue and vanish.
     QueueAndDie,
@@ -73,6 +76,10 @@ pub enum Fault {
     PrimaryLost,
     /// A killed primary started again, until the cluster is stable with it as a replica of the elected one.
     Rejoin,
+    /// `kill -9` of a quorum node, down for longer than the longest lease, then started again empty (Redlock's
+    /// delayed restart): every lease it granted has ended before it answers again, or is still held on a majority
+    /// without it, so it loses nothing that counts.
+    NodeRestart,
 }
 
 impl Fault {
@@ -84,16 +91,29 @@ impl Fault {
 }
 
 /// A fault and when it was in force.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Window {
     pub fault: Fault,
     /// The worker it targeted, for faults of one worker.
     pub worker: Option<usize>,
+    /// The quorum node it targeted, for faults of one node of a quorum.
+    pub node: Option<usize>,
+    /// For a fault that loses data on one quorum node: the owner token that node held when its data went (`None`
+    /// when it held none). A quorum grant held on a bare majority that included the node is left on a minority,
+    /// and the node can grant again at once; any other grant still has its majority. A fault that loses the data
+    /// of the lock's only server (or primary) may erase any grant.
+    pub erased: Option<String>,
     pub start: u64,
     pub end: u64,
 }
 
 impl Window {
+    /// Whether this fault may have taken `grant` from the lock's server(s).
+    pub fn may_erase(&self, grant: &Grant) -> bool {
+        self.fault.loses_grants()
+            && (self.node.is_none() || self.erased.as_deref() == Some(grant.token.as_str()))
+    }
+
     pub fn overlaps(&self, from: u64, to: u64) -> bool {
         self.start <= to && from <= self.end
     }
@@ -120,6 +140,7 @@ pub fn parse(worker: usize, text: &str, grants: &mut BTreeMap<u64, Grant>, stats
                 let mut g = grant(grants, f);
                 g.granted = t;
                 g.mode = words.get(3).and_then(|m| m.chars().next()).unwrap_or('x');
+                g.token = words.get(4).map_or_else(String::new, |t| (*t).to_owned());
                 grants.insert(f, g);
                 stats.sections += 1;
             }

@@ -6,24 +6,31 @@
 //!   before each call, also while its release is in flight), its loss signals and its releases on `CLOCK_MONOTONIC`,
 //!   which all processes share (`history.rs`).
 //! - The lock lives on one redis-server (topology `single`), which each worker reaches through its own [`TcpProxy`],
-//!   or on a Redis Cluster of three primaries and three replicas (topology `cluster`), which the workers reach with
-//!   the cluster URL (a cluster client learns the nodes' addresses from the cluster, so no proxy can sit in between).
+//!   on a Redis Cluster of three primaries and three replicas (topology `cluster`), which the workers reach with
+//!   the cluster URL (a cluster client learns the nodes' addresses from the cluster, so no proxy can sit in between),
+//!   or on a quorum of five independent redis-servers without persistence (topology `quorum`, Redlock), each behind
+//!   one proxy that all workers go through (the workers get the five proxy URLs; worker kind `quorum`).
 //! - The scheduler (`chaos.rs`) picks faults from a seeded generator: SIGSTOP past the lease, SIGKILL and respawn,
 //!   `DEBUG SLEEP`, `CLIENT PAUSE` and `FLUSHALL` of the lock's node, deletion of the fence counter, and clients that
 //!   queue and die; on one server also blackholed and delayed proxies and crashes restarted from an older snapshot,
 //!   with a `PSUBSCRIBE '*'` bystander throughout; on a cluster instead a manual failover, a migration of the lock's
-//!   slot to another primary and back, and `kill -9` of the lock's primary, restarted once its replica is elected.
-//!   Faults come in bursts; each burst ends with more than 16 clients that queue and die, and is followed by a calm
-//!   spell in which a free lock must reach a waiter within the stall bound. It records when each fault was in force.
+//!   slot to another primary and back, and `kill -9` of the lock's primary, restarted once its replica is elected;
+//!   on a quorum the node faults hit one or two of the five nodes at once, each its own: `kill -9` and a restart
+//!   without data only after longer than the lease (the Redlock restart rule, enforced), `DEBUG SLEEP`,
+//!   `CLIENT PAUSE`, a blackholed or delayed node proxy, `FLUSHALL`, deletion of the node's fence counter.
+//!   Faults come in bursts; each burst ends with more than 16 clients that queue and die (on a quorum: die in the
+//!   middle of their rounds), and is followed by a calm spell in which a free lock must reach a waiter within the
+//!   stall bound. It records when each fault was in force.
 //! - The checker (`check.rs`) counts overlaps, fence regressions, late losses and stalls, and the test adds keys left
-//!   without a TTL on the lock's server (every primary of a cluster). Any of them fails the test, with the seed in the
-//!   message.
+//!   without a TTL on the lock's server (every primary of a cluster, every node of a quorum). Any of them fails the
+//!   test, with the seed in the message.
 //!
 //! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant`), each with
 //! its own servers and workers, for `TORTURE_SECONDS` each (default 12) with `TORTURE_SEED` (default: drawn from the
-//! clock), on each topology of `TORTURE_TOPOLOGY` (`single`, the default, `cluster`, or `single,cluster`). A second,
-//! shorter test puts the cluster through it for CI: `mutex,fair` (one kind of each engine), 8 s each, unless
-//! `TORTURE_TOPOLOGY` leaves the cluster out; the other variables mean the same there. The two never run at once.
+//! clock), on each topology of `TORTURE_TOPOLOGY` (`single`, the default, `cluster`, `quorum`, or a list such as
+//! `single,cluster,quorum`); a quorum has only the mutex, and skips the other kinds with a note. Two shorter tests
+//! put the cluster (`mutex,fair`: one kind of each engine) and the quorum (`mutex`) through it for CI, 8 s each,
+//! unless `TORTURE_TOPOLOGY` leaves them out; the other variables mean the same there. No two runs at once.
 //! `scripts/torture.sh SECONDS SEED [KINDS] [TOPOLOGY]` runs the first in release mode.
 
 mod chaos;
@@ -43,6 +50,8 @@ const WORKERS: usize = 5;
 const KINDS: &str = "mutex,fair,semaphore:2,rw,reentrant";
 /// The kinds of the cluster run in CI: the mutex, and the fair mutex for the queued kinds' engine.
 const CLUSTER_KINDS: &str = "mutex,fair";
+/// The kinds a quorum has: the mutex alone (the others would need per-node queues that a majority agrees on).
+const QUORUM_KINDS: &str = "mutex";
 
 /// One run at a time: two rigs side by side on a small machine would stretch each other's hand-offs past the stall
 /// bound.
@@ -55,6 +64,8 @@ pub enum Topology {
     Single,
     /// A Redis Cluster of three primaries and three replicas.
     Cluster,
+    /// Five independent redis-servers (Redlock), each behind one fault proxy that every worker goes through.
+    Quorum,
 }
 
 impl Topology {
@@ -62,7 +73,7 @@ impl Topology {
     ///
     /// # Panics
     ///
-    /// On a name other than `single` and `cluster`.
+    /// On a name other than `single`, `cluster` and `quorum`.
     fn from_env() -> Option<Vec<Topology>> {
         let names = std::env::var("TORTURE_TOPOLOGY").ok()?;
         let topologies = names
@@ -72,7 +83,10 @@ impl Topology {
             .map(|name| match name {
                 "single" => Topology::Single,
                 "cluster" => Topology::Cluster,
-                _ => panic!("TORTURE_TOPOLOGY: unknown topology {name:?} (single, cluster)"),
+                "quorum" => Topology::Quorum,
+                _ => {
+                    panic!("TORTURE_TOPOLOGY: unknown topology {name:?} (single, cluster, quorum)")
+                }
             })
             .collect();
         Some(topologies)
@@ -84,6 +98,7 @@ impl fmt::Display for Topology {
         f.write_str(match self {
             Topology::Single => "single",
             Topology::Cluster => "cluster",
+            Topology::Quorum => "quorum",
         })
     }
 }
@@ -101,6 +116,15 @@ async fn the_lock_on_a_cluster_keeps_its_contract_under_random_faults() {
         return;
     }
     torture(&[Topology::Cluster], CLUSTER_KINDS, 8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_on_a_quorum_keeps_its_contract_under_random_faults() {
+    if Topology::from_env().is_some_and(|names| !names.contains(&Topology::Quorum)) {
+        eprintln!("torture: the quorum run skipped (TORTURE_TOPOLOGY leaves it out)");
+        return;
+    }
+    torture(&[Topology::Quorum], QUORUM_KINDS, 8).await;
 }
 
 /// Puts every kind through the torture on every topology in turn: `TORTURE_KINDS` or else `kinds`, for
@@ -123,6 +147,12 @@ async fn torture(topologies: &[Topology], kinds: &str, seconds: u64) {
     let mut failed = Vec::new();
     for &topology in topologies {
         for kind in kinds.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+            if topology == Topology::Quorum && !QUORUM_KINDS.split(',').any(|k| k == kind) {
+                eprintln!(
+                    "torture: topology=quorum kind={kind} skipped (a quorum has only {QUORUM_KINDS})"
+                );
+                continue;
+            }
             eprintln!(
                 "torture: topology={topology} kind={kind} seed={seed} secs={seconds} \
                  (rerun with scripts/torture.sh {seconds} {seed} {kind} {topology})"
