@@ -17,6 +17,7 @@
 //! - [`process`]: [`ChildGuard`] kills and reaps a child process on drop; [`send_signal`]
 //!   sends `SIGSTOP`, `SIGCONT`, `SIGKILL` and friends.
 //! - [`tls`]: [`TlsRedisServer`], a server that also speaks TLS, with certificates from a throwaway [`TestCa`].
+//! - [`sequence`]: the `main` of a test binary whose tests share one topology and run one after the other.
 //! - [`TempDir`]: a uniquely named directory removed on drop.
 //! - [`rng`]: [`XorShift`], a seeded generator for replayable tests, and [`monotonic_ns`], the clock that several
 //!   processes' histories share.
@@ -47,6 +48,7 @@ pub mod process;
 pub mod proxy;
 pub mod rng;
 pub mod sentinel;
+pub mod sequence;
 pub mod server;
 mod temp;
 pub mod tls;
@@ -56,6 +58,6 @@ pub use process::{send_signal, ChildGuard};
 pub use proxy::TcpProxy;
 pub use rng::{monotonic_ns, XorShift};
 pub use sentinel::SentinelSet;
-pub use server::RedisServer;
+pub use server::{assert_exclusive_sections, RedisServer};
 pub use temp::TempDir;
 pub use tls::{TestCa, TlsRedisServer};

@@ -381,6 +381,38 @@ pub(crate) fn read_lossy(path: impl AsRef<std::path::Path>, offset: u64) -> Stri
     String::from_utf8_lossy(&bytes[start..]).into_owned()
 }
 
+/// Checks what the `count` workers (`leasehold-worker count`, `count-on`, `quorum-count`) left in the store server:
+/// no two critical sections overlapped (`test:overlaps` unset), the non-atomic counter `test:counter` is exactly
+/// `sections` (no lost update), and the fences `test:fences`, in critical-section order, strictly increase.
+///
+/// # Panics
+///
+/// On any of those failures, saying which; or if the store cannot be reached.
+pub fn assert_exclusive_sections(store: &RedisServer, sections: usize) {
+    let mut conn = store.connection();
+    let counter: i64 = redis::cmd("GET")
+        .arg("test:counter")
+        .query(&mut conn)
+        .expect("GET");
+    let overlaps: Option<i64> = redis::cmd("GET")
+        .arg("test:overlaps")
+        .query(&mut conn)
+        .expect("GET");
+    let fences: Vec<u64> = redis::cmd("LRANGE")
+        .arg("test:fences")
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .expect("LRANGE");
+    assert_eq!(overlaps, None, "two critical sections overlapped");
+    assert_eq!(counter, sections as i64, "lost updates");
+    assert_eq!(fences.len(), sections);
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences, in critical-section order, must strictly increase"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

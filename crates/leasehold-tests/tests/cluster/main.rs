@@ -10,13 +10,11 @@ mod kinds;
 mod processes;
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_tests::RedisCluster;
 
-type TestFn = fn(&mut RedisCluster) -> Pin<Box<dyn Future<Output = ()> + '_>>;
+type TestFn = leasehold_tests::sequence::SharedTest<RedisCluster>;
 
 macro_rules! tests {
     ($($module:ident :: $name:ident),* $(,)?) => {
@@ -39,21 +37,6 @@ const TESTS: &[(&str, TestFn)] = tests![
 ];
 
 fn main() {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let chosen: Vec<_> = TESTS
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .collect();
-    // `cargo test -- --list` and friends: nothing to start.
-    if std::env::args().any(|a| a == "--list") {
-        for (name, _) in &chosen {
-            println!("{name}: test");
-        }
-        return;
-    }
     // `LEASEHOLD_TEST_TRACE=debug` prints what leasehold traces.
     if let Ok(level) = std::env::var("LEASEHOLD_TEST_TRACE") {
         let level = level.parse().unwrap_or(tracing::Level::DEBUG);
@@ -62,45 +45,8 @@ fn main() {
             .with_ansi(false)
             .init();
     }
-    println!(
-        "\nrunning {} tests (one cluster, in sequence)",
-        chosen.len()
-    );
-    if chosen.is_empty() {
-        return;
-    }
-    let started = Instant::now();
-    let mut cluster = RedisCluster::start();
-    println!("cluster ready in {:.1?}", started.elapsed());
-    let mut failed = Vec::new();
-    for (name, test) in chosen {
-        let began = Instant::now();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            runtime.block_on(test(&mut cluster));
-        }));
-        drop(runtime);
-        match outcome {
-            Ok(()) => println!("test {name} ... ok ({:.1?})", began.elapsed()),
-            Err(_) => {
-                println!("test {name} ... FAILED ({:.1?})", began.elapsed());
-                failed.push(*name);
-                // Whatever the test left broken, the next one gets a whole cluster.
-                heal(&mut cluster);
-            }
-        }
-    }
-    drop(cluster);
-    if failed.is_empty() {
-        println!("\ntest result: ok. ({:.1?})", started.elapsed());
-    } else {
-        println!("\nfailures: {failed:?}");
-        std::process::exit(101);
-    }
+    // Whatever a failed test left broken, the next one gets a whole cluster.
+    leasehold_tests::sequence::run_in_sequence("cluster", TESTS, RedisCluster::start, heal);
 }
 
 /// Restarts every killed node and waits until the cluster is whole again.

@@ -23,31 +23,5 @@ fn eight_processes_never_overlap_and_the_counter_is_exact() {
         assert!(status.success(), "worker failed: {status}");
     }
 
-    let mut conn = server.connection();
-    let counter: i64 = redis::cmd("GET")
-        .arg("test:counter")
-        .query(&mut conn)
-        .unwrap();
-    let overlaps: Option<i64> = redis::cmd("GET")
-        .arg("test:overlaps")
-        .query(&mut conn)
-        .unwrap();
-    let fences: Vec<u64> = redis::cmd("LRANGE")
-        .arg("test:fences")
-        .arg(0)
-        .arg(-1)
-        .query(&mut conn)
-        .unwrap();
-
-    assert_eq!(overlaps, None, "two critical sections overlapped");
-    assert_eq!(
-        counter,
-        (PROCESSES as i64) * i64::from(SECTIONS),
-        "lost updates"
-    );
-    assert_eq!(fences.len(), PROCESSES * SECTIONS as usize);
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "fences, in critical-section order, must strictly increase"
-    );
+    leasehold_tests::assert_exclusive_sections(&server, PROCESSES * SECTIONS as usize);
 }

@@ -6,15 +6,13 @@
 //! (the `kill -9` test comes last). Run one with `cargo test --test sentinel -- NAME_PART`.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use leasehold::Error;
 use leasehold_tests::SentinelSet;
 use tokio::task::JoinHandle;
 
-type TestFn = fn(&mut SentinelSet) -> Pin<Box<dyn Future<Output = ()> + '_>>;
+type TestFn = leasehold_tests::sequence::SharedTest<SentinelSet>;
 
 macro_rules! tests {
     ($($name:ident),* $(,)?) => {
@@ -30,20 +28,6 @@ const TESTS: &[(&str, TestFn)] = tests![
 ];
 
 fn main() {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let chosen: Vec<_> = TESTS
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .collect();
-    if std::env::args().any(|a| a == "--list") {
-        for (name, _) in &chosen {
-            println!("{name}: test");
-        }
-        return;
-    }
     if let Ok(level) = std::env::var("LEASEHOLD_TEST_TRACE") {
         let level = level.parse().unwrap_or(tracing::Level::DEBUG);
         tracing_subscriber::fmt()
@@ -51,43 +35,8 @@ fn main() {
             .with_ansi(false)
             .init();
     }
-    println!(
-        "\nrunning {} tests (one sentinel set, in sequence)",
-        chosen.len()
-    );
-    if chosen.is_empty() {
-        return;
-    }
-    let started = Instant::now();
-    let mut set = SentinelSet::start();
-    println!("sentinel set ready in {:.1?}", started.elapsed());
-    let mut failed = Vec::new();
-    for (name, test) in chosen {
-        let began = Instant::now();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            runtime.block_on(test(&mut set));
-        }));
-        drop(runtime);
-        match outcome {
-            Ok(()) => println!("test {name} ... ok ({:.1?})", began.elapsed()),
-            Err(_) => {
-                println!("test {name} ... FAILED ({:.1?})", began.elapsed());
-                failed.push(*name);
-            }
-        }
-    }
-    drop(set);
-    if failed.is_empty() {
-        println!("\ntest result: ok. ({:.1?})", started.elapsed());
-    } else {
-        println!("\nfailures: {failed:?}");
-        std::process::exit(101);
-    }
+    // A failed test leaves whatever it broke: the later ones are written to cope with the primary they find.
+    leasehold_tests::sequence::run_in_sequence("sentinel set", TESTS, SentinelSet::start, |_| {});
 }
 
 async fn connect(set: &SentinelSet) -> leasehold::Client {

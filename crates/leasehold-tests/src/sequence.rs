@@ -1,0 +1,72 @@
+//! The `main` of a test binary whose tests share one topology (a cluster, a Sentinel set) and change it (fail over,
+//! migrate, kill nodes), so that they must run one after the other: `harness = false` in Cargo.toml, and
+//! [`run_in_sequence`] as the whole `main`.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::time::Instant;
+
+/// One test of such a binary: it borrows the shared topology for its run.
+pub type SharedTest<T> = fn(&mut T) -> Pin<Box<dyn Future<Output = ()> + '_>>;
+
+/// Runs the `tests` whose names contain one of the command line's words (all without words), each on a runtime of its
+/// own, against one topology made by `start` and dropped at the end; after a failed test, `heal` makes the topology
+/// whole again for the next. Prints libtest-like lines, answers `--list`, and exits with status 101 when a test
+/// failed.
+pub fn run_in_sequence<T>(
+    what: &str,
+    tests: &[(&str, SharedTest<T>)],
+    start: impl FnOnce() -> T,
+    mut heal: impl FnMut(&mut T),
+) {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let chosen: Vec<_> = tests
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    if std::env::args().any(|a| a == "--list") {
+        for (name, _) in &chosen {
+            println!("{name}: test");
+        }
+        return;
+    }
+    println!("\nrunning {} tests (one {what}, in sequence)", chosen.len());
+    if chosen.is_empty() {
+        return;
+    }
+    let started = Instant::now();
+    let mut topology = start();
+    println!("{what} ready in {:.1?}", started.elapsed());
+    let mut failed = Vec::new();
+    for (name, test) in chosen {
+        let began = Instant::now();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            runtime.block_on(test(&mut topology));
+        }));
+        drop(runtime);
+        match outcome {
+            Ok(()) => println!("test {name} ... ok ({:.1?})", began.elapsed()),
+            Err(_) => {
+                println!("test {name} ... FAILED ({:.1?})", began.elapsed());
+                failed.push(*name);
+                heal(&mut topology);
+            }
+        }
+    }
+    drop(topology);
+    if failed.is_empty() {
+        println!("\ntest result: ok. ({:.1?})", started.elapsed());
+    } else {
+        println!("\nfailures: {failed:?}");
+        std::process::exit(101);
+    }
+}
