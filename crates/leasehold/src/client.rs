@@ -73,6 +73,48 @@ pub(crate) struct Inner {
     pub(crate) warnings: Vec<ServerWarning>,
 }
 
+impl crate::keeper::Renews for Inner {
+    fn by_slot(&self) -> bool {
+        self.target.is_cluster()
+    }
+
+    fn renew<'a>(
+        &'a self,
+        leases: &'a [Arc<crate::lease::LeaseShared>],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::keeper::Renewed> + Send + 'a>>
+    {
+        Box::pin(async move {
+            let mut invocation = crate::scripts::RENEW.prepare_invoke();
+            for lease in leases {
+                invocation
+                    .key(&lease.keys.lock)
+                    .arg(&lease.token)
+                    .arg(crate::keys::millis(lease.ttl));
+            }
+            let (reply, _, acked) = self
+                .conn
+                .invoke_acked::<Vec<i64>>(&invocation, self.replicas)
+                .await;
+            // A renewal too few replicas acknowledged does not count: its leases keep their last acknowledged
+            // deadline (the request stays unconfirmed, as after a timeout) and are retried until then.
+            if let (Some((acked, required)), Ok(_)) =
+                (crate::mutex::short_of(self.replicas, acked), &reply)
+            {
+                return Err(format!(
+                    "renewal not acknowledged by enough replicas ({acked} of {required})"
+                ));
+            }
+            match reply {
+                Ok(reply) => match reply.split_first() {
+                    Some((&run, codes)) => Ok((run, codes.to_vec())),
+                    None => Err("empty renewal reply".to_owned()),
+                },
+                Err(err) => Err(err.to_string()),
+            }
+        })
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         self.keeper.close();

@@ -1,4 +1,4 @@
-//! The lease keeper: one background task per client that renews every watched lease, in batches.
+//! The lease keeper: one background task per client (or quorum) that renews every watched lease, in batches.
 //!
 //! Each lease is due for renewal `renew_every` after its last confirmed request, or earlier when its deadline comes
 //! closer than the lease's usual slack (an extension to a shorter lease). When the task wakes it takes every lease
@@ -9,6 +9,10 @@
 //! A failed call is retried with backoff until the lease's validity deadline; at the deadline the lease ends as
 //! [`LossReason::Expired`](crate::LossReason::Expired). That deadline also has its own timer in every
 //! [`Lease::lost`](crate::Lease::lost) future, so a stuck request cannot delay the loss signal.
+//!
+//! Where the leases live is behind [`Renews`]: one server (or a cluster, or the primary the sentinels name) for a
+//! [`Client`](crate::Client), a majority of independent nodes for a [`Quorum`](crate::Quorum). The schedule, the
+//! batching and the retries are the same for both.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,12 +23,31 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::client::Inner;
 use crate::clock;
 use crate::guard::loss_reason;
-use crate::keys::millis;
 use crate::lease::{LeaseShared, Request};
-use crate::scripts::{RENEW, RENEW_BATCH};
+use crate::scripts::RENEW_BATCH;
+
+/// A lease's code in a renewal reply when its renewal was neither confirmed nor refused (on a quorum: too few nodes
+/// answered either way). Retried, as after a failed call.
+pub(crate) const UNCONFIRMED: i64 = i64::MIN;
+
+/// The outcome of one renewal call: the instant it ran (a server time in µs, or a sequence number that orders the
+/// calls the same way) and one code per lease as `renew.lua` answers (or [`UNCONFIRMED`]); or why the call failed,
+/// its outcome unknown.
+pub(crate) type Renewed = Result<(i64, Vec<i64>), String>;
+
+/// Where the watched leases live: renews a batch of them in one call.
+pub(crate) trait Renews: Send + Sync + 'static {
+    /// Whether one call may carry only leases of one hash slot (Redis Cluster).
+    fn by_slot(&self) -> bool;
+
+    /// Renews `leases`, each for its own lease length (see `renew.lua`).
+    fn renew<'a>(
+        &'a self,
+        leases: &'a [Arc<LeaseShared>],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Renewed> + Send + 'a>>;
+}
 
 /// First retry delay after a failed renewal; doubles per failure up to [`RETRY_MAX`].
 const RETRY_MIN: Duration = Duration::from_millis(50);
@@ -73,7 +96,7 @@ impl Keeper {
     /// Must run inside a tokio runtime (it may start the keeper task).
     pub(crate) fn watch(
         self: &Arc<Self>,
-        inner: Weak<Inner>,
+        inner: Weak<dyn Renews>,
         lease: Arc<LeaseShared>,
         sent: Instant,
         every: Duration,
@@ -179,16 +202,16 @@ impl Keeper {
                         state.leases.remove(&renewal.id);
                     }
                 }
-                Some((_, Some(code))) => {
+                Some((_, Some(code))) if code != UNCONFIRMED => {
                     if code == -2 {
                         tracing::warn!(lock = %renewal.lease.keys.name(), "the lock key now holds another Redis type; lease lost");
                     }
                     renewal.lease.end(loss_reason(code));
                     state.leases.remove(&renewal.id);
                 }
-                // The call failed (or answered short): the request stays unconfirmed in the lease, whose deadline
-                // already allows for it; retry soon, the deadline timer guards the rest.
-                Some((_, None)) | None => {
+                // The call failed (or answered short, or left this lease unconfirmed): the request stays unconfirmed
+                // in the lease, whose deadline already allows for it; retry soon, the deadline timer guards the rest.
+                Some(_) | None => {
                     entry.failures = entry.failures.saturating_add(1);
                     let backoff = RETRY_MIN
                         .saturating_mul(1 << entry.failures.min(8))
@@ -243,7 +266,7 @@ fn min_instant(a: Option<Instant>, b: Instant) -> Option<Instant> {
     Some(a.map_or(b, |a| a.min(b)))
 }
 
-async fn run(keeper: Arc<Keeper>, inner: Weak<Inner>) {
+async fn run(keeper: Arc<Keeper>, inner: Weak<dyn Renews>) {
     loop {
         if keeper.closed.load(Ordering::Acquire) {
             return;
@@ -254,7 +277,7 @@ async fn run(keeper: Arc<Keeper>, inner: Weak<Inner>) {
             let Some(inner) = inner.upgrade() else {
                 return;
             };
-            for batch in batches(due, inner.target.is_cluster()) {
+            for batch in batches(due, inner.by_slot()) {
                 tokio::spawn(renew(Arc::clone(&keeper), Arc::clone(&inner), batch));
             }
         }
@@ -297,18 +320,15 @@ fn batches(
     batches
 }
 
-async fn renew(keeper: Arc<Keeper>, inner: Arc<Inner>, due: Vec<(u64, Arc<LeaseShared>)>) {
-    let mut invocation = RENEW.prepare_invoke();
+async fn renew(keeper: Arc<Keeper>, inner: Arc<dyn Renews>, due: Vec<(u64, Arc<LeaseShared>)>) {
+    let mut leases = Vec::with_capacity(due.len());
     let mut batch = Vec::with_capacity(due.len());
     let mut ended = Vec::new();
     for (id, lease) in due {
         // Registered before the call leaves: see `LeaseShared::begin`.
         match lease.begin(lease.ttl) {
             Some(request) => {
-                invocation
-                    .key(&lease.keys.lock)
-                    .arg(&lease.token)
-                    .arg(millis(lease.ttl));
+                leases.push(Arc::clone(&lease));
                 batch.push(Renewal { id, lease, request });
             }
             None => ended.push(id),
@@ -323,27 +343,14 @@ async fn renew(keeper: Arc<Keeper>, inner: Arc<Inner>, due: Vec<(u64, Arc<LeaseS
         settled: false,
     };
     if !call.batch.is_empty() {
-        let (reply, _, acked) = inner
-            .conn
-            .invoke_acked::<Vec<i64>>(&invocation, inner.replicas)
-            .await;
+        let reply = inner.renew(&leases).await;
         call.settled = true;
-        // A renewal too few replicas acknowledged does not count: its leases keep their last acknowledged deadline
-        // (the request stays unconfirmed, as after a timeout) and are retried until then.
-        let reply = match crate::mutex::short_of(inner.replicas, acked) {
-            Some((acked, required)) if reply.is_ok() => Err(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "renewal not acknowledged by enough replicas",
-                format!("{acked} of {required}"),
-            ))),
-            _ => reply,
-        };
-        match reply.as_deref() {
-            Ok([run, codes @ ..]) if codes.len() == call.batch.len() => {
+        match reply {
+            Ok((run, codes)) if codes.len() == call.batch.len() => {
                 let renewed = codes.iter().filter(|&&c| c == 1).count();
                 crate::metrics::renewals(renewed, 0);
                 tracing::debug!(leases = codes.len(), renewed, "renewal batch");
-                keeper.settle(&call.batch, Some((*run, codes)));
+                keeper.settle(&call.batch, Some((run, &codes)));
             }
             Ok(_) => {
                 crate::metrics::renewals(0, call.batch.len());

@@ -257,7 +257,9 @@ pub use guard::{Guard, MutexGuard};
 pub use keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
 pub use lease::{Lease, LossReason};
 pub use mutex::{Mutex, DEFAULT_TTL};
-pub use quorum::{Quorum, QuorumGuard, QuorumMutex, DEFAULT_NODE_TIMEOUT, MIN_NODES};
+pub use quorum::{
+    Quorum, QuorumGuard, QuorumMutex, DEFAULT_NODE_TIMEOUT, MIN_NODES, PROPOSAL_LEAD,
+};
 pub use reentrant::{ReentrantGuard, ReentrantMutex, MAX_DEPTH};
 pub use rwlock::{RwLock, WriteGuard};
 pub use semaphore::{Semaphore, MAX_PERMITS};

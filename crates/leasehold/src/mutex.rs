@@ -736,9 +736,11 @@ pub(crate) fn new_guard(
     } = expiry;
     let lease = LeaseShared::new(Arc::clone(keys), hold, fence, ttl, sent, left, run);
     let keeper = |every, once| {
+        let weak = Arc::downgrade(inner);
+        let renews: std::sync::Weak<dyn crate::keeper::Renews> = weak;
         inner
             .keeper
-            .watch(Arc::downgrade(inner), Arc::clone(&lease), sent, every, once)
+            .watch(renews, Arc::clone(&lease), sent, every, once)
     };
     let kept = match renew_every {
         Some(every) => Some(keeper(every, false)),

@@ -22,21 +22,31 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionManagerConfig;
 use tokio::time::Instant;
 
 use crate::conn::Conn;
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{new_token, Fence};
-use crate::guard::release_invocation;
+use crate::keeper::{Keeper, Renews, UNCONFIRMED};
 use crate::keys::{check_prefix, check_ttl, drift, millis, LockKeys, DEFAULT_PREFIX};
 use crate::lease::{Lease, LeaseShared, LossReason};
-use crate::scripts::{ACQUIRE, FENCE_UP, RENEW};
+use crate::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE, RENEW};
 
 /// The default time one node has to answer one request: far below the default lease (30 s), so that a slow node costs
 /// a round little of its validity, and above the stalls of a loaded machine, so that a busy node is not taken for a
 /// dead one.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
+/// How far past a node's own clock a round's proposed fence may be for that node to take it. It bounds how far
+/// fences can run ahead of the nodes' clocks, which the restart rule relies on (see DESIGN.md, "Redlock"): a node
+/// restarted without its counter, and kept out for longer than this and the longest lease, draws above every fence
+/// granted before.
+pub const PROPOSAL_LEAD: Duration = Duration::from_secs(1);
+/// What a proposed fence adds to the expected clock of the fastest node, µs, besides two rounds: a client stalled
+/// this long between choosing a proposal and the nodes running it still gets its fence in one round trip. Fences
+/// run ahead of the nodes' clocks by about this much, which costs nothing.
+const PROPOSAL_MARGIN_US: i64 = 50_000;
 /// The fewest nodes a quorum takes.
 pub const MIN_NODES: usize = 3;
 
@@ -70,12 +80,27 @@ struct QuorumInner {
     prefix: String,
     node_timeout: Duration,
     fence_retention: Duration,
-    channel_prefix: String,
     /// Where releases are announced on every node: `P:freed`, the message is the lock key.
     freed_channel: String,
     wakers: Wakers,
     /// How long the last acquire round took, µs: the scale of the delays that keep waiters from colliding.
     round_us: AtomicU64,
+    /// Per node, its clock less the local one, µs (`i64::MIN` until it answered): see [`QuorumInner::proposal`].
+    offsets: Vec<AtomicI64>,
+    /// The largest fence this client saw drawn or granted.
+    last_fence: AtomicI64,
+    /// The origin of [`QuorumInner::local_us`].
+    epoch: std::time::Instant,
+    /// Renews every lease of this quorum, in batches per node (keeper.rs).
+    keeper: Arc<Keeper>,
+    /// Numbers the renewal calls, in send order.
+    renewals: AtomicI64,
+}
+
+impl Drop for QuorumInner {
+    fn drop(&mut self) {
+        self.keeper.close();
+    }
 }
 
 impl QuorumInner {
@@ -84,6 +109,40 @@ impl QuorumInner {
     /// a new connection to a node that went quiet (`conn.rs`); this bound covers the lazy connect and the retry.
     fn call_bound(&self) -> Duration {
         self.node_timeout + self.node_timeout / 4
+    }
+
+    /// The local monotonic clock, µs.
+    fn local_us(&self) -> i64 {
+        i64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(i64::MAX)
+    }
+
+    /// The fence a round proposes: what the fastest node's clock will read when the request runs there (its last
+    /// known offset, plus two rounds for the way there and the error of the offset, plus
+    /// [`PROPOSAL_MARGIN_US`] for a stall in between), and above
+    /// every fence this client saw. A node whose counter or clock is ahead of it, or whose clock is more than
+    /// [`PROPOSAL_LEAD`] behind it, does not take it, and the round writes its fence back instead: a good guess
+    /// saves a round trip, a bad one costs that round trip, never monotonicity. Before any node answered, the
+    /// local wall clock stands in.
+    fn proposal(&self) -> i64 {
+        let margin = i64::try_from(self.round_us.load(Ordering::Relaxed))
+            .unwrap_or(0)
+            .saturating_mul(2)
+            .saturating_add(PROPOSAL_MARGIN_US);
+        let offset = self
+            .offsets
+            .iter()
+            .map(|o| o.load(Ordering::Relaxed))
+            .filter(|&o| o != i64::MIN)
+            .max();
+        let clock = match offset {
+            Some(offset) => self.local_us().saturating_add(offset),
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(0)),
+        };
+        clock
+            .saturating_add(margin)
+            .max(self.last_fence.load(Ordering::Relaxed).saturating_add(1))
     }
 }
 
@@ -263,6 +322,7 @@ impl Quorum {
             .set_response_timeout(Some(node_timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(200));
+        let n = clients.len();
         // Connected lazily: a node down now must not keep the quorum from starting.
         let nodes = clients
             .iter()
@@ -275,10 +335,14 @@ impl Quorum {
                 prefix: prefix.to_owned(),
                 node_timeout,
                 fence_retention: crate::client::DEFAULT_FENCE_RETENTION,
-                channel_prefix: format!("{prefix}:wake:"),
                 freed_channel: format!("{prefix}:freed"),
                 wakers: Wakers::default(),
                 round_us: AtomicU64::new(1_000),
+                offsets: (0..n).map(|_| AtomicI64::new(i64::MIN)).collect(),
+                last_fence: AtomicI64::new(0),
+                epoch: std::time::Instant::now(),
+                keeper: Arc::new(Keeper::new()),
+                renewals: AtomicI64::new(1),
             }),
         })
     }
@@ -314,8 +378,8 @@ pub struct QuorumMutex {
 
 /// One node's answer to one round's acquire.
 enum Vote {
-    /// Granted, with the fence the node drew.
-    Granted(i64),
+    /// Granted, with the fence the node drew, or the round's proposal when it `took` that.
+    Granted { fence: i64, took: bool },
     /// Held by someone else, for this much longer (when the key has an expiry).
     Busy(Option<Duration>),
     /// No answer in time, or an error.
@@ -443,185 +507,257 @@ impl QuorumMutex {
             keys: Arc::clone(keys),
             token: Some(token.clone()),
         };
+        let majority = self.quorum.majority();
+        let proposal = inner.proposal();
         let sent = crate::clock::now();
-        let votes = join_all(
-            inner
-                .nodes
-                .iter()
-                .map(|node| vote(inner, node, keys, &token, self.ttl)),
-        )
-        .await;
-        let took = sent.elapsed();
+        let valid_until = sent + self.ttl - drift(self.ttl);
+        let votes = Votes::collect(inner, keys, &token, self.ttl, proposal, majority).await;
         inner.round_us.store(
-            u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1),
+            u64::try_from(sent.elapsed().as_micros())
+                .unwrap_or(u64::MAX)
+                .max(1),
             Ordering::Relaxed,
         );
-        let granted: Vec<(usize, i64)> = votes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, v)| match v {
-                Vote::Granted(fence) => Some((i, *fence)),
-                _ => None,
-            })
-            .collect();
-        let answered = votes.iter().filter(|v| !matches!(v, Vote::Silent)).count();
-        let majority = self.quorum.majority();
-        let valid_until = sent + self.ttl - drift(self.ttl);
-        if granted.len() < majority || crate::clock::now() >= valid_until {
-            if answered < majority {
-                return Err(Error::NoQuorum {
+        if let Some(drawn) = votes.granted.iter().map(|g| g.fence).max() {
+            inner.last_fence.fetch_max(drawn, Ordering::Relaxed);
+        }
+        let took = votes.granted.iter().filter(|g| g.took).count();
+        if votes.granted.len() < majority || crate::clock::now() >= valid_until {
+            return Err(votes.failure(keys, inner.nodes.len(), majority));
+        }
+        let fence = if took >= majority {
+            // A majority took the proposal with their grants: the fence is written where it must be.
+            proposal
+        } else {
+            // The largest fence any granting node drew (or took), written back on a majority.
+            let fence = votes.granted.iter().map(|g| g.fence).max().unwrap_or(0);
+            let granted: Vec<usize> = votes.granted.iter().map(|g| g.node).collect();
+            if !write_back(inner, keys, &token, fence, &granted, majority).await {
+                return Err(Error::Busy {
                     name: keys.name().to_owned(),
-                    answered,
-                    nodes: inner.nodes.len(),
+                    remaining: None,
                 });
             }
-            // Some nodes granted, too few: a split vote between contenders (or a lock just released on some nodes),
-            // not a held lock. Said as "no remaining lease", which makes a waiter try again within a few rounds
-            // instead of waiting on the leases of the competing rounds, which are undone at once.
-            let remaining = if granted.is_empty() {
-                votes
-                    .iter()
-                    .filter_map(|v| match v {
-                        Vote::Busy(left) => *left,
-                        _ => None,
-                    })
-                    .min()
-            } else {
-                None
-            };
-            return Err(Error::Busy {
-                name: keys.name().to_owned(),
-                remaining,
-            });
-        }
-        // The fence: the largest any granting node drew, written back on a majority while each still holds our token.
-        let fence = granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
-        let confirmed = join_all(
-            granted
-                .iter()
-                .map(|&(i, _)| fence_up(inner, &inner.nodes[i], keys, &token, fence)),
-        )
-        .await
-        .into_iter()
-        .filter(|&ok| ok)
-        .count();
-        if confirmed < majority || crate::clock::now() >= valid_until {
+            fence
+        };
+        if crate::clock::now() >= valid_until {
             return Err(Error::Busy {
                 name: keys.name().to_owned(),
                 remaining: None,
             });
         }
+        inner.last_fence.fetch_max(fence, Ordering::Relaxed);
         undo.token = None;
         let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
         let shared = LeaseShared::new(Arc::clone(keys), token, fence, self.ttl, sent, self.ttl, 0);
-        tracing::debug!(lock = %keys.name(), fence = fence.get(), nodes = granted.len(), "quorum granted");
-        let renewer = tokio::spawn(keep(
-            Arc::clone(inner),
-            Arc::clone(&shared),
-            self.ttl,
-            majority,
-        ));
+        tracing::debug!(
+            lock = %keys.name(),
+            fence = fence.get(),
+            nodes = votes.granted.len(),
+            one_round = took >= majority,
+            "quorum granted"
+        );
+        let weak = Arc::downgrade(inner);
+        let renews: std::sync::Weak<dyn Renews> = weak;
+        let kept = inner
+            .keeper
+            .watch(renews, Arc::clone(&shared), sent, self.ttl / 3, false);
         Ok(QuorumGuard {
             lease: Lease { shared },
             inner: Arc::clone(inner),
-            renewer,
+            kept,
             settled: false,
         })
     }
 }
 
-/// One node's vote: `acquire.lua` without waiting, under the per-node timeout.
+/// A node that granted in a round: the fence it drew, or the round's proposal when it `took` that.
+struct Grant {
+    node: usize,
+    fence: i64,
+    took: bool,
+}
+
+/// The answers of one round, gathered only until the outcome is known: a round does not wait for its slowest nodes.
+struct Votes {
+    granted: Vec<Grant>,
+    /// Remaining leases reported by nodes held by someone else.
+    busy: Vec<Option<Duration>>,
+    answered: usize,
+}
+
+impl Votes {
+    /// Asks every node at once and gathers answers until a majority granted with the proposal taken, until no
+    /// majority can grant any more, or until a majority granted and no majority can take the proposal any more. The
+    /// requests still out are dropped: a late grant is renewed and released with the others (every request is
+    /// owner-checked), or undone with the round.
+    async fn collect(
+        inner: &QuorumInner,
+        keys: &LockKeys,
+        token: &str,
+        ttl: Duration,
+        proposal: i64,
+        majority: usize,
+    ) -> Votes {
+        let mut pending: FuturesUnordered<_> = (0..inner.nodes.len())
+            .map(|node| async move { (node, vote(inner, node, keys, token, ttl, proposal).await) })
+            .collect();
+        let mut votes = Votes {
+            granted: Vec::new(),
+            busy: Vec::new(),
+            answered: 0,
+        };
+        while let Some((node, vote)) = pending.next().await {
+            match vote {
+                Vote::Granted { fence, took } => {
+                    votes.answered += 1;
+                    votes.granted.push(Grant { node, fence, took });
+                }
+                Vote::Busy(left) => {
+                    votes.answered += 1;
+                    votes.busy.push(left);
+                }
+                Vote::Silent => {}
+            }
+            let left = pending.len();
+            let took = votes.granted.iter().filter(|g| g.took).count();
+            let granted = votes.granted.len();
+            if took >= majority
+                || granted + left < majority
+                || (granted >= majority && took + left < majority)
+            {
+                break;
+            }
+        }
+        votes
+    }
+
+    /// Why a round without a majority's grant failed.
+    fn failure(&self, keys: &LockKeys, nodes: usize, majority: usize) -> Error {
+        if self.answered < majority {
+            return Error::NoQuorum {
+                name: keys.name().to_owned(),
+                answered: self.answered,
+                nodes,
+            };
+        }
+        // Some nodes granted, too few: a split vote between contenders (or a lock just released on some nodes), not a
+        // held lock. Said as "no remaining lease", which makes a waiter try again within a few rounds instead of
+        // waiting on the leases of the competing rounds, which are undone at once.
+        let remaining = if self.granted.is_empty() {
+            self.busy.iter().flatten().min().copied()
+        } else {
+            None
+        };
+        Error::Busy {
+            name: keys.name().to_owned(),
+            remaining,
+        }
+    }
+}
+
+/// One node's vote: `quorum_acquire.lua` under the per-node timeout. Its server time, read at about the middle of
+/// the request, tells the quorum how far that node's clock is from the local one (see [`QuorumInner::proposal`]).
 async fn vote(
     inner: &QuorumInner,
-    node: &Conn,
+    node: usize,
     keys: &LockKeys,
     token: &str,
     ttl: Duration,
+    proposal: i64,
 ) -> Vote {
-    let mut invocation = ACQUIRE.prepare_invoke();
+    let mut invocation = QUORUM_ACQUIRE.key(&keys.lock);
     invocation
-        .arg(millis(inner.fence_retention))
-        .arg("quorum")
-        .key(&keys.lock)
         .key(keys.fence())
-        .key(keys.queue())
-        .key(keys.waiters())
         .arg(token)
         .arg(millis(ttl))
-        .arg("0")
-        .arg(millis(ttl.min(crate::scripts::CLAIM)))
-        .arg("");
+        .arg(proposal)
+        .arg(millis(inner.fence_retention))
+        .arg(PROPOSAL_LEAD.as_micros() as u64);
+    let asked = inner.local_us();
     let reply = tokio::time::timeout(
         inner.call_bound(),
-        node.invoke_idempotent::<Vec<i64>>(&invocation),
+        inner.nodes[node].invoke_idempotent::<Vec<i64>>(&invocation),
     )
     .await;
-    match reply {
-        Ok(Ok(reply)) => match reply.as_slice() {
-            [_, 1, fence, _] => Vote::Granted(*fence),
-            [_, 0, left, _] => Vote::Busy(u64::try_from(*left).ok().map(Duration::from_millis)),
-            _ => Vote::Silent,
+    let Ok(Ok(reply)) = reply else {
+        return Vote::Silent;
+    };
+    if let Some(&now) = reply.first() {
+        let middle = asked + (inner.local_us() - asked) / 2;
+        inner.offsets[node].store(now - middle, Ordering::Relaxed);
+    }
+    match reply.as_slice() {
+        [_, 1, fence, _, took] => Vote::Granted {
+            fence: *fence,
+            took: *took == 1,
         },
+        [_, 0, left, ..] => Vote::Busy(u64::try_from(*left).ok().map(Duration::from_millis)),
         _ => Vote::Silent,
     }
 }
 
-/// Raises `node`'s fence counter to `fence` if the node still holds `token`; true when it did (or the counter was
-/// already at least `fence`).
-async fn fence_up(
+/// Writes `fence` back on the `granted` nodes (`fence_up.lua`: only where the node still holds `token`, never
+/// lowering a counter); true once a majority confirmed. Stops at the outcome, as a round does.
+async fn write_back(
     inner: &QuorumInner,
-    node: &Conn,
     keys: &LockKeys,
     token: &str,
     fence: i64,
+    granted: &[usize],
+    majority: usize,
 ) -> bool {
-    let mut invocation = FENCE_UP.key(&keys.lock);
-    invocation
-        .key(keys.fence())
-        .arg(token)
-        .arg(fence)
-        .arg(millis(inner.fence_retention));
-    matches!(
-        tokio::time::timeout(
-            inner.call_bound(),
-            node.invoke_idempotent::<i64>(&invocation)
-        )
-        .await,
-        Ok(Ok(1))
-    )
+    let mut pending: FuturesUnordered<_> = granted
+        .iter()
+        .map(|&node| async move {
+            let mut invocation = FENCE_UP.key(&keys.lock);
+            invocation
+                .key(keys.fence())
+                .arg(token)
+                .arg(fence)
+                .arg(millis(inner.fence_retention));
+            matches!(
+                tokio::time::timeout(
+                    inner.call_bound(),
+                    inner.nodes[node].invoke_idempotent::<i64>(&invocation)
+                )
+                .await,
+                Ok(Ok(1))
+            )
+        })
+        .collect();
+    let mut confirmed = 0;
+    while let Some(ok) = pending.next().await {
+        confirmed += usize::from(ok);
+        if confirmed >= majority || confirmed + pending.len() < majority {
+            break;
+        }
+    }
+    confirmed >= majority
 }
 
-/// Releases `token` on every node, owner-checked, and announces the release on each node that released it (its
-/// waiters hear it from whichever node reaches them first); how many released it.
+/// Releases `token` on every node, owner-checked, each node announcing the release in the same step (waiters hear it
+/// from whichever node reaches them first); how many released it.
 async fn release_all(inner: &QuorumInner, keys: &LockKeys, token: &str) -> usize {
+    let own = i64::from(inner.wakers.started.load(Ordering::Acquire));
     join_all(inner.nodes.iter().map(|node| async move {
-        let invocation =
-            release_invocation(keys, token, &inner.channel_prefix, inner.fence_retention);
-        // `release.lua` answers one code per release of the call: `[1]` when this one released.
-        let released = matches!(
-            tokio::time::timeout(
-                inner.call_bound(),
-                node.invoke_idempotent::<Vec<i64>>(&invocation)
-            )
-            .await
-            .as_ref()
-            .map(|reply| reply.as_ref().map(Vec::as_slice)),
-            Ok(Ok([1]))
-        );
-        if released {
-            let mut cmd = redis::cmd("PUBLISH");
-            cmd.arg(&inner.freed_channel).arg(&keys.lock);
-            let mut conn = node.clone();
-            let announce = cmd.query_async::<i64>(&mut conn);
-            if let Ok(Ok(listeners)) = tokio::time::timeout(inner.call_bound(), announce).await {
-                // Our own subscriber, when this client ever waited, is one of them.
-                let own = i64::from(inner.wakers.started.load(Ordering::Acquire));
-                if listeners > own {
+        let mut invocation = QUORUM_RELEASE.key(&keys.lock);
+        invocation.arg(token).arg(&inner.freed_channel);
+        let reply = tokio::time::timeout(
+            inner.call_bound(),
+            node.invoke_idempotent::<Vec<i64>>(&invocation),
+        )
+        .await;
+        match reply.as_ref().map(|r| r.as_ref().map(Vec::as_slice)) {
+            Ok(Ok([1, listeners])) => {
+                // Our own subscriber, when this client ever waited, is one of the listeners.
+                if *listeners > own {
                     inner.wakers.yield_to_waiters(&keys.lock);
                 }
+                true
             }
+            _ => false,
         }
-        released
     }))
     .await
     .into_iter()
@@ -652,68 +788,64 @@ impl Drop for UndoRound {
     }
 }
 
-/// Keeps a quorum lease: renews it on every node every third of the lease, and ends it when its deadline passes
-/// without a majority's confirmation, or when a majority reports the key gone or taken.
-async fn keep(inner: Arc<QuorumInner>, lease: Arc<LeaseShared>, ttl: Duration, majority: usize) {
-    // Each node runs one client's requests in the order they were sent, so the send order is the run order.
-    let sequence = AtomicI64::new(1);
-    let every = ttl / 3;
-    let mut next = crate::clock::now() + every;
-    loop {
-        let Some(valid_until) = lease.deadline() else {
-            return;
-        };
-        let wake = next.min(valid_until);
-        tokio::time::sleep_until(crate::clock::timer_for(wake)).await;
-        if lease.expire_if_due(crate::clock::now()) || lease.deadline().is_none() {
-            return;
-        }
-        if crate::clock::now() < next {
-            continue;
-        }
-        let Some(request) = lease.begin(ttl) else {
-            return;
-        };
-        let run = sequence.fetch_add(1, Ordering::Relaxed);
-        let timeout = inner.call_bound();
-        let codes = join_all(inner.nodes.iter().map(|node| {
-            let lease = &lease;
-            async move {
-                let mut invocation = RENEW.prepare_invoke();
+impl Renews for QuorumInner {
+    fn by_slot(&self) -> bool {
+        false
+    }
+
+    /// Renews the batch on every node at once (one `renew.lua` call per node); a lease is renewed when a majority
+    /// confirmed, lost when so many nodes report its key gone or taken that no majority can confirm any more, and
+    /// left unconfirmed (retried until its deadline) otherwise. Nothing ever re-creates a lapsed key, or deletes one
+    /// on a failed renewal.
+    fn renew<'a>(
+        &'a self,
+        leases: &'a [Arc<LeaseShared>],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::keeper::Renewed> + Send + 'a>>
+    {
+        Box::pin(async move {
+            // Each node runs one client's requests in the order they were sent, so the send order is the run order.
+            let run = self.renewals.fetch_add(1, Ordering::Relaxed);
+            let mut invocation = RENEW.prepare_invoke();
+            for lease in leases {
                 invocation
                     .key(&lease.keys.lock)
                     .arg(&lease.token)
-                    .arg(millis(ttl));
-                match tokio::time::timeout(timeout, node.invoke_idempotent::<Vec<i64>>(&invocation))
-                    .await
-                {
-                    Ok(Ok(reply)) => reply.get(1).copied(),
-                    _ => None,
-                }
+                    .arg(millis(lease.ttl));
             }
-        }))
-        .await;
-        let renewed = codes.iter().filter(|&&c| c == Some(1)).count();
-        let lost = codes
-            .iter()
-            .filter(|&&c| matches!(c, Some(c) if c <= 0))
-            .count();
-        if renewed >= majority {
-            lease.confirm(request, run);
-            next = request.sent + every;
-        } else if lost > codes.len() - majority {
-            // A majority can no longer be reached: the key is gone from, or taken on, too many nodes.
-            let taken = codes.contains(&Some(-1));
-            lease.end(if taken {
-                LossReason::Taken
-            } else {
-                LossReason::Gone
-            });
-            return;
-        } else {
-            // Not confirmed: the lease keeps its deadline; try again soon.
-            next = crate::clock::now() + (every / 4).max(Duration::from_millis(10));
-        }
+            let invocation = &invocation;
+            let replies: Vec<Option<Vec<i64>>> =
+                join_all(self.nodes.iter().map(|node| async move {
+                    match tokio::time::timeout(
+                        self.call_bound(),
+                        node.invoke_idempotent::<Vec<i64>>(invocation),
+                    )
+                    .await
+                    {
+                        Ok(Ok(reply)) if reply.len() == leases.len() + 1 => Some(reply),
+                        _ => None,
+                    }
+                }))
+                .await;
+            if replies.iter().all(Option::is_none) {
+                return Err("no quorum node answered".to_owned());
+            }
+            let majority = self.nodes.len() / 2 + 1;
+            let codes = (1..=leases.len())
+                .map(|i| {
+                    let codes = replies.iter().flatten().map(|reply| reply[i]);
+                    let renewed = codes.clone().filter(|&c| c == 1).count();
+                    let lost = codes.clone().filter(|&c| c <= 0).count();
+                    if renewed >= majority {
+                        1
+                    } else if lost > self.nodes.len() - majority {
+                        codes.clone().find(|&c| c == -1).unwrap_or(0)
+                    } else {
+                        UNCONFIRMED
+                    }
+                })
+                .collect();
+            Ok((run, codes))
+        })
     }
 }
 
@@ -722,7 +854,8 @@ async fn keep(inner: Arc<QuorumInner>, lease: Arc<LeaseShared>, ttl: Duration, m
 pub struct QuorumGuard {
     lease: Lease,
     inner: Arc<QuorumInner>,
-    renewer: tokio::task::JoinHandle<()>,
+    /// The lease's id in the quorum's keeper.
+    kept: u64,
     settled: bool,
 }
 
@@ -751,7 +884,7 @@ impl QuorumGuard {
     /// [`Error::NotOwner`] when the lease had already been lost (nothing was changed on any node then).
     pub async fn release(mut self) -> Result<(), Error> {
         self.settled = true;
-        self.renewer.abort();
+        self.inner.keeper.forget(self.kept);
         let held = self.lease.shared.end(LossReason::Released);
         let keys = Arc::clone(&self.lease.shared.keys);
         release_all(&self.inner, &keys, &self.lease.shared.token).await;
@@ -767,7 +900,7 @@ impl QuorumGuard {
 
 impl Drop for QuorumGuard {
     fn drop(&mut self) {
-        self.renewer.abort();
+        self.inner.keeper.forget(self.kept);
         if self.settled {
             return;
         }

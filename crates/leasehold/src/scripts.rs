@@ -33,7 +33,7 @@ fn text(helpers: &[&str], body: &str) -> String {
 }
 
 /// The full text of a script as leasehold loads it, by file name without `.lua` (`acquire`, `set_acquire`,
-/// `release`, `leave`, `downgrade`, `reenter`, `renew`, `force_release`, `inspect`, `probe`). For tests that replay a script by hand; not a
+/// `release`, `leave`, `downgrade`, `reenter`, `renew`, `force_release`, `inspect`, `probe`, `fence_up`, `quorum_acquire`, `quorum_release`). For tests that replay a script by hand; not a
 /// stable interface.
 #[doc(hidden)]
 pub fn source(name: &str) -> Option<String> {
@@ -52,6 +52,8 @@ pub fn source(name: &str) -> Option<String> {
         "inspect" => (&[], include_str!("scripts/inspect.lua")),
         "probe" => (&[], include_str!("scripts/probe.lua")),
         "fence_up" => (&[], include_str!("scripts/fence_up.lua")),
+        "quorum_acquire" => (&[GRANT], include_str!("scripts/quorum_acquire.lua")),
+        "quorum_release" => (&[], include_str!("scripts/quorum_release.lua")),
         _ => return None,
     };
     Some(text(helpers, body))
@@ -72,6 +74,8 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| script("renew"));
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| script("inspect"));
 pub(crate) static PROBE: LazyLock<Script> = LazyLock::new(|| script("probe"));
 pub(crate) static FENCE_UP: LazyLock<Script> = LazyLock::new(|| script("fence_up"));
+pub(crate) static QUORUM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| script("quorum_acquire"));
+pub(crate) static QUORUM_RELEASE: LazyLock<Script> = LazyLock::new(|| script("quorum_release"));
 
 /// The most leases one renewal call carries. 10,000 held locks cost 20 calls per renewal round.
 pub(crate) const RENEW_BATCH: usize = 500;
