@@ -11,6 +11,8 @@
 //!   demand, and waits until every node agrees on the result.
 //! - [`sentinel`]: [`SentinelSet`], one primary, two replicas and three sentinels; it kills,
 //!   restarts, fails over and puts a node to sleep on demand.
+//! - [`quorum`]: [`QuorumNodes`], independent servers for a quorum lock, whose restarts keep the Redlock restart
+//!   rule (down for [`restart_downtime`]).
 //! - [`proxy`]: [`TcpProxy`] forwards TCP between a client and Redis and can turn into a black
 //!   hole (bytes read and dropped, nothing closed) or reset every connection. This is how tests
 //!   cut a lock holder off from Redis without it noticing at once.
@@ -46,6 +48,7 @@
 pub mod cluster;
 pub mod process;
 pub mod proxy;
+pub mod quorum;
 pub mod rng;
 pub mod sentinel;
 pub mod sequence;
@@ -56,6 +59,7 @@ pub mod tls;
 pub use cluster::{slot_of, RedisCluster};
 pub use process::{send_signal, ChildGuard};
 pub use proxy::TcpProxy;
+pub use quorum::{restart_downtime, QuorumNodes};
 pub use rng::{monotonic_ns, XorShift};
 pub use sentinel::SentinelSet;
 pub use server::{assert_exclusive_sections, RedisServer};

@@ -17,7 +17,7 @@
 //!   ends the lease at once.
 //! - **Release**: every node, owner-checked; the lease reads released before the requests leave.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -506,12 +506,16 @@ impl QuorumMutex {
             inner: Arc::clone(inner),
             keys: Arc::clone(keys),
             token: Some(token.clone()),
+            over: Arc::new(AtomicBool::new(false)),
         };
         let majority = self.quorum.majority();
         let proposal = inner.proposal();
         let sent = crate::clock::now();
         let valid_until = sent + self.ttl - drift(self.ttl);
-        let votes = Votes::collect(inner, keys, &token, self.ttl, proposal, majority).await;
+        let votes = Votes::collect(
+            inner, keys, &token, self.ttl, proposal, majority, &undo.over,
+        )
+        .await;
         inner.round_us.store(
             u64::try_from(sent.elapsed().as_micros())
                 .unwrap_or(u64::MAX)
@@ -566,6 +570,7 @@ impl QuorumMutex {
             lease: Lease { shared },
             inner: Arc::clone(inner),
             kept,
+            over: Arc::clone(&undo.over),
             settled: false,
         })
     }
@@ -589,18 +594,31 @@ struct Votes {
 impl Votes {
     /// Asks every node at once and gathers answers until a majority granted with the proposal taken, until no
     /// majority can grant any more, or until a majority granted and no majority can take the proposal any more. The
-    /// requests still out are dropped: a late grant is renewed and released with the others (every request is
-    /// owner-checked), or undone with the round.
+    /// requests still out go on in the background (a node still connecting gets its request too, so that the lock
+    /// soon stands on every node that can grant it): a late grant is renewed and released with the others, and one
+    /// that lands after the round was undone or the lock released (`over`) is released on its node at once.
     async fn collect(
-        inner: &QuorumInner,
-        keys: &LockKeys,
+        inner: &Arc<QuorumInner>,
+        keys: &Arc<LockKeys>,
         token: &str,
         ttl: Duration,
         proposal: i64,
         majority: usize,
+        over: &Arc<AtomicBool>,
     ) -> Votes {
         let mut pending: FuturesUnordered<_> = (0..inner.nodes.len())
-            .map(|node| async move { (node, vote(inner, node, keys, token, ttl, proposal).await) })
+            .map(|node| {
+                let (inner, keys, over) = (Arc::clone(inner), Arc::clone(keys), Arc::clone(over));
+                let token = token.to_owned();
+                let late = tokio::spawn(async move {
+                    let vote = vote(&inner, node, &keys, &token, ttl, proposal).await;
+                    if matches!(vote, Vote::Granted { .. }) && over.load(Ordering::Acquire) {
+                        release_on(&inner, &inner.nodes[node], &keys, &token).await;
+                    }
+                    vote
+                });
+                async move { (node, late.await.unwrap_or(Vote::Silent)) }
+            })
             .collect();
         let mut votes = Votes {
             granted: Vec::new(),
@@ -739,30 +757,38 @@ async fn write_back(
 /// Releases `token` on every node, owner-checked, each node announcing the release in the same step (waiters hear it
 /// from whichever node reaches them first); how many released it.
 async fn release_all(inner: &QuorumInner, keys: &LockKeys, token: &str) -> usize {
-    let own = i64::from(inner.wakers.started.load(Ordering::Acquire));
-    join_all(inner.nodes.iter().map(|node| async move {
-        let mut invocation = QUORUM_RELEASE.key(&keys.lock);
-        invocation.arg(token).arg(&inner.freed_channel);
-        let reply = tokio::time::timeout(
-            inner.call_bound(),
-            node.invoke_idempotent::<Vec<i64>>(&invocation),
-        )
-        .await;
-        match reply.as_ref().map(|r| r.as_ref().map(Vec::as_slice)) {
-            Ok(Ok([1, listeners])) => {
-                // Our own subscriber, when this client ever waited, is one of the listeners.
-                if *listeners > own {
-                    inner.wakers.yield_to_waiters(&keys.lock);
-                }
-                true
-            }
-            _ => false,
-        }
-    }))
+    join_all(
+        inner
+            .nodes
+            .iter()
+            .map(|node| release_on(inner, node, keys, token)),
+    )
     .await
     .into_iter()
     .filter(|&released| released)
     .count()
+}
+
+/// Releases `token` on one node, owner-checked, announcing the release there; true when that node released it.
+async fn release_on(inner: &QuorumInner, node: &Conn, keys: &LockKeys, token: &str) -> bool {
+    let mut invocation = QUORUM_RELEASE.key(&keys.lock);
+    invocation.arg(token).arg(&inner.freed_channel);
+    let reply = tokio::time::timeout(
+        inner.call_bound(),
+        node.invoke_idempotent::<Vec<i64>>(&invocation),
+    )
+    .await;
+    match reply.as_ref().map(|r| r.as_ref().map(Vec::as_slice)) {
+        Ok(Ok([1, listeners])) => {
+            // Our own subscriber, when this client ever waited, is one of the listeners.
+            let own = i64::from(inner.wakers.started.load(Ordering::Acquire));
+            if *listeners > own {
+                inner.wakers.yield_to_waiters(&keys.lock);
+            }
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Undoes a round that did not end in a guard: releases its token on every node, in the background.
@@ -770,6 +796,9 @@ struct UndoRound {
     inner: Arc<QuorumInner>,
     keys: Arc<LockKeys>,
     token: Option<String>,
+    /// Set once the round's token is being released (undone here, or released by its guard): a grant that lands
+    /// later is released by the request that got it.
+    over: Arc<AtomicBool>,
 }
 
 impl Drop for UndoRound {
@@ -777,6 +806,7 @@ impl Drop for UndoRound {
         let Some(token) = self.token.take() else {
             return;
         };
+        self.over.store(true, Ordering::Release);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // the round's grants lapse with their lease
         };
@@ -856,6 +886,8 @@ pub struct QuorumGuard {
     inner: Arc<QuorumInner>,
     /// The lease's id in the quorum's keeper.
     kept: u64,
+    /// Set before the release: a late grant of the round is then released by its own request.
+    over: Arc<AtomicBool>,
     settled: bool,
 }
 
@@ -884,6 +916,7 @@ impl QuorumGuard {
     /// [`Error::NotOwner`] when the lease had already been lost (nothing was changed on any node then).
     pub async fn release(mut self) -> Result<(), Error> {
         self.settled = true;
+        self.over.store(true, Ordering::Release);
         self.inner.keeper.forget(self.kept);
         let held = self.lease.shared.end(LossReason::Released);
         let keys = Arc::clone(&self.lease.shared.keys);
@@ -904,6 +937,7 @@ impl Drop for QuorumGuard {
         if self.settled {
             return;
         }
+        self.over.store(true, Ordering::Release);
         self.lease.shared.end(LossReason::Released);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // lapses with its lease

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold::{Error, LossReason, Quorum};
-use leasehold_tests::RedisServer;
+use leasehold_tests::{QuorumNodes, RedisServer};
 
 use crate::within;
 
@@ -196,25 +196,30 @@ fn eight_processes_on_a_five_node_quorum_never_overlap_and_fences_increase() {
     leasehold_tests::assert_exclusive_sections(&store, 800);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarted_empty_after_the_longest_lease_gives_no_second_owner() {
-    // The Redlock restart rule: a node that lost its data comes back only after the longest lease has passed.
-    let mut nodes = servers(3);
-    let q = quorum(&nodes).await;
+    // The Redlock restart rule, which the harness enforces: a node that lost its data comes back only after the
+    // longest lease (and the fence proposals' lead) has passed.
     let ttl = Duration::from_millis(900);
+    let mut nodes = QuorumNodes::start(3, ttl);
+    let q = Quorum::connect(nodes.urls()).await.unwrap();
     // Node 2 is held by someone else, so the holder's majority is {0, 1}.
-    let other = leasehold::Client::connect(&nodes[2].url()).await.unwrap();
+    let other = leasehold::Client::connect(&nodes.node(2).url())
+        .await
+        .unwrap();
     let on_2 = other.mutex("restart").try_lock().await.unwrap();
     let holder = q.mutex("restart").ttl(ttl).try_lock().await.unwrap();
     let lost = holder.lost();
-    nodes[1].kill();
+    nodes.kill(1);
     // With node 1 gone the holder keeps one node of three: no renewal reaches a majority, and it is told so at its
     // deadline, within a lease.
     let reason = within(ttl * 2, "the holder's loss signal", lost).await;
     assert_eq!(reason, LossReason::Expired);
-    // The rule: down for longer than the longest lease, then back, empty.
-    tokio::time::sleep(ttl).await; // the rule itself is a wait
-    nodes[1].restart();
+    let waited = nodes.restart(1).await;
+    assert!(
+        waited > Duration::ZERO,
+        "the loss came after the rule's downtime: the test no longer shows the harness enforcing it"
+    );
     on_2.release().await.unwrap();
     let next = q.mutex("restart").try_lock().await.unwrap();
     assert!(!holder.is_held(), "two owners");
@@ -252,13 +257,29 @@ async fn a_slow_or_partitioned_node_costs_a_round_no_more_than_the_node_timeout(
     let before = tokio::time::Instant::now();
     let guard = q.mutex("slow").ttl(ttl).try_lock().await.unwrap();
     let took = before.elapsed();
-    // One round: every node at once, the slow and the cut one given up after the node timeout (generous slack for a
-    // loaded machine, far below the 2 s delay).
+    // One round: every node at once, answered by the three healthy ones without waiting for the other two (generous
+    // slack for a loaded machine, far below the 2 s delay).
     assert!(took < node_timeout * 6, "the round took {took:?}");
     // The validity counts from before the first request left: the slow round is paid out of the lease.
     assert!(guard.valid_until() <= before + ttl);
     assert!(guard.is_held());
     guard.release().await.unwrap();
+    // With a healthy node held by someone else, the round needs the slow and the cut node's answers: it waits for
+    // them no longer than the node timeout (a quarter more for the connection's own retry), and fails.
+    let other = leasehold::Client::connect(&nodes[4].url()).await.unwrap();
+    let on_4 = other.mutex("needs-slow").try_lock().await.unwrap();
+    let before = tokio::time::Instant::now();
+    let outcome = q.mutex("needs-slow").ttl(ttl).try_lock().await;
+    let took = before.elapsed();
+    assert!(
+        matches!(outcome, Err(Error::Busy { .. })),
+        "two granted, one busy, two silent: {outcome:?}"
+    );
+    assert!(
+        took >= node_timeout && took < node_timeout * 6,
+        "the round took {took:?}"
+    );
+    on_4.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -556,8 +556,8 @@ impl Rig {
 /// must replay them).
 #[derive(Debug, Clone, Copy)]
 enum NodeFault {
-    /// `kill -9`, and a restart without data once the node was down for `down`, longer than the longest lease: the
-    /// Redlock restart rule, which [`NodeFault::inflict`] enforces.
+    /// `kill -9`, and a restart without data once the node was down for `down`, at least the Redlock restart rule's
+    /// downtime (`leasehold_tests::restart_downtime`), which [`NodeFault::inflict`] enforces.
     Restart { down: Duration },
     /// `DEBUG SLEEP`: the node stops answering, and runs what queued up when it wakes.
     Sleep(Duration),
@@ -577,9 +577,12 @@ enum NodeFault {
 impl NodeFault {
     fn draw(rng: &mut Rng, ttl: Duration) -> NodeFault {
         match rng.below(7) {
-            0 => NodeFault::Restart {
-                down: rng.between(ttl + ttl / 10, ttl * 2),
-            },
+            0 => {
+                let rule = leasehold_tests::restart_downtime(ttl);
+                NodeFault::Restart {
+                    down: rng.between(rule, rule + ttl),
+                }
+            }
             1 => NodeFault::Sleep(rng.between(ttl / 5, ttl * 3 / 2)),
             2 => NodeFault::Pause(rng.between(ttl / 5, ttl * 2)),
             3 => NodeFault::Blackhole(rng.between(ttl / 2, ttl * 2)),
@@ -608,10 +611,10 @@ impl NodeFault {
                 let killed = tokio::time::Instant::now();
                 tokio::time::sleep(down).await;
                 // The restart rule: a node that forgot its grants answers again only once every lease it granted
-                // has ended (or is held on a majority without it).
+                // has ended (or is held on a majority without it), and its clock is past every fence it saw.
                 assert!(
-                    killed.elapsed() > ttl,
-                    "a node restarted without its data after {:?}, within a lease ({ttl:?})",
+                    killed.elapsed() >= leasehold_tests::restart_downtime(ttl),
+                    "a node restarted without its data after {:?}, within the rule's downtime",
                     killed.elapsed()
                 );
                 tokio::task::block_in_place(|| server.restart());
