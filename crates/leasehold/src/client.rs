@@ -18,7 +18,7 @@ use crate::mutex::{AcquireItem, Mutex};
 use crate::orphans::Orphans;
 use crate::scripts::{FORCE_RELEASE, INSPECT};
 use crate::sentinel::Followed;
-use crate::topology::{Cluster, Target};
+use crate::topology::{Cluster, Endpoint, Target};
 use crate::wake::Wakeups;
 
 /// Default time allowed to open a connection to Redis.
@@ -84,13 +84,7 @@ impl crate::keeper::Renews for Inner {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::keeper::Renewed> + Send + 'a>>
     {
         Box::pin(async move {
-            let mut invocation = crate::scripts::RENEW.prepare_invoke();
-            for lease in leases {
-                invocation
-                    .key(&lease.keys.lock)
-                    .arg(&lease.token)
-                    .arg(crate::keys::millis(lease.ttl));
-            }
+            let invocation = crate::keeper::renew_invocation(leases);
             let (reply, _, acked) = self
                 .conn
                 .invoke_acked::<Vec<i64>>(&invocation, self.replicas)
@@ -158,7 +152,7 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] for a malformed URL.
     pub fn builder(url: &str) -> Result<Builder, Error> {
-        Ok(Builder::with_target(Target::parse(url)?))
+        Ok(Builder::with_target(Endpoint::parse(url)?))
     }
 
     /// A [`Builder`] for the Redis Cluster reached through `seeds`, one URL per node
@@ -174,7 +168,9 @@ impl Client {
         I: IntoIterator<Item = U>,
         U: AsRef<str>,
     {
-        Ok(Builder::with_target(Target::Cluster(Cluster::new(seeds)?)))
+        Ok(Builder::with_target(Endpoint::Cluster(Cluster::new(
+            seeds,
+        )?)))
     }
 
     /// Whether this client talks to a Redis Cluster.
@@ -554,7 +550,7 @@ pub struct Holder {
 /// ```
 #[must_use = "a builder does nothing until `connect` is called"]
 pub struct Builder {
-    target: Target,
+    target: Endpoint,
     conn: Option<Conn>,
     prefix: String,
     connection_timeout: Duration,
@@ -572,7 +568,7 @@ impl fmt::Debug for Builder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("prefix", &self.prefix)
-            .field("cluster", &self.target.is_cluster())
+            .field("cluster", &matches!(self.target, Endpoint::Cluster(_)))
             .field("connection_timeout", &self.connection_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("fence_retention", &self.fence_retention)
@@ -586,10 +582,10 @@ impl Builder {
     /// Settings for the server `redis` points at. Use this when you already build [`redis::Client`]s (for TLS
     /// certificates, say); [`Client::builder`] parses a URL instead.
     pub fn new(redis: redis::Client) -> Builder {
-        Builder::with_target(Target::Single(redis))
+        Builder::with_target(Endpoint::Single(redis))
     }
 
-    fn with_target(target: Target) -> Builder {
+    fn with_target(target: Endpoint) -> Builder {
         Builder {
             target,
             conn: None,
@@ -756,7 +752,7 @@ impl Builder {
             }
             .into());
         }
-        if self.sentinel_auth.is_some() && !matches!(self.target, Target::Sentinel(_)) {
+        if self.sentinel_auth.is_some() && !matches!(self.target, Endpoint::Sentinel(_)) {
             return Err(InvalidArgument::BadUrl(
                 "sentinel credentials were given for a URL that is not redis+sentinel://"
                     .to_owned(),
@@ -784,28 +780,27 @@ impl Builder {
         };
         #[cfg(feature = "tls")]
         crate::tls::ensure_crypto_provider();
-        let target = match self.target {
+        let endpoint = match self.target {
             #[cfg(feature = "tls")]
-            Target::Single(redis) => Target::Single(crate::tls::apply(redis, &self.tls)?),
+            Endpoint::Single(redis) => Endpoint::Single(crate::tls::apply(redis, &self.tls)?),
             #[cfg(not(feature = "tls"))]
-            Target::Single(redis) => Target::Single(redis),
-            Target::Cluster(mut cluster) => {
+            Endpoint::Single(redis) => Endpoint::Single(redis),
+            Endpoint::Cluster(mut cluster) => {
                 cluster.connection_timeout = self.connection_timeout;
                 cluster.response_timeout = self.response_timeout;
                 #[cfg(feature = "tls")]
                 {
                     cluster.certs = crate::tls::checked(&self.tls, cluster.uses_tls())?;
                 }
-                Target::Cluster(cluster)
+                Endpoint::Cluster(cluster)
             }
             // Resolved (and followed) below, with the connection.
-            Target::Sentinel(mut sentinel) => {
+            Endpoint::Sentinel(mut sentinel) => {
                 if let Some((username, password)) = &self.sentinel_auth {
                     sentinel.authenticate(username.as_deref(), password);
                 }
-                Target::Sentinel(sentinel)
+                Endpoint::Sentinel(sentinel)
             }
-            Target::Followed(followed) => Target::Followed(followed),
         };
         let gave_up =
             || redis::RedisError::from((redis::ErrorKind::Io, "timed out connecting to redis"));
@@ -816,12 +811,13 @@ impl Builder {
             .set_response_timeout(Some(self.response_timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_secs(1));
-        let target = match target {
-            Target::Sentinel(sentinel) => {
+        let target = match endpoint {
+            Endpoint::Single(redis) => Target::Single(redis),
+            Endpoint::Cluster(cluster) => Target::Cluster(cluster),
+            Endpoint::Sentinel(sentinel) => {
                 let followed = Followed::connect(sentinel, config.clone(), self.connection_timeout);
                 Target::Followed(followed.await?)
             }
-            other => other,
         };
         let conn = match (self.conn, &target) {
             (Some(conn), _) => conn,
@@ -841,8 +837,6 @@ impl Builder {
                 Conn::cluster(connection, self.response_timeout)
             }
             (None, Target::Followed(followed)) => Conn::Followed(Arc::clone(followed)),
-            // Resolved into `Followed` above.
-            (None, Target::Sentinel(_)) => return Err(gave_up().into()),
         };
         // The checks below fail now, not at the first lock, when the server is unreachable or refuses us (the first
         // of them is the first request on the connection).

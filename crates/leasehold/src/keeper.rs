@@ -37,6 +37,18 @@ pub(crate) const UNCONFIRMED: i64 = i64::MIN;
 /// its outcome unknown.
 pub(crate) type Renewed = Result<(i64, Vec<i64>), String>;
 
+/// The `renew.lua` call for `leases`, each for its own lease length.
+pub(crate) fn renew_invocation(leases: &[Arc<LeaseShared>]) -> redis::ScriptInvocation<'static> {
+    let mut invocation = crate::scripts::RENEW.prepare_invoke();
+    for lease in leases {
+        invocation
+            .key(&lease.keys.lock)
+            .arg(&lease.token)
+            .arg(crate::keys::millis(lease.ttl));
+    }
+    invocation
+}
+
 /// Where the watched leases live: renews a batch of them in one call.
 pub(crate) trait Renews: Send + Sync + 'static {
     /// Whether one call may carry only leases of one hash slot (Redis Cluster).

@@ -285,8 +285,8 @@ pub mod __private {
     /// The seed nodes of a `redis+cluster://` (or `rediss+cluster://`) URL, as a client reads them; `None` for any
     /// other URL, or one a client would refuse.
     pub fn cluster_seeds(url: &str) -> Option<Vec<redis::ConnectionInfo>> {
-        match crate::topology::Target::parse(url) {
-            Ok(crate::topology::Target::Cluster(cluster)) => Some(cluster.seeds),
+        match crate::topology::Endpoint::parse(url) {
+            Ok(crate::topology::Endpoint::Cluster(cluster)) => Some(cluster.seeds),
             _ => None,
         }
     }

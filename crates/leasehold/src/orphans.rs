@@ -173,8 +173,8 @@ fn release_blocking(
                 released += 1;
             }
         }
-        // Never a client's target (connect turns it into `Followed`).
-        Target::Sentinel(_) | Target::Followed(_) => {}
+        // Turned into `Single` above.
+        Target::Followed(_) => {}
     }
     Ok(released)
 }

@@ -1,21 +1,28 @@
 //! Redlock done right: a mutex held on a majority of independent Redis primaries, with a fence that never goes back.
 //!
-//! Each node runs the single-server scripts unchanged: `acquire.lua` grants on one node (and draws that node's fence,
-//! `max(counter + 1, server µs)`), `renew.lua` extends, `release.lua` deletes, each owner-checked. What is new is how
+//! Each node runs small owner-checked scripts: `quorum_acquire.lua` grants on one node and draws that node's fence
+//! (`max(counter + 1, server µs)`, as on one server) or takes the round's proposal, `fence_up.lua` raises a counter,
+//! `renew.lua` extends (the single-server script), `quorum_release.lua` deletes and announces. What is new is how
 //! their answers combine (see DESIGN.md, "Redlock"):
 //!
-//! - **Acquire**: every node at once, each under the per-node timeout. Granted iff a majority granted and validity is
-//!   left: `ttl − elapsed − drift`, measured on the lease clock from before the first request left (every node set
-//!   its expiry after that instant). Otherwise the round is undone on *every* node (a reply may have been lost) and,
+//! - **Acquire**: every node at once, each under the per-node timeout, answered as soon as the outcome is known (the
+//!   slower nodes' requests finish in the background). Granted iff a majority granted and validity is left:
+//!   `ttl − elapsed − drift`, measured on the lease clock from before the first request left (every node set its
+//!   expiry after that instant). Otherwise the round is undone on *every* node (a reply may have been lost) and,
 //!   when waiting, retried after a random delay longer than a round.
-//! - **Fence**: `f = max` of the fences the granting nodes drew, written back (`fence_up.lua`) on each node that still
-//!   holds the caller's token, never lowering a counter; `f` counts only once a majority confirmed the write-back
-//!   within the validity. Two such majorities share a node, which saw the earlier write-back before it granted the
-//!   later lock: fences increase with the order of the critical sections.
-//! - **Renew**: every node; the lease moves only when a majority confirmed, within the current validity. Nothing
-//!   ever re-creates a lapsed key or deletes one on a failed renewal. A majority that reports the key gone or taken
-//!   ends the lease at once.
-//! - **Release**: every node, owner-checked; the lease reads released before the requests leave.
+//! - **Fence**: the round proposes a fence `p` a little ahead of the nodes' clocks; a node takes it with its grant,
+//!   in the same step, when `p` is at least its own draw and at most [`PROPOSAL_LEAD`] past its clock. When a
+//!   majority took it, `p` is the fence: one round trip. Otherwise `f = max` of the fences the granting nodes drew,
+//!   written back (`fence_up.lua`) on each node that still holds the caller's token, never lowering a counter, and
+//!   `f` counts only once a majority confirmed the write-back within the validity. Either way a majority's counters
+//!   reached the fence while they held the caller's token; two such majorities share a node, which saw the earlier
+//!   fence before it granted the later lock: fences increase with the order of the critical sections.
+//! - **Renew**: the quorum's keeper (keeper.rs) renews every lease of the quorum in batches, one call per node; a
+//!   lease moves only when a majority confirmed, within the current validity. Nothing ever re-creates a lapsed key
+//!   or deletes one on a failed renewal. Nodes that report the key gone or taken, so many that no majority remains,
+//!   end the lease at once.
+//! - **Release**: every node, owner-checked, announced on each in the same step; the lease reads released before
+//!   the requests leave.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,7 +39,7 @@ use crate::fence::{new_token, Fence};
 use crate::keeper::{Keeper, Renews, UNCONFIRMED};
 use crate::keys::{check_prefix, check_ttl, drift, millis, LockKeys, DEFAULT_PREFIX};
 use crate::lease::{Lease, LeaseShared, LossReason};
-use crate::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE, RENEW};
+use crate::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE};
 
 /// The default time one node has to answer one request: far below the default lease (30 s), so that a slow node costs
 /// a round little of its validity, and above the stalls of a loaded machine, so that a busy node is not taken for a
@@ -835,14 +842,7 @@ impl Renews for QuorumInner {
         Box::pin(async move {
             // Each node runs one client's requests in the order they were sent, so the send order is the run order.
             let run = self.renewals.fetch_add(1, Ordering::Relaxed);
-            let mut invocation = RENEW.prepare_invoke();
-            for lease in leases {
-                invocation
-                    .key(&lease.keys.lock)
-                    .arg(&lease.token)
-                    .arg(millis(lease.ttl));
-            }
-            let invocation = &invocation;
+            let invocation = &crate::keeper::renew_invocation(leases);
             let replies: Vec<Option<Vec<i64>>> =
                 join_all(self.nodes.iter().map(|node| async move {
                     match tokio::time::timeout(

@@ -31,17 +31,25 @@ const CLUSTER_RETRIES: u32 = 4;
 const CLUSTER_RETRY_MIN_MS: u64 = 10;
 const CLUSTER_RETRY_MAX_MS: u64 = 200;
 
-/// The servers a client talks to.
-#[derive(Clone)]
-pub(crate) enum Target {
+/// The servers a builder names, before connecting.
+pub(crate) enum Endpoint {
     /// One server (a standalone Redis, or a primary you address directly).
     Single(redis::Client),
     /// A Redis Cluster, reached through these seed nodes (every node the caller named: a cluster client seeded with
     /// one node cannot start while that node is down).
     Cluster(Cluster),
-    /// A primary that Redis Sentinel manages, as the builder names it (before connecting).
+    /// A primary that Redis Sentinel manages: which one is found when connecting.
     Sentinel(Sentinel),
-    /// The same, connected: the primary the sentinels name now, followed across failovers.
+}
+
+/// The servers a connected client talks to.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One server.
+    Single(redis::Client),
+    /// A Redis Cluster.
+    Cluster(Cluster),
+    /// The primary the sentinels name now, followed across failovers.
     Followed(Arc<Followed>),
 }
 
@@ -55,13 +63,13 @@ pub(crate) struct Cluster {
     pub(crate) certs: Option<redis::TlsCertificates>,
 }
 
-impl Target {
-    /// Parses a URL: a cluster URL, or any URL redis-rs accepts for one server.
-    pub(crate) fn parse(url: &str) -> Result<Target, InvalidArgument> {
+impl Endpoint {
+    /// Parses a URL: a cluster URL, a sentinel URL, or any URL redis-rs accepts for one server.
+    pub(crate) fn parse(url: &str) -> Result<Endpoint, InvalidArgument> {
         let trimmed = url.trim();
         let tls = trimmed.starts_with(CLUSTER_TLS_SCHEME);
         if tls || trimmed.starts_with(CLUSTER_SCHEME) {
-            return Ok(Target::Cluster(Cluster::new(cluster_seeds(trimmed)?)?));
+            return Ok(Endpoint::Cluster(Cluster::new(cluster_seeds(trimmed)?)?));
         }
         if trimmed.starts_with(SENTINEL_SCHEME) || trimmed.starts_with(SENTINEL_TLS_SCHEME) {
             if cfg!(not(feature = "tls")) && trimmed.starts_with(SENTINEL_TLS_SCHEME) {
@@ -69,7 +77,7 @@ impl Target {
                     "rediss+sentinel:// (TLS) needs leasehold's `tls` feature".to_owned(),
                 ));
             }
-            return Ok(Target::Sentinel(Sentinel::parse(trimmed)?));
+            return Ok(Endpoint::Sentinel(Sentinel::parse(trimmed)?));
         }
         if cfg!(not(feature = "tls")) && trimmed.starts_with("rediss://") {
             return Err(InvalidArgument::BadUrl(
@@ -78,10 +86,12 @@ impl Target {
         }
         // The URL is not repeated in the error: it may carry a password.
         redis::Client::open(url)
-            .map(Target::Single)
+            .map(Endpoint::Single)
             .map_err(|e| InvalidArgument::BadUrl(e.to_string()))
     }
+}
 
+impl Target {
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Target::Cluster(_))
     }
@@ -95,7 +105,7 @@ impl Target {
     pub(crate) fn channel_prefix(&self, prefix: &str) -> String {
         match self {
             Target::Cluster(_) => String::new(),
-            Target::Sentinel(_) | Target::Followed(_) => format!("{prefix}:wake:="),
+            Target::Followed(_) => format!("{prefix}:wake:="),
             Target::Single(_) => format!("{prefix}:wake:"),
         }
     }
@@ -233,21 +243,21 @@ mod tests {
 
     #[test]
     fn cluster_urls_parse_into_seeds_and_others_into_one_server() {
-        let Ok(Target::Cluster(cluster)) = Target::parse("redis+cluster://127.0.0.1:7000,h:7001")
+        let Ok(Endpoint::Cluster(cluster)) = Endpoint::parse("redis+cluster://127.0.0.1:7000,h:7001")
         else {
             panic!("a cluster URL");
         };
         assert_eq!(cluster.seeds.len(), 2);
         assert!(matches!(
-            Target::parse("redis://127.0.0.1:6379"),
-            Ok(Target::Single(_))
+            Endpoint::parse("redis://127.0.0.1:6379"),
+            Ok(Endpoint::Single(_))
         ));
         assert!(matches!(
-            Target::parse("redis+cluster://127.0.0.1"),
-            Ok(Target::Cluster(_))
+            Endpoint::parse("redis+cluster://127.0.0.1"),
+            Ok(Endpoint::Cluster(_))
         ));
         assert!(matches!(
-            Target::parse("redis+cluster://unix:/x"),
+            Endpoint::parse("redis+cluster://unix:/x"),
             Err(InvalidArgument::BadUrl(_))
         ));
     }

@@ -428,9 +428,7 @@ impl Wakeups {
     /// Must run inside a tokio runtime.
     pub(crate) async fn ready(&self, lock_key: &str) {
         let mut subscribed = match &self.target {
-            Target::Single(_) | Target::Sentinel(_) | Target::Followed(_) => {
-                self.shared.subscribed.subscribe()
-            }
+            Target::Single(_) | Target::Followed(_) => self.shared.subscribed.subscribe(),
             Target::Cluster(_) => {
                 let Some(local) = self.shared.locals().get(lock_key).cloned() else {
                     return;
@@ -474,8 +472,6 @@ impl Wakeups {
                 Target::Followed(followed) => {
                     Box::pin(task.run(Source::Followed(Arc::clone(followed))))
                 }
-                // Never a client's target (connect turns it into `Followed`).
-                Target::Sentinel(_) => Box::pin(std::future::pending()),
                 Target::Cluster(cluster) => {
                     let (requests, received) = tokio::sync::mpsc::unbounded_channel();
                     *self.requests.lock().unwrap_or_else(|e| e.into_inner()) = Some(requests);

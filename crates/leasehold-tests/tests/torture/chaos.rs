@@ -709,7 +709,7 @@ fn keys_without_ttl(mut con: redis::Connection) -> Vec<String> {
 
 pub struct Outcome {
     report: Report,
-    stats: Stats,
+    pub stats: Stats,
     faults: usize,
     keys_without_ttl: Vec<String>,
 }

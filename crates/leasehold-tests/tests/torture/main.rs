@@ -145,6 +145,16 @@ async fn torture(topologies: &[Topology], kinds: &str, seconds: u64) {
                 .map_or(1, |d| d.as_nanos() as u64)
         });
     let mut failed = Vec::new();
+    for kind in kinds.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+        let known = matches!(kind, "mutex" | "fair" | "rw" | "reentrant")
+            || kind
+                .strip_prefix("semaphore:")
+                .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 0));
+        assert!(
+            known,
+            "unknown torture kind {kind:?}: the kinds are mutex, fair, rw, reentrant, semaphore:N"
+        );
+    }
     for &topology in topologies {
         for kind in kinds.split(',').map(str::trim).filter(|k| !k.is_empty()) {
             if topology == Topology::Quorum && !QUORUM_KINDS.split(',').any(|k| k == kind) {
@@ -170,6 +180,10 @@ async fn torture(topologies: &[Topology], kinds: &str, seconds: u64) {
             }
             if outcome.violations() > 0 {
                 failed.push(format!("{topology} {kind}"));
+            }
+            // A run in which no worker finished a section tested nothing: the workers could not lock at all.
+            if outcome.stats.sections == 0 {
+                failed.push(format!("{topology} {kind}: no section completed"));
             }
         }
     }
