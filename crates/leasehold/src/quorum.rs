@@ -825,56 +825,67 @@ impl Drop for UndoRound {
     }
 }
 
+impl QuorumInner {
+    /// Runs a `renew.lua` call for `leases` leases on every node at once; a lease is renewed when a majority
+    /// confirmed, lost when so many nodes report its key gone or taken that no majority can confirm any more, and
+    /// left [`UNCONFIRMED`] otherwise. Also says how many nodes answered. Nothing ever re-creates a lapsed key, or
+    /// deletes one on a failed renewal.
+    async fn renew_on_nodes(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+        leases: usize,
+    ) -> (crate::keeper::Renewed, usize) {
+        // Each node runs one client's requests in the order they were sent, so the send order is the run order.
+        let run = self.renewals.fetch_add(1, Ordering::Relaxed);
+        let replies: Vec<Option<Vec<i64>>> = join_all(self.nodes.iter().map(|node| async move {
+            match tokio::time::timeout(
+                self.call_bound(),
+                node.invoke_idempotent::<Vec<i64>>(invocation),
+            )
+            .await
+            {
+                Ok(Ok(reply)) if reply.len() == leases + 1 => Some(reply),
+                _ => None,
+            }
+        }))
+        .await;
+        let answered = replies.iter().flatten().count();
+        if answered == 0 {
+            return (Err("no quorum node answered".to_owned()), 0);
+        }
+        let majority = self.nodes.len() / 2 + 1;
+        let codes = (1..=leases)
+            .map(|i| {
+                let codes = replies.iter().flatten().map(|reply| reply[i]);
+                let renewed = codes.clone().filter(|&c| c == 1).count();
+                let lost = codes.clone().filter(|&c| c <= 0).count();
+                if renewed >= majority {
+                    1
+                } else if lost > self.nodes.len() - majority {
+                    codes.clone().find(|&c| c == -1).unwrap_or(0)
+                } else {
+                    UNCONFIRMED
+                }
+            })
+            .collect();
+        (Ok((run, codes)), answered)
+    }
+}
+
 impl Renews for QuorumInner {
     fn by_slot(&self) -> bool {
         false
     }
 
-    /// Renews the batch on every node at once (one `renew.lua` call per node); a lease is renewed when a majority
-    /// confirmed, lost when so many nodes report its key gone or taken that no majority can confirm any more, and
-    /// left unconfirmed (retried until its deadline) otherwise. Nothing ever re-creates a lapsed key, or deletes one
-    /// on a failed renewal.
+    /// The batch on every node at once, one call per node (see [`QuorumInner::renew_on_nodes`]).
     fn renew<'a>(
         &'a self,
         leases: &'a [Arc<LeaseShared>],
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::keeper::Renewed> + Send + 'a>>
     {
         Box::pin(async move {
-            // Each node runs one client's requests in the order they were sent, so the send order is the run order.
-            let run = self.renewals.fetch_add(1, Ordering::Relaxed);
-            let invocation = &crate::keeper::renew_invocation(leases);
-            let replies: Vec<Option<Vec<i64>>> =
-                join_all(self.nodes.iter().map(|node| async move {
-                    match tokio::time::timeout(
-                        self.call_bound(),
-                        node.invoke_idempotent::<Vec<i64>>(invocation),
-                    )
-                    .await
-                    {
-                        Ok(Ok(reply)) if reply.len() == leases.len() + 1 => Some(reply),
-                        _ => None,
-                    }
-                }))
-                .await;
-            if replies.iter().all(Option::is_none) {
-                return Err("no quorum node answered".to_owned());
-            }
-            let majority = self.nodes.len() / 2 + 1;
-            let codes = (1..=leases.len())
-                .map(|i| {
-                    let codes = replies.iter().flatten().map(|reply| reply[i]);
-                    let renewed = codes.clone().filter(|&c| c == 1).count();
-                    let lost = codes.clone().filter(|&c| c <= 0).count();
-                    if renewed >= majority {
-                        1
-                    } else if lost > self.nodes.len() - majority {
-                        codes.clone().find(|&c| c == -1).unwrap_or(0)
-                    } else {
-                        UNCONFIRMED
-                    }
-                })
-                .collect();
-            Ok((run, codes))
+            let invocation = crate::keeper::renew_invocation(leases);
+            self.renew_on_nodes(&invocation, leases.len()).await.0
         })
     }
 }
@@ -909,6 +920,85 @@ impl std::ops::Deref for QuorumGuard {
 }
 
 impl QuorumGuard {
+    /// Moves the lease end to `ttl` from now on every node that still holds this grant; it counts once a majority
+    /// confirmed. Later renewals go back to the mutex's lease. A lease that already ended cannot be extended back to
+    /// life, and a failed extension deletes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease already ended locally; [`Error::NotOwner`] when so many nodes report the
+    /// key gone or taken that no majority holds it (the lease then ends); [`Error::NoQuorum`] when too few nodes
+    /// confirmed either way (the extension may have happened on some: the deadline assumes the worst, at most `ttl`
+    /// from the call when that is sooner, until a later renewal is confirmed); [`Error::InvalidArgument`] for a TTL
+    /// out of range.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, with the same rule as on one server ([`MutexGuard::extend`](crate::MutexGuard::extend)).
+    pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
+        require_runtime()?;
+        check_ttl(ttl)?;
+        let shared = &self.lease.shared;
+        let lost = |reason| Error::LeaseLost {
+            name: shared.keys.name().to_owned(),
+            reason,
+        };
+        if let Some(reason) = self.lease.loss() {
+            return Err(lost(reason));
+        }
+        // Registered before it is sent, as on one server: a shorter `ttl` lowers the deadline at once.
+        let Some(request) = shared.begin(ttl) else {
+            return Err(lost(self.lease.loss().unwrap_or(LossReason::Expired)));
+        };
+        let mut invocation = crate::scripts::RENEW.key(&shared.keys.lock);
+        invocation.arg(&shared.token).arg(millis(ttl));
+        let (renewed, answered) = self.inner.renew_on_nodes(&invocation, 1).await;
+        // The keeper schedules renewals from the deadline: let it look again.
+        self.inner.keeper.nudge();
+        match renewed.map(|(run, codes)| (run, codes.first().copied())) {
+            Ok((run, Some(1))) => {
+                shared.confirm(request, run);
+                match self.lease.loss() {
+                    None => Ok(()),
+                    Some(reason) => Err(lost(reason)),
+                }
+            }
+            Ok((_, Some(code))) if code != UNCONFIRMED => {
+                shared.end(crate::guard::loss_reason(code));
+                Err(Error::NotOwner {
+                    name: shared.keys.name().to_owned(),
+                })
+            }
+            _ => Err(Error::NoQuorum {
+                name: shared.keys.name().to_owned(),
+                answered,
+                nodes: self.inner.nodes.len(),
+            }),
+        }
+    }
+
+    /// Runs `work` while the lease holds, and drops it the moment the lease is lost (as
+    /// [`MutexGuard::run_until_lost`](crate::MutexGuard::run_until_lost) does).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the lease ended before `work` finished (at the latest at the validity deadline).
+    pub async fn run_until_lost<F: std::future::Future>(
+        &self,
+        work: F,
+    ) -> Result<F::Output, Error> {
+        require_runtime()?;
+        let lost = self.lease.lost();
+        tokio::select! {
+            biased;
+            reason = lost => Err(Error::LeaseLost {
+                name: self.lease.name().to_owned(),
+                reason,
+            }),
+            output = work => Ok(output),
+        }
+    }
+
     /// Releases the lock on every node (owner-checked). The lease reads released before any request leaves.
     ///
     /// # Errors

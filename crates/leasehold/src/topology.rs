@@ -243,7 +243,8 @@ mod tests {
 
     #[test]
     fn cluster_urls_parse_into_seeds_and_others_into_one_server() {
-        let Ok(Endpoint::Cluster(cluster)) = Endpoint::parse("redis+cluster://127.0.0.1:7000,h:7001")
+        let Ok(Endpoint::Cluster(cluster)) =
+            Endpoint::parse("redis+cluster://127.0.0.1:7000,h:7001")
         else {
             panic!("a cluster URL");
         };

@@ -460,3 +460,70 @@ async fn many_quorum_leases_are_renewed_in_one_call_per_node() {
         guard.release().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn extend_counts_with_a_majority_and_never_deletes_or_recreates() {
+    let mut nodes = servers(3);
+    let q = quorum(&nodes).await;
+    let key = "leasehold:{extend}";
+    let pttl = |node: &RedisServer| -> i64 {
+        redis::cmd("PTTL")
+            .arg(key)
+            .query(&mut node.connection())
+            .unwrap()
+    };
+    let guard = q
+        .mutex("extend")
+        .ttl(Duration::from_secs(5))
+        .try_lock()
+        .await
+        .unwrap();
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    assert!(guard.valid_until() > tokio::time::Instant::now() + Duration::from_secs(50));
+    within(
+        Duration::from_secs(5),
+        "the extension on every node",
+        async {
+            while nodes.iter().any(|n| pttl(n) < 50_000) {
+                tokio::time::sleep(Duration::from_millis(5)).await; // the third node is not awaited: polled
+            }
+        },
+    )
+    .await;
+    // The key gone from two nodes of three: no majority can hold it. The extension says so and ends the lease, and
+    // it neither re-creates the key on those two nor deletes it from the third.
+    for node in &nodes[..2] {
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .query(&mut node.connection())
+            .unwrap();
+    }
+    match guard.extend(Duration::from_secs(60)).await {
+        Err(Error::NotOwner { .. }) => {}
+        other => panic!("expected NotOwner, got {other:?}"),
+    }
+    assert_eq!(guard.loss(), Some(LossReason::Gone));
+    assert_eq!(get(&nodes[0], key), None);
+    assert_eq!(get(&nodes[1], key), None);
+    assert_eq!(get(&nodes[2], key).as_deref(), Some(guard.token()));
+    drop(guard);
+    // Too few nodes answer: neither confirmed nor refused, a typed error, and the lease stays as it was.
+    let held = q
+        .mutex("extend-2")
+        .ttl(Duration::from_secs(5))
+        .try_lock()
+        .await
+        .unwrap();
+    nodes[0].kill();
+    nodes[1].kill();
+    match held.extend(Duration::from_secs(60)).await {
+        Err(Error::NoQuorum {
+            answered: 1,
+            nodes: 3,
+            ..
+        }) => {}
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    assert!(held.is_held());
+    assert!(held.valid_until() < tokio::time::Instant::now() + Duration::from_secs(6));
+}
