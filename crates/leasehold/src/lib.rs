@@ -258,7 +258,7 @@ pub use keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
 pub use lease::{Lease, LossReason};
 pub use mutex::{Mutex, DEFAULT_TTL};
 pub use quorum::{
-    Quorum, QuorumGuard, QuorumMutex, DEFAULT_NODE_TIMEOUT, MIN_NODES, PROPOSAL_LEAD,
+    Quorum, QuorumGuard, QuorumMutex, QuorumRwLock, DEFAULT_NODE_TIMEOUT, MIN_NODES, PROPOSAL_LEAD,
 };
 pub use reentrant::{ReentrantGuard, ReentrantMutex, MAX_DEPTH};
 pub use rwlock::{RwLock, WriteGuard};

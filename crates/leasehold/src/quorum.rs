@@ -368,6 +368,27 @@ impl Quorum {
     /// until it is used.
     pub fn mutex(&self, name: &str) -> QuorumMutex {
         QuorumMutex {
+            lock: self.lock(name),
+        }
+    }
+
+    /// A handle for the read-write lock called `name` on the quorum (lease 30 s, renewed every third of it): any
+    /// number of readers, or one writer, each holding a share on a majority. Cheap; nothing is sent until it is used.
+    ///
+    /// Exclusion follows from quorum intersection as for the mutex: a writer's majority and a reader's share a node,
+    /// which never holds a write share beside any other. A waiting writer keeps new readers out (on each node it
+    /// asked, for up to 3 s after its last round), so that a stream of overlapping readers cannot starve it. Fences
+    /// increase across sections that exclude each other (a write and anything else); two readers that overlap are
+    /// not ordered. A lock name is either a mutex or a read-write lock: a node that holds the other kind answers
+    /// that it is not a lock of this kind ([`Error::NotALock`]).
+    pub fn rw_lock(&self, name: &str) -> QuorumRwLock {
+        QuorumRwLock {
+            lock: self.lock(name),
+        }
+    }
+
+    fn lock(&self, name: &str) -> QuorumLock {
+        QuorumLock {
             quorum: self.clone(),
             keys: LockKeys::new(&self.inner.prefix, name),
             ttl: Duration::from_secs(30),
@@ -378,6 +399,41 @@ impl Quorum {
 /// A mutex held on a majority of a [`Quorum`]'s nodes.
 #[derive(Debug, Clone)]
 pub struct QuorumMutex {
+    lock: QuorumLock,
+}
+
+/// A read-write lock held on a majority of a [`Quorum`]'s nodes: see [`Quorum::rw_lock`].
+#[derive(Debug, Clone)]
+pub struct QuorumRwLock {
+    lock: QuorumLock,
+}
+
+/// What a quorum lock's rounds ask each node for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ask {
+    /// The mutex: the lock key holds the owner token.
+    Mutex,
+    /// A read share: the lock key is a set of holds (`set.lua`), this one tagged `r`.
+    Read,
+    /// The write share: alone in the set of holds, tagged `w`.
+    Write,
+}
+
+impl Ask {
+    /// A new token for one round: a mutex's owner token, or a share's hold (`"<tag> <token>"`).
+    fn token(self) -> Result<String, Error> {
+        let token = new_token(None)?;
+        Ok(match self {
+            Ask::Mutex => token,
+            Ask::Read => format!("r {token}"),
+            Ask::Write => format!("w {token}"),
+        })
+    }
+}
+
+/// The rounds of one lock of a quorum, whatever its kind.
+#[derive(Debug, Clone)]
+struct QuorumLock {
     quorum: Quorum,
     keys: Result<Arc<LockKeys>, InvalidArgument>,
     ttl: Duration,
@@ -389,6 +445,9 @@ enum Vote {
     Granted { fence: i64, took: bool },
     /// Held by someone else, for this much longer (when the key has an expiry).
     Busy(Option<Duration>),
+    /// The key holds something else: not a leasehold lock, or a lock of the other kind (a mutex where a read-write
+    /// lock is asked for, or the reverse).
+    Foreign,
     /// No answer in time, or an error.
     Silent,
 }
@@ -396,7 +455,7 @@ enum Vote {
 impl QuorumMutex {
     /// The lease of every grant (default 30 s): renewed every third of it while the guard lives.
     pub fn ttl(mut self, ttl: Duration) -> QuorumMutex {
-        self.ttl = ttl;
+        self.lock.ttl = ttl;
         self
     }
 
@@ -407,8 +466,7 @@ impl QuorumMutex {
     /// [`Error::Busy`] when enough nodes answered but too few granted; [`Error::NoQuorum`] when too few answered
     /// (nothing is left behind on any node either way); [`Error::InvalidArgument`] for a bad name or lease.
     pub async fn try_lock(&self) -> Result<QuorumGuard, Error> {
-        let keys = self.checked()?;
-        self.round(&keys).await
+        self.lock.try_acquire(Ask::Mutex).await
     }
 
     /// Rounds until one grants the lock, however long that takes (see [`lock_timeout`](QuorumMutex::lock_timeout)).
@@ -418,9 +476,7 @@ impl QuorumMutex {
     /// [`Error::InvalidArgument`] for a bad name or lease; anything but a busy lock or unreachable nodes (which it
     /// waits out) ends the wait with that error.
     pub async fn lock(&self) -> Result<QuorumGuard, Error> {
-        // A century: no deadline in practice, and no overflow on the lease clock.
-        self.lock_timeout(Duration::from_secs(100 * 365 * 24 * 3600))
-            .await
+        self.lock.acquire(Ask::Mutex, FOREVER).await
     }
 
     /// Rounds until one grants the lock or `timeout` passes, each after a random delay longer than a round (so that
@@ -432,7 +488,89 @@ impl QuorumMutex {
     /// [`Error::Timeout`] when the time ran out while the lock was held; [`Error::NoQuorum`] when it ran out while too
     /// few nodes answered; [`Error::InvalidArgument`] as for [`try_lock`](QuorumMutex::try_lock).
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<QuorumGuard, Error> {
+        self.lock.acquire(Ask::Mutex, timeout).await
+    }
+}
+
+impl QuorumRwLock {
+    /// The lease of every grant (default 30 s): renewed every third of it while the guard lives.
+    pub fn ttl(mut self, ttl: Duration) -> QuorumRwLock {
+        self.lock.ttl = ttl;
+        self
+    }
+
+    /// One round for a read share.
+    ///
+    /// # Errors
+    ///
+    /// As [`QuorumMutex::try_lock`]: [`Error::Busy`] when a writer holds the lock or waits for it.
+    pub async fn try_read(&self) -> Result<QuorumGuard, Error> {
+        self.lock.try_acquire(Ask::Read).await
+    }
+
+    /// Rounds until a read share is granted (see [`QuorumMutex::lock`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`QuorumMutex::lock`].
+    pub async fn read(&self) -> Result<QuorumGuard, Error> {
+        self.lock.acquire(Ask::Read, FOREVER).await
+    }
+
+    /// Rounds until a read share is granted or `timeout` passes (see [`QuorumMutex::lock_timeout`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`QuorumMutex::lock_timeout`].
+    pub async fn read_timeout(&self, timeout: Duration) -> Result<QuorumGuard, Error> {
+        self.lock.acquire(Ask::Read, timeout).await
+    }
+
+    /// One round for the write share. A single try does not keep readers out.
+    ///
+    /// # Errors
+    ///
+    /// As [`QuorumMutex::try_lock`]: [`Error::Busy`] when anyone holds the lock, or another writer waits.
+    pub async fn try_write(&self) -> Result<QuorumGuard, Error> {
+        self.lock.try_acquire(Ask::Write).await
+    }
+
+    /// Rounds until the write share is granted; meanwhile new readers are kept out (see [`Quorum::rw_lock`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`QuorumMutex::lock`].
+    pub async fn write(&self) -> Result<QuorumGuard, Error> {
+        self.lock.acquire(Ask::Write, FOREVER).await
+    }
+
+    /// Rounds until the write share is granted or `timeout` passes.
+    ///
+    /// # Errors
+    ///
+    /// As [`QuorumMutex::lock_timeout`].
+    pub async fn write_timeout(&self, timeout: Duration) -> Result<QuorumGuard, Error> {
+        self.lock.acquire(Ask::Write, timeout).await
+    }
+}
+
+/// A century: no deadline in practice, and no overflow on the lease clock.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+impl QuorumLock {
+    async fn try_acquire(&self, ask: Ask) -> Result<QuorumGuard, Error> {
         let keys = self.checked()?;
+        self.round(&keys, ask, None).await
+    }
+
+    /// Rounds until one grants, or `timeout` passes: see [`QuorumMutex::lock_timeout`].
+    async fn acquire(&self, ask: Ask, timeout: Duration) -> Result<QuorumGuard, Error> {
+        let keys = self.checked()?;
+        // A waiting writer's id, the same in every round: the nodes keep new readers out while it waits.
+        let writer = match ask {
+            Ask::Write => Some(new_token(None)?),
+            Ask::Mutex | Ask::Read => None,
+        };
         let started = Instant::now();
         let deadline = started + timeout;
         // Why the last complete round failed: too few nodes answered (reported as such at the deadline), or the lock
@@ -446,7 +584,8 @@ impl QuorumMutex {
             let released = freed.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            let outcome = tokio::time::timeout_at(deadline, self.round(&keys)).await;
+            let outcome =
+                tokio::time::timeout_at(deadline, self.round(&keys, ask, writer.as_deref())).await;
             let last = Duration::from_micros(inner.round_us.load(Ordering::Relaxed));
             let pause = match outcome {
                 Ok(Ok(guard)) => return Ok(guard),
@@ -499,7 +638,12 @@ impl QuorumMutex {
         Ok(keys)
     }
 
-    async fn round(&self, keys: &Arc<LockKeys>) -> Result<QuorumGuard, Error> {
+    async fn round(
+        &self,
+        keys: &Arc<LockKeys>,
+        ask: Ask,
+        writer: Option<&str>,
+    ) -> Result<QuorumGuard, Error> {
         let inner = &self.quorum.inner;
         // Just released it while others waited: let one of them go first (a releaser that asks again at once would win
         // every time, being nearest).
@@ -507,7 +651,7 @@ impl QuorumMutex {
         if let Some(until) = inner.wakers.yielding(&keys.lock, last) {
             tokio::time::sleep_until(until).await;
         }
-        let token = new_token(None)?;
+        let token = ask.token()?;
         // Undoes this round on every node unless it ends in a guard (also when the caller drops the future).
         let mut undo = UndoRound {
             inner: Arc::clone(inner),
@@ -520,7 +664,13 @@ impl QuorumMutex {
         let sent = crate::clock::now();
         let valid_until = sent + self.ttl - drift(self.ttl);
         let votes = Votes::collect(
-            inner, keys, &token, self.ttl, proposal, majority, &undo.over,
+            inner,
+            keys,
+            (&token, writer),
+            self.ttl,
+            proposal,
+            majority,
+            &undo.over,
         )
         .await;
         inner.round_us.store(
@@ -595,6 +745,8 @@ struct Votes {
     granted: Vec<Grant>,
     /// Remaining leases reported by nodes held by someone else.
     busy: Vec<Option<Duration>>,
+    /// Nodes whose key holds something else than a lock of this kind.
+    foreign: usize,
     answered: usize,
 }
 
@@ -607,7 +759,7 @@ impl Votes {
     async fn collect(
         inner: &Arc<QuorumInner>,
         keys: &Arc<LockKeys>,
-        token: &str,
+        (token, writer): (&str, Option<&str>),
         ttl: Duration,
         proposal: i64,
         majority: usize,
@@ -617,8 +769,9 @@ impl Votes {
             .map(|node| {
                 let (inner, keys, over) = (Arc::clone(inner), Arc::clone(keys), Arc::clone(over));
                 let token = token.to_owned();
+                let writer = writer.unwrap_or_default().to_owned();
                 let late = tokio::spawn(async move {
-                    let vote = vote(&inner, node, &keys, &token, ttl, proposal).await;
+                    let vote = vote(&inner, node, &keys, (&token, &writer), ttl, proposal).await;
                     if matches!(vote, Vote::Granted { .. }) && over.load(Ordering::Acquire) {
                         release_on(&inner, &inner.nodes[node], &keys, &token).await;
                     }
@@ -630,6 +783,7 @@ impl Votes {
         let mut votes = Votes {
             granted: Vec::new(),
             busy: Vec::new(),
+            foreign: 0,
             answered: 0,
         };
         while let Some((node, vote)) = pending.next().await {
@@ -641,6 +795,10 @@ impl Votes {
                 Vote::Busy(left) => {
                     votes.answered += 1;
                     votes.busy.push(left);
+                }
+                Vote::Foreign => {
+                    votes.answered += 1;
+                    votes.foreign += 1;
                 }
                 Vote::Silent => {}
             }
@@ -659,6 +817,15 @@ impl Votes {
 
     /// Why a round without a majority's grant failed.
     fn failure(&self, keys: &LockKeys, nodes: usize, majority: usize) -> Error {
+        // So many nodes hold something else under the name that no majority can grant it.
+        if self.foreign > nodes - majority {
+            return Error::NotALock {
+                key: keys.lock.clone(),
+                detail: "a majority of the quorum's nodes hold something else there: another lock kind, or data \
+                         leasehold did not write"
+                    .to_owned(),
+            };
+        }
         if self.answered < majority {
             return Error::NoQuorum {
                 name: keys.name().to_owned(),
@@ -687,18 +854,21 @@ async fn vote(
     inner: &QuorumInner,
     node: usize,
     keys: &LockKeys,
-    token: &str,
+    (token, writer): (&str, &str),
     ttl: Duration,
     proposal: i64,
 ) -> Vote {
     let mut invocation = QUORUM_ACQUIRE.key(&keys.lock);
     invocation
         .key(keys.fence())
+        .key(keys.queue())
         .arg(token)
         .arg(millis(ttl))
         .arg(proposal)
         .arg(millis(inner.fence_retention))
-        .arg(PROPOSAL_LEAD.as_micros() as u64);
+        .arg(PROPOSAL_LEAD.as_micros() as u64)
+        .arg(writer)
+        .arg(millis(crate::scripts::LIVENESS));
     let asked = inner.local_us();
     let reply = tokio::time::timeout(
         inner.call_bound(),
@@ -718,6 +888,7 @@ async fn vote(
             took: *took == 1,
         },
         [_, 0, left, ..] => Vote::Busy(u64::try_from(*left).ok().map(Duration::from_millis)),
+        [_, -1, ..] => Vote::Foreign,
         _ => Vote::Silent,
     }
 }

@@ -52,7 +52,7 @@ pub fn source(name: &str) -> Option<String> {
         "inspect" => (&[], include_str!("scripts/inspect.lua")),
         "probe" => (&[], include_str!("scripts/probe.lua")),
         "fence_up" => (&[], include_str!("scripts/fence_up.lua")),
-        "quorum_acquire" => (&[GRANT], include_str!("scripts/quorum_acquire.lua")),
+        "quorum_acquire" => (&[GRANT, SET], include_str!("scripts/quorum_acquire.lua")),
         "quorum_release" => (&[], include_str!("scripts/quorum_release.lua")),
         _ => return None,
     };

@@ -536,3 +536,75 @@ async fn extend_counts_with_a_majority_and_never_deletes_or_recreates() {
     assert!(held.is_held());
     assert!(held.valid_until() < tokio::time::Instant::now() + Duration::from_secs(6));
 }
+
+#[tokio::test]
+async fn quorum_readers_share_a_writer_excludes_them_and_a_waiting_writer_keeps_new_readers_out() {
+    let nodes = servers(3);
+    let q = quorum(&nodes).await;
+    let rw = q.rw_lock("doc").ttl(Duration::from_secs(10));
+    let first = rw.try_read().await.unwrap();
+    let second = rw.try_read().await.unwrap();
+    assert!(first.is_held() && second.is_held());
+    match rw.try_write().await {
+        Err(Error::Busy { .. }) => {}
+        other => panic!("a writer beside readers: {other:?}"),
+    }
+    // A single try keeps nobody out: readers still get in.
+    let third = rw.try_read().await.unwrap();
+    // A waiting writer does keep new readers out, and gets in once the readers it waits for are gone.
+    let waiting = tokio::spawn({
+        let rw = rw.clone();
+        async move { rw.write_timeout(Duration::from_secs(10)).await }
+    });
+    within(
+        Duration::from_secs(5),
+        "the writer's intent on a majority",
+        async {
+            while nodes
+                .iter()
+                .filter(|n| get(n, "leasehold:{doc}:queue").is_some())
+                .count()
+                < 2
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await; // the intent is set by the writer's round: polled
+            }
+        },
+    )
+    .await;
+    match rw.try_read().await {
+        Err(Error::Busy { .. }) => {}
+        other => panic!("a new reader while a writer waits: {other:?}"),
+    }
+    let read_fences = [first.fence(), second.fence(), third.fence()];
+    for reader in [first, second, third] {
+        reader.release().await.unwrap();
+    }
+    let writer = within(Duration::from_secs(5), "the writer's grant", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        read_fences.iter().all(|&f| writer.fence() > f),
+        "the writer's fence {} is not above the readers' {read_fences:?}",
+        writer.fence()
+    );
+    match rw.try_read().await {
+        Err(Error::Busy { .. }) => {}
+        other => panic!("a reader beside the writer: {other:?}"),
+    }
+    // The same name as a mutex is another kind: refused as such, nothing changed.
+    match q.mutex("doc").try_lock().await {
+        Err(Error::NotALock { .. }) => {}
+        other => panic!("a mutex on a read-write lock's name: {other:?}"),
+    }
+    writer.release().await.unwrap();
+    let reader = rw.try_read().await.unwrap();
+    reader.release().await.unwrap();
+    for node in &nodes {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg("leasehold:{doc}")
+            .query(&mut node.connection())
+            .unwrap();
+        assert_eq!(exists, 0, "the set of holds outlived its last share");
+    }
+}

@@ -1,62 +1,126 @@
--- quorum_acquire: one node's vote in a quorum round (quorum.rs). Takes the lock if it is free and draws this node's
--- fence as a single server does (grant.lua); when the caller proposed a fence for the whole quorum, the node takes
--- that instead if it is at least what it would draw and not too far past its own clock. A round whose proposal a
--- majority took in their grants has its fence in one round trip; otherwise the caller writes back the largest fence
--- it saw (fence_up.lua). Idempotent per token: a re-sent request answers the grant of its first run.
+-- quorum_acquire: one node's vote in a quorum round (quorum.rs), for a quorum mutex or a share of a quorum read-write
+-- lock. Takes the lock if it is free (a share: if it admits the share) and draws this node's fence as a single
+-- server does (grant.lua); when the caller proposed a fence for the whole quorum, the node takes that instead if it
+-- is at least what it would draw and not too far past its own clock. A round whose proposal a majority took in their
+-- grants has its fence in one round trip; otherwise the caller writes back the largest fence it saw (fence_up.lua).
+-- Idempotent per token: a re-sent request answers the grant of its first run.
 --
--- KEYS[1]  lock key: the owner token with a millisecond expiry
+-- KEYS[1]  lock key: a mutex's owner token with a millisecond expiry; a read-write lock's set of holds (set.lua)
 -- KEYS[2]  its fence counter
--- ARGV[1]  the caller's new owner token (starts with "dl1:")
+-- KEYS[3]  a read-write lock's writer intent: the wait id of a waiting writer, which keeps new readers out (a
+--          string with a short expiry; unused by the mutex)
+-- ARGV[1]  the caller's new owner token (starts with "dl1:"), or its hold ("r <token>", "w <token>")
 -- ARGV[2]  the lease, in milliseconds
 -- ARGV[3]  the proposed fence (a decimal string), or "0" for none
 -- ARGV[4]  how long a fence counter lives after it was created, in milliseconds
 -- ARGV[5]  how far past this node's clock a proposal may be, in microseconds
+-- ARGV[6]  for a writer: its wait id (the same for every round of one wait), and ARGV[7] how long its intent lasts
+--          without another round, ms; "" otherwise
 --
 -- Returns  {now, code, value, ms, took}, `now` being the server time in microseconds when the script ran (a decimal
 --          string):
 --          1, fence, ms, took   granted, with `ms` left on the lease (all of it, unless the request ran before);
 --                               `took` is 1 when the fence is the proposal, else 0
---          0, pttl, 0, 0        held by another owner; pttl is its time left in ms (-1: no expiry)
---          -1, 0, 0, 0          the lock key holds something leasehold did not write (nothing changed)
+--          0, ms, 0, 0          busy: held by another owner (or, for a reader, a writer waits); ms until the latest
+--                               hold in the way ends (-1: no expiry)
+--          -1, 0, 0, 0          the lock key holds something leasehold did not write, or a lock of the other kind
+--                               (nothing changed)
 --          -2, 0, 0, 0          the fence key holds something that is not a number (nothing was granted)
 --
 -- Decimal strings without leading zeros compare as numbers by length, then bytes.
 local now = clock_us()
-local token, proposal = ARGV[1], ARGV[3]
+local now_ms = tonumber(string.sub(now, 1, -4))
+local lock, fence_key, token, ttl, proposal = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
 
 local function below(a, b)
     return #a < #b or (#a == #b and a < b)
 end
 
-if redis.call('SET', KEYS[1], token, 'NX', 'PX', ARGV[2]) then
-    local fence = draw_fence(KEYS[2], now, ARGV[4])
-    if not fence then
-        redis.call('DEL', KEYS[1])
-        return {now, -2, 0, 0, 0}
+-- The fence of a grant made now: this node's draw, or the proposal when it may take it. Nil when the counter is not
+-- a number.
+local function fence()
+    local drawn = draw_fence(fence_key, now, ARGV[4])
+    if not drawn then
+        return nil
     end
     local limit = string.format('%d', tonumber(now) + tonumber(ARGV[5]))
-    if proposal ~= '0' and not below(proposal, fence) and not below(limit, proposal) then
-        if proposal ~= fence then
-            redis.call('SET', KEYS[2], proposal, 'KEEPTTL')
+    if proposal ~= '0' and not below(proposal, drawn) and not below(limit, proposal) then
+        if proposal ~= drawn then
+            redis.call('SET', fence_key, proposal, 'KEEPTTL')
         end
-        return {now, 1, proposal, tonumber(ARGV[2]), 1}
+        return proposal, 1
     end
-    return {now, 1, fence, tonumber(ARGV[2]), 0}
+    return drawn, 0
 end
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) ~= 'string' then
-    return {now, -1, 0, 0, 0}
-end
-if holder == token then
-    -- A re-sent request: the grant of its first run, with the fence the counter holds now.
-    local fence = redis.call('GET', KEYS[2]) or '0'
+
+-- The fence a re-sent request reports: the counter now, taken from the proposal when it equals it.
+local function granted_before(ms)
+    local counter = redis.call('GET', fence_key) or '0'
     local took = 0
-    if fence == proposal then
+    if counter == proposal then
         took = 1
     end
-    return {now, 1, fence, redis.call('PTTL', KEYS[1]), took}
+    return {now, 1, counter, ms, took}
 end
-if string.sub(holder, 1, 4) ~= 'dl1:' then
+
+if string.sub(token, 1, 4) == 'dl1:' then
+    if redis.call('SET', lock, token, 'NX', 'PX', ttl) then
+        local f, took = fence()
+        if not f then
+            redis.call('DEL', lock)
+            return {now, -2, 0, 0, 0}
+        end
+        return {now, 1, f, tonumber(ttl), took}
+    end
+    local holder = redis.pcall('GET', lock)
+    if type(holder) ~= 'string' then
+        return {now, -1, 0, 0, 0}
+    end
+    if holder == token then
+        return granted_before(redis.call('PTTL', lock))
+    end
+    if string.sub(holder, 1, 4) ~= 'dl1:' then
+        return {now, -1, 0, 0, 0}
+    end
+    return {now, 0, redis.call('PTTL', lock), 0, 0}
+end
+
+-- A share of a read-write lock.
+local score = redis.pcall('ZSCORE', lock, token)
+if type(score) == 'table' then
     return {now, -1, 0, 0, 0}
 end
-return {now, 0, redis.call('PTTL', KEYS[1]), 0, 0}
+if score and tonumber(score) >= now_ms then
+    return granted_before(tonumber(score) - now_ms)
+end
+purge(lock, now_ms)
+local tag = string.sub(token, 1, 1)
+local intent = redis.pcall('GET', KEYS[3])
+if type(intent) == 'table' then
+    return {now, -1, 0, 0, 0}
+end
+local writer = ARGV[6]
+local clear = not intent or (tag == 'w' and intent == writer)
+if admits(lock, now_ms, tag, 0) and clear then
+    local f, took = fence()
+    if not f then
+        return {now, -2, 0, 0, 0}
+    end
+    store_hold(lock, token, now_ms, tonumber(ttl))
+    if intent then
+        redis.call('DEL', KEYS[3])
+    end
+    return {now, 1, f, tonumber(ttl), took}
+end
+local last = redis.call('ZRANGE', lock, -1, -1, 'WITHSCORES')
+local ms = -1
+if last[2] then
+    ms = tonumber(last[2]) - now_ms
+end
+if tag == 'w' and writer ~= '' and (not intent or intent == writer) then
+    -- The first waiting writer keeps new readers out until it got in, gave up, or stopped asking.
+    redis.call('SET', KEYS[3], writer, 'PX', ARGV[7])
+elseif intent and ms < 0 then
+    ms = redis.call('PTTL', KEYS[3])
+end
+return {now, 0, ms, 0, 0}
