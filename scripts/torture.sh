@@ -7,7 +7,7 @@
 #   KINDS    comma-separated, from mutex, fair, semaphore:N, rw, reentrant (default: all five, semaphore:2);
 #   TOPOLOGY where the lock lives: single (one redis-server, the default), cluster (3 primaries + 3 replicas, with
 #            failovers, slot migrations and killed primaries among the faults), quorum (5 independent redis-servers,
-#            Redlock, with faults of one or two nodes at a time; the mutex only, other kinds are skipped), or a list
+#            Redlock, with faults of one or two nodes at a time; mutex and rw only, other kinds are skipped), or a list
 #            such as single,cluster,quorum for each in turn.
 # An empty argument takes its default: scripts/torture.sh 60 "" "" cluster
 set -euo pipefail

@@ -145,15 +145,15 @@ async fn run_with(
     supervise(args, Held::One(guard), signals).await
 }
 
-/// `leasehold run` on a quorum of independent servers (`--redis` 3 or more times): the quorum mutex (the only kind
-/// there), then the same supervision as on one server.
+/// `leasehold run` on a quorum of independent servers (`--redis` 3 or more times): the quorum mutex, or with
+/// `--shared`/`--exclusive` a share of the quorum read-write lock, then the same supervision as on one server.
 async fn run_on_quorum(args: &RunArgs, signals: &mut Signals) -> anyhow::Result<u8> {
     use std::time::Duration;
     let name = args.name.as_str();
-    if args.fair || args.shared || args.exclusive || args.permits.is_some() {
+    if args.fair || args.permits.is_some() {
         return Err(fail(
             exit::USAGE,
-            "a quorum (--redis given 3 or more times) has the mutex only: drop --fair, --shared, --exclusive and \
+            "a quorum (--redis given 3 or more times) has the mutex and the read-write lock only: drop --fair and \
              --permits",
         ));
     }
@@ -161,14 +161,26 @@ async fn run_on_quorum(args: &RunArgs, signals: &mut Signals) -> anyhow::Result<
         quorum = connect::quorum(&args.redis) => quorum?,
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
-    let mutex = quorum.mutex(name).ttl(args.ttl);
+    let once = args.nonblock || args.wait == Some(Duration::ZERO);
+    let wait = args
+        .wait
+        .unwrap_or(Duration::from_secs(100 * 365 * 24 * 3600));
     let acquire = async {
-        if args.nonblock || args.wait == Some(Duration::ZERO) {
-            mutex.try_lock().await
-        } else if let Some(wait) = args.wait {
-            mutex.lock_timeout(wait).await
+        if args.shared || args.exclusive {
+            let rw = quorum.rw_lock(name).ttl(args.ttl);
+            match (args.exclusive, once) {
+                (true, true) => rw.try_write().await,
+                (true, false) => rw.write_timeout(wait).await,
+                (false, true) => rw.try_read().await,
+                (false, false) => rw.read_timeout(wait).await,
+            }
         } else {
-            mutex.lock().await
+            let mutex = quorum.mutex(name).ttl(args.ttl);
+            if once {
+                mutex.try_lock().await
+            } else {
+                mutex.lock_timeout(wait).await
+            }
         }
     };
     let acquired = tokio::select! {

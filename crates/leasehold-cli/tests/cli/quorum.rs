@@ -53,10 +53,18 @@ fn run_and_status_work_on_a_quorum_and_other_kinds_are_refused() {
     // Busy: exit 75 without waiting.
     let (code, _, stderr) = finish(with(&["run", "-n", "jobs", "--", "true"]), SOON);
     assert_eq!(code, Some(75), "{stderr}");
-    // Only the mutex exists on a quorum; two --redis are neither one server nor a quorum; list takes one server.
+    // The read-write lock exists on a quorum too; the fair kinds do not; two --redis are neither one server nor a
+    // quorum; list takes one server.
+    let (code, _, stderr) = finish(with(&["run", "--exclusive", "schema", "--", "true"]), SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, stderr) = finish(with(&["run", "--shared", "schema", "--", "true"]), SOON);
+    assert_eq!(code, Some(0), "{stderr}");
     let (code, _, stderr) = finish(with(&["run", "--fair", "other", "--", "true"]), SOON);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(one_error_line(&stderr).contains("mutex only"), "{stderr}");
+    assert!(
+        one_error_line(&stderr).contains("the mutex and the read-write lock only"),
+        "{stderr}"
+    );
     let (code, _, stderr) = finish(
         leasehold(&["status", "--redis", &urls[0], "--redis", &urls[1], "jobs"]),
         SOON,

@@ -9,9 +9,9 @@
 //! ```
 //!
 //! `KIND` is the lock kind: `mutex`, `fair`, `semaphore:N` (one permit per grant), `rw` (a write in three grants,
-//! reads otherwise), `reentrant` (a nested hold taken with the grant's token in three sections in ten), or `quorum`
-//! (the mutex on a [`leasehold::Quorum`]: `LOCK_URL` is then the nodes' URLs, comma-separated; it has no `extend`, so
-//! its sections never extend).
+//! reads otherwise), `reentrant` (a nested hold taken with the grant's token in three sections in ten), `quorum`
+//! (the mutex on a [`leasehold::Quorum`]: `LOCK_URL` is then the nodes' URLs, comma-separated), or `quorum-rw` (the
+//! read-write lock on a quorum, a write in three grants).
 //!
 //! Log lines (`T` is `CLOCK_MONOTONIC` in ns, read *before* the step it stamps):
 //!
@@ -132,6 +132,8 @@ enum Kind {
     Reentrant,
     /// The mutex on a quorum of independent nodes.
     Quorum,
+    /// The read-write lock on a quorum (a write in three grants, reads otherwise).
+    QuorumRw,
 }
 
 /// What a worker takes its locks from: one client (a server, a cluster), or a quorum of independent nodes.
@@ -155,11 +157,11 @@ impl Held {
         }
     }
 
-    /// Extends the lease to `to`, where the lock can (a quorum grant cannot: `None`).
+    /// Extends the lease to `to`.
     async fn extend(&self, to: Duration) -> Option<Result<(), leasehold::Error>> {
         match self {
             Held::One(guard) => Some(guard.extend(to).await),
-            Held::Quorum(_) => None,
+            Held::Quorum(guard) => Some(guard.extend(to).await),
         }
     }
 
@@ -179,6 +181,7 @@ impl Kind {
             "rw" => Some(Kind::Rw),
             "reentrant" => Some(Kind::Reentrant),
             "quorum" => Some(Kind::Quorum),
+            "quorum-rw" => Some(Kind::QuorumRw),
             _ => text
                 .strip_prefix("semaphore:")
                 .and_then(|n| n.parse().ok())
@@ -200,7 +203,16 @@ impl Kind {
                 let grant = quorum.mutex(name).ttl(ttl).lock_timeout(wait).await;
                 return (grant.map(Held::Quorum), 'x');
             }
-            (Kind::Quorum, Locks::One(_)) | (_, Locks::Quorum(_)) => {
+            (Kind::QuorumRw, Locks::Quorum(quorum)) => {
+                let rw = quorum.rw_lock(name).ttl(ttl);
+                let (grant, mode) = if rng.chance(33) {
+                    (rw.write_timeout(wait).await, 'w')
+                } else {
+                    (rw.read_timeout(wait).await, 'r')
+                };
+                return (grant.map(Held::Quorum), mode);
+            }
+            (Kind::Quorum | Kind::QuorumRw, Locks::One(_)) | (_, Locks::Quorum(_)) => {
                 unreachable!("connect() opens a quorum exactly for the quorum kind")
             }
             (_, Locks::One(locks)) => locks,
@@ -238,7 +250,7 @@ impl Kind {
                 // The only level in this process: its plain guard.
                 (root.map(|g| g.into_guard().expect("one level")), 'x')
             }
-            Kind::Quorum => unreachable!("returned above"),
+            Kind::Quorum | Kind::QuorumRw => unreachable!("returned above"),
         };
         (grant.map(Held::One), mode)
     }
@@ -248,7 +260,7 @@ impl Kind {
 /// nodes lazily, so it starts whatever state they are in.
 async fn connect(url: &str, kind: Kind, ttl: Duration, log: &Log) -> Locks {
     let timeout = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
-    if let Kind::Quorum = kind {
+    if let Kind::Quorum | Kind::QuorumRw = kind {
         let quorum = leasehold::Quorum::connect_with(
             url.split(','),
             leasehold::DEFAULT_PREFIX,
@@ -486,7 +498,9 @@ async fn critical_section(
 /// nodes until its lease ends.
 async fn queue_and_die(lock_url: &str, name: &str, kind: Kind) -> BoxResult<()> {
     let locks = match kind {
-        Kind::Quorum => Locks::Quorum(leasehold::Quorum::connect(lock_url.split(',')).await?),
+        Kind::Quorum | Kind::QuorumRw => {
+            Locks::Quorum(leasehold::Quorum::connect(lock_url.split(',')).await?)
+        }
         _ => Locks::One(leasehold::Client::connect(lock_url).await?),
     };
     let mut rng = Rng::new(u64::from(std::process::id()));

@@ -168,10 +168,11 @@ impl Rig {
             }
         };
         let worker_kind = match topology {
-            Topology::Quorum => {
-                assert_eq!(kind, "mutex", "a quorum has only the mutex");
-                "quorum".to_owned()
-            }
+            Topology::Quorum => match kind {
+                "mutex" => "quorum".to_owned(),
+                "rw" => "quorum-rw".to_owned(),
+                _ => panic!("a quorum has only the mutex and the read-write lock"),
+            },
             Topology::Single | Topology::Cluster => kind.to_owned(),
         };
         let mut rig = Rig {
@@ -236,7 +237,7 @@ impl Rig {
             fault,
             worker,
             node: None,
-            erased: None,
+            erased: Vec::new(),
             start,
             end: now_ns(),
         });
@@ -618,7 +619,7 @@ impl NodeFault {
                     killed.elapsed()
                 );
                 tokio::task::block_in_place(|| server.restart());
-                (Fault::NodeRestart, None)
+                (Fault::NodeRestart, Vec::new())
             }
             NodeFault::Sleep(sleep) => {
                 let _: redis::RedisResult<()> = redis::cmd("DEBUG")
@@ -626,7 +627,7 @@ impl NodeFault {
                     .arg(sleep.as_secs_f64())
                     .query_async(&mut node_connection(server).await)
                     .await;
-                (Fault::DebugSleep, None)
+                (Fault::DebugSleep, Vec::new())
             }
             NodeFault::Pause(pause) => {
                 let _: redis::RedisResult<()> = redis::cmd("CLIENT")
@@ -635,25 +636,28 @@ impl NodeFault {
                     .query_async(&mut node_connection(server).await)
                     .await;
                 tokio::time::sleep(pause).await;
-                (Fault::Pause, None)
+                (Fault::Pause, Vec::new())
             }
             NodeFault::Blackhole(cut) => {
                 proxy.blackhole();
                 tokio::time::sleep(cut).await;
                 proxy.restore();
-                (Fault::Blackhole, None)
+                (Fault::Blackhole, Vec::new())
             }
             NodeFault::Delay { delay, length } => {
                 proxy.delay(delay);
                 tokio::time::sleep(length).await;
                 proxy.delay(Duration::ZERO);
-                (Fault::Delay, None)
+                (Fault::Delay, Vec::new())
             }
             NodeFault::Flushall => {
-                // The token the node held, read in the same atomic step: the one grant this can take from the node.
-                let (erased, ()): (Option<String>, ()) = redis::pipe()
+                // The tokens the node held (a mutex's, or a read-write lock's holds), read in the same atomic step:
+                // the only grants this can take from the node.
+                let (erased, ()): (Vec<String>, ()) = redis::pipe()
                     .atomic()
-                    .cmd("GET")
+                    .cmd("EVAL")
+                    .arg(HELD_TOKENS)
+                    .arg(1)
                     .arg(lock_key())
                     .cmd("FLUSHALL")
                     .query_async(&mut node_connection(server).await)
@@ -666,7 +670,7 @@ impl NodeFault {
                     .arg(format!("{}:fence", lock_key()))
                     .query_async(&mut node_connection(server).await)
                     .await;
-                (Fault::DelFence, None)
+                (Fault::DelFence, Vec::new())
             }
         };
         Window {
@@ -679,6 +683,12 @@ impl NodeFault {
         }
     }
 }
+
+/// The tokens a lock key holds: a mutex's owner token, or every hold of a read-write lock's set.
+const HELD_TOKENS: &str = "local t = redis.call('TYPE', KEYS[1]).ok \
+    if t == 'string' then return {redis.call('GET', KEYS[1])} end \
+    if t == 'zset' then return redis.call('ZRANGE', KEYS[1], 0, -1) end \
+    return {}";
 
 /// A connection of the rig's own to a quorum node, patient enough for a `DEBUG SLEEP`.
 async fn node_connection(server: &RedisServer) -> redis::aio::MultiplexedConnection {

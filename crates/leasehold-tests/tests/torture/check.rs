@@ -302,7 +302,7 @@ mod tests {
             fault,
             worker,
             node: None,
-            erased: None,
+            erased: Vec::new(),
             start: start * MS,
             end: end * MS,
         }
@@ -467,7 +467,7 @@ mod tests {
         let grants = [a, grant(1, 20, 100, 200)];
         let flush = |erased: Option<&str>| Window {
             node: Some(2),
-            erased: erased.map(str::to_owned),
+            erased: erased.map(str::to_owned).into_iter().collect(),
             ..window(Fault::Flushall, None, 50, 50)
         };
         let report = check(&grants, &[flush(Some("dl1:a"))], TTL, Rule::Exclusive);

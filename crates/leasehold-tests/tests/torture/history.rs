@@ -98,11 +98,11 @@ pub struct Window {
     pub worker: Option<usize>,
     /// The quorum node it targeted, for faults of one node of a quorum.
     pub node: Option<usize>,
-    /// For a fault that loses data on one quorum node: the owner token that node held when its data went (`None`
-    /// when it held none). A quorum grant held on a bare majority that included the node is left on a minority,
-    /// and the node can grant again at once; any other grant still has its majority. A fault that loses the data
-    /// of the lock's only server (or primary) may erase any grant.
-    pub erased: Option<String>,
+    /// For a fault that loses data on one quorum node: the owner tokens (a mutex's, or a read-write lock's holds)
+    /// that node held when its data went. A quorum grant held on a bare majority that included the node is left on
+    /// a minority, and the node can grant again at once; any other grant still has its majority. A fault that loses
+    /// the data of the lock's only server (or primary) may erase any grant.
+    pub erased: Vec<String>,
     pub start: u64,
     pub end: u64,
 }
@@ -110,8 +110,7 @@ pub struct Window {
 impl Window {
     /// Whether this fault may have taken `grant` from the lock's server(s).
     pub fn may_erase(&self, grant: &Grant) -> bool {
-        self.fault.loses_grants()
-            && (self.node.is_none() || self.erased.as_deref() == Some(grant.token.as_str()))
+        self.fault.loses_grants() && (self.node.is_none() || self.erased.contains(&grant.token))
     }
 
     pub fn overlaps(&self, from: u64, to: u64) -> bool {

@@ -28,8 +28,8 @@
 //! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant`), each with
 //! its own servers and workers, for `TORTURE_SECONDS` each (default 12) with `TORTURE_SEED` (default: drawn from the
 //! clock), on each topology of `TORTURE_TOPOLOGY` (`single`, the default, `cluster`, `quorum`, or a list such as
-//! `single,cluster,quorum`); a quorum has only the mutex, and skips the other kinds with a note. Two shorter tests
-//! put the cluster (`mutex,fair`: one kind of each engine) and the quorum (`mutex`) through it for CI, 8 s each,
+//! `single,cluster,quorum`); a quorum has only the mutex and the read-write lock, and skips the other kinds with a note. Two shorter tests
+//! put the cluster (`mutex,fair`: one kind of each engine) and the quorum (`mutex,rw`) through it for CI, 8 s each,
 //! unless `TORTURE_TOPOLOGY` leaves them out; the other variables mean the same there. No two runs at once.
 //! `scripts/torture.sh SECONDS SEED [KINDS] [TOPOLOGY]` runs the first in release mode.
 
@@ -50,8 +50,9 @@ const WORKERS: usize = 5;
 const KINDS: &str = "mutex,fair,semaphore:2,rw,reentrant";
 /// The kinds of the cluster run in CI: the mutex, and the fair mutex for the queued kinds' engine.
 const CLUSTER_KINDS: &str = "mutex,fair";
-/// The kinds a quorum has: the mutex alone (the others would need per-node queues that a majority agrees on).
-const QUORUM_KINDS: &str = "mutex";
+/// The kinds a quorum has: the mutex and the read-write lock (a semaphore cannot be counted on majorities, and the
+/// fair kinds need one queue order, which independent nodes do not share).
+const QUORUM_KINDS: &str = "mutex,rw";
 
 /// One run at a time: two rigs side by side on a small machine would stretch each other's hand-offs past the stall
 /// bound.
