@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::batch::{self, Coalescer, Failure, Item};
 use crate::client::{not_a_lock, Client, Inner};
 use crate::error::{require_runtime, Error};
-use crate::keys::{check_ttl, millis, LockKeys};
+use crate::keys::{millis, LockKeys};
 use crate::lease::{Lease, LossReason};
 use crate::scripts::{RELEASE, RENEW};
 use redis::ScriptInvocation;
@@ -183,21 +183,8 @@ impl Guard {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
-        require_runtime()?;
-        check_ttl(ttl)?;
+        let request = self.lease.begin_extension(ttl)?;
         let shared = &self.lease.shared;
-        let lost = |reason| Error::LeaseLost {
-            name: shared.keys.name().to_owned(),
-            reason,
-        };
-        if let Some(reason) = self.lease.loss() {
-            return Err(lost(reason));
-        }
-        // Registered before it is sent: if `ttl` is shorter than what the key has now, the deadline drops at once
-        // and stays down until the reply says how it went (a reply lost or timed out leaves it down).
-        let Some(request) = shared.begin(ttl) else {
-            return Err(lost(self.lease.loss().unwrap_or(LossReason::Expired)));
-        };
         let mut invocation = RENEW.key(&shared.keys.lock);
         invocation.arg(&shared.token).arg(millis(ttl));
         let reply: Vec<i64> = self
@@ -210,13 +197,7 @@ impl Guard {
         // The keeper schedules renewals from the deadline: let it look again.
         self.client.inner.keeper.nudge();
         match reply.as_slice() {
-            [run, 1] => {
-                shared.confirm(request, *run);
-                match self.lease.loss() {
-                    None => Ok(()),
-                    Some(reason) => Err(lost(reason)),
-                }
-            }
+            [run, 1] => self.lease.confirmed_extension(request, *run),
             [_, code] => {
                 shared.end(loss_reason(*code));
                 Err(Error::NotOwner {
@@ -254,16 +235,7 @@ impl Guard {
     /// # Ok(()) }
     /// ```
     pub async fn run_until_lost<F: Future>(&self, work: F) -> Result<F::Output, Error> {
-        require_runtime()?;
-        let lost = self.lease.lost();
-        tokio::select! {
-            biased;
-            reason = lost => Err(Error::LeaseLost {
-                name: self.lease.name().to_owned(),
-                reason,
-            }),
-            output = work => Ok(output),
-        }
+        self.lease.run_until_lost(work).await
     }
 
     /// Ends this guard without releasing its hold, whose ownership passed to another guard (a downgrade): the keeper

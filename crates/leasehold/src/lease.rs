@@ -464,6 +464,59 @@ impl Lease {
     }
 }
 
+impl Lease {
+    /// The start of an explicit extension to `ttl` (a guard's `extend`): the request, registered before it is sent
+    /// (if `ttl` is shorter than what the key has now, the deadline drops at once and stays down until a reply says
+    /// how it went), or the error when the lease already ended or `ttl` is out of range.
+    pub(crate) fn begin_extension(&self, ttl: Duration) -> Result<Request, crate::Error> {
+        crate::error::require_runtime()?;
+        crate::keys::check_ttl(ttl)?;
+        let lost = |reason| crate::Error::LeaseLost {
+            name: self.name().to_owned(),
+            reason,
+        };
+        if let Some(reason) = self.loss() {
+            return Err(lost(reason));
+        }
+        self.shared
+            .begin(ttl)
+            .ok_or_else(|| lost(self.loss().unwrap_or(LossReason::Expired)))
+    }
+
+    /// The end of an extension that the lock confirmed: `Ok` unless the lease ended meanwhile.
+    pub(crate) fn confirmed_extension(
+        &self,
+        request: Request,
+        run: i64,
+    ) -> Result<(), crate::Error> {
+        self.shared.confirm(request, run);
+        match self.loss() {
+            None => Ok(()),
+            Some(reason) => Err(crate::Error::LeaseLost {
+                name: self.name().to_owned(),
+                reason,
+            }),
+        }
+    }
+
+    /// Runs `work` while the lease holds, dropping it the moment the lease is lost (a guard's `run_until_lost`).
+    pub(crate) async fn run_until_lost<F: Future>(
+        &self,
+        work: F,
+    ) -> Result<F::Output, crate::Error> {
+        crate::error::require_runtime()?;
+        let lost = self.lost();
+        tokio::select! {
+            biased;
+            reason = lost => Err(crate::Error::LeaseLost {
+                name: self.name().to_owned(),
+                reason,
+            }),
+            output = work => Ok(output),
+        }
+    }
+}
+
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")

@@ -39,7 +39,7 @@ use crate::fence::{new_token, Fence};
 use crate::keeper::{Keeper, Renews, UNCONFIRMED};
 use crate::keys::{check_prefix, check_ttl, drift, millis, LockKeys, DEFAULT_PREFIX};
 use crate::lease::{Lease, LeaseShared, LossReason};
-use crate::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE};
+use crate::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE, QUORUM_WITHDRAW};
 
 /// The default time one node has to answer one request: far below the default lease (30 s), so that a slow node costs
 /// a round little of its validity, and above the stalls of a loaded machine, so that a busy node is not taken for a
@@ -377,7 +377,9 @@ impl Quorum {
     ///
     /// Exclusion follows from quorum intersection as for the mutex: a writer's majority and a reader's share a node,
     /// which never holds a write share beside any other. A waiting writer keeps new readers out (on each node it
-    /// asked, for up to 3 s after its last round), so that a stream of overlapping readers cannot starve it. Fences
+    /// asked, until its wait ends, or 3 s after its last round if it vanished), so that a stream of overlapping
+    /// readers cannot starve it; of several waiting writers the one that began first wins that place on every node,
+    /// so that they do not split the nodes between them. Fences
     /// increase across sections that exclude each other (a write and anything else); two readers that overlap are
     /// not ordered. A lock name is either a mutex or a read-write lock: a node that holds the other kind answers
     /// that it is not a lock of this kind ([`Error::NotALock`]).
@@ -535,7 +537,8 @@ impl QuorumRwLock {
         self.lock.try_acquire(Ask::Write).await
     }
 
-    /// Rounds until the write share is granted; meanwhile new readers are kept out (see [`Quorum::rw_lock`]).
+    /// Rounds until the write share is granted; meanwhile new readers (and writers that began waiting later) are
+    /// kept out (see [`Quorum::rw_lock`]).
     ///
     /// # Errors
     ///
@@ -566,11 +569,22 @@ impl QuorumLock {
     /// Rounds until one grants, or `timeout` passes: see [`QuorumMutex::lock_timeout`].
     async fn acquire(&self, ask: Ask, timeout: Duration) -> Result<QuorumGuard, Error> {
         let keys = self.checked()?;
-        // A waiting writer's id, the same in every round: the nodes keep new readers out while it waits.
+        // A waiting writer's id, the same in every round, sorting by when the wait began: the nodes keep new readers
+        // (and younger writers) out while it waits. Withdrawn from every node when the wait ends, however it ends.
         let writer = match ask {
-            Ask::Write => Some(new_token(None)?),
+            Ask::Write => {
+                let began = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros());
+                Some(format!("{began:020}:{}", new_token(None)?))
+            }
             Ask::Mutex | Ask::Read => None,
         };
+        let _withdraw = writer.as_ref().map(|writer| Withdraw {
+            inner: Arc::clone(&self.quorum.inner),
+            keys: Arc::clone(&keys),
+            writer: writer.clone(),
+        });
         let started = Instant::now();
         let deadline = started + timeout;
         // Why the last complete round failed: too few nodes answered (reported as such at the deadline), or the lock
@@ -969,6 +983,42 @@ async fn release_on(inner: &QuorumInner, node: &Conn, keys: &LockKeys, token: &s
     }
 }
 
+/// A waiting writer's intent, withdrawn from every node in the background when its wait ends (granted, failed, or
+/// dropped): readers held back by it need not wait for it to lapse.
+struct Withdraw {
+    inner: Arc<QuorumInner>,
+    keys: Arc<LockKeys>,
+    writer: String,
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the intents lapse within their 3 s
+        };
+        let (inner, keys) = (Arc::clone(&self.inner), Arc::clone(&self.keys));
+        let writer = std::mem::take(&mut self.writer);
+        runtime.spawn(async move {
+            join_all(inner.nodes.iter().map(|node| {
+                let mut invocation = QUORUM_WITHDRAW.key(keys.queue());
+                invocation
+                    .key(&keys.lock)
+                    .arg(&writer)
+                    .arg(&inner.freed_channel);
+                let call_bound = inner.call_bound();
+                async move {
+                    let _ = tokio::time::timeout(
+                        call_bound,
+                        node.invoke_idempotent::<i64>(&invocation),
+                    )
+                    .await;
+                }
+            }))
+            .await;
+        });
+    }
+}
+
 /// Undoes a round that did not end in a guard: releases its token on every node, in the background.
 struct UndoRound {
     inner: Arc<QuorumInner>,
@@ -1107,33 +1157,15 @@ impl QuorumGuard {
     ///
     /// Cancel safe, with the same rule as on one server ([`MutexGuard::extend`](crate::MutexGuard::extend)).
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
-        require_runtime()?;
-        check_ttl(ttl)?;
+        let request = self.lease.begin_extension(ttl)?;
         let shared = &self.lease.shared;
-        let lost = |reason| Error::LeaseLost {
-            name: shared.keys.name().to_owned(),
-            reason,
-        };
-        if let Some(reason) = self.lease.loss() {
-            return Err(lost(reason));
-        }
-        // Registered before it is sent, as on one server: a shorter `ttl` lowers the deadline at once.
-        let Some(request) = shared.begin(ttl) else {
-            return Err(lost(self.lease.loss().unwrap_or(LossReason::Expired)));
-        };
         let mut invocation = crate::scripts::RENEW.key(&shared.keys.lock);
         invocation.arg(&shared.token).arg(millis(ttl));
         let (renewed, answered) = self.inner.renew_on_nodes(&invocation, 1).await;
         // The keeper schedules renewals from the deadline: let it look again.
         self.inner.keeper.nudge();
         match renewed.map(|(run, codes)| (run, codes.first().copied())) {
-            Ok((run, Some(1))) => {
-                shared.confirm(request, run);
-                match self.lease.loss() {
-                    None => Ok(()),
-                    Some(reason) => Err(lost(reason)),
-                }
-            }
+            Ok((run, Some(1))) => self.lease.confirmed_extension(request, run),
             Ok((_, Some(code))) if code != UNCONFIRMED => {
                 shared.end(crate::guard::loss_reason(code));
                 Err(Error::NotOwner {
@@ -1158,16 +1190,7 @@ impl QuorumGuard {
         &self,
         work: F,
     ) -> Result<F::Output, Error> {
-        require_runtime()?;
-        let lost = self.lease.lost();
-        tokio::select! {
-            biased;
-            reason = lost => Err(Error::LeaseLost {
-                name: self.lease.name().to_owned(),
-                reason,
-            }),
-            output = work => Ok(output),
-        }
+        self.lease.run_until_lost(work).await
     }
 
     /// Releases the lock on every node (owner-checked). The lease reads released before any request leaves.

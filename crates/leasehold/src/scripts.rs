@@ -33,7 +33,7 @@ fn text(helpers: &[&str], body: &str) -> String {
 }
 
 /// The full text of a script as leasehold loads it, by file name without `.lua` (`acquire`, `set_acquire`,
-/// `release`, `leave`, `downgrade`, `reenter`, `renew`, `force_release`, `inspect`, `probe`, `fence_up`, `quorum_acquire`, `quorum_release`). For tests that replay a script by hand; not a
+/// `release`, `leave`, `downgrade`, `reenter`, `renew`, `force_release`, `inspect`, `probe`, `fence_up`, `quorum_acquire`, `quorum_release`, `quorum_withdraw`). For tests that replay a script by hand; not a
 /// stable interface.
 #[doc(hidden)]
 pub fn source(name: &str) -> Option<String> {
@@ -54,6 +54,7 @@ pub fn source(name: &str) -> Option<String> {
         "fence_up" => (&[], include_str!("scripts/fence_up.lua")),
         "quorum_acquire" => (&[GRANT, SET], include_str!("scripts/quorum_acquire.lua")),
         "quorum_release" => (&[], include_str!("scripts/quorum_release.lua")),
+        "quorum_withdraw" => (&[], include_str!("scripts/quorum_withdraw.lua")),
         _ => return None,
     };
     Some(text(helpers, body))
@@ -76,6 +77,7 @@ pub(crate) static PROBE: LazyLock<Script> = LazyLock::new(|| script("probe"));
 pub(crate) static FENCE_UP: LazyLock<Script> = LazyLock::new(|| script("fence_up"));
 pub(crate) static QUORUM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| script("quorum_acquire"));
 pub(crate) static QUORUM_RELEASE: LazyLock<Script> = LazyLock::new(|| script("quorum_release"));
+pub(crate) static QUORUM_WITHDRAW: LazyLock<Script> = LazyLock::new(|| script("quorum_withdraw"));
 
 /// The most leases one renewal call carries. 10,000 held locks cost 20 calls per renewal round.
 pub(crate) const RENEW_BATCH: usize = 500;

@@ -14,8 +14,9 @@
 -- ARGV[3]  the proposed fence (a decimal string), or "0" for none
 -- ARGV[4]  how long a fence counter lives after it was created, in milliseconds
 -- ARGV[5]  how far past this node's clock a proposal may be, in microseconds
--- ARGV[6]  for a writer: its wait id (the same for every round of one wait), and ARGV[7] how long its intent lasts
---          without another round, ms; "" otherwise
+-- ARGV[6]  for a waiting writer: its wait id (the same for every round of one wait; ids sort by the wait's start),
+--          and ARGV[7] how long its intent lasts without another round, ms; "" otherwise. The oldest waiting writer's
+--          intent wins on every node that it asks, so that writers waiting at once converge on one of them
 --
 -- Returns  {now, code, value, ms, took}, `now` being the server time in microseconds when the script ran (a decimal
 --          string):
@@ -100,6 +101,12 @@ if type(intent) == 'table' then
     return {now, -1, 0, 0, 0}
 end
 local writer = ARGV[6]
+if tag == 'w' and writer ~= '' and (not intent or writer <= intent) then
+    -- The oldest waiting writer keeps new readers (and younger writers) out until it got in, withdrew, or stopped
+    -- asking.
+    redis.call('SET', KEYS[3], writer, 'PX', ARGV[7])
+    intent = writer
+end
 local clear = not intent or (tag == 'w' and intent == writer)
 if admits(lock, now_ms, tag, 0) and clear then
     local f, took = fence()
@@ -117,10 +124,7 @@ local ms = -1
 if last[2] then
     ms = tonumber(last[2]) - now_ms
 end
-if tag == 'w' and writer ~= '' and (not intent or intent == writer) then
-    -- The first waiting writer keeps new readers out until it got in, gave up, or stopped asking.
-    redis.call('SET', KEYS[3], writer, 'PX', ARGV[7])
-elseif intent and ms < 0 then
+if intent and ms < 0 then
     ms = redis.call('PTTL', KEYS[3])
 end
 return {now, 0, ms, 0, 0}
