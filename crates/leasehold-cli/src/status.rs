@@ -57,18 +57,23 @@ async fn quorum_status(args: &StatusArgs) -> anyhow::Result<u8> {
         (connect::redact(url), info)
     }))
     .await;
+    // Every holder each node names (a read-write lock has any number of readers): those a majority names hold the
+    // lock on the quorum.
     let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for (_, info) in &views {
-        if let Ok(Some(holder)) = info.as_ref().map(|i| i.holder.as_ref()) {
+    for info in views.iter().filter_map(|(_, info)| info.as_ref().ok()) {
+        for holder in &info.holders {
             *counts
                 .entry(token_id(&holder.token).to_owned())
                 .or_default() += 1;
         }
     }
-    let majority = counts
+    let mut held: Vec<String> = counts
         .into_iter()
-        .find(|&(_, n)| n >= quorum.majority())
-        .map(|(token, _)| token);
+        .filter(|&(_, n)| n >= quorum.majority())
+        .map(|(token, _)| token)
+        .collect();
+    held.sort();
+    let majority = held.first().cloned();
     let text = if args.json {
         let nodes: Vec<Value> = views
             .iter()
@@ -81,14 +86,22 @@ async fn quorum_status(args: &StatusArgs) -> anyhow::Result<u8> {
                 Err(err) => json!({ "node": url, "error": exit::one_line(err) }),
             })
             .collect();
-        json!({ "name": args.name, "held_by_majority": majority, "majority": quorum.majority(), "nodes": nodes })
-            .to_string()
+        json!({
+            "name": args.name,
+            "held_by_majority": majority,
+            "holders_by_majority": held,
+            "majority": quorum.majority(),
+            "nodes": nodes,
+        })
+        .to_string()
     } else {
         let mut text = match &majority {
-            Some(token) => format!(
-                "{:?} is held on the quorum (a majority of {} names token {token})",
+            Some(_) => format!(
+                "{:?} is held on the quorum (a majority of {} names {} {})",
                 args.name,
-                quorum.nodes()
+                quorum.nodes(),
+                if held.len() == 1 { "token" } else { "tokens" },
+                held.join(", ")
             ),
             None => format!(
                 "{:?} is not held on the quorum (no holder named by {} of {} nodes)",

@@ -57,8 +57,35 @@ fn run_and_status_work_on_a_quorum_and_other_kinds_are_refused() {
     // quorum; list takes one server.
     let (code, _, stderr) = finish(with(&["run", "--exclusive", "schema", "--", "true"]), SOON);
     assert_eq!(code, Some(0), "{stderr}");
-    let (code, _, stderr) = finish(with(&["run", "--shared", "schema", "--", "true"]), SOON);
-    assert_eq!(code, Some(0), "{stderr}");
+    // Two readers at once: status names both as held on the quorum.
+    let reader = || {
+        let mut reader = with(&[
+            "run",
+            "--shared",
+            "schema",
+            "--",
+            "sh",
+            "-c",
+            "echo in; read line; exit 0",
+        ]);
+        reader.stdin(Stdio::piped());
+        let reader = Running::start(reader);
+        assert_eq!(reader.line(SOON), "in");
+        reader
+    };
+    let (mut first, mut second) = (reader(), reader());
+    let (code, stdout, _) = finish(with(&["status", "--json", "schema"]), SOON);
+    assert_eq!(code, Some(0));
+    let status: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        status["holders_by_majority"].as_array().map(Vec::len),
+        Some(2),
+        "{status}"
+    );
+    for reader in [&mut first, &mut second] {
+        reader.close_stdin();
+        assert_eq!(reader.code(SOON), Some(0));
+    }
     let (code, _, stderr) = finish(with(&["run", "--fair", "other", "--", "true"]), SOON);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(

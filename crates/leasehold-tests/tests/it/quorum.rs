@@ -556,16 +556,20 @@ async fn quorum_readers_share_a_writer_excludes_them_and_a_waiting_writer_keeps_
         Err(Error::Timeout { .. }) => {}
         other => panic!("a writer beside readers: {other:?}"),
     }
-    let fourth = within(Duration::from_secs(1), "a reader after the writer gave up", async {
-        loop {
-            match rw.try_read().await {
-                Ok(guard) => return guard,
-                // The withdrawal runs in the background: asked again.
-                Err(Error::Busy { .. }) => tokio::time::sleep(Duration::from_millis(5)).await,
-                Err(other) => panic!("{other:?}"),
+    let fourth = within(
+        Duration::from_secs(1),
+        "a reader after the writer gave up",
+        async {
+            loop {
+                match rw.try_read().await {
+                    Ok(guard) => return guard,
+                    // The withdrawal runs in the background: asked again.
+                    Err(Error::Busy { .. }) => tokio::time::sleep(Duration::from_millis(5)).await,
+                    Err(other) => panic!("{other:?}"),
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     fourth.release().await.unwrap();
     // A waiting writer does keep new readers out, and gets in once the readers it waits for are gone.
