@@ -29,7 +29,8 @@
 //! | `queued.rs` | the engine of those four: one queue entry per waiting task, grants in order of arrival |
 //! | `guard.rs` | [`Guard`] of every kind: release, extend, run until lost, release on drop |
 //! | `lease.rs` | [`Lease`]: validity deadline, loss signal, [`LossReason`] |
-//! | `keeper.rs` | the per-client task that renews every kept lease in batches |
+//! | `keeper.rs` | the per-client (or per-quorum) task that renews every kept lease in batches, through `Renews` |
+//! | `quorum.rs` | [`Quorum`]: [`QuorumMutex`] and [`QuorumRwLock`] on a majority of independent primaries (Redlock), with a fence that never goes back |
 //! | `wake.rs` | the per-client subscriber that delivers hand-offs to the waiting tasks |
 //! | `batch.rs` | coalesced requests: many locks' acquires (or releases) in one script call |
 //! | `keys.rs` | key layout and limits |
@@ -103,6 +104,19 @@
 //! - **Pauses.** A holder can be paused (GC, `SIGSTOP`, a VM freeze, a page fault storm) at any point, including
 //!   between checking [`Lease::is_held`] and writing. No lock service can stop a paused process from sending a
 //!   write after it wakes up. **Only a resource that checks the fence is safe against that.**
+//!
+//! # A quorum of independent primaries (Redlock)
+//!
+//! [`Quorum`] holds a lock on a majority of independent Redis primaries, so the failover assumption above becomes
+//! one about majorities: the contract holds while a majority of nodes keep their data, and a node that lost its data
+//! stays away for longer than the longest lease plus [`PROPOSAL_LEAD`] (the Redlock restart rule). Point 1 holds on
+//! every node, and two majorities share a node, so no two owners hold a quorum lock at once (for
+//! [`QuorumRwLock`]: no writer beside anyone else). Point 2 holds with the deadline counted from before the round's
+//! first request, and renewals and [`QuorumGuard::extend`] count only with a majority. Point 3 holds for sections
+//! that exclude each other: the fence is written on a majority while it holds the grant (in the grant itself when
+//! the nodes take the round's proposed fence, otherwise by a write-back), and the next grant's majority includes one
+//! of those nodes. Point 5 is weaker: a release is announced on every node and wakes the waiters, who then compete
+//! in rounds. The argument and its failure table are in DESIGN.md ("Redlock").
 //!
 //! # Fencing
 //!
