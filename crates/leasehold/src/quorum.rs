@@ -1111,8 +1111,8 @@ impl Renews for QuorumInner {
     }
 }
 
-/// A [`QuorumMutex`] grant: a [`Lease`] (fence, deadline, loss signal) kept alive on the quorum until it is released
-/// or dropped (then released in the background).
+/// A grant of a [`QuorumMutex`] or a share of a [`QuorumRwLock`]: a [`Lease`] (fence, deadline, loss signal) kept
+/// alive on the quorum until it is released or dropped (then released in the background).
 pub struct QuorumGuard {
     lease: Lease,
     inner: Arc<QuorumInner>,
