@@ -28,14 +28,11 @@ use crate::guard::loss_reason;
 use crate::lease::{LeaseShared, Request};
 use crate::scripts::RENEW_BATCH;
 
-/// A lease's code in a renewal reply when its renewal was neither confirmed nor refused (on a quorum: too few nodes
-/// answered either way). Retried, as after a failed call.
-pub(crate) const UNCONFIRMED: i64 = i64::MIN;
-
 /// The outcome of one renewal call: the instant it ran (a server time in µs, or a sequence number that orders the
-/// calls the same way) and one code per lease as `renew.lua` answers (or [`UNCONFIRMED`]); or why the call failed,
-/// its outcome unknown.
-pub(crate) type Renewed = Result<(i64, Vec<i64>), String>;
+/// calls the same way) and one code per lease as `renew.lua` answers, `None` for a lease whose renewal was neither
+/// confirmed nor refused (on a quorum: too few nodes answered either way; retried, as after a failed call); or why
+/// the call failed, its outcome unknown.
+pub(crate) type Renewed = Result<(i64, Vec<Option<i64>>), String>;
 
 /// The `renew.lua` call for `leases`, each for its own lease length.
 pub(crate) fn renew_invocation(leases: &[Arc<LeaseShared>]) -> redis::ScriptInvocation<'static> {
@@ -198,14 +195,14 @@ impl Keeper {
 
     /// Applies the outcome of one renewal call to its leases: `reply` is the server time the call ran at and one
     /// code per lease, or `None` when the call failed (or was dropped) and its outcome is unknown.
-    fn settle(&self, batch: &[Renewal], reply: Option<(i64, &[i64])>) {
+    fn settle(&self, batch: &[Renewal], reply: Option<(i64, &[Option<i64>])>) {
         let mut state = self.lock();
         for (i, renewal) in batch.iter().enumerate() {
             let Some(entry) = state.leases.get_mut(&renewal.id) else {
                 continue; // released while the call was out
             };
             entry.in_flight = false;
-            match reply.map(|(run, codes)| (run, codes.get(i).copied())) {
+            match reply.map(|(run, codes)| (run, codes.get(i).copied().flatten())) {
                 Some((run, Some(1))) => {
                     renewal.lease.confirm(renewal.request, run);
                     entry.failures = 0;
@@ -214,7 +211,7 @@ impl Keeper {
                         state.leases.remove(&renewal.id);
                     }
                 }
-                Some((_, Some(code))) if code != UNCONFIRMED => {
+                Some((_, Some(code))) => {
                     if code == -2 {
                         tracing::warn!(lock = %renewal.lease.keys.name(), "the lock key now holds another Redis type; lease lost");
                     }
@@ -223,7 +220,7 @@ impl Keeper {
                 }
                 // The call failed (or answered short, or left this lease unconfirmed): the request stays unconfirmed
                 // in the lease, whose deadline already allows for it; retry soon, the deadline timer guards the rest.
-                Some(_) | None => {
+                Some((_, None)) | None => {
                     entry.failures = entry.failures.saturating_add(1);
                     let backoff = RETRY_MIN
                         .saturating_mul(1 << entry.failures.min(8))
@@ -359,7 +356,7 @@ async fn renew(keeper: Arc<Keeper>, inner: Arc<dyn Renews>, due: Vec<(u64, Arc<L
         call.settled = true;
         match reply {
             Ok((run, codes)) if codes.len() == call.batch.len() => {
-                let renewed = codes.iter().filter(|&&c| c == 1).count();
+                let renewed = codes.iter().filter(|&&c| c == Some(1)).count();
                 crate::metrics::renewals(renewed, 0);
                 tracing::debug!(leases = codes.len(), renewed, "renewal batch");
                 keeper.settle(&call.batch, Some((run, &codes)));

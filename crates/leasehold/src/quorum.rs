@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use crate::conn::Conn;
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{new_token, Fence};
-use crate::keeper::{Keeper, Renews, UNCONFIRMED};
+use crate::keeper::{Keeper, Renews};
 use crate::keys::{check_prefix, check_ttl, drift, millis, LockKeys, DEFAULT_PREFIX};
 use crate::lease::{Lease, LeaseShared, LossReason};
 use crate::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE, QUORUM_WITHDRAW};
@@ -1049,7 +1049,7 @@ impl Drop for UndoRound {
 impl QuorumInner {
     /// Runs a `renew.lua` call for `leases` leases on every node at once; a lease is renewed when a majority
     /// confirmed, lost when so many nodes report its key gone or taken that no majority can confirm any more, and
-    /// left [`UNCONFIRMED`] otherwise. Also says how many nodes answered. Nothing ever re-creates a lapsed key, or
+    /// left unconfirmed (`None`) otherwise. Also says how many nodes answered. Nothing ever re-creates a lapsed key, or
     /// deletes one on a failed renewal.
     async fn renew_on_nodes(
         &self,
@@ -1081,11 +1081,11 @@ impl QuorumInner {
                 let renewed = codes.clone().filter(|&c| c == 1).count();
                 let lost = codes.clone().filter(|&c| c <= 0).count();
                 if renewed >= majority {
-                    1
+                    Some(1)
                 } else if lost > self.nodes.len() - majority {
-                    codes.clone().find(|&c| c == -1).unwrap_or(0)
+                    Some(codes.clone().find(|&c| c == -1).unwrap_or(0))
                 } else {
-                    UNCONFIRMED
+                    None
                 }
             })
             .collect();
@@ -1164,9 +1164,9 @@ impl QuorumGuard {
         let (renewed, answered) = self.inner.renew_on_nodes(&invocation, 1).await;
         // The keeper schedules renewals from the deadline: let it look again.
         self.inner.keeper.nudge();
-        match renewed.map(|(run, codes)| (run, codes.first().copied())) {
+        match renewed.map(|(run, codes)| (run, codes.first().copied().flatten())) {
             Ok((run, Some(1))) => self.lease.confirmed_extension(request, run),
-            Ok((_, Some(code))) if code != UNCONFIRMED => {
+            Ok((_, Some(code))) => {
                 shared.end(crate::guard::loss_reason(code));
                 Err(Error::NotOwner {
                     name: shared.keys.name().to_owned(),

@@ -449,44 +449,18 @@ fn micros(us: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
-    use super::stats::{Renewal, Samples};
+    use super::stats::Renewal;
     use super::*;
-
-    fn outcome(scenario: &'static str, latencies_us: &[u64]) -> Outcome {
-        let mut samples = Samples::default();
-        for &us in latencies_us {
-            samples.push(Duration::from_micros(us));
-        }
-        Outcome {
-            scenario,
-            processes: 1,
-            tasks: 1,
-            elapsed: Duration::from_secs(1),
-            acquisitions: samples.len() as u64,
-            samples: samples.sorted(),
-            per_process: Vec::new(),
-            floor_rate: None,
-            rtt_p50_us: None,
-            renewal: None,
-            server_cpu_s: None,
-            cpu_primaries: None,
-            write_p99_us: None,
-            spread: None,
-            on_quorum: None,
-            node_rtts: None,
-        }
-    }
 
     #[test]
     fn the_table_has_one_unit_per_column_named_in_the_header() {
-        let mut floor = outcome("floor-1", &[30, 40, 50]);
+        let mut floor = Outcome::measured("floor-1", &[30, 40, 50]);
         // 300 µs of server CPU over 3 cycles.
         floor.server_cpu_s = Some(0.000_3);
-        let mut lock = outcome("uncontended-1", &[45, 60, 25_000]);
+        let mut lock = Outcome::measured("uncontended-1", &[45, 60, 25_000]);
         lock.floor_rate = Some(4.0);
-        let mut renew = outcome("renew-10k", &[]);
+        let mut renew = Outcome::measured("renew-10k", &[]);
         renew.acquisitions = 10_000;
         renew.renewal = Some(Renewal {
             locks: 10_000,
@@ -538,7 +512,7 @@ mod tests {
 
     #[test]
     fn a_cluster_table_says_where_keys_live_and_whose_cpu_it_sums() {
-        let mut floor = outcome("floor-64", &[30, 40, 50]);
+        let mut floor = Outcome::measured("floor-64", &[30, 40, 50]);
         floor.server_cpu_s = Some(0.000_3);
         floor.cpu_primaries = Some(3);
         floor.spread = Some(raw::Spread {
@@ -557,7 +531,7 @@ mod tests {
             lines[2],
             "on a cluster: srv µs/cycle is the CPU time of all 3 primaries together (replicas not counted)"
         );
-        let single = table(&[outcome("floor-1", &[30])]);
+        let single = table(&[Outcome::measured("floor-1", &[30])]);
         assert_eq!(single.lines().count(), 2, "one server: no footer");
     }
 
@@ -567,9 +541,9 @@ mod tests {
             nodes: 5,
             all_nodes: true,
         });
-        let mut floor = outcome("quorum-floor-1", &[100, 110, 120]);
+        let mut floor = Outcome::measured("quorum-floor-1", &[100, 110, 120]);
         floor.on_quorum = on_all;
-        let mut lock = outcome("quorum-1", &[130, 140, 150]);
+        let mut lock = Outcome::measured("quorum-1", &[130, 140, 150]);
         lock.on_quorum = on_all;
         lock.floor_rate = Some(3.0);
         lock.server_cpu_s = Some(0.000_3);
@@ -579,12 +553,12 @@ mod tests {
             at_once_majority_us: 110.0,
             at_once_all_us: 420.0,
         });
-        let mut single = outcome("uncontended-1", &[50, 60, 70]);
+        let mut single = Outcome::measured("uncontended-1", &[50, 60, 70]);
         single.on_quorum = Some(OnQuorum {
             nodes: 5,
             all_nodes: false,
         });
-        let mut contended = outcome("quorum-contended-8p", &[500, 600, 700]);
+        let mut contended = Outcome::measured("quorum-contended-8p", &[500, 600, 700]);
         contended.on_quorum = on_all;
         let text = table(&[floor, lock, single, contended]);
         let lines: Vec<&str> = text.lines().collect();
@@ -612,7 +586,7 @@ mod tests {
         );
         assert_eq!(lines.len(), 6, "{text}");
         // Without a quorum, the name column keeps its width.
-        let single = table(&[outcome("floor-1", &[30])]);
+        let single = table(&[Outcome::measured("floor-1", &[30])]);
         assert_eq!(
             single.find("acquires/s"),
             Some(16 + 11 - "acquires/s".len())
@@ -630,12 +604,12 @@ mod tests {
 
     #[test]
     fn result_lines_say_what_each_scenario_measured() {
-        let floor = outcome("floor-1", &[30, 40, 50]);
+        let floor = Outcome::measured("floor-1", &[30, 40, 50]);
         assert_eq!(
             result_line(&floor, 1, 7),
             "bench [1/7] floor-1: 3 acquisitions in 1s, 3/s, p50 40 µs"
         );
-        let mut renew = outcome("renew-10k", &[]);
+        let mut renew = Outcome::measured("renew-10k", &[]);
         renew.renewal = Some(Renewal {
             locks: 10_000,
             all_held: false,

@@ -95,6 +95,33 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// An outcome made of `latencies_us` alone, every other measure absent (for tests of the output).
+    #[cfg(test)]
+    pub fn measured(scenario: &'static str, latencies_us: &[u64]) -> Outcome {
+        let mut samples = Samples::default();
+        for &us in latencies_us {
+            samples.push(Duration::from_micros(us));
+        }
+        Outcome {
+            scenario,
+            processes: 1,
+            tasks: 1,
+            elapsed: Duration::from_secs(1),
+            acquisitions: samples.len() as u64,
+            samples: samples.sorted(),
+            per_process: Vec::new(),
+            floor_rate: None,
+            rtt_p50_us: None,
+            renewal: None,
+            server_cpu_s: None,
+            cpu_primaries: None,
+            write_p99_us: None,
+            spread: None,
+            on_quorum: None,
+            node_rtts: None,
+        }
+    }
+
     pub fn rate(&self) -> f64 {
         self.acquisitions as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
@@ -217,28 +244,7 @@ mod tests {
 
     #[test]
     fn quorum_fields_appear_in_quorum_runs_only() {
-        let mut samples = Samples::default();
-        for us in [120u64, 140, 160] {
-            samples.push(Duration::from_micros(us));
-        }
-        let mut outcome = Outcome {
-            scenario: "quorum-1",
-            processes: 1,
-            tasks: 1,
-            elapsed: Duration::from_secs(1),
-            acquisitions: 3,
-            samples: samples.sorted(),
-            per_process: Vec::new(),
-            floor_rate: None,
-            rtt_p50_us: None,
-            renewal: None,
-            server_cpu_s: None,
-            cpu_primaries: None,
-            write_p99_us: None,
-            spread: None,
-            on_quorum: None,
-            node_rtts: None,
-        };
+        let mut outcome = Outcome::measured("quorum-1", &[120, 140, 160]);
         let json = outcome.to_json();
         for field in [
             "quorum_nodes",

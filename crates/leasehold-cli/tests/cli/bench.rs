@@ -24,21 +24,10 @@ const SCENARIOS: [&str; 12] = [
     "renew-10k",
 ];
 
-#[test]
-fn bench_json_covers_every_scenario_with_well_formed_fields() {
-    let dir = TempDir::new("bench");
-    let svg = dir.path().join("latency.svg");
-    let (code, stdout, stderr) = finish(
-        leasehold(&[
-            "bench",
-            "--duration",
-            "1s",
-            "--json",
-            "--plot",
-            svg.to_str().unwrap(),
-        ]),
-        Duration::from_secs(120),
-    );
+/// Runs `leasehold bench ARGS` (which must include `--json`), expects exit 0 and one JSON line per scenario, named
+/// `scenarios` in that order; returns the lines and stderr.
+fn bench_lines(args: &[&str], scenarios: &[&str], within: Duration) -> (Vec<Value>, String) {
+    let (code, stdout, stderr) = finish(leasehold(args), within);
     assert_eq!(code, Some(0), "bench failed: {stderr}");
     let lines: Vec<Value> = stdout
         .lines()
@@ -48,7 +37,26 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
         .iter()
         .map(|l| l["scenario"].as_str().unwrap())
         .collect();
-    assert_eq!(names, SCENARIOS);
+    assert_eq!(names, scenarios, "{stdout}");
+    (lines, stderr)
+}
+
+#[test]
+fn bench_json_covers_every_scenario_with_well_formed_fields() {
+    let dir = TempDir::new("bench");
+    let svg = dir.path().join("latency.svg");
+    let (lines, stderr) = bench_lines(
+        &[
+            "bench",
+            "--duration",
+            "1s",
+            "--json",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        &SCENARIOS,
+        Duration::from_secs(120),
+    );
 
     for line in &lines {
         let name = line["scenario"].as_str().unwrap();
@@ -159,8 +167,8 @@ fn bench_runs_on_a_cluster_with_the_server_cpu_of_every_primary() {
         .collect();
     assert_eq!(owners.len(), 3);
     let scenarios = ["floor-1", "uncontended-64", "contended-8p"];
-    let (code, stdout, stderr) = finish(
-        leasehold(&[
+    let (lines, stderr) = bench_lines(
+        &[
             "bench",
             "--redis",
             &cluster.url(),
@@ -169,19 +177,10 @@ fn bench_runs_on_a_cluster_with_the_server_cpu_of_every_primary() {
             "--scenarios",
             &scenarios.join(","),
             "--json",
-        ]),
+        ],
+        &scenarios,
         Duration::from_secs(60),
     );
-    assert_eq!(code, Some(0), "bench failed: {stderr}");
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let names: Vec<&str> = lines
-        .iter()
-        .map(|l| l["scenario"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, scenarios);
     for line in &lines {
         let name = line["scenario"].as_str().unwrap();
         assert!(
@@ -215,8 +214,8 @@ fn bench_runs_on_a_cluster_with_the_server_cpu_of_every_primary() {
 #[test]
 fn bench_runs_on_a_quorum_of_private_servers() {
     let scenarios = ["quorum-floor-1", "quorum-1", "quorum-contended-8p"];
-    let (code, stdout, stderr) = finish(
-        leasehold(&[
+    let (lines, stderr) = bench_lines(
+        &[
             "bench",
             "--quorum",
             "3",
@@ -225,19 +224,10 @@ fn bench_runs_on_a_quorum_of_private_servers() {
             "--scenarios",
             &scenarios.join(","),
             "--json",
-        ]),
+        ],
+        &scenarios,
         Duration::from_secs(60),
     );
-    assert_eq!(code, Some(0), "bench failed: {stderr}");
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let names: Vec<&str> = lines
-        .iter()
-        .map(|l| l["scenario"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, scenarios);
     for line in &lines {
         let name = line["scenario"].as_str().unwrap();
         assert!(
@@ -300,16 +290,12 @@ fn bench_compares_a_quorum_of_given_servers_with_its_first_node_alone() {
         .map(String::from),
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (code, stdout, stderr) = finish(leasehold(&args), Duration::from_secs(60));
-    assert_eq!(code, Some(0), "bench failed: {stderr}");
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(lines.len(), 2, "{stdout}");
-    assert_eq!(lines[0]["scenario"], "quorum-1");
+    let (lines, _) = bench_lines(
+        &args,
+        &["quorum-1", "uncontended-1"],
+        Duration::from_secs(60),
+    );
     assert_eq!(lines[0]["nodes_used"], 3);
-    assert_eq!(lines[1]["scenario"], "uncontended-1");
     assert_eq!(lines[1]["nodes_used"], 1);
     assert!(lines[1]["node_rtt_p50_us"].is_null(), "{}", lines[1]);
     // uncontended-1 ran on the first server only: the others never saw a single-node lock's scripts.

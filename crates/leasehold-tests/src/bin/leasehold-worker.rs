@@ -171,27 +171,39 @@ async fn count(url: &str, data: &str, name: &str, sections: u32) -> Result<()> {
     let me = std::process::id().to_string();
     for _ in 0..sections {
         let guard = mutex.lock().await?;
-        let entered: bool = redis::cmd("SET")
-            .arg("test:occupant")
-            .arg(&me)
-            .arg("NX")
-            .query_async::<Option<String>>(&mut redis)
-            .await?
-            .is_some();
-        if !entered {
-            let _: i64 = redis.incr("test:overlaps", 1).await?;
-        }
-        let value: i64 = redis
-            .get::<_, Option<i64>>("test:counter")
-            .await?
-            .unwrap_or(0);
-        let _: i64 = redis.rpush("test:fences", guard.fence().get()).await?;
-        tokio::task::yield_now().await;
-        let _: () = redis.set("test:counter", value + 1).await?;
-        if entered {
-            let _: i64 = redis.del("test:occupant").await?;
-        }
+        section(&mut redis, &me, guard.fence()).await?;
         guard.release().await?;
+    }
+    Ok(())
+}
+
+/// One critical section on the shared data: marks it occupied (counting an overlap when another process already
+/// did), records the fence, and increments the counter non-atomically (read, yield, write), so that two holders at
+/// once lose an increment.
+async fn section(
+    redis: &mut redis::aio::MultiplexedConnection,
+    me: &str,
+    fence: leasehold::Fence,
+) -> Result<()> {
+    let entered: bool = redis::cmd("SET")
+        .arg("test:occupant")
+        .arg(me)
+        .arg("NX")
+        .query_async::<Option<String>>(&mut *redis)
+        .await?
+        .is_some();
+    if !entered {
+        let _: i64 = redis.incr("test:overlaps", 1).await?;
+    }
+    let value: i64 = redis
+        .get::<_, Option<i64>>("test:counter")
+        .await?
+        .unwrap_or(0);
+    let _: i64 = redis.rpush("test:fences", fence.get()).await?;
+    tokio::task::yield_now().await;
+    let _: () = redis.set("test:counter", value + 1).await?;
+    if entered {
+        let _: i64 = redis.del("test:occupant").await?;
     }
     Ok(())
 }
@@ -205,26 +217,7 @@ async fn quorum_count(urls: &str, data: &str, name: &str, sections: u32) -> Resu
     let me = std::process::id().to_string();
     for _ in 0..sections {
         let guard = mutex.lock_timeout(Duration::from_secs(60)).await?;
-        let entered: bool = redis::cmd("SET")
-            .arg("test:occupant")
-            .arg(&me)
-            .arg("NX")
-            .query_async::<Option<String>>(&mut redis)
-            .await?
-            .is_some();
-        if !entered {
-            let _: i64 = redis.incr("test:overlaps", 1).await?;
-        }
-        let value: i64 = redis
-            .get::<_, Option<i64>>("test:counter")
-            .await?
-            .unwrap_or(0);
-        let _: i64 = redis.rpush("test:fences", guard.fence().get()).await?;
-        tokio::task::yield_now().await;
-        let _: () = redis.set("test:counter", value + 1).await?;
-        if entered {
-            let _: i64 = redis.del("test:occupant").await?;
-        }
+        section(&mut redis, &me, guard.fence()).await?;
         guard.release().await?;
     }
     Ok(())

@@ -32,6 +32,17 @@ fn set(server: &RedisServer, key: &str, value: &str) {
         .unwrap();
 }
 
+/// Waits (at most 5 s) until `done` holds: for what the nodes do in the background (a round's late votes, an undo, a
+/// writer's intent), which nothing announces, so it is polled.
+async fn poll_until(what: &str, done: impl Fn() -> bool) {
+    within(Duration::from_secs(5), what, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_majority_grants_the_lock_and_every_node_forgets_it_on_release() {
     let nodes = servers(5);
@@ -46,12 +57,7 @@ async fn a_majority_grants_the_lock_and_every_node_forgets_it_on_release() {
     };
     assert!(holding() >= 3, "{} nodes hold it", holding());
     // The round answered at a majority; the others grant too, a moment later.
-    within(Duration::from_secs(5), "every node's grant", async {
-        while holding() < 5 {
-            tokio::time::sleep(Duration::from_millis(5)).await; // the late nodes are not awaited: polled
-        }
-    })
-    .await;
+    poll_until("every node's grant", || holding() == 5).await;
     // The fence was written back: every node that granted has a counter at least the fence.
     let written = nodes
         .iter()
@@ -122,12 +128,9 @@ async fn two_of_five_down_still_grant_and_three_down_fail_on_time_leaving_nothin
         started.elapsed()
     );
     // The failed rounds left nothing on the nodes that answered.
-    within(Duration::from_secs(5), "the undone rounds", async {
-        while get(&nodes[3], "leasehold:{other}").is_some()
-            || get(&nodes[4], "leasehold:{other}").is_some()
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await; // the undo runs in the background: polled
-        }
+    poll_until("the undone rounds", || {
+        get(&nodes[3], "leasehold:{other}").is_none()
+            && get(&nodes[4], "leasehold:{other}").is_none()
     })
     .await;
 }
@@ -399,13 +402,10 @@ async fn an_uncontended_grant_costs_one_request_per_node() {
     }
     let guard = q.mutex("once").try_lock().await.unwrap();
     // The round answered at a majority; the other nodes' requests may still be on their way.
-    within(Duration::from_secs(5), "every node's grant", async {
-        while nodes
+    poll_until("every node's grant", || {
+        nodes
             .iter()
-            .any(|n| get(n, "leasehold:{once}").as_deref() != Some(guard.token()))
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await; // the late nodes are not awaited: polled
-        }
+            .all(|n| get(n, "leasehold:{once}").as_deref() == Some(guard.token()))
     })
     .await;
     let calls: u64 = nodes.iter().map(|n| n.command_calls("evalsha")).sum();
@@ -436,14 +436,12 @@ async fn many_quorum_leases_are_renewed_in_one_call_per_node() {
         .map(Result::unwrap)
         .collect();
     // Every node's grant in place (the third node's are not awaited by the rounds), so that only renewals follow.
-    within(Duration::from_secs(5), "every node's grants", async {
-        while nodes.iter().any(|n| {
+    poll_until("every node's grants", || {
+        nodes.iter().all(|n| {
             names
                 .iter()
-                .any(|name| get(n, &format!("leasehold:{{{name}}}")).is_none())
-        }) {
-            tokio::time::sleep(Duration::from_millis(5)).await; // late votes are not awaited: polled
-        }
+                .all(|name| get(n, &format!("leasehold:{{{name}}}")).is_some())
+        })
     })
     .await;
     for node in &nodes {
@@ -489,15 +487,9 @@ async fn extend_counts_with_a_majority_and_never_deletes_or_recreates() {
         .unwrap();
     guard.extend(Duration::from_secs(60)).await.unwrap();
     assert!(guard.valid_until() > tokio::time::Instant::now() + Duration::from_secs(50));
-    within(
-        Duration::from_secs(5),
-        "the extension on every node",
-        async {
-            while nodes.iter().any(|n| pttl(n) < 50_000) {
-                tokio::time::sleep(Duration::from_millis(5)).await; // the third node is not awaited: polled
-            }
-        },
-    )
+    poll_until("the extension on every node", || {
+        nodes.iter().all(|n| pttl(n) >= 50_000)
+    })
     .await;
     // The key gone from two nodes of three: no majority can hold it. The extension says so and ends the lease, and
     // it neither re-creates the key on those two nor deletes it from the third.
@@ -577,20 +569,13 @@ async fn quorum_readers_share_a_writer_excludes_them_and_a_waiting_writer_keeps_
         let rw = rw.clone();
         async move { rw.write_timeout(Duration::from_secs(10)).await }
     });
-    within(
-        Duration::from_secs(5),
-        "the writer's intent on a majority",
-        async {
-            while nodes
-                .iter()
-                .filter(|n| get(n, "leasehold:{doc}:queue").is_some())
-                .count()
-                < 2
-            {
-                tokio::time::sleep(Duration::from_millis(5)).await; // the intent is set by the writer's round: polled
-            }
-        },
-    )
+    poll_until("the writer's intent on a majority", || {
+        nodes
+            .iter()
+            .filter(|n| get(n, "leasehold:{doc}:queue").is_some())
+            .count()
+            >= 2
+    })
     .await;
     match rw.try_read().await {
         Err(Error::Busy { .. }) => {}
