@@ -9,7 +9,8 @@
 //! Each lock's outcome is its own (the scripts answer per lock), and so is its cancel safety: a request whose caller
 //! went away while it queued is never sent; one whose caller went away while its call was out is settled by
 //! [`Item::orphaned`] (a grant that landed is released), after the call returned, so the undoing runs after what it
-//! undoes.
+//! undoes. The outcome travels back with its item, so that a caller that goes away just as its outcome is sent (on
+//! another thread) settles it itself ([`Answer`]).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -59,7 +60,47 @@ pub(crate) trait Item: Send + Sized + 'static {
     fn orphaned(self, inner: &Arc<Inner>, outcome: Option<Self::Outcome>);
 }
 
-type Reply<T> = oneshot::Sender<Result<<T as Item>::Outcome, Failure>>;
+/// Where a queued request's outcome goes: back to its caller, with the item, so that a caller that stops listening
+/// after the outcome was sent (its future dropped on another thread at that very moment) still settles it.
+type Reply<T> = oneshot::Sender<(T, Result<<T as Item>::Outcome, Failure>)>;
+
+/// Hands `item`'s outcome to its caller, or settles it when the caller went away.
+fn deliver<T: Item>(
+    inner: &Arc<Inner>,
+    item: T,
+    reply: Reply<T>,
+    result: Result<T::Outcome, Failure>,
+) {
+    if let Err((item, result)) = reply.send((item, result)) {
+        settle_orphan(inner, item, result);
+    }
+}
+
+/// Settles the outcome of a request whose caller went away: a grant is released, and so is whatever a request that
+/// may have reached the server may have granted.
+fn settle_orphan<T: Item>(inner: &Arc<Inner>, item: T, result: Result<T::Outcome, Failure>) {
+    match result {
+        Ok(outcome) => item.orphaned(inner, Some(outcome)),
+        Err(failure) if failure.reached => item.orphaned(inner, None),
+        Err(_) => {}
+    }
+}
+
+/// The caller's end of a queued request. Dropped (its future cancelled), it stops the reply and settles an outcome
+/// that was sent before that: a grant sent a moment before the caller went away is never left unreleased.
+struct Answer<'a, T: Item> {
+    inner: &'a Arc<Inner>,
+    rx: oneshot::Receiver<(T, Result<T::Outcome, Failure>)>,
+}
+
+impl<T: Item> Drop for Answer<'_, T> {
+    fn drop(&mut self) {
+        self.rx.close();
+        if let Ok((item, result)) = self.rx.try_recv() {
+            settle_orphan(self.inner, item, result);
+        }
+    }
+}
 
 /// The requests of one kind for one client.
 pub(crate) struct Coalescer<T: Item> {
@@ -140,8 +181,12 @@ pub(crate) async fn run<T: Item>(inner: &Arc<Inner>, item: T) -> Result<T::Outco
             Some(answer)
         }
     };
-    if let Some(answer) = answer {
-        return answer.await.unwrap_or_else(|_| Err(abandoned()));
+    if let Some(rx) = answer {
+        let mut answer = Answer { inner, rx };
+        return match (&mut answer.rx).await {
+            Ok((_, result)) => result,
+            Err(_) => Err(abandoned()),
+        };
     }
     // Our own call, alone. Whatever ends it (a reply, or this future dropped), the slot passes on.
     let mut lead = Lead { inner, item };
@@ -224,9 +269,7 @@ impl<T: Item> Drop for InCall<'_, T> {
         let items = std::mem::take(&mut self.items);
         let replies = std::mem::take(&mut self.replies);
         for (item, reply) in items.into_iter().zip(replies) {
-            if reply.send(Err(abandoned())).is_err() {
-                item.orphaned(self.inner, None);
-            }
+            deliver(self.inner, item, reply, Err(abandoned()));
         }
     }
 }
@@ -241,9 +284,7 @@ fn settle<T: Item>(
     match result {
         Ok(outcomes) if outcomes.len() == items.len() => {
             for ((item, reply), outcome) in items.into_iter().zip(replies).zip(outcomes) {
-                if let Err(Ok(outcome)) = reply.send(Ok(outcome)) {
-                    item.orphaned(inner, Some(outcome));
-                }
+                deliver(inner, item, reply, Ok(outcome));
             }
         }
         result => {
@@ -262,9 +303,7 @@ fn settle<T: Item>(
                     err: err.clone(),
                     reached,
                 };
-                if reply.send(Err(failure)).is_err() && reached {
-                    item.orphaned(inner, None);
-                }
+                deliver(inner, item, reply, Err(failure));
             }
         }
     }
