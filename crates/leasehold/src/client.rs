@@ -100,7 +100,7 @@ impl crate::keeper::Renews for Inner {
             }
             match reply {
                 Ok(reply) => match reply.split_first() {
-                    Some((&run, codes)) => Ok((run, codes.iter().copied().map(Some).collect())),
+                    Some((&run, codes)) => Ok(vec![Some((run, codes.to_vec()))]),
                     None => Err("empty renewal reply".to_owned()),
                 },
                 Err(err) => Err(err.to_string()),

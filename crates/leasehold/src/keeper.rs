@@ -24,15 +24,17 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::clock;
-use crate::guard::loss_reason;
-use crate::lease::{LeaseShared, Request};
+use crate::lease::{LeaseShared, NodeAnswer, Request, Settled};
 use crate::scripts::RENEW_BATCH;
 
-/// The outcome of one renewal call: the instant it ran (a server time in µs, or a sequence number that orders the
-/// calls the same way) and one code per lease as `renew.lua` answers, `None` for a lease whose renewal was neither
-/// confirmed nor refused (on a quorum: too few nodes answered either way; retried, as after a failed call); or why
-/// the call failed, its outcome unknown.
-pub(crate) type Renewed = Result<(i64, Vec<Option<i64>>), String>;
+/// The outcome of one renewal call: per node (one on a single server, each node of a quorum), the node's time when
+/// the call ran there (µs; it orders the node's replies, which may run in another order than they were sent) and one
+/// code per lease as `renew.lua` answers, or `None` for a node that did not answer; or why the call failed, its
+/// outcome unknown everywhere.
+pub(crate) type Renewed = Result<Vec<Option<NodeReply>>, String>;
+
+/// One node's reply to a renewal call: the node's time when the call ran there (µs), and one code per lease.
+pub(crate) type NodeReply = (i64, Vec<i64>);
 
 /// The `renew.lua` call for `leases`, each for its own lease length.
 pub(crate) fn renew_invocation(leases: &[Arc<LeaseShared>]) -> redis::ScriptInvocation<'static> {
@@ -193,34 +195,45 @@ impl Keeper {
         (due, next)
     }
 
-    /// Applies the outcome of one renewal call to its leases: `reply` is the server time the call ran at and one
-    /// code per lease, or `None` when the call failed (or was dropped) and its outcome is unknown.
-    fn settle(&self, batch: &[Renewal], reply: Option<(i64, &[Option<i64>])>) {
+    /// Applies the outcome of one renewal call to its leases: `replies` are the nodes' answers (see [`Renewed`]), or
+    /// `None` when the call failed (or was dropped) and its outcome is unknown.
+    fn settle(&self, batch: &[Renewal], replies: Option<&[Option<NodeReply>]>) {
         let mut state = self.lock();
         for (i, renewal) in batch.iter().enumerate() {
             let Some(entry) = state.leases.get_mut(&renewal.id) else {
                 continue; // released while the call was out
             };
             entry.in_flight = false;
-            match reply.map(|(run, codes)| (run, codes.get(i).copied().flatten())) {
-                Some((run, Some(1))) => {
-                    renewal.lease.confirm(renewal.request, run);
+            let settled = replies.map(|replies| {
+                let answers: Vec<NodeAnswer> = replies
+                    .iter()
+                    .map(|node| {
+                        node.as_ref()
+                            .and_then(|(run, codes)| codes.get(i).map(|&code| (*run, code)))
+                    })
+                    .collect();
+                renewal.lease.settle(renewal.request, &answers)
+            });
+            match settled {
+                Some(Settled::Renewed) => {
                     entry.failures = 0;
                     entry.next_renewal = renewal.request.sent + entry.every;
                     if entry.once {
                         state.leases.remove(&renewal.id);
                     }
                 }
-                Some((_, Some(code))) => {
+                Some(Settled::Lost(code)) => {
                     if code == -2 {
                         tracing::warn!(lock = %renewal.lease.keys.name(), "the lock key now holds another Redis type; lease lost");
                     }
-                    renewal.lease.end(loss_reason(code));
                     state.leases.remove(&renewal.id);
                 }
-                // The call failed (or answered short, or left this lease unconfirmed): the request stays unconfirmed
-                // in the lease, whose deadline already allows for it; retry soon, the deadline timer guards the rest.
-                Some((_, None)) | None => {
+                Some(Settled::Ended) => {
+                    state.leases.remove(&renewal.id);
+                }
+                // The call failed (or answered short, or too few nodes answered): the request stays unconfirmed in
+                // the lease, whose deadline already allows for it; retry soon, the deadline timer guards the rest.
+                Some(Settled::Unknown) | None => {
                     entry.failures = entry.failures.saturating_add(1);
                     let backoff = RETRY_MIN
                         .saturating_mul(1 << entry.failures.min(8))
@@ -354,12 +367,19 @@ async fn renew(keeper: Arc<Keeper>, inner: Arc<dyn Renews>, due: Vec<(u64, Arc<L
     if !call.batch.is_empty() {
         let reply = inner.renew(&leases).await;
         call.settled = true;
+        let complete = |replies: &[Option<NodeReply>]| {
+            replies
+                .iter()
+                .flatten()
+                .all(|(_, codes)| codes.len() == call.batch.len())
+        };
         match reply {
-            Ok((run, codes)) if codes.len() == call.batch.len() => {
-                let renewed = codes.iter().filter(|&&c| c == Some(1)).count();
+            Ok(replies) if complete(&replies) => {
+                let renewed = |i: usize| replies.iter().flatten().any(|(_, codes)| codes[i] == 1);
+                let renewed = (0..call.batch.len()).filter(|&i| renewed(i)).count();
                 crate::metrics::renewals(renewed, 0);
-                tracing::debug!(leases = codes.len(), renewed, "renewal batch");
-                keeper.settle(&call.batch, Some((run, &codes)));
+                tracing::debug!(leases = call.batch.len(), renewed, "renewal batch");
+                keeper.settle(&call.batch, Some(&replies));
             }
             Ok(_) => {
                 crate::metrics::renewals(0, call.batch.len());

@@ -68,65 +68,40 @@ struct Unconfirmed {
     ttl: Duration,
 }
 
-/// What the validity deadline is computed from. See DESIGN.md, "The validity deadline", for why it is complete.
+/// What one node's expiry of the key is computed from. See DESIGN.md, "The validity deadline", for why it is complete.
 ///
-/// The server's expiry is set by whichever expiry-setting request of this grant it ran last: `E = run + ttl`.
+/// The node's expiry is set by whichever expiry-setting request of this grant it ran last: `E = run + ttl`.
 /// That request is either the confirmed one that ran last (`base`), or an unconfirmed one that ran after it.
-/// For each we know a lower bound of when it ran: the base ran no earlier than `base_start`; an unconfirmed request
-/// that ran after the base ran no earlier than its own send instant nor than `base_start`. The deadline is the
+/// For each we know a lower bound of when it ran: the base ran no earlier than `base.start`; an unconfirmed request
+/// that ran after the base ran no earlier than its own send instant nor than `base.start`. The node's bound is the
 /// smallest of these lower bounds plus the respective lease, less the drift allowance.
 #[derive(Debug, Clone)]
-pub(crate) struct Validity {
-    /// No earlier than the instant the last-run confirmed request ran, on our clock.
-    base_start: Instant,
-    base_ttl: Duration,
-    /// When that request ran, in the server's microseconds: replies are ordered by this, not by their send order.
-    base_run: i64,
+struct NodeExpiry {
+    /// The confirmed request that ran last on this node; `None` while the node is not known to hold the key (it
+    /// did not grant, or a request found the key gone or taken there).
+    base: Option<Base>,
+    /// The renewal code of the request that found the key gone (0) or taken (< 0) on this node, since.
+    refused: Option<i64>,
     unconfirmed: Vec<Unconfirmed>,
-    next_id: u64,
-    /// The deadline computed from the above (cached).
-    valid_until: Instant,
 }
 
-impl Validity {
-    fn new(sent: Instant, ttl: Duration, run: i64) -> Validity {
-        let mut validity = Validity {
-            base_start: sent,
-            base_ttl: ttl,
-            base_run: run,
-            unconfirmed: Vec::new(),
-            next_id: 1,
-            valid_until: sent,
-        };
-        validity.recompute();
-        validity
-    }
+#[derive(Debug, Clone, Copy)]
+struct Base {
+    /// No earlier than the instant the request ran, on our clock.
+    start: Instant,
+    ttl: Duration,
+    /// When it ran, in the node's microseconds: replies are ordered by this, not by their send order.
+    run: i64,
+}
 
-    fn recompute(&mut self) {
-        let mut until = self.base_start + self.base_ttl - drift(self.base_ttl);
+impl NodeExpiry {
+    fn bound(&self) -> Option<Instant> {
+        let base = self.base?;
+        let mut until = base.start + base.ttl - drift(base.ttl);
         for u in &self.unconfirmed {
-            until = until.min(u.sent.max(self.base_start) + u.ttl - drift(u.ttl));
+            until = until.min(u.sent.max(base.start) + u.ttl - drift(u.ttl));
         }
-        self.valid_until = until;
-    }
-
-    fn register(&mut self, ttl: Duration) -> Request {
-        let request = Request {
-            id: self.next_id,
-            sent: clock::now(),
-            ttl,
-        };
-        self.next_id += 1;
-        self.unconfirmed.push(Unconfirmed {
-            id: request.id,
-            sent: request.sent,
-            ttl,
-        });
-        if self.unconfirmed.len() > MAX_UNCONFIRMED {
-            self.merge();
-        }
-        self.recompute();
-        request
+        Some(until)
     }
 
     /// Replaces the unconfirmed requests of equal lease by one with the earliest send instant. Its bound is no later
@@ -149,18 +124,181 @@ impl Validity {
         if let Some(i) = self.unconfirmed.iter().position(|u| u.id == request.id) {
             self.unconfirmed.swap_remove(i);
         }
-        if run > self.base_run {
+        self.refused = None;
+        match &mut self.base {
             // It ran after the base, so no earlier than the base did, nor than it was sent.
-            self.base_start = self.base_start.max(request.sent);
-            self.base_ttl = request.ttl;
-            self.base_run = run;
-        } else if run == self.base_run {
+            Some(base) if run > base.run => {
+                base.start = base.start.max(request.sent);
+                base.ttl = request.ttl;
+                base.run = run;
+            }
             // Same microsecond: the order is unknown, so keep the shorter lease.
-            self.base_start = self.base_start.max(request.sent);
-            self.base_ttl = self.base_ttl.min(request.ttl);
+            Some(base) if run == base.run => {
+                base.start = base.start.max(request.sent);
+                base.ttl = base.ttl.min(request.ttl);
+            }
+            // A request that ran before the base was overwritten by it: it changes nothing.
+            Some(_) => {}
+            // A node that held the key without our knowing (a late grant): this request's run is the first fact.
+            None => {
+                self.base = Some(Base {
+                    start: request.sent,
+                    ttl: request.ttl,
+                    run,
+                });
+            }
         }
-        // A request that ran before the base was overwritten by it: it changes nothing.
+    }
+
+    /// A request found the key gone or held by another owner on this node: renewals never re-create it, so the node
+    /// no longer counts, until a later request is confirmed there (only a grant that landed late can do that).
+    fn refuse(&mut self, request: Request, code: i64) {
+        if let Some(i) = self.unconfirmed.iter().position(|u| u.id == request.id) {
+            self.unconfirmed.swap_remove(i);
+        }
+        self.base = None;
+        self.refused = Some(code);
+    }
+}
+
+/// What the validity deadline is computed from: one view of the key's expiry per node that holds it (one on a single
+/// server), and the deadline a majority of them supports.
+///
+/// On a quorum each node runs one client's requests in an order of its own (a script re-sent after `NOSCRIPT` runs
+/// behind later requests; a request retried on a fresh connection runs after whatever the new connection carried), so
+/// each node's replies are ordered by that node's clock, as on one server, never by the order they were sent in.
+/// The lock is safe from other owners while a majority of the nodes keep the key: the deadline is the `majority`-th
+/// latest of the nodes' bounds, and when fewer than a majority are known to hold the key the lease has ended.
+#[derive(Debug, Clone)]
+pub(crate) struct Validity {
+    nodes: Vec<NodeExpiry>,
+    majority: usize,
+    next_id: u64,
+    /// The deadline computed from the above (cached).
+    valid_until: Instant,
+}
+
+/// A node's answer to one request of a lease: `Some((run, code))` with the node's time in µs and the code of
+/// `renew.lua` (1 renewed, 0 gone, -1 taken, -2 another type), `None` when it did not answer.
+pub(crate) type NodeAnswer = Option<(i64, i64)>;
+
+/// What the answers to one request add up to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// A majority ran it and still hold the key.
+    Renewed,
+    /// So many nodes found the key gone or taken that no majority holds it: the lease ended, with this code of the
+    /// node answers (-1 when any node found another owner).
+    Lost(i64),
+    /// Neither: too few answered. The request stays unconfirmed where nobody answered.
+    Unknown,
+    /// The lease had ended (or its deadline passed) before the answers came: they change nothing.
+    Ended,
+}
+
+impl Validity {
+    /// A grant on one node that ran at `run` and left the key `left` to live, sent at `sent`.
+    #[cfg(test)]
+    fn new(sent: Instant, left: Duration, run: i64) -> Validity {
+        Validity::granted(sent, left, &[Some(run)])
+    }
+
+    /// A grant sent at `sent` that left the key `left` to live on the nodes of `runs` that are `Some` (with the
+    /// node's time when it ran); the other nodes do not hold it as far as anyone knows. A majority is more than half
+    /// of all nodes.
+    fn granted(sent: Instant, left: Duration, runs: &[Option<i64>]) -> Validity {
+        let nodes = runs
+            .iter()
+            .map(|run| NodeExpiry {
+                base: run.map(|run| Base {
+                    start: sent,
+                    ttl: left,
+                    run,
+                }),
+                refused: None,
+                unconfirmed: Vec::new(),
+            })
+            .collect();
+        let mut validity = Validity {
+            nodes,
+            majority: runs.len() / 2 + 1,
+            next_id: 1,
+            valid_until: sent,
+        };
+        validity.recompute();
+        validity
+    }
+
+    fn recompute(&mut self) {
+        let mut bounds: Vec<Instant> = self.nodes.iter().filter_map(NodeExpiry::bound).collect();
+        if bounds.len() < self.majority {
+            // No majority holds the key: the lease is over (`settle` says so), with the last deadline it had.
+            return;
+        }
+        bounds.sort_unstable_by(|a, b| b.cmp(a));
+        self.valid_until = bounds[self.majority - 1];
+    }
+
+    /// Whether a majority of the nodes is still known to hold the key.
+    fn supported(&self) -> bool {
+        self.nodes.iter().filter(|n| n.base.is_some()).count() >= self.majority
+    }
+
+    fn register(&mut self, ttl: Duration) -> Request {
+        let request = Request {
+            id: self.next_id,
+            sent: clock::now(),
+            ttl,
+        };
+        self.next_id += 1;
+        for node in &mut self.nodes {
+            node.unconfirmed.push(Unconfirmed {
+                id: request.id,
+                sent: request.sent,
+                ttl,
+            });
+            if node.unconfirmed.len() > MAX_UNCONFIRMED {
+                node.merge();
+            }
+        }
         self.recompute();
+        request
+    }
+
+    /// Applies each node's answer to `request` (one per node, in node order).
+    fn settle(&mut self, request: Request, answers: &[NodeAnswer]) -> Settled {
+        let mut renewed = 0;
+        for (node, answer) in self.nodes.iter_mut().zip(answers) {
+            match *answer {
+                Some((run, 1)) => {
+                    node.confirm(request, run);
+                    renewed += 1;
+                }
+                Some((_, code)) => node.refuse(request, code),
+                None => {}
+            }
+        }
+        self.recompute();
+        if !self.supported() {
+            let code = self
+                .nodes
+                .iter()
+                .filter_map(|n| n.refused)
+                .min()
+                .unwrap_or(0);
+            return Settled::Lost(code);
+        }
+        if renewed >= self.majority {
+            Settled::Renewed
+        } else {
+            Settled::Unknown
+        }
+    }
+
+    /// A single server's confirmation: `request` ran at `run` and set the expiry.
+    #[cfg(test)]
+    fn confirm(&mut self, request: Request, run: i64) {
+        self.settle(request, &[Some((run, 1))]);
     }
 }
 
@@ -214,13 +352,42 @@ impl LeaseShared {
         left: Duration,
         run: i64,
     ) -> Arc<LeaseShared> {
+        LeaseShared::with(
+            keys,
+            token,
+            fence,
+            ttl,
+            Validity::granted(sent, left, &[Some(run)]),
+        )
+    }
+
+    /// A lease of `ttl` held on a majority of nodes: granted with its whole lease by a round sent at `sent` on the
+    /// nodes of `runs` that are `Some` (the node's time when its grant ran, µs), one entry per node of the quorum.
+    pub(crate) fn on_nodes(
+        keys: Arc<LockKeys>,
+        token: String,
+        fence: Fence,
+        ttl: Duration,
+        sent: Instant,
+        runs: &[Option<i64>],
+    ) -> Arc<LeaseShared> {
+        LeaseShared::with(keys, token, fence, ttl, Validity::granted(sent, ttl, runs))
+    }
+
+    fn with(
+        keys: Arc<LockKeys>,
+        token: String,
+        fence: Fence,
+        ttl: Duration,
+        validity: Validity,
+    ) -> Arc<LeaseShared> {
         Arc::new(LeaseShared {
             keys,
             token,
             fence,
             ttl,
             granted: clock::now(),
-            status: Mutex::new(Status::Held(Validity::new(sent, left, run))),
+            status: Mutex::new(Status::Held(validity)),
             changed: Notify::new(),
         })
     }
@@ -302,23 +469,35 @@ impl LeaseShared {
     }
 
     /// Records that `request` ran on the server at `run` (server µs) and set the expiry.
+    pub(crate) fn confirm(&self, request: Request, run: i64) {
+        self.settle(request, &[Some((run, 1))]);
+    }
+
+    /// Applies the answers of the nodes (one per node, in node order; one on a single server) to `request`: each
+    /// node that renewed moves its own view of the expiry, ordered by its own clock; a node that found the key gone
+    /// or taken no longer counts; the deadline is the one a majority supports. Ends the lease when no majority holds
+    /// the key any more.
     ///
     /// A confirmation that arrives after the deadline passed does not revive the lease: whoever looked in between
     /// was told it was lost, and that must stay true.
-    pub(crate) fn confirm(&self, request: Request, run: i64) {
+    pub(crate) fn settle(&self, request: Request, answers: &[NodeAnswer]) -> Settled {
         let now = clock::now();
         self.update(|status| match status {
             Status::Held(validity) if now >= validity.valid_until - TIMER_GUARD => {
                 *status = status.ended(LossReason::Expired);
-                ((), true)
+                (Settled::Ended, true)
             }
             Status::Held(validity) => {
                 let before = validity.valid_until;
-                validity.confirm(request, run);
-                ((), validity.valid_until != before)
+                let settled = validity.settle(request, answers);
+                if let Settled::Lost(code) = settled {
+                    *status = status.ended(crate::guard::loss_reason(code));
+                    return (settled, true);
+                }
+                (settled, validity.valid_until != before)
             }
-            Status::Ended { .. } => ((), false),
-        });
+            Status::Ended { .. } => (Settled::Ended, false),
+        })
     }
 
     /// Ends the lease unless it already ended. Returns true when this call ended it.
@@ -490,6 +669,11 @@ impl Lease {
         run: i64,
     ) -> Result<(), crate::Error> {
         self.shared.confirm(request, run);
+        self.ended_extension()
+    }
+
+    /// The end of an extension whose answers were applied: `Ok` unless the lease ended meanwhile.
+    pub(crate) fn ended_extension(&self) -> Result<(), crate::Error> {
         match self.loss() {
             None => Ok(()),
             Some(reason) => Err(crate::Error::LeaseLost {
@@ -591,6 +775,70 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn on_a_quorum_each_node_orders_its_replies_by_its_own_clock() {
+        // The outside review's schedule: 3 nodes, 3 s lease; the keeper's renewal meets NOSCRIPT and is re-sent
+        // while an extension to 60 s goes out; every node runs the extension first and the 3 s renewal last. The
+        // replies come back in send order's reverse, each stamped with the node's own clock.
+        let t0 = Instant::now();
+        let mut v = Validity::granted(t0, 3 * S, &[Some(1_000), Some(5_000), Some(9_000)]);
+        tokio::time::advance(S).await;
+        let renewal = v.register(3 * S);
+        tokio::time::advance(S / 10).await;
+        let extend = v.register(60 * S);
+        let ran = |offsets: [i64; 3], at: i64| offsets.map(|o| Some((o + at, 1)));
+        let clocks = [1_000, 5_000, 9_000];
+        assert_eq!(v.settle(extend, &ran(clocks, 2_000)), Settled::Renewed);
+        // The renewal is still unknown everywhere: it may run after the extension, and does.
+        assert_eq!(v.valid_until, bound(extend.sent, 3 * S));
+        assert_eq!(v.settle(renewal, &ran(clocks, 3_000)), Settled::Renewed);
+        assert_eq!(v.valid_until, bound(extend.sent, 3 * S));
+        assert!(
+            v.valid_until < t0 + 5 * S,
+            "the holder believes in the 60 s extension"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn on_a_quorum_the_deadline_is_the_one_a_majority_supports() {
+        let t0 = Instant::now();
+        let mut v = Validity::granted(t0, 3 * S, &[Some(10), Some(10), Some(10), None, None]);
+        tokio::time::advance(S).await;
+        // One node confirms a 60 s extension, the other two granting nodes do not answer: the bound of a majority
+        // (the third latest) is still the grant's.
+        let extend = v.register(60 * S);
+        let only_first = [Some((20, 1)), None, None, None, None];
+        assert_eq!(v.settle(extend, &only_first), Settled::Unknown);
+        assert_eq!(v.valid_until, bound(t0, 3 * S));
+        // A late grant on a fourth node, found by a renewal, counts from then on.
+        let renewal = v.register(3 * S);
+        let answers = [Some((30, 1)), Some((30, 1)), None, Some((30, 1)), None];
+        assert_eq!(v.settle(renewal, &answers), Settled::Renewed);
+        assert_eq!(v.valid_until, bound(renewal.sent, 3 * S));
+        // Two of the four holders find the key gone: two still hold it, fewer than a majority of five.
+        let next = v.register(3 * S);
+        let gone = [Some((40, 0)), Some((40, -1)), None, Some((40, 1)), None];
+        assert_eq!(v.settle(next, &gone), Settled::Lost(-1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn on_a_quorum_a_node_that_found_the_key_gone_counts_no_more() {
+        let t0 = Instant::now();
+        let mut v = Validity::granted(t0, 3 * S, &[Some(10), Some(10), Some(10)]);
+        let first = v.register(3 * S);
+        // One node lost it (FLUSHALL): two of three still hold it.
+        assert_eq!(
+            v.settle(first, &[Some((20, 0)), None, None]),
+            Settled::Unknown
+        );
+        // Another renewal: a second node says gone. The first is not asked to say it again.
+        let second = v.register(3 * S);
+        assert_eq!(
+            v.settle(second, &[None, Some((30, 0)), Some((30, 1))]),
+            Settled::Lost(0)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_suspension_longer_than_the_lease_ends_it_at_once() {
         let keys = LockKeys::new("p", "n").unwrap();
         let lease = Lease {
@@ -628,7 +876,7 @@ mod tests {
             let r = v.register(2 * S);
             first.get_or_insert(r);
         }
-        assert!(v.unconfirmed.len() <= MAX_UNCONFIRMED);
+        assert!(v.nodes[0].unconfirmed.len() <= MAX_UNCONFIRMED);
         assert_eq!(v.valid_until, bound(first.unwrap().sent, 2 * S));
         // A later confirmed long renewal moves the base, but the unknown short ones still bound it.
         let renewal = v.register(30 * S);

@@ -17,8 +17,9 @@
 //!   `f` counts only once a majority confirmed the write-back within the validity. Either way a majority's counters
 //!   reached the fence while they held the caller's token; two such majorities share a node, which saw the earlier
 //!   fence before it granted the later lock: fences increase with the order of the critical sections.
-//! - **Renew**: the quorum's keeper (keeper.rs) renews every lease of the quorum in batches, one call per node; a
-//!   lease moves only when a majority confirmed, within the current validity. Nothing ever re-creates a lapsed key
+//! - **Renew**: the quorum's keeper (keeper.rs) renews every lease of the quorum in batches, one call per node. The
+//!   lease orders each node's replies by that node's clock, as on one server (a node may run them in another order
+//!   than they were sent), and its deadline is the one a majority of the nodes supports. Nothing ever re-creates a lapsed key
 //!   or deletes one on a failed renewal. Nodes that report the key gone or taken, so many that no majority remains,
 //!   end the lease at once.
 //! - **Release**: every node, owner-checked, announced on each in the same step; the lease reads released before
@@ -38,7 +39,7 @@ use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{new_token, Fence};
 use crate::keeper::{Keeper, Renews};
 use crate::keys::{check_prefix, check_ttl, drift, millis, LockKeys, DEFAULT_PREFIX};
-use crate::lease::{Lease, LeaseShared, LossReason};
+use crate::lease::{Lease, LeaseShared, LossReason, Settled};
 use crate::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE, QUORUM_WITHDRAW};
 
 /// The default time one node has to answer one request: far below the default lease (30 s), so that a slow node costs
@@ -100,8 +101,6 @@ struct QuorumInner {
     epoch: std::time::Instant,
     /// Renews every lease of this quorum, in batches per node (keeper.rs).
     keeper: Arc<Keeper>,
-    /// Numbers the renewal calls, in send order.
-    renewals: AtomicI64,
 }
 
 impl Drop for QuorumInner {
@@ -349,7 +348,6 @@ impl Quorum {
                 last_fence: AtomicI64::new(0),
                 epoch: std::time::Instant::now(),
                 keeper: Arc::new(Keeper::new()),
-                renewals: AtomicI64::new(1),
             }),
         })
     }
@@ -443,8 +441,9 @@ struct QuorumLock {
 
 /// One node's answer to one round's acquire.
 enum Vote {
-    /// Granted, with the fence the node drew, or the round's proposal when it `took` that.
-    Granted { fence: i64, took: bool },
+    /// Granted at `run` (the node's time, µs), with the fence the node drew, or the round's proposal when it `took`
+    /// that.
+    Granted { run: i64, fence: i64, took: bool },
     /// Held by someone else, for this much longer (when the key has an expiry).
     Busy(Option<Duration>),
     /// The key holds something else: not a leasehold lock, or a lock of the other kind (a mutex where a read-write
@@ -724,7 +723,12 @@ impl QuorumLock {
         inner.last_fence.fetch_max(fence, Ordering::Relaxed);
         undo.token = None;
         let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
-        let shared = LeaseShared::new(Arc::clone(keys), token, fence, self.ttl, sent, self.ttl, 0);
+        // Each granting node's view of the expiry starts at its grant, ordered by its own clock from there on.
+        let mut runs = vec![None; inner.nodes.len()];
+        for grant in &votes.granted {
+            runs[grant.node] = Some(grant.run);
+        }
+        let shared = LeaseShared::on_nodes(Arc::clone(keys), token, fence, self.ttl, sent, &runs);
         tracing::debug!(
             lock = %keys.name(),
             fence = fence.get(),
@@ -747,9 +751,11 @@ impl QuorumLock {
     }
 }
 
-/// A node that granted in a round: the fence it drew, or the round's proposal when it `took` that.
+/// A node that granted in a round at `run` (its time, µs): the fence it drew, or the round's proposal when it `took`
+/// that.
 struct Grant {
     node: usize,
+    run: i64,
     fence: i64,
     took: bool,
 }
@@ -802,9 +808,14 @@ impl Votes {
         };
         while let Some((node, vote)) = pending.next().await {
             match vote {
-                Vote::Granted { fence, took } => {
+                Vote::Granted { run, fence, took } => {
                     votes.answered += 1;
-                    votes.granted.push(Grant { node, fence, took });
+                    votes.granted.push(Grant {
+                        node,
+                        run,
+                        fence,
+                        took,
+                    });
                 }
                 Vote::Busy(left) => {
                     votes.answered += 1;
@@ -897,7 +908,8 @@ async fn vote(
         inner.offsets[node].store(now - middle, Ordering::Relaxed);
     }
     match reply.as_slice() {
-        [_, 1, fence, _, took] => Vote::Granted {
+        [run, 1, fence, _, took] => Vote::Granted {
+            run: *run,
             fence: *fence,
             took: *took == 1,
         },
@@ -1047,49 +1059,35 @@ impl Drop for UndoRound {
 }
 
 impl QuorumInner {
-    /// Runs a `renew.lua` call for `leases` leases on every node at once; a lease is renewed when a majority
-    /// confirmed, lost when so many nodes report its key gone or taken that no majority can confirm any more, and
-    /// left unconfirmed (`None`) otherwise. Also says how many nodes answered. Nothing ever re-creates a lapsed key, or
-    /// deletes one on a failed renewal.
+    /// Runs a `renew.lua` call for `leases` leases on every node at once: each node's reply (its time when the call
+    /// ran there, and a code per lease), `None` for a node that did not answer in time. What the replies add up to is
+    /// the lease's to decide ([`LeaseShared::settle`]): each node's confirmations are ordered by that node's clock,
+    /// and the deadline is the one a majority supports. Nothing ever re-creates a lapsed key, or deletes one on a
+    /// failed renewal.
     async fn renew_on_nodes(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
         leases: usize,
-    ) -> (crate::keeper::Renewed, usize) {
-        // Each node runs one client's requests in the order they were sent, so the send order is the run order.
-        let run = self.renewals.fetch_add(1, Ordering::Relaxed);
-        let replies: Vec<Option<Vec<i64>>> = join_all(self.nodes.iter().map(|node| async move {
-            match tokio::time::timeout(
-                self.call_bound(),
-                node.invoke_idempotent::<Vec<i64>>(invocation),
-            )
-            .await
-            {
-                Ok(Ok(reply)) if reply.len() == leases + 1 => Some(reply),
-                _ => None,
-            }
-        }))
-        .await;
-        let answered = replies.iter().flatten().count();
-        if answered == 0 {
-            return (Err("no quorum node answered".to_owned()), 0);
-        }
-        let majority = self.nodes.len() / 2 + 1;
-        let codes = (1..=leases)
-            .map(|i| {
-                let codes = replies.iter().flatten().map(|reply| reply[i]);
-                let renewed = codes.clone().filter(|&c| c == 1).count();
-                let lost = codes.clone().filter(|&c| c <= 0).count();
-                if renewed >= majority {
-                    Some(1)
-                } else if lost > self.nodes.len() - majority {
-                    Some(codes.clone().find(|&c| c == -1).unwrap_or(0))
-                } else {
-                    None
+    ) -> crate::keeper::Renewed {
+        let replies: Vec<Option<crate::keeper::NodeReply>> =
+            join_all(self.nodes.iter().map(|node| async move {
+                match tokio::time::timeout(
+                    self.call_bound(),
+                    node.invoke_idempotent::<Vec<i64>>(invocation),
+                )
+                .await
+                {
+                    Ok(Ok(reply)) if reply.len() == leases + 1 => reply
+                        .split_first()
+                        .map(|(&run, codes)| (run, codes.to_vec())),
+                    _ => None,
                 }
-            })
-            .collect();
-        (Ok((run, codes)), answered)
+            }))
+            .await;
+        if replies.iter().all(Option::is_none) {
+            return Err("no quorum node answered".to_owned());
+        }
+        Ok(replies)
     }
 }
 
@@ -1106,7 +1104,7 @@ impl Renews for QuorumInner {
     {
         Box::pin(async move {
             let invocation = crate::keeper::renew_invocation(leases);
-            self.renew_on_nodes(&invocation, leases.len()).await.0
+            self.renew_on_nodes(&invocation, leases.len()).await
         })
     }
 }
@@ -1161,18 +1159,30 @@ impl QuorumGuard {
         let shared = &self.lease.shared;
         let mut invocation = crate::scripts::RENEW.key(&shared.keys.lock);
         invocation.arg(&shared.token).arg(millis(ttl));
-        let (renewed, answered) = self.inner.renew_on_nodes(&invocation, 1).await;
+        let replies = self
+            .inner
+            .renew_on_nodes(&invocation, 1)
+            .await
+            .unwrap_or_default();
         // The keeper schedules renewals from the deadline: let it look again.
         self.inner.keeper.nudge();
-        match renewed.map(|(run, codes)| (run, codes.first().copied().flatten())) {
-            Ok((run, Some(1))) => self.lease.confirmed_extension(request, run),
-            Ok((_, Some(code))) => {
-                shared.end(crate::guard::loss_reason(code));
-                Err(Error::NotOwner {
-                    name: shared.keys.name().to_owned(),
-                })
-            }
-            _ => Err(Error::NoQuorum {
+        let answers: Vec<crate::lease::NodeAnswer> = (0..self.inner.nodes.len())
+            .map(|node| {
+                replies
+                    .get(node)
+                    .cloned()
+                    .flatten()
+                    .map(|(run, codes)| (run, codes[0]))
+            })
+            .collect();
+        let answered = answers.iter().flatten().count();
+        match shared.settle(request, &answers) {
+            Settled::Renewed => self.lease.ended_extension(),
+            Settled::Lost(_) => Err(Error::NotOwner {
+                name: shared.keys.name().to_owned(),
+            }),
+            Settled::Ended => self.lease.ended_extension(),
+            Settled::Unknown => Err(Error::NoQuorum {
                 name: shared.keys.name().to_owned(),
                 answered,
                 nodes: self.inner.nodes.len(),

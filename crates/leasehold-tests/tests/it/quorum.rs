@@ -614,3 +614,101 @@ async fn quorum_readers_share_a_writer_excludes_them_and_a_waiting_writer_keeps_
         assert_eq!(exists, 0, "the set of holds outlived its last share");
     }
 }
+
+/// A round trip through the delaying proxies of the ordering test: a chunk waits this long each way.
+const ONE_WAY: Duration = Duration::from_millis(150);
+
+#[tokio::test]
+async fn a_renewal_that_runs_after_an_extension_on_every_node_bounds_the_deadline() {
+    // The outside review's schedule: the keeper's renewal meets NOSCRIPT and is re-sent after the script is loaded;
+    // an extension to 60 s sent meanwhile runs first on every node, the renewal last. Each node then expires the key
+    // one lease after the renewal ran: the holder must not believe in the 60 s.
+    let nodes = servers(3);
+    let mut proxies = Vec::new();
+    for node in &nodes {
+        proxies.push(leasehold_tests::TcpProxy::start(node.addr()).await);
+    }
+    let urls: Vec<String> = proxies.iter().map(|p| p.url()).collect();
+    let q = Quorum::connect_with(&urls, "leasehold", Duration::from_secs(2))
+        .await
+        .unwrap();
+    // Renewed every 2 s: the keeper's next renewal comes long after the reordered one's reply.
+    let ttl = Duration::from_secs(6);
+    let mut reproduced = None;
+    // The schedule needs the extension to reach the nodes within one proxy delay of the script load; on a loaded
+    // machine that can miss, so it is tried a few times (each try checks on the nodes whether it got the schedule).
+    for attempt in 0..4 {
+        for proxy in &proxies {
+            proxy.delay(Duration::ZERO);
+        }
+        let name = format!("reordered-{attempt}");
+        let guard = q.mutex(&name).ttl(ttl).try_lock().await.unwrap();
+        for proxy in &proxies {
+            proxy.delay(ONE_WAY);
+        }
+        for node in &nodes {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query(&mut node.connection())
+                .unwrap();
+            let _: () = redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query(&mut node.connection())
+                .unwrap();
+        }
+        // The keeper's renewal met NOSCRIPT and loaded the script on every node: its re-sent call is two proxy
+        // delays away, the extension one.
+        poll_until("the renewal's script load on every node", || {
+            nodes.iter().all(|n| n.command_calls("script|load") >= 1)
+        })
+        .await;
+        let extended = guard.extend(Duration::from_secs(60)).await;
+        let key = format!("leasehold:{{{name}}}");
+        let pttl = |n: &RedisServer| -> i64 {
+            redis::cmd("PTTL")
+                .arg(&key)
+                .query(&mut n.connection())
+                .unwrap()
+        };
+        // The renewal ran last on every node when each has the key for at most one lease (if the extension ran last
+        // somewhere, the keys keep their 60 s and this try did not get the schedule).
+        let renewed_last = tokio::time::timeout(Duration::from_secs(3), async {
+            while !nodes.iter().all(|n| (0..=6_000).contains(&pttl(n))) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .is_ok();
+        if extended.is_ok() && renewed_last {
+            // Its reply is one proxy delay away; then cut the holder off before the keeper's next renewal.
+            tokio::time::sleep(ONE_WAY + Duration::from_millis(150)).await; // the proxy's fixed delay
+            for proxy in &proxies {
+                proxy.blackhole();
+            }
+            reproduced = Some((name, guard));
+            break;
+        }
+        guard.release().await.unwrap();
+    }
+    let (name, guard) =
+        reproduced.expect("the extension never ran before the renewal on every node");
+    // The holder's deadline is the renewal's, not the extension's.
+    let left = guard
+        .valid_until()
+        .saturating_duration_since(tokio::time::Instant::now());
+    assert!(left <= ttl, "the holder believes {left:?} are left");
+    // Another client gets the lock when the nodes expire it, and by then the holder knows it lost it.
+    let other = quorum(&nodes).await;
+    let second = other
+        .mutex(&name)
+        .lock_timeout(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(
+        !guard.is_held(),
+        "two holders: the first still reads held with {:?} left",
+        guard.valid_until() - tokio::time::Instant::now()
+    );
+    assert_eq!(guard.loss(), Some(LossReason::Expired));
+    second.release().await.unwrap();
+}
