@@ -3,28 +3,35 @@
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter
--- ARGV[1]  the caller's token
+-- ARGV[1]  the caller's token, or its share's hold in a read-write lock's set of holds ("r <token>", "w <token>")
 -- ARGV[2]  the fence (a decimal string)
--- ARGV[3]  fence retention, ms (the counter's expiry when this creates it)
+-- ARGV[3]  fence retention, ms (the counter lives that long after this raised it)
 --
 -- Returns 1 when the counter is now at least the fence (written, or already there), 0 when the node no longer holds
 -- the token (nothing written), -1 when the counter holds something that is not a fence (left as it is).
 --
 -- Decimal strings without leading zeros compare as numbers by length, then bytes: no conversion, no float rounding.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local held
+if string.sub(ARGV[1], 1, 4) == 'dl1:' then
+    held = redis.pcall('GET', KEYS[1]) == ARGV[1]
+else
+    -- A share: held while its hold is in the set and its lease has not run out.
+    local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
+    local t = redis.call('TIME')
+    held = type(score) == 'string' and tonumber(score) >= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if not held then
     return 0
 end
 local fence = ARGV[2]
-local last = redis.call('GET', KEYS[2])
+local last = redis.pcall('GET', KEYS[2])
 if last then
-    if not string.find(last, '^%d+$') then
+    if type(last) ~= 'string' or not string.find(last, '^%d+$') then
         return -1
     end
     if #last > #fence or (#last == #fence and last >= fence) then
         return 1
     end
-    redis.call('SET', KEYS[2], fence, 'KEEPTTL')
-else
-    redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
 end
+redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
 return 1

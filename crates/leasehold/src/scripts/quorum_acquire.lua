@@ -12,7 +12,7 @@
 -- ARGV[1]  the caller's new owner token (starts with "dl1:"), or its hold ("r <token>", "w <token>")
 -- ARGV[2]  the lease, in milliseconds
 -- ARGV[3]  the proposed fence (a decimal string), or "0" for none
--- ARGV[4]  how long a fence counter lives after it was created, in milliseconds
+-- ARGV[4]  how long a fence counter lives after the lock's last grant, in milliseconds
 -- ARGV[5]  how far past this node's clock a proposal may be, in microseconds
 -- ARGV[6]  for a waiting writer: its wait id (the same for every round of one wait; ids sort by the wait's start),
 --          and ARGV[7] how long its intent lasts without another round, ms; "" otherwise. The oldest waiting writer's
@@ -37,21 +37,40 @@ local function below(a, b)
     return #a < #b or (#a == #b and a < b)
 end
 
--- The fence of a grant made now: this node's draw, or the proposal when it may take it. Nil when the counter is not
--- a number.
+-- This node's own draw: max(counter + 1, server µs), as on one server, except for a counter that is missing (the
+-- lock's first grant, or a counter lapsed, evicted, flushed or lost in a restart): that is floored at the clock plus
+-- the proposal lead (ARGV[5]). Quorum fences run up to that lead ahead of the nodes' clocks, so a counter drawn
+-- again from the bare clock could give a fence below one this node took from a proposal moments ago. Nil when the
+-- counter is not a number.
+local function draw()
+    local last = redis.pcall('GET', fence_key)
+    if not last then
+        return string.format('%d', tonumber(now) + tonumber(ARGV[5]))
+    end
+    if type(last) ~= 'string' or not string.find(last, '^%d+$') then
+        return nil
+    end
+    if below(last, now) then
+        return now
+    end
+    return string.format('%d', tonumber(last) + 1)
+end
+
+-- The fence of a grant made now: this node's draw, or the proposal when it may take it. Written back at once, with
+-- the counter's retention counted from this grant (ARGV[4]), so that a counter in use never lapses. Nil when the
+-- counter is not a number (then nothing is written).
 local function fence()
-    local drawn = draw_fence(fence_key, now, ARGV[4])
+    local drawn = draw()
     if not drawn then
         return nil
     end
     local limit = string.format('%d', tonumber(now) + tonumber(ARGV[5]))
+    local f, took = drawn, 0
     if proposal ~= '0' and not below(proposal, drawn) and not below(limit, proposal) then
-        if proposal ~= drawn then
-            redis.call('SET', fence_key, proposal, 'KEEPTTL')
-        end
-        return proposal, 1
+        f, took = proposal, 1
     end
-    return drawn, 0
+    redis.call('SET', fence_key, f, 'PX', ARGV[4])
+    return f, took
 end
 
 -- The fence a re-sent request reports: the counter now, taken from the proposal when it equals it.
