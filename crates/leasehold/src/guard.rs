@@ -158,8 +158,9 @@ impl Guard {
     ///
     /// [`Error::LeaseLost`] when the lease already ended locally (deadline passed, or lost); [`Error::NotOwner`]
     /// when Redis says the key is gone or held by another owner (the lease then ends); [`Error::InvalidArgument`]
-    /// for a TTL out of range; [`Error::Redis`] when Redis could not be asked. After an error the extension may or
-    /// may not have happened on the server, so the deadline assumes the worst: at most `ttl` from the call (when
+    /// for a TTL out of range; [`Error::Redis`] when Redis could not be asked; [`Error::NotReplicated`] when the
+    /// client requires replica acknowledgements ([`Builder::replicas`](crate::Builder::replicas)) and too few came.
+    /// After an error the extension may or may not have happened on the server, so the deadline assumes the worst: at most `ttl` from the call (when
     /// that is sooner than before), until a later renewal or extension is confirmed.
     ///
     /// # Cancel safety
@@ -187,15 +188,26 @@ impl Guard {
         let shared = &self.lease.shared;
         let mut invocation = RENEW.key(&shared.keys.lock);
         invocation.arg(&shared.token).arg(millis(ttl));
-        let reply: Vec<i64> = self
-            .client
-            .inner
+        let inner = &self.client.inner;
+        let (reply, _, acked) = inner
             .conn
-            .invoke_idempotent(&invocation)
-            .await
-            .map_err(|e| not_a_lock(e, &shared.keys.lock))?;
+            .invoke_acked::<Vec<i64>>(&invocation, inner.replicas)
+            .await;
+        let reply = reply.map_err(|e| not_a_lock(e, &shared.keys.lock))?;
         // The keeper schedules renewals from the deadline: let it look again.
-        self.client.inner.keeper.nudge();
+        inner.keeper.nudge();
+        // An extension too few replicas acknowledged does not count, as a renewal: the request stays unconfirmed
+        // (the deadline assumes the worst of it) until a later acknowledged one.
+        if let (Some((acked, required)), [_, 1]) = (
+            crate::mutex::short_of(inner.replicas, acked),
+            reply.as_slice(),
+        ) {
+            return Err(Error::NotReplicated {
+                name: shared.keys.name().to_owned(),
+                acked,
+                required,
+            });
+        }
         match reply.as_slice() {
             [run, 1] => self.lease.confirmed_extension(request, *run),
             [_, code] => {

@@ -260,3 +260,119 @@ async fn acknowledgements_on_disk_are_refused_by_a_server_without_waitaof() {
         other => panic!("Redis {version}: unexpected {other:?}"),
     }
 }
+
+/// Waits until the replica has every write the primary has (nothing announces it: both offsets are polled).
+async fn caught_up(primary: &RedisServer, replica: &RedisServer) {
+    crate::within(Duration::from_secs(10), "the replica caught up", async {
+        loop {
+            let ours = primary.info_field("replication", "master_repl_offset");
+            let theirs = replica.info_field("replication", "slave_repl_offset");
+            if ours.is_some() && ours == theirs {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_grant_counts_only_once_a_replica_has_it() {
+    // Since Redis 7.2 (and on Valkey) `WAIT` counts only the connection's own writes: the attempt that confirms a
+    // hand-off must write, or its `WAIT` answers for an older offset that the replica has.
+    for fair in [false, true] {
+        // The replica reaches the primary through a proxy, so that the link can be cut without either noticing.
+        let primary = RedisServer::start_with(&FAST_SYNC);
+        let link = leasehold_tests::TcpProxy::start(primary.addr()).await;
+        let port = link.port().to_string();
+        let replica = RedisServer::start_with(
+            &[&FAST_SYNC[..], &["--replicaof", "127.0.0.1", &port]].concat(),
+        );
+        crate::within(Duration::from_secs(10), "the replica linked", async {
+            while replica
+                .info_field("replication", "master_link_status")
+                .as_deref()
+                != Some("up")
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        let holder = leasehold::Client::connect(&primary.url()).await.unwrap();
+        let waiting = client(&primary, 1).await;
+        let name = "handed";
+        let held = if fair {
+            holder.fair_mutex(name).try_lock().await.unwrap()
+        } else {
+            holder.mutex(name).try_lock().await.unwrap()
+        };
+        let waiter = tokio::spawn(async move {
+            let wait = Duration::from_secs(10);
+            if fair {
+                waiting.fair_mutex(name).lock_timeout(wait).await
+            } else {
+                waiting.mutex(name).lock_timeout(wait).await
+            }
+        });
+        // The waiter is queued, and the replica has its queue entry (writes of the waiting client's own
+        // connection): a `WAIT` for that offset would answer 1.
+        crate::within(Duration::from_secs(10), "the waiter queued", async {
+            loop {
+                let queued: i64 = redis::cmd("LLEN")
+                    .arg(format!("leasehold:{{{name}}}:queue"))
+                    .query(&mut primary.connection())
+                    .unwrap();
+                if queued == 1 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        caught_up(&primary, &replica).await;
+        link.blackhole();
+        // The release hands the lock to the waiter; no replica gets that write.
+        held.release().await.unwrap();
+        match crate::within(Duration::from_secs(10), "the waiter's answer", waiter)
+            .await
+            .unwrap()
+        {
+            Err(Error::NotReplicated {
+                acked: 0,
+                required: 1,
+                ..
+            }) => {}
+            Ok(guard) => panic!(
+                "fair={fair}: a hand-off no replica has was reported replicated (fence {})",
+                guard.fence().get()
+            ),
+            other => panic!("fair={fair}: expected NotReplicated, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_extension_no_replica_acknowledges_does_not_move_the_deadline() {
+    let (primary, mut replica) = primary_with_replica();
+    let locks = client(&primary, 1).await;
+    let guard = locks
+        .mutex("extended")
+        .ttl(Duration::from_secs(5))
+        .fixed_lease()
+        .try_lock()
+        .await
+        .unwrap();
+    let before = guard.valid_until();
+    replica.kill();
+    match guard.extend(Duration::from_secs(60)).await {
+        Err(Error::NotReplicated {
+            acked: 0,
+            required: 1,
+            ..
+        }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    // The primary extended the key, a promoted replica would not have: the deadline stays the acknowledged one.
+    assert!(guard.valid_until() <= before);
+    assert!(guard.is_held());
+}

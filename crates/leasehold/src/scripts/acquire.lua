@@ -60,7 +60,9 @@ local function attempt(lock, fence_key, queue, waiters, token, ttl, mode, claim,
         if holder ~= token then
             code = 2
         end
-        return code, redis.call('GET', fence_key) or '0', redis.call('PTTL', lock)
+        local pttl = redis.call('PTTL', lock)
+        touch(lock, pttl)
+        return code, redis.call('GET', fence_key) or '0', pttl
     end
     if string.sub(holder, 1, 4) ~= 'dl1:' then
         return -1, 0, 0

@@ -38,6 +38,18 @@ local function draw_fence(fence_key, now, retention_ms)
     return fence
 end
 
+-- touch(lock, pttl)
+--             sets the lock key's expiry to what it is (`pttl`, just read): no change, but a write, which the
+--             server replicates. An attempt that finds its own grant (a hand-off that another client's release made,
+--             a request that ran before) writes nothing else, and since Redis 7.2 (and on Valkey) `WAIT` counts only
+--             the connection's own writes: without this, the `WAIT` pipelined after the attempt would answer for an
+--             older offset, one without the grant, and a grant no replica has would be reported replicated.
+local function touch(lock, pttl)
+    if pttl > 0 then
+        redis.call('PEXPIRE', lock, pttl)
+    end
+end
+
 -- notify(lock, prefix, id, message)
 --             publishes a wake-up for the waiting client `id` of the lock whose key is `lock`, and returns whether the
 --             grant it carries may be stored: a count of the subscribers that can act on it, or 1 when that count

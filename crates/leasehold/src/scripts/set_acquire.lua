@@ -58,6 +58,7 @@ local function attempt(lock, fence_key, queue, waiters, hold, ttl, mode, claim, 
                 if mine ~= hold then
                     code = 2
                 end
+                touch(lock, redis.call('PTTL', lock))
                 return code, redis.call('GET', fence_key) or '0', tonumber(score) - now_ms
             end
         end
