@@ -29,7 +29,10 @@ const BUF_SIZE: usize = 16 * 1024;
 /// - [`restore`](Self::restore) lets connections made from then on through again;
 /// - [`cut_all`](Self::cut_all) resets every connection, so the client learns at once;
 /// - [`delay`](Self::delay) holds every chunk of bytes, both ways, for a while before forwarding it (a slow path:
-///   requests arrive late, replies come back late, and the order of bytes is kept).
+///   requests arrive late, replies come back late, and the order of bytes is kept);
+/// - [`stall`](Self::stall) holds the bytes of the current connections, in order, until
+///   [`unstall`](Self::unstall), while new connections pass: a flow that stalls and then recovers, its requests
+///   arriving after those of connections made in between.
 ///
 /// A connection that existed when [`blackhole`](Self::blackhole) was called, or that was
 /// accepted while the proxy was blackholed, stays a black hole for the rest of its life,
@@ -80,6 +83,10 @@ struct Mode {
     cut_epoch: u64,
     /// How long each chunk waits before it is forwarded.
     delay: std::time::Duration,
+    /// Connections born before the last `stall()` hold their bytes while this is set.
+    stalling: bool,
+    /// Bumped by every `stall()`.
+    stall_epoch: u64,
 }
 
 /// The [`Mode`] a connection was accepted under.
@@ -88,6 +95,7 @@ struct Birth {
     blackholed: bool,
     blackhole_epoch: u64,
     cut_epoch: u64,
+    stall_epoch: u64,
 }
 
 impl Birth {
@@ -96,7 +104,13 @@ impl Birth {
             blackholed: mode.blackholed,
             blackhole_epoch: mode.blackhole_epoch,
             cut_epoch: mode.cut_epoch,
+            stall_epoch: mode.stall_epoch,
         }
+    }
+
+    /// Whether the connection must hold its bytes for now.
+    fn is_stalled(&self, mode: &Mode) -> bool {
+        mode.stalling && mode.stall_epoch != self.stall_epoch
     }
 
     /// Whether the connection must no longer forward anything.
@@ -187,6 +201,21 @@ impl TcpProxy {
     /// itself follows within moments, from the connections' tasks.
     pub fn cut_all(&self) {
         self.mode.send_modify(|mode| mode.cut_epoch += 1);
+    }
+
+    /// Holds the bytes of every current connection, both ways and in order, until [`unstall`](Self::unstall);
+    /// connections accepted from now on pass. Nothing is dropped or closed: a stalled flow that its client gave up on
+    /// still delivers what it carried, then the close, once it is released.
+    pub fn stall(&self) {
+        self.mode.send_modify(|mode| {
+            mode.stalling = true;
+            mode.stall_epoch += 1;
+        });
+    }
+
+    /// Lets the stalled connections deliver what they hold, and go on.
+    pub fn unstall(&self) {
+        self.mode.send_modify(|mode| mode.stalling = false);
     }
 
     /// Holds every chunk read from now on for `delay` before forwarding it, in both directions, on current and new
@@ -295,6 +324,11 @@ async fn pump(
         let delay = mode.borrow().delay;
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
+        }
+        if birth.is_stalled(&mode.borrow()) {
+            let _ = mode
+                .wait_for(|mode| !birth.is_stalled(mode) || birth.is_dead(mode))
+                .await;
         }
         let mut data = &buf[..n];
         while !data.is_empty() {

@@ -91,6 +91,11 @@ impl LockKeys {
         Suffixed(&self.lock, ":waiters")
     }
 
+    /// `P:{N}:void`: on a quorum node, the tokens whose votes must not be granted any more (quorum_release.lua).
+    pub(crate) fn void(&self) -> Suffixed<'_> {
+        Suffixed(&self.lock, ":void")
+    }
+
     /// `P:{N}:released`.
     pub(crate) fn released(&self) -> Suffixed<'_> {
         Suffixed(&self.lock, ":released")

@@ -670,7 +670,7 @@ impl QuorumLock {
             inner: Arc::clone(inner),
             keys: Arc::clone(keys),
             token: Some(token.clone()),
-            over: Arc::new(AtomicBool::new(false)),
+            round: Round::new(inner.nodes.len(), self.ttl),
         };
         let majority = self.quorum.majority();
         let proposal = inner.proposal();
@@ -683,7 +683,7 @@ impl QuorumLock {
             self.ttl,
             proposal,
             majority,
-            &undo.over,
+            &undo.round,
         )
         .await;
         inner.round_us.store(
@@ -745,7 +745,7 @@ impl QuorumLock {
             lease: Lease { shared },
             inner: Arc::clone(inner),
             kept,
-            over: Arc::clone(&undo.over),
+            round: Arc::clone(&undo.round),
             settled: false,
         })
     }
@@ -775,7 +775,8 @@ impl Votes {
     /// majority can grant any more, or until a majority granted and no majority can take the proposal any more. The
     /// requests still out go on in the background (a node still connecting gets its request too, so that the lock
     /// soon stands on every node that can grant it): a late grant is renewed and released with the others, and one
-    /// that lands after the round was undone or the lock released (`over`) is released on its node at once.
+    /// that lands after the round was undone or the lock released (`round.over`) is released on its node at once.
+    /// Each answer read is recorded in `round.heard`.
     async fn collect(
         inner: &Arc<QuorumInner>,
         keys: &Arc<LockKeys>,
@@ -783,17 +784,20 @@ impl Votes {
         ttl: Duration,
         proposal: i64,
         majority: usize,
-        over: &Arc<AtomicBool>,
+        round: &Arc<Round>,
     ) -> Votes {
         let mut pending: FuturesUnordered<_> = (0..inner.nodes.len())
             .map(|node| {
-                let (inner, keys, over) = (Arc::clone(inner), Arc::clone(keys), Arc::clone(over));
+                let (inner, keys, round) = (Arc::clone(inner), Arc::clone(keys), Arc::clone(round));
                 let token = token.to_owned();
                 let writer = writer.unwrap_or_default().to_owned();
                 let late = tokio::spawn(async move {
                     let vote = vote(&inner, node, &keys, (&token, &writer), ttl, proposal).await;
-                    if matches!(vote, Vote::Granted { .. }) && over.load(Ordering::Acquire) {
-                        release_on(&inner, &inner.nodes[node], &keys, &token).await;
+                    if !matches!(vote, Vote::Silent) {
+                        round.heard[node].store(true, Ordering::Release);
+                    }
+                    if matches!(vote, Vote::Granted { .. }) && round.over.load(Ordering::Acquire) {
+                        release_on(&inner, &inner.nodes[node], &keys, &token, Duration::ZERO).await;
                     }
                     vote
                 });
@@ -887,6 +891,7 @@ async fn vote(
     invocation
         .key(keys.fence())
         .key(keys.queue())
+        .key(keys.void())
         .arg(token)
         .arg(millis(ttl))
         .arg(proposal)
@@ -959,24 +964,39 @@ async fn write_back(
 }
 
 /// Releases `token` on every node, owner-checked, each node announcing the release in the same step (waiters hear it
-/// from whichever node reaches them first); how many released it.
-async fn release_all(inner: &QuorumInner, keys: &LockKeys, token: &str) -> usize {
-    join_all(
-        inner
-            .nodes
-            .iter()
-            .map(|node| release_on(inner, node, keys, token)),
-    )
+/// from whichever node reaches them first); how many released it. A node whose vote for `token` was never heard back
+/// from voids the token there (see [`Round`]).
+async fn release_all(inner: &QuorumInner, keys: &LockKeys, token: &str, round: &Round) -> usize {
+    join_all(inner.nodes.iter().enumerate().map(|(i, node)| {
+        let void = if round.heard[i].load(Ordering::Acquire) {
+            Duration::ZERO
+        } else {
+            round.void_for
+        };
+        release_on(inner, node, keys, token, void)
+    }))
     .await
     .into_iter()
     .filter(|&released| released)
     .count()
 }
 
-/// Releases `token` on one node, owner-checked, announcing the release there; true when that node released it.
-async fn release_on(inner: &QuorumInner, node: &Conn, keys: &LockKeys, token: &str) -> bool {
+/// Releases `token` on one node, owner-checked, announcing the release there; true when that node released it. When
+/// the node does not hold it, the token is voided there for `void` (zero: not at all), so that a vote for it that is
+/// still on its way is refused when it arrives.
+async fn release_on(
+    inner: &QuorumInner,
+    node: &Conn,
+    keys: &LockKeys,
+    token: &str,
+    void: Duration,
+) -> bool {
     let mut invocation = QUORUM_RELEASE.key(&keys.lock);
-    invocation.arg(token).arg(&inner.freed_channel);
+    invocation
+        .key(keys.void())
+        .arg(token)
+        .arg(&inner.freed_channel)
+        .arg(millis(void));
     let reply = tokio::time::timeout(
         inner.call_bound(),
         node.invoke_idempotent::<Vec<i64>>(&invocation),
@@ -992,6 +1012,33 @@ async fn release_on(inner: &QuorumInner, node: &Conn, keys: &LockKeys, token: &s
             true
         }
         _ => false,
+    }
+}
+
+/// What the parts of one round share after it: whether its token is being released, and which nodes' votes were heard
+/// back from.
+///
+/// A vote that timed out may still run on its node later: from a connection that was replaced in between (its
+/// requests can run after the new connection's), or from a flow that stalled and recovers. Releasing the token there
+/// before it arrives would leave the node held by nobody for a whole lease, so the release of a token on a node whose
+/// vote was not heard back from voids the token there (`quorum_release.lua`), and the vote is refused when it comes.
+struct Round {
+    /// Set once the round's token is being released (undone, or released by its guard): a grant that lands later is
+    /// released by the request that got it.
+    over: AtomicBool,
+    /// Per node, whether its vote's answer was read.
+    heard: Box<[AtomicBool]>,
+    /// How long a void lasts: two leases (a vote later than that still grants, and lapses with its lease).
+    void_for: Duration,
+}
+
+impl Round {
+    fn new(nodes: usize, ttl: Duration) -> Arc<Round> {
+        Arc::new(Round {
+            over: AtomicBool::new(false),
+            heard: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            void_for: ttl.saturating_mul(2),
+        })
     }
 }
 
@@ -1036,9 +1083,7 @@ struct UndoRound {
     inner: Arc<QuorumInner>,
     keys: Arc<LockKeys>,
     token: Option<String>,
-    /// Set once the round's token is being released (undone here, or released by its guard): a grant that lands
-    /// later is released by the request that got it.
-    over: Arc<AtomicBool>,
+    round: Arc<Round>,
 }
 
 impl Drop for UndoRound {
@@ -1046,14 +1091,15 @@ impl Drop for UndoRound {
         let Some(token) = self.token.take() else {
             return;
         };
-        self.over.store(true, Ordering::Release);
+        self.round.over.store(true, Ordering::Release);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // the round's grants lapse with their lease
         };
         let inner = Arc::clone(&self.inner);
         let keys = Arc::clone(&self.keys);
+        let round = Arc::clone(&self.round);
         runtime.spawn(async move {
-            release_all(&inner, &keys, &token).await;
+            release_all(&inner, &keys, &token, &round).await;
         });
     }
 }
@@ -1116,8 +1162,9 @@ pub struct QuorumGuard {
     inner: Arc<QuorumInner>,
     /// The lease's id in the quorum's keeper.
     kept: u64,
-    /// Set before the release: a late grant of the round is then released by its own request.
-    over: Arc<AtomicBool>,
+    /// The round that granted it: `over` is set before the release (a late grant of the round is then released by
+    /// its own request), and the release voids the token where the vote was not heard back from.
+    round: Arc<Round>,
     settled: bool,
 }
 
@@ -1210,11 +1257,11 @@ impl QuorumGuard {
     /// [`Error::NotOwner`] when the lease had already been lost (nothing was changed on any node then).
     pub async fn release(mut self) -> Result<(), Error> {
         self.settled = true;
-        self.over.store(true, Ordering::Release);
+        self.round.over.store(true, Ordering::Release);
         self.inner.keeper.forget(self.kept);
         let held = self.lease.shared.end(LossReason::Released);
         let keys = Arc::clone(&self.lease.shared.keys);
-        release_all(&self.inner, &keys, &self.lease.shared.token).await;
+        release_all(&self.inner, &keys, &self.lease.shared.token, &self.round).await;
         if held {
             Ok(())
         } else {
@@ -1231,7 +1278,7 @@ impl Drop for QuorumGuard {
         if self.settled {
             return;
         }
-        self.over.store(true, Ordering::Release);
+        self.round.over.store(true, Ordering::Release);
         self.lease.shared.end(LossReason::Released);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // lapses with its lease
@@ -1239,8 +1286,9 @@ impl Drop for QuorumGuard {
         let inner = Arc::clone(&self.inner);
         let keys = Arc::clone(&self.lease.shared.keys);
         let token = self.lease.shared.token.clone();
+        let round = Arc::clone(&self.round);
         runtime.spawn(async move {
-            release_all(&inner, &keys, &token).await;
+            release_all(&inner, &keys, &token, &round).await;
         });
     }
 }

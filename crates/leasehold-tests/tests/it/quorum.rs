@@ -786,3 +786,76 @@ async fn a_fence_counter_that_lapses_on_every_node_never_gives_a_lower_fence() {
         second.release().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_vote_that_arrives_after_its_token_was_released_is_refused() {
+    // A vote that timed out may still run on its node, from a flow that stalled and recovers after the client had
+    // replaced that connection and released the token through the new one. The node must not then hold the lock for
+    // nobody for a whole lease.
+    let nodes = servers(3);
+    let stalled = leasehold_tests::TcpProxy::start(nodes[0].addr()).await;
+    let mut urls = vec![stalled.url()];
+    urls.extend(nodes[1..].iter().map(RedisServer::url));
+    let q = Quorum::connect_with(&urls, "leasehold", Duration::from_millis(200))
+        .await
+        .unwrap();
+    let warm = q.mutex("warm").try_lock().await.unwrap();
+    warm.release().await.unwrap();
+    stalled.stall();
+    // Granted by the other two; the first node's vote waits in the stalled flow.
+    let guard = q
+        .mutex("late")
+        .ttl(Duration::from_secs(30))
+        .try_lock()
+        .await
+        .unwrap();
+    // After a second timeout the client opens a new connection to the first node, which passes: rounds until one
+    // is granted there too.
+    within(
+        Duration::from_secs(10),
+        "a new connection to the first node",
+        async {
+            for i in 0.. {
+                let probe = q.mutex(&format!("probe-{i}")).try_lock().await.unwrap();
+                let key = format!("leasehold:{{probe-{i}}}");
+                let reached = tokio::time::timeout(Duration::from_millis(500), async {
+                    while get(&nodes[0], &key).as_deref() != Some(probe.token()) {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                })
+                .await
+                .is_ok();
+                probe.release().await.unwrap();
+                if reached {
+                    return;
+                }
+            }
+        },
+    )
+    .await;
+    // Released through the new connection: the first node does not hold the token (yet).
+    guard.release().await.unwrap();
+    let clients = |n: &RedisServer| -> u64 {
+        n.info_field("clients", "connected_clients")
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let before = clients(&nodes[0]);
+    let votes = nodes[0].command_calls("evalsha");
+    // The stalled flow recovers: it delivers the old vote, then the close of the connection the client dropped.
+    stalled.unstall();
+    poll_until("the stalled flow delivered and closed", || {
+        clients(&nodes[0]) < before
+    })
+    .await;
+    assert!(
+        nodes[0].command_calls("evalsha") > votes,
+        "the stalled vote never ran"
+    );
+    assert_eq!(
+        get(&nodes[0], "leasehold:{late}"),
+        None,
+        "the late vote left the node held for nobody"
+    );
+}

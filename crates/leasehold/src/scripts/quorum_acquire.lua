@@ -9,6 +9,7 @@
 -- KEYS[2]  its fence counter
 -- KEYS[3]  a read-write lock's writer intent: the wait id of a waiting writer, which keeps new readers out (a
 --          string with a short expiry; unused by the mutex)
+-- KEYS[4]  the voided tokens (quorum_release.lua): a vote that runs after its round was given up is refused
 -- ARGV[1]  the caller's new owner token (starts with "dl1:"), or its hold ("r <token>", "w <token>")
 -- ARGV[2]  the lease, in milliseconds
 -- ARGV[3]  the proposed fence (a decimal string), or "0" for none
@@ -27,6 +28,7 @@
 --          -1, 0, 0, 0          the lock key holds something leasehold did not write, or a lock of the other kind
 --                               (nothing changed)
 --          -2, 0, 0, 0          the fence key holds something that is not a number (nothing was granted)
+--          -3, 0, 0, 0          the token was voided: its round is over (nothing changed)
 --
 -- Decimal strings without leading zeros compare as numbers by length, then bytes.
 local now = clock_us()
@@ -81,6 +83,11 @@ local function granted_before(ms)
         took = 1
     end
     return {now, 1, counter, ms, took}
+end
+
+local voided = redis.pcall('ZSCORE', KEYS[4], token)
+if type(voided) == 'string' and tonumber(voided) > now_ms then
+    return {now, -3, 0, 0, 0}
 end
 
 if string.sub(token, 1, 4) == 'dl1:' then
