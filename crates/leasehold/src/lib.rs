@@ -81,9 +81,15 @@
 //!
 //! - **Clocks.** The server expires keys by its wall clock and floors fences at it. The client measures leases with
 //!   its monotonic clock plus suspended time (`CLOCK_BOOTTIME` on Linux; elsewhere a suspension longer than the
-//!   lease is not seen until the next renewal). Rates may differ by the drift allowance; a server clock that *steps*
-//!   (NTP jump, VM restore) can expire a lock early, and a server clock that steps back can let a fence drawn after
-//!   a lost counter fall below earlier ones; nothing on the client can see either.
+//!   lease is not seen until the next renewal). Rates may differ by the drift allowance (1 % of the lease plus
+//!   2 ms). A server clock must not **step** by more than that, either way: a step *forward* by `s` (an NTP jump, a
+//!   VM restored or migrated, a hand-set date) expires every key `s` early, so for up to `s` less the allowance a
+//!   second owner can be granted while the first still reads held; a step *back* can let a fence drawn after a lost
+//!   counter fall below earlier ones. Nothing on the client can see either. Keep servers' clocks slewed, not stepped
+//!   (chrony without `makestep` after boot, `ntpd -x`), and check the fence where the work lands: it stays ordered
+//!   through a forward step. On a [`Quorum`] the same holds per node: a grant held on exactly a majority is exposed
+//!   once enough of its nodes step forward to leave the free nodes a majority (one node of three when the third was
+//!   not in the grant, two when it was), so independent clocks help only as much as they are independent.
 //! - **No eviction.** With `maxmemory` and an `allkeys-*` or `volatile-*` policy, Redis may evict a held lock's key
 //!   and grant it again. Use `maxmemory-policy noeviction`; the client warns when it connects
 //!   ([`Client::server_warnings`]).
