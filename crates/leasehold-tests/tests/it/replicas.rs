@@ -35,6 +35,19 @@ fn primary_with_replica() -> (RedisServer, RedisServer) {
     (primary, replica)
 }
 
+/// Asserts that `outcome` is the refusal of a grant (or extension) no replica acknowledged, one being required.
+#[track_caller]
+fn assert_unreplicated<T: std::fmt::Debug>(outcome: Result<T, Error>, what: &str) {
+    match outcome {
+        Err(Error::NotReplicated {
+            acked: 0,
+            required: 1,
+            ..
+        }) => {}
+        other => panic!("{what}: expected NotReplicated with 0 of 1, got {other:?}"),
+    }
+}
+
 async fn client(server: &RedisServer, replicas: u32) -> leasehold::Client {
     leasehold::Client::builder(&server.url())
         .unwrap()
@@ -98,14 +111,7 @@ async fn a_grant_no_replica_acknowledges_is_released_and_reported_with_the_count
             .await
             .map(drop),
     ] {
-        match attempt {
-            Err(Error::NotReplicated {
-                acked: 0,
-                required: 1,
-                ..
-            }) => {}
-            other => panic!("expected NotReplicated, got {other:?}"),
-        }
+        assert_unreplicated(attempt, "a grant on a primary without replicas");
     }
     // The grants were released: another client (that does not wait for replicas) gets each lock.
     let plain = leasehold::Client::connect(&lonely.url()).await.unwrap();
@@ -144,17 +150,12 @@ async fn a_grant_no_replica_acknowledges_is_released_and_reported_with_the_count
     });
     crate::wait_for_busy_attempts(&lonely, 1).await;
     held.release().await.unwrap();
-    match within(Duration::from_secs(10), "the waiter's answer", waiter)
-        .await
-        .unwrap()
-    {
-        Err(Error::NotReplicated {
-            acked: 0,
-            required: 1,
-            ..
-        }) => {}
-        other => panic!("expected NotReplicated, got {other:?}"),
-    }
+    assert_unreplicated(
+        within(Duration::from_secs(10), "the waiter's answer", waiter)
+            .await
+            .unwrap(),
+        "the waiter",
+    );
 }
 
 #[tokio::test]
@@ -222,14 +223,10 @@ async fn in_a_split_brain_the_old_primary_grants_without_wait_and_refuses_with_i
     assert!(owner.is_held() && second.is_held(), "two owners at once");
     second.release().await.unwrap();
     // With it, the old primary's grant finds no replica and is refused.
-    match stale_acked.mutex("brain").try_lock().await {
-        Err(Error::NotReplicated {
-            acked: 0,
-            required: 1,
-            ..
-        }) => {}
-        other => panic!("expected NotReplicated, got {other:?}"),
-    }
+    assert_unreplicated(
+        stale_acked.mutex("brain").try_lock().await,
+        "the old primary's grant",
+    );
     owner.release().await.unwrap();
 }
 
@@ -263,7 +260,7 @@ async fn acknowledgements_on_disk_are_refused_by_a_server_without_waitaof() {
 
 /// Waits until the replica has every write the primary has (nothing announces it: both offsets are polled).
 async fn caught_up(primary: &RedisServer, replica: &RedisServer) {
-    crate::within(Duration::from_secs(10), "the replica caught up", async {
+    within(Duration::from_secs(10), "the replica caught up", async {
         loop {
             let ours = primary.info_field("replication", "master_repl_offset");
             let theirs = replica.info_field("replication", "slave_repl_offset");
@@ -288,7 +285,7 @@ async fn a_handed_over_grant_counts_only_once_a_replica_has_it() {
         let replica = RedisServer::start_with(
             &[&FAST_SYNC[..], &["--replicaof", "127.0.0.1", &port]].concat(),
         );
-        crate::within(Duration::from_secs(10), "the replica linked", async {
+        within(Duration::from_secs(10), "the replica linked", async {
             while replica
                 .info_field("replication", "master_link_status")
                 .as_deref()
@@ -316,7 +313,7 @@ async fn a_handed_over_grant_counts_only_once_a_replica_has_it() {
         });
         // The waiter is queued, and the replica has its queue entry (writes of the waiting client's own
         // connection): a `WAIT` for that offset would answer 1.
-        crate::within(Duration::from_secs(10), "the waiter queued", async {
+        within(Duration::from_secs(10), "the waiter queued", async {
             loop {
                 let queued: i64 = redis::cmd("LLEN")
                     .arg(format!("leasehold:{{{name}}}:queue"))
@@ -333,21 +330,8 @@ async fn a_handed_over_grant_counts_only_once_a_replica_has_it() {
         link.blackhole();
         // The release hands the lock to the waiter; no replica gets that write.
         held.release().await.unwrap();
-        match crate::within(Duration::from_secs(10), "the waiter's answer", waiter)
-            .await
-            .unwrap()
-        {
-            Err(Error::NotReplicated {
-                acked: 0,
-                required: 1,
-                ..
-            }) => {}
-            Ok(guard) => panic!(
-                "fair={fair}: a hand-off no replica has was reported replicated (fence {})",
-                guard.fence().get()
-            ),
-            other => panic!("fair={fair}: expected NotReplicated, got {other:?}"),
-        }
+        let answer = within(Duration::from_secs(10), "the waiter's answer", waiter).await;
+        assert_unreplicated(answer.unwrap(), &format!("a hand-off (fair: {fair})"));
     }
 }
 
@@ -364,14 +348,7 @@ async fn an_extension_no_replica_acknowledges_does_not_move_the_deadline() {
         .unwrap();
     let before = guard.valid_until();
     replica.kill();
-    match guard.extend(Duration::from_secs(60)).await {
-        Err(Error::NotReplicated {
-            acked: 0,
-            required: 1,
-            ..
-        }) => {}
-        other => panic!("expected NotReplicated, got {other:?}"),
-    }
+    assert_unreplicated(guard.extend(Duration::from_secs(60)).await, "the extension");
     // The primary extended the key, a promoted replica would not have: the deadline stays the acknowledged one.
     assert!(guard.valid_until() <= before);
     assert!(guard.is_held());
