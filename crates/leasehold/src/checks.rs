@@ -121,7 +121,8 @@ pub(crate) async fn check_keys(conn: &Conn, prefix: &str) -> Result<(), Error> {
             } else if text.contains("'script") {
                 "this Redis user may not load scripts: grant \"+script|load\" (the README lists the whole ACL rule)"
                     .to_owned()
-            } else if text.contains("keys") {
+            } else if text.contains(" key") {
+                // Redis 7.0 says "one of the keys used as arguments", Valkey 9 "a key".
                 format!(
                     "this Redis user may not access the lock keys under {prefix:?}: grant the key pattern \"~{prefix}:*\" \
                      (the README lists the whole ACL rule)"
