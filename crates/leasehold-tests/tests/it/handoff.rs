@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use leasehold::LossReason;
 use leasehold_tests::RedisServer;
+use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
-use crate::{connect, redis_conn, wait_for_busy_attempts, within};
+use crate::family::wait_for_queue_len;
+use crate::{connect, redis_conn, wait_for_busy_attempts, within, worker};
 
 /// The lock `name` held for a minute by a client of its own, a plain connection, and a pattern subscriber (`PSUBSCRIBE
 /// *`, as a monitoring tool has) that makes every `PUBLISH` count one receiver.
@@ -211,6 +213,55 @@ async fn a_waiter_that_died_within_its_liveness_window_costs_at_most_its_claim()
     );
     assert!(guard.fence().get() > ghost_fence);
     guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_fair_waiter_costs_the_next_one_its_claim_not_its_lease() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let fair = locks.fair_mutex("relay").ttl(Duration::from_secs(30));
+    let holder = fair.lock().await.unwrap();
+    // A waiter process asking for a 30 s lease, first in the queue, frozen while its entry is live (it heartbeats every
+    // second, and liveness lasts 3 s) and its connection open: the release cannot tell it from a live one.
+    let mut frozen = worker(&["fair-wait", &server.url(), "relay", "1"]);
+    wait_for_queue_len(&server, "relay", 1).await;
+    frozen.signal(Signal::SIGSTOP).unwrap();
+    let next = tokio::spawn({
+        let fair = fair.clone();
+        async move {
+            let guard = fair.lock().await.unwrap();
+            (Instant::now(), guard)
+        }
+    });
+    wait_for_queue_len(&server, "relay", 2).await;
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let claimed = locks.inspect("relay").await.unwrap().holder.unwrap();
+    assert_eq!(
+        claimed.description,
+        Some(format!("{}-0", frozen.id())),
+        "the release handed the lock to the frozen waiter"
+    );
+    let (granted, guard) = within(
+        Duration::from_secs(6),
+        "the next waiter's grant after the claim",
+        next,
+    )
+    .await
+    .unwrap();
+    // It waited for the claim (2 s), never for the 30 s lease the frozen waiter asked for.
+    let waited = granted.duration_since(released);
+    assert!(
+        waited > Duration::from_millis(1500),
+        "granted after {waited:?}, inside the claim"
+    );
+    guard.release().await.unwrap();
+    // Thawed, the frozen waiter finds its grant lapsed, queues again, and gets the lock in its turn.
+    frozen.signal(Signal::SIGCONT).unwrap();
+    let status = tokio::task::block_in_place(|| frozen.wait_timeout(Duration::from_secs(10)))
+        .expect("the thawed waiter finished");
+    assert!(status.success(), "the thawed waiter failed: {status}");
 }
 
 #[tokio::test]
