@@ -195,7 +195,8 @@ async fn a_newcomer_cannot_take_a_lapsed_fair_lock_ahead_of_a_frozen_queued_wait
     let described = format!("{}-0", waiter.id());
     wait_for_queue_len(&server, "turn", 1).await;
     // Frozen, the waiter cannot take the lock when the lease lapses (it would, at its next attempt), but its entry
-    // stays live for 3 s after its last attempt, which came at most one renewal of the lease (~133 ms) ago.
+    // stays live for 3 s after its last attempt, which came less than a lease (400 ms) ago: a waiter looks again
+    // when the first hold's lease would end.
     waiter.signal(Signal::SIGSTOP).unwrap();
     let entries: Vec<String> = redis::cmd("HVALS")
         .arg("leasehold:{turn}:waiters")
