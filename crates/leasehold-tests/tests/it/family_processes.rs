@@ -174,6 +174,78 @@ async fn a_writer_gets_in_while_eight_reader_processes_loop() {
     }
 }
 
+/// The server's clock, in milliseconds (the clock that waiters' liveness deadlines are written in).
+async fn server_ms(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_cannot_take_a_lapsed_fair_lock_ahead_of_a_frozen_queued_waiter() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let mut conn = redis_conn(&server).await;
+    let holder = locks
+        .fair_mutex("turn")
+        .ttl(Duration::from_millis(400))
+        .lock()
+        .await
+        .unwrap();
+    let mut waiter = worker(&["fair-wait", &server.url(), "turn", "1"]);
+    let described = format!("{}-0", waiter.id());
+    wait_for_queue_len(&server, "turn", 1).await;
+    // Frozen, the waiter cannot take the lock when the lease lapses (it would, at its next attempt), but its entry
+    // stays live for 3 s after its last attempt, which came less than a lease (400 ms) ago: a waiter looks again
+    // when the first hold's lease would end.
+    waiter.signal(Signal::SIGSTOP).unwrap();
+    let entries: Vec<String> = redis::cmd("HVALS")
+        .arg("leasehold:{turn}:waiters")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let [entry] = entries.as_slice() else {
+        panic!("one queued waiter expected: {entries:?}");
+    };
+    let alive_until: u64 = entry.split(' ').next().unwrap().parse().unwrap();
+    // Nobody releases: the lock becomes free when the 400 ms lease lapses on the server.
+    holder.leave_to_expire();
+    within(Duration::from_secs(5), "the lease lapsed", async {
+        while locks.inspect("turn").await.unwrap().holder.is_some() {
+            tokio::time::sleep(Duration::from_millis(5)).await; // polls server state: no event to await
+        }
+    })
+    .await;
+
+    let newcomer = locks.fair_mutex("turn").try_lock().await;
+    let tried_by = server_ms(&mut conn).await;
+    assert!(
+        tried_by < alive_until,
+        "the test was too slow: the waiter's liveness ended {} ms before the newcomer's try was over",
+        tried_by - alive_until
+    );
+    match newcomer {
+        Err(err) if err.is_busy() => {}
+        Err(err) => panic!("the newcomer's try failed: {err}"),
+        Ok(guard) => panic!(
+            "a newcomer took the free lock (fence {}) ahead of a live queued waiter",
+            guard.fence()
+        ),
+    }
+    // The try served the queue first: the free lock went to the frozen waiter, for its claim.
+    let granted = locks.inspect("turn").await.unwrap().holder.unwrap();
+    assert_eq!(granted.description.as_ref(), Some(&described));
+    waiter.signal(Signal::SIGCONT).unwrap();
+    tokio::task::block_in_place(|| finish(std::slice::from_mut(&mut waiter)));
+    let grants: Vec<String> = redis::cmd("LRANGE")
+        .arg("test:grants")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(grants, [described]);
+}
+
 /// Starts a process holding `kind` (`read`, `write`, `permits:N`) of lock `name` with a 1 s lease, and waits until it
 /// holds.
 fn holding_process(server: &RedisServer, name: &str, kind: &str) -> leasehold_tests::ChildGuard {

@@ -1,13 +1,16 @@
 //! Direct hand-off: a release grants the lock to the oldest live waiting client in the same script, and the waiter
 //! starts without another round trip, with a deadline no later than the server-side expiry.
 
+use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 use leasehold::LossReason;
 use leasehold_tests::RedisServer;
+use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
-use crate::{connect, redis_conn, wait_for_busy_attempts, within};
+use crate::family::wait_for_queue_len;
+use crate::{connect, redis_conn, wait_for_busy_attempts, within, worker};
 
 /// The lock `name` held for a minute by a client of its own, a plain connection, and a pattern subscriber (`PSUBSCRIBE
 /// *`, as a monitoring tool has) that makes every `PUBLISH` count one receiver.
@@ -211,6 +214,109 @@ async fn a_waiter_that_died_within_its_liveness_window_costs_at_most_its_claim()
     );
     assert!(guard.fence().get() > ghost_fence);
     guard.release().await.unwrap();
+}
+
+/// With `holder` holding the lock `name` and the waiter process `frozen` (asking for a 30 s lease) on its way into the
+/// queue: freezes that process once it is queued, while its entry is live (it looks again every second, and liveness
+/// lasts 3 s) and its connection open, so that the release cannot tell it from a live waiter; queues `next` behind it
+/// and releases. Returns who held the lock right after the release, and how long `next` waited for it.
+async fn wait_behind_a_frozen_process(
+    server: &RedisServer,
+    name: &str,
+    holder: leasehold::Guard,
+    frozen: &leasehold_tests::ChildGuard,
+    next: impl std::future::Future<Output = leasehold::Guard> + Send + 'static,
+) -> (Option<leasehold::Holder>, Duration) {
+    let locks = connect(server).await;
+    wait_for_queue_len(server, name, 1).await;
+    frozen.signal(Signal::SIGSTOP).unwrap();
+    let next = tokio::spawn(async move {
+        let guard = next.await;
+        (Instant::now(), guard)
+    });
+    wait_for_queue_len(server, name, 2).await;
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let claimed = locks.inspect(name).await.unwrap().holder;
+    let (granted, guard) = within(
+        Duration::from_secs(6),
+        "the next waiter's grant after the claim",
+        next,
+    )
+    .await
+    .unwrap();
+    guard.release().await.unwrap();
+    (claimed, granted.duration_since(released))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_fair_waiter_costs_the_next_one_its_claim_not_its_lease() {
+    let server = RedisServer::start();
+    let holder = connect(&server)
+        .await
+        .fair_mutex("relay")
+        .lock()
+        .await
+        .unwrap();
+    let mut frozen = worker(&["fair-wait", &server.url(), "relay", "1"]);
+    let next = connect(&server).await.fair_mutex("relay");
+    let (claimed, waited) =
+        wait_behind_a_frozen_process(&server, "relay", holder, &frozen, async move {
+            next.lock().await.unwrap()
+        })
+        .await;
+    assert_eq!(
+        claimed.and_then(|h| h.description),
+        Some(format!("{}-0", frozen.id())),
+        "the release handed the lock to the frozen waiter"
+    );
+    // It waited for the claim (2 s), never for the 30 s lease the frozen waiter asked for.
+    assert!(
+        waited > Duration::from_millis(1500),
+        "granted after {waited:?}, inside the claim"
+    );
+    // Thawed, the frozen waiter finds its grant lapsed, queues again, and gets the lock in its turn.
+    frozen.signal(Signal::SIGCONT).unwrap();
+    let status = tokio::task::block_in_place(|| frozen.wait_timeout(Duration::from_secs(10)))
+        .expect("the thawed waiter finished");
+    assert!(status.success(), "the thawed waiter failed: {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_mutex_waiter_costs_the_next_one_its_claim_not_its_lease() {
+    let server = RedisServer::start();
+    let holder = connect(&server).await.mutex("relay").lock().await.unwrap();
+    let handed = holder.token().to_owned();
+    let mut frozen = worker(&["hold", &server.url(), "relay", "30000"]);
+    let next = connect(&server).await.mutex("relay");
+    let (claimed, waited) =
+        wait_behind_a_frozen_process(&server, "relay", holder, &frozen, async move {
+            next.lock().await.unwrap()
+        })
+        .await;
+    // The release handed the lock on, to the head of the queue: the frozen process (the next waiter is behind it).
+    let claimed = claimed.expect("the release handed the lock on");
+    assert_ne!(claimed.token, handed);
+    assert!(
+        waited > Duration::from_millis(1500),
+        "granted after {waited:?}, inside the claim"
+    );
+    // Thawed, the frozen waiter finds its grant lapsed, and takes the lock by a later attempt.
+    frozen.signal(Signal::SIGCONT).unwrap();
+    let stdout = frozen.stdout.take().unwrap();
+    let line = within(
+        Duration::from_secs(10),
+        "the thawed waiter's grant",
+        tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line).unwrap();
+            line
+        }),
+    )
+    .await
+    .unwrap();
+    assert!(line.starts_with("acquired "), "{line:?}");
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use leasehold::{Error, LossReason};
 use leasehold_tests::RedisServer;
 use tokio::time::Instant;
 
-use crate::{connect, within};
+use crate::{connect, wait_for_busy_attempts, within};
 
 #[tokio::test]
 async fn a_stale_owner_cannot_release_the_new_owners_lock() {
@@ -150,6 +150,43 @@ async fn a_renewal_that_finds_the_key_gone_ends_the_lease_at_once() {
     // Long before the validity deadline: the renewal told us.
     assert!(Instant::now() < guard.valid_until());
     assert!(!guard.is_held());
+}
+
+#[tokio::test]
+async fn a_renewal_that_finds_another_owner_ends_the_lease_as_taken() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let thief_client = connect(&server).await;
+    let guard = locks
+        .mutex("stolen")
+        .ttl(Duration::from_secs(3))
+        .renew_every(Duration::from_millis(100))
+        .try_lock()
+        .await
+        .unwrap();
+    let thief = tokio::spawn({
+        let mutex = thief_client.mutex("stolen");
+        async move { mutex.lock().await.unwrap() }
+    });
+    // The first attempt, then the subscribed one: the thief is queued for a hand-off.
+    wait_for_busy_attempts(&server, 2).await;
+    // The force release hands the lock to the queued thief in the same script, so the key goes from one owner to the
+    // other at once and the holder's next renewal finds another owner, never an empty key.
+    thief_client.force_release("stolen").await.unwrap();
+    let thief = within(Duration::from_secs(5), "the thief's grant", thief)
+        .await
+        .unwrap();
+    // A renewal is due every 100 ms; the 3 s lease alone would keep the guard "held" for seconds more.
+    let reason = within(Duration::from_millis(1500), "loss on renewal", guard.lost()).await;
+    assert_eq!(reason, LossReason::Taken);
+    assert!(!guard.is_held());
+    assert!(Instant::now() < guard.valid_until(), "told by the renewal");
+    assert_eq!(
+        locks.inspect("stolen").await.unwrap().holder.unwrap().token,
+        thief.token(),
+        "the thief's lock is untouched"
+    );
+    thief.release().await.unwrap();
 }
 
 #[tokio::test]

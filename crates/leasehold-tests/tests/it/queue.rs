@@ -1,13 +1,15 @@
-//! The wait queue: no number of dead entries, no bystander subscriber and no change of runtime keeps a live waiter
-//! from a free lock.
+//! The wait queue: no number of dead entries, no bystander subscriber, no change of runtime and no entry lost from
+//! the queue list keeps a live waiter from a free lock.
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use leasehold_tests::RedisServer;
+use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
-use crate::{connect, redis_conn, within};
+use crate::family::wait_for_queue_len;
+use crate::{connect, redis_conn, within, worker};
 
 /// Queues `ids` ahead of everyone as clients that are gone: queued once, never heard of again.
 async fn queue_dead_clients(
@@ -180,4 +182,152 @@ fn a_client_used_from_a_second_runtime_still_receives_wake_ups() {
             "woken after {delay:?}: no wake-ups in the second runtime"
         );
     });
+}
+
+/// The wait ids in the queue list of the lock `name`, oldest first.
+async fn queue_list(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(format!("leasehold:{{{name}}}:queue"))
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_waiter_whose_id_left_the_queue_list_is_queued_again_and_served() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let mut conn = redis_conn(&server).await;
+    let holder = locks.fair_mutex("roster").lock().await.unwrap();
+    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for label in ["lost", "listed"] {
+        let fair = connect(&server).await.fair_mutex("roster");
+        let order_tx = order_tx.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = fair.lock().await.unwrap();
+            order_tx.send(label).unwrap();
+            guard.release().await.unwrap();
+        }));
+        wait_for_queue_len(&server, "roster", waiters.len()).await;
+    }
+    // The list loses the first waiter's id (one key evicted, a hand edit, a partial restore) while its entry stays in
+    // the waiters hash and its task keeps heartbeating.
+    let lost = queue_list(&mut conn, "roster").await.remove(0);
+    let removed: i64 = redis::cmd("LREM")
+        .arg("leasehold:{roster}:queue")
+        .arg(0)
+        .arg(&lost)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+
+    holder.release().await.unwrap();
+    // Its place in the queue was lost with its id: it is queued again at the back, never ahead of a listed waiter.
+    let first = within(
+        Duration::from_secs(3),
+        "the listed waiter served",
+        order_rx.recv(),
+    )
+    .await;
+    assert_eq!(first, Some("listed"));
+    // Served within a heartbeat (1 s) of the lock becoming free, with room for a busy machine.
+    let second = within(
+        Duration::from_secs(3),
+        "the lost waiter served",
+        order_rx.recv(),
+    )
+    .await;
+    assert_eq!(second, Some("lost"));
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let left: usize = redis::cmd("HLEN")
+        .arg("leasehold:{roster}:waiters")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "no entry left behind");
+    assert!(queue_list(&mut conn, "roster").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_entry_of_a_gone_waiter_whose_id_left_the_queue_list_is_dropped() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let mut conn = redis_conn(&server).await;
+    let fair = locks.fair_mutex("roster");
+    let holder = fair.lock().await.unwrap();
+    let waiting = tokio::spawn({
+        let fair = fair.clone();
+        async move { fair.lock().await.unwrap() }
+    });
+    wait_for_queue_len(&server, "roster", 1).await;
+    let listed = queue_list(&mut conn, "roster").await;
+    // A waiter process behind it, killed: its entry stays until its liveness is over, and nothing serves it while
+    // the lock is held and the live waiter is ahead of it.
+    let mut gone = worker(&["fair-wait", &server.url(), "roster", "1"]);
+    wait_for_queue_len(&server, "roster", 2).await;
+    let gone_id = queue_list(&mut conn, "roster").await.remove(1);
+    gone.signal(Signal::SIGKILL).unwrap();
+    let _ = tokio::task::block_in_place(|| gone.wait());
+    let entry: String = redis::cmd("HGET")
+        .arg("leasehold:{roster}:waiters")
+        .arg(&gone_id)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let alive_until: u64 = entry.split(' ').next().unwrap().parse().unwrap();
+    within(
+        Duration::from_secs(5),
+        "the gone waiter's liveness over",
+        async {
+            loop {
+                let (secs, micros): (u64, u64) =
+                    redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+                if secs * 1000 + micros / 1000 > alive_until {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await; // polls the server's clock: no event to await
+            }
+        },
+    )
+    .await;
+    // Now the list loses its id: no serving will ever pop it, so only the live waiter's heartbeat can clear it.
+    let _: i64 = redis::cmd("LREM")
+        .arg("leasehold:{roster}:queue")
+        .arg(0)
+        .arg(&gone_id)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Within a heartbeat (1 s) of the live waiter, with room for a busy machine.
+    within(
+        Duration::from_secs(3),
+        "the gone waiter's entry dropped",
+        async {
+            loop {
+                let ids: Vec<String> = redis::cmd("HKEYS")
+                    .arg("leasehold:{roster}:waiters")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                if ids == listed {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await; // polls server state: no event to await
+            }
+        },
+    )
+    .await;
+    // Not put back in the list either: the live waiter is alone in the queue and next.
+    assert_eq!(queue_list(&mut conn, "roster").await, listed);
+    holder.release().await.unwrap();
+    let next = within(Duration::from_secs(3), "the live waiter served", waiting)
+        .await
+        .unwrap();
+    next.release().await.unwrap();
 }

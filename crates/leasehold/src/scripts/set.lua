@@ -11,6 +11,8 @@
 -- A hold is live while its score is at least the server's time; lapsed holds are removed by the next script that
 -- looks. Waiters are served in queue order, each as soon as it is admissible (`admits`), by every script that can
 -- free capacity (a release, a leave) and by every acquire (capacity also frees up when a holder's lease runs out).
+-- Every entry of the hash has its id in the list; a waiter's heartbeat puts back ids the list lost
+-- (`requeue_missing`), and serving drops ids whose entry the hash lost.
 
 -- The family of a tag: holds of different families never share a lock.
 local function family(tag)
@@ -58,6 +60,40 @@ end
 -- Drops the holds whose lease ended.
 local function purge(lock, now_ms)
     redis.call('ZREMRANGEBYSCORE', lock, '-inf', '(' .. now_ms)
+end
+
+-- Puts back in the queue the waiters whose entry is in the waiters hash but whose id is missing from the list (the
+-- list lost it: its key evicted, a hand edit, a partial restore): nothing would ever serve them, and each would wait
+-- for good while its heartbeats kept its entry live. Entries and ids are written and removed together, so the list
+-- has at least as many ids as the hash has entries unless one was lost: two counts tell, and the walk over both (O(n))
+-- runs only when they show a loss. A live entry goes to the back: its place went with its id, and the back overtakes
+-- no waiter still listed (those re-queued in one walk follow the hash's order). An entry whose liveness is over is
+-- dropped instead: its waiter is gone, and nothing else would ever pop it.
+local function requeue_missing(queue, waiters, now_ms)
+    if redis.call('HLEN', waiters) <= redis.call('LLEN', queue) then
+        return
+    end
+    local listed = {}
+    for _, wid in ipairs(redis.call('LRANGE', queue, 0, -1)) do
+        listed[wid] = true
+    end
+    local entries = redis.call('HGETALL', waiters)
+    for i = 1, #entries, 2 do
+        local wid = entries[i]
+        if not listed[wid] then
+            local alive = tonumber(string.match(entries[i + 1], '^(%d+) '))
+            if alive and alive >= now_ms then
+                redis.call('RPUSH', queue, wid)
+            else
+                redis.call('HDEL', waiters, wid)
+            end
+        end
+    end
+    -- A list that was lost entirely is a new key: it lives as long as the hash, as queue and hash always do.
+    local keep = redis.call('PTTL', waiters)
+    if keep > 0 and redis.call('PTTL', queue) == -1 then
+        redis.call('PEXPIRE', queue, keep)
+    end
 end
 
 -- Serves the queue: grants the oldest live waiters, in order, for as long as the head is admissible. Dead entries

@@ -75,6 +75,9 @@ local function attempt(lock, fence_key, queue, waiters, hold, ttl, mode, claim, 
         local entry = (now_ms + LIVENESS_MS) .. ' ' .. claim .. ' ' .. limit .. ' ' .. ARGV[2] .. ' ' .. hold
         if redis.call('HSET', waiters, wid, entry) == 1 then
             redis.call('RPUSH', queue, wid)
+        else
+            -- A heartbeat of a queued waiter: its id, or another's, may be missing from the list.
+            requeue_missing(queue, waiters, now_ms)
         end
     end
     local fence, ok = serve(lock, fence_key, queue, waiters, ARGV[3], ARGV[1], now, now_ms, self_wid, ttl)
