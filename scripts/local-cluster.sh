@@ -5,6 +5,8 @@
 #   scripts/local-cluster.sh [start] [--dir DIR] [PORT ×6]   prints the redis+cluster:// URL on stdout
 #   scripts/local-cluster.sh stop DIR                       kills the nodes (by their pid files), removes DIR
 #
+# The nodes run redis-server, or the program LEASEHOLD_TEST_SERVER names (valkey-server, for instance); the cluster is
+# created with redis-cli either way.
 # Without ports, six free ones are chosen (a node's cluster bus uses port + 10000, which must be free too). Without
 # --dir, a new temporary directory holds the nodes' files; it is named on stderr, with the command that stops them.
 # Ready means: every node reports cluster_state:ok and every replica's link to its primary is up.
@@ -17,6 +19,7 @@ NODES=6
 MARK=leasehold-local-cluster # in DIR: what `stop` checks before it removes anything
 BUS_OFFSET=10000
 READY_TIMEOUT_S=30
+SERVER="${LEASEHOLD_TEST_SERVER:-redis-server}"
 
 die() {
   echo "local-cluster: $*" >&2
@@ -90,8 +93,8 @@ start() {
       *) ports+=("$1"); shift ;;
     esac
   done
-  command -v redis-server >/dev/null && command -v redis-cli >/dev/null ||
-    die "redis-server and redis-cli must be on PATH (scripts/ensure-redis.sh installs them)"
+  command -v "$SERVER" >/dev/null && command -v redis-cli >/dev/null ||
+    die "$SERVER and redis-cli must be found (scripts/ensure-redis.sh installs redis-server and redis-cli)"
   if [ ${#ports[@]} -eq 0 ]; then
     local port=$((20000 + RANDOM % 9000))
     while [ ${#ports[@]} -lt $NODES ]; do
@@ -120,7 +123,7 @@ start() {
     mkdir -p "$dir/$port"
     # In the background rather than --daemonize: its pid is known before it runs, so no failure can orphan it. No
     # output to the caller's stdout either, or `url=$(…)` would wait for the nodes to exit.
-    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir/$port" \
+    "$SERVER" --port "$port" --bind 127.0.0.1 --dir "$dir/$port" \
       --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
       --repl-diskless-sync-delay 0 --save "" --appendonly no </dev/null >>"$dir/$port/redis.log" 2>&1 &
     echo $! >"$dir/$port/redis.pid"

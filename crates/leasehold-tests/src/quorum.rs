@@ -1,4 +1,4 @@
-//! Independent `redis-server` nodes for a [`leasehold::Quorum`], with the Redlock restart rule enforced.
+//! Independent server nodes for a [`leasehold::Quorum`], with the Redlock restart rule enforced.
 //!
 //! The rule: a node that lost its data (here: killed, restarted empty) must stay unavailable for longer than the
 //! longest lease, so that no grant it forgot can still count toward a majority, and, for the fences, for longer than

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::{info_field, poll_until, try_connect};
 use crate::server::{free_port, read_lossy, SpawnError, ADDR_IN_USE, START_ATTEMPTS};
-use crate::{ChildGuard, RedisServer, TempDir};
+use crate::{server_binary, ChildGuard, RedisServer, TempDir};
 
 /// The name under which the sentinels monitor the primary.
 pub const SERVICE: &str = "leasehold-test";
@@ -49,10 +49,10 @@ const CONF_FILE: &str = "sentinel.conf";
 const LOG_FILE: &str = "sentinel.log";
 const STDERR_FILE: &str = "stderr.log";
 
-/// A local Sentinel set: three data nodes (`redis-server` on free ports of 127.0.0.1, at first
-/// node 0 the primary and nodes 1 and 2 its replicas) and three sentinels monitoring them as
-/// [`SERVICE`] with a quorum of 2, `down-after-milliseconds 1000` and
-/// `failover-timeout 5000`.
+/// A local Sentinel set: three data nodes (`redis-server`, or whatever [`server_binary`] names,
+/// on free ports of 127.0.0.1, at first node 0 the primary and nodes 1 and 2 its replicas) and
+/// three sentinels (the same program with `--sentinel`) monitoring them as [`SERVICE`] with a
+/// quorum of 2, `down-after-milliseconds 1000` and `failover-timeout 5000`.
 ///
 /// Data nodes are addressed by index, `0..3`, sentinels by index `0..3` too. Which data node is
 /// the primary changes with failovers: ask [`primary`](Self::primary).
@@ -88,7 +88,7 @@ impl SentinelSet {
     ///
     /// # Panics
     ///
-    /// If `redis-server` is not on `PATH`, a process does not start, or the set does not
+    /// If the server program cannot be run, a process does not start, or the set does not
     /// settle within 30 seconds.
     pub fn start() -> SentinelSet {
         let nodes: Vec<RedisServer> = (0..DATA_NODES)
@@ -412,7 +412,8 @@ fn sentinel_peers(
         .collect())
 }
 
-/// One `redis-server --sentinel` process with its own directory, config file and log.
+/// One `redis-server --sentinel` process (the [`server_binary`]) with its own directory, config
+/// file and log.
 #[derive(Debug)]
 struct Sentinel {
     port: u16,
@@ -474,7 +475,8 @@ impl Sentinel {
             .append(true)
             .open(self.dir.path().join(STDERR_FILE))
             .expect("cannot create the stderr file of the sentinel");
-        let child = Command::new("redis-server")
+        let program = server_binary();
+        let child = Command::new(program)
             .arg(self.dir.path().join(CONF_FILE))
             .arg("--sentinel")
             .arg("--port")
@@ -483,7 +485,12 @@ impl Sentinel {
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run redis-server from PATH: {e}"));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run {}: {e}",
+                    std::path::Path::new(program).display()
+                )
+            });
         let child = self.child.insert(ChildGuard::new(child));
 
         let deadline = Instant::now() + START_TIMEOUT;

@@ -1,14 +1,16 @@
-//! A private `redis-server` per test.
+//! A private server per test: `redis-server`, or whatever [`server_binary`] names.
 
+use std::ffi::OsStr;
 use std::fs::OpenOptions;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::TempDir;
+use crate::{server_binary, TempDir};
 
-/// The line `redis-server` logs once it listens; 7.x appends the transport (`tcp`).
+/// The line `redis-server` logs once it listens; 7.x appends the transport (`tcp`), and so does
+/// Valkey.
 const READY: &str = "Ready to accept connections";
 /// What `redis-server` logs, before exiting, when its port is taken.
 pub(crate) const ADDR_IN_USE: &str = "Address already in use";
@@ -30,7 +32,8 @@ const STDERR_FILE: &str = "stderr.log";
 
 /// A `redis-server` child process listening on a private port of 127.0.0.1.
 ///
-/// The server runs from `PATH` with `--save ""`, `--appendonly no`, `--protected-mode no` and
+/// The program is [`server_binary`] (`redis-server` from `PATH` unless `LEASEHOLD_TEST_SERVER`
+/// names another). The server runs with `--save ""`, `--appendonly no`, `--protected-mode no` and
 /// its own temporary directory, which holds its log. Dropping the value kills the server with
 /// `SIGKILL`, reaps it and removes the directory; if the thread is panicking, the server log is
 /// printed to stderr first, so a failing test shows what the server saw.
@@ -54,6 +57,9 @@ const STDERR_FILE: &str = "stderr.log";
 /// ```
 #[derive(Debug)]
 pub struct RedisServer {
+    /// What runs: [`server_binary`], or `redis-server` for a [`TlsRedisServer`](crate::TlsRedisServer) when that
+    /// does not speak TLS.
+    pub(crate) program: &'static OsStr,
     /// `None` while killed.
     pub(crate) child: Option<Child>,
     pub(crate) port: u16,
@@ -74,7 +80,7 @@ impl RedisServer {
     ///
     /// # Panics
     ///
-    /// If `redis-server` is not on `PATH`, exits early, or is not ready within 10 seconds.
+    /// If the server program cannot be run, exits early, or is not ready within 10 seconds.
     pub fn start() -> RedisServer {
         RedisServer::start_with(&[])
     }
@@ -94,22 +100,53 @@ impl RedisServer {
     ///
     /// As [`start`](Self::start); also if the port is taken on every attempt.
     pub fn start_with(extra_args: &[&str]) -> RedisServer {
-        let mut server = RedisServer {
+        RedisServer::start_program(server_binary(), extra_args)
+    }
+
+    /// As [`start_with`](Self::start_with), running `program`.
+    pub(crate) fn start_program(program: &'static OsStr, extra_args: &[&str]) -> RedisServer {
+        let mut server = RedisServer::unstarted(program, extra_args, "redis");
+        if let Err(why) = server.start_on_free_port() {
+            // Dropping `server` while panicking prints its log.
+            panic!("{} did not start: {why}", server.name());
+        }
+        server
+    }
+
+    /// A server not running yet, with its directory (named after `dir_prefix`) and no port.
+    pub(crate) fn unstarted(
+        program: &'static OsStr,
+        extra_args: &[&str],
+        dir_prefix: &str,
+    ) -> RedisServer {
+        RedisServer {
+            program,
             child: None,
             port: 0,
             extra_args: extra_args.iter().map(|&arg| arg.to_owned()).collect(),
-            dir: TempDir::new("redis"),
-        };
+            dir: TempDir::new(dir_prefix),
+        }
+    }
+
+    /// Runs the server on a free port, choosing another while the chosen one turns out to be taken (a few
+    /// times over), and waits until it is ready.
+    pub(crate) fn start_on_free_port(&mut self) -> Result<(), String> {
         for _ in 0..START_ATTEMPTS {
-            server.port = free_port();
-            match server.spawn() {
-                Ok(()) => return server,
+            self.port = free_port();
+            match self.spawn() {
+                Ok(()) => return Ok(()),
                 Err(SpawnError::AddrInUse) => continue,
-                // Dropping `server` while panicking prints its log.
-                Err(SpawnError::Failed(why)) => panic!("redis-server did not start: {why}"),
+                Err(SpawnError::Failed(why)) => return Err(why),
             }
         }
-        panic!("redis-server found its port taken {START_ATTEMPTS} times in a row");
+        Err(format!(
+            "it found its port taken {START_ATTEMPTS} times in a row"
+        ))
+    }
+
+    /// The program, for messages.
+    pub(crate) fn name(&self) -> std::path::Display<'_> {
+        std::path::Path::new(self.program).display()
     }
 
     /// The TCP port the server listens on. It stays the same across [`restart`](Self::restart).
@@ -169,10 +206,11 @@ impl RedisServer {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 Err(SpawnError::AddrInUse) => panic!(
-                    "redis-server could not restart: port {} still taken after {RESTART_PORT_WAIT:?}",
+                    "{} could not restart: port {} still taken after {RESTART_PORT_WAIT:?}",
+                    self.name(),
                     self.port
                 ),
-                Err(SpawnError::Failed(why)) => panic!("redis-server did not restart: {why}"),
+                Err(SpawnError::Failed(why)) => panic!("{} did not restart: {why}", self.name()),
             }
         }
     }
@@ -198,7 +236,7 @@ impl RedisServer {
         let mut con = self
             .client()
             .get_connection_with_timeout(HELPER_TIMEOUT)
-            .unwrap_or_else(|e| panic!("cannot connect to redis-server on {}: {e}", self.port));
+            .unwrap_or_else(|e| panic!("cannot connect to {} on {}: {e}", self.name(), self.port));
         con.set_read_timeout(Some(HELPER_TIMEOUT))
             .expect("a non-zero timeout is valid");
         con.set_write_timeout(Some(HELPER_TIMEOUT))
@@ -297,7 +335,7 @@ impl RedisServer {
         self.dir.path().join(LOG_FILE)
     }
 
-    /// Runs `redis-server` on `self.port` and waits until it is ready or gone.
+    /// Runs the program on `self.port` and waits until it is ready or gone.
     pub(crate) fn spawn(&mut self) -> Result<(), SpawnError> {
         debug_assert!(self.child.is_none());
         let log_path = self.log_path();
@@ -308,8 +346,8 @@ impl RedisServer {
             .create(true)
             .append(true)
             .open(self.dir.path().join(STDERR_FILE))
-            .expect("cannot create the stderr file of redis-server");
-        let child = Command::new("redis-server")
+            .expect("cannot create the stderr file of the server");
+        let child = Command::new(self.program)
             .arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--protected-mode", "no"])
@@ -323,7 +361,7 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run redis-server from PATH: {e}"));
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.name()));
         let child = self.child.insert(child);
 
         let deadline = Instant::now() + START_TIMEOUT;
@@ -331,7 +369,7 @@ impl RedisServer {
             if read_lossy(&log_path, log_start).contains(READY) {
                 return Ok(());
             }
-            if let Some(status) = child.try_wait().expect("try_wait on redis-server") {
+            if let Some(status) = child.try_wait().expect("try_wait on the server") {
                 self.child = None;
                 // The process is gone, so its log is complete.
                 return Err(if read_lossy(&log_path, log_start).contains(ADDR_IN_USE) {
@@ -355,9 +393,10 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!(
-                "--- redis-server log (port {}) ---\n{}--- end of redis-server log ---",
+                "--- {name} log (port {}) ---\n{}--- end of {name} log ---",
                 self.port,
-                self.log()
+                self.log(),
+                name = self.name(),
             );
         }
         self.kill();

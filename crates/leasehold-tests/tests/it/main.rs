@@ -69,9 +69,12 @@ pub async fn redis_conn(server: &RedisServer) -> redis::aio::MultiplexedConnecti
 }
 
 /// A plain async connection whose replies may take up to 10 s (`WAIT`, or commands sent during a `CLIENT PAUSE`).
+/// Connecting may take as long: the handshake's `CLIENT SETINFO` is held by a pause too on the servers that know
+/// it (Redis 7.2 and later, Valkey), where Redis 7.0 refuses it at once.
 pub async fn patient_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    let config =
-        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(10)))
+        .set_response_timeout(Some(Duration::from_secs(10)));
     server
         .client()
         .get_multiplexed_async_connection_with_config(&config)
