@@ -217,9 +217,9 @@ async fn a_waiter_that_died_within_its_liveness_window_costs_at_most_its_claim()
 }
 
 /// With `holder` holding the lock `name` and the waiter process `frozen` (asking for a 30 s lease) on its way into the
-/// queue: freezes that process once it is queued, while its entry is live (it looks again every second, and liveness
-/// lasts 3 s) and its connection open, so that the release cannot tell it from a live waiter; queues `next` behind it
-/// and releases. Returns who held the lock right after the release, and how long `next` waited for it.
+/// queue: queues `next` behind it, then freezes that process while its entry is live (it looks again every second,
+/// and liveness lasts 3 s) and its connection open, so that the release cannot tell it from a live waiter, and
+/// releases at once. Returns who held the lock right after the release, and how long `next` waited for it.
 async fn wait_behind_a_frozen_process(
     server: &RedisServer,
     name: &str,
@@ -229,12 +229,14 @@ async fn wait_behind_a_frozen_process(
 ) -> (Option<leasehold::Holder>, Duration) {
     let locks = connect(server).await;
     wait_for_queue_len(server, name, 1).await;
-    frozen.signal(Signal::SIGSTOP).unwrap();
     let next = tokio::spawn(async move {
         let guard = next.await;
         (Instant::now(), guard)
     });
     wait_for_queue_len(server, name, 2).await;
+    // Frozen just before the release: its last attempt (a heartbeat at most 1 s ago) keeps it live for the 3 s
+    // liveness window, so the release hands it the lock however slow the machine was until now.
+    frozen.signal(Signal::SIGSTOP).unwrap();
 
     let released = Instant::now();
     holder.release().await.unwrap();
