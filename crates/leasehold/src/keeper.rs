@@ -36,6 +36,17 @@ pub(crate) type Renewed = Result<Vec<Option<NodeReply>>, String>;
 /// One node's reply to a renewal call: the node's time when the call ran there (µs), and one code per lease.
 pub(crate) type NodeReply = (i64, Vec<i64>);
 
+/// What each node answered for the `lease`-th lease of a renewal call (see [`LeaseShared::settle`]).
+pub(crate) fn answers(replies: &[Option<NodeReply>], lease: usize) -> Vec<NodeAnswer> {
+    replies
+        .iter()
+        .map(|node| {
+            node.as_ref()
+                .and_then(|(run, codes)| codes.get(lease).map(|&code| (*run, code)))
+        })
+        .collect()
+}
+
 /// The `renew.lua` call for `leases`, each for its own lease length.
 pub(crate) fn renew_invocation(leases: &[Arc<LeaseShared>]) -> redis::ScriptInvocation<'static> {
     let mut invocation = crate::scripts::RENEW.prepare_invoke();
@@ -204,16 +215,8 @@ impl Keeper {
                 continue; // released while the call was out
             };
             entry.in_flight = false;
-            let settled = replies.map(|replies| {
-                let answers: Vec<NodeAnswer> = replies
-                    .iter()
-                    .map(|node| {
-                        node.as_ref()
-                            .and_then(|(run, codes)| codes.get(i).map(|&code| (*run, code)))
-                    })
-                    .collect();
-                renewal.lease.settle(renewal.request, &answers)
-            });
+            let settled =
+                replies.map(|replies| renewal.lease.settle(renewal.request, &answers(replies, i)));
             match settled {
                 Some(Settled::Renewed) => {
                     entry.failures = 0;

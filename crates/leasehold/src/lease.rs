@@ -120,10 +120,15 @@ impl NodeExpiry {
         self.unconfirmed = merged;
     }
 
-    fn confirm(&mut self, request: Request, run: i64) {
+    /// `request` was answered here: it is no longer unknown.
+    fn answered(&mut self, request: Request) {
         if let Some(i) = self.unconfirmed.iter().position(|u| u.id == request.id) {
             self.unconfirmed.swap_remove(i);
         }
+    }
+
+    fn confirm(&mut self, request: Request, run: i64) {
+        self.answered(request);
         self.refused = None;
         match &mut self.base {
             // It ran after the base, so no earlier than the base did, nor than it was sent.
@@ -153,9 +158,7 @@ impl NodeExpiry {
     /// A request found the key gone or held by another owner on this node: renewals never re-create it, so the node
     /// no longer counts, until a later request is confirmed there (only a grant that landed late can do that).
     fn refuse(&mut self, request: Request, code: i64) {
-        if let Some(i) = self.unconfirmed.iter().position(|u| u.id == request.id) {
-            self.unconfirmed.swap_remove(i);
-        }
+        self.answered(request);
         self.base = None;
         self.refused = Some(code);
     }
@@ -229,19 +232,25 @@ impl Validity {
         validity
     }
 
-    fn recompute(&mut self) {
-        let mut bounds: Vec<Instant> = self.nodes.iter().filter_map(NodeExpiry::bound).collect();
-        if bounds.len() < self.majority {
-            // No majority holds the key: the lease is over (`settle` says so), with the last deadline it had.
-            return;
+    /// Recomputes the deadline; false when no majority of the nodes is known to hold the key any more (the lease is
+    /// then over, and keeps the last deadline it had).
+    fn recompute(&mut self) -> bool {
+        let until = match self.nodes.as_slice() {
+            // One server: its bound, without the allocation below (the keeper's hot path).
+            [node] => node.bound(),
+            nodes => {
+                let mut bounds: Vec<Instant> = nodes.iter().filter_map(NodeExpiry::bound).collect();
+                bounds.sort_unstable_by(|a, b| b.cmp(a));
+                bounds.get(self.majority - 1).copied()
+            }
+        };
+        match until {
+            Some(until) => {
+                self.valid_until = until;
+                true
+            }
+            None => false,
         }
-        bounds.sort_unstable_by(|a, b| b.cmp(a));
-        self.valid_until = bounds[self.majority - 1];
-    }
-
-    /// Whether a majority of the nodes is still known to hold the key.
-    fn supported(&self) -> bool {
-        self.nodes.iter().filter(|n| n.base.is_some()).count() >= self.majority
     }
 
     fn register(&mut self, ttl: Duration) -> Request {
@@ -278,8 +287,7 @@ impl Validity {
                 None => {}
             }
         }
-        self.recompute();
-        if !self.supported() {
+        if !self.recompute() {
             let code = self
                 .nodes
                 .iter()

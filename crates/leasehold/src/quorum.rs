@@ -1210,25 +1210,16 @@ impl QuorumGuard {
             .inner
             .renew_on_nodes(&invocation, 1)
             .await
-            .unwrap_or_default();
+            .unwrap_or_else(|_| vec![None; self.inner.nodes.len()]);
         // The keeper schedules renewals from the deadline: let it look again.
         self.inner.keeper.nudge();
-        let answers: Vec<crate::lease::NodeAnswer> = (0..self.inner.nodes.len())
-            .map(|node| {
-                replies
-                    .get(node)
-                    .cloned()
-                    .flatten()
-                    .map(|(run, codes)| (run, codes[0]))
-            })
-            .collect();
+        let answers = crate::keeper::answers(&replies, 0);
         let answered = answers.iter().flatten().count();
         match shared.settle(request, &answers) {
-            Settled::Renewed => self.lease.ended_extension(),
+            Settled::Renewed | Settled::Ended => self.lease.ended_extension(),
             Settled::Lost(_) => Err(Error::NotOwner {
                 name: shared.keys.name().to_owned(),
             }),
-            Settled::Ended => self.lease.ended_extension(),
             Settled::Unknown => Err(Error::NoQuorum {
                 name: shared.keys.name().to_owned(),
                 answered,
