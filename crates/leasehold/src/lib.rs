@@ -18,31 +18,44 @@
 //! leasehold runs on [tokio]: call it from inside a tokio runtime (`#[tokio::main]`, `Runtime::block_on`, a task).
 //! Outside one, every fallible call returns [`Error::NoRuntime`] instead of panicking.
 //!
-//! # A tour of the crate
+//! # Choosing a lock
 //!
-//! | file | what it holds |
+//! Every handle comes from a [`Client`] ([`Client::mutex`], [`Client::fair_mutex`], [`Client::rw_lock`],
+//! [`Client::semaphore`], [`Client::reentrant_mutex`]) and names a lock. Handles are cheap: clone them, or make one
+//! per call.
+//!
+//! | kind | admits | waiting | a grant costs |
+//! |---|---|---|---|
+//! | [`Mutex`] | one holder | FIFO between clients, FIFO between a client's tasks; direct hand-off | 1 round trip |
+//! | [`FairMutex`] | one holder | strict FIFO across every waiting task of every process; direct hand-off | 1 round trip |
+//! | [`RwLock`] | many readers or one writer | FIFO; a waiting writer holds back later readers; the readers behind a writer are admitted together; [`WriteGuard::downgrade`] | 1 round trip |
+//! | [`Semaphore`] | holders of up to N permits (k at once, atomically) | FIFO; a large request at the head holds back smaller ones | 1 round trip |
+//! | [`ReentrantMutex`] | one holder group: its root grant, re-entries through its guard, nested holds by its token | as [`FairMutex`]; a re-entry never waits | 1 round trip; a re-entry in-process none |
+//!
+//! Every kind keeps the [safety contract](#safety-contract) below: each grant (a read share and a permit too) has its own owner token,
+//! fence and lease kept by the keeper, the loss signal fires before the server could grant its capacity to anyone
+//! else, a crashed holder frees its share after its lease, and every acquire is cancel safe. The three queued kinds
+//! give each waiting task its own place in a queue that Redis keeps: a waiter that gives up leaves it at once, one
+//! whose process died is skipped by the next grant (at once on one server, otherwise within its 3 s liveness; a grant
+//! handed to it lapses after a 2 s claim). A name is used by one kind: asking for it as another is
+//! [`Error::WrongKind`].
+//!
+//! # Connecting
+//!
+//! [`Client::connect`] takes a URL: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS, feature `tls`),
+//! `unix:///path`, `redis+cluster://host:port,host:port,…` (a Redis Cluster, by its seed nodes) or
+//! `redis+sentinel://host:port,host:port/service` (the primary that the sentinels name). [`Client::builder`] sets
+//! the lease, timeouts, prefix, replicas and TLS material. A [`Quorum`] takes several clients of independent servers.
+//!
+//! # Features
+//!
+//! | feature | what it adds |
 //! |---|---|
-//! | `client.rs` | [`Client`], its [`Builder`], the connection, [`Client::inspect`] and [`Client::force_release`] |
-//! | `checks.rs` | what a client checks when it connects: the wake-up channel permission, the eviction policy |
-//! | `mutex.rs` | [`Mutex`]: options, the acquire call, waiting |
-//! | `fair.rs`, `rwlock.rs`, `semaphore.rs`, `reentrant.rs` | [`FairMutex`], [`RwLock`] (and [`WriteGuard`]), [`Semaphore`], [`ReentrantMutex`] (and [`ReentrantGuard`]): what each asks for |
-//! | `queued.rs` | the engine of those four: one queue entry per waiting task, grants in order of arrival |
-//! | `guard.rs` | [`Guard`] of every kind: release, extend, run until lost, release on drop |
-//! | `lease.rs` | [`Lease`]: validity deadline, loss signal, [`LossReason`] |
-//! | `keeper.rs` | the per-client (or per-quorum) task that renews every kept lease in batches, through `Renews` |
-//! | `quorum.rs` | [`Quorum`]: [`QuorumMutex`] and [`QuorumRwLock`] on a majority of independent primaries (Redlock), with a fence that never goes back |
-//! | `wake.rs` | the per-client subscriber that delivers hand-offs to the waiting tasks |
-//! | `batch.rs` | coalesced requests: many locks' acquires (or releases) in one script call |
-//! | `keys.rs` | key layout and limits |
-//! | `clock.rs` | the lease clock: monotonic, counting time spent suspended |
-//! | `conn.rs` | the command connection: replaced when it goes silent; idempotent requests retried once; `WAIT` after scripts ([`Builder::replicas`]) |
-//! | `topology.rs` | one server, a Redis Cluster (seeds, bounded calls) or Sentinel: where a key lives, how a call goes, how a waiter hears back |
-//! | `sentinel.rs` | the primary the sentinels name, followed across failovers |
-//! | `orphans.rs` | releases no runtime could finish, done when the client is dropped |
-//! | `tls.rs` | `rediss://`: the crypto backend, a private CA, a client identity (feature `tls`) |
-//! | `scripts/*.lua` | the Lua scripts, each with its KEYS, ARGV and replies |
-//! | `metrics.rs` | counters and histograms through the `metrics` facade (feature `metrics`) |
-//! | `error.rs` | [`Error`] |
+//! | `tls` | `rediss://` URLs through rustls (ring backend), a private CA and a client identity on the [`Builder`] |
+//! | `metrics` | counters and histograms through the [`metrics`](https://docs.rs/metrics) facade (see [Observing](#observing)) |
+//! | `serde` | `Serialize`/`Deserialize` for the plain data types: [`LockInfo`], [`Fence`], [`LockKind`], [`LossReason`] and friends |
+//!
+//! None is on by default. Items that need a feature say so in these docs.
 //!
 //! # Safety contract
 //!
@@ -99,6 +112,9 @@
 //!   writes (until the sentinels demote it). The first owner finds out at its next renewal
 //!   ([`LossReason::Gone`] or [`LossReason::Taken`]), not before. [`Builder::replicas`] narrows this (a grant counts
 //!   only once replicas acknowledged it, so a primary cut off from its replicas cannot grant); it is not consensus.
+//! - **Pauses.** A holder can be paused (GC, `SIGSTOP`, a VM freeze, a page fault storm) at any point, including
+//!   between checking [`Lease::is_held`] and writing. No lock service can stop a paused process from sending a
+//!   write after it wakes up. **Only a resource that checks the fence is safe against that.**
 //!
 //! # Redis Cluster and Sentinel
 //!
@@ -107,9 +123,6 @@
 //! assumption above. All keys of a lock share one slot; every cluster call is bounded by the response timeout;
 //! wake-ups use a sharded channel in the lock's slot on a cluster; a Sentinel client follows the primary the
 //! sentinels name. The measured failure table is in the README ("Replicas, failover and what `WAIT` changes").
-//! - **Pauses.** A holder can be paused (GC, `SIGSTOP`, a VM freeze, a page fault storm) at any point, including
-//!   between checking [`Lease::is_held`] and writing. No lock service can stop a paused process from sending a
-//!   write after it wakes up. **Only a resource that checks the fence is safe against that.**
 //!
 //! # A quorum of independent primaries (Redlock)
 //!
@@ -179,24 +192,6 @@
 //! of one lock queue in FIFO order and only the first contends in Redis. The first waiter also looks again when the
 //! holder's lease would end and at least once a second (its heartbeat, which keeps its queue entry alive), so a lost
 //! message, a crashed holder or a waiter that died costs at most that (or the claim), never a hang.
-//!
-//! # Lock kinds
-//!
-//! | kind | admits | waiting | a grant costs |
-//! |---|---|---|---|
-//! | [`Mutex`] | one holder | FIFO between clients, FIFO between a client's tasks; direct hand-off | 1 round trip |
-//! | [`FairMutex`] | one holder | strict FIFO across every waiting task of every process; direct hand-off | 1 round trip |
-//! | [`RwLock`] | many readers or one writer | FIFO; a waiting writer holds back later readers; the readers behind a writer are admitted together; [`WriteGuard::downgrade`] | 1 round trip |
-//! | [`Semaphore`] | holders of up to N permits (k at once, atomically) | FIFO; a large request at the head holds back smaller ones | 1 round trip |
-//! | [`ReentrantMutex`] | one holder group: its root grant, re-entries through its guard, nested holds by its token | as [`FairMutex`]; a re-entry never waits | 1 round trip; a re-entry in-process none |
-//!
-//! Every kind shares the mutex's contract above: each grant (a read share and a permit too) has its own owner token,
-//! fence and lease kept by the keeper, the loss signal fires before the server could grant its capacity to anyone
-//! else, a crashed holder frees its share after its lease, and every acquire is cancel safe. The three queued kinds
-//! give each waiting task its own place in a queue that Redis keeps: a waiter that gives up leaves it at once, one
-//! whose process died is skipped by the next grant (at once on one server, otherwise within its 3 s liveness; a grant
-//! handed to it lapses after a 2 s claim). A name is used by one kind: asking for it as another is
-//! [`Error::WrongKind`].
 //!
 //! A wait rides out a Redis restart or outage (connection errors, timeouts, `LOADING` and the like): it logs one
 //! warning with target `leasehold::outage` and tries again with backoff until Redis answers or its deadline
