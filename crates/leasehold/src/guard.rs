@@ -137,7 +137,8 @@ impl Guard {
             Ok(code) => code,
             Err(failure) => return Err(not_a_lock(failure.err, &shared.keys.lock)),
         };
-        tracing::debug!(lock = %shared.keys.name(), fence = shared.fence.get(), ?earlier_loss, still_ours = code == 1, "released");
+        let (kind, what) = crate::trace::of_hold(&shared.token);
+        crate::trace::kind_event!(kind, debug, lock = %shared.keys.name(), hold = %what, fence = shared.fence.get(), ?earlier_loss, still_ours = code == 1, "released");
         match (earlier_loss, code) {
             (Some(reason), _) => Err(Error::LeaseLost {
                 name: name(),

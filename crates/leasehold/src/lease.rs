@@ -522,9 +522,14 @@ impl LeaseShared {
     fn log_end(&self, reason: LossReason) {
         crate::metrics::ended(reason, clock::now().saturating_duration_since(self.granted));
         let (lock, fence) = (self.keys.name(), self.fence.get());
+        let (kind, hold) = crate::trace::of_hold(&self.token);
         match reason {
-            LossReason::Released => tracing::debug!(lock = %lock, fence, "lease ended: released"),
-            reason => tracing::warn!(lock = %lock, fence, %reason, "lease lost"),
+            LossReason::Released => {
+                crate::trace::kind_event!(kind, debug, lock = %lock, %hold, fence, "lease ended: released")
+            }
+            reason => {
+                crate::trace::kind_event!(kind, warn, lock = %lock, %hold, fence, %reason, "lease lost")
+            }
         }
     }
 

@@ -199,9 +199,13 @@
 //!
 //! # Observing
 //!
-//! - **`tracing`**: an `acquire` span per wait; debug events for grants (lock, fence, lease), busy answers, waits,
-//!   releases and renewal batches; a warning for every lost lease (lock, fence, reason) and for a wait that meets a
-//!   Redis outage (target `leasehold::outage`).
+//! - **`tracing`**: an `acquire` span per wait; debug events for grants (lock, hold, fence, lease), busy answers,
+//!   waits, releases and renewal batches; a warning for every lost lease (lock, hold, fence, reason) and for a wait
+//!   that meets a Redis outage (target `leasehold::outage`). A grant's events go out under its kind's target
+//!   (`leasehold::mutex`, `leasehold::fair_mutex`, `leasehold::rw_lock`, `leasehold::semaphore`,
+//!   `leasehold::reentrant_mutex`), so a filter such as `leasehold::semaphore=debug` shows one kind; the `hold`
+//!   field says what was granted in words (`exclusive`, `read share`, `write lock`, `2 permits`, `nested hold`).
+//!   Renewal batches are under `leasehold::keeper`, the quorum's rounds under `leasehold::quorum`.
 //! - **`metrics`** (feature `metrics`), through the [`metrics`](https://docs.rs/metrics) facade, so any exporter
 //!   (Prometheus, StatsD, ...) picks them up. No label carries the lock name, which would make the series unbounded
 //!   for one-lock-per-entity names.
@@ -258,6 +262,7 @@ mod sentinel;
 #[cfg(feature = "tls")]
 mod tls;
 mod topology;
+mod trace;
 mod wake;
 
 pub use checks::ServerWarning;

@@ -114,7 +114,8 @@ impl Queued {
         deadline: Option<Instant>,
     ) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
-        let span = tracing::debug_span!("acquire", lock = %keys.name(), ask = %ask.tag);
+        let (kind, what) = crate::trace::of_tag(&ask.tag);
+        let span = crate::trace::kind_span!(kind, "acquire", lock = %keys.name(), hold = %what);
         let started = Instant::now();
         let result =
             tracing::Instrument::instrument(self.wait(keys.clone(), ask, deadline), span).await;

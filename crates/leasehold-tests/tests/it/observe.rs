@@ -41,15 +41,66 @@ async fn grants_waits_releases_and_losses_are_traced_with_name_and_fence() {
 
     let text = captured.text();
     let has = |needle: &str| text.lines().any(|line| line.contains(needle));
-    assert!(has(&format!("granted lock=traced fence={fence}")), "{text}");
-    assert!(has("busy; waiting lock=traced"), "{text}");
     assert!(
-        has(&format!("released lock=traced fence={fence}")),
+        has(&format!(
+            "leasehold::mutex: granted lock=traced hold=exclusive fence={fence}"
+        )),
         "{text}"
     );
-    assert!(has("lease lost lock=traced-short"), "{text}");
+    assert!(has("busy; waiting lock=traced"), "{text}");
+    assert!(
+        has(&format!(
+            "released lock=traced hold=exclusive fence={fence}"
+        )),
+        "{text}"
+    );
+    assert!(has("lease lost lock=traced-short hold=exclusive"), "{text}");
     assert!(
         has("acquire{lock=traced}"),
         "the wait runs in an `acquire` span: {text}"
+    );
+}
+
+#[tokio::test]
+async fn each_kind_traces_under_its_own_target_and_names_its_hold_in_words() {
+    let (captured, _default) = crate::capture_traces();
+
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let permits = locks
+        .semaphore("traced-permits", 3)
+        .acquire_many(2)
+        .await
+        .unwrap();
+    let fence = permits.fence().get();
+    permits.release().await.unwrap();
+    let read = locks.rw_lock("traced-rw").read().await.unwrap();
+    read.release().await.unwrap();
+    let fair = locks.fair_mutex("traced-fair").lock().await.unwrap();
+    fair.release().await.unwrap();
+
+    let text = captured.text();
+    let has = |needle: &str| text.lines().any(|line| line.contains(needle));
+    assert!(
+        has(&format!(
+            "leasehold::semaphore: granted lock=traced-permits hold=2 permits fence={fence}"
+        )),
+        "{text}"
+    );
+    assert!(
+        has("acquire{lock=traced-permits hold=2 permits}"),
+        "the wait's span names the hold in words: {text}"
+    );
+    assert!(
+        has("leasehold::semaphore: released lock=traced-permits hold=2 permits"),
+        "{text}"
+    );
+    assert!(
+        has("leasehold::rw_lock: granted lock=traced-rw hold=read share"),
+        "{text}"
+    );
+    assert!(
+        has("leasehold::fair_mutex: granted lock=traced-fair hold=exclusive"),
+        "{text}"
     );
 }
