@@ -36,7 +36,7 @@ use tokio::time::Instant;
 
 use crate::conn::Conn;
 use crate::error::{require_runtime, Error, InvalidArgument};
-use crate::fence::{new_token, Fence};
+use crate::fence::{check_description, new_token, Fence};
 use crate::keeper::{Keeper, Renews};
 use crate::keys::{check_prefix, check_ttl, drift, millis, LockKeys, DEFAULT_PREFIX};
 use crate::lease::{Lease, LeaseShared, LossReason, Settled};
@@ -392,6 +392,7 @@ impl Quorum {
             quorum: self.clone(),
             keys: LockKeys::new(&self.inner.prefix, name),
             ttl: Duration::from_secs(30),
+            description: None,
         }
     }
 }
@@ -421,8 +422,8 @@ enum Ask {
 
 impl Ask {
     /// A new token for one round: a mutex's owner token, or a share's hold (`"<tag> <token>"`).
-    fn token(self) -> Result<String, Error> {
-        let token = new_token(None)?;
+    fn token(self, description: Option<&str>) -> Result<String, Error> {
+        let token = new_token(description)?;
         Ok(match self {
             Ask::Mutex => token,
             Ask::Read => format!("r {token}"),
@@ -437,6 +438,7 @@ struct QuorumLock {
     quorum: Quorum,
     keys: Result<Arc<LockKeys>, InvalidArgument>,
     ttl: Duration,
+    description: Option<Arc<str>>,
 }
 
 /// One node's answer to one round's acquire.
@@ -457,6 +459,15 @@ impl QuorumMutex {
     /// The lease of every grant (default 30 s): renewed every third of it while the guard lives.
     pub fn ttl(mut self, ttl: Duration) -> QuorumMutex {
         self.lock.ttl = ttl;
+        self
+    }
+
+    /// Attaches a short description of the holder to every grant of this handle, as
+    /// [`Mutex::describe`](crate::Mutex::describe) does on one server: each node's [`Client::inspect`] returns it,
+    /// and `leasehold status` and `leasehold list` on a quorum print it. Checked by the first operation
+    /// ([`InvalidArgument::BadDescription`]).
+    pub fn describe(mut self, description: impl Into<String>) -> QuorumMutex {
+        self.lock.description = Some(Arc::from(description.into()));
         self
     }
 
@@ -497,6 +508,12 @@ impl QuorumRwLock {
     /// The lease of every grant (default 30 s): renewed every third of it while the guard lives.
     pub fn ttl(mut self, ttl: Duration) -> QuorumRwLock {
         self.lock.ttl = ttl;
+        self
+    }
+
+    /// Attaches a short description of the holder to every share of this handle: see [`QuorumMutex::describe`].
+    pub fn describe(mut self, description: impl Into<String>) -> QuorumRwLock {
+        self.lock.description = Some(Arc::from(description.into()));
         self
     }
 
@@ -648,6 +665,9 @@ impl QuorumLock {
         require_runtime()?;
         let keys = self.keys.clone()?;
         check_ttl(self.ttl)?;
+        if let Some(description) = &self.description {
+            check_description(description)?;
+        }
         Ok(keys)
     }
 
@@ -664,7 +684,7 @@ impl QuorumLock {
         if let Some(until) = inner.wakers.yielding(&keys.lock, last) {
             tokio::time::sleep_until(until).await;
         }
-        let token = ask.token()?;
+        let token = ask.token(self.description.as_deref())?;
         // Undoes this round on every node unless it ends in a guard (also when the caller drops the future).
         let mut undo = UndoRound {
             inner: Arc::clone(inner),

@@ -859,3 +859,53 @@ async fn a_vote_that_arrives_after_its_token_was_released_is_refused() {
         "the late vote left the node held for nobody"
     );
 }
+
+#[tokio::test]
+async fn a_described_grant_names_its_holder_on_every_node_that_granted_it() {
+    let nodes = servers(3);
+    let q = quorum(&nodes).await;
+    let guard = q
+        .mutex("described")
+        .describe("host=a pid=7 nightly")
+        .try_lock()
+        .await
+        .unwrap();
+    let share = q
+        .rw_lock("described-rw")
+        .describe("reader on b")
+        .try_read()
+        .await
+        .unwrap();
+    let mut named = (0, 0);
+    for node in &nodes {
+        let client = leasehold::Client::connect(&node.url()).await.unwrap();
+        let info = client.inspect("described").await.unwrap();
+        if let Some(holder) = info.holder {
+            assert_eq!(holder.token, guard.token());
+            assert_eq!(holder.description.as_deref(), Some("host=a pid=7 nightly"));
+            named.0 += 1;
+        }
+        let info = client.inspect("described-rw").await.unwrap();
+        if let Some(holder) = info.holder {
+            assert_eq!(holder.description.as_deref(), Some("reader on b"));
+            named.1 += 1;
+        }
+    }
+    assert!(
+        named.0 >= 2 && named.1 >= 2,
+        "a majority names the holders: {named:?}"
+    );
+    guard.release().await.unwrap();
+    share.release().await.unwrap();
+
+    let bad = q.mutex("described").describe("two\nlines").try_lock().await;
+    assert!(
+        matches!(
+            bad,
+            Err(Error::InvalidArgument(
+                leasehold::InvalidArgument::BadDescription { .. }
+            ))
+        ),
+        "{bad:?}"
+    );
+}
