@@ -233,7 +233,8 @@ impl Client {
                 .flatten()
         };
         let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap_or(0);
-        let (Some(kind), Some(fence), Some(waiting)) = (read.first(), read.get(1), read.get(2))
+        let (Some(kind), Some(fence), Some(waiting), Some(permits)) =
+            (read.first(), read.get(1), read.get(2), read.get(3))
         else {
             return Err(Error::NotALock {
                 key: keys.lock.clone(),
@@ -242,7 +243,7 @@ impl Client {
         };
         let kind = text(kind).unwrap_or_default();
         let mut holders = Vec::new();
-        for pair in read[3..].chunks(2) {
+        for pair in read[4..].chunks(2) {
             let [hold, ms] = pair else { continue };
             let Some(hold) = text(hold) else { continue };
             let remaining = u64::try_from(int(ms)).ok().map(Duration::from_millis);
@@ -286,6 +287,9 @@ impl Client {
             holders,
             last_fence,
             waiting_clients: u64::try_from(int(waiting)).unwrap_or(0),
+            permits: redis::from_redis_value::<Option<u64>>(permits.clone())
+                .ok()
+                .flatten(),
         })
     }
 
@@ -431,6 +435,9 @@ pub struct LockInfo {
     /// How many entries the lock's queue has: waiting clients (processes, usually) for a [`Mutex`], waiting tasks
     /// for the queued kinds.
     pub waiting_clients: u64,
+    /// A [`Semaphore`](crate::Semaphore)'s capacity, as it stores it while a permit is held (see its "The permit
+    /// count" section); `None` for a free semaphore and for the other kinds.
+    pub permits: Option<u64>,
 }
 
 /// The kinds of lock a name can hold.
@@ -1044,10 +1051,14 @@ pub(crate) async fn explain_foreign(conn: &Conn, key: &str, err: Error) -> Error
             ),
             Err(_) => return err,
         },
-        "zset" => match redis::cmd("ZRANGE")
+        // The first hold by score: from 0 up, past a semaphore's capacity member (a negative score, see set.lua).
+        "zset" => match redis::cmd("ZRANGEBYSCORE")
             .arg(key)
             .arg(0)
+            .arg("+inf")
+            .arg("LIMIT")
             .arg(0)
+            .arg(1)
             .query_async::<Vec<String>>(&mut conn)
             .await
         {

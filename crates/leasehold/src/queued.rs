@@ -310,6 +310,11 @@ impl Queued {
                 key: keys.fence().to_string(),
                 detail: "the fence counter is not a number".to_owned(),
             }),
+            -5 => Err(Error::WrongPermits {
+                name: keys.name().to_owned(),
+                asked: ask.limit,
+                stored: u64::try_from(value).unwrap_or(0),
+            }),
             // -1, -3: the name holds a lock of another kind, or something leasehold did not write.
             _ => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
         }

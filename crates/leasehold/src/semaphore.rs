@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
-use crate::client::Client;
-use crate::error::{Error, InvalidArgument};
+use crate::client::{explain_foreign, foreign, script_error, Client};
+use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::guard::Guard;
+use crate::keys::millis;
 use crate::queued::{deadline_in, queued_options, Ask, Queued};
+use crate::scripts::SET_PERMITS;
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u64 = 1 << 40;
@@ -19,11 +21,18 @@ pub const MAX_PERMITS: u64 = 1 << 40;
 ///
 /// # The permit count
 ///
-/// The count is the handle's: every acquisition carries it, and a waiter is admitted while the permits in use plus
-/// its own are at most the count *it* carries. To change the count while the semaphore is in use, give the new count
-/// to the handles (a new deployment, a configuration reload): lowering it never revokes a held permit, it only stops
-/// new grants until the holders drop below it; raising it takes effect with the next acquisition or release. During
-/// the change, each waiter is judged by its own count.
+/// The semaphore stores its capacity while it is in use: the first grant on a free semaphore stores the count of the
+/// handle that asked, and every later grant counts against that stored capacity, whatever count its own handle
+/// carries. A request (a try, a wait, or each heartbeat of a waiting task) whose count differs from the stored
+/// capacity is refused with [`Error::WrongPermits`], which names both numbers; it leaves nothing behind. A queued
+/// waiter whose count no longer matches when its turn comes is dropped from the queue, and its wait ends with that
+/// error. So two processes that disagree on the count find out at once, and the limit always holds.
+///
+/// The capacity lives as long as a live permit does: it is forgotten with the last permit given back (or lapsed), and
+/// the next grant stores its own count. To change the count of a semaphore in use, call
+/// [`set_permits`](Semaphore::set_permits) on a handle with the new count, then give the new count to the other
+/// handles. Lowering never revokes a held permit; it only holds back new grants until the holders drop below it.
+/// Raising serves the waiters at once.
 ///
 /// # Examples
 ///
@@ -124,5 +133,56 @@ impl Semaphore {
     pub async fn try_acquire(&self, k: u64) -> Result<Guard, Error> {
         let ask = self.ask(k)?;
         self.queued.try_acquire(&ask).await
+    }
+
+    /// Stores this handle's count as the capacity of the semaphore while it is in use, and returns the capacity it
+    /// replaced. On a free semaphore nothing needs storing (the next grant stores its own count) and `None` is
+    /// returned.
+    ///
+    /// Lowering the count never revokes a held permit: new grants wait until the holders are below it. Raising it
+    /// grants the waiters it makes room for at once. Waiters queued with the old count are dropped from the queue
+    /// when their turn comes, and their wait ends with [`Error::WrongPermits`].
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidArgument::BadPermits`] for a count of 0 or above [`MAX_PERMITS`]; [`Error::WrongKind`] when the
+    /// name holds a lock of another kind; [`Error::NotALock`] and [`Error::Redis`] as their docs say.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that a dropped call may still have stored the count.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// // Raise the limit of a semaphore in use from 4 to 6.
+    /// let previous = locks.semaphore("exports", 6).set_permits().await?;
+    /// assert!(matches!(previous, Some(4) | None));
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_permits(&self) -> Result<Option<u64>, Error> {
+        require_runtime()?;
+        self.ask(1)?;
+        let keys = self.queued.keys.clone()?;
+        let inner = &self.queued.client.inner;
+        let mut invocation = SET_PERMITS.key(&keys.lock);
+        invocation
+            .key(keys.fence())
+            .key(keys.queue())
+            .key(keys.waiters())
+            .arg(inner.wakeups.channel_prefix())
+            .arg(millis(inner.fence_retention))
+            .arg(self.permits);
+        let reply: redis::RedisResult<(i64, i64)> = inner.conn.invoke_idempotent(&invocation).await;
+        let (code, previous) = match reply {
+            Ok(reply) => reply,
+            Err(err) => return Err(script_error(&inner.conn, &keys.lock, err).await),
+        };
+        match code {
+            1 => Ok(u64::try_from(previous).ok().filter(|&p| p > 0)),
+            0 => Ok(None),
+            _ => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
+        }
     }
 }

@@ -467,3 +467,29 @@ async fn a_read_share_and_a_free_permit_cost_one_round_trip() {
         guard.release().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_queued_kind_releases_cleanly_after_a_mutex_of_the_same_name() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    // The mutex's release leaves its token in the released key (a string) for the rest of its lease.
+    locks
+        .mutex("job")
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for (permits, fair) in [(Some(2), false), (None, true)] {
+        let guard = match permits {
+            Some(n) => locks.semaphore("job", n).try_acquire(1).await.unwrap(),
+            None => locks.fair_mutex("job").try_lock().await.unwrap(),
+        };
+        guard.release().await.unwrap();
+        assert!(
+            !exists(&server, "leasehold:{job}").await,
+            "released in full (fair: {fair})"
+        );
+    }
+}

@@ -18,6 +18,7 @@ mod lease;
 mod metrics;
 mod observe;
 mod outages;
+mod permits;
 mod queue;
 mod quorum;
 mod release;

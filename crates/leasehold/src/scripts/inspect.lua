@@ -4,22 +4,27 @@
 -- KEYS[2]  fence key
 -- KEYS[3]  queue key
 --
--- Returns  {type, last fence or false, queue length, hold_1, ms_1, hold_2, ms_2, ...}: the lock key's type ("string",
---          "zset", "none", or another type leasehold did not write), then every live hold with its time left in ms
---          (-1: no expiry): the owner token of a mutex, or "<tag> <token>" for a queued kind, oldest expiry first.
+-- Returns  {type, last fence or false, queue length, capacity or false, hold_1, ms_1, hold_2, ms_2, ...}: the lock
+--          key's type ("string", "zset", "none", or another type leasehold did not write), a semaphore's stored
+--          capacity while it has a live hold (see set.lua), then every live hold with its time left in ms (-1: no
+--          expiry): the owner token of a mutex, or "<tag> <token>" for a queued kind, oldest expiry first.
 local kind = redis.call('TYPE', KEYS[1]).ok
-local reply = {kind, redis.call('GET', KEYS[2]) or false, 0}
+local reply = {kind, redis.call('GET', KEYS[2]) or false, 0, false}
 local queue = redis.pcall('LLEN', KEYS[3])
 if type(queue) == 'number' then
     reply[3] = queue
 end
 if kind == 'string' then
-    reply[4] = redis.call('GET', KEYS[1])
-    reply[5] = redis.call('PTTL', KEYS[1])
+    reply[5] = redis.call('GET', KEYS[1])
+    reply[6] = redis.call('PTTL', KEYS[1])
 elseif kind == 'zset' then
     local t = redis.call('TIME')
     local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     local holds = redis.call('ZRANGEBYSCORE', KEYS[1], now_ms, '+inf', 'WITHSCORES')
+    local capacity = redis.call('ZSCORE', KEYS[1], 'permits')
+    if capacity and #holds > 0 then
+        reply[4] = -tonumber(capacity)
+    end
     for i = 1, #holds, 2 do
         reply[#reply + 1] = holds[i]
         reply[#reply + 1] = tonumber(holds[i + 1]) - now_ms
