@@ -220,7 +220,7 @@ impl Client {
         require_runtime()?;
         let keys = self.keys(name)?;
         let mut invocation = INSPECT.key(&keys.lock);
-        invocation.key(keys.fence()).key(keys.queue());
+        invocation.key(keys.fence()).key(keys.waiters());
         let read: redis::RedisResult<Vec<redis::Value>> =
             self.inner.conn.invoke_idempotent(&invocation).await;
         let read = match read {
@@ -432,8 +432,10 @@ pub struct LockInfo {
     pub holders: Vec<Holder>,
     /// The fence of the most recent grant, when the counter still exists.
     pub last_fence: Option<Fence>,
-    /// How many entries the lock's queue has: waiting clients (processes, usually) for a [`Mutex`], waiting tasks
-    /// for the queued kinds.
+    /// How many live waiters the lock has: waiting clients (processes, usually) for a [`Mutex`], waiting tasks for
+    /// the queued kinds. A waiter counts while its queue entry is live, that is for 3 s after its last attempt (it
+    /// makes one at least every second): one that gave up, was killed or froze stops counting then, even while its
+    /// entry still sits in the queue for the next release to skip.
     pub waiting_clients: u64,
     /// A [`Semaphore`](crate::Semaphore)'s capacity, as it stores it while a permit is held (see its "The permit
     /// count" section); `None` for a free semaphore and for the other kinds.
