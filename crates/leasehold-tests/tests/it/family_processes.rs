@@ -131,7 +131,11 @@ async fn eight_processes_never_hold_more_than_the_permits() {
     assert_eq!(get_i64(&mut conn, "test:inside").await, 0);
     // No permit left behind: all three are free.
     let locks = connect(&server).await;
-    let all = locks.semaphore("pool", 3).try_acquire(3).await.unwrap();
+    let all = locks
+        .semaphore("pool", 3)
+        .try_acquire_many(3)
+        .await
+        .unwrap();
     all.release().await.unwrap();
 }
 
@@ -302,9 +306,9 @@ async fn a_killed_permit_holder_gives_its_permit_back_within_its_lease() {
     let holder = holding_process(&server, "pool", "permits:2");
     let locks = connect(&server).await;
     let sem = locks.semaphore("pool", 2);
-    let mine = sem.try_acquire(1).await.unwrap();
+    let mine = sem.try_acquire().await.unwrap();
     assert!(
-        sem.try_acquire(1).await.unwrap_err().is_busy(),
+        sem.try_acquire().await.unwrap_err().is_busy(),
         "both permits held"
     );
     let theirs = freed_after_kill(holder, sem.acquire()).await.unwrap();

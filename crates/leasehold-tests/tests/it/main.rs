@@ -25,6 +25,7 @@ mod release;
 mod renewal;
 mod replicas;
 mod server;
+mod surface;
 mod tls;
 mod waiting;
 

@@ -40,7 +40,7 @@ async fn another_count_is_refused_while_held_and_the_error_names_both_counts() {
     let b = two.acquire().await.unwrap();
     let three = locks.semaphore("pool", 3);
     // With its own count of 3, a third holder used to fit next to two permits in use.
-    let err = three.try_acquire(1).await.unwrap_err();
+    let err = three.try_acquire().await.unwrap_err();
     assert_eq!(wrong_permits(&err), (3, 2));
     assert!(err.is_wrong_permits());
     let text = err.to_string();
@@ -54,7 +54,7 @@ async fn another_count_is_refused_while_held_and_the_error_names_both_counts() {
         .unwrap_err();
     assert_eq!(wrong_permits(&err), (3, 2));
     let err = three
-        .acquire_timeout(1, Duration::from_secs(5))
+        .acquire_timeout(Duration::from_secs(5))
         .await
         .unwrap_err();
     assert_eq!(wrong_permits(&err), (3, 2));
@@ -71,8 +71,8 @@ async fn the_capacity_goes_with_the_last_permit_and_the_next_count_wins() {
     let server = RedisServer::start();
     let locks = connect(&server).await;
     let two = locks.semaphore("pool", 2);
-    let a = two.try_acquire(1).await.unwrap();
-    let b = two.try_acquire(1).await.unwrap();
+    let a = two.try_acquire().await.unwrap();
+    let b = two.try_acquire().await.unwrap();
     a.release().await.unwrap();
     assert_eq!(
         locks.inspect("pool").await.unwrap().permits,
@@ -89,23 +89,20 @@ async fn the_capacity_goes_with_the_last_permit_and_the_next_count_wins() {
 
     // Free again: another count is the semaphore's now.
     let three = locks.semaphore("pool", 3);
-    let c = three.try_acquire(3).await.unwrap();
+    let c = three.try_acquire_many(3).await.unwrap();
     assert_eq!(locks.inspect("pool").await.unwrap().permits, Some(3));
-    assert_eq!(
-        wrong_permits(&two.try_acquire(1).await.unwrap_err()),
-        (2, 3)
-    );
+    assert_eq!(wrong_permits(&two.try_acquire().await.unwrap_err()), (2, 3));
 
     // A holder that crashes: its permits lapse with its lease, and the capacity with them.
     c.leave_to_expire();
     let short = locks
         .semaphore("crashed", 2)
         .ttl(Duration::from_millis(200));
-    short.try_acquire(1).await.unwrap().leave_to_expire();
+    short.try_acquire().await.unwrap().leave_to_expire();
     let four = locks.semaphore("crashed", 4);
     let d = within(Duration::from_secs(5), "the crashed permit lapsed", async {
         loop {
-            match four.try_acquire(4).await {
+            match four.try_acquire_many(4).await {
                 Ok(guard) => return guard,
                 Err(err) => assert_eq!(wrong_permits(&err), (4, 2)),
             }
@@ -123,7 +120,7 @@ async fn a_waiter_queued_with_another_count_is_dropped_not_granted() {
     let server = RedisServer::start();
     let locks = connect(&server).await;
     let three = locks.semaphore("pool", 3);
-    let all = three.try_acquire(3).await.unwrap();
+    let all = three.try_acquire_many(3).await.unwrap();
     let waiter = tokio::spawn({
         let three = three.clone();
         async move { three.acquire().await }
@@ -158,18 +155,15 @@ async fn set_permits_raises_and_lowers_the_capacity_of_a_semaphore_in_use() {
         None,
         "free: nothing stored"
     );
-    let a = two.try_acquire(1).await.unwrap();
-    let b = two.try_acquire(1).await.unwrap();
-    assert!(two.try_acquire(1).await.unwrap_err().is_busy());
+    let a = two.try_acquire().await.unwrap();
+    let b = two.try_acquire().await.unwrap();
+    assert!(two.try_acquire().await.unwrap_err().is_busy());
 
     // Raised: the third permit is there at once for the new count.
     assert_eq!(three.set_permits().await.unwrap(), Some(2));
     assert_eq!(locks.inspect("pool").await.unwrap().permits, Some(3));
-    let c = three.try_acquire(1).await.unwrap();
-    assert_eq!(
-        wrong_permits(&two.try_acquire(1).await.unwrap_err()),
-        (2, 3)
-    );
+    let c = three.try_acquire().await.unwrap();
+    assert_eq!(wrong_permits(&two.try_acquire().await.unwrap_err()), (2, 3));
 
     // Lowered below the permits in use: nobody loses a permit, and nothing is granted until they are below it.
     let one = locks.semaphore("pool", 1);
@@ -178,9 +172,9 @@ async fn set_permits_raises_and_lowers_the_capacity_of_a_semaphore_in_use() {
     assert_eq!(locks.inspect("pool").await.unwrap().holders.len(), 3);
     a.release().await.unwrap();
     b.release().await.unwrap();
-    assert!(one.try_acquire(1).await.unwrap_err().is_busy());
+    assert!(one.try_acquire().await.unwrap_err().is_busy());
     c.release().await.unwrap();
-    let d = one.try_acquire(1).await.unwrap();
+    let d = one.try_acquire().await.unwrap();
     assert_eq!(locks.inspect("pool").await.unwrap().permits, Some(1));
     d.release().await.unwrap();
 }
