@@ -26,7 +26,7 @@
 //! | `checks.rs` | what a client checks when it connects: the wake-up channel permission, the eviction policy |
 //! | `mutex.rs` | [`Mutex`]: options, the acquire call, waiting |
 //! | `fair.rs`, `rwlock.rs`, `semaphore.rs`, `reentrant.rs` | [`FairMutex`], [`RwLock`] (and [`WriteGuard`]), [`Semaphore`], [`ReentrantMutex`] (and [`ReentrantGuard`]): what each asks for |
-//! | `queued.rs` | the engine of those four: one queue entry per waiting task, grants in order of arrival |
+//! | `queued.rs` | the engine of those four: one queue entry per waiting task, grants in order of arrival; their shared `inspect`, `is_locked`, `force_release`, `run` |
 //! | `guard.rs` | [`Guard`] of every kind: release, extend, run until lost, release on drop |
 //! | `lease.rs` | [`Lease`]: validity deadline, loss signal, [`LossReason`] |
 //! | `keeper.rs` | the per-client (or per-quorum) task that renews every kept lease in batches, through `Renews` |
