@@ -40,7 +40,8 @@ Lock kinds: by default NAME is a mutex (one run at a time; waiting hosts are ser
 order they started waiting). --fair serves every waiting run in order of arrival; --shared
 and --exclusive take a read share or the write lock of a read-write lock (a waiting
 --exclusive run holds back --shared runs that come after it); --permits N lets N runs hold
-NAME at once. A name is one kind: using it as another fails with status 65.
+NAME at once (N is stored while a run holds a permit: another N fails with status 65). A name
+is one kind: using it as another fails with status 65.
 
 Nesting: a program run under NAME may run `leasehold run NAME ...` again (the environment
 says which lock and token it runs under): the inner program runs at once under the outer
@@ -59,7 +60,8 @@ Exit status:
   128+N  the program was ended by signal N (or leasehold was, while waiting for the lock)
   2      usage error
   65     the lock's key holds something leasehold did not write (left untouched), or a
-         lock of another kind (--permits, --shared/--exclusive, --fair, or none of them)
+         lock of another kind (--permits, --shared/--exclusive, --fair, or none of them),
+         or a semaphore in use with another count than --permits
   69     Redis cannot be reached at start, refuses the credentials, lacks an ACL permission,
          or was still unreachable when --wait ran out (a wait rides out restarts and outages,
          with one warning line); or fewer than --replicas replicas acknowledged the grant
@@ -97,10 +99,12 @@ not a leasehold lock, 2 on usage errors).
    \"fence\": number | null, \"token\": string | null, \"description\": string | null,
    \"holder\": {\"host\", \"pid\", \"user\", \"started\", \"program\"} | null,
    \"waiting_clients\": number, \"kind\": \"mutex\" | \"fair\" | \"rw\" | \"semaphore\" | null,
+   \"permits\": number | null,
    \"holders\": [{\"mode\", \"remaining_ms\", \"token\", \"description\", \"holder\"}],
    \"warnings\": [string]}
 The top-level holder fields describe the holder whose lease ends first; \"holders\" lists them all
-(readers of a read-write lock, permit holders of a semaphore).
+(readers of a read-write lock, permit holders of a semaphore). permits is a semaphore's count
+while a permit is held; waiting_clients counts live waiters only.
 fence is the holder's fence while held, and the last fence granted while free (null when
 Redis no longer has it); remaining_ms and token are null while free; description is what the
 holder said about itself, and holder its fields when `leasehold run` wrote it (host, pid of

@@ -5,7 +5,7 @@
 //! | the program's | `run`: the program's own exit status |
 //! | 128 + N | `run`: the program was ended by signal N (or `leasehold` was, while it waited for the lock) |
 //! | 2 | usage error |
-//! | 65 | the lock's key holds something leasehold did not write |
+//! | 65 | the lock's key holds something leasehold did not write, a lock of another kind, or a semaphore in use with another permit count |
 //! | 69 | Redis cannot be reached or refuses us; `demo`: `redis-server` is missing |
 //! | 70 | internal error (a bug) |
 //! | 75 | `run`: the lock was not acquired (`--conflict-exit-code`) |
@@ -22,7 +22,8 @@ use nix::unistd::Pid;
 
 /// Usage error: bad flag, bad value, missing argument.
 pub const USAGE: u8 = 2;
-/// The lock's key exists but was not written by leasehold (sysexits' `EX_DATAERR`).
+/// The lock's key exists but was not written by leasehold, holds a lock of another kind, or a semaphore in use with
+/// another permit count (sysexits' `EX_DATAERR`).
 pub const NOT_A_LOCK: u8 = 65;
 /// Redis cannot be reached or refuses the credentials (sysexits' `EX_UNAVAILABLE`).
 pub const UNAVAILABLE: u8 = 69;
@@ -89,7 +90,9 @@ fn code_of_lock_error(err: &leasehold::Error) -> u8 {
         | leasehold::Error::Unsupported { .. }
         | leasehold::Error::NoQuorum { .. } => UNAVAILABLE,
         leasehold::Error::InvalidArgument(_) => USAGE,
-        leasehold::Error::NotALock { .. } | leasehold::Error::WrongKind { .. } => NOT_A_LOCK,
+        leasehold::Error::NotALock { .. }
+        | leasehold::Error::WrongKind { .. }
+        | leasehold::Error::WrongPermits { .. } => NOT_A_LOCK,
         leasehold::Error::Busy { .. } | leasehold::Error::Timeout { .. } => CONFLICT,
         leasehold::Error::LeaseLost { .. } | leasehold::Error::NotOwner { .. } => LOST,
         _ => INTERNAL,

@@ -69,8 +69,8 @@ async fn acquire(
             .ttl(args.ttl)
             .describe(description);
         return match wait {
-            None => semaphore.try_acquire(1).await,
-            Some(Some(wait)) => semaphore.acquire_timeout(1, wait).await,
+            None => semaphore.try_acquire().await,
+            Some(Some(wait)) => semaphore.acquire_timeout(wait).await,
             Some(None) => semaphore.acquire().await,
         };
     }

@@ -134,8 +134,11 @@ fn sentence(info: &leasehold::LockInfo) -> String {
             Some(_) if queued => {
                 let kind = info.kind.map_or(String::new(), |k| k.to_string());
                 let n = info.holders.len();
+                let capacity = info
+                    .permits
+                    .map_or(String::new(), |p| format!(" of {p} permits"));
                 let mut text = format!(
-                    "{:?} is a {kind} held by {n} holder{} (last fence {fence_text})",
+                    "{:?} is a {kind}{capacity} held by {n} holder{} (last fence {fence_text})",
                     info.name,
                     if n == 1 { "" } else { "s" }
                 );
@@ -201,7 +204,7 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
         print_line(&format!("no held locks match {:?}", args.pattern));
         return Ok(0);
     }
-    let rows: Vec<[String; 6]> = held
+    let rows: Vec<[String; 7]> = held
         .iter()
         .map(|info| {
             let holder = info.holder.as_ref();
@@ -212,6 +215,7 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
             [
                 info.name.clone(),
                 info.kind.map_or("-".to_owned(), kind_word),
+                info.permits.map_or("-".to_owned(), |p| p.to_string()),
                 info.last_fence.map_or("-".to_owned(), |f| f.to_string()),
                 holder
                     .and_then(|h| h.remaining)
@@ -224,8 +228,11 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
             ]
         })
         .collect();
-    let header = ["NAME", "KIND", "FENCE", "LEFT", "WAITING", "HOLDER"].map(str::to_owned);
-    let mut widths = [0usize; 5];
+    let header = [
+        "NAME", "KIND", "PERMITS", "FENCE", "LEFT", "WAITING", "HOLDER",
+    ]
+    .map(str::to_owned);
+    let mut widths = [0usize; 6];
     for row in std::iter::once(&header).chain(&rows) {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
@@ -236,7 +243,7 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
         for (width, cell) in widths.iter().zip(row) {
             out.push_str(&format!("{cell:<width$}  "));
         }
-        out.push_str(&row[5]);
+        out.push_str(&row[6]);
         out.push('\n');
     }
     exit::print_out(&out);
@@ -257,6 +264,7 @@ fn to_json(info: &leasehold::LockInfo) -> Value {
         "holder": description.and_then(crate::holder::fields),
         "waiting_clients": info.waiting_clients,
         "kind": info.kind.map(kind_word),
+        "permits": info.permits,
         "holders": info.holders.iter().map(|h| json!({
             "mode": h.mode.to_string(),
             "remaining_ms": h.remaining.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),

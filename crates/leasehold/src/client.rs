@@ -220,7 +220,7 @@ impl Client {
         require_runtime()?;
         let keys = self.keys(name)?;
         let mut invocation = INSPECT.key(&keys.lock);
-        invocation.key(keys.fence()).key(keys.queue());
+        invocation.key(keys.fence()).key(keys.waiters());
         let read: redis::RedisResult<Vec<redis::Value>> =
             self.inner.conn.invoke_idempotent(&invocation).await;
         let read = match read {
@@ -233,7 +233,8 @@ impl Client {
                 .flatten()
         };
         let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap_or(0);
-        let (Some(kind), Some(fence), Some(waiting)) = (read.first(), read.get(1), read.get(2))
+        let (Some(kind), Some(fence), Some(waiting), Some(permits)) =
+            (read.first(), read.get(1), read.get(2), read.get(3))
         else {
             return Err(Error::NotALock {
                 key: keys.lock.clone(),
@@ -242,7 +243,7 @@ impl Client {
         };
         let kind = text(kind).unwrap_or_default();
         let mut holders = Vec::new();
-        for pair in read[3..].chunks(2) {
+        for pair in read[4..].chunks(2) {
             let [hold, ms] = pair else { continue };
             let Some(hold) = text(hold) else { continue };
             let remaining = u64::try_from(int(ms)).ok().map(Duration::from_millis);
@@ -286,6 +287,9 @@ impl Client {
             holders,
             last_fence,
             waiting_clients: u64::try_from(int(waiting)).unwrap_or(0),
+            permits: redis::from_redis_value::<Option<u64>>(permits.clone())
+                .ok()
+                .flatten(),
         })
     }
 
@@ -428,9 +432,14 @@ pub struct LockInfo {
     pub holders: Vec<Holder>,
     /// The fence of the most recent grant, when the counter still exists.
     pub last_fence: Option<Fence>,
-    /// How many entries the lock's queue has: waiting clients (processes, usually) for a [`Mutex`], waiting tasks
-    /// for the queued kinds.
+    /// How many live waiters the lock has: waiting clients (processes, usually) for a [`Mutex`], waiting tasks for
+    /// the queued kinds. A waiter counts while its queue entry is live, that is for 3 s after its last attempt (it
+    /// makes one at least every second): one that gave up, was killed or froze stops counting then, even while its
+    /// entry still sits in the queue for the next release to skip.
     pub waiting_clients: u64,
+    /// A [`Semaphore`](crate::Semaphore)'s capacity, as it stores it while a permit is held (see its "The permit
+    /// count" section); `None` for a free semaphore and for the other kinds.
+    pub permits: Option<u64>,
 }
 
 /// The kinds of lock a name can hold.
@@ -1044,10 +1053,14 @@ pub(crate) async fn explain_foreign(conn: &Conn, key: &str, err: Error) -> Error
             ),
             Err(_) => return err,
         },
-        "zset" => match redis::cmd("ZRANGE")
+        // The first hold by score: from 0 up, past a semaphore's capacity member (a negative score, see set.lua).
+        "zset" => match redis::cmd("ZRANGEBYSCORE")
             .arg(key)
             .arg(0)
+            .arg("+inf")
+            .arg("LIMIT")
             .arg(0)
+            .arg(1)
             .query_async::<Vec<String>>(&mut conn)
             .await
         {

@@ -63,6 +63,23 @@ pub enum Error {
         found: crate::LockKind,
     },
 
+    /// A [`Semaphore`](crate::Semaphore) request carried a permit count other than the capacity the semaphore
+    /// stores while it is in use. Nothing was granted and the request left no queue entry. Use the stored count, or
+    /// change the capacity with [`Semaphore::set_permits`](crate::Semaphore::set_permits); the capacity is forgotten
+    /// when the last permit is given back, and the next grant stores its own count.
+    #[error(
+        "semaphore {name:?} is in use with {stored} permits, and this request counts {asked}: \
+         ask with {stored}, or change the count with set_permits"
+    )]
+    WrongPermits {
+        /// The semaphore's name.
+        name: String,
+        /// The count the request carried.
+        asked: u64,
+        /// The capacity the semaphore stores.
+        stored: u64,
+    },
+
     /// A [`ReentrantMutex`](crate::ReentrantMutex) would nest deeper than [`MAX_DEPTH`](crate::MAX_DEPTH).
     #[error("lock {name:?} is nested {depth} deep already, the most a reentrant mutex allows")]
     TooDeep {
@@ -164,6 +181,11 @@ impl Error {
     /// True for [`Error::NotPermitted`]: the Redis user lacks an ACL permission leasehold needs.
     pub fn is_not_permitted(&self) -> bool {
         matches!(self, Error::NotPermitted { .. })
+    }
+
+    /// True for [`Error::WrongPermits`]: a semaphore request whose permit count disagrees with the stored capacity.
+    pub fn is_wrong_permits(&self) -> bool {
+        matches!(self, Error::WrongPermits { .. })
     }
 
     /// True for [`Error::InvalidArgument`].

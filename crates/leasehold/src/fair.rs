@@ -1,11 +1,13 @@
 //! The strictly fair mutex: one holder at a time, granted in order of arrival at Redis across every waiter of every
 //! process.
 
+use std::future::Future;
 use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::Error;
 use crate::guard::Guard;
+use crate::lease::Lease;
 use crate::queued::{deadline_in, queued_options, Ask, Queued};
 
 /// A distributed mutex that grants strictly in order of arrival: every waiting task of every process has its own
@@ -92,5 +94,32 @@ impl FairMutex {
         self.queued
             .acquire(&Self::ask(), deadline_in(timeout))
             .await
+    }
+
+    /// Waits for the lock in its turn, runs `work` while holding it, and releases it, as
+    /// [`Mutex::run`](crate::Mutex::run) does: `work` gets the [`Lease`] and is dropped the moment the lease is lost.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](FairMutex::lock); [`Error::LeaseLost`] when the lease ended during the work; [`Error::NotOwner`]
+    /// when the release found the lock no longer ours (the work's output is then discarded).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it drops the work and releases the lock in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let entry = locks.fair_mutex("ledger").run(|lease| async move { lease.fence().get() }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F, Fut>(&self, work: F) -> Result<Fut::Output, Error>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future,
+    {
+        self.queued.run(&Self::ask(), work).await
     }
 }

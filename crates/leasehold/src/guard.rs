@@ -105,6 +105,7 @@ impl Guard {
     /// }
     /// # Ok(()) }
     /// ```
+    #[doc(alias = "unlock")]
     pub async fn release(mut self) -> Result<(), Error> {
         // Outside a runtime the guard's drop records the release for the client's drop (see orphans.rs).
         require_runtime()?;
@@ -268,6 +269,19 @@ impl Guard {
             self.client.inner.wakeups.untake(route);
         }
     }
+}
+
+/// The `run` of every lock kind, once it holds `guard`: runs `work` with the grant's [`Lease`], drops it the moment
+/// the lease is lost ([`Error::LeaseLost`]), and releases the grant after it ([`Error::NotOwner`] when the release
+/// finds it no longer ours: the output is then discarded, since the work ran without the lock for some time).
+pub(crate) async fn run_held<F, Fut>(guard: Guard, work: F) -> Result<Fut::Output, Error>
+where
+    F: FnOnce(Lease) -> Fut,
+    Fut: Future,
+{
+    let output = guard.run_until_lost(work(guard.lease())).await?;
+    guard.release().await?;
+    Ok(output)
 }
 
 impl Deref for Guard {

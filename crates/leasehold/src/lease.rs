@@ -589,6 +589,32 @@ impl Lease {
         self.shared.valid_until_now()
     }
 
+    /// The time left on the grant: from now to its validity deadline ([`valid_until`](Lease::valid_until)), less
+    /// the small margin [`is_held`](Lease::is_held) keeps; zero once the lease ended. Guards dereference to their
+    /// lease, so `guard.remaining()` reads the same.
+    ///
+    /// Renewals move it forward: with the watchdog on it starts near the lease and stays above two thirds of it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = locks.mutex("batch").ttl(Duration::from_secs(60)).fixed_lease().lock().await?;
+    /// if guard.remaining() < Duration::from_secs(10) {
+    ///     guard.extend(Duration::from_secs(60)).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn remaining(&self) -> Duration {
+        self.shared
+            .deadline()
+            .map_or(Duration::ZERO, |valid_until| {
+                (valid_until - TIMER_GUARD).saturating_duration_since(clock::now())
+            })
+    }
+
     /// True while the lease has not ended and its validity deadline lies ahead.
     pub fn is_held(&self) -> bool {
         self.shared

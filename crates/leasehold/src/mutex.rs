@@ -312,10 +312,7 @@ impl Mutex {
         F: FnOnce(Lease) -> Fut,
         Fut: Future,
     {
-        let guard = self.lock().await?;
-        let output = guard.run_until_lost(work(guard.lease())).await?;
-        guard.release().await?;
-        Ok(output)
+        crate::guard::run_held(self.lock().await?, work).await
     }
 
     /// Whether some owner holds the lock right now (one read; by the time you act on it, that may have changed).

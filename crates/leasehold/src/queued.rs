@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::batch::{self, Coalescer, Failure, Item};
-use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner};
+use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner, LockInfo};
 use crate::error::{Error, InvalidArgument};
 use crate::fence::new_token;
 use crate::guard::{add_lock_keys, release_in_background, Guard as MutexGuard};
@@ -93,6 +93,27 @@ impl Queued {
             self.description.as_deref(),
             self.renew_interval(),
         )
+    }
+
+    /// Waits for `ask`, runs `work` under the grant and releases it (see `guard::run_held`).
+    pub(crate) async fn run<F, Fut>(&self, ask: &Ask, work: F) -> Result<Fut::Output, Error>
+    where
+        F: FnOnce(crate::Lease) -> Fut,
+        Fut: std::future::Future,
+    {
+        crate::guard::run_held(self.acquire(ask, None).await?, work).await
+    }
+
+    /// The lock's state, as [`Client::inspect`] reads it.
+    pub(crate) async fn inspect(&self) -> Result<LockInfo, Error> {
+        self.keys.clone()?;
+        self.client.inspect(self.name()).await
+    }
+
+    /// Removes every hold, as [`Client::force_release`] does.
+    pub(crate) async fn force_release(&self) -> Result<Option<String>, Error> {
+        self.keys.clone()?;
+        self.client.force_release(self.name()).await
     }
 
     /// One try: granted only when the lock admits `ask` and nobody live waits.
@@ -311,6 +332,11 @@ impl Queued {
                 key: keys.fence().to_string(),
                 detail: "the fence counter is not a number".to_owned(),
             }),
+            -5 => Err(Error::WrongPermits {
+                name: keys.name().to_owned(),
+                asked: ask.limit,
+                stored: u64::try_from(value).unwrap_or(0),
+            }),
             // -1, -3: the name holds a lock of another kind, or something leasehold did not write.
             _ => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
         }
@@ -409,7 +435,8 @@ impl Item for SetAcquireItem {
     }
 }
 
-/// The options every queued kind's handle has, as the [`Mutex`](crate::Mutex)'s, written once.
+/// The options every queued kind's handle has, as the [`Mutex`](crate::Mutex)'s, and the name-level calls (`inspect`,
+/// `is_locked`, `force_release`), written once.
 macro_rules! queued_options {
     ($kind:ident) => {
         impl $kind {
@@ -451,6 +478,50 @@ macro_rules! queued_options {
             /// The lock's name.
             pub fn name(&self) -> &str {
                 self.queued.name()
+            }
+
+            /// The lock's state (every live hold, the last fence, the live waiters, a semaphore's capacity), read in
+            /// one atomic step: the same as [`Client::inspect`](crate::Client::inspect) for this lock's name.
+            ///
+            /// # Errors
+            ///
+            /// As [`Client::inspect`](crate::Client::inspect).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: it only reads.
+            pub async fn inspect(&self) -> Result<crate::LockInfo, crate::Error> {
+                self.queued.inspect().await
+            }
+
+            /// Whether the lock has a live hold right now (for a read-write lock or a semaphore: any reader, writer
+            /// or permit holder), in one read; by the time you act on it, that may have changed.
+            ///
+            /// # Errors
+            ///
+            /// As [`Client::inspect`](crate::Client::inspect).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: it only reads.
+            pub async fn is_locked(&self) -> Result<bool, crate::Error> {
+                Ok(self.queued.inspect().await?.holder.is_some())
+            }
+
+            /// Removes every hold of the lock whoever holds it and serves its queue: the same as
+            /// [`Client::force_release`](crate::Client::force_release) for this lock's name (an operator's escape
+            /// hatch; each holder, if alive, loses its lease at its next renewal). Returns the token of the hold
+            /// whose lease would have ended first, or `None` when the lock was free.
+            ///
+            /// # Errors
+            ///
+            /// As [`Client::force_release`](crate::Client::force_release).
+            ///
+            /// # Cancel safety
+            ///
+            /// Not cancel safe in the sense that a dropped call may still have removed the holds.
+            pub async fn force_release(&self) -> Result<Option<String>, crate::Error> {
+                self.queued.force_release().await
             }
         }
     };

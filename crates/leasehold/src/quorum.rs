@@ -1266,6 +1266,7 @@ impl QuorumGuard {
     /// # Errors
     ///
     /// [`Error::NotOwner`] when the lease had already been lost (nothing was changed on any node then).
+    #[doc(alias = "unlock")]
     pub async fn release(mut self) -> Result<(), Error> {
         self.settled = true;
         self.round.over.store(true, Ordering::Release);

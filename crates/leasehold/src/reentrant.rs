@@ -105,6 +105,27 @@ impl ReentrantMutex {
         Ok(ReentrantGuard::root(guard))
     }
 
+    /// Waits for the lock as a new holder, runs `work` while holding it, and releases it, as
+    /// [`Mutex::run`](crate::Mutex::run) does: `work` gets the [`Lease`](crate::Lease) (its
+    /// [`token`](crate::Lease::token) lets another process enter with [`lock_as`](ReentrantMutex::lock_as)) and is
+    /// dropped the moment the lease is lost.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](ReentrantMutex::lock); [`Error::LeaseLost`] when the lease ended during the work;
+    /// [`Error::NotOwner`] when the release found the lock no longer ours (the work's output is then discarded).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it drops the work and releases the lock in the background.
+    pub async fn run<F, Fut>(&self, work: F) -> Result<Fut::Output, Error>
+    where
+        F: FnOnce(crate::Lease) -> Fut,
+        Fut: std::future::Future,
+    {
+        self.queued.run(&root_ask(), work).await
+    }
+
     /// Tries once as a new holder.
     ///
     /// # Errors
@@ -266,6 +287,7 @@ impl ReentrantGuard {
     /// # Cancel safety
     ///
     /// As [`Guard::release`].
+    #[doc(alias = "unlock")]
     pub async fn release(self) -> Result<(), Error> {
         match Arc::try_unwrap(self.grant) {
             Ok(guard) => guard.release().await,

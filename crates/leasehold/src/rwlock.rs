@@ -107,6 +107,53 @@ impl RwLock {
         self.queued.try_acquire(&read_ask()).await
     }
 
+    /// Waits for a read share, runs `work` while holding it, and releases it, as [`Mutex::run`](crate::Mutex::run)
+    /// does: `work` gets the share's [`Lease`](crate::Lease) and is dropped the moment the lease is lost.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](RwLock::read); [`Error::LeaseLost`] when the lease ended during the work; [`Error::NotOwner`]
+    /// when the release found the share no longer ours (the work's output is then discarded).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it drops the work and releases the share in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: leasehold::Client) -> Result<(), leasehold::Error> {
+    /// let config = locks.rw_lock("config");
+    /// let seen = config.run_read(|lease| async move { lease.fence() }).await?;
+    /// config.run_write(|lease| async move { /* write, fenced with lease.fence() */ }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_read<F, Fut>(&self, work: F) -> Result<Fut::Output, Error>
+    where
+        F: FnOnce(crate::Lease) -> Fut,
+        Fut: Future,
+    {
+        self.queued.run(&read_ask(), work).await
+    }
+
+    /// Waits for the write lock, runs `work` while holding it, and releases it, as [`run_read`](RwLock::run_read)
+    /// does for a share.
+    ///
+    /// # Errors
+    ///
+    /// As [`run_read`](RwLock::run_read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`run_read`](RwLock::run_read).
+    pub async fn run_write<F, Fut>(&self, work: F) -> Result<Fut::Output, Error>
+    where
+        F: FnOnce(crate::Lease) -> Fut,
+        Fut: Future,
+    {
+        self.queued.run(&write_ask(), work).await
+    }
+
     /// Waits for the write lock: granted when nobody holds the lock.
     ///
     /// # Errors
@@ -194,6 +241,7 @@ impl WriteGuard {
     /// # Cancel safety
     ///
     /// As [`Guard::release`].
+    #[doc(alias = "unlock")]
     pub async fn release(self) -> Result<(), Error> {
         self.guard.release().await
     }

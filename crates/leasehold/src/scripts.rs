@@ -33,7 +33,7 @@ fn text(helpers: &[&str], body: &str) -> String {
 }
 
 /// The full text of a script as leasehold loads it, by file name without `.lua` (`acquire`, `set_acquire`,
-/// `release`, `leave`, `downgrade`, `reenter`, `renew`, `force_release`, `inspect`, `probe`, `fence_up`, `quorum_acquire`, `quorum_release`, `quorum_withdraw`). For tests that replay a script by hand; not a
+/// `release`, `leave`, `downgrade`, `set_permits`, `reenter`, `renew`, `force_release`, `inspect`, `probe`, `fence_up`, `quorum_acquire`, `quorum_release`, `quorum_withdraw`). For tests that replay a script by hand; not a
 /// stable interface.
 #[doc(hidden)]
 pub fn source(name: &str) -> Option<String> {
@@ -43,6 +43,7 @@ pub fn source(name: &str) -> Option<String> {
         "release" => (&[GRANT, HAND_OFF, SET], include_str!("scripts/release.lua")),
         "leave" => (&[GRANT, SET], include_str!("scripts/leave.lua")),
         "downgrade" => (&[GRANT, SET], include_str!("scripts/downgrade.lua")),
+        "set_permits" => (&[GRANT, SET], include_str!("scripts/set_permits.lua")),
         "reenter" => (&[GRANT, SET], include_str!("scripts/reenter.lua")),
         "force_release" => (
             &[GRANT, HAND_OFF, SET],
@@ -69,6 +70,7 @@ pub(crate) static SET_ACQUIRE: LazyLock<Script> = LazyLock::new(|| script("set_a
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| script("release"));
 pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| script("leave"));
 pub(crate) static DOWNGRADE: LazyLock<Script> = LazyLock::new(|| script("downgrade"));
+pub(crate) static SET_PERMITS: LazyLock<Script> = LazyLock::new(|| script("set_permits"));
 pub(crate) static REENTER: LazyLock<Script> = LazyLock::new(|| script("reenter"));
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| script("force_release"));
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| script("renew"));

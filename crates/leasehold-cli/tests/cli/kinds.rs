@@ -50,7 +50,7 @@ fn permits_let_that_many_runs_hold_a_name_at_once() {
     );
     assert_eq!(code, Some(0));
     assert!(
-        stdout.starts_with("\"exports\" is a semaphore held by 2 holders"),
+        stdout.starts_with("\"exports\" is a semaphore of 2 permits held by 2 holders"),
         "{stdout}"
     );
     assert_eq!(stdout.matches("1 permit by ").count(), 2, "{stdout}");
@@ -61,6 +61,7 @@ fn permits_let_that_many_runs_hold_a_name_at_once() {
     let json: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(json["kind"], "semaphore");
     assert_eq!(json["holders"].as_array().unwrap().len(), 2);
+    assert_eq!(json["permits"], 2);
 
     first.close_stdin();
     assert_eq!(first.code(SOON), Some(0));
@@ -69,6 +70,42 @@ fn permits_let_that_many_runs_hold_a_name_at_once() {
     second.close_stdin();
     assert_eq!(second.code(SOON), Some(0));
     assert!(!lock_exists(&server, "exports"));
+}
+
+#[test]
+fn another_permit_count_for_a_semaphore_in_use_is_status_65_naming_both_counts() {
+    let server = RedisServer::start();
+    let mut first = holder(&server, &["--permits", "2"], "exports");
+    let mut second = holder(&server, &["--permits", "2"], "exports");
+    for flags in [&["--nonblock"][..], &["--wait", "5s"][..]] {
+        let url = server.url();
+        let mut args = vec!["run", "--redis", url.as_str(), "--permits", "3"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["exports", "--", "true"]);
+        let (code, stdout, stderr) = finish(leasehold(&args), SOON);
+        assert_eq!(code, Some(65), "{flags:?}: {stderr}");
+        assert!(stdout.is_empty(), "the program never ran: {stdout}");
+        let line = one_error_line(&stderr);
+        assert!(
+            line.contains("exports") && line.contains(" 2 ") && line.contains(" 3"),
+            "{line}"
+        );
+    }
+    let (_, listed, _) = finish(leasehold(&["list", "--redis", &server.url()]), SOON);
+    let row = listed.lines().find(|l| l.starts_with("exports")).unwrap();
+    assert_eq!(row.split_whitespace().nth(2), Some("2"), "{listed}");
+    let (_, json, _) = finish(
+        leasehold(&["list", "--json", "--redis", &server.url()]),
+        SOON,
+    );
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json[0]["permits"], 2, "{json}");
+    first.close_stdin();
+    second.close_stdin();
+    assert_eq!((first.code(SOON), second.code(SOON)), (Some(0), Some(0)));
+    // Free again: the next run's count is the semaphore's.
+    let (code, stderr) = try_run(&server, &["--permits", "3"], "exports");
+    assert_eq!(code, Some(0), "{stderr}");
 }
 
 #[test]

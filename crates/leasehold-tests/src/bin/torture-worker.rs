@@ -227,7 +227,7 @@ impl Kind {
                 locks
                     .semaphore(name, n)
                     .ttl(ttl)
-                    .acquire_timeout(1, wait)
+                    .acquire_timeout(wait)
                     .await,
                 's',
             ),

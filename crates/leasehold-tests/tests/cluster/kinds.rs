@@ -96,10 +96,10 @@ pub async fn every_kind_locks_and_waits_on_the_cluster(cluster: &mut RedisCluste
 
         // Semaphore: two permits, the third request waits for one.
         let sem = format!("{name}-sem");
-        let p1 = a.semaphore(&sem, 2).try_acquire(1).await.unwrap();
-        let p2 = b.semaphore(&sem, 2).try_acquire(1).await.unwrap();
+        let p1 = a.semaphore(&sem, 2).try_acquire().await.unwrap();
+        let p2 = b.semaphore(&sem, 2).try_acquire().await.unwrap();
         assert!(matches!(
-            a.semaphore(&sem, 2).try_acquire(1).await,
+            a.semaphore(&sem, 2).try_acquire().await,
             Err(Error::Busy { .. })
         ));
         assert_eq!(
@@ -108,7 +108,7 @@ pub async fn every_kind_locks_and_waits_on_the_cluster(cluster: &mut RedisCluste
         );
         p1.release().await.unwrap();
         a.semaphore(&sem, 2)
-            .try_acquire(1)
+            .try_acquire()
             .await
             .unwrap()
             .release()
@@ -351,7 +351,7 @@ pub async fn grants_wait_for_replicas_on_the_locks_own_node(cluster: &mut RedisC
         let guard = one.mutex(&name).try_lock().await.unwrap();
         let permit = one
             .semaphore(&format!("{name}-sem"), 2)
-            .try_acquire(1)
+            .try_acquire()
             .await
             .unwrap();
         guard.release().await.unwrap();

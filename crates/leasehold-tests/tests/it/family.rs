@@ -41,13 +41,13 @@ async fn a_semaphore_grants_its_permits_and_no_more() {
     let server = RedisServer::start();
     let locks = connect(&server).await;
     let sem = locks.semaphore("pool", 3);
-    let a = sem.try_acquire(1).await.unwrap();
-    let b = sem.try_acquire(2).await.unwrap();
-    assert!(sem.try_acquire(1).await.unwrap_err().is_busy());
+    let a = sem.try_acquire().await.unwrap();
+    let b = sem.try_acquire_many(2).await.unwrap();
+    assert!(sem.try_acquire().await.unwrap_err().is_busy());
     assert!(b.fence() > a.fence(), "every grant draws its own fence");
     b.release().await.unwrap();
-    let c = sem.try_acquire(2).await.unwrap();
-    assert!(sem.try_acquire(1).await.unwrap_err().is_busy());
+    let c = sem.try_acquire_many(2).await.unwrap();
+    assert!(sem.try_acquire().await.unwrap_err().is_busy());
     a.release().await.unwrap();
     c.release().await.unwrap();
     assert!(
@@ -63,7 +63,7 @@ async fn bad_permit_counts_are_typed_errors() {
     for (permits, k) in [(0, 1), (3, 0), (3, 4), (leasehold::MAX_PERMITS + 1, 1)] {
         let err = locks
             .semaphore("pool", permits)
-            .try_acquire(k)
+            .try_acquire_many(k)
             .await
             .unwrap_err();
         assert!(
@@ -81,14 +81,14 @@ async fn a_large_request_at_the_head_holds_back_the_smaller_ones_behind_it() {
     let server = RedisServer::start();
     let locks = connect(&server).await;
     let sem = locks.semaphore("pool", 2);
-    let held = sem.try_acquire(1).await.unwrap();
+    let held = sem.try_acquire().await.unwrap();
     let big = tokio::spawn({
         let sem = sem.clone();
         async move { sem.acquire_many(2).await.unwrap() }
     });
     wait_for_queue_len(&server, "pool", 1).await;
     // One permit is free, but the request for two came first.
-    assert!(sem.try_acquire(1).await.unwrap_err().is_busy());
+    assert!(sem.try_acquire().await.unwrap_err().is_busy());
     let small = tokio::spawn({
         let sem = sem.clone();
         async move { sem.acquire().await.unwrap() }
@@ -230,7 +230,7 @@ async fn a_name_serves_one_kind() {
     let mutex = locks.mutex("shared-name").try_lock().await.unwrap();
     let err = locks
         .semaphore("shared-name", 2)
-        .try_acquire(1)
+        .try_acquire()
         .await
         .unwrap_err();
     assert!(
@@ -276,10 +276,10 @@ async fn a_queued_kind_hold_is_kept_alive_and_a_crashed_one_frees_its_permit() {
     let kept = sem.acquire().await.unwrap();
     tokio::time::sleep(ttl * 3).await; // lets three leases pass: the keeper must have renewed it
     assert!(kept.is_held());
-    assert!(sem.try_acquire(1).await.unwrap_err().is_busy());
+    assert!(sem.try_acquire().await.unwrap_err().is_busy());
     kept.release().await.unwrap();
     // A holder that stops renewing (as if it crashed) gives its permit back after its lease.
-    let crashed = sem.try_acquire(1).await.unwrap();
+    let crashed = sem.try_acquire().await.unwrap();
     crashed.leave_to_expire();
     let next = within(Duration::from_secs(5), "the permit returns", sem.acquire())
         .await
@@ -460,10 +460,36 @@ async fn a_read_share_and_a_free_permit_cost_one_round_trip() {
     let permit = sem.acquire().await.unwrap();
     assert_eq!(one_call(before), 1, "a free permit: one call");
     let before = server.command_calls("evalsha");
-    let both = sem.try_acquire(1).await.unwrap();
+    let both = sem.try_acquire().await.unwrap();
     assert_eq!(one_call(before), 1);
 
     for guard in [first, second, permit, both] {
         guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_queued_kind_releases_cleanly_after_a_mutex_of_the_same_name() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    // The mutex's release leaves its token in the released key (a string) for the rest of its lease.
+    locks
+        .mutex("job")
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for (permits, fair) in [(Some(2), false), (None, true)] {
+        let guard = match permits {
+            Some(n) => locks.semaphore("job", n).try_acquire().await.unwrap(),
+            None => locks.fair_mutex("job").try_lock().await.unwrap(),
+        };
+        guard.release().await.unwrap();
+        assert!(
+            !exists(&server, "leasehold:{job}").await,
+            "released in full (fair: {fair})"
+        );
     }
 }

@@ -131,7 +131,11 @@ async fn eight_processes_never_hold_more_than_the_permits() {
     assert_eq!(get_i64(&mut conn, "test:inside").await, 0);
     // No permit left behind: all three are free.
     let locks = connect(&server).await;
-    let all = locks.semaphore("pool", 3).try_acquire(3).await.unwrap();
+    let all = locks
+        .semaphore("pool", 3)
+        .try_acquire_many(3)
+        .await
+        .unwrap();
     all.release().await.unwrap();
 }
 
@@ -302,9 +306,9 @@ async fn a_killed_permit_holder_gives_its_permit_back_within_its_lease() {
     let holder = holding_process(&server, "pool", "permits:2");
     let locks = connect(&server).await;
     let sem = locks.semaphore("pool", 2);
-    let mine = sem.try_acquire(1).await.unwrap();
+    let mine = sem.try_acquire().await.unwrap();
     assert!(
-        sem.try_acquire(1).await.unwrap_err().is_busy(),
+        sem.try_acquire().await.unwrap_err().is_busy(),
         "both permits held"
     );
     let theirs = freed_after_kill(holder, sem.acquire()).await.unwrap();
@@ -348,4 +352,49 @@ async fn ten_thousand_cut_off_acquires_leak_no_permit() {
     .unwrap();
     both.release().await.unwrap();
     wait_for_queue_len(&server, "pool", 0).await;
+}
+
+/// Polls `inspect` until the lock `name` counts `n` live waiters (a server-side state that lapses with time: no event
+/// to await), at most `limit`.
+async fn await_waiting(locks: &leasehold::Client, name: &str, n: u64, limit: Duration) {
+    within(limit, "the waiter count", async {
+        while locks.inspect(name).await.unwrap().waiting_clients != n {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_waiter_stops_counting_once_its_liveness_passed() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let mutex = locks.mutex("relay").lock().await.unwrap();
+    let fair = locks.fair_mutex("ledger").lock().await.unwrap();
+    let mut waiters = [
+        worker(&["hold", &server.url(), "relay", "30000"]),
+        worker(&["fair-wait", &server.url(), "ledger", "1"]),
+    ];
+    for name in ["relay", "ledger"] {
+        await_waiting(&locks, name, 1, Duration::from_secs(10)).await;
+    }
+    for waiter in &mut waiters {
+        waiter.signal(Signal::SIGKILL).unwrap();
+        tokio::task::block_in_place(|| waiter.wait_timeout(Duration::from_secs(10)))
+            .expect("the killed waiter is gone");
+    }
+    // Their entries stay in the queues until a release pops them, but they count only while live (3 s after the
+    // last heartbeat), not until the holder lets go.
+    let started = Instant::now();
+    for name in ["relay", "ledger"] {
+        await_waiting(&locks, name, 0, Duration::from_secs(10)).await;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(mutex.is_held() && fair.is_held());
+    mutex.release().await.unwrap();
+    fair.release().await.unwrap();
 }

@@ -18,12 +18,14 @@ mod lease;
 mod metrics;
 mod observe;
 mod outages;
+mod permits;
 mod queue;
 mod quorum;
 mod release;
 mod renewal;
 mod replicas;
 mod server;
+mod surface;
 mod tls;
 mod waiting;
 

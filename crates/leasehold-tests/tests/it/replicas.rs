@@ -79,11 +79,7 @@ async fn a_grant_its_replica_acknowledges_is_granted_and_kept() {
     // Every kind's grants wait for the replica.
     let fair = locks.fair_mutex("acked-fair").try_lock().await.unwrap();
     let read = locks.rw_lock("acked-rw").try_read().await.unwrap();
-    let permit = locks
-        .semaphore("acked-sem", 2)
-        .try_acquire(1)
-        .await
-        .unwrap();
+    let permit = locks.semaphore("acked-sem", 2).try_acquire().await.unwrap();
     let outer = locks.reentrant_mutex("acked-re").try_lock().await.unwrap();
     let nested = locks
         .reentrant_mutex("acked-re")
@@ -107,7 +103,7 @@ async fn a_grant_no_replica_acknowledges_is_released_and_reported_with_the_count
         locks.fair_mutex("unacked-fair").try_lock().await.map(drop),
         locks
             .semaphore("unacked-sem", 3)
-            .try_acquire(1)
+            .try_acquire()
             .await
             .map(drop),
     ] {

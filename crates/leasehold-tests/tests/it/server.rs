@@ -145,7 +145,7 @@ async fn the_documented_minimal_acl_user_can_lock_wait_and_release() {
     let sem = holder
         .semaphore("acl-pool", 1)
         .ttl(Duration::from_millis(300));
-    let permit = sem.try_acquire(1).await.unwrap();
+    let permit = sem.try_acquire().await.unwrap();
     let next = tokio::spawn({
         let sem = sem.clone();
         async move { sem.acquire().await.unwrap() }

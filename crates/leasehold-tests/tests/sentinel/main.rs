@@ -124,7 +124,7 @@ async fn every_kind_locks_and_waits_through_the_sentinels(set: &mut SentinelSet)
     read.release().await.unwrap();
     read2.release().await.unwrap();
     a.semaphore("basics-sem", 2)
-        .try_acquire(2)
+        .try_acquire_many(2)
         .await
         .unwrap()
         .release()

@@ -18,13 +18,16 @@
 -- ARGV[7i]    its claim lease in milliseconds (for a grant a release hands over)
 -- ARGV[7i+1]  the hold of the same wait's previous attempt, or "": a release may have granted it
 -- ARGV[7i+2]  the wait's id (unique per waiting task), or ""
--- ARGV[7i+3]  the permit count, for a semaphore ("0" otherwise)
+-- ARGV[7i+3]  the permit count, for a semaphore ("0" otherwise): the capacity the attempt stores when the semaphore
+--             has no live hold; while it has one, an attempt carrying a count other than the stored capacity is
+--             refused (code -5) and leaves the queue (see set.lua)
 --
 -- Returns  {now, code_1, value_1, ms_1, ...} as acquire.lua: 1 granted (fence, ms left), 2 granted to the previous
 --          hold (fence, ms left), 0 busy (ms until the first hold's lease ends, or -1 when none does but the queue
 --          is not empty), -1 the key is not a set of holds, -2 the fence counter is not a number, -3 the lock is held
---          as another kind (a mutex name used as a semaphore, say). Fences are decimal strings; a retried request
---          answers the lock's latest fence, which is at least its own.
+--          as another kind (a mutex name used as a semaphore, say), -5 the permit count disagrees with the semaphore's
+--          stored capacity (value: the capacity; nothing held, no queue entry left). Fences are decimal strings; a
+--          retried request answers the lock's latest fence, which is at least its own.
 local now = clock_us()
 local now_ms = tonumber(string.sub(now, 1, -4))
 local reply = {now}
@@ -69,6 +72,23 @@ local function attempt(lock, fence_key, queue, waiters, hold, ttl, mode, claim, 
         return -3, 0, 0
     end
     purge(lock, now_ms)
+    -- A count that disagrees with the capacity is refused, before and after serving (serving may store another one).
+    local function refused(stored)
+        leave(queue, waiters, wid)
+        serve(lock, fence_key, queue, waiters, ARGV[3], ARGV[1], now, now_ms, nil, 0)
+        return -5, stored, 0
+    end
+    local stored = wrong_count(lock, tag, limit)
+    if mode ~= '0' then
+        -- A waiter the serving dropped for its count (see set.lua) hears of it now, whatever the capacity is since.
+        local marker = redis.call('HGET', waiters, wid)
+        if marker and string.find(marker, '^%d+ refused ') then
+            stored = stored or tonumber(string.match(marker, ' refused (%d+)$'))
+        end
+    end
+    if stored then
+        return refused(stored)
+    end
     local self_wid
     if mode ~= '0' then
         self_wid = wid
@@ -87,13 +107,17 @@ local function attempt(lock, fence_key, queue, waiters, hold, ttl, mode, claim, 
     if fence then
         return 1, fence, tonumber(ttl)
     end
+    stored = wrong_count(lock, tag, limit)
+    if stored then
+        return refused(stored)
+    end
     if mode == '0' then
         if redis.call('LLEN', queue) == 0 and admits(lock, now_ms, tag, limit) then
             fence = draw_fence(fence_key, now, ARGV[1])
             if not fence then
                 return -2, 0, 0
             end
-            store_hold(lock, hold, now_ms, ttl)
+            store_hold(lock, hold, now_ms, ttl, limit)
             return 1, fence, tonumber(ttl)
         end
         return busy(lock)
