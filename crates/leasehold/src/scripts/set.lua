@@ -148,6 +148,10 @@ local function release_hold(lock, queue, waiters, released, fence_key, hold, pre
     end
     if score and tonumber(score) >= now_ms then
         redis.call('ZREM', lock, hold)
+        -- A mutex released under this name within its lease left its token there as a string: the name is ours now.
+        if redis.call('TYPE', released).ok ~= 'zset' then
+            redis.call('DEL', released)
+        end
         -- Remembered for the rest of its lease, so that a retried release is recognised.
         redis.call('ZREMRANGEBYSCORE', released, '-inf', '(' .. now_ms)
         redis.call('ZADD', released, score, hold)
