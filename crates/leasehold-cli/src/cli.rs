@@ -153,15 +153,19 @@ const DEMO_AFTER: &str = "\
 Sells a stock of 100 units to 8 buyer processes that each read the stock, pause a moment,
 then write back what they read minus one and record a sale. Four rounds:
   1. no lock: buyers overwrite each other's writes and sell far more than there is;
-  2. the textbook lock (SET NX PX, then DEL): a buyer stalls past the TTL, its DEL removes
-     another buyer's lock, and its late write puts sold units back on the shelf;
-  3. leasehold: exactly 100 sold, stock 0;
+  2. the textbook lock (SET NX PX, then DEL): buyer 0 reads the stock, then is stopped
+     (SIGSTOP) past the lock's TTL; the others sell the whole stock; resumed (SIGCONT) once they
+     are done, its late write puts 99 sold units back on the shelf: 200 sold, on every run;
+  3. leasehold: exactly 100 sold, stock 0 (the lines of code that do it are shown under the
+     table);
   4. leasehold and a fenced store: a buyer freezes past its lease while holding the lock; the
      store refuses its late write, because a newer holder wrote with a higher fence.
 
 Without --redis (or LEASEHOLD_REDIS_URL) it starts a private redis-server (from PATH) on a
 free port of 127.0.0.1, without persistence, and removes it when done (also on Ctrl-C). With
 --redis or LEASEHOLD_REDIS_URL it uses that server and deletes its own keys afterwards.
+
+Rounds 2, 3 and 4 show the same numbers on every run; round 1's count varies with timing.
 
 Examples:
   leasehold demo
