@@ -131,7 +131,8 @@ const LIST_AFTER: &str = "\
 Lists the locks held right now whose names match PATTERN (a Redis glob: * for all, orders:*,
 job-?; default *), one per line: name, fence, remaining lease, waiting clients, holder.
 Walks the keys with SCAN (never KEYS), so a lock taken or released meanwhile may or may not
-appear. Exits 0, also when nothing is held (69 when Redis cannot be asked).
+appear. Control characters in names and descriptions are shown escaped (\n, \u{1b}); columns
+are aligned for wide characters. Exits 0, also when nothing is held (69 when Redis cannot be asked).
 
 --json prints an array of the objects `leasehold status --json` prints.
 
