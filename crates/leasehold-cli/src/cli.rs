@@ -153,7 +153,8 @@ Examples:
 const DEMO_AFTER: &str = "\
 Sells a stock of 100 units to 8 buyer processes that each read the stock, pause a moment,
 then write back what they read minus one and record a sale. Four rounds:
-  1. no lock: buyers overwrite each other's writes and sell far more than there is;
+  1. no lock: the buyers start each purchase together (they meet after reading), so all read
+     the same stock and overwrite each other's writes: 800 sold;
   2. the textbook lock (SET NX PX, then DEL): buyer 0 reads the stock, then is stopped
      (SIGSTOP) past the lock's TTL; the others sell the whole stock; resumed (SIGCONT) once they
      are done, its late write puts 99 sold units back on the shelf: 200 sold, on every run;
@@ -166,7 +167,7 @@ Without --redis (or LEASEHOLD_REDIS_URL) it starts a private redis-server (from 
 free port of 127.0.0.1, without persistence, and removes it when done (also on Ctrl-C). With
 --redis or LEASEHOLD_REDIS_URL it uses that server and deletes its own keys afterwards.
 
-Rounds 2, 3 and 4 show the same numbers on every run; round 1's count varies with timing.
+Every run shows the same numbers; only the times vary.
 
 Examples:
   leasehold demo

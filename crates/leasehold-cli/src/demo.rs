@@ -2,7 +2,8 @@
 //!
 //! A stock of [`STOCK`] units lives in Redis as a plain key. [`BUYERS`] buyer processes (`leasehold demo-buyer`, see
 //! [`buyer`]) each loop: read the stock, stop at 0, pause a moment, write back what they read minus one and record
-//! a sale. Four rounds, one per [`Round`], each from a fresh stock; the demo starts the buyers, lets them go at
+//! a sale. Every run shows the same numbers: round 1's buyers meet after each read, and round 2's stalling buyer is
+//! stopped by a signal and resumed only when the others are done. Four rounds, one per [`Round`], each from a fresh stock; the demo starts the buyers, lets them go at
 //! the same instant (or the stalling buyer first, so that it is the one holding the lock), shows progress, and
 //! reads the outcome from Redis.
 

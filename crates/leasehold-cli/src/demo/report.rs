@@ -109,8 +109,9 @@ fn explain(o: &Outcome) -> String {
     let oversold = o.oversold();
     match o.round {
         Round::NoLock if oversold > 0 => format!(
-            "No lock: {BUYERS} buyers read the same stock and overwrote each other's writes; {} units sold from a \
-             stock of {STOCK}.",
+            "No lock: the {BUYERS} buyers start each purchase together, as a flash sale's requests arrive; all read \
+             the same stock, and each wrote back what it read minus one over the others' writes: {} units sold from \
+             a stock of {STOCK}.",
             o.sold
         ),
         Round::NoLock => "No lock: this time the buyers happened not to collide.".to_owned(),
