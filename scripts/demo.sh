@@ -5,5 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
-cargo build --release --quiet -p leasehold-cli
+# Cargo's own progress lines (and its progress bar, on a terminal) show what a first build does for its minutes.
+echo "demo.sh: building the leasehold command (release; a first build takes a few minutes)..." >&2
+cargo build --release -p leasehold-cli
+echo "demo.sh: running leasehold demo" >&2
 exec target/release/leasehold demo "$@"

@@ -19,11 +19,19 @@ Examples:
   leasehold status nightly-report
   leasehold release --force nightly-report
   leasehold demo
+  leasehold completions bash > /etc/bash_completion.d/leasehold
+  leasehold man > /usr/local/share/man/man1/leasehold.1
 
 Exit status of `leasehold run`: the program's own, or 128+N when signal N ended it;
-  2 usage error, 69 Redis unreachable or refusing, 75 lock not acquired,
-  76 lock lost while the program ran, 127 program not found or not executable.
-See `leasehold <COMMAND> --help` for each command.";
+  2 usage error, 65 NAME is a lock of another kind, 69 Redis unreachable or refusing,
+  75 lock not acquired, 76 lock lost while the program ran, 126 program not executable,
+  127 program not found.
+See `leasehold <COMMAND> --help` for each command.
+
+Environment: LEASEHOLD_REDIS_URL, LEASEHOLD_PREFIX, LEASEHOLD_TLS_CA, LEASEHOLD_TLS_CERT,
+LEASEHOLD_TLS_KEY and LEASEHOLD_REPLICAS stand in for their options. RUST_LOG (tracing's
+EnvFilter syntax: `leasehold=debug`, `info,leasehold::keeper=trace`) prints the library's
+events on stderr for debugging; without it only warnings the command words itself appear.";
 
 const RUN_AFTER: &str = "\
 Options go before NAME; everything after NAME is the program and its arguments, passed on
@@ -40,8 +48,11 @@ Lock kinds: by default NAME is a mutex (one run at a time; waiting hosts are ser
 order they started waiting). --fair serves every waiting run in order of arrival; --shared
 and --exclusive take a read share or the write lock of a read-write lock (a waiting
 --exclusive run holds back --shared runs that come after it); --permits N lets N runs hold
-NAME at once (N is stored while a run holds a permit: another N fails with status 65). A name
-is one kind: using it as another fails with status 65.
+NAME at once (N is stored while a run holds a permit: another N fails with status 65). As
+with flock, a plain run and -s/-x runs may share a name: a plain run that finds NAME used as a
+read-write lock takes its write lock (as flock's default -x), and an -s/-x run that finds NAME
+held as a mutex waits for that mutex, then takes the read-write lock. --fair and --permits
+have no flock counterpart: using a name as another kind with them fails with status 65.
 
 Nesting: a program run under NAME may run `leasehold run NAME ...` again (the environment
 says which lock and token it runs under): the inner program runs at once under the outer
@@ -60,8 +71,9 @@ Exit status:
   128+N  the program was ended by signal N (or leasehold was, while waiting for the lock)
   2      usage error
   65     the lock's key holds something leasehold did not write (left untouched), or a
-         lock of another kind (--permits, --shared/--exclusive, --fair, or none of them),
-         or a semaphore in use with another count than --permits
+         lock of another kind than --fair or --permits asks for (or a fair mutex or a
+         semaphore, for a plain or -s/-x run), or a semaphore in use with another count
+         than --permits
   69     Redis cannot be reached at start, refuses the credentials, lacks an ACL permission,
          or was still unreachable when --wait ran out (a wait rides out restarts and outages,
          with one warning line); or fewer than --replicas replicas acknowledged the grant
@@ -75,6 +87,9 @@ Examples:
   # A cron job that runs on one host at a time; the other hosts skip it silently:
   leasehold run -n -q --conflict-exit-code 0 --redis redis://redis.internal:6379 \\
       nightly-report ./report.sh --since yesterday
+
+  # Wait up to 5 seconds (a bare number is seconds, as in flock -w 5):
+  leasehold run -w 5 nightly-report ./report.sh
 
   # Wait up to an hour and a half for the lock; a shell command as the program:
   leasehold run --wait 1h30m -c 'psql -f migrate.sql && touch /var/run/migrated' migrate
@@ -119,7 +134,8 @@ const LIST_AFTER: &str = "\
 Lists the locks held right now whose names match PATTERN (a Redis glob: * for all, orders:*,
 job-?; default *), one per line: name, fence, remaining lease, waiting clients, holder.
 Walks the keys with SCAN (never KEYS), so a lock taken or released meanwhile may or may not
-appear. Exits 0, also when nothing is held (69 when Redis cannot be asked).
+appear. Control characters in names and descriptions are shown escaped (\n, \u{1b}); columns
+are aligned for wide characters. Exits 0, also when nothing is held (69 when Redis cannot be asked).
 
 --json prints an array of the objects `leasehold status --json` prints.
 
@@ -140,16 +156,21 @@ Examples:
 const DEMO_AFTER: &str = "\
 Sells a stock of 100 units to 8 buyer processes that each read the stock, pause a moment,
 then write back what they read minus one and record a sale. Four rounds:
-  1. no lock: buyers overwrite each other's writes and sell far more than there is;
-  2. the textbook lock (SET NX PX, then DEL): a buyer stalls past the TTL, its DEL removes
-     another buyer's lock, and its late write puts sold units back on the shelf;
-  3. leasehold: exactly 100 sold, stock 0;
+  1. no lock: the buyers start each purchase together (they meet after reading), so all read
+     the same stock and overwrite each other's writes: 800 sold;
+  2. the textbook lock (SET NX PX, then DEL): buyer 0 reads the stock, then is stopped
+     (SIGSTOP) past the lock's TTL; the others sell the whole stock; resumed (SIGCONT) once they
+     are done, its late write puts 99 sold units back on the shelf: 200 sold, on every run;
+  3. leasehold: exactly 100 sold, stock 0 (the lines of code that do it are shown under the
+     table);
   4. leasehold and a fenced store: a buyer freezes past its lease while holding the lock; the
      store refuses its late write, because a newer holder wrote with a higher fence.
 
 Without --redis (or LEASEHOLD_REDIS_URL) it starts a private redis-server (from PATH) on a
 free port of 127.0.0.1, without persistence, and removes it when done (also on Ctrl-C). With
 --redis or LEASEHOLD_REDIS_URL it uses that server and deletes its own keys afterwards.
+
+Every run shows the same numbers; only the times vary.
 
 Examples:
   leasehold demo
@@ -177,6 +198,21 @@ Examples:
   leasehold bench                                   # private redis-server, all scenarios, a table
   leasehold bench --duration 2s --scenarios floor-1,uncontended-1
   leasehold bench --redis redis://10.0.0.5:6379 --json --plot latency.svg";
+
+const COMPLETIONS_AFTER: &str = "\
+Prints the script on stdout; install it where your shell looks for completions.
+
+Examples:
+  leasehold completions bash > /etc/bash_completion.d/leasehold
+  leasehold completions zsh > \"${fpath[1]}/_leasehold\"
+  leasehold completions fish > ~/.config/fish/completions/leasehold.fish";
+
+const MAN_AFTER: &str = "\
+Prints the page on stdout, in roff, generated from the same definitions as --help.
+
+Examples:
+  leasehold man | man -l -
+  leasehold man run > /usr/local/share/man/man1/leasehold-run.1";
 
 /// Run any program under a distributed lock on Redis.
 #[derive(Debug, Parser)]
@@ -219,6 +255,28 @@ pub enum Command {
     /// One worker process of `leasehold bench` (internal).
     #[command(hide = true)]
     BenchWorker(crate::bench::worker::WorkerArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
+    #[command(after_help = COMPLETIONS_AFTER)]
+    Completions(CompletionsArgs),
+    /// Print a man page (roff): leasehold(1), or one command's.
+    #[command(after_help = MAN_AFTER)]
+    Man(ManArgs),
+}
+
+/// `leasehold completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+/// `leasehold man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// A command (run, status, list, release, demo, bench, completions) for its own page, leasehold-COMMAND(1).
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
 }
 
 /// Where Redis is.
@@ -232,8 +290,10 @@ pub struct RedisArg {
         default_value = DEFAULT_REDIS,
         action = clap::ArgAction::Append,
         help = "The Redis server: redis://[user:password@]host[:port][/db], rediss://… (TLS) or unix:///path; a \
-                Redis Cluster: redis+cluster://[user:password@]host:port,host:port,… (every seed node); given 3 or \
-                more times (run, status): a quorum of independent servers (Redlock)"
+                Redis Cluster: redis+cluster://[user:password@]host:port,host:port,… (every seed node); Sentinel: \
+                redis+sentinel://[user:password@]host:port,host:port/service[/db] (the sentinels, then the primary's \
+                service name; rediss+sentinel:// for TLS); given 3 or more times (run, status): a quorum of \
+                independent servers (Redlock)"
     )]
     pub urls: Vec<String>,
 
@@ -280,12 +340,13 @@ pub struct RunArgs {
     #[command(flatten)]
     pub redis: RedisArg,
 
-    /// The lease, renewed automatically while the program runs.
+    /// The lease, renewed automatically while the program runs (a duration with its unit: 30s, 2m).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
 
-    /// Wait at most this long for the lock (default: wait as long as it takes); 0 tries once, like --nonblock.
-    #[arg(long, short = 'w', value_name = "DURATION", value_parser = duration::parse_or_zero, allow_hyphen_values = true, conflicts_with = "nonblock")]
+    /// Wait at most this long for the lock (default: wait as long as it takes): a duration (1m30s) or, as in flock
+    /// and timeout, a bare number of seconds (5, 0.5); 0 tries once, like --nonblock.
+    #[arg(long, short = 'w', value_name = "DURATION", value_parser = duration::parse_wait, allow_hyphen_values = true, conflicts_with = "nonblock")]
     pub wait: Option<Duration>,
 
     /// Do not wait: exit at once with the conflict status when the lock is held.
@@ -293,12 +354,13 @@ pub struct RunArgs {
     pub nonblock: bool,
 
     /// Take a read share of the read-write lock NAME: runs alongside other --shared runs, never with an --exclusive
-    /// one.
-    #[arg(long, group = "kind")]
+    /// one (as flock -s). Waits for a plain run that holds NAME as a mutex.
+    #[arg(long, short = 's', group = "kind")]
     pub shared: bool,
 
-    /// Take the write lock of the read-write lock NAME: runs alone, neither with --shared nor --exclusive runs.
-    #[arg(long, group = "kind")]
+    /// Take the write lock of the read-write lock NAME: runs alone, neither with --shared nor --exclusive runs (as
+    /// flock -x). Waits for a plain run that holds NAME as a mutex.
+    #[arg(long, short = 'x', group = "kind")]
     pub exclusive: bool,
 
     /// Take one of N permits of the semaphore NAME: at most N runs at once across all hosts.
@@ -317,7 +379,7 @@ pub struct RunArgs {
     #[arg(long, short = 'E', value_name = "N", default_value_t = exit::CONFLICT)]
     pub conflict_exit_code: u8,
 
-    /// On lock loss, how long to wait between SIGTERM and SIGKILL.
+    /// On lock loss, how long to wait between SIGTERM and SIGKILL (a duration with its unit: 5s, 500ms).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, allow_hyphen_values = true)]
     pub kill_after: Duration,
 
@@ -467,40 +529,123 @@ where
     }
 }
 
-/// Clap's error as one line: its message, without the tips and the usage block, and a pointer to `--help`.
+/// Clap's error as one line, built from its kind and context (never from its rendered text, whose usage block names
+/// every argument): the reason, clap's "did you mean" tip when it has one, and a pointer to `--help`. Values the user
+/// typed are cut as lock names are in runtime errors ([`exit::show_name`]), so a 100 KB argument stays one short line.
 fn usage_line(err: &clap::Error) -> String {
-    if matches!(
-        err.kind(),
-        clap::error::ErrorKind::MissingSubcommand
-            | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-    ) {
-        return "a command is required: run, status, release, demo or bench (see leasehold --help)"
-            .to_owned();
-    }
-    let rendered = err.render().to_string();
-    if err.kind() == clap::error::ErrorKind::MissingRequiredArgument
-        && rendered.contains("<PROGRAM>")
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let text = |kind| match err.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::StyledStr(s)) => Some(s.to_string()),
+        _ => None,
+    };
+    let texts = |kind| match err.get(kind) {
+        Some(ContextValue::Strings(v)) => v.clone(),
+        Some(ContextValue::String(s)) => vec![s.clone()],
+        Some(ContextValue::StyledStrs(v)) => v.iter().map(ToString::to_string).collect(),
+        Some(ContextValue::StyledStr(s)) => vec![s.to_string()],
+        _ => Vec::new(),
+    };
+    let arg = text(ContextKind::InvalidArg).unwrap_or_default();
+    let value = text(ContextKind::InvalidValue).map(|v| exit::show_name(&v));
+    let mut message = match err.kind() {
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            return format!(
+                "a command is required: {} (see leasehold --help)",
+                subcommand_names()
+            );
+        }
+        ErrorKind::MissingRequiredArgument => {
+            let missing = texts(ContextKind::InvalidArg);
+            if missing.iter().any(|m| m.starts_with("<PROGRAM>")) {
+                return "a PROGRAM to run is required after NAME, or -c 'SHELL COMMAND' before it \
+                        (see leasehold run --help)"
+                    .to_owned();
+            }
+            format!("missing {}", missing.join(", "))
+        }
+        ErrorKind::InvalidSubcommand => format!(
+            "unknown command {}",
+            exit::show_name(&text(ContextKind::InvalidSubcommand).unwrap_or_default())
+        ),
+        ErrorKind::UnknownArgument => format!("unknown option {}", exit::show_name(&arg)),
+        ErrorKind::InvalidValue if value.as_deref() == Some("\"\"") => {
+            format!("{arg} needs a value")
+        }
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation => {
+            // Our parsers' reasons say what is wrong with the value; clap's own (a number out of range) too.
+            let mut message = match std::error::Error::source(err) {
+                Some(reason) => format!("{arg}: {}", cut_words(&reason.to_string())),
+                None => format!("{arg}: invalid value {}", value.unwrap_or_default()),
+            };
+            let valid = texts(ContextKind::ValidValue);
+            if !valid.is_empty() {
+                message.push_str(&format!(" (one of: {})", valid.join(", ")));
+            }
+            message
+        }
+        ErrorKind::ArgumentConflict => {
+            let prior = texts(ContextKind::PriorArg);
+            if prior.is_empty() || prior == [arg.clone()] {
+                format!("{arg} cannot be given twice")
+            } else {
+                format!("{arg} cannot be used with {}", prior.join(", "))
+            }
+        }
+        ErrorKind::TooManyValues => {
+            format!("unexpected value {} after {arg}", value.unwrap_or_default())
+        }
+        ErrorKind::InvalidUtf8 => "an argument is not valid UTF-8".to_owned(),
+        other => match other.as_str() {
+            Some(kind) if arg.is_empty() => kind.to_owned(),
+            Some(kind) => format!("{arg}: {kind}"),
+            None => "invalid command line".to_owned(),
+        },
+    };
+    let mut tips = Vec::new();
+    for suggested in texts(ContextKind::SuggestedSubcommand)
+        .into_iter()
+        .chain(texts(ContextKind::SuggestedArg))
+        .chain(texts(ContextKind::SuggestedValue))
     {
-        return "a PROGRAM to run is required after NAME, or -c 'SHELL COMMAND' before it \
-                (see leasehold run --help)"
-            .to_owned();
+        tips.push(format!("did you mean {suggested}?"));
     }
-    let mut parts = Vec::new();
-    for line in rendered.lines() {
-        let line = line.trim();
-        if line.starts_with("Usage:") || line.starts_with("For more information") {
-            break;
-        }
-        if line.is_empty() || line.starts_with("tip:") {
-            continue;
-        }
-        parts.push(line.strip_prefix("error: ").unwrap_or(line));
-    }
-    let mut message = parts.join(" ");
-    if message.is_empty() {
-        message = "invalid command line".to_owned();
+    // Clap's other tip ("to pass '--x' as a value, use '-- --x'") is left out: for `run`, a `--` makes it the NAME.
+    for tip in tips {
+        message.push_str("; ");
+        message.push_str(&tip);
     }
     format!("{message} (see leasehold --help)")
+}
+
+/// `text` with every word longer than a long lock name cut as [`exit::show_name`] cuts names (a reason may quote
+/// the value it refuses, and that value may be 100 KB).
+fn cut_words(text: &str) -> String {
+    text.split(' ')
+        .map(|word| {
+            if word.len() <= 80 {
+                return word.to_owned();
+            }
+            let cut: String = word.chars().take(60).collect();
+            format!("{cut}…({} bytes)", word.len())
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The subcommands a user may type, in the order `--help` lists them: `run, status, …, completions or man`.
+fn subcommand_names() -> String {
+    use clap::CommandFactory;
+    let names: Vec<String> = Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //!
 //! A stock of [`STOCK`] units lives in Redis as a plain key. [`BUYERS`] buyer processes (`leasehold demo-buyer`, see
 //! [`buyer`]) each loop: read the stock, stop at 0, pause a moment, write back what they read minus one and record
-//! a sale. Four rounds, one per [`Round`], each from a fresh stock; the demo starts the buyers, lets them go at
+//! a sale. Every run shows the same numbers: round 1's buyers meet after each read, and round 2's stalling buyer is
+//! stopped by a signal and resumed only when the others are done. Four rounds, one per [`Round`], each from a fresh stock; the demo starts the buyers, lets them go at
 //! the same instant (or the stalling buyer first, so that it is the one holding the lock), shows progress, and
 //! reads the outcome from Redis.
 
@@ -268,6 +269,9 @@ async fn play(
         // The stalling buyer goes first, so that it is the one holding the lock when it stalls.
         buyers[0].go().await?;
         buyers[0].expect_line("stalling", READY_TIMEOUT).await?;
+        if round == Round::Textbook {
+            buyers[0].await_stopped().await?;
+        }
         for buyer in &mut buyers[1..] {
             buyer.go().await?;
         }
@@ -282,8 +286,13 @@ async fn play(
         format!("round {}/4 {:<20}", round.number(), round.title()),
     );
     let all_done = async {
-        for buyer in &mut buyers {
+        // Round 2's stopped buyer is resumed when all the others have finished: the story does not depend on timing.
+        for buyer in buyers.iter_mut().filter(|b| !b.stopped) {
             buyer.finish().await?;
+        }
+        if let Some(stopped) = buyers.iter_mut().find(|b| b.stopped) {
+            stopped.resume()?;
+            stopped.finish().await?;
         }
         anyhow::Ok(())
     };
@@ -295,7 +304,9 @@ async fn play(
     loop {
         tokio::select! {
             done = &mut all_done => { done?; break; }
-            () = &mut deadline => anyhow::bail!("round {} did not finish within {ROUND_TIMEOUT:?}", round.number()),
+            () = &mut deadline => anyhow::bail!(
+                "round {} did not finish within {}", round.number(), crate::duration::show(ROUND_TIMEOUT)
+            ),
             _ = ticks.tick(), if bar.is_shown() => {
                 let (stock, sold): (Option<i64>, Option<i64>) =
                     redis::pipe().get(&keys.stock).get(&keys.sold).query_async(&mut watcher).await?;
@@ -336,6 +347,8 @@ async fn play(
 /// A buyer process. Killed when dropped, so that an interrupted or failed demo leaves none behind.
 struct Buyer {
     number: u32,
+    /// Stopped by its own SIGSTOP (round 2's staller), until [`Buyer::resume`].
+    stopped: bool,
     child: Child,
     lines: Lines<BufReader<ChildStdout>>,
 }
@@ -371,6 +384,7 @@ impl Buyer {
         let stdout = child.stdout.take().context("buyer without stdout")?;
         Ok(Buyer {
             number,
+            stopped: false,
             child,
             lines: BufReader::new(stdout).lines(),
         })
@@ -381,8 +395,9 @@ impl Buyer {
             .await
             .map_err(|_| {
                 anyhow::anyhow!(
-                    "buyer {} did not say {want:?} within {within:?}",
-                    self.number
+                    "buyer {} did not say {want:?} within {}",
+                    self.number,
+                    crate::duration::show(within)
                 )
             })??;
         match line {
@@ -391,6 +406,38 @@ impl Buyer {
                 .failed(&format!("said {other:?} instead of {want:?}"))
                 .await),
         }
+    }
+
+    /// Waits until the buyer has stopped itself (SIGSTOP): the kernel shows it as `T` in `/proc/PID/stat`, and
+    /// nothing announces it to a parent that does not reap it, so the state is polled.
+    async fn await_stopped(&mut self) -> anyhow::Result<()> {
+        let pid = self.child.id().context("buyer without pid")?;
+        let stat = format!("/proc/{pid}/stat");
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let text = std::fs::read_to_string(&stat).unwrap_or_default();
+            // The state follows the command name, which is in parentheses.
+            if text
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+            {
+                self.stopped = true;
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(self.failed("did not stop").await);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Sends SIGCONT to a stopped buyer.
+    fn resume(&mut self) -> anyhow::Result<()> {
+        let pid = self.child.id().context("buyer without pid")?;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid)?);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT)?;
+        self.stopped = false;
+        Ok(())
     }
 
     async fn go(&mut self) -> anyhow::Result<()> {

@@ -1,5 +1,6 @@
 //! Durations on the command line: `500ms`, `10s`, `1.5s`, `2m30s`, `1h30m`, `1d`, read by `humantime`, with our
-//! own rules on top (no negatives, no zero, a unit always, at most [`MAX`]) and our own one-line errors.
+//! own rules on top (no negatives, no zero, a unit always except for `--wait`'s seconds, at most [`MAX`]) and our own
+//! one-line errors.
 
 use std::time::Duration;
 
@@ -36,6 +37,29 @@ pub fn parse_or_zero(text: &str) -> Result<Duration, String> {
         return Ok(Duration::ZERO);
     }
     read(text)
+}
+
+/// `--wait`: as [`parse_or_zero`], and a bare number is seconds (`5`, `0.5`), as `flock -w` and `timeout` read it.
+/// The other options keep refusing bare numbers: a lease or a grace period in the wrong unit costs more than a wait.
+///
+/// # Errors
+///
+/// As [`parse_or_zero`], a bare number excepted.
+pub fn parse_wait(text: &str) -> Result<Duration, String> {
+    let number = text.trim();
+    if !is_bare_number(number) {
+        return parse_or_zero(text);
+    }
+    let seconds: f64 = format!("0{number}")
+        .parse()
+        .map_err(|_| format!("{number:?} is not a number of seconds"))?;
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(wait) if wait <= MAX => Ok(wait),
+        _ => Err(format!(
+            "{number} seconds is too long; the limit is {}",
+            show(MAX)
+        )),
+    }
 }
 
 /// Any duration from zero to [`MAX`], written with units.
@@ -214,6 +238,24 @@ mod tests {
         for bad in ["", "5", "-0s", "-1s", "31d", "x"] {
             assert!(parse_or_zero(bad).is_err(), "{bad:?} was accepted");
         }
+    }
+
+    #[test]
+    fn wait_reads_a_bare_number_as_seconds() {
+        assert_eq!(parse_wait("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_wait("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_wait(".5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_wait("5."), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_wait("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_wait("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_wait("2592000"), Ok(MAX));
+        for bad in ["", "-5", "2592001", "1.2.3", "5x", "1e3"] {
+            assert!(parse_wait(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert!(
+            parse_or_zero("5").is_err(),
+            "only --wait reads bare numbers"
+        );
     }
 
     #[test]

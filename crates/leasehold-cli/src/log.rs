@@ -1,17 +1,18 @@
 //! What the command shows of the library's `tracing` events.
 //!
 //! By default only the outage warning (a wait riding out a Redis restart), printed as one `leasehold: warning:`
-//! line on stderr: everything else the library traces, the command reports in its own words. With `RUST_LOG` set
-//! (`leasehold=debug`, `info`, `leasehold=trace,warn`: targets and levels, comma-separated), every event it enables
-//! goes to stderr in `tracing`'s usual format, for debugging.
+//! line on stderr: everything else the library traces, the command reports in its own words. With `RUST_LOG` set,
+//! read as `tracing-subscriber`'s `EnvFilter` reads it (`leasehold=debug`, `info`, `leasehold=trace,warn`, span
+//! filters such as `[acquire]=debug`), every event it enables goes to stderr in `tracing`'s usual format, for
+//! debugging.
 
 use std::fmt;
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
-use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::EnvFilter;
 
 use crate::exit;
 
@@ -28,9 +29,9 @@ pub fn install() {
         let _ = tracing::subscriber::set_global_default(OutageWarnings);
         return;
     }
-    match spec.parse::<Targets>() {
+    match EnvFilter::builder().parse(&spec) {
         Ok(filter) => {
-            // The builder's own level (INFO by default) would cut first: let the targets decide.
+            // The builder's own level (INFO by default) would cut first: let the filter decide.
             let subscriber = tracing_subscriber::fmt()
                 .with_max_level(Level::TRACE)
                 .with_writer(std::io::stderr)

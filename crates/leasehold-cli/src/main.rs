@@ -11,6 +11,7 @@
 //! | `holder.rs` | the holder description `run` attaches and `status`/`list` read back |
 //! | `status.rs` | `leasehold status`, `leasehold list` and `leasehold release --force` |
 //! | `demo.rs`, `demo/` | `leasehold demo`: rounds, buyer processes, the fenced store, the final table |
+//! | `docs.rs` | `leasehold completions` and `leasehold man`, generated from `cli.rs` |
 //! | `bench/` | `leasehold bench`: scenarios, worker processes, statistics, the SVG plot |
 //! | `server.rs` | a private `redis-server` on a free port, killed on drop |
 //! | `progress.rs` | the progress bar |
@@ -28,6 +29,7 @@ mod child;
 mod cli;
 mod connect;
 mod demo;
+mod docs;
 mod duration;
 mod exit;
 mod holder;
@@ -78,6 +80,8 @@ fn execute(command: Command) -> u8 {
             Command::DemoBuyer(args) => demo::buyer::buyer(args).await,
             Command::Bench(args) => bench::bench(args).await,
             Command::BenchWorker(args) => bench::worker::worker(args).await,
+            Command::Completions(args) => docs::completions(&args),
+            Command::Man(args) => docs::man(&args),
         }
     });
     // Background work (a release retried after the program ended, a reconnect) is not waited for.

@@ -3,7 +3,11 @@
 
 use std::ffi::OsString;
 
+use std::time::Duration;
+
+use leasehold::{Error, Guard, LockKind};
 use nix::sys::signal::Signal;
+use tokio::time::Instant;
 
 use crate::child::{self, Event, Program, Termination};
 use crate::cli::RunArgs;
@@ -48,59 +52,173 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     result
 }
 
+/// How long `acquire` may wait: try once (`--nonblock`, `--wait 0`), until a deadline (`--wait`), or without limit.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    Once,
+    Until(Instant, Duration),
+    Forever,
+}
+
+impl Wait {
+    fn of(args: &RunArgs) -> Wait {
+        match args.wait {
+            _ if args.nonblock => Wait::Once,
+            Some(Duration::ZERO) => Wait::Once,
+            Some(wait) => Wait::Until(Instant::now() + wait, wait),
+            None => Wait::Forever,
+        }
+    }
+
+    /// What is left of the wait: `Some(None)` without limit, `None` when it is over (try once more, then stop).
+    fn remaining(self) -> Option<Option<Duration>> {
+        match self {
+            Wait::Once => None,
+            Wait::Until(deadline, _) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                (!left.is_zero()).then_some(Some(left))
+            }
+            Wait::Forever => Some(None),
+        }
+    }
+
+    /// A `Timeout` from a part of the wait, said as the whole wait (`--wait 5` waited 5s, not its last 2s); so is a
+    /// `Busy` from the last try after the deadline.
+    fn whole(self, err: Error) -> Error {
+        match (self, err) {
+            (Wait::Until(_, wait), Error::Timeout { name, .. } | Error::Busy { name, .. }) => {
+                Error::Timeout { name, waited: wait }
+            }
+            (_, err) => err,
+        }
+    }
+}
+
 /// Takes NAME as the lock kind the options ask for: tries once (`--nonblock`, `--wait 0`), waits at most `--wait`, or
 /// waits as long as it takes.
+///
+/// A plain run and `--shared`/`--exclusive` runs may share a name, as `flock` users expect (see [`plain`] and
+/// [`read_write`]). `--fair` and `--permits` have no `flock` counterpart and keep a name to their own kind.
 async fn acquire(
     args: &RunArgs,
     client: &leasehold::Client,
     description: String,
-) -> Result<leasehold::Guard, leasehold::Error> {
-    use std::time::Duration;
+) -> Result<leasehold::Guard, Error> {
     let name = args.name.as_str();
-    // None: try once; Some(None): no limit.
-    let wait = if args.nonblock || args.wait == Some(Duration::ZERO) {
-        None
-    } else {
-        Some(args.wait)
-    };
+    let wait = Wait::of(args);
     if let Some(permits) = args.permits {
         let semaphore = client
             .semaphore(name, permits)
             .ttl(args.ttl)
             .describe(description);
-        return match wait {
+        return match wait.remaining() {
             None => semaphore.try_acquire().await,
-            Some(Some(wait)) => semaphore.acquire_timeout(wait).await,
+            Some(Some(left)) => semaphore.acquire_timeout(left).await,
             Some(None) => semaphore.acquire().await,
-        };
-    }
-    if args.shared || args.exclusive {
-        let rw = client.rw_lock(name).ttl(args.ttl).describe(description);
-        return match (args.shared, wait) {
-            (true, None) => rw.try_read().await,
-            (true, Some(Some(wait))) => rw.read_timeout(wait).await,
-            (true, Some(None)) => rw.read().await,
-            (false, None) => rw.try_write().await.map(leasehold::WriteGuard::into_guard),
-            (false, Some(Some(wait))) => rw
-                .write_timeout(wait)
-                .await
-                .map(leasehold::WriteGuard::into_guard),
-            (false, Some(None)) => rw.write().await.map(leasehold::WriteGuard::into_guard),
         };
     }
     if args.fair {
         let fair = client.fair_mutex(name).ttl(args.ttl).describe(description);
-        return match wait {
+        return match wait.remaining() {
             None => fair.try_lock().await,
-            Some(Some(wait)) => fair.lock_timeout(wait).await,
+            Some(Some(left)) => fair.lock_timeout(left).await,
             Some(None) => fair.lock().await,
         };
     }
-    let mutex = client.mutex(name).ttl(args.ttl).describe(description);
-    match wait {
+    let mutex = client
+        .mutex(name)
+        .ttl(args.ttl)
+        .describe(description.clone());
+    let rw = client.rw_lock(name).ttl(args.ttl).describe(description);
+    let result = if args.shared || args.exclusive {
+        read_write(&rw, &mutex, args.shared, wait).await
+    } else {
+        plain(&rw, &mutex, wait).await
+    };
+    result.map_err(|err| wait.whole(err))
+}
+
+/// A plain run: NAME's mutex, so that it keeps excluding the library's `Mutex` users and older versions of this
+/// command. When NAME is a read-write lock (`--shared`/`--exclusive` runs hold it or wait for it), the plain run
+/// takes its write lock instead, with what is left of the wait, as `flock`'s default `-x` would.
+async fn plain(
+    rw: &leasehold::RwLock,
+    mutex: &leasehold::Mutex,
+    wait: Wait,
+) -> Result<Guard, Error> {
+    match take_mutex(mutex, wait).await {
+        Err(Error::WrongKind {
+            found: LockKind::ReadWrite,
+            ..
+        }) => write(rw, wait).await,
+        other => other,
+    }
+}
+
+/// An `--shared`/`--exclusive` run. When a plain run holds NAME as a mutex, it waits for that mutex by taking it (the
+/// mutex's own queue, with what is left of the wait), gives it back at once and asks for the read-write lock again,
+/// until granted or the wait runs out.
+///
+/// Exclusion is never at risk: Redis keeps one lock kind under a name at a time, and a kind is only granted on a free
+/// name or beside its own kind, so a mutex holder and a read-write holder never hold NAME together. The short mutex
+/// grant taken here only ever stands where no other holder is. Once a read-write run holds NAME, later plain runs
+/// queue on its write lock (see [`plain`]), so the name settles on the read-write lock and this loop ends.
+async fn read_write(
+    rw: &leasehold::RwLock,
+    mutex: &leasehold::Mutex,
+    shared: bool,
+    wait: Wait,
+) -> Result<Guard, Error> {
+    loop {
+        let attempt = if shared {
+            read(rw, wait).await
+        } else {
+            write(rw, wait).await
+        };
+        match attempt {
+            Err(Error::WrongKind {
+                found: LockKind::Mutex,
+                ..
+            }) => {}
+            other => return other,
+        }
+        match take_mutex(mutex, wait).await {
+            Ok(guard) => {
+                // Released before the read-write lock is asked for; a failed release only leaves a lease to expire.
+                let _ = guard.release().await;
+            }
+            // The name became a read-write lock meanwhile: ask again at once.
+            Err(Error::WrongKind {
+                found: LockKind::ReadWrite,
+                ..
+            }) => {}
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+async fn take_mutex(mutex: &leasehold::Mutex, wait: Wait) -> Result<Guard, Error> {
+    match wait.remaining() {
         None => mutex.try_lock().await,
-        Some(Some(wait)) => mutex.lock_timeout(wait).await,
+        Some(Some(left)) => mutex.lock_timeout(left).await,
         Some(None) => mutex.lock().await,
+    }
+}
+
+async fn write(rw: &leasehold::RwLock, wait: Wait) -> Result<Guard, Error> {
+    let guard = match wait.remaining() {
+        None => rw.try_write().await,
+        Some(Some(left)) => rw.write_timeout(left).await,
+        Some(None) => rw.write().await,
+    };
+    guard.map(leasehold::WriteGuard::into_guard)
+}
+
+async fn read(rw: &leasehold::RwLock, wait: Wait) -> Result<Guard, Error> {
+    match wait.remaining() {
+        None => rw.try_read().await,
+        Some(Some(left)) => rw.read_timeout(left).await,
+        Some(None) => rw.read().await,
     }
 }
 

@@ -171,7 +171,7 @@ fn spawn(dir: &Path, port: u16) -> Result<Child, Spawn> {
             }
             let why = match exited {
                 Some(status) => format!("it exited with {status}"),
-                None => format!("not ready within {START_TIMEOUT:?}"),
+                None => format!("not ready within {}", crate::duration::show(START_TIMEOUT)),
             };
             let tail = text.lines().last().unwrap_or("no log").trim().to_owned();
             return Err(Spawn::Failed(StartError::Failed(format!(

@@ -1,6 +1,7 @@
 //! `leasehold status` and `leasehold release --force`: look at a lock, or remove a stuck one.
 
 use serde_json::{json, Value};
+use unicode_width::UnicodeWidthStr as _;
 
 use crate::cli::{ListArgs, ReleaseArgs, StatusArgs};
 use crate::connect;
@@ -213,7 +214,7 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
                 n => format!(" (+{} more)", n - 1),
             };
             [
-                info.name.clone(),
+                escape(&info.name),
                 info.kind.map_or("-".to_owned(), kind_word),
                 info.permits.map_or("-".to_owned(), |p| p.to_string()),
                 info.last_fence.map_or("-".to_owned(), |f| f.to_string()),
@@ -222,8 +223,8 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
                     .map_or("no expiry".to_owned(), show),
                 info.waiting_clients.to_string(),
                 holder
-                    .and_then(|h| h.description.clone())
-                    .unwrap_or_else(|| "-".to_owned())
+                    .and_then(|h| h.description.as_deref())
+                    .map_or_else(|| "-".to_owned(), escape)
                     + &more,
             ]
         })
@@ -232,22 +233,39 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
         "NAME", "KIND", "PERMITS", "FENCE", "LEFT", "WAITING", "HOLDER",
     ]
     .map(str::to_owned);
+    // Columns as the terminal shows them: a CJK character takes two, a combining mark none.
     let mut widths = [0usize; 6];
     for row in std::iter::once(&header).chain(&rows) {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
+            *width = (*width).max(cell.width());
         }
     }
     let mut out = String::new();
     for row in std::iter::once(&header).chain(&rows) {
         for (width, cell) in widths.iter().zip(row) {
-            out.push_str(&format!("{cell:<width$}  "));
+            out.push_str(cell);
+            out.push_str(&" ".repeat(width - cell.width() + 2));
         }
         out.push_str(&row[6]);
         out.push('\n');
     }
     exit::print_out(&out);
     Ok(0)
+}
+
+/// `text` for one table cell: control characters (a newline, an escape sequence that would recolour or move the
+/// terminal's cursor) written as Rust escapes (`\n`, `\u{1b}`), so that every lock is one line and shows what its
+/// name really holds.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The JSON object of one lock, as `status --json` prints it (without the server warnings).

@@ -2,8 +2,9 @@
 //! different processes with their own connections, as in real life.
 //!
 //! Protocol with the demo on stdin/stdout: the buyer connects and prints `ready`; it starts buying when it reads
-//! a line (`go`); a buyer told to stall prints `stalling` when its stall begins. It exits 0 when the stock is
-//! gone, and with a one-line error otherwise. Everything it did is counted in Redis.
+//! a line (`go`); a buyer told to stall prints `stalling` when its stall begins (in round 2 it then stops itself
+//! with SIGSTOP, and the demo sends SIGCONT). It exits 0 when the stock is gone, and with a one-line error otherwise.
+//! Everything it did is counted in Redis.
 
 use std::io::{BufRead as _, Write as _};
 use std::time::Duration;
@@ -17,10 +18,9 @@ use crate::connect;
 
 /// Between reading the stock and writing it back: the window in which unprotected buyers collide.
 pub const PAUSE: Duration = Duration::from_millis(5);
-/// The textbook lock's fixed TTL (round 2).
-pub const TEXTBOOK_TTL: Duration = Duration::from_millis(100);
-/// How long the stalling buyer of round 2 sleeps while it believes it holds the textbook lock.
-pub const TEXTBOOK_STALL: Duration = Duration::from_millis(300);
+/// The textbook lock's fixed TTL (round 2): long beside a purchase (a few ms), so that only the stopped buyer
+/// outlives it, even on a busy machine.
+pub const TEXTBOOK_TTL: Duration = Duration::from_secs(1);
 /// How long a textbook buyer waits before trying `SET NX` again: the recipe polls.
 const TEXTBOOK_RETRY: Duration = Duration::from_millis(1);
 /// The leasehold lease in round 4, renewed every third of it by the watchdog.
@@ -70,9 +70,10 @@ pub async fn buyer(args: BuyerArgs) -> anyhow::Result<u8> {
     }
     let me = format!("buyer-{}", args.buyer);
     let mut stall = args.stall;
+    let mut step = 0;
     loop {
         let bought = match (args.round, &locks) {
-            (Round::NoLock, _) => unlocked(&mut store, &keys).await?,
+            (Round::NoLock, _) => unlocked(&mut store, &keys, &mut step).await?,
             (Round::Textbook, _) => textbook(&mut store, &keys, &me, &mut stall).await?,
             (Round::Leasehold, Some(locks)) => {
                 let mutex = locks.mutex(&keys.lock_name);
@@ -93,14 +94,69 @@ pub async fn buyer(args: BuyerArgs) -> anyhow::Result<u8> {
 }
 
 /// Round 1: read, pause, write. Returns false once the stock is gone.
-async fn unlocked(store: &mut MultiplexedConnection, keys: &Keys) -> anyhow::Result<bool> {
+///
+/// The buyers of a step meet after their reads (see [`meet`]): every purchase of the step starts together, as a
+/// flash sale's requests do, and every run loses the same updates. The lost updates themselves are real: eight
+/// processes write back the stock they read, each unaware of the others.
+async fn unlocked(
+    store: &mut MultiplexedConnection,
+    keys: &Keys,
+    step: &mut u64,
+) -> anyhow::Result<bool> {
     let stock: i64 = store.get(&keys.stock).await?;
+    meet(store, keys, *step).await?;
+    *step += 1;
     if stock <= 0 {
         return Ok(false);
     }
     tokio::time::sleep(PAUSE).await;
     sell(store, keys, stock).await?;
     Ok(true)
+}
+
+/// How long the buyers of round 1 wait for each other at one step before giving up.
+const MEET_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits until all [`BUYERS`](super::BUYERS) buyers have reached step `step`: each counts itself in; the last one
+/// puts a ticket per buyer on the step's list, and each takes one. Both keys are gone once the step is passed (the
+/// count deleted by the last buyer, the list emptied), and expire anyway should a buyer die on the way.
+async fn meet(store: &mut MultiplexedConnection, keys: &Keys, step: u64) -> anyhow::Result<()> {
+    let count = format!("{}:meet:{step}", keys.prefix);
+    let tickets = format!("{}:go:{step}", keys.prefix);
+    let expiry = i64::try_from(MEET_TIMEOUT.as_secs()).unwrap_or(i64::MAX);
+    let (arrived,): (u32,) = redis::pipe()
+        .incr(&count, 1)
+        .expire(&count, expiry)
+        .ignore()
+        .query_async(store)
+        .await?;
+    if arrived == super::BUYERS {
+        let _: () = redis::pipe()
+            .del(&count)
+            .ignore()
+            .rpush(&tickets, vec![1; super::BUYERS as usize])
+            .ignore()
+            .expire(&tickets, expiry)
+            .ignore()
+            .query_async(store)
+            .await?;
+    }
+    // Short blocking pops: the connection's response timeout (5s) must not cut one.
+    let deadline = tokio::time::Instant::now() + MEET_TIMEOUT;
+    while tokio::time::Instant::now() < deadline {
+        let ticket: Option<(String, String)> = redis::cmd("BLPOP")
+            .arg(&tickets)
+            .arg(2)
+            .query_async(store)
+            .await?;
+        if ticket.is_some() {
+            return Ok(());
+        }
+    }
+    anyhow::bail!(
+        "the other buyers did not reach step {step} within {}",
+        crate::duration::show(MEET_TIMEOUT)
+    )
 }
 
 /// Round 2: the textbook recipe. `SET lock me NX PX ttl` (polled), read, pause, write, then a blind delete: no
@@ -130,7 +186,10 @@ async fn textbook(
     if stock > 0 {
         if std::mem::take(stall) {
             say("stalling");
-            tokio::time::sleep(TEXTBOOK_STALL).await;
+            // Stopped by a real signal while it believes it holds the lock, as a GC pause or a VM freeze stops a
+            // process. The demo sends SIGCONT once the others are done: the lock expired in Redis meanwhile, and the
+            // same interleaving happens on every run, so the demo shows the same numbers every time.
+            nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP)?;
         } else {
             tokio::time::sleep(PAUSE).await;
         }

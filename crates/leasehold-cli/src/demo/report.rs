@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use super::buyer::{FENCED_STALL, FENCED_TTL, TEXTBOOK_STALL, TEXTBOOK_TTL};
+use super::buyer::{FENCED_STALL, FENCED_TTL, TEXTBOOK_TTL};
 use super::{Outcome, Round, BUYERS, STOCK};
 use crate::duration::show;
 
@@ -66,8 +66,19 @@ pub fn table(shown: &Shown) -> String {
         let text = format!("{}. {}", outcome.round.number(), explain(outcome));
         out.push_str(&wrap(&text, TEXT_WIDTH, "   "));
     }
+    out.push_str(CURE);
     out
 }
+
+/// What round 3 changed, under the table: the buyer's lines around its read and write, or the command that does the
+/// same for any program.
+const CURE: &str = "
+The cure (round 3) is three lines around the buyer's read and write:
+    let locks = leasehold::Client::connect(url).await?;
+    let guard = locks.mutex(\"stock\").lock().await?;
+    /* read the stock, pause, write it back minus one */ guard.release().await?;
+or, around any program: leasehold run stock ./buy.sh
+";
 
 /// The explanations are wrapped to this many columns.
 const TEXT_WIDTH: usize = 96;
@@ -98,17 +109,19 @@ fn explain(o: &Outcome) -> String {
     let oversold = o.oversold();
     match o.round {
         Round::NoLock if oversold > 0 => format!(
-            "No lock: {BUYERS} buyers read the same stock and overwrote each other's writes; {} units sold from a \
-             stock of {STOCK}.",
+            "No lock: the {BUYERS} buyers start each purchase together, as a flash sale's requests arrive; all read \
+             the same stock, and each wrote back what it read minus one over the others' writes: {} units sold from \
+             a stock of {STOCK}.",
             o.sold
         ),
         Round::NoLock => "No lock: this time the buyers happened not to collide.".to_owned(),
         Round::Textbook => {
             let deletes = o.foreign_deletes.unwrap_or(0);
             let mut text = format!(
-                "Textbook lock: buyer 0 stalled {} holding a {} lock; it expired, others bought, and buyer 0's late \
-                 write put sold units back on the shelf: {} sold, {} more than there were.",
-                show(TEXTBOOK_STALL),
+                "Textbook lock: buyer 0 read the stock holding a {} lock, then was stopped (SIGSTOP, as a GC pause or a \
+                 VM freeze stops a process). The lock expired and the others sold the whole stock. Resumed (SIGCONT), \
+                 buyer 0 wrote back the stock it had read, minus one, putting sold units back on the shelf, and sold \
+                 them again: {} sold, {} more than there were.",
                 show(TEXTBOOK_TTL),
                 o.sold,
                 oversold
@@ -212,6 +225,10 @@ mod tests {
         assert!(lines[2].contains("812") && lines[2].contains("712"));
         assert!(lines[5].contains("1.23s"));
         assert!(text.contains("refused 1 late write"));
+        assert!(
+            text.contains("locks.mutex(\"stock\").lock().await?"),
+            "{text}"
+        );
         assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
         let value: serde_json::Value = serde_json::from_str(&json(&shown)).unwrap();
         assert_eq!(value["rounds"][0]["oversold_by"], 712);

@@ -237,7 +237,7 @@ fn a_key_that_is_not_a_lock_exits_65_and_is_left_alone() {
 fn help_names_every_exit_status_and_the_help_subcommand_works() {
     let (code, stdout, _) = finish(leasehold(&["help", "run"]), SOON);
     assert_eq!(code, Some(0));
-    for status in ["2 ", "65 ", "69 ", "70 ", "75 ", "76 ", "127 "] {
+    for status in ["2 ", "65 ", "69 ", "70 ", "75 ", "76 ", "126 ", "127 "] {
         assert!(
             stdout
                 .lines()
@@ -258,4 +258,173 @@ fn an_empty_redis_url_says_so() {
         one_error_line(&stderr).contains("the Redis URL is empty"),
         "{stderr}"
     );
+}
+
+#[test]
+fn usage_errors_keep_clap_s_did_you_mean() {
+    let cases = [
+        (
+            &["run", "--nonblok", "n", "true"][..],
+            "did you mean --nonblock?",
+        ),
+        (&["stat", "n"], "did you mean status?"),
+        (&["status", "--jsn", "n"], "did you mean --json?"),
+        (&["completions", "fsh"], "did you mean fish?"),
+    ];
+    for (args, tip) in cases {
+        let (code, _, stderr) = finish(leasehold(args), SOON);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(one_error_line(&stderr).contains(tip), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_missing_option_is_named_not_mistaken_for_a_missing_program() {
+    for (args, missing) in [
+        (
+            &["run", "--tls-cert", "c.pem", "n", "true"][..],
+            "missing --tls-key <FILE>",
+        ),
+        (
+            &["run", "--tls-key", "k.pem", "n", "true"],
+            "missing --tls-cert <FILE>",
+        ),
+        (
+            &["status", "--tls-cert", "c.pem", "n"],
+            "missing --tls-key <FILE>",
+        ),
+        (&["release", "--force"], "missing <NAME>"),
+    ] {
+        let (code, _, stderr) = finish(leasehold(args), SOON);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        let line = one_error_line(&stderr);
+        assert!(line.contains(missing), "{args:?}: {line}");
+        assert!(!line.contains("PROGRAM"), "{args:?}: {line}");
+    }
+    let (_, _, stderr) = finish(leasehold(&["run", "n"]), SOON);
+    assert!(
+        one_error_line(&stderr).contains("a PROGRAM to run is required"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_bare_leasehold_names_every_command() {
+    let (code, _, stderr) = finish(leasehold(&[]), SOON);
+    assert_eq!(code, Some(2), "{stderr}");
+    let line = one_error_line(&stderr);
+    for command in [
+        "run",
+        "status",
+        "list",
+        "release",
+        "demo",
+        "bench",
+        "completions",
+        "man",
+    ] {
+        assert!(line.contains(command), "{command} missing: {line}");
+    }
+    assert!(
+        !line.contains("demo-buyer") && !line.contains("bench-worker"),
+        "{line}"
+    );
+}
+
+#[test]
+fn usage_errors_cut_a_huge_value_to_one_short_line() {
+    let huge = "x".repeat(100_000);
+    let huge_duration = format!("{}s", "5".repeat(100_000));
+    for args in [
+        vec!["run", huge.as_str(), "true"],
+        vec!["status", &huge],
+        vec![&huge],
+        vec!["run", "--ttl", &huge, "n", "true"],
+        vec!["run", "--ttl", &huge_duration, "n", "true"],
+        vec!["run", "--permits", &huge, "n", "true"],
+        vec!["run", &huge_duration, "n", "true"],
+    ] {
+        let (code, _, stderr) = finish(leasehold(&args), SOON);
+        assert_eq!(code, Some(2), "{}", &stderr[..stderr.len().min(300)]);
+        let line = one_error_line(&stderr);
+        assert!(line.len() < 400, "{} bytes: {}", line.len(), &line[..300]);
+        if line.contains("xxx") || line.contains("555") {
+            assert!(line.contains("bytes)"), "the cut is said: {line}");
+        }
+    }
+}
+
+#[test]
+fn help_wraps_to_the_terminal_width() {
+    let help = |columns: &str| {
+        let mut command = leasehold(&["run", "--help"]);
+        command.env("COLUMNS", columns);
+        let (code, stdout, _) = finish(command, SOON);
+        assert_eq!(code, Some(0));
+        stdout
+    };
+    let narrow = help("60");
+    for line in narrow.lines() {
+        // A URL form has no place to break: it may stand alone on a longer line.
+        let unbreakable = line.split_whitespace().any(|w| w.chars().count() > 40);
+        assert!(line.chars().count() <= 60 || unbreakable, "{line:?}");
+    }
+    assert!(help("200").lines().any(|l| l.chars().count() > 100));
+}
+
+#[test]
+fn completions_and_the_man_page_cover_every_command() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let (code, script, stderr) = finish(leasehold(&["completions", shell]), SOON);
+        assert_eq!(code, Some(0), "{shell}: {stderr}");
+        for word in ["status", "list", "--nonblock", "--shared"] {
+            assert!(script.contains(word), "{shell}: {word} missing");
+        }
+        assert!(
+            !script.contains("demo-buyer"),
+            "{shell}: hidden commands are not offered"
+        );
+    }
+    let dir = TempDir::new("cli-completions");
+    let (_, script, _) = finish(leasehold(&["completions", "bash"]), SOON);
+    let file = dir.path().join("leasehold.bash");
+    std::fs::write(&file, script).unwrap();
+    // The script parses in bash and registers the completion.
+    let check = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(". {} && complete -p leasehold", file.display()))
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    let (code, page, stderr) = finish(leasehold(&["man"]), SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(page.contains(".TH leasehold 1"), "{page}");
+    for command in [
+        "run",
+        "status",
+        "list",
+        "release",
+        "demo",
+        "bench",
+        "completions",
+        "man",
+    ] {
+        assert!(
+            page.contains(&format!("leasehold\\-{command}(1)")) || page.contains(command),
+            "{command}"
+        );
+    }
+    let (code, page, _) = finish(leasehold(&["man", "run"]), SOON);
+    assert_eq!(code, Some(0));
+    assert!(
+        page.contains(".TH leasehold-run 1") && page.contains("\\-\\-nonblock"),
+        "{page}"
+    );
+    let (code, _, stderr) = finish(leasehold(&["man", "demo-buyer"]), SOON);
+    assert_eq!(code, Some(2), "{stderr}");
 }

@@ -4,7 +4,9 @@ use std::process::Stdio;
 
 use leasehold_tests::RedisServer;
 
-use crate::{finish, leasehold, lock_exists, one_error_line, Running, SOON};
+use crate::{
+    await_waiter, finish, leasehold, lock_exists, one_error_line, poll_until, Running, SOON,
+};
 
 /// Starts `leasehold run FLAGS NAME` with a program that prints `held FENCE` and waits for stdin to close.
 fn holder(server: &RedisServer, flags: &[&str], name: &str) -> Running {
@@ -170,4 +172,144 @@ fn a_nested_run_of_the_same_lock_runs_at_once_and_leaves_the_outer_lock_held() {
             "released when the outer run ended"
         );
     }
+}
+
+/// Waits until `leasehold status` counts a waiting client on `name` (any kind).
+fn await_waiting(server: &RedisServer, name: &str) {
+    poll_until(&format!("a run waits for {name:?}"), || {
+        let (_, json, _) = finish(
+            leasehold(&["status", "--redis", &server.url(), "--json", name]),
+            SOON,
+        );
+        let status: serde_json::Value = serde_json::from_str(&json).unwrap();
+        status["waiting_clients"].as_u64().unwrap() > 0
+    });
+}
+
+/// Starts `leasehold run FLAGS NAME` with a program that prints `ran FENCE`; it is expected to wait first.
+fn waiter(server: &RedisServer, flags: &[&str], name: &str) -> Running {
+    let url = server.url();
+    let mut args = vec!["run", "--redis", url.as_str()];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&[name, "sh", "-c", "echo ran $LEASEHOLD_FENCE"]);
+    Running::start(leasehold(&args))
+}
+
+#[test]
+fn a_plain_run_waits_behind_a_shared_holder_and_runs_after_it() {
+    let server = RedisServer::start();
+    let mut reader = holder(&server, &["-s"], "schema");
+    // Not 65: a plain run takes the read-write lock's write side, as flock's default -x does.
+    let (code, stderr) = try_run(&server, &[], "schema");
+    assert_eq!(code, Some(75), "{stderr}");
+    assert!(
+        one_error_line(&stderr).contains("held by another owner"),
+        "{stderr}"
+    );
+
+    let mut plain = waiter(&server, &[], "schema");
+    await_waiting(&server, "schema");
+    // A write waiter holds later readers back.
+    let (code, stderr) = try_run(&server, &["--shared"], "schema");
+    assert_eq!(code, Some(75), "{stderr}");
+    reader.close_stdin();
+    assert_eq!(reader.code(SOON), Some(0));
+    assert!(plain.line(SOON).starts_with("ran "));
+    assert_eq!(plain.code(SOON), Some(0), "{}", plain.stderr());
+    assert_eq!(plain.stderr(), "");
+    assert!(!lock_exists(&server, "schema"));
+}
+
+#[test]
+fn a_shared_or_exclusive_run_waits_behind_a_plain_holder_and_runs_after_it() {
+    let server = RedisServer::start();
+    for flag in ["--shared", "-x"] {
+        let mut plain = holder(&server, &[], "reports");
+        let (code, stderr) = try_run(&server, &[flag], "reports");
+        assert_eq!(code, Some(75), "{flag}: {stderr}");
+        let mut shared = waiter(&server, &[flag], "reports");
+        await_waiter(&server, "reports");
+        plain.close_stdin();
+        assert_eq!(plain.code(SOON), Some(0));
+        assert!(shared.line(SOON).starts_with("ran "), "{flag}");
+        assert_eq!(shared.code(SOON), Some(0), "{flag}");
+        // The release of the read-write lock is clean although a mutex was released under the name just before.
+        assert_eq!(shared.stderr(), "", "{flag}");
+        assert!(!lock_exists(&server, "reports"));
+    }
+    // The other order once more, now that the name served both kinds: a plain run after a shared one.
+    let (code, stderr) = try_run(&server, &["-s"], "reports");
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stderr) = try_run(&server, &[], "reports");
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn fair_and_permits_keep_a_name_to_their_own_kind() {
+    let server = RedisServer::start();
+    let mut reader = holder(&server, &["--shared"], "pool");
+    for flags in [&["--fair"][..], &["--permits", "2"]] {
+        let (code, stderr) = try_run(&server, flags, "pool");
+        assert_eq!(code, Some(65), "{flags:?}: {stderr}");
+    }
+    reader.close_stdin();
+    assert_eq!(reader.code(SOON), Some(0));
+}
+
+#[test]
+fn wait_takes_a_bare_number_of_seconds() {
+    let server = RedisServer::start();
+    let mut plain = holder(&server, &[], "slow");
+    let started = std::time::Instant::now();
+    let (code, _, stderr) = finish(
+        leasehold(&[
+            "run",
+            "--redis",
+            &server.url(),
+            "-w",
+            "0.5",
+            "-s",
+            "slow",
+            "true",
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(75), "{stderr}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(500));
+    // The whole wait, not the part left when it turned to the mutex.
+    assert!(
+        one_error_line(&stderr).contains("after waiting 500ms"),
+        "{stderr}"
+    );
+    plain.close_stdin();
+    assert_eq!(plain.code(SOON), Some(0));
+}
+
+#[test]
+fn a_nested_plain_run_under_the_write_lock_fallback_runs_at_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let bin = crate::LEASEHOLD;
+    let mut reader = holder(&server, &["--shared"], "job");
+    let script = format!(
+        "{bin} run --redis {url} --wait 2s job sh -c 'echo inner $LEASEHOLD_FENCE'; echo inner-exit $?; \
+         {bin} status --redis {url} job"
+    );
+    let outer = Running::start(leasehold(&[
+        "run", "--redis", &url, "job", "sh", "-c", &script,
+    ]));
+    await_waiting(&server, "job");
+    reader.close_stdin();
+    assert_eq!(reader.code(SOON), Some(0));
+    let inner = outer.line(SOON);
+    assert!(inner.starts_with("inner "), "{inner}");
+    assert_eq!(outer.line(SOON), "inner-exit 0");
+    let status = outer.line(SOON);
+    assert!(
+        status.contains("read-write lock") && status.contains("held"),
+        "{status}"
+    );
+    let mut outer = outer;
+    assert_eq!(outer.code(SOON), Some(0), "{}", outer.stderr());
+    assert!(!lock_exists(&server, "job"));
 }

@@ -397,6 +397,14 @@ fn rust_log_shows_the_library_events() {
     );
     assert!(stderr.contains("released"), "{stderr}");
 
+    // EnvFilter's syntax: a span filter picks the events inside the library's acquire span.
+    let mut command = leasehold(&["run", "--redis", &server.url(), "logged", "true"]);
+    command.env("RUST_LOG", "warn,[acquire]=debug");
+    let (code, _, stderr) = finish(command, SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("not understood"), "{stderr}");
+    assert!(stderr.contains("granted"), "{stderr}");
+
     // Without it, a clean run prints nothing.
     let (code, _, stderr) = finish(
         leasehold(&["run", "--redis", &server.url(), "logged", "true"]),

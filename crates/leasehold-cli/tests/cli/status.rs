@@ -272,3 +272,42 @@ fn the_prefix_option_and_variable_reach_locks_under_another_prefix() {
     holder.close_stdin();
     assert_eq!(holder.code(SOON), Some(0));
 }
+
+#[test]
+fn list_escapes_control_characters_and_aligns_wide_names() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let names = [
+        "ascii-job",
+        "報告-日本語",
+        "e\u{301}té",
+        "red\u{1b}[31mjob\nline",
+    ];
+    let mut holders: Vec<Running> = names.iter().map(|name| hold(&url, &[], name)).collect();
+    let (code, stdout, stderr) = finish(leasehold(&["list", "--redis", &url]), SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stdout.contains('\u{1b}'), "{stdout:?}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1 + names.len(),
+        "one line per lock: {stdout:?}"
+    );
+    assert!(stdout.contains("red\\u{1b}[31mjob\\nline"), "{stdout}");
+    // Every HOLDER cell starts at the same terminal column: "host=" after the padding.
+    let columns: Vec<usize> = lines[1..]
+        .iter()
+        .map(|line| {
+            let at = line.find("host=").unwrap_or_else(|| panic!("{line}"));
+            unicode_width::UnicodeWidthStr::width(&line[..at])
+        })
+        .collect();
+    assert!(
+        columns.windows(2).all(|w| w[0] == w[1]),
+        "{columns:?}\n{stdout}"
+    );
+    for holder in &mut holders {
+        holder.close_stdin();
+        assert_eq!(holder.code(SOON), Some(0));
+    }
+}
