@@ -238,6 +238,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod backoff;
 mod batch;
 mod checks;
 mod client;
