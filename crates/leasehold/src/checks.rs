@@ -14,7 +14,10 @@ use crate::topology::Target;
 
 /// Something about the server that weakens the [safety contract](crate#safety-contract), found when the client
 /// connected. Each one is also logged with `tracing::warn!`; see [`Client::server_warnings`](crate::Client::server_warnings).
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum ServerWarning {
     /// `maxmemory` is set with a policy that evicts keys (`allkeys-*` or `volatile-*`): under memory pressure Redis

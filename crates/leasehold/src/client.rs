@@ -434,7 +434,10 @@ impl Client {
 }
 
 /// What [`Client::inspect`] found.
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct LockInfo {
     /// The lock's name.
@@ -453,7 +456,10 @@ pub struct LockInfo {
 }
 
 /// The kinds of lock a name can hold.
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum LockKind {
     /// [`Mutex`].
@@ -481,7 +487,10 @@ impl fmt::Display for LockKind {
 }
 
 /// What one holder holds.
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum HoldMode {
     /// The whole lock: a [`Mutex`] or [`FairMutex`](crate::FairMutex) grant.
@@ -538,7 +547,10 @@ impl fmt::Display for HoldMode {
 }
 
 /// The holder of a lock, as [`Client::inspect`] saw it.
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Holder {
     /// The holder's owner token (with its description, when it gave one: see [`Mutex::describe`]).
@@ -627,6 +639,7 @@ impl Builder {
     /// Checked by [`connect`](Builder::connect): a PEM with no readable certificate, or a URL without TLS, is
     /// [`InvalidArgument::BadTls`].
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Builder {
         self.tls.ca = Some(pem.into());
         self
@@ -637,6 +650,7 @@ impl Builder {
     ///
     /// Checked by [`connect`](Builder::connect), as [`tls_ca_pem`](Builder::tls_ca_pem).
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_identity_pem(
         mut self,
         cert_pem: impl Into<Vec<u8>>,
@@ -1188,4 +1202,55 @@ fn excerpt(value: &[u8]) -> String {
         shown.push('…');
     }
     shown
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod serde_tests {
+    use super::*;
+    use crate::{LossReason, ServerWarning};
+
+    fn round_trip<T>(value: &T) -> T
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let text = serde_json::to_string(value).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn plain_data_round_trips_through_json() {
+        let holder = Holder {
+            token: "lh1-abc host=h pid=1".to_owned(),
+            description: Some("host=h pid=1".to_owned()),
+            mode: HoldMode::Permits(3),
+            remaining: Some(Duration::from_millis(2500)),
+        };
+        let info = LockInfo {
+            name: "orders:42".to_owned(),
+            kind: Some(LockKind::Semaphore),
+            holder: Some(holder.clone()),
+            holders: vec![holder],
+            last_fence: Some(Fence::new(7)),
+            waiting_clients: 2,
+        };
+        assert_eq!(round_trip(&info), info);
+        // A fence is its number on the wire.
+        assert_eq!(serde_json::to_string(&Fence::new(7)).unwrap(), "7");
+        for reason in [
+            LossReason::Expired,
+            LossReason::Gone,
+            LossReason::Taken,
+            LossReason::Released,
+        ] {
+            assert_eq!(round_trip(&reason), reason);
+        }
+        for mode in [HoldMode::Exclusive, HoldMode::Read, HoldMode::Nested] {
+            assert_eq!(round_trip(&mode), mode);
+        }
+        let warning = ServerWarning::Eviction {
+            policy: "allkeys-lru".to_owned(),
+            maxmemory: 1 << 30,
+        };
+        assert_eq!(round_trip(&warning), warning);
+    }
 }
