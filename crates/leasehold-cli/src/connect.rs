@@ -66,13 +66,8 @@ pub async fn locks(target: &RedisArg, ttl: Option<Duration>) -> anyhow::Result<l
         );
         builder = builder.response_timeout(timeout);
     }
-    builder.connect().await.map_err(|err| match err {
-        leasehold::Error::Redis(err) => fail(
-            exit::UNAVAILABLE,
-            format!("cannot reach Redis at {}: {}", redact(url), one_line(&err)),
-        ),
-        other => other.into(),
-    })
+    // A connection error names the URL (password hidden) itself, and exits 69 (see `exit::code_of`).
+    Ok(builder.connect().await?)
 }
 
 /// A quorum of the independent servers of `target` (`--redis` given 3 or more times).
@@ -125,11 +120,7 @@ fn read_pem(path: &Path, option: &str) -> anyhow::Result<Vec<u8>> {
 fn not_a_url(url: &str, why: &str) -> anyhow::Error {
     fail(
         exit::USAGE,
-        format!(
-            "{} is not a Redis URL ({why}; expected redis://host:port, rediss://host:port, unix:///path or \
-             redis+cluster://host:port,host:port)",
-            redact(url)
-        ),
+        format!("{} is not a Redis URL: {why}", redact(url)),
     )
 }
 
@@ -140,6 +131,11 @@ fn not_a_url(url: &str, why: &str) -> anyhow::Error {
 /// As [`client`].
 pub async fn plain(url: &str) -> anyhow::Result<leasehold::redis::aio::MultiplexedConnection> {
     check_not_empty(url)?;
+    if let Err(leasehold::Error::InvalidArgument(leasehold::InvalidArgument::BadUrl(why))) =
+        leasehold::Client::builder(url)
+    {
+        return Err(not_a_url(url, &why));
+    }
     let redis =
         leasehold::redis::Client::open(url).map_err(|err| not_a_url(url, &err.to_string()))?;
     let config = leasehold::redis::AsyncConnectionConfig::new()

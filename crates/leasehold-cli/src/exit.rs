@@ -4,7 +4,7 @@
 //! |---|---|
 //! | the program's | `run`: the program's own exit status |
 //! | 128 + N | `run`: the program was ended by signal N (or `leasehold` was, while it waited for the lock) |
-//! | 2 | usage error |
+//! | 2 | usage error; or a `redis://` URL naming a Redis Cluster node the client could not recognise |
 //! | 65 | the lock's key holds something leasehold did not write, a lock of another kind, or a semaphore in use with another permit count |
 //! | 69 | Redis cannot be reached or refuses us; `demo`: `redis-server` is missing |
 //! | 70 | internal error (a bug) |
@@ -85,11 +85,12 @@ pub fn code_of(err: &anyhow::Error) -> u8 {
 fn code_of_lock_error(err: &leasehold::Error) -> u8 {
     match err {
         leasehold::Error::Redis(_)
+        | leasehold::Error::Connect { .. }
         | leasehold::Error::NotPermitted { .. }
         | leasehold::Error::NotReplicated { .. }
         | leasehold::Error::Unsupported { .. }
         | leasehold::Error::NoQuorum { .. } => UNAVAILABLE,
-        leasehold::Error::InvalidArgument(_) => USAGE,
+        leasehold::Error::InvalidArgument(_) | leasehold::Error::ClusterNode { .. } => USAGE,
         leasehold::Error::NotALock { .. }
         | leasehold::Error::WrongKind { .. }
         | leasehold::Error::WrongPermits { .. } => NOT_A_LOCK,
@@ -99,43 +100,32 @@ fn code_of_lock_error(err: &leasehold::Error) -> u8 {
     }
 }
 
-/// The one line printed for an error: the chain joined by `: `, each cause once, without line breaks.
+/// The one line printed for an error: the chain joined by `: `, without line breaks.
 pub fn one_line(err: &anyhow::Error) -> String {
-    chain_line(err.chain().map(ToString::to_string))
+    chain_line(err.chain())
 }
 
 /// [`one_line`] for a plain error and its sources (a `RedisError` and the I/O error under it).
 pub fn error_line(err: &(dyn std::error::Error + 'static)) -> String {
-    chain_line(std::iter::successors(Some(err), |e| e.source()).map(ToString::to_string))
+    chain_line(std::iter::successors(Some(err), |e| e.source()))
 }
 
-/// Joins the texts of an error chain with `: `, skipping a cause whose text the part before it already says. Error
-/// types often print their source in their own message (`redis error: broken pipe`, then the `RedisError`
-/// `broken pipe`, then the I/O error `Broken pipe (os error 32)`): that is one cause, printed once.
-fn chain_line(texts: impl Iterator<Item = String>) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for text in texts {
-        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-        if text.is_empty() {
-            continue;
-        }
-        if let Some(last) = parts.last() {
-            if comparable(last).contains(&comparable(&text)) {
-                continue;
-            }
-        }
-        parts.push(text);
-    }
-    parts.join(": ")
-}
-
-/// An error text as [`chain_line`] compares it: lower case, without the `(os error N)` that the I/O error adds.
-fn comparable(text: &str) -> String {
-    let text = text.to_lowercase();
-    match text.rfind(" (os error ") {
-        Some(at) if text.ends_with(')') => text[..at].to_owned(),
-        _ => text,
-    }
+/// Joins the texts of an error chain with `: `, each on one line. leasehold's errors never repeat their cause; a
+/// `RedisError` does (it prints the text of the error under it, which is also its source), so a `RedisError` with a
+/// source is left out and its source speaks for it.
+fn chain_line<'a>(causes: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>) -> String {
+    causes
+        .filter(|cause| !(cause.is::<leasehold::redis::RedisError>() && cause.source().is_some()))
+        .map(|cause| {
+            cause
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|text| !text.is_empty())
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 /// Longer names than this are cut in messages.
@@ -325,26 +315,34 @@ mod tests {
         let err = anyhow::Error::from(lock_error).context("releasing lock \"jobs\"");
         assert_eq!(
             format!("{err:#}"),
-            "releasing lock \"jobs\": redis error: broken pipe: broken pipe: broken pipe"
+            "releasing lock \"jobs\": Redis request failed: broken pipe"
         );
         assert_eq!(
             one_line(&err),
-            "releasing lock \"jobs\": redis error: broken pipe"
+            "releasing lock \"jobs\": Redis request failed: broken pipe"
         );
 
         let os = std::io::Error::from_raw_os_error(nix::libc::EPIPE);
         let redis = leasehold::redis::RedisError::from(os);
         assert_eq!(error_line(&redis), "Broken pipe (os error 32)");
         let err = anyhow::Error::from(leasehold::Error::Redis(redis));
-        assert_eq!(one_line(&err), "redis error: Broken pipe (os error 32)");
+        assert_eq!(
+            one_line(&err),
+            "Redis request failed: Broken pipe (os error 32)"
+        );
 
-        // Different causes all stay, in order.
-        let err = anyhow::anyhow!("connection refused")
-            .context("cannot reach Redis")
+        let bad = anyhow::Error::from(leasehold::Error::from(
+            leasehold::InvalidArgument::EmptyName,
+        ));
+        assert_eq!(one_line(&bad), "invalid argument: lock name is empty");
+
+        // Different causes all stay, in order, even when one's text holds the next one's.
+        let err = anyhow::anyhow!("refused")
+            .context("connection refused")
             .context("scenario floor-1");
         assert_eq!(
             one_line(&err),
-            "scenario floor-1: cannot reach Redis: connection refused"
+            "scenario floor-1: connection refused: refused"
         );
         assert_eq!(one_line(&fail(CONFLICT, "")), "");
     }

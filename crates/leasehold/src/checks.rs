@@ -14,7 +14,10 @@ use crate::topology::Target;
 
 /// Something about the server that weakens the [safety contract](crate#safety-contract), found when the client
 /// connected. Each one is also logged with `tracing::warn!`; see [`Client::server_warnings`](crate::Client::server_warnings).
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum ServerWarning {
     /// `maxmemory` is set with a policy that evicts keys (`allkeys-*` or `volatile-*`): under memory pressure Redis
@@ -95,7 +98,7 @@ pub(crate) async fn check_publish(
                 source: err,
             })
         }
-        Err(err) => Err(Error::Redis(err)),
+        Err(err) => Err(err.into()),
     }
 }
 
@@ -135,8 +138,107 @@ pub(crate) async fn check_keys(conn: &Conn, prefix: &str) -> Result<(), Error> {
                 source: err,
             })
         }
-        Err(err) => Err(Error::Redis(err)),
+        Err(err) => Err(err.into()),
     }
+}
+
+/// Whether the server `conn` reaches (as one server) is a Redis Cluster node: `INFO cluster` says
+/// `cluster_enabled:1`. A Redis user that may not run `INFO` is asked `CLUSTER SLOTS` instead (the README's cluster
+/// rule grants it); one that may run neither is taken for one server, and meets [`Error::ClusterNode`] at its first
+/// lock whose key another node serves.
+///
+/// # Errors
+///
+/// [`Error::Redis`] when the server cannot be asked.
+pub(crate) async fn is_cluster_node(conn: &Conn) -> Result<bool, Error> {
+    let info: redis::RedisResult<String> = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut conn.clone())
+        .await;
+    match info {
+        Ok(info) => return Ok(info.lines().any(|line| line.trim() == "cluster_enabled:1")),
+        Err(err) if !is_noperm(&err) => return Err(err.into()),
+        Err(_) => {}
+    }
+    let slots: redis::RedisResult<Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut conn.clone())
+        .await;
+    match slots {
+        Ok(_) => Ok(true),
+        Err(err) if is_noperm(&err) => {
+            tracing::debug!("INFO and CLUSTER SLOTS refused; taking the server for a single one");
+            Ok(false)
+        }
+        // "ERR This instance has cluster support disabled", or an older server without CLUSTER.
+        Err(err) if err.code().is_some() => Ok(false),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// What a failed connection most likely means, when the error tells: another service on the port, a TLS server
+/// reached without TLS, a client certificate that rustls refuses because it is not X.509 v3.
+pub(crate) fn connect_hint(err: &redis::RedisError, uses_tls: bool) -> Option<String> {
+    let text = error_text(err);
+    if err.kind() == redis::ErrorKind::Parse {
+        return Some(
+            "the server there did not answer as Redis does: is another service (HTTP, say) on that port?"
+                .to_owned(),
+        );
+    }
+    if text.contains("UnsupportedCertVersion") {
+        return Some(
+            "a certificate is not X.509 v3, which TLS needs: make the client certificate v3, for example with \
+             `openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -extfile \
+             <(printf 'basicConstraints=CA:FALSE\\nkeyUsage=digitalSignature\\nextendedKeyUsage=clientAuth') \
+             -out client.crt`"
+                .to_owned(),
+        );
+    }
+    if text.contains("CertificateRequired") {
+        return Some(
+            "the server requires a client certificate (tls-auth-clients): give one and its key"
+                .to_owned(),
+        );
+    }
+    let reset = matches!(
+        io_kind(err),
+        Some(
+            std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::UnexpectedEof
+        )
+    ) || err.is_connection_dropped();
+    if reset && !uses_tls && !err.is_connection_refusal() {
+        return Some(
+            "the server closed the connection at the first exchange: if it expects TLS, use rediss://".to_owned(),
+        );
+    }
+    None
+}
+
+/// The texts of `err` and every error under it, joined.
+fn error_text(err: &redis::RedisError) -> String {
+    let mut text = String::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = next {
+        text.push_str(&format!("{cause:?} {cause} "));
+        next = cause.source();
+    }
+    text
+}
+
+/// The kind of the I/O error under `err`, if there is one.
+fn io_kind(err: &redis::RedisError) -> Option<std::io::ErrorKind> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(cause) = next {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        next = cause.source();
+    }
+    None
 }
 
 fn is_noperm(err: &redis::RedisError) -> bool {
@@ -155,7 +257,7 @@ pub(crate) async fn check_waitaof(conn: &Conn) -> Result<(), Error> {
         .arg("persistence")
         .query_async(&mut conn.clone())
         .await
-        .map_err(Error::Redis)?;
+        .map_err(Error::from)?;
     for text in node_texts(info) {
         let field = |name: &str| {
             text.lines()

@@ -128,20 +128,39 @@ impl fmt::Debug for Client {
 impl Client {
     /// Connects to the Redis server at `url` with default settings.
     ///
-    /// Accepted URLs: `redis://[user[:password]@]host[:port][/db]`, `redis+unix:///path/to/socket` or
-    /// `unix:///path/to/socket`, and `rediss://…` when the `tls` feature is on; for a Redis Cluster,
-    /// `redis+cluster://[user[:password]@]host:port,host:port,…` (every seed node you know; `rediss+cluster://`
-    /// for TLS). The connection reconnects by itself after Redis restarts, and follows a cluster's failovers and
-    /// slot migrations.
+    /// Accepted URLs:
+    /// - `redis://[user[:password]@]host[:port][/db]`, one server (`rediss://…` with the `tls` feature);
+    /// - `unix:///path/to/socket` or `redis+unix:///path/to/socket`, one server on a Unix socket;
+    /// - `redis+cluster://[user[:password]@]host:port,host:port,…`, a Redis Cluster through every seed node you know
+    ///   (`rediss+cluster://` for TLS);
+    /// - `redis+sentinel://[user[:password]@]host:port,host:port/service[/db]`, the primary that the sentinels name
+    ///   for `service`, followed across failovers (`rediss+sentinel://` for TLS; the credentials are the data
+    ///   nodes', see [`Builder::sentinel_auth`] for the sentinels' own).
+    ///
+    /// A `redis://` or `rediss://` URL may name one node of a Redis Cluster: the client asks the server (`INFO
+    /// cluster`, or `CLUSTER SLOTS` for a Redis user that may not run `INFO`), and for a cluster node it uses the
+    /// cluster client with that node as its seed, logged at info level. The connection reconnects by itself after
+    /// Redis restarts, and follows a cluster's failovers and slot migrations.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a malformed URL; [`Error::Redis`] when the server cannot be reached within
-    /// the connection timeout or refuses the credentials.
+    /// [`Error::InvalidArgument`] for a malformed URL (saying what is wrong and listing the forms above), or a
+    /// database other than 0 on a cluster node; [`Error::Connect`] when the server cannot be reached within the
+    /// connection timeout, refuses the credentials or the TLS handshake, or does not answer as Redis does (the error
+    /// names the URL, password hidden); [`Error::NotPermitted`] when the Redis user lacks a permission leasehold needs.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: nothing is left behind.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), leasehold::Error> {
+    /// // One endpoint of a managed cluster: recognised as a cluster node when the client connects.
+    /// let locks = leasehold::Client::connect("redis://app:secret@redis.internal:6379").await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn connect(url: &str) -> Result<Client, Error> {
         Client::builder(url)?.connect().await
     }
@@ -419,7 +438,10 @@ impl Client {
 }
 
 /// What [`Client::inspect`] found.
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct LockInfo {
     /// The lock's name.
@@ -443,7 +465,10 @@ pub struct LockInfo {
 }
 
 /// The kinds of lock a name can hold.
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum LockKind {
     /// [`Mutex`].
@@ -471,7 +496,10 @@ impl fmt::Display for LockKind {
 }
 
 /// What one holder holds.
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum HoldMode {
     /// The whole lock: a [`Mutex`] or [`FairMutex`](crate::FairMutex) grant.
@@ -528,7 +556,10 @@ impl fmt::Display for HoldMode {
 }
 
 /// The holder of a lock, as [`Client::inspect`] saw it.
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Holder {
     /// The holder's owner token (with its description, when it gave one: see [`Mutex::describe`]).
@@ -617,6 +648,7 @@ impl Builder {
     /// Checked by [`connect`](Builder::connect): a PEM with no readable certificate, or a URL without TLS, is
     /// [`InvalidArgument::BadTls`].
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Builder {
         self.tls.ca = Some(pem.into());
         self
@@ -627,6 +659,7 @@ impl Builder {
     ///
     /// Checked by [`connect`](Builder::connect), as [`tls_ca_pem`](Builder::tls_ca_pem).
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_identity_pem(
         mut self,
         cert_pem: impl Into<Vec<u8>>,
@@ -740,10 +773,11 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad prefix, a zero or absurd timeout, or unusable TLS settings;
-    /// [`Error::Redis`] when the server
-    /// cannot be reached within the connection timeout or refuses the credentials; [`Error::NotPermitted`] when the
-    /// Redis user may not publish wake-ups (see the README's ACL rule).
+    /// [`Error::InvalidArgument`] for a bad prefix, a zero or absurd timeout, unusable TLS settings, or a database
+    /// other than 0 on a cluster node; [`Error::Connect`] when the server cannot be reached within the connection
+    /// timeout, refuses the credentials, or does not answer as Redis does; [`Error::NotPermitted`] when the Redis user
+    /// may not publish wake-ups (see the README's ACL rule); [`Error::ClusterNode`] when a connection given to
+    /// [`Builder::connection`] reaches a cluster node that redirects the connect-time check.
     ///
     /// # Cancel safety
     ///
@@ -811,8 +845,17 @@ impl Builder {
                 Endpoint::Sentinel(sentinel)
             }
         };
-        let gave_up =
-            || redis::RedisError::from((redis::ErrorKind::Io, "timed out connecting to redis"));
+        // Connection failures name the server (password hidden) and, when leasehold can tell, what they mean.
+        let url = endpoint.redacted_url();
+        let uses_tls = url.starts_with("rediss");
+        let failed = |err: Error| match err {
+            Error::Redis(source) => Error::Connect {
+                hint: crate::checks::connect_hint(&source, uses_tls),
+                url: url.clone(),
+                source,
+            },
+            other => other,
+        };
         // Few retries per (re)connect: a request that fails triggers the next reconnect anyway, and the first connect
         // should report a refused or unreachable server at once, with its real cause.
         let config = ConnectionManagerConfig::new()
@@ -825,36 +868,72 @@ impl Builder {
             Endpoint::Cluster(cluster) => Target::Cluster(cluster),
             Endpoint::Sentinel(sentinel) => {
                 let followed = Followed::connect(sentinel, config.clone(), self.connection_timeout);
-                Target::Followed(followed.await?)
+                Target::Followed(followed.await.map_err(|e| failed(e.into()))?)
             }
         };
-        let conn = match (self.conn, &target) {
-            (Some(conn), _) => conn,
-            (None, Target::Single(redis)) => tokio::time::timeout(
-                self.connection_timeout.saturating_mul(2),
-                Conn::managed(redis.clone(), config),
-            )
-            .await
-            .map_err(|_| gave_up())??,
-            (None, Target::Cluster(cluster)) => {
-                let client = cluster.client(None)?;
-                let connection = client.get_async_connection();
-                let connection =
-                    tokio::time::timeout(self.connection_timeout.saturating_mul(2), connection)
-                        .await
-                        .map_err(|_| gave_up())??;
-                Conn::cluster(connection, self.response_timeout)
+        let within = self.connection_timeout.saturating_mul(2);
+        let (conn, target) = match (self.conn, target) {
+            (Some(conn), target) => (conn, target),
+            (None, Target::Single(redis)) => {
+                let db = redis.get_connection_info().redis_settings().db();
+                let conn = match connect_single(&redis, config, within).await {
+                    Ok(conn) => conn,
+                    // The connection's SELECT was refused: "SELECT is not allowed in cluster mode".
+                    Err(Error::Redis(err))
+                        if db != 0 && err.to_string().contains("cluster mode") =>
+                    {
+                        return Err(not_in_cluster(&url, db).into());
+                    }
+                    Err(err) => return Err(failed(err)),
+                };
+                // A `redis://` URL may name one node of a Redis Cluster (a managed cluster behind one endpoint, say):
+                // then the cluster client takes over, with that node as its seed.
+                if crate::checks::is_cluster_node(&conn)
+                    .await
+                    .map_err(failed)?
+                {
+                    let info = redis.get_connection_info();
+                    if db != 0 {
+                        return Err(not_in_cluster(&url, db).into());
+                    }
+                    tracing::info!(
+                        "{url} is a Redis Cluster node; connecting to the cluster with it as the seed"
+                    );
+                    #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+                    let mut cluster = Cluster::from_seed(
+                        info.clone(),
+                        self.connection_timeout,
+                        self.response_timeout,
+                    );
+                    #[cfg(feature = "tls")]
+                    {
+                        cluster.certs = crate::tls::checked(&self.tls, cluster.uses_tls())?;
+                    }
+                    let conn = connect_cluster(&cluster, within).await.map_err(failed)?;
+                    (conn, Target::Cluster(cluster))
+                } else {
+                    (conn, Target::Single(redis))
+                }
             }
-            (None, Target::Followed(followed)) => Conn::Followed(Arc::clone(followed)),
+            (None, Target::Cluster(cluster)) => {
+                let conn = connect_cluster(&cluster, within).await.map_err(failed)?;
+                (conn, Target::Cluster(cluster))
+            }
+            (None, Target::Followed(followed)) => (
+                Conn::Followed(Arc::clone(&followed)),
+                Target::Followed(followed),
+            ),
         };
         // The checks below fail now, not at the first lock, when the server is unreachable or refuses us (the first
         // of them is the first request on the connection).
         // Identifies this client in lock queues; its wake-up channel is named after it.
         let client_id = new_token(None)?.split_off(crate::fence::TOKEN_PREFIX.len());
-        check_publish(&conn, &target, &self.prefix, &client_id).await?;
-        check_keys(&conn, &self.prefix).await?;
+        check_publish(&conn, &target, &self.prefix, &client_id)
+            .await
+            .map_err(failed)?;
+        check_keys(&conn, &self.prefix).await.map_err(failed)?;
         if replicas.is_some_and(|r| r.on_disk) {
-            crate::checks::check_waitaof(&conn).await?;
+            crate::checks::check_waitaof(&conn).await.map_err(failed)?;
         }
         let warnings = server_warnings(&conn).await;
         let orphans = Orphans::new(
@@ -900,6 +979,38 @@ fn check_timeout(what: &'static str, value: Duration) -> Result<(), InvalidArgum
         });
     }
     Ok(())
+}
+
+/// A managed connection to one server, opened within `within`.
+async fn connect_single(
+    redis: &redis::Client,
+    config: ConnectionManagerConfig,
+    within: Duration,
+) -> Result<Conn, Error> {
+    match tokio::time::timeout(within, Conn::managed(redis.clone(), config)).await {
+        Ok(conn) => Ok(conn?),
+        Err(_) => Err(gave_up().into()),
+    }
+}
+
+/// leasehold's own connection to `cluster`, opened within `within`.
+async fn connect_cluster(cluster: &Cluster, within: Duration) -> Result<Conn, Error> {
+    let client = cluster.client(None)?;
+    match tokio::time::timeout(within, client.get_async_connection()).await {
+        Ok(connection) => Ok(Conn::cluster(connection?, cluster.response_timeout)),
+        Err(_) => Err(gave_up().into()),
+    }
+}
+
+/// The error for a database other than 0 in the URL of a cluster node.
+fn not_in_cluster(url: &str, db: i64) -> InvalidArgument {
+    InvalidArgument::BadUrl(format!(
+        "{url} is a Redis Cluster node, and a cluster has database 0 only: drop /{db} from the URL"
+    ))
+}
+
+fn gave_up() -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, "timed out connecting to redis"))
 }
 
 /// The keys matching `glob`, per node walked: every primary of a cluster (reached through leasehold's own cluster
@@ -999,7 +1110,7 @@ pub(crate) fn not_a_lock(err: redis::RedisError, key: &str) -> Error {
             detail: "it holds another Redis type, which leasehold did not write".to_owned(),
         }
     } else {
-        Error::Redis(err)
+        err.into()
     }
 }
 
@@ -1104,4 +1215,56 @@ fn excerpt(value: &[u8]) -> String {
         shown.push('…');
     }
     shown
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod serde_tests {
+    use super::*;
+    use crate::{LossReason, ServerWarning};
+
+    fn round_trip<T>(value: &T) -> T
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let text = serde_json::to_string(value).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn plain_data_round_trips_through_json() {
+        let holder = Holder {
+            token: "lh1-abc host=h pid=1".to_owned(),
+            description: Some("host=h pid=1".to_owned()),
+            mode: HoldMode::Permits(3),
+            remaining: Some(Duration::from_millis(2500)),
+        };
+        let info = LockInfo {
+            name: "orders:42".to_owned(),
+            kind: Some(LockKind::Semaphore),
+            holder: Some(holder.clone()),
+            holders: vec![holder],
+            last_fence: Some(Fence::new(7)),
+            waiting_clients: 2,
+            permits: Some(3),
+        };
+        assert_eq!(round_trip(&info), info);
+        // A fence is its number on the wire.
+        assert_eq!(serde_json::to_string(&Fence::new(7)).unwrap(), "7");
+        for reason in [
+            LossReason::Expired,
+            LossReason::Gone,
+            LossReason::Taken,
+            LossReason::Released,
+        ] {
+            assert_eq!(round_trip(&reason), reason);
+        }
+        for mode in [HoldMode::Exclusive, HoldMode::Read, HoldMode::Nested] {
+            assert_eq!(round_trip(&mode), mode);
+        }
+        let warning = ServerWarning::Eviction {
+            policy: "allkeys-lru".to_owned(),
+            maxmemory: 1 << 30,
+        };
+        assert_eq!(round_trip(&warning), warning);
+    }
 }

@@ -48,6 +48,8 @@ pub(crate) enum Conn {
 /// A [`ConnectionManager`] that is replaced when it goes silent.
 pub(crate) struct Managed {
     current: RwLock<ConnectionManager>,
+    /// The URL that reaches this server as a cluster node, password hidden, for [`cluster_node`].
+    cluster_url: String,
     redis: redis::Client,
     config: ConnectionManagerConfig,
     timeouts: AtomicU32,
@@ -106,6 +108,7 @@ impl Conn {
         let manager = ConnectionManager::new_with_config(redis.clone(), config.clone()).await?;
         Ok(Conn::Managed(Arc::new(Managed {
             current: RwLock::new(manager),
+            cluster_url: crate::topology::cluster_url(redis.get_connection_info()),
             redis,
             config,
             timeouts: AtomicU32::new(0),
@@ -120,6 +123,7 @@ impl Conn {
         match manager {
             Ok(manager) => Conn::Managed(Arc::new(Managed {
                 current: RwLock::new(manager),
+                cluster_url: crate::topology::cluster_url(redis.get_connection_info()),
                 redis,
                 config,
                 timeouts: AtomicU32::new(0),
@@ -267,6 +271,38 @@ impl Acked {
     }
 }
 
+/// The code of the error a single-server connection returns for a cluster redirection (see [`redirected`]).
+const CLUSTER_NODE_CODE: &str = "LEASEHOLD_CLUSTER_NODE";
+
+fn is_redirect_code(code: &str) -> bool {
+    matches!(code, "MOVED" | "ASK")
+}
+
+/// `err`, or, when it is a cluster redirection (`MOVED`, `ASK`) met on a connection to one server, an error that says
+/// so ([`cluster_node`] reads it back, and [`Error::ClusterNode`](crate::Error::ClusterNode) is made of it). A
+/// redirection there never passes by itself: the server is a cluster node, and the wait loops must not retry it as
+/// they retry a redirection that a cluster connection could not follow yet.
+fn redirected(err: redis::RedisError, cluster_url: &str) -> redis::RedisError {
+    match err.code() {
+        Some(code) if is_redirect_code(code) => {
+            let answer = format!("{code} {}", err.detail().unwrap_or_default());
+            redis::make_extension_error(
+                CLUSTER_NODE_CODE.to_owned(),
+                Some(format!("{cluster_url} {}", answer.trim_end())),
+            )
+        }
+        _ => err,
+    }
+}
+
+/// The URL to use and the server's answer, for an error made by [`redirected`].
+pub(crate) fn cluster_node(err: &redis::RedisError) -> Option<(&str, &str)> {
+    if err.code() != Some(CLUSTER_NODE_CODE) {
+        return None;
+    }
+    err.detail()?.split_once(' ')
+}
+
 /// A connection that ended (reset, broken pipe, closed, refused while reconnecting), as opposed to a slow reply.
 fn is_dropped(err: &redis::RedisError) -> bool {
     !err.is_timeout()
@@ -293,7 +329,13 @@ impl ConnectionLike for Conn {
                 Box::pin(async move {
                     let result = managed.current().req_packed_command(cmd).await;
                     managed.observe(&result);
-                    result
+                    match result {
+                        // An error reply comes back as a value; the caller turns it into an error.
+                        Ok(Value::ServerError(err)) if is_redirect_code(err.code()) => {
+                            Err(redirected(err.into(), &managed.cluster_url))
+                        }
+                        result => result.map_err(|err| redirected(err, &managed.cluster_url)),
+                    }
                 })
             }
             Conn::Shared(c) => c.req_packed_command(cmd),
@@ -331,7 +373,18 @@ impl ConnectionLike for Conn {
                         .req_packed_commands(pipeline, offset, count)
                         .await;
                     managed.observe(&result);
-                    result
+                    let redirect = result.as_ref().ok().and_then(|replies| {
+                        replies.iter().find_map(|reply| match reply {
+                            Value::ServerError(err) if is_redirect_code(err.code()) => {
+                                Some(redis::RedisError::from(err.clone()))
+                            }
+                            _ => None,
+                        })
+                    });
+                    match redirect {
+                        Some(err) => Err(redirected(err, &managed.cluster_url)),
+                        None => result.map_err(|err| redirected(err, &managed.cluster_url)),
+                    }
                 })
             }
             Conn::Shared(c) => c.req_packed_commands(pipeline, offset, count),

@@ -1,5 +1,13 @@
-//! The one error type of the crate.
+//! The one error type of the crate, and how its messages print durations.
+//!
+//! How the errors print: each one states its own part and returns what it wraps as [`source`](
+//! std::error::Error::source), without repeating it in its text. A chain printer (anyhow's `{:#}`, `tracing`'s error
+//! chains, a loop over `source()`) then shows every cause once: `Redis request failed: Connection refused (os error
+//! 111)`. A `RedisError` prints the text of the error under it, so for the variants that carry one, `source()` is
+//! that inner error (the I/O error, the server's reply, the parse error) when there is one, and the `RedisError`
+//! itself otherwise; the `RedisError` is also the variant's field and [`Error::redis_error`] returns it.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::lease::LossReason;
@@ -9,12 +17,14 @@ use crate::lease::LossReason;
 /// The variants let a caller tell apart "someone else holds it" ([`Error::Busy`]), "I gave up waiting"
 /// ([`Error::Timeout`]), "I had it and lost it" ([`Error::LeaseLost`], [`Error::NotOwner`]), "I asked for
 /// something that makes no sense" ([`Error::InvalidArgument`]), "that key is not a lock" ([`Error::NotALock`])
-/// and "Redis is down or refused" ([`Error::Redis`]).
-#[derive(Debug, thiserror::Error)]
+/// and "Redis is down or refused" ([`Error::Connect`], [`Error::Redis`]).
+///
+/// Its text says what happened and leaves the cause to [`source`](std::error::Error::source): print it with a chain
+/// printer (`{:#}` of an `anyhow::Error`, or a loop over `source()`) to see both, each once.
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
     /// The lock is held by another owner and the call did not wait (`try_lock`).
-    #[error("lock {name:?} is held by another owner")]
     Busy {
         /// The lock's name.
         name: String,
@@ -23,7 +33,6 @@ pub enum Error {
     },
 
     /// Waiting for the lock ended at the caller's deadline without a grant.
-    #[error("gave up waiting for lock {name:?} after {waited:?}")]
     Timeout {
         /// The lock's name.
         name: String,
@@ -33,7 +42,6 @@ pub enum Error {
 
     /// The lease ended while the caller still relied on it: it was not renewed in time, or the key was gone or
     /// held by another owner when the renewal looked.
-    #[error("lease on lock {name:?} was lost: {reason}")]
     LeaseLost {
         /// The lock's name.
         name: String,
@@ -43,19 +51,16 @@ pub enum Error {
 
     /// A release or an extension found that the lock was no longer ours (it expired, was force-released, or another
     /// owner holds it now). Nothing was changed in Redis.
-    #[error("lock {name:?} is no longer held by this owner")]
     NotOwner {
         /// The lock's name.
         name: String,
     },
 
     /// An argument is outside what leasehold accepts (see [`InvalidArgument`]).
-    #[error("invalid argument: {0}")]
-    InvalidArgument(#[from] InvalidArgument),
+    InvalidArgument(InvalidArgument),
 
     /// The name holds a lock of another kind (a [`Mutex`](crate::Mutex) asked for as a
     /// [`Semaphore`](crate::Semaphore), say): a name is used by one lock kind. Nothing was changed.
-    #[error("lock {name:?} is a {found}: a name is used by one lock kind")]
     WrongKind {
         /// The lock's name.
         name: String,
@@ -67,10 +72,6 @@ pub enum Error {
     /// stores while it is in use. Nothing was granted and the request left no queue entry. Use the stored count, or
     /// change the capacity with [`Semaphore::set_permits`](crate::Semaphore::set_permits); the capacity is forgotten
     /// when the last permit is given back, and the next grant stores its own count.
-    #[error(
-        "semaphore {name:?} is in use with {stored} permits, and this request counts {asked}: \
-         ask with {stored}, or change the count with set_permits"
-    )]
     WrongPermits {
         /// The semaphore's name.
         name: String,
@@ -81,7 +82,6 @@ pub enum Error {
     },
 
     /// A [`ReentrantMutex`](crate::ReentrantMutex) would nest deeper than [`MAX_DEPTH`](crate::MAX_DEPTH).
-    #[error("lock {name:?} is nested {depth} deep already, the most a reentrant mutex allows")]
     TooDeep {
         /// The lock's name.
         name: String,
@@ -92,7 +92,6 @@ pub enum Error {
     /// The lock was granted, but fewer replicas than the client requires acknowledged the grant within the replica
     /// timeout (see [`Builder::replicas`](crate::Builder::replicas)). The grant was released: a failover now could
     /// have lost it and granted the lock again.
-    #[error("lock {name:?} was granted but only {acked} of the {required} required replicas acknowledged it; released")]
     NotReplicated {
         /// The lock's name.
         name: String,
@@ -104,7 +103,6 @@ pub enum Error {
 
     /// Too few of a [`Quorum`](crate::Quorum)'s nodes answered for a majority to grant, renew or refuse: a lock call
     /// on the quorum cannot be decided. Nothing was left behind on the nodes that did answer.
-    #[error("lock {name:?}: only {answered} of {nodes} nodes answered, fewer than a majority")]
     NoQuorum {
         /// The lock's name.
         name: String,
@@ -116,7 +114,6 @@ pub enum Error {
 
     /// The server lacks something a setting needs (found when the client connected): `WAITAOF` for
     /// [`Builder::replicas_on_disk`](crate::Builder::replicas_on_disk) needs Redis 7.2 and the append-only file.
-    #[error("not supported by this server: {detail}")]
     Unsupported {
         /// What is missing.
         detail: String,
@@ -124,7 +121,6 @@ pub enum Error {
 
     /// The key that a lock uses exists but was not written by leasehold (another type, or a foreign value). leasehold left
     /// it untouched.
-    #[error("key {key:?} exists but is not a leasehold lock ({detail})")]
     NotALock {
         /// The Redis key.
         key: String,
@@ -134,26 +130,46 @@ pub enum Error {
 
     /// The Redis user may not do something leasehold needs (an ACL rule is missing), found when the client connected.
     /// The README lists the minimal ACL rule.
-    #[error("not permitted: {detail}")]
     NotPermitted {
         /// What is missing, and the rule that grants it.
         detail: String,
         /// The server's refusal.
-        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The client could not connect to the server at `url`: it was not reachable within the connection timeout,
+    /// refused the credentials or the TLS handshake, closed the connection, or did not answer as Redis does. Found
+    /// by [`Builder::connect`](crate::Builder::connect) (and [`Client::connect`](crate::Client::connect)).
+    Connect {
+        /// The server's URL, with the password replaced by `***` (`redis://app:***@10.0.0.1:6379`).
+        url: String,
+        /// What the failure most likely means and what to do, when leasehold can tell: `rediss://` for a server that
+        /// speaks TLS, another service on the port, a client certificate that is not X.509 v3.
+        hint: Option<String>,
+        /// What redis-rs reported.
         source: redis::RedisError,
     },
 
     /// Redis could not be reached, timed out, or answered with an error.
-    #[error("redis error: {0}")]
-    Redis(#[source] redis::RedisError),
+    Redis(redis::RedisError),
+
+    /// The client talks to one server, and that server answered a lock's request with a Redis Cluster redirection
+    /// (`MOVED` or `ASK`): it is a Redis Cluster node. [`Client::connect`](crate::Client::connect) recognises a
+    /// cluster node behind a `redis://` URL and uses the cluster client instead; this error is left for a server
+    /// that became a cluster node later, a connection given to [`Builder::connection`](crate::Builder::connection),
+    /// and a Redis user that may run neither `INFO` nor `CLUSTER SLOTS`. It is not retried: the call fails at once.
+    ClusterNode {
+        /// The URL to connect with instead: `redis+cluster://host:port` for this node, password hidden.
+        url: String,
+        /// The server's answer (`MOVED 14415 10.0.0.3:7002`).
+        answer: String,
+    },
 
     /// Called outside a tokio runtime. leasehold runs on tokio (its connection, timers and background tasks need
     /// one): call it from inside `#[tokio::main]`, a `Runtime::block_on`, or a task.
-    #[error("leasehold needs a tokio runtime, and this call was made outside one")]
     NoRuntime,
 
     /// The operating system could not supply random bytes for an owner token.
-    #[error("no randomness for an owner token: {0}")]
     Entropy(String),
 }
 
@@ -173,9 +189,9 @@ impl Error {
         matches!(self, Error::LeaseLost { .. } | Error::NotOwner { .. })
     }
 
-    /// True for [`Error::Redis`]: a connection, timeout or server error.
+    /// True for [`Error::Redis`] and [`Error::Connect`]: a connection, timeout or server error.
     pub fn is_redis(&self) -> bool {
-        matches!(self, Error::Redis(_))
+        matches!(self, Error::Redis(_) | Error::Connect { .. })
     }
 
     /// True for [`Error::NotPermitted`]: the Redis user lacks an ACL permission leasehold needs.
@@ -194,9 +210,161 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The `RedisError` this error carries ([`Error::Connect`], [`Error::Redis`], [`Error::NotPermitted`]), if any.
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match self {
+            Error::Connect { source, .. }
+            | Error::NotPermitted { source, .. }
+            | Error::Redis(source) => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Busy { name, .. } => write!(f, "lock {name:?} is held by another owner"),
+            Error::Timeout { name, waited } => {
+                write!(f, "gave up waiting for lock {name:?} after {}", human(*waited))
+            }
+            Error::LeaseLost { name, reason } => write!(f, "lease on lock {name:?} was lost: {reason}"),
+            Error::NotOwner { name } => write!(f, "lock {name:?} is no longer held by this owner"),
+            Error::InvalidArgument(_) => f.write_str("invalid argument"),
+            Error::WrongKind { name, found } => {
+                write!(f, "lock {name:?} is a {found}: a name is used by one lock kind")
+            }
+            Error::WrongPermits {
+                name,
+                asked,
+                stored,
+            } => write!(
+                f,
+                "semaphore {name:?} is in use with {stored} permits, and this request counts {asked}: ask with \
+                 {stored}, or change the count with set_permits"
+            ),
+            Error::TooDeep { name, depth } => write!(
+                f,
+                "lock {name:?} is nested {depth} deep already, the most a reentrant mutex allows"
+            ),
+            Error::NotReplicated {
+                name,
+                acked,
+                required,
+            } => write!(
+                f,
+                "lock {name:?} was granted but only {acked} of the {required} required replicas acknowledged it; \
+                 released"
+            ),
+            Error::NoQuorum {
+                name,
+                answered,
+                nodes,
+            } => write!(
+                f,
+                "lock {name:?}: only {answered} of {nodes} nodes answered, fewer than a majority"
+            ),
+            Error::Unsupported { detail } => write!(f, "not supported by this server: {detail}"),
+            Error::NotALock { key, detail } => {
+                write!(f, "key {key:?} exists but is not a leasehold lock ({detail})")
+            }
+            Error::NotPermitted { detail, .. } => write!(f, "not permitted: {detail}"),
+            Error::Connect { url, hint, .. } => {
+                write!(f, "cannot connect to Redis at {url}")?;
+                match hint {
+                    Some(hint) => write!(f, " ({hint})"),
+                    None => Ok(()),
+                }
+            }
+            Error::Redis(_) => f.write_str("Redis request failed"),
+            Error::ClusterNode { url, answer } => write!(
+                f,
+                "this is a Redis Cluster node: use {url} (it answered a lock's request with {answer:?})"
+            ),
+            Error::NoRuntime => {
+                f.write_str("leasehold needs a tokio runtime, and this call was made outside one")
+            }
+            Error::Entropy(why) => write!(f, "no randomness for an owner token: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::InvalidArgument(source) => Some(source),
+            Error::Connect { source, .. }
+            | Error::NotPermitted { source, .. }
+            | Error::Redis(source) => Some(cause_of(source)),
+            _ => None,
+        }
+    }
+}
+
+/// What a chain printer should show under an error that carries `err`: the error under `err` when it has one (a
+/// `RedisError` prints its inner error's text, so showing both would say it twice), else `err` itself.
+fn cause_of(err: &redis::RedisError) -> &(dyn std::error::Error + 'static) {
+    use std::error::Error as _;
+    err.source().unwrap_or(err)
+}
+
+impl From<InvalidArgument> for Error {
+    fn from(err: InvalidArgument) -> Self {
+        Error::InvalidArgument(err)
+    }
+}
+
 impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
-        Error::Redis(err)
+        match crate::conn::cluster_node(&err) {
+            Some((url, answer)) => Error::ClusterNode {
+                url: url.to_owned(),
+                answer: answer.to_owned(),
+            },
+            None => Error::Redis(err),
+        }
+    }
+}
+
+/// `duration` as people write it: `252ms`, `1.5s`, `2m30s`, `1h`, `30d` (`Debug` would print `252.417ms`). Below a
+/// second it is cut to whole milliseconds (or microseconds, below one millisecond); from a second up it keeps
+/// milliseconds only in its seconds (`1.25s`, `1m0.5s`).
+pub(crate) fn human(duration: Duration) -> impl fmt::Display {
+    Human(duration)
+}
+
+struct Human(Duration);
+
+impl fmt::Display for Human {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        if d < Duration::from_micros(1) {
+            return write!(f, "{}ns", d.as_nanos());
+        }
+        if d < Duration::from_millis(1) {
+            return write!(f, "{}µs", d.as_micros());
+        }
+        if d < Duration::from_secs(1) {
+            return write!(f, "{}ms", d.as_millis());
+        }
+        let secs = d.as_secs();
+        let (days, hours, minutes, seconds) =
+            (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+        let millis = d.subsec_millis();
+        for (value, unit) in [(days, "d"), (hours, "h"), (minutes, "m")] {
+            if value > 0 {
+                write!(f, "{value}{unit}")?;
+            }
+        }
+        match (seconds, millis) {
+            (0, 0) => Ok(()),
+            (seconds, 0) => write!(f, "{seconds}s"),
+            (seconds, millis) => {
+                let fraction = format!("{millis:03}");
+                write!(f, "{seconds}.{}s", fraction.trim_end_matches('0'))
+            }
+        }
     }
 }
 
@@ -236,7 +404,7 @@ pub enum InvalidArgument {
     #[error("key prefix {0:?} is not allowed: non-empty, at most 64 bytes, no braces")]
     BadPrefix(String),
     /// A lease must lie within [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL).
-    #[error("lease {ttl:?} is outside {min:?}..={max:?}")]
+    #[error("lease {} is outside {}..={}", human(*.ttl), human(*.min), human(*.max))]
     BadTtl {
         /// The lease asked for.
         ttl: Duration,
@@ -246,7 +414,12 @@ pub enum InvalidArgument {
         max: Duration,
     },
     /// The renewal interval must be non-zero and shorter than the lease's validity (lease minus drift allowance).
-    #[error("renewal every {every:?} does not fit a lease of {ttl:?}; it must be non-zero and below {limit:?}")]
+    #[error(
+        "renewal every {} does not fit a lease of {}; it must be non-zero and below {}",
+        human(*.every),
+        human(*.ttl),
+        human(*.limit)
+    )]
     BadRenewal {
         /// The interval asked for.
         every: Duration,
@@ -265,7 +438,7 @@ pub enum InvalidArgument {
         permits: u64,
     },
     /// A duration option (timeout, retention) was zero or too large to use.
-    #[error("{what} of {value:?} is not allowed ({why})")]
+    #[error("{what} of {} is not allowed ({why})", human(*.value))]
     BadDuration {
         /// Which option.
         what: &'static str,
@@ -291,4 +464,91 @@ pub enum InvalidArgument {
     /// certificates given for a URL without TLS (`redis://` instead of `rediss://`).
     #[error("TLS settings are not usable: {0}")]
     BadTls(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_as_people_write_them() {
+        let cases = [
+            (Duration::ZERO, "0ns"),
+            (Duration::from_nanos(700), "700ns"),
+            (Duration::from_micros(250), "250µs"),
+            (Duration::from_micros(252_417), "252ms"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_millis(1250), "1.25s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_millis(60_500), "1m0.5s"),
+            (Duration::from_secs(3600), "1h"),
+            (Duration::from_secs(30 * 86_400), "30d"),
+            (Duration::from_secs(86_400 + 2 * 3600 + 5), "1d2h5s"),
+        ];
+        for (duration, text) in cases {
+            assert_eq!(human(duration).to_string(), text, "{duration:?}");
+        }
+    }
+
+    /// The texts of `err`'s chain, as a chain printer walks it.
+    fn chain(err: &Error) -> Vec<String> {
+        let mut texts = Vec::new();
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+        while let Some(cause) = next {
+            texts.push(cause.to_string());
+            next = cause.source();
+        }
+        texts
+    }
+
+    #[test]
+    fn no_error_repeats_its_cause() {
+        let refused =
+            || redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let errors = [
+            Error::Redis(refused()),
+            Error::Redis(redis::RedisError::from((redis::ErrorKind::Io, "timed out"))),
+            Error::Connect {
+                url: "redis://127.0.0.1:1".to_owned(),
+                hint: None,
+                source: refused(),
+            },
+            Error::from(InvalidArgument::EmptyName),
+            Error::NotPermitted {
+                detail: "grant +publish".to_owned(),
+                source: redis::make_extension_error("NOPERM".to_owned(), Some("no".to_owned())),
+            },
+        ];
+        for err in &errors {
+            let texts = chain(err);
+            for (i, text) in texts.iter().enumerate() {
+                for earlier in &texts[..i] {
+                    assert!(
+                        !earlier.contains(text.as_str()),
+                        "{texts:?} repeats {text:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            chain(&errors[3]),
+            ["invalid argument", "lock name is empty"]
+        );
+        assert_eq!(
+            chain(&errors[1]),
+            ["Redis request failed", "timed out - Io"]
+        );
+        assert_eq!(
+            chain(&errors[2])[0],
+            "cannot connect to Redis at redis://127.0.0.1:1"
+        );
+    }
+
+    #[test]
+    fn every_redis_carrying_variant_hands_out_its_redis_error() {
+        let err = Error::from(redis::RedisError::from((redis::ErrorKind::Io, "x")));
+        assert!(err.redis_error().is_some());
+        assert!(Error::NoRuntime.redis_error().is_none());
+    }
 }

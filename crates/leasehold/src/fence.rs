@@ -9,7 +9,11 @@ use std::fmt;
 /// its lease ran out (see the [crate docs](crate#fencing)).
 ///
 /// Fences are compared per lock name only; they are not consecutive (see the [crate docs](crate#fences-survive-restarts)).
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
 pub struct Fence(u64);
 
 impl Fence {

@@ -424,7 +424,7 @@ pub(crate) fn release_in_background(
         done: false,
     };
     runtime.spawn(async move {
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = crate::backoff::Backoff::new();
         loop {
             let invocation = release_invocation(
                 &task.keys,
@@ -436,10 +436,9 @@ pub(crate) fn release_in_background(
                 task.inner.conn.invoke_idempotent(&invocation).await;
             match reply {
                 Ok(_) => break,
-                Err(err) if Instant::now() + backoff < give_up => {
+                Err(err) if Instant::now() + backoff.peek() < give_up => {
                     tracing::debug!(lock = %task.keys.name(), error = %err, "background release failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    tokio::time::sleep(backoff.next()).await;
                 }
                 Err(err) => {
                     tracing::warn!(lock = %task.keys.name(), error = %err, "background release gave up; the key expires with its lease");

@@ -71,10 +71,6 @@ pub(crate) trait Renews: Send + Sync + 'static {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Renewed> + Send + 'a>>;
 }
 
-/// First retry delay after a failed renewal; doubles per failure up to [`RETRY_MAX`].
-const RETRY_MIN: Duration = Duration::from_millis(50);
-const RETRY_MAX: Duration = Duration::from_secs(1);
-
 pub(crate) struct Keeper {
     state: Mutex<State>,
     wake: Notify,
@@ -238,10 +234,8 @@ impl Keeper {
                 // the lease, whose deadline already allows for it; retry soon, the deadline timer guards the rest.
                 Some(Settled::Unknown) | None => {
                     entry.failures = entry.failures.saturating_add(1);
-                    let backoff = RETRY_MIN
-                        .saturating_mul(1 << entry.failures.min(8))
-                        .min(RETRY_MAX)
-                        .min(entry.every / 2);
+                    let backoff =
+                        crate::backoff::Backoff::after(entry.failures).min(entry.every / 2);
                     entry.next_renewal = clock::now() + backoff;
                 }
             }

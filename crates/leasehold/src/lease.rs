@@ -17,7 +17,10 @@ use crate::fence::Fence;
 use crate::keys::{drift, LockKeys};
 
 /// Why a lease ended.
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum LossReason {
     /// No renewal was confirmed before the validity deadline (Redis down or slow, network cut, process paused).

@@ -234,9 +234,11 @@
 //! sharded channel per lock, `PREFIX:{N}:wake:C`). The prefix defaults to `leasehold`; names are 1 to [`MAX_NAME_LEN`] bytes and may not start
 //! with `}` (Redis Cluster would then hash each key of the lock to its own slot). Redis 6.2 or later is required.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod backoff;
 mod batch;
 mod checks;
 mod client;

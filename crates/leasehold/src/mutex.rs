@@ -970,13 +970,10 @@ impl Expiry {
 #[derive(Default)]
 pub(crate) struct Outage {
     error: Option<Error>,
-    backoff: Duration,
+    backoff: crate::backoff::Backoff,
 }
 
 impl Outage {
-    const FIRST: Duration = Duration::from_millis(50);
-    const MAX: Duration = Duration::from_secs(1);
-
     /// An attempt failed with `err`: ends the wait (`Err`) unless the error is transient and the wait rides outages;
     /// otherwise returns how long to wait before the next attempt (a wake-up still cuts it short).
     pub(crate) fn ride(
@@ -995,12 +992,10 @@ impl Outage {
             };
             tracing::warn!(target: "leasehold::outage", lock = %keys.name(),
                 "Redis unavailable while waiting for lock {:?} ({cause}); retrying until it answers", keys.name());
-            self.backoff = Self::FIRST;
-        } else {
-            self.backoff = (self.backoff * 2).min(Self::MAX);
+            self.backoff.reset();
         }
         self.error = Some(err);
-        Ok(Some(self.backoff))
+        Ok(Some(self.backoff.next()))
     }
 
     /// Redis answered again.

@@ -221,7 +221,7 @@ fn start_subscribers(inner: &Arc<QuorumInner>) {
 /// again, since an announcement may have been missed meanwhile.
 async fn subscribe(inner: std::sync::Weak<QuorumInner>, client: redis::Client) {
     use futures_util::StreamExt;
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = crate::backoff::Backoff::new();
     loop {
         let Some(this) = inner.upgrade() else { return };
         let channel = this.freed_channel.clone();
@@ -234,7 +234,7 @@ async fn subscribe(inner: std::sync::Weak<QuorumInner>, client: redis::Client) {
         })
         .await;
         if let Ok(Ok(pubsub)) = connected {
-            backoff = Duration::from_millis(50);
+            backoff.reset();
             if let Some(this) = inner.upgrade() {
                 this.wakers.wake_all();
             }
@@ -255,8 +255,7 @@ async fn subscribe(inner: std::sync::Weak<QuorumInner>, client: redis::Client) {
                 }
             }
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(backoff.next()).await;
     }
 }
 

@@ -85,9 +85,88 @@ impl Endpoint {
             ));
         }
         // The URL is not repeated in the error: it may carry a password.
-        redis::Client::open(url)
-            .map(Endpoint::Single)
-            .map_err(|e| InvalidArgument::BadUrl(e.to_string()))
+        redis::Client::open(url).map(Endpoint::Single).map_err(|e| {
+            InvalidArgument::BadUrl(format!("{}; {ACCEPTED_URLS}", url_problem(trimmed, &e)))
+        })
+    }
+}
+
+/// The URL forms leasehold accepts, as its URL errors list them.
+pub(crate) const ACCEPTED_URLS: &str = "accepted forms: redis://[user[:password]@]host[:port][/db], rediss://… (TLS), \
+     unix:///path/to/socket, redis+cluster://host:port,host:port,…, redis+sentinel://host:port,host:port/service";
+
+/// What is wrong with `url`, which redis-rs refused with `err`, in words that do not repeat the URL.
+fn url_problem(url: &str, err: &redis::RedisError) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "it has no scheme (redis://, say)".to_owned();
+    };
+    let known = ["redis", "rediss", "unix", "redis+unix"];
+    if !known.contains(&scheme.to_ascii_lowercase().as_str()) {
+        return format!("the scheme {scheme:?} is not one leasehold knows");
+    }
+    if rest.trim().is_empty() {
+        return "it names no server".to_owned();
+    }
+    // redis-rs says "Redis URL did not parse - InvalidClientConfig": the part before the kind is the useful one.
+    let said = err.to_string();
+    let said = said.split(" - ").next().unwrap_or(&said).to_owned();
+    if said == "Redis URL did not parse" {
+        "it does not parse as a URL (check the host, a numeric port, and that special characters in the password are \
+         percent-encoded)"
+            .to_owned()
+    } else {
+        format!("{} ({said})", "it does not parse")
+    }
+}
+
+impl Endpoint {
+    /// The URL these servers are reached at, as messages show it (password hidden, see [`redacted_url`]).
+    pub(crate) fn redacted_url(&self) -> String {
+        // `scheme://[user:***@]host:port,host:port…tail`: the credentials once, as the URL gives them.
+        let joined = |scheme: &str, infos: &[ConnectionInfo], tail: &str| {
+            let mut user = String::new();
+            let mut hosts = Vec::new();
+            for info in infos {
+                let url = redacted_url(info);
+                let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+                match rest.rsplit_once('@') {
+                    Some((credentials, host)) => {
+                        user = format!("{credentials}@");
+                        hosts.push(host.to_owned());
+                    }
+                    None => hosts.push(rest.to_owned()),
+                }
+            }
+            format!("{scheme}://{user}{}{tail}", hosts.join(","))
+        };
+        match self {
+            Endpoint::Single(redis) => redacted_url(redis.get_connection_info()),
+            Endpoint::Cluster(cluster) => joined(
+                if cluster
+                    .seeds
+                    .iter()
+                    .any(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }))
+                {
+                    "rediss+cluster"
+                } else {
+                    "redis+cluster"
+                },
+                &cluster.seeds,
+                "",
+            ),
+            Endpoint::Sentinel(sentinel) => {
+                let tls = matches!(sentinel.data.addr(), redis::ConnectionAddr::TcpTls { .. });
+                joined(
+                    if tls {
+                        "rediss+sentinel"
+                    } else {
+                        "redis+sentinel"
+                    },
+                    &sentinel.sentinels,
+                    &format!("/{}", sentinel.service),
+                )
+            }
+        }
     }
 }
 
@@ -153,6 +232,21 @@ impl Cluster {
         })
     }
 
+    /// A cluster reached through one node, `seed` (a `redis://` URL that turned out to name a cluster node).
+    pub(crate) fn from_seed(
+        seed: ConnectionInfo,
+        connection_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Cluster {
+        Cluster {
+            seeds: vec![seed],
+            connection_timeout,
+            response_timeout,
+            #[cfg(feature = "tls")]
+            certs: None,
+        }
+    }
+
     /// A cluster client with this cluster's settings; with RESP3 and `push` as its push sender when given (sharded
     /// subscriptions need both).
     pub(crate) fn client(
@@ -184,6 +278,69 @@ impl Cluster {
         self.seeds
             .iter()
             .all(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }))
+    }
+}
+
+/// The URL of the server `info` reaches, as messages show it: the password replaced by `***`
+/// (`redis://app:***@10.0.0.1:6379/2`, `rediss://…`, `unix:///run/redis.sock`). Built from the parsed settings, never
+/// from the text the caller gave, so that no form of password can slip through.
+pub(crate) fn redacted_url(info: &ConnectionInfo) -> String {
+    let (scheme, place) = match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) => ("redis", format!("{}:{port}", bracketed(host))),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            ("rediss", format!("{}:{port}", bracketed(host)))
+        }
+        redis::ConnectionAddr::Unix(path) => ("unix", path.display().to_string()),
+        _ => ("redis", "?".to_owned()),
+    };
+    let settings = info.redis_settings();
+    if scheme == "unix" {
+        // The form redis-rs reads for sockets: `unix:///path?db=1&user=u&pass=p`.
+        let mut query = Vec::new();
+        if settings.db() != 0 {
+            query.push(format!("db={}", settings.db()));
+        }
+        if let Some(user) = settings.username() {
+            query.push(format!("user={user}"));
+        }
+        if settings.password().is_some() {
+            query.push("pass=***".to_owned());
+        }
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", query.join("&"))
+        };
+        return format!("unix://{place}{query}");
+    }
+    let user = match (settings.username(), settings.password()) {
+        (Some(user), Some(_)) => format!("{user}:***@"),
+        (None, Some(_)) => ":***@".to_owned(),
+        (Some(user), None) => format!("{user}@"),
+        (None, None) => String::new(),
+    };
+    let db = match settings.db() {
+        0 => String::new(),
+        db => format!("/{db}"),
+    };
+    format!("{scheme}://{user}{place}{db}")
+}
+
+/// The cluster URL (`redis+cluster://`, `rediss+cluster://`) with `info`'s server as its seed, password hidden.
+pub(crate) fn cluster_url(info: &ConnectionInfo) -> String {
+    let single = redacted_url(info);
+    match single.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}+cluster://{rest}"),
+        None => single,
+    }
+}
+
+/// An IPv6 address in brackets, as URLs write it.
+fn bracketed(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
     }
 }
 
@@ -261,5 +418,28 @@ mod tests {
             Endpoint::parse("redis+cluster://unix:/x"),
             Err(InvalidArgument::BadUrl(_))
         ));
+    }
+
+    #[test]
+    fn urls_in_messages_never_show_a_password() {
+        let shown = |url: &str| redacted_url(&url.into_connection_info().unwrap());
+        assert_eq!(shown("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            shown("redis://app:hunter2@h:7000/2"),
+            "redis://app:***@h:7000/2"
+        );
+        assert_eq!(shown("redis://:hunter2@h"), "redis://:***@h:6379");
+        assert_eq!(shown("redis://app@h:1"), "redis://app@h:1");
+        assert_eq!(
+            shown("unix:///tmp/r.sock?db=1&pass=hunter2&user=u"),
+            "unix:///tmp/r.sock?db=1&user=u&pass=***"
+        );
+        assert_eq!(shown("redis://[::1]:7000"), "redis://[::1]:7000");
+        let info = "redis://app:hunter2@h:7000".into_connection_info().unwrap();
+        assert_eq!(cluster_url(&info), "redis+cluster://app:***@h:7000");
+        let Ok(endpoint) = Endpoint::parse("redis+cluster://u:hunter2@a:1,b:2") else {
+            panic!("a cluster URL");
+        };
+        assert_eq!(endpoint.redacted_url(), "redis+cluster://u:***@a:1,b:2");
     }
 }

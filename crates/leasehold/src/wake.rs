@@ -35,15 +35,13 @@ use futures_util::StreamExt;
 use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::client::Inner;
 use crate::fence::token_id;
 use crate::guard::release_in_background;
 use crate::keys::LockKeys;
 use crate::topology::{Cluster, Target};
 
-/// Reconnect backoff bounds for the subscriber connection.
-const RECONNECT_MIN: Duration = Duration::from_millis(50);
-const RECONNECT_MAX: Duration = Duration::from_secs(1);
 /// How often the subscriber pings its connection, to notice a peer that went silent without closing.
 const PING_EVERY: Duration = Duration::from_secs(2);
 /// How often a cluster subscriber drops the sharded channels of locks nobody here waits for any more. A channel is
@@ -514,13 +512,13 @@ struct Task {
 impl Task {
     async fn run(self, source: Source) {
         let channel = format!("{}{}", self.shared.channel_prefix, self.shared.client_id);
-        let mut backoff = RECONNECT_MIN;
+        let mut backoff = Backoff::new();
         loop {
             let mut moved = source.changed();
             let redis = source.client();
             match tokio::time::timeout(self.connect_timeout, redis.get_async_pubsub()).await {
                 Ok(Ok(pubsub)) => {
-                    backoff = RECONNECT_MIN;
+                    backoff.reset();
                     self.serve(pubsub, &channel, &mut moved).await;
                     self.shared.subscribed.send_replace(false);
                     // Wake-ups sent while we were away are lost: let every waiter look again.
@@ -529,8 +527,7 @@ impl Task {
                 Ok(Err(err)) => tracing::debug!(error = %err, "subscriber connection failed"),
                 Err(_) => tracing::debug!("subscriber connection timed out"),
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(RECONNECT_MAX);
+            tokio::time::sleep(backoff.next()).await;
         }
     }
 
@@ -589,7 +586,7 @@ impl Task {
         cluster: Cluster,
         mut requests: tokio::sync::mpsc::UnboundedReceiver<String>,
     ) {
-        let mut backoff = RECONNECT_MIN;
+        let mut backoff = Backoff::new();
         loop {
             let (push, mut pushes) = tokio::sync::mpsc::unbounded_channel();
             let connected = match cluster.client(Some(push)) {
@@ -600,7 +597,7 @@ impl Task {
             };
             match connected {
                 Ok(Ok(conn)) => {
-                    backoff = RECONNECT_MIN;
+                    backoff.reset();
                     self.serve_sharded(conn, &mut pushes, &mut requests).await;
                     for local in self.shared.locals().values() {
                         local.subscribed.send_replace(false);
@@ -612,8 +609,7 @@ impl Task {
                 }
                 Err(_) => tracing::debug!("cluster subscriber connection timed out"),
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(RECONNECT_MAX);
+            tokio::time::sleep(backoff.next()).await;
         }
     }
 
@@ -628,7 +624,7 @@ impl Task {
         // Lock key → subscribed (as far as this task knows).
         let mut channels: HashMap<String, bool> = HashMap::new();
         let mut resubscribe_at: Option<Instant> = None;
-        let mut backoff = RECONNECT_MIN;
+        let mut backoff = Backoff::new();
         let mut sweep = tokio::time::interval_at(Instant::now() + SWEEP_EVERY, SWEEP_EVERY);
         loop {
             tokio::select! {
@@ -645,7 +641,7 @@ impl Task {
                         // The waiter's `ready` gives up after its timeout and looks again on lease ends; the
                         // channel is tried again with the others.
                         channels.insert(lock_key, false);
-                        resubscribe_at.get_or_insert_with(|| Instant::now() + backoff);
+                        resubscribe_at.get_or_insert_with(|| Instant::now() + backoff.peek());
                     }
                 }
                 push = pushes.recv() => {
@@ -695,12 +691,11 @@ impl Task {
                     }
                     if all {
                         resubscribe_at = None;
-                        backoff = RECONNECT_MIN;
+                        backoff.reset();
                         // A grant may have been published while a channel was down.
                         self.shared.bump_all();
                     } else {
-                        resubscribe_at = Some(Instant::now() + backoff);
-                        backoff = (backoff * 2).min(RECONNECT_MAX);
+                        resubscribe_at = Some(Instant::now() + backoff.next());
                     }
                 }
                 _ = sweep.tick() => {

@@ -105,3 +105,38 @@ fn run_with_replicas_refuses_a_grant_no_replica_acknowledges() {
     assert!(stderr.contains("0 of the 1 required replicas"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+#[test]
+fn a_redis_url_naming_one_cluster_node_works() {
+    let cluster = RedisCluster::start();
+    let url = format!("redis://127.0.0.1:{}", cluster.port(cluster.primaries()[0]));
+    // Names on every primary, so that most of them live on another node than the one in the URL.
+    for name in ["orders", "billing", "mail"] {
+        let (code, _, stderr) = finish(leasehold(&["run", "--redis", &url, name, "true"]), SOON);
+        assert_eq!(code, Some(0), "{name}: {stderr}");
+    }
+    let mut command = leasehold(&[
+        "run",
+        "--redis",
+        &url,
+        "--ttl",
+        "5s",
+        "billing",
+        "--",
+        "sh",
+        "-c",
+        "echo held; read line; exit 0",
+    ]);
+    command.stdin(Stdio::piped());
+    let mut holder = Running::start(command);
+    assert_eq!(holder.line(SOON), "held");
+    let (code, stdout, stderr) = finish(
+        leasehold(&["status", "--json", "--redis", &url, "billing"]),
+        SOON,
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let status: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(status["state"], "held");
+    holder.close_stdin();
+    assert_eq!(holder.code(SOON), Some(0));
+}

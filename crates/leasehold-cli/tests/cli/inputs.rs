@@ -142,10 +142,13 @@ fn an_unreachable_server_exits_69() {
         let (code, stdout, stderr) = finish(leasehold(&args), SOON);
         assert_eq!(code, Some(69), "{args:?}: {stderr}");
         assert_eq!(stdout, "");
+        let line = one_error_line(&stderr);
         assert!(
-            one_error_line(&stderr).contains("cannot reach Redis"),
+            line.starts_with(&format!("leasehold: cannot connect to Redis at {url}: ")),
             "{stderr}"
         );
+        // The cause is said once (the library's error, the RedisError and the I/O error all hold it).
+        assert_eq!(line.matches("Connection refused").count(), 1, "{stderr}");
     }
 }
 

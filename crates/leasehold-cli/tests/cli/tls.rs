@@ -65,10 +65,12 @@ fn mutual_tls_files_come_from_the_environment() {
     command.env("LEASEHOLD_TLS_CA", &server.ca.ca.cert_path);
     let (code, _, stderr) = finish(command, SOON);
     assert_eq!(code, Some(69), "{stderr}");
+    let line = one_error_line(&stderr);
     assert!(
-        one_error_line(&stderr).contains("cannot reach Redis at rediss://"),
+        line.contains("cannot connect to Redis at rediss://"),
         "{stderr}"
     );
+    assert!(line.contains("requires a client certificate"), "{stderr}");
 }
 
 #[test]

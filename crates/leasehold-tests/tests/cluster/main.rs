@@ -7,6 +7,7 @@
 
 mod faults;
 mod kinds;
+mod node_url;
 mod processes;
 
 use std::future::Future;
@@ -30,6 +31,9 @@ const TESTS: &[(&str, TestFn)] = tests![
     kinds::held_locks_walks_every_primary,
     kinds::a_call_to_a_sleeping_primary_is_bounded,
     kinds::grants_wait_for_replicas_on_the_locks_own_node,
+    node_url::a_redis_url_naming_one_node_locks_waits_and_hands_off_across_slots,
+    node_url::a_database_other_than_0_on_a_cluster_node_is_refused,
+    node_url::a_redirection_on_a_single_server_client_fails_at_once,
     processes::eight_processes_never_overlap_on_a_cluster,
     faults::a_lock_held_and_waited_for_survives_a_manual_failover,
     faults::a_lock_whose_slot_migrates_while_held_and_waited_for_stays_exclusive,

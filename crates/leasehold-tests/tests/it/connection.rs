@@ -96,3 +96,139 @@ async fn a_key_replaced_by_another_type_fails_only_its_own_lease() {
         guard.release().await.unwrap();
     }
 }
+
+/// `err` and its sources joined by `: `, as a chain printer shows them.
+pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = Vec::new();
+    let mut next = Some(err);
+    while let Some(cause) = next {
+        parts.push(cause.to_string());
+        next = cause.source();
+    }
+    parts.join(": ")
+}
+
+/// Every text in `err`'s chain appears once: no error repeats the one under it.
+fn assert_no_repeats(err: &(dyn std::error::Error + 'static)) {
+    let mut texts: Vec<String> = Vec::new();
+    let mut next = Some(err);
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        for earlier in &texts {
+            assert!(
+                !earlier.contains(&text),
+                "{text:?} repeats what {earlier:?} said: {}",
+                chain(err)
+            );
+        }
+        texts.push(text);
+        next = cause.source();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_names_the_url_without_its_password_and_says_its_cause_once() {
+    // A port nobody listens on: bind one, then close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://app:hunter2@127.0.0.1:{port}/2");
+    let err = leasehold::Client::connect(&url).await.unwrap_err();
+    assert!(err.is_redis(), "{err:?}");
+    let text = chain(&err);
+    assert!(
+        text.starts_with(&format!(
+            "cannot connect to Redis at redis://app:***@127.0.0.1:{port}/2: "
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(!format!("{err:?}").contains("hunter2"), "{err:?}");
+    assert_no_repeats(&err);
+    // The RedisError stays at hand; the chain goes on with the I/O error under it.
+    assert!(err.redis_error().unwrap().is_connection_refusal());
+    let cause = std::error::Error::source(&err).unwrap();
+    assert!(
+        cause.to_string().starts_with("Connection refused"),
+        "{cause}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_not_redis_is_named_as_such() {
+    // An HTTP server on the port: it answers whatever it is sent with an HTTP response, on every connection (the
+    // client reconnects once), until the test is over.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let over = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let http = {
+        let over = std::sync::Arc::clone(&over);
+        std::thread::spawn(move || {
+            use std::io::{Read as _, Write as _};
+            for stream in listener.incoming() {
+                if over.load(std::sync::atomic::Ordering::Acquire) {
+                    return;
+                }
+                let Ok(mut stream) = stream else { continue };
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+            }
+        })
+    };
+    let err = leasehold::Client::builder(&format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .connection_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap_err();
+    let text = chain(&err);
+    assert!(matches!(err, leasehold::Error::Connect { .. }), "{err:?}");
+    assert!(text.contains("did not answer as Redis does"), "{text}");
+    assert_no_repeats(&err);
+    over.store(true, std::sync::atomic::Ordering::Release);
+    // Wakes the listener's accept, which then sees that the test is over.
+    let _ = std::net::TcpStream::connect(("127.0.0.1", port));
+    http.join().unwrap();
+}
+
+#[tokio::test]
+async fn server_errors_and_bad_arguments_say_their_cause_once() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    let err = locks.mutex("").try_lock().await.unwrap_err();
+    assert_eq!(chain(&err), "invalid argument: lock name is empty");
+    assert_no_repeats(&err);
+    // A server error reply: the lock's key holds a list.
+    let mut raw = redis_conn(&server).await;
+    redis::cmd("RPUSH")
+        .arg("leasehold:{listed}")
+        .arg("x")
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    let err = locks.mutex("oom").try_lock().await.unwrap_err();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    assert!(err.is_redis(), "{err:?}");
+    let text = chain(&err);
+    assert!(
+        text.starts_with("Redis request failed: ") && text.contains("OOM"),
+        "{text}"
+    );
+    assert_no_repeats(&err);
+}

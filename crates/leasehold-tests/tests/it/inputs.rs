@@ -254,3 +254,52 @@ fn every_accepted_name_keeps_all_keys_of_its_lock_in_one_cluster_slot() {
         names.iter().filter(|n| !n.starts_with('}')).count()
     );
 }
+
+#[test]
+fn a_url_that_does_not_parse_says_why_and_lists_the_accepted_forms() {
+    let cases = [
+        ("not a url", "no scheme"),
+        ("http://127.0.0.1:6379", "scheme \"http\""),
+        ("redis://", "names no server"),
+        ("redis://app:hunter2@host:port", "numeric port"),
+        ("redis://127.0.0.1:6379/x", "Invalid database number"),
+    ];
+    for (url, why) in cases {
+        let message = match leasehold::Client::builder(url) {
+            Err(Error::InvalidArgument(InvalidArgument::BadUrl(message))) => message,
+            other => panic!("{url:?}: expected BadUrl, got {other:?}"),
+        };
+        assert!(message.contains(why), "{url:?}: {message}");
+        for form in [
+            "redis://",
+            "rediss://",
+            "unix://",
+            "redis+cluster://",
+            "redis+sentinel://",
+        ] {
+            assert!(
+                message.contains(form),
+                "{url:?} does not list {form}: {message}"
+            );
+        }
+        assert!(!message.contains("hunter2"), "{message}");
+    }
+}
+
+#[test]
+fn durations_in_argument_errors_read_as_people_write_them() {
+    let err = InvalidArgument::BadTtl {
+        ttl: Duration::from_micros(252_417),
+        min: Duration::from_millis(500),
+        max: Duration::from_secs(30 * 86_400),
+    };
+    assert_eq!(err.to_string(), "lease 252ms is outside 500ms..=30d");
+    let err = Error::Timeout {
+        name: "jobs".to_owned(),
+        waited: Duration::from_millis(1500),
+    };
+    assert_eq!(
+        err.to_string(),
+        "gave up waiting for lock \"jobs\" after 1.5s"
+    );
+}

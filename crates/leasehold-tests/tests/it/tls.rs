@@ -147,3 +147,74 @@ async fn unusable_tls_settings_are_typed_errors() {
     );
     assert!(why.contains("client certificate"), "{why}");
 }
+
+/// A client certificate made the old way (`openssl x509 -req` without extensions gives X.509 v1), signed by `ca`.
+fn v1_client_certificate(ca: &leasehold_tests::TestCa) -> (Vec<u8>, Vec<u8>) {
+    let dir = ca.dir();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    run(&[
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "v1.key", "-out", "v1.csr", "-subj",
+        "/CN=v1",
+    ]);
+    let (ca_cert, ca_key) = (
+        ca.ca.cert_path.to_str().unwrap(),
+        ca.ca.key_path.to_str().unwrap(),
+    );
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "v1.csr",
+        "-CA",
+        ca_cert,
+        "-CAkey",
+        ca_key,
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-out",
+        "v1.crt",
+    ]);
+    (
+        std::fs::read(dir.join("v1.crt")).unwrap(),
+        std::fs::read(dir.join("v1.key")).unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_client_certificate_is_named_with_how_to_make_a_v3_one() {
+    let server = TlsRedisServer::start(true);
+    let (cert, key) = v1_client_certificate(&server.ca);
+    let err = leasehold::Client::builder(&server.url())
+        .unwrap()
+        .tls_ca_pem(server.ca.ca.cert.clone())
+        .tls_client_identity_pem(cert, key)
+        .connect()
+        .await
+        .unwrap_err();
+    let text = crate::connection::chain(&err);
+    assert!(text.contains("X.509 v3"), "{text}");
+    assert!(text.contains("openssl x509 -req"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_url_to_a_tls_port_suggests_rediss() {
+    let server = TlsRedisServer::start(false);
+    let url = format!("redis://127.0.0.1:{}", server.tls_port());
+    let err = leasehold::Client::builder(&url)
+        .unwrap()
+        .connection_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap_err();
+    let text = crate::connection::chain(&err);
+    assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+    assert!(text.contains("use rediss://"), "{text}");
+}
