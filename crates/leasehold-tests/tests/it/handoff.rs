@@ -487,3 +487,44 @@ async fn a_second_copy_of_a_grant_message_never_releases_the_grant_in_use() {
     );
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_mutex_release_never_hands_the_lock_to_a_queued_kind_entry() {
+    // A name used by a read-write lock (say) and then by a mutex can still have the read-write waiters' entries in its
+    // queue (the command's plain run and -s/-x runs switch kinds on one name). Such an entry has another format: read
+    // as a mutex's, its tail would become the owner token, held by nobody.
+    let server = RedisServer::start();
+    let (holder, mut conn, _bystander) = held_with_a_bystander(&server, "mixed").await;
+    let alive = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+        + 60_000;
+    let entry = format!("{alive} 2000 0 client-1 w dl1:0123456789abcdef0123456789abcdef");
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("RPUSH")
+        .arg("leasehold:{mixed}:queue")
+        .arg("wait-1")
+        .ignore()
+        .cmd("HSET")
+        .arg("leasehold:{mixed}:waiters")
+        .arg("wait-1")
+        .arg(&entry)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    holder.release().await.unwrap();
+    assert_eq!(
+        get(&mut conn, "leasehold:{mixed}").await,
+        None,
+        "the release handed the lock to another kind's entry"
+    );
+    // The lock is free for anyone at once.
+    let locks = connect(&server).await;
+    locks.mutex("mixed").try_lock().await.unwrap().release().await.unwrap();
+}

@@ -5,7 +5,8 @@
 -- published on the waiter's channel (`prefix .. id`) as
 --     "g <fence> <server µs now> <claim ms> <token>\n<lock key>"
 -- so that the waiter starts at once, without another round trip. The waiters hash holds, per waiting client id,
--- "<alive until, server ms> <claim ms> <token>", written by that client's latest busy attempt.
+-- "<alive until, server ms> <claim ms> <token>", written by that client's latest busy attempt; an entry of another
+-- format (a queued kind's waiter, left from when the name was used as that kind) is dropped, never granted.
 --
 -- Liveness is decided by server time (each attempt of a waiting client renews its entry), never by PUBLISH's count,
 -- which pattern subscribers inflate. A count of 0 still proves the client gone on one server: the entry is skipped (on
@@ -27,7 +28,9 @@ local function hand_off(lock_key, fence_key, queue_key, waiters_key, prefix, ret
         redis.call('HDEL', waiters_key, id)
         local alive, claim, token
         if entry then
-            alive, claim, token = string.match(entry, '^(%d+) (%d+) (.+)$')
+            -- Only a mutex waiter's entry: a queued kind's waiters (set.lua) may still be listed when the name
+            -- changed kinds, and the tail of their entry is no owner token.
+            alive, claim, token = string.match(entry, '^(%d+) (%d+) (dl1:.+)$')
         end
         if alive then
             if not now then
