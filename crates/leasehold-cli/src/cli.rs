@@ -292,8 +292,8 @@ pub struct RedisArg {
         help = "The Redis server: redis://[user:password@]host[:port][/db], rediss://… (TLS) or unix:///path; a \
                 Redis Cluster: redis+cluster://[user:password@]host:port,host:port,… (every seed node); Sentinel: \
                 redis+sentinel://[user:password@]host:port,host:port/service[/db] (the sentinels, then the primary's \
-                service name; rediss+sentinel:// for TLS); given 3 or more times (run, status): a quorum of \
-                independent servers (Redlock)"
+                service name; rediss+sentinel:// for TLS); given 3 or more times (run, status, list, release): a \
+                quorum of independent servers (Redlock)"
     )]
     pub urls: Vec<String>,
 

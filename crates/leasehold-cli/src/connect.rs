@@ -37,7 +37,7 @@ pub async fn locks(target: &RedisArg, ttl: Option<Duration>) -> anyhow::Result<l
         _ => {
             return Err(fail(
                 exit::USAGE,
-                "this command takes one --redis (a quorum of 3 or more is for run and status)",
+                "this command takes one --redis (a quorum of 3 or more is for run, status, list and release)",
             ))
         }
     };

@@ -10,6 +10,7 @@
 //! | `signals.rs` | every catchable terminating signal, caught (and passed on to the program) |
 //! | `holder.rs` | the holder description `run` attaches and `status`/`list` read back |
 //! | `status.rs` | `leasehold status`, `leasehold list` and `leasehold release --force` |
+//! | `quorum.rs` | the same three on a quorum: every node asked, a lock held where a majority names its holder |
 //! | `demo.rs`, `demo/` | `leasehold demo`: rounds, buyer processes, the fenced store, the final table |
 //! | `docs.rs` | `leasehold completions` and `leasehold man`, generated from `cli.rs` |
 //! | `bench/` | `leasehold bench`: scenarios, worker processes, statistics, the SVG plot |
@@ -35,6 +36,7 @@ mod exit;
 mod holder;
 mod log;
 mod progress;
+mod quorum;
 mod run;
 mod server;
 mod signals;

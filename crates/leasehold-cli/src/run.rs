@@ -266,7 +266,6 @@ async fn run_with(
 /// `leasehold run` on a quorum of independent servers (`--redis` 3 or more times): the quorum mutex, or with
 /// `--shared`/`--exclusive` a share of the quorum read-write lock, then the same supervision as on one server.
 async fn run_on_quorum(args: &RunArgs, signals: &mut Signals) -> anyhow::Result<u8> {
-    use std::time::Duration;
     let name = args.name.as_str();
     if args.fair || args.permits.is_some() {
         return Err(fail(
@@ -279,27 +278,26 @@ async fn run_on_quorum(args: &RunArgs, signals: &mut Signals) -> anyhow::Result<
         quorum = connect::quorum(&args.redis) => quorum?,
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
-    let once = args.nonblock || args.wait == Some(Duration::ZERO);
-    let wait = args
-        .wait
-        .unwrap_or(Duration::from_secs(100 * 365 * 24 * 3600));
+    let wait = Wait::of(args);
+    let description = crate::holder::description(&args.command);
+    let mutex = quorum
+        .mutex(name)
+        .ttl(args.ttl)
+        .describe(description.clone());
+    let rw = quorum.rw_lock(name).ttl(args.ttl).describe(description);
     let acquire = async {
-        if args.shared || args.exclusive {
-            let rw = quorum.rw_lock(name).ttl(args.ttl);
-            match (args.exclusive, once) {
-                (true, true) => rw.try_write().await,
-                (true, false) => rw.write_timeout(wait).await,
-                (false, true) => rw.try_read().await,
-                (false, false) => rw.read_timeout(wait).await,
-            }
+        let result = if args.shared || args.exclusive {
+            quorum_read_write(&rw, &mutex, args.shared, wait).await
         } else {
-            let mutex = quorum.mutex(name).ttl(args.ttl);
-            if once {
-                mutex.try_lock().await
-            } else {
-                mutex.lock_timeout(wait).await
+            match quorum_mutex(&mutex, wait).await {
+                Err(Error::WrongKind {
+                    found: LockKind::ReadWrite,
+                    ..
+                }) => quorum_share(&rw, false, wait).await,
+                other => other,
             }
-        }
+        };
+        result.map_err(|err| wait.whole(err))
     };
     let acquired = tokio::select! {
         acquired = acquire => acquired,
@@ -307,13 +305,78 @@ async fn run_on_quorum(args: &RunArgs, signals: &mut Signals) -> anyhow::Result<
     };
     match acquired {
         Ok(guard) => supervise(args, Held::Quorum(guard), signals).await,
-        Err(err) => Err(not_acquired(
-            err,
-            name,
-            args.conflict_exit_code,
-            args.quiet,
-            None,
-        )),
+        Err(err) => {
+            // Who holds it, for the message: the holder a majority of nodes names (on the conflict path only).
+            let holder = match &err {
+                Error::Busy { .. } | Error::Timeout { .. } if !args.quiet => {
+                    crate::quorum::majority_holder(&args.redis, name, quorum.majority()).await
+                }
+                _ => None,
+            };
+            Err(not_acquired(
+                err,
+                name,
+                args.conflict_exit_code,
+                args.quiet,
+                holder,
+            ))
+        }
+    }
+}
+
+/// [`read_write`] on a quorum: an `--shared`/`--exclusive` run waits out a plain run's quorum mutex by taking it and
+/// giving it back at once, then asks for the read-write lock again. Exclusion rests on each node as on one server: a
+/// node never holds both kinds under one name, and a majority of nodes must grant either kind.
+async fn quorum_read_write(
+    rw: &leasehold::QuorumRwLock,
+    mutex: &leasehold::QuorumMutex,
+    shared: bool,
+    wait: Wait,
+) -> Result<leasehold::QuorumGuard, Error> {
+    loop {
+        match quorum_share(rw, shared, wait).await {
+            Err(Error::WrongKind {
+                found: LockKind::Mutex,
+                ..
+            }) => {}
+            other => return other,
+        }
+        match quorum_mutex(mutex, wait).await {
+            Ok(guard) => {
+                let _ = guard.release().await;
+            }
+            Err(Error::WrongKind {
+                found: LockKind::ReadWrite,
+                ..
+            }) => {}
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+async fn quorum_mutex(
+    mutex: &leasehold::QuorumMutex,
+    wait: Wait,
+) -> Result<leasehold::QuorumGuard, Error> {
+    match wait.remaining() {
+        None => mutex.try_lock().await,
+        Some(Some(left)) => mutex.lock_timeout(left).await,
+        Some(None) => mutex.lock().await,
+    }
+}
+
+async fn quorum_share(
+    rw: &leasehold::QuorumRwLock,
+    shared: bool,
+    wait: Wait,
+) -> Result<leasehold::QuorumGuard, Error> {
+    match (shared, wait.remaining()) {
+        (true, None) => rw.try_read().await,
+        (true, Some(Some(left))) => rw.read_timeout(left).await,
+        (true, Some(None)) => rw.read().await,
+        (false, None) => rw.try_write().await,
+        (false, Some(Some(left))) => rw.write_timeout(left).await,
+        (false, Some(None)) => rw.write().await,
     }
 }
 

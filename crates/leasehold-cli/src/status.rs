@@ -15,7 +15,7 @@ use crate::exit::{self, fail};
 /// 69 when Redis cannot be asked, 65 when the key is not a leasehold lock.
 pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
     if args.redis.urls.len() > 1 {
-        return quorum_status(&args).await;
+        return crate::quorum::status(&args).await;
     }
     let client = connect::locks(&args.redis, None).await?;
     let info = client.inspect(&args.name).await?;
@@ -38,95 +38,8 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// `leasehold status` on a quorum (`--redis` 3 or more times): each node's view, and whether a majority of nodes
-/// names the same holder (the lock is held on the quorum only then). Exits 0 as long as the question could be put;
-/// a node that cannot be asked is shown as such.
-async fn quorum_status(args: &StatusArgs) -> anyhow::Result<u8> {
-    let quorum = connect::quorum(&args.redis).await?;
-    let views = futures_util::future::join_all(args.redis.urls.iter().map(|url| async move {
-        let node = crate::cli::RedisArg {
-            urls: vec![url.clone()],
-            ..args.redis.clone()
-        };
-        let info = match connect::locks(&node, None).await {
-            Ok(client) => client
-                .inspect(&args.name)
-                .await
-                .map_err(anyhow::Error::from),
-            Err(err) => Err(err),
-        };
-        (connect::redact(url), info)
-    }))
-    .await;
-    // Every holder each node names (a read-write lock has any number of readers): those a majority names hold the
-    // lock on the quorum.
-    let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for info in views.iter().filter_map(|(_, info)| info.as_ref().ok()) {
-        for holder in &info.holders {
-            *counts
-                .entry(token_id(&holder.token).to_owned())
-                .or_default() += 1;
-        }
-    }
-    let mut held: Vec<String> = counts
-        .into_iter()
-        .filter(|&(_, n)| n >= quorum.majority())
-        .map(|(token, _)| token)
-        .collect();
-    held.sort();
-    let majority = held.first().cloned();
-    let text = if args.json {
-        let nodes: Vec<Value> = views
-            .iter()
-            .map(|(url, info)| match info {
-                Ok(info) => {
-                    let mut object = to_json(info);
-                    object["node"] = json!(url);
-                    object
-                }
-                Err(err) => json!({ "node": url, "error": exit::one_line(err) }),
-            })
-            .collect();
-        json!({
-            "name": args.name,
-            "held_by_majority": majority,
-            "holders_by_majority": held,
-            "majority": quorum.majority(),
-            "nodes": nodes,
-        })
-        .to_string()
-    } else {
-        let mut text = match &majority {
-            Some(_) => format!(
-                "{:?} is held on the quorum (a majority of {} names {} {})",
-                args.name,
-                quorum.nodes(),
-                if held.len() == 1 { "token" } else { "tokens" },
-                held.join(", ")
-            ),
-            None => format!(
-                "{:?} is not held on the quorum (no holder named by {} of {} nodes)",
-                args.name,
-                quorum.majority(),
-                quorum.nodes()
-            ),
-        };
-        for (url, info) in &views {
-            match info {
-                Ok(info) => text.push_str(&format!("\n  {url}: {}", sentence(info))),
-                Err(err) => {
-                    text.push_str(&format!("\n  {url}: cannot ask: {}", exit::one_line(err)))
-                }
-            }
-        }
-        text
-    };
-    print_line(&text);
-    Ok(0)
-}
-
 /// The sentence `status` prints for one server's view of a lock.
-fn sentence(info: &leasehold::LockInfo) -> String {
+pub(crate) fn sentence(info: &leasehold::LockInfo) -> String {
     let fence = info.last_fence.map(leasehold::Fence::get);
     {
         let fence_text = fence.map_or("unknown".to_owned(), |f| f.to_string());
@@ -194,6 +107,9 @@ fn left_and_by(holder: &leasehold::Holder) -> (String, String) {
 ///
 /// 69 when Redis cannot be asked.
 pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
+    if args.redis.urls.len() > 1 {
+        return crate::quorum::list(&args).await;
+    }
     let client = connect::locks(&args.redis, None).await?;
     let held = client.held_locks(&args.pattern).await?;
     if args.json {
@@ -205,6 +121,12 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
         print_line(&format!("no held locks match {:?}", args.pattern));
         return Ok(0);
     }
+    exit::print_out(&table(&held));
+    Ok(0)
+}
+
+/// The table `list` prints: one line per lock, columns aligned as a terminal shows them.
+pub(crate) fn table(held: &[leasehold::LockInfo]) -> String {
     let rows: Vec<[String; 7]> = held
         .iter()
         .map(|info| {
@@ -249,8 +171,7 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
         out.push_str(&row[6]);
         out.push('\n');
     }
-    exit::print_out(&out);
-    Ok(0)
+    out
 }
 
 /// `text` for one table cell: control characters (a newline, an escape sequence that would recolour or move the
@@ -269,7 +190,7 @@ fn escape(text: &str) -> String {
 }
 
 /// The JSON object of one lock, as `status --json` prints it (without the server warnings).
-fn to_json(info: &leasehold::LockInfo) -> Value {
+pub(crate) fn to_json(info: &leasehold::LockInfo) -> Value {
     let holder = info.holder.as_ref();
     let description = holder.and_then(|h| h.description.as_deref());
     json!({
@@ -307,7 +228,7 @@ fn kind_word(kind: leasehold::LockKind) -> String {
 }
 
 /// The random part of an owner token, without the description after it.
-fn token_id(token: &str) -> &str {
+pub(crate) fn token_id(token: &str) -> &str {
     token.split_once(' ').map_or(token, |(id, _)| id)
 }
 
@@ -317,6 +238,9 @@ fn token_id(token: &str) -> &str {
 ///
 /// 2 without `--force`, 69 when Redis cannot be asked, 65 when the key is not a leasehold lock.
 pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
+    if args.redis.urls.len() > 1 && args.force {
+        return crate::quorum::release(&args).await;
+    }
     if !args.force {
         return Err(fail(
             exit::USAGE,
@@ -355,7 +279,7 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-fn print_line(text: &str) {
+pub(crate) fn print_line(text: &str) {
     exit::print_out(&format!("{text}\n"));
 }
 

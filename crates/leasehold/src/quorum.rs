@@ -34,6 +34,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionManagerConfig;
 use tokio::time::Instant;
 
+use crate::client::LockKind;
 use crate::conn::Conn;
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token, Fence};
@@ -378,8 +379,8 @@ impl Quorum {
     /// readers cannot starve it; of several waiting writers the one that began first wins that place on every node,
     /// so that they do not split the nodes between them. Fences
     /// increase across sections that exclude each other (a write and anything else); two readers that overlap are
-    /// not ordered. A lock name is either a mutex or a read-write lock: a node that holds the other kind answers
-    /// that it is not a lock of this kind ([`Error::NotALock`]).
+    /// not ordered. A lock name is either a mutex or a read-write lock: when more nodes than a majority can spare hold
+    /// the other kind, a round fails with [`Error::WrongKind`] naming it.
     pub fn rw_lock(&self, name: &str) -> QuorumRwLock {
         QuorumRwLock {
             lock: self.lock(name),
@@ -447,9 +448,10 @@ enum Vote {
     Granted { run: i64, fence: i64, took: bool },
     /// Held by someone else, for this much longer (when the key has an expiry).
     Busy(Option<Duration>),
-    /// The key holds something else: not a leasehold lock, or a lock of the other kind (a mutex where a read-write
-    /// lock is asked for, or the reverse).
+    /// The key holds something leasehold did not write.
     Foreign,
+    /// The key holds a lock of the other kind (a mutex where a read-write lock is asked for, or the reverse).
+    OtherKind(LockKind),
     /// No answer in time, or an error.
     Silent,
 }
@@ -786,6 +788,8 @@ struct Votes {
     busy: Vec<Option<Duration>>,
     /// Nodes whose key holds something else than a lock of this kind.
     foreign: usize,
+    /// Of those, the nodes whose key holds a lock of the other kind, and that kind.
+    other_kind: (usize, Option<LockKind>),
     answered: usize,
 }
 
@@ -827,6 +831,7 @@ impl Votes {
             granted: Vec::new(),
             busy: Vec::new(),
             foreign: 0,
+            other_kind: (0, None),
             answered: 0,
         };
         while let Some((node, vote)) = pending.next().await {
@@ -848,6 +853,11 @@ impl Votes {
                     votes.answered += 1;
                     votes.foreign += 1;
                 }
+                Vote::OtherKind(kind) => {
+                    votes.answered += 1;
+                    votes.foreign += 1;
+                    votes.other_kind = (votes.other_kind.0 + 1, Some(kind));
+                }
                 Vote::Silent => {}
             }
             let left = pending.len();
@@ -866,10 +876,18 @@ impl Votes {
     /// Why a round without a majority's grant failed.
     fn failure(&self, keys: &LockKeys, nodes: usize, majority: usize) -> Error {
         // So many nodes hold something else under the name that no majority can grant it.
+        if let (n, Some(found)) = self.other_kind {
+            if n > nodes - majority {
+                return Error::WrongKind {
+                    name: keys.name().to_owned(),
+                    found,
+                };
+            }
+        }
         if self.foreign > nodes - majority {
             return Error::NotALock {
                 key: keys.lock.clone(),
-                detail: "a majority of the quorum's nodes hold something else there: another lock kind, or data \
+                detail: "a majority of the quorum's nodes hold something else there: other lock kinds, or data \
                          leasehold did not write"
                     .to_owned(),
             };
@@ -939,6 +957,8 @@ async fn vote(
         },
         [_, 0, left, ..] => Vote::Busy(u64::try_from(*left).ok().map(Duration::from_millis)),
         [_, -1, ..] => Vote::Foreign,
+        [_, -4, 1, ..] => Vote::OtherKind(LockKind::Mutex),
+        [_, -4, ..] => Vote::OtherKind(LockKind::ReadWrite),
         _ => Vote::Silent,
     }
 }

@@ -526,5 +526,12 @@ async fn a_mutex_release_never_hands_the_lock_to_a_queued_kind_entry() {
     );
     // The lock is free for anyone at once.
     let locks = connect(&server).await;
-    locks.mutex("mixed").try_lock().await.unwrap().release().await.unwrap();
+    locks
+        .mutex("mixed")
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }

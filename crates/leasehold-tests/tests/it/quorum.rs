@@ -612,9 +612,12 @@ async fn quorum_readers_share_a_writer_excludes_them_and_a_waiting_writer_keeps_
         Err(Error::Busy { .. }) => {}
         other => panic!("a reader beside the writer: {other:?}"),
     }
-    // The same name as a mutex is another kind: refused as such, nothing changed.
+    // The same name as a mutex is another kind: refused as such, naming the kind, nothing changed.
     match q.mutex("doc").try_lock().await {
-        Err(Error::NotALock { .. }) => {}
+        Err(Error::WrongKind {
+            found: leasehold::LockKind::ReadWrite,
+            ..
+        }) => {}
         other => panic!("a mutex on a read-write lock's name: {other:?}"),
     }
     writer.release().await.unwrap();
@@ -908,4 +911,44 @@ async fn a_described_grant_names_its_holder_on_every_node_that_granted_it() {
         ),
         "{bad:?}"
     );
+}
+
+#[tokio::test]
+async fn a_read_write_lock_on_a_mutex_name_is_the_wrong_kind_and_changes_nothing() {
+    let nodes = servers(3);
+    let q = quorum(&nodes).await;
+    let guard = q.mutex("kinds").try_lock().await.unwrap();
+    for attempt in [
+        q.rw_lock("kinds").try_read().await,
+        q.rw_lock("kinds").try_write().await,
+    ] {
+        match attempt {
+            Err(Error::WrongKind {
+                found: leasehold::LockKind::Mutex,
+                ..
+            }) => {}
+            other => panic!("a share on a mutex's name: {other:?}"),
+        }
+    }
+    // A wait ends at once too: the kind of a name is not something to wait out.
+    let started = Instant::now();
+    let waited = q
+        .rw_lock("kinds")
+        .read_timeout(Duration::from_secs(10))
+        .await;
+    assert!(matches!(waited, Err(Error::WrongKind { .. })), "{waited:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    q.rw_lock("kinds")
+        .try_read()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }

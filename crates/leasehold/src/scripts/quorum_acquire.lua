@@ -25,10 +25,11 @@
 --                               `took` is 1 when the fence is the proposal, else 0
 --          0, ms, 0, 0          busy: held by another owner (or, for a reader, a writer waits); ms until the latest
 --                               hold in the way ends (-1: no expiry)
---          -1, 0, 0, 0          the lock key holds something leasehold did not write, or a lock of the other kind
---                               (nothing changed)
+--          -1, 0, 0, 0          the lock key holds something leasehold did not write (nothing changed)
 --          -2, 0, 0, 0          the fence key holds something that is not a number (nothing was granted)
 --          -3, 0, 0, 0          the token was voided: its round is over (nothing changed)
+--          -4, kind, 0, 0       the lock key holds a lock of the other kind: kind 1 a mutex, 2 a read-write lock
+--                               (nothing changed)
 --
 -- Decimal strings without leading zeros compare as numbers by length, then bytes.
 local now = clock_us()
@@ -101,6 +102,9 @@ if string.sub(token, 1, 4) == 'dl1:' then
     end
     local holder = redis.pcall('GET', lock)
     if type(holder) ~= 'string' then
+        if redis.call('TYPE', lock).ok == 'zset' then
+            return {now, -4, 2, 0, 0}
+        end
         return {now, -1, 0, 0, 0}
     end
     if holder == token then
@@ -115,6 +119,10 @@ end
 -- A share of a read-write lock.
 local score = redis.pcall('ZSCORE', lock, token)
 if type(score) == 'table' then
+    local holder = redis.pcall('GET', lock)
+    if type(holder) == 'string' and string.sub(holder, 1, 4) == 'dl1:' then
+        return {now, -4, 1, 0, 0}
+    end
     return {now, -1, 0, 0, 0}
 end
 if score and tonumber(score) >= now_ms then
