@@ -153,6 +153,20 @@ that the lock was free.
 Examples:
   leasehold release --force nightly-report";
 
+const PERMITS_AFTER: &str = "\
+A semaphore stores its permit count while a permit is held: the count of the run that found
+it free. A run with another --permits then exits 65 naming both counts. This stores a new
+count in a semaphore in use: lowering it revokes no permit (new runs wait until the holders
+drop below it), raising it admits waiting runs at once. On a free semaphore nothing is
+stored: the next run's --permits is the count. Give the new count to every run's --permits
+too.
+
+Exit status: 0 stored (or the semaphore was free), 65 NAME is another kind of lock, 69
+Redis cannot be reached, 2 usage error.
+
+Examples:
+  leasehold permits exports 6";
+
 const DEMO_AFTER: &str = "\
 Sells a stock of 100 units to 8 buyer processes that each read the stock, pause a moment,
 then write back what they read minus one and record a sale. Four rounds:
@@ -243,6 +257,9 @@ pub enum Command {
     /// Remove a stuck lock whoever holds it (needs --force).
     #[command(after_help = RELEASE_AFTER)]
     Release(ReleaseArgs),
+    /// Change the permit count of a semaphore in use (the count `run --permits` must then give).
+    #[command(after_help = PERMITS_AFTER)]
+    Permits(PermitsArgs),
     /// Show the oversell problem and its cure: four rounds of buyers, one table.
     #[command(after_help = DEMO_AFTER)]
     Demo(DemoArgs),
@@ -274,7 +291,7 @@ pub struct CompletionsArgs {
 /// `leasehold man`.
 #[derive(Debug, Args)]
 pub struct ManArgs {
-    /// A command (run, status, list, release, demo, bench, completions) for its own page, leasehold-COMMAND(1).
+    /// A command (run, status, list, release, permits, demo, bench, completions) for its own page, leasehold-COMMAND(1).
     #[arg(value_name = "COMMAND")]
     pub command: Option<String>,
 }
@@ -462,6 +479,25 @@ pub struct ReleaseArgs {
     /// The lock's name.
     #[arg(value_name = "NAME", value_parser = parse_name)]
     pub name: String,
+}
+
+/// `leasehold permits`.
+#[derive(Debug, Args)]
+pub struct PermitsArgs {
+    #[command(flatten)]
+    pub redis: RedisArg,
+
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The semaphore's name.
+    #[arg(value_name = "NAME", value_parser = parse_name)]
+    pub name: String,
+
+    /// The new permit count (1 to 2^40).
+    #[arg(value_name = "N", value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
+    pub permits: u64,
 }
 
 /// `leasehold demo`.

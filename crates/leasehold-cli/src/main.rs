@@ -78,6 +78,7 @@ fn execute(command: Command) -> u8 {
             Command::Status(args) => status::status(args).await,
             Command::List(args) => status::list(args).await,
             Command::Release(args) => status::release(args).await,
+            Command::Permits(args) => status::permits(args).await,
             Command::Demo(args) => demo::demo(args).await,
             Command::DemoBuyer(args) => demo::buyer::buyer(args).await,
             Command::Bench(args) => bench::bench(args).await,

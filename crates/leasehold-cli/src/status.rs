@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 use unicode_width::UnicodeWidthStr as _;
 
-use crate::cli::{ListArgs, ReleaseArgs, StatusArgs};
+use crate::cli::{ListArgs, PermitsArgs, ReleaseArgs, StatusArgs};
 use crate::connect;
 use crate::duration::show;
 use crate::exit::{self, fail};
@@ -274,6 +274,35 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
             )
         }
         None => format!("lock {:?} was free; nothing removed", args.name),
+    };
+    print_line(&text);
+    Ok(0)
+}
+
+/// Runs `leasehold permits`: stores a new permit count in a semaphore in use and says what it replaced.
+///
+/// # Errors
+///
+/// 65 when NAME is another kind of lock (or not a lock), 69 when Redis cannot be asked.
+pub async fn permits(args: PermitsArgs) -> anyhow::Result<u8> {
+    let client = connect::locks(&args.redis, None).await?;
+    let previous = client
+        .semaphore(&args.name, args.permits)
+        .set_permits()
+        .await?;
+    let text = if args.json {
+        json!({ "name": args.name, "permits": args.permits, "previous": previous }).to_string()
+    } else {
+        match previous {
+            Some(before) => format!(
+                "semaphore {:?} now has {} permits (it had {before})",
+                args.name, args.permits
+            ),
+            None => format!(
+                "semaphore {:?} is free: nothing stored, the next run's --permits is its count",
+                args.name
+            ),
+        }
     };
     print_line(&text);
     Ok(0)

@@ -111,6 +111,52 @@ fn another_permit_count_for_a_semaphore_in_use_is_status_65_naming_both_counts()
 }
 
 #[test]
+fn permits_changes_the_count_of_a_semaphore_in_use() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let permits = |args: &[&str]| {
+        let mut all = vec!["permits", "--redis", url.as_str()];
+        all.extend_from_slice(args);
+        finish(leasehold(&all), SOON)
+    };
+    // Free: nothing to store.
+    let (code, stdout, stderr) = permits(&["exports", "3"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("is free"), "{stdout}");
+
+    let mut first = holder(&server, &["--permits", "2"], "exports");
+    let mut second = holder(&server, &["--permits", "2"], "exports");
+    let (code, stderr) = try_run(&server, &["--permits", "3"], "exports");
+    assert_eq!(code, Some(65), "{stderr}");
+    let (code, stdout, stderr) = permits(&["--json", "exports", "3"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let answer: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (answer["permits"].as_u64(), answer["previous"].as_u64()),
+        (Some(3), Some(2)),
+        "{answer}"
+    );
+    // Now a third run fits, with the new count; the old count is refused.
+    let (code, stderr) = try_run(&server, &["--permits", "3"], "exports");
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stderr) = try_run(&server, &["--permits", "2"], "exports");
+    assert_eq!(code, Some(65), "{stderr}");
+    first.close_stdin();
+    second.close_stdin();
+    assert_eq!((first.code(SOON), second.code(SOON)), (Some(0), Some(0)));
+
+    // Another kind: 65, one line; a count of 0: a usage error.
+    let mut plain = holder(&server, &[], "ledger");
+    let (code, _, stderr) = permits(&["ledger", "2"]);
+    assert_eq!(code, Some(65), "{stderr}");
+    assert!(one_error_line(&stderr).contains("ledger"), "{stderr}");
+    plain.close_stdin();
+    assert_eq!(plain.code(SOON), Some(0));
+    let (code, _, stderr) = permits(&["exports", "0"]);
+    assert_eq!(code, Some(2), "{stderr}");
+}
+
+#[test]
 fn shared_runs_overlap_and_an_exclusive_one_runs_alone() {
     let server = RedisServer::start();
     let mut a = holder(&server, &["--shared"], "schema");
