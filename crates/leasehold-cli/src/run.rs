@@ -169,23 +169,44 @@ async fn read_write(
     shared: bool,
     wait: Wait,
 ) -> Result<Guard, Error> {
+    share_after_mutexes(
+        || async move {
+            if shared {
+                read(rw, wait).await
+            } else {
+                write(rw, wait).await
+            }
+        },
+        || take_mutex(mutex, wait),
+        Guard::release,
+    )
+    .await
+}
+
+/// The loop of [`read_write`], for one server and for a quorum: asks for the share; while a mutex holds NAME, takes
+/// that mutex (waiting in its queue) and gives it back at once, then asks again.
+async fn share_after_mutexes<G, M, S, T, R>(
+    share: impl Fn() -> S,
+    take_mutex: impl Fn() -> T,
+    release: impl Fn(M) -> R,
+) -> Result<G, Error>
+where
+    S: std::future::Future<Output = Result<G, Error>>,
+    T: std::future::Future<Output = Result<M, Error>>,
+    R: std::future::Future<Output = Result<(), Error>>,
+{
     loop {
-        let attempt = if shared {
-            read(rw, wait).await
-        } else {
-            write(rw, wait).await
-        };
-        match attempt {
+        match share().await {
             Err(Error::WrongKind {
                 found: LockKind::Mutex,
                 ..
             }) => {}
             other => return other,
         }
-        match take_mutex(mutex, wait).await {
+        match take_mutex().await {
+            // Released before the read-write lock is asked for; a failed release only leaves a lease to expire.
             Ok(guard) => {
-                // Released before the read-write lock is asked for; a failed release only leaves a lease to expire.
-                let _ = guard.release().await;
+                let _ = release(guard).await;
             }
             // The name became a read-write lock meanwhile: ask again at once.
             Err(Error::WrongKind {
@@ -333,25 +354,12 @@ async fn quorum_read_write(
     shared: bool,
     wait: Wait,
 ) -> Result<leasehold::QuorumGuard, Error> {
-    loop {
-        match quorum_share(rw, shared, wait).await {
-            Err(Error::WrongKind {
-                found: LockKind::Mutex,
-                ..
-            }) => {}
-            other => return other,
-        }
-        match quorum_mutex(mutex, wait).await {
-            Ok(guard) => {
-                let _ = guard.release().await;
-            }
-            Err(Error::WrongKind {
-                found: LockKind::ReadWrite,
-                ..
-            }) => {}
-            Err(err) => return Err(err),
-        }
-    }
+    share_after_mutexes(
+        || quorum_share(rw, shared, wait),
+        || quorum_mutex(mutex, wait),
+        leasehold::QuorumGuard::release,
+    )
+    .await
 }
 
 async fn quorum_mutex(

@@ -8,21 +8,22 @@ use serde_json::Value;
 
 use crate::{finish, leasehold, one_error_line, Running, SOON};
 
+/// `leasehold SUBCOMMAND --redis URL… REST…`: the subcommand `args[0]` with every node of the quorum.
+fn on_quorum(urls: &[String], args: &[&str]) -> std::process::Command {
+    let (head, tail) = args.split_at(1);
+    let mut command: Vec<&str> = head.to_vec();
+    for url in urls {
+        command.extend(["--redis", url.as_str()]);
+    }
+    command.extend(tail);
+    leasehold(&command)
+}
+
 #[test]
 fn run_and_status_work_on_a_quorum_and_other_kinds_are_refused() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
-    let with = |args: &[&str]| {
-        let mut all = Vec::new();
-        for url in &urls {
-            all.extend(["--redis", url.as_str()]);
-        }
-        let (head, tail) = args.split_at(1);
-        let mut command: Vec<&str> = head.to_vec();
-        command.extend(all);
-        command.extend(tail);
-        leasehold(&command)
-    };
+    let with = |args: &[&str]| on_quorum(&urls, args);
     let mut holder = with(&[
         "run",
         "--ttl",
@@ -122,17 +123,7 @@ fn on_a_quorum_the_holder_is_named_kinds_share_a_name_as_with_flock_and_release_
 ) {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
-    let with = |args: &[&str]| {
-        let mut all = Vec::new();
-        for url in &urls {
-            all.extend(["--redis", url.as_str()]);
-        }
-        let (head, tail) = args.split_at(1);
-        let mut command: Vec<&str> = head.to_vec();
-        command.extend(all);
-        command.extend(tail);
-        leasehold(&command)
-    };
+    let with = |args: &[&str]| on_quorum(&urls, args);
     let held = |args: &[&str]| {
         let mut holder = with(args);
         holder.stdin(Stdio::piped());
