@@ -464,7 +464,7 @@ impl QuorumMutex {
     }
 
     /// Attaches a short description of the holder to every grant of this handle, as
-    /// [`Mutex::describe`](crate::Mutex::describe) does on one server: each node's [`Client::inspect`] returns it,
+    /// [`Mutex::describe`](crate::Mutex::describe) does on one server: each node's [`Client::inspect`](crate::Client::inspect) returns it,
     /// and `leasehold status` and `leasehold list` on a quorum print it. Checked by the first operation
     /// ([`InvalidArgument::BadDescription`]).
     pub fn describe(mut self, description: impl Into<String>) -> QuorumMutex {

@@ -2,7 +2,7 @@
 //! one kind's grants, waits, releases and losses without the others'.
 //!
 //! The kind of a grant is read from its hold as Redis stores it: a mutex's bare owner token, or the queued kinds'
-//! "<tag> <token>" (set.lua). Events name the hold in words (`hold = "2 permits"`), not by its tag.
+//! `"<tag> <token>"` (set.lua). Events name the hold in words (`hold = "2 permits"`), not by its tag.
 
 use std::borrow::Cow;
 
