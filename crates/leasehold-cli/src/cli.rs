@@ -157,7 +157,8 @@ const PERMITS_AFTER: &str = "\
 A semaphore stores its permit count while a permit is held: the count of the run that found
 it free. A run with another --permits then exits 65 naming both counts. This stores a new
 count in a semaphore in use: lowering it revokes no permit (new runs wait until the holders
-drop below it), raising it admits waiting runs at once. On a free semaphore nothing is
+drop below it), raising it admits waiting runs at once; waiting runs keep their place
+under the new count. On a free semaphore nothing is
 stored: the next run's --permits is the count. Give the new count to every run's --permits
 too.
 
