@@ -157,9 +157,9 @@ const PERMITS_AFTER: &str = "\
 A semaphore stores its permit count while a permit is held: the count of the run that found
 it free. A run with another --permits then exits 65 naming both counts. This stores a new
 count in a semaphore in use: lowering it revokes no permit (new runs wait until the holders
-drop below it), raising it admits waiting runs at once. On a free semaphore nothing is
-stored: the next run's --permits is the count. Give the new count to every run's --permits
-too.
+drop below it), raising it admits waiting runs at once; runs already waiting keep their
+place under the new count. On a free semaphore nothing is stored: the next run's --permits
+is the count. Give the new count to every run's --permits too.
 
 Exit status: 0 stored (or the semaphore was free), 65 NAME is another kind of lock, 69
 Redis cannot be reached, 2 usage error.

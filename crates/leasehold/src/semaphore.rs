@@ -25,10 +25,11 @@ pub const MAX_PERMITS: u64 = 1 << 40;
 ///
 /// The semaphore stores its capacity while it is in use: the first grant on a free semaphore stores the count of the
 /// handle that asked, and every later grant counts against that stored capacity, whatever count its own handle
-/// carries. A request (a try, a wait, or each heartbeat of a waiting task) whose count differs from the stored
-/// capacity is refused with [`Error::WrongPermits`], which names both numbers; it leaves nothing behind. A queued
-/// waiter whose count no longer matches when its turn comes is dropped from the queue, and its wait ends with that
-/// error. So two processes that disagree on the count find out at once, and the limit always holds.
+/// carries. A request (a try, or a wait when it joins the queue) whose count differs from the stored capacity is
+/// refused with [`Error::WrongPermits`], which names both numbers; it leaves nothing behind. A task already queued
+/// keeps the count it queued with (or the one [`set_permits`](Semaphore::set_permits) gave the queue since), and its
+/// heartbeats are judged by that. So two processes that disagree on the count find out at once, and the limit always
+/// holds.
 ///
 /// The capacity lives as long as a live permit does: it is forgotten with the last permit given back (or lapsed), and
 /// the next grant stores its own count. To change the count of a semaphore in use, call
@@ -244,8 +245,9 @@ impl Semaphore {
     /// returned.
     ///
     /// Lowering the count never revokes a held permit: new grants wait until the holders are below it. Raising it
-    /// grants the waiters it makes room for at once. Waiters queued with the old count are dropped from the queue
-    /// when their turn comes, and their wait ends with [`Error::WrongPermits`].
+    /// grants the waiters it makes room for at once. The tasks queued when the count changes keep their place and
+    /// are judged by the new count; new requests must carry it (the old count is refused with
+    /// [`Error::WrongPermits`]), so give it to every handle too.
     ///
     /// # Errors
     ///

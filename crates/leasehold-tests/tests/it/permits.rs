@@ -116,31 +116,39 @@ async fn the_capacity_goes_with_the_last_permit_and_the_next_count_wins() {
 }
 
 #[tokio::test]
-async fn a_waiter_queued_with_another_count_is_dropped_not_granted() {
+async fn a_waiter_whose_count_disagrees_when_served_is_dropped_not_granted() {
     let server = RedisServer::start();
     let locks = connect(&server).await;
     let three = locks.semaphore("pool", 3);
-    let all = three.try_acquire_many(3).await.unwrap();
+    let two_of_them = three.try_acquire_many(2).await.unwrap();
+    let one = three.try_acquire().await.unwrap();
     let waiter = tokio::spawn({
         let three = three.clone();
         async move { three.acquire().await }
     });
     wait_for_queue_len(&server, "pool", 1).await;
-    // The capacity goes down to 2 while the waiter, counting 3, is queued.
-    assert_eq!(
-        locks.semaphore("pool", 2).set_permits().await.unwrap(),
-        Some(3)
-    );
-    all.release().await.unwrap();
+    // The capacity goes down to 2 behind the queue's back (a hand edit, or a client of a version that did not keep
+    // queued waiters' counts in step) while the waiter, counting 3, is queued.
+    let _: () = redis::cmd("ZADD")
+        .arg("leasehold:{pool}")
+        .arg(-2)
+        .arg("permits")
+        .query_async(&mut redis_conn(&server).await)
+        .await
+        .unwrap();
+    // One permit comes back: 2 are still held, so the stored 2 stays, and the waiter's 3 disagrees with it.
+    one.release().await.unwrap();
     let err = within(Duration::from_secs(5), "the waiter told", waiter)
         .await
         .unwrap()
         .unwrap_err();
     assert_eq!(wrong_permits(&err), (3, 2));
-    assert!(
-        locks.inspect("pool").await.unwrap().holder.is_none(),
+    assert_eq!(
+        locks.inspect("pool").await.unwrap().holders.len(),
+        1,
         "nothing granted"
     );
+    two_of_them.release().await.unwrap();
     assert_eq!(keys_exist(&server, "pool").await, [false, false, false]);
 }
 
@@ -191,4 +199,63 @@ async fn set_permits_on_another_kind_is_wrong_kind() {
         .unwrap_err();
     assert!(matches!(err, Error::WrongKind { .. }), "{err:?}");
     fair.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn waiters_queued_when_the_count_changes_keep_their_place_under_the_new_count() {
+    let server = RedisServer::start();
+    let locks = connect(&server).await;
+    // Raised: a waiter counting the old 2 is granted at once by the new 3.
+    let two = locks.semaphore("raised", 2);
+    let held = two.try_acquire_many(2).await.unwrap();
+    let waiter = tokio::spawn({
+        let two = two.clone();
+        async move { two.acquire().await }
+    });
+    wait_for_queue_len(&server, "raised", 1).await;
+    assert_eq!(
+        locks.semaphore("raised", 3).set_permits().await.unwrap(),
+        Some(2)
+    );
+    let granted = within(Duration::from_secs(5), "the waiter granted", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(held.is_held());
+    granted.release().await.unwrap();
+    held.release().await.unwrap();
+
+    // Lowered: a waiter counting the old 3 waits on through its heartbeats (each attempt carries its handle's 3), and
+    // is granted once the holders are below the new 2.
+    let three = locks.semaphore("lowered", 3);
+    let all = three.try_acquire_many(3).await.unwrap();
+    let waiter = tokio::spawn({
+        let three = three.clone();
+        async move { three.acquire().await }
+    });
+    wait_for_queue_len(&server, "lowered", 1).await;
+    assert_eq!(
+        locks.semaphore("lowered", 2).set_permits().await.unwrap(),
+        Some(3)
+    );
+    // Two heartbeats of the waiter later (each writes its queue entry: HSET), it is still waiting, not refused.
+    let written = server.command_calls("hset");
+    within(Duration::from_secs(5), "two heartbeats", async {
+        while server.command_calls("hset") < written + 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await; // polls a server counter: no event to await
+        }
+    })
+    .await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter's heartbeat was refused: {:?}",
+        waiter.await
+    );
+    all.release().await.unwrap();
+    let granted = within(Duration::from_secs(5), "the waiter granted", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(locks.inspect("lowered").await.unwrap().permits, Some(2));
+    granted.release().await.unwrap();
 }

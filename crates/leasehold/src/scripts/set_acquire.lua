@@ -72,6 +72,15 @@ local function attempt(lock, fence_key, queue, waiters, hold, ttl, mode, claim, 
         return -3, 0, 0
     end
     purge(lock, now_ms)
+    -- A waiter already queued is judged by the count its entry carries: the count it queued with, or the one
+    -- set_permits.lua gave the queue since (its handle still carries the old one).
+    if mode ~= '0' and wid ~= '' then
+        local queued = redis.call('HGET', waiters, wid)
+        local kept = queued and string.match(queued, '^%d+ %d+ (%d+) ')
+        if kept then
+            limit = kept
+        end
+    end
     -- A count that disagrees with the capacity is refused, before and after serving (serving may store another one).
     local function refused(stored)
         leave(queue, waiters, wid)

@@ -1,6 +1,7 @@
 -- set_permits: store a new capacity for a semaphore in use (see set.lua), and serve the queue at once (a raised
 -- capacity admits waiters now; a lowered one never revokes a held permit, it only holds back new grants until the
--- holders drop below it). A semaphore with no live hold stores nothing: the next grant stores its own count.
+-- holders drop below it). A semaphore with no live hold stores nothing: the next grant stores its own count. The waiters
+-- queued when the count changes keep their place and are judged by the new count; new requests must carry it.
 -- Idempotent.
 --
 -- KEYS[1]  lock key (the set of holds)
@@ -32,5 +33,14 @@ if family(string.match(first, '^%S+')) ~= 's' then
 end
 local previous = capacity(KEYS[1]) or 0
 redis.call('ZADD', KEYS[1], -tonumber(ARGV[3]), CAPACITY)
+-- The waiters queued now keep their place under the new count: their entries carry it from here on, and their own
+-- attempts are judged by their entry's count, not by the count their handle carries (set_acquire.lua).
+local entries = redis.call('HGETALL', KEYS[4])
+for i = 1, #entries, 2 do
+    local alive, claim, client, hold = string.match(entries[i + 1], '^(%d+) (%d+) %d+ (%S+) (s%d+ .+)$')
+    if alive then
+        redis.call('HSET', KEYS[4], entries[i], alive .. ' ' .. claim .. ' ' .. ARGV[3] .. ' ' .. client .. ' ' .. hold)
+    end
+end
 serve(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], now, now_ms, nil, 0)
 return {1, previous}
