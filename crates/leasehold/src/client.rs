@@ -876,13 +876,18 @@ impl Builder {
             (Some(conn), target) => (conn, target),
             (None, Target::Single(redis)) => {
                 let db = redis.get_connection_info().redis_settings().db();
-                let conn = match connect_single(&redis, config, within).await {
+                let conn = match connect_single(&redis, config.clone(), within).await {
                     Ok(conn) => conn,
-                    // The connection's SELECT was refused: "SELECT is not allowed in cluster mode".
-                    Err(Error::Redis(err))
-                        if db != 0 && err.to_string().contains("cluster mode") =>
-                    {
-                        return Err(not_in_cluster(&url, db).into());
+                    // The connection's SELECT was refused. Redis says "SELECT is not allowed in cluster mode"; Valkey
+                    // (whose cluster may have more databases) says "DB index is out of range", as a single server
+                    // does for a database it lacks: then database 0 tells whether this is a cluster node.
+                    Err(Error::Redis(err)) if db != 0 => {
+                        if err.to_string().contains("cluster mode")
+                            || selects_on_a_cluster_node(&redis, config, within).await
+                        {
+                            return Err(not_in_cluster(&url, db).into());
+                        }
+                        return Err(failed(Error::Redis(err)));
                     }
                     Err(err) => return Err(failed(err)),
                 };
@@ -999,6 +1004,23 @@ async fn connect_cluster(cluster: &Cluster, within: Duration) -> Result<Conn, Er
     match tokio::time::timeout(within, client.get_async_connection()).await {
         Ok(connection) => Ok(Conn::cluster(connection?, cluster.response_timeout)),
         Err(_) => Err(gave_up().into()),
+    }
+}
+
+/// Whether the server `redis` names, reached on database 0, is a Redis Cluster node: after its database was refused.
+async fn selects_on_a_cluster_node(
+    redis: &redis::Client,
+    config: ConnectionManagerConfig,
+    within: Duration,
+) -> bool {
+    let info = redis.get_connection_info().clone();
+    let settings = info.redis_settings().clone().set_db(0);
+    let Ok(first) = redis::Client::open(info.set_redis_settings(settings)) else {
+        return false;
+    };
+    match connect_single(&first, config, within).await {
+        Ok(conn) => crate::checks::is_cluster_node(&conn).await.unwrap_or(false),
+        Err(_) => false,
     }
 }
 
