@@ -291,7 +291,7 @@ async fn a_queued_kind_hold_is_kept_alive_and_a_crashed_one_frees_its_permit() {
 async fn a_writer_downgrades_without_letting_another_writer_in() {
     let server = RedisServer::start();
     let locks = connect(&server).await;
-    let rw = locks.rw_lock("config").ttl(Duration::from_millis(300));
+    let rw = locks.rw_lock("config").ttl(Duration::from_secs(1));
     let writing = rw.write().await.unwrap();
     let fence = writing.fence();
     let reader = tokio::spawn({
@@ -312,7 +312,28 @@ async fn a_writer_downgrades_without_letting_another_writer_in() {
     let other = within(Duration::from_secs(5), "the queued reader admitted", reader)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await; // two leases: the share is renewed as its own hold
+    // Two renewals of the shares (each puts the shortest lease left back up): the downgraded share is renewed as its
+    // own hold, past its first lease.
+    let shortest = || async {
+        let info = locks.inspect("config").await.unwrap();
+        info.holders.iter().filter_map(|h| h.remaining).min()
+    };
+    within(
+        Duration::from_secs(10),
+        "two renewals of the shares",
+        async {
+            let (mut last, mut renewals) = (shortest().await, 0);
+            while renewals < 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await; // polls the server's leases: no event to await
+                let now = shortest().await;
+                if now > last {
+                    renewals += 1;
+                }
+                last = now;
+            }
+        },
+    )
+    .await;
     assert!(reading.is_held() && other.is_held());
     assert!(!writer.is_finished());
     let info = locks.inspect("config").await.unwrap();
