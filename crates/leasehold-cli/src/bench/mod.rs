@@ -327,8 +327,16 @@ fn table(outcomes: &[Outcome]) -> String {
         .unwrap_or(0)
         .max(15);
     out.push_str(&format!(
-        "{:<name_width$} {:>11} {:>9} {:>9} {:>9} {:>9} {:>12}  {}\n",
-        "scenario", "acquires/s", "p50 µs", "p99 µs", "max µs", "× floor", "srv µs/cycle", "notes"
+        "{:<name_width$} {:>11} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12}  {}\n",
+        "scenario",
+        "acquires/s",
+        "p50 µs",
+        "p99 µs",
+        "max µs",
+        "× floor",
+        "srv µs/cycle",
+        "cli µs/cycle",
+        "notes"
     ));
     for o in outcomes {
         let (p50, p99, max) = if o.samples.len() > 0 {
@@ -399,8 +407,11 @@ fn table(outcomes: &[Outcome]) -> String {
         let server = o
             .server_us_per_cycle()
             .map_or("-".to_owned(), |us| format!("{us:.1}"));
+        let client = o
+            .client_us_per_cycle()
+            .map_or("-".to_owned(), |us| format!("{us:.1}"));
         let row = format!(
-            "{:<name_width$} {:>11.0} {:>9} {:>9} {:>9} {:>9} {:>12}  {}",
+            "{:<name_width$} {:>11.0} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12}  {}",
             o.scenario,
             o.rate(),
             p50,
@@ -408,6 +419,7 @@ fn table(outcomes: &[Outcome]) -> String {
             max,
             ratio,
             server,
+            client,
             notes.join("; ")
         );
         out.push_str(row.trim_end());
@@ -514,6 +526,7 @@ mod tests {
     fn a_cluster_table_says_where_keys_live_and_whose_cpu_it_sums() {
         let mut floor = Outcome::measured("floor-64", &[30, 40, 50]);
         floor.server_cpu_s = Some(0.000_3);
+        floor.client_cpu_s = Some(0.000_06);
         floor.cpu_primaries = Some(3);
         floor.spread = Some(raw::Spread {
             keys: 64,
@@ -524,7 +537,7 @@ mod tests {
         let text = table(&[floor]);
         let lines: Vec<&str> = text.lines().collect();
         assert!(
-            lines[1].ends_with("100.0  64 keys on 64 slots, 3 of 3 primaries"),
+            lines[1].ends_with("100.0         20.0  64 keys on 64 slots, 3 of 3 primaries"),
             "{text}"
         );
         assert_eq!(

@@ -90,6 +90,7 @@ pub async fn in_process(
         })
         .collect();
     let cpu = server_cpu_window(setup, measure_from, end);
+    let client_cpu = client_cpu_window(measure_from, end);
     let note = || format!("{} acquisitions", count.load(Ordering::Relaxed));
     watch_progress(setup, scenario, start, end, note).await;
     let mut samples = Samples::default();
@@ -97,6 +98,7 @@ pub async fn in_process(
         samples.extend(worker.await.context("a bench task panicked")??);
     }
     let (server_cpu_s, cpu_primaries) = cpu_of(cpu).await;
+    let client_cpu_s = client_cpu.await.ok().and_then(Result::ok);
     Ok(Outcome {
         scenario,
         processes: 1,
@@ -110,6 +112,7 @@ pub async fn in_process(
         renewal: None,
         server_cpu_s,
         cpu_primaries,
+        client_cpu_s,
         write_p99_us: None,
         spread,
         on_quorum: None,
@@ -371,6 +374,17 @@ fn server_cpu_window(
     })
 }
 
+/// This process's CPU time (user + system, every thread) between `from` and `to`, read by a task of its own: the
+/// client's cost of the scenarios that run in this process.
+fn client_cpu_window(from: Instant, to: Instant) -> tokio::task::JoinHandle<anyhow::Result<f64>> {
+    tokio::spawn(async move {
+        tokio::time::sleep_until(from).await;
+        let before = super::worker::cpu_seconds()?;
+        tokio::time::sleep_until(to).await;
+        Ok(super::worker::cpu_seconds()? - before)
+    })
+}
+
 /// [`server_cpu_seconds`] of every connection's server(s), by connection and node.
 async fn servers_cpu_seconds(conns: &mut [Conn]) -> anyhow::Result<BTreeMap<(usize, String), f64>> {
     let mut seconds = BTreeMap::new();
@@ -459,6 +473,7 @@ pub async fn contended(
         renewal: None,
         server_cpu_s,
         cpu_primaries,
+        client_cpu_s: None,
         write_p99_us: (writes.len() > 0).then(|| writes.quantile_us(0.99)),
         spread: None,
         on_quorum: None,
@@ -501,6 +516,7 @@ pub async fn handoff(setup: &Setup, scenario: &'static str, kind: &str) -> anyho
         renewal: None,
         server_cpu_s,
         cpu_primaries,
+        client_cpu_s: None,
         write_p99_us: None,
         spread: None,
         on_quorum: None,
@@ -594,6 +610,7 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
         }),
         server_cpu_s,
         cpu_primaries,
+        client_cpu_s: None,
         write_p99_us: None,
         spread: None,
         on_quorum: None,

@@ -84,6 +84,9 @@ pub struct Outcome {
     pub server_cpu_s: Option<f64>,
     /// On a cluster, how many primaries `server_cpu_s` sums.
     pub cpu_primaries: Option<usize>,
+    /// The client's CPU time (user + system, this process) over the measured window, for the scenarios that run in
+    /// this process.
+    pub client_cpu_s: Option<f64>,
     /// The p99 of write-lock acquisitions, for the read-write scenario.
     pub write_p99_us: Option<f64>,
     /// On a cluster, where the keys of an in-process scenario live.
@@ -115,6 +118,7 @@ impl Outcome {
             renewal: None,
             server_cpu_s: None,
             cpu_primaries: None,
+            client_cpu_s: None,
             write_p99_us: None,
             spread: None,
             on_quorum: None,
@@ -151,6 +155,13 @@ impl Outcome {
         (cycles > 0.0).then(|| cpu * 1e6 / cycles)
     }
 
+    /// Client CPU per lock cycle (acquire + release) in µs, for the scenarios that run in this process.
+    pub fn client_us_per_cycle(&self) -> Option<f64> {
+        let cpu = self.client_cpu_s?;
+        let cycles = self.acquisitions as f64;
+        (cycles > 0.0).then(|| cpu * 1e6 / cycles)
+    }
+
     pub fn handoff_to_rtt(&self) -> Option<f64> {
         self.rtt_p50_us
             .map(|rtt| self.samples.quantile_us(0.5) / rtt.max(1e-9))
@@ -184,6 +195,8 @@ impl Outcome {
             "handoff_to_rtt": self.handoff_to_rtt().map(round),
             "server_cpu_s": self.server_cpu_s.map(round),
             "server_cpu_us_per_cycle": self.server_us_per_cycle().map(round),
+            "client_cpu_s": self.client_cpu_s.map(round),
+            "client_cpu_us_per_cycle": self.client_us_per_cycle().map(round),
             "write_p99_us": self.write_p99_us.map(round),
             "renew": self.renewal.as_ref().map(|r| json!({
                 "locks": r.locks,

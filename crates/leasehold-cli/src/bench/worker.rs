@@ -304,7 +304,7 @@ fn rss_bytes() -> anyhow::Result<u64> {
 }
 
 /// User plus system CPU time of this process so far.
-fn cpu_seconds() -> anyhow::Result<f64> {
+pub(super) fn cpu_seconds() -> anyhow::Result<f64> {
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)?;
     let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
     Ok(secs(usage.user_time()) + secs(usage.system_time()))

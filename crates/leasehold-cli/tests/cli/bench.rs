@@ -107,6 +107,17 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
                 .is_some_and(|us| us > 0.0),
             "{name}: {line}"
         );
+        // This process's CPU per cycle, for the scenarios that run in it.
+        let in_process = name.ends_with("-1") || name.ends_with("-64");
+        expects("client_cpu_us_per_cycle", in_process);
+        if in_process {
+            assert!(
+                line["client_cpu_us_per_cycle"]
+                    .as_f64()
+                    .is_some_and(|us| us > 0.0),
+                "{name}: {line}"
+            );
+        }
         expects("rtt_p50_us", name.ends_with("handoff"));
         expects("handoff_to_rtt", name.ends_with("handoff"));
         expects("renew", name == "renew-10k");
