@@ -196,6 +196,9 @@ Scenarios (each measures --duration after a short warm-up, against the same serv
   uncontended-1, -64       the same with leasehold lock() + release(); reported as a ratio to the floor
   floor-8p                 8 processes spinning on ONE key with SET NX PX + the delete script
                            (what most peers do; the contended floor)
+  peer-1, -64, -8p         rslock's recipe on the same client library (a multiplexed connection;
+                           when busy, the delete and a random sleep of 0 or 1 ms); leasehold's
+                           rows say their ratio to it (× peer)
   contended-8p             8 processes looping on ONE lock; shares per process (min/max)
   handoff                  2 processes taking turns; p50 compared with one raw round trip
   fair-8p, fair-handoff    the same two with the fair mutex (fair-8p against floor-8p)
@@ -203,9 +206,10 @@ Scenarios (each measures --duration after a short warm-up, against the same serv
   semaphore-8p             8 processes on ONE semaphore of 4 permits; shares per process
   renew-10k                one process holds 10,000 locks through 3 renewal periods
 
-The table gives latencies in µs, the ratio to the floor as a factor, and the server's CPU time
-(INFO cpu, user + system, over the measured window) per lock cycle (per renewal for renew-10k);
-on a server that others use too, their work counts in it. Each scenario prints one line on
+The table gives latencies in µs, the ratio to the floor as a factor, the server's CPU time
+(INFO cpu, user + system, over the measured window) per lock cycle (per renewal for renew-10k),
+and this process's CPU time per cycle for the scenarios that run in it; on a server that others
+use too, their work counts in the server's. Each scenario prints one line on
 stderr as it ends (a progress bar too, on a terminal, without --json).
 
 Examples:

@@ -1,4 +1,4 @@
-//! `leasehold bench`: leasehold against the raw-Redis floor, on any Redis, in one run.
+//! `leasehold bench`: leasehold against the raw-Redis floor and a peer's recipe, on any Redis, in one run.
 //!
 //! | scenario | what runs |
 //! |---|---|
@@ -6,6 +6,7 @@
 //! | `uncontended-1` | 1 task: leasehold `lock()` + `release()` on its own key |
 //! | `floor-64` / `uncontended-64` | the same with 64 tasks in this process, distinct keys |
 //! | `floor-8p` | 8 worker processes spinning on ONE key: `SET NX PX` until granted, then the owner-checked delete |
+//! | `peer-1`, `peer-64`, `peer-8p` | rslock's recipe, the best Rust peer's: the floor's commands on a redis-rs `MultiplexedConnection`; when busy, the delete of its own token and a random sleep below 2 ms |
 //! | `contended-8p` | 8 worker processes looping on ONE lock (leasehold), empty critical section |
 //! | `handoff` | 2 worker processes taking turns: release → the waiting other holds it |
 //! | `renew-10k` | one worker process holds 10,000 locks through 3 renewal periods (1 s) of a 3 s lease |
@@ -44,16 +45,19 @@ use clap::Args;
 use crate::exit;
 use crate::server::PrivateServer;
 use quorum::Nodes;
-use scenario::Setup;
+use scenario::{Recipe, Setup};
 use stats::{OnQuorum, Outcome};
 
 /// Every scenario of one server or cluster, in the order they run.
-pub const SCENARIOS: [&str; 12] = [
+pub const SCENARIOS: [&str; 15] = [
     "floor-1",
+    "peer-1",
     "uncontended-1",
     "floor-64",
+    "peer-64",
     "uncontended-64",
     "floor-8p",
+    "peer-8p",
     "contended-8p",
     "handoff",
     "fair-8p",
@@ -229,28 +233,39 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                             Some(nodes) => Some(nodes.round_trips(rtt_time).await?),
                             None => None,
                         };
-                        let floor = name == "quorum-floor-1";
-                        let mut outcome = scenario::in_process(&all_nodes, name, 1, floor).await?;
+                        let recipe = if name == "quorum-floor-1" {
+                            Recipe::Floor
+                        } else {
+                            Recipe::Leasehold
+                        };
+                        let mut outcome = scenario::in_process(&all_nodes, name, 1, recipe).await?;
                         outcome.node_rtts = rtts;
                         anyhow::Ok(outcome)
                     }
                     .await
                 }
-                "quorum-64" => scenario::in_process(&all_nodes, name, 64, false).await,
+                "quorum-64" => scenario::in_process(&all_nodes, name, 64, Recipe::Leasehold).await,
                 "quorum-contended-8p" => {
-                    scenario::contended(&all_nodes, name, 8, false, "mutex").await
+                    scenario::contended(&all_nodes, name, 8, Recipe::Leasehold, "mutex").await
                 }
-                "floor-1" => scenario::in_process(&setup, name, 1, true).await,
-                "uncontended-1" => scenario::in_process(&setup, name, 1, false).await,
-                "floor-64" => scenario::in_process(&setup, name, 64, true).await,
-                "uncontended-64" => scenario::in_process(&setup, name, 64, false).await,
-                "floor-8p" => scenario::contended(&setup, name, 8, true, "mutex").await,
-                "contended-8p" => scenario::contended(&setup, name, 8, false, "mutex").await,
+                "floor-1" => scenario::in_process(&setup, name, 1, Recipe::Floor).await,
+                "peer-1" => scenario::in_process(&setup, name, 1, Recipe::Peer).await,
+                "uncontended-1" => scenario::in_process(&setup, name, 1, Recipe::Leasehold).await,
+                "floor-64" => scenario::in_process(&setup, name, 64, Recipe::Floor).await,
+                "peer-64" => scenario::in_process(&setup, name, 64, Recipe::Peer).await,
+                "uncontended-64" => scenario::in_process(&setup, name, 64, Recipe::Leasehold).await,
+                "floor-8p" => scenario::contended(&setup, name, 8, Recipe::Floor, "mutex").await,
+                "peer-8p" => scenario::contended(&setup, name, 8, Recipe::Peer, "mutex").await,
+                "contended-8p" => {
+                    scenario::contended(&setup, name, 8, Recipe::Leasehold, "mutex").await
+                }
                 "handoff" => scenario::handoff(&setup, name, "mutex").await,
-                "fair-8p" => scenario::contended(&setup, name, 8, false, "fair").await,
+                "fair-8p" => scenario::contended(&setup, name, 8, Recipe::Leasehold, "fair").await,
                 "fair-handoff" => scenario::handoff(&setup, name, "fair").await,
-                "rw-8p" => scenario::contended(&setup, name, 8, false, "rw").await,
-                "semaphore-8p" => scenario::contended(&setup, name, 8, false, "semaphore:4").await,
+                "rw-8p" => scenario::contended(&setup, name, 8, Recipe::Leasehold, "rw").await,
+                "semaphore-8p" => {
+                    scenario::contended(&setup, name, 8, Recipe::Leasehold, "semaphore:4").await
+                }
                 _ => scenario::renew(&setup, name).await,
             }
             .with_context(|| format!("scenario {name}"))?;
@@ -263,6 +278,15 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
             };
             outcome.floor_rate = floor
                 .and_then(|f| outcomes.iter().find(|o| o.scenario == f))
+                .map(Outcome::rate);
+            let peer = match name {
+                "uncontended-1" => Some("peer-1"),
+                "uncontended-64" => Some("peer-64"),
+                "contended-8p" => Some("peer-8p"),
+                _ => None,
+            };
+            outcome.peer_rate = peer
+                .and_then(|p| outcomes.iter().find(|o| o.scenario == p))
                 .map(Outcome::rate);
             outcome.on_quorum = nodes.as_ref().map(|nodes| OnQuorum {
                 nodes: nodes.len(),
@@ -352,6 +376,9 @@ fn table(outcomes: &[Outcome]) -> String {
             .floor_ratio()
             .map_or("-".to_owned(), |r| format!("{r:.2}"));
         let mut notes = Vec::new();
+        if let Some(peer) = o.peer_ratio() {
+            notes.push(format!("× peer {peer:.2}"));
+        }
         if let Some(share) = o.share_ratio() {
             notes.push(format!("share min/max {share:.2}"));
         }
@@ -472,6 +499,7 @@ mod tests {
         floor.server_cpu_s = Some(0.000_3);
         let mut lock = Outcome::measured("uncontended-1", &[45, 60, 25_000]);
         lock.floor_rate = Some(4.0);
+        lock.peer_rate = Some(6.0);
         let mut renew = Outcome::measured("renew-10k", &[]);
         renew.acquisitions = 10_000;
         renew.renewal = Some(Renewal {
@@ -510,6 +538,11 @@ mod tests {
         assert_eq!(
             rows[2][..6],
             ["uncontended-1", "3", "60", "25000", "25000", "0.75"]
+        );
+        // Beside the peer's recipe in the same run, in the notes: 3/s against 6/s.
+        assert!(
+            text.lines().nth(2).unwrap().ends_with("× peer 0.50"),
+            "{text}"
         );
         assert_eq!(rows[3][..6], ["renew-10k", "10000", "-", "-", "-", "-"]);
         for row in &rows[1..] {

@@ -10,10 +10,10 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 200.0;
 const TOP: f64 = 30.0;
 const BOTTOM: f64 = 50.0;
-/// One per scenario with latency samples (11), so that no two curves share a color.
-const COLORS: [&str; 12] = [
+/// One per scenario with latency samples (14), so that no two curves share a color.
+const COLORS: [&str; 15] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf", "#000000", "#aec7e8",
+    "#bcbd22", "#17becf", "#000000", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5",
 ];
 /// Points per curve; more do not show at this size.
 const POINTS: usize = 400;

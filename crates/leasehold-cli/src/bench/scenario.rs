@@ -38,10 +38,27 @@ pub struct Setup {
 pub const RAW_RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
+/// Which lock an in-process or contended scenario runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recipe {
+    /// The floor: `SET NX PX`, the owner-checked delete, on a redis-rs `ConnectionManager`; a busy answer is retried
+    /// at once.
+    Floor,
+    /// A peer's recipe, rslock's: the floor's two commands on a redis-rs `MultiplexedConnection`; a busy answer is
+    /// followed by the owner-checked delete of its own token (rslock undoes a failed round on every server) and a
+    /// random sleep below [`PEER_RETRY_DELAY`](super::worker::PEER_RETRY_DELAY).
+    Peer,
+    /// leasehold.
+    Leasehold,
+}
+
 enum Engine {
     /// `SET key token NX PX 30000`, then the owner-checked delete script, on a redis-rs `ConnectionManager` (on a
     /// cluster, its cluster connection).
     Floor(Conn),
+    /// The same commands on a redis-rs `MultiplexedConnection` (on a cluster, its cluster connection): rslock's
+    /// recipe, which without contention never retries.
+    Peer(Conn),
     /// leasehold `lock()` + `release()` (lease 30 s, watchdog on: the defaults).
     Leasehold(leasehold::Client),
     /// On a quorum: `SET NX PX` to every node at once, granted when a majority said OK; the delete on every node.
@@ -64,7 +81,7 @@ pub async fn in_process(
     setup: &Setup,
     scenario: &'static str,
     tasks: usize,
-    floor: bool,
+    recipe: Recipe,
 ) -> anyhow::Result<Outcome> {
     let spread = if setup.raw.is_cluster() {
         let names: Vec<String> = (0..tasks).map(key_of).collect();
@@ -72,11 +89,15 @@ pub async fn in_process(
     } else {
         None
     };
-    let engine = Arc::new(match (&setup.quorum, floor) {
-        (None, true) => Engine::Floor(setup.raw.manager().await?),
-        (None, false) => Engine::Leasehold(crate::connect::client(&setup.url, None).await?),
-        (Some(nodes), true) => Engine::QuorumFloor(nodes.floor().await?),
-        (Some(nodes), false) => Engine::Quorum(nodes.leasehold().await?),
+    let engine = Arc::new(match (&setup.quorum, recipe) {
+        (None, Recipe::Floor) => Engine::Floor(setup.raw.manager().await?),
+        (None, Recipe::Peer) => Engine::Peer(setup.raw.multiplexed().await?),
+        (None, Recipe::Leasehold) => {
+            Engine::Leasehold(crate::connect::client(&setup.url, None).await?)
+        }
+        (Some(nodes), Recipe::Floor) => Engine::QuorumFloor(nodes.floor().await?),
+        (Some(nodes), Recipe::Leasehold) => Engine::Quorum(nodes.leasehold().await?),
+        (Some(_), Recipe::Peer) => bail!("the peer's recipe does not run on a quorum"),
     });
     let count = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -108,6 +129,7 @@ pub async fn in_process(
         samples: samples.sorted(),
         per_process: Vec::new(),
         floor_rate: None,
+        peer_rate: None,
         rtt_p50_us: None,
         renewal: None,
         server_cpu_s,
@@ -137,7 +159,7 @@ async fn cycle_until(
     let mut samples = Samples::default();
     let release = redis::Script::new(RAW_RELEASE);
     let lock = match engine {
-        Engine::Floor(conn) => TaskLock::Floor(conn),
+        Engine::Floor(conn) | Engine::Peer(conn) => TaskLock::Floor(conn),
         Engine::Leasehold(client) => TaskLock::Mutex(client.mutex(&key)),
         Engine::QuorumFloor(floor) => TaskLock::QuorumFloor(floor),
         Engine::Quorum(quorum) => TaskLock::Quorum(quorum.mutex(&key)),
@@ -261,6 +283,7 @@ fn worker_command(
     let role = match role {
         Role::Contend => "contend",
         Role::FloorContend => "floor-contend",
+        Role::PeerContend => "peer-contend",
         Role::Handoff => "handoff",
         Role::Renew => "renew",
         Role::QuorumContend => "quorum-contend",
@@ -433,13 +456,14 @@ pub async fn contended(
     setup: &Setup,
     scenario: &'static str,
     processes: usize,
-    floor: bool,
+    recipe: Recipe,
     kind: &str,
 ) -> anyhow::Result<Outcome> {
-    let role = match (&setup.quorum, floor) {
-        (None, true) => Role::FloorContend,
-        (None, false) => Role::Contend,
-        (Some(_), false) if kind == "mutex" => Role::QuorumContend,
+    let role = match (&setup.quorum, recipe) {
+        (None, Recipe::Floor) => Role::FloorContend,
+        (None, Recipe::Peer) => Role::PeerContend,
+        (None, Recipe::Leasehold) => Role::Contend,
+        (Some(_), Recipe::Leasehold) if kind == "mutex" => Role::QuorumContend,
         (Some(_), _) => bail!("only leasehold's mutex runs contended on a quorum"),
     };
     let extra = ["--kind".to_owned(), kind.to_owned()];
@@ -469,6 +493,7 @@ pub async fn contended(
         samples: samples.sorted(),
         per_process,
         floor_rate: None,
+        peer_rate: None,
         rtt_p50_us: None,
         renewal: None,
         server_cpu_s,
@@ -512,6 +537,7 @@ pub async fn handoff(setup: &Setup, scenario: &'static str, kind: &str) -> anyho
         samples: samples.sorted(),
         per_process: Vec::new(),
         floor_rate: None,
+        peer_rate: None,
         rtt_p50_us: Some(rtt_p50_us),
         renewal: None,
         server_cpu_s,
@@ -599,6 +625,7 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
         samples: Samples::default(),
         per_process: Vec::new(),
         floor_rate: None,
+        peer_rate: None,
         rtt_p50_us: None,
         renewal: Some(Renewal {
             locks: LOCKS,

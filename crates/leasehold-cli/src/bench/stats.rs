@@ -76,6 +76,8 @@ pub struct Outcome {
     pub per_process: Vec<u64>,
     /// The matching floor's acquisitions per second, for leasehold scenarios.
     pub floor_rate: Option<f64>,
+    /// The matching peer scenario's acquisitions per second (rslock's recipe), for leasehold scenarios.
+    pub peer_rate: Option<f64>,
     /// The raw round trip's p50 in µs, for the hand-off scenario.
     pub rtt_p50_us: Option<f64>,
     pub renewal: Option<Renewal>,
@@ -114,6 +116,7 @@ impl Outcome {
             samples: samples.sorted(),
             per_process: Vec::new(),
             floor_rate: None,
+            peer_rate: None,
             rtt_p50_us: None,
             renewal: None,
             server_cpu_s: None,
@@ -132,6 +135,11 @@ impl Outcome {
 
     pub fn floor_ratio(&self) -> Option<f64> {
         self.floor_rate.map(|floor| self.rate() / floor.max(1e-9))
+    }
+
+    /// This scenario's rate over the matching peer scenario's (rslock's recipe in the same run).
+    pub fn peer_ratio(&self) -> Option<f64> {
+        self.peer_rate.map(|peer| self.rate() / peer.max(1e-9))
     }
 
     /// Smallest over largest per-process share.
@@ -189,6 +197,7 @@ impl Outcome {
                 "max": round(self.samples.quantile_us(1.0)),
             },
             "floor_ratio": self.floor_ratio().map(round),
+            "peer_ratio": self.peer_ratio().map(round),
             "per_process": if self.per_process.is_empty() { Value::Null } else { json!(self.per_process) },
             "share_min_max": self.share_ratio().map(round),
             "rtt_p50_us": self.rtt_p50_us.map(round),

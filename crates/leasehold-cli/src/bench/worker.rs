@@ -18,6 +18,9 @@ pub enum Role {
     /// The contended floor: spin on one key with `SET NX PX` until granted, then the owner-checked delete script
     /// (what most peers do: no queue, no fence, no lease keeping).
     FloorContend,
+    /// A peer's contended loop, rslock's: `SET NX PX` on a multiplexed connection; a busy answer is followed by the
+    /// owner-checked delete of its own token and a random sleep below [`PEER_RETRY_DELAY`]; then the delete.
+    PeerContend,
     /// Take turns with one other worker on one lock, recording release and acquire instants.
     Handoff,
     /// Hold many locks through several renewal periods.
@@ -87,6 +90,7 @@ async fn take(
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
     let result = match args.role {
         Role::FloorContend => Some(floor_contend(&args).await?),
+        Role::PeerContend => Some(peer_contend(&args).await?),
         Role::QuorumContend => Some(quorum_contend(&args).await?),
         _ => None,
     };
@@ -97,7 +101,9 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
     }
     let locks = connect::client(one_server(&args)?, None).await?;
     let result = match args.role {
-        Role::FloorContend | Role::QuorumContend => unreachable!("handled above"),
+        Role::FloorContend | Role::PeerContend | Role::QuorumContend => {
+            unreachable!("handled above")
+        }
         Role::Contend => contend(&locks, &args).await?,
         Role::Handoff => handoff(&locks, &args).await?,
         Role::Renew => renew(&locks, &args).await?,
@@ -155,6 +161,60 @@ async fn contend(
         guard.release().await?;
     }
     Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples, "write_samples_ns": writes }))
+}
+
+/// The retry delay of `peer-8p`: rslock sleeps a random whole number of milliseconds below its retry delay after a
+/// busy round. Its default (200 ms) would measure the sleeps; 2 ms is the shortest that still sleeps at all (0 or 1
+/// ms), as a user tuning it for throughput would set it.
+pub const PEER_RETRY_DELAY: Duration = Duration::from_millis(2);
+
+/// rslock's contended loop on one key (see [`Role::PeerContend`]).
+async fn peer_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
+    let mut conn = super::raw::Raw::open(one_server(args)?)?
+        .multiplexed()
+        .await?;
+    let release = leasehold::redis::Script::new(super::scenario::RAW_RELEASE);
+    // A small xorshift for the sleeps, seeded per process: the delays only need to differ between processes.
+    let mut state = u64::from(std::process::id()) ^ unix_ms().rotate_left(17) | 1;
+    let mut random_below = |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n.max(1)
+    };
+    let delay_ms = u64::try_from(PEER_RETRY_DELAY.as_millis()).unwrap_or(1);
+    let mut samples = Vec::new();
+    let mut n: u64 = 0;
+    loop {
+        let now = unix_ms();
+        if now >= args.to_ms {
+            break;
+        }
+        let token = format!("peer:{}:{n}", std::process::id());
+        n += 1;
+        let started = Instant::now();
+        while !super::scenario::floor_acquire(&mut conn, &args.name, &token).await? {
+            let _: i64 = release
+                .key(&args.name)
+                .arg(&token)
+                .invoke_async(&mut conn)
+                .await?;
+            if unix_ms() >= args.to_ms {
+                return Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }));
+            }
+            tokio::time::sleep(Duration::from_millis(random_below(delay_ms))).await;
+        }
+        let latency = started.elapsed();
+        if now >= args.from_ms {
+            samples.push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
+        }
+        let _: i64 = release
+            .key(&args.name)
+            .arg(&token)
+            .invoke_async(&mut conn)
+            .await?;
+    }
+    Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
 }
 
 async fn floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {

@@ -9,12 +9,15 @@ use serde_json::Value;
 
 use crate::{finish, leasehold};
 
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 15] = [
     "floor-1",
+    "peer-1",
     "uncontended-1",
     "floor-64",
+    "peer-64",
     "uncontended-64",
     "floor-8p",
+    "peer-8p",
     "contended-8p",
     "handoff",
     "fair-8p",
@@ -98,6 +101,10 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
             "floor_ratio",
             name.starts_with("uncontended") || name == "contended-8p" || name == "fair-8p",
         );
+        expects(
+            "peer_ratio",
+            ["uncontended-1", "uncontended-64", "contended-8p"].contains(&name),
+        );
         expects("share_min_max", name.ends_with("-8p"));
         expects("per_process", name.ends_with("-8p"));
         // The private server's CPU over each scenario's window, per lock cycle (per renewal for renew-10k).
@@ -129,7 +136,7 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
     {
         assert_eq!(contended["per_process"].as_array().unwrap().len(), 8);
     }
-    let renew = &lines[11]["renew"];
+    let renew = &lines[SCENARIOS.len() - 1]["renew"];
     assert_eq!(renew["locks"], 10_000);
     assert_eq!(renew["periods"], 3);
     for field in ["calls_per_period", "client_cpu_s", "client_bytes_per_lock"] {
@@ -165,7 +172,7 @@ fn bench_json_covers_every_scenario_with_well_formed_fields() {
     let picture = std::fs::read_to_string(&svg).unwrap();
     assert!(picture.starts_with("<svg") && picture.trim_end().ends_with("</svg>"));
     // One curve per scenario with latency samples (renew-10k has none).
-    assert_eq!(picture.matches("<polyline").count(), 11);
+    assert_eq!(picture.matches("<polyline").count(), SCENARIOS.len() - 1);
 }
 
 #[test]
