@@ -138,8 +138,7 @@ impl Guard {
             Ok(code) => code,
             Err(failure) => return Err(not_a_lock(failure.err, &shared.keys.lock)),
         };
-        let (kind, what) = crate::trace::of_hold(&shared.token);
-        crate::trace::kind_event!(kind, debug, lock = %shared.keys.name(), hold = %what, fence = shared.fence.get(), ?earlier_loss, still_ours = code == 1, "released");
+        crate::trace::kind_event!(crate::trace::kind_of_hold(&shared.token), debug, lock = %shared.keys.name(), hold = %crate::trace::words(&shared.token), fence = shared.fence.get(), ?earlier_loss, still_ours = code == 1, "released");
         match (earlier_loss, code) {
             (Some(reason), _) => Err(Error::LeaseLost {
                 name: name(),

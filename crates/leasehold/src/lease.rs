@@ -525,13 +525,14 @@ impl LeaseShared {
     fn log_end(&self, reason: LossReason) {
         crate::metrics::ended(reason, clock::now().saturating_duration_since(self.granted));
         let (lock, fence) = (self.keys.name(), self.fence.get());
-        let (kind, hold) = crate::trace::of_hold(&self.token);
+        let kind = crate::trace::kind_of_hold(&self.token);
+        let hold = || crate::trace::words(&self.token);
         match reason {
             LossReason::Released => {
-                crate::trace::kind_event!(kind, debug, lock = %lock, %hold, fence, "lease ended: released")
+                crate::trace::kind_event!(kind, debug, lock = %lock, hold = %hold(), fence, "lease ended: released")
             }
             reason => {
-                crate::trace::kind_event!(kind, warn, lock = %lock, %hold, fence, %reason, "lease lost")
+                crate::trace::kind_event!(kind, warn, lock = %lock, hold = %hold(), fence, %reason, "lease lost")
             }
         }
     }

@@ -724,8 +724,7 @@ pub(crate) fn new_guard(
     let inner = &client.inner;
     let (ttl, renew_every) = lease;
     let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
-    let (kind, what) = crate::trace::of_hold(&hold);
-    crate::trace::kind_event!(kind, debug, lock = %keys.name(), hold = %what, fence = fence.get(), ttl = ?ttl, handed = expiry.handed, "granted");
+    crate::trace::kind_event!(crate::trace::kind_of_hold(&hold), debug, lock = %keys.name(), hold = %crate::trace::words(&hold), fence = fence.get(), ttl = ?ttl, handed = expiry.handed, "granted");
     let Expiry {
         sent,
         left,

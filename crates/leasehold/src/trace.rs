@@ -23,13 +23,31 @@ pub(crate) enum Kind {
     Reentrant,
 }
 
-/// The kind of the hold `hold` (an owner token or "<tag> <token>"), and what it holds in words.
+/// The kind of the hold `hold` (an owner token or `"<tag> <token>"`), and what it holds in words.
 pub(crate) fn of_hold(hold: &str) -> (Kind, Cow<'static, str>) {
     if hold.starts_with(TOKEN_PREFIX) {
         return (Kind::Mutex, "exclusive".into());
     }
     let tag = hold.split(' ').next().unwrap_or_default();
     of_tag(tag)
+}
+
+/// The kind of the hold `hold` alone: what choosing the target costs on every grant, with nothing allocated (the
+/// words of [`of_hold`] are built only when an event is enabled).
+pub(crate) fn kind_of_hold(hold: &str) -> Kind {
+    match hold.as_bytes().first() {
+        _ if hold.starts_with(TOKEN_PREFIX) => Kind::Mutex,
+        Some(b'x') => Kind::Fair,
+        Some(b'r' | b'w') => Kind::RwLock,
+        Some(b's') => Kind::Semaphore,
+        Some(b'e' | b'n') => Kind::Reentrant,
+        _ => Kind::Mutex,
+    }
+}
+
+/// What the hold `hold` holds, in words (for an event's `hold` field).
+pub(crate) fn words(hold: &str) -> Cow<'static, str> {
+    of_hold(hold).1
 }
 
 /// The kind of a queued hold's tag ("x", "r", "w", "s<k>", "e", "n"), and what it holds in words.
@@ -114,5 +132,16 @@ mod tests {
             of_hold(&format!("n {token}")),
             (Kind::Reentrant, "nested hold".into())
         );
+        for hold in [
+            token.to_owned(),
+            format!("x {token}"),
+            format!("r {token}"),
+            format!("w {token}"),
+            format!("s12 {token}"),
+            format!("e {token}"),
+            format!("n {token}"),
+        ] {
+            assert_eq!(kind_of_hold(&hold), of_hold(&hold).0, "{hold}");
+        }
     }
 }
