@@ -208,8 +208,8 @@ Scenarios (each measures --duration after a short warm-up, against the same serv
 
 The table gives latencies in µs, the ratio to the floor as a factor, the server's CPU time
 (INFO cpu, user + system, over the measured window) per lock cycle (per renewal for renew-10k),
-and this process's CPU time per cycle for the scenarios that run in it; on a server that others
-use too, their work counts in the server's. Each scenario prints one line on
+and the client's CPU time per cycle (this process's, or the worker processes' together); on a
+server that others use too, their work counts in the server's. Each scenario prints one line on
 stderr as it ends (a progress bar too, on a terminal, without --json).
 
 Examples:

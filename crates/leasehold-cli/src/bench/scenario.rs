@@ -397,6 +397,14 @@ fn server_cpu_window(
     })
 }
 
+/// The CPU time of every worker process over the measured window together, when each reported it.
+fn workers_cpu(results: &[Vec<Value>]) -> Option<f64> {
+    results
+        .iter()
+        .map(|lines| last(lines).ok()?["window_cpu_s"].as_f64())
+        .sum()
+}
+
 /// This process's CPU time (user + system, every thread) between `from` and `to`, read by a task of its own: the
 /// client's cost of the scenarios that run in this process.
 fn client_cpu_window(from: Instant, to: Instant) -> tokio::task::JoinHandle<anyhow::Result<f64>> {
@@ -484,6 +492,7 @@ pub async fn contended(
         }
     }
     let writes = writes.sorted();
+    let client_cpu_s = workers_cpu(&results);
     Ok(Outcome {
         scenario,
         processes,
@@ -498,7 +507,7 @@ pub async fn contended(
         renewal: None,
         server_cpu_s,
         cpu_primaries,
-        client_cpu_s: None,
+        client_cpu_s,
         write_p99_us: (writes.len() > 0).then(|| writes.quantile_us(0.99)),
         spread: None,
         on_quorum: None,
@@ -528,6 +537,7 @@ pub async fn handoff(setup: &Setup, scenario: &'static str, kind: &str) -> anyho
             samples.0.push(next.0 - prev.1);
         }
     }
+    let client_cpu_s = workers_cpu(&results);
     Ok(Outcome {
         scenario,
         processes: 2,
@@ -542,7 +552,7 @@ pub async fn handoff(setup: &Setup, scenario: &'static str, kind: &str) -> anyho
         renewal: None,
         server_cpu_s,
         cpu_primaries,
-        client_cpu_s: None,
+        client_cpu_s,
         write_p99_us: None,
         spread: None,
         on_quorum: None,

@@ -86,8 +86,8 @@ pub struct Outcome {
     pub server_cpu_s: Option<f64>,
     /// On a cluster, how many primaries `server_cpu_s` sums.
     pub cpu_primaries: Option<usize>,
-    /// The client's CPU time (user + system, this process) over the measured window, for the scenarios that run in
-    /// this process.
+    /// The client's CPU time (user + system) over the measured window: this process's, or the worker processes'
+    /// together.
     pub client_cpu_s: Option<f64>,
     /// The p99 of write-lock acquisitions, for the read-write scenario.
     pub write_p99_us: Option<f64>,
@@ -163,7 +163,7 @@ impl Outcome {
         (cycles > 0.0).then(|| cpu * 1e6 / cycles)
     }
 
-    /// Client CPU per lock cycle (acquire + release) in µs, for the scenarios that run in this process.
+    /// Client CPU per lock cycle (acquire + release; per hand-off for the hand-off scenarios) in µs.
     pub fn client_us_per_cycle(&self) -> Option<f64> {
         let cpu = self.client_cpu_s?;
         let cycles = self.acquisitions as f64;

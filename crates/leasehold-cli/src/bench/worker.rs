@@ -86,15 +86,19 @@ async fn take(
     })
 }
 
-/// Runs the worker; its result is one JSON line on stdout.
+/// Runs the worker; its result is one JSON line on stdout. The roles that loop over the run's measured window also
+/// say how much CPU this process used in it (`window_cpu_s`).
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
+    let window = (args.role != Role::Renew && args.to_ms > args.from_ms)
+        .then(|| cpu_window(args.from_ms, args.to_ms));
     let result = match args.role {
         Role::FloorContend => Some(floor_contend(&args).await?),
         Role::PeerContend => Some(peer_contend(&args).await?),
         Role::QuorumContend => Some(quorum_contend(&args).await?),
         _ => None,
     };
-    if let Some(result) = result {
+    if let Some(mut result) = result {
+        add_window_cpu(&mut result, window).await;
         println!("{result}");
         std::io::stdout().flush()?;
         return Ok(0);
@@ -108,9 +112,32 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
         Role::Handoff => handoff(&locks, &args).await?,
         Role::Renew => renew(&locks, &args).await?,
     };
+    let mut result = result;
+    add_window_cpu(&mut result, window).await;
     println!("{result}");
     std::io::stdout().flush()?;
     Ok(0)
+}
+
+/// This process's CPU time between the Unix times `from_ms` and `to_ms`, read by a task of its own.
+fn cpu_window(from_ms: u64, to_ms: u64) -> tokio::task::JoinHandle<anyhow::Result<f64>> {
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(from_ms.saturating_sub(unix_ms()))).await;
+        let before = cpu_seconds()?;
+        tokio::time::sleep(Duration::from_millis(to_ms.saturating_sub(unix_ms()))).await;
+        Ok(cpu_seconds()? - before)
+    })
+}
+
+/// Adds the measured window's CPU time to a worker's result, when it was measured.
+async fn add_window_cpu(
+    result: &mut serde_json::Value,
+    window: Option<tokio::task::JoinHandle<anyhow::Result<f64>>>,
+) {
+    let Some(window) = window else { return };
+    if let (Some(object), Ok(Ok(cpu))) = (result.as_object_mut(), window.await) {
+        object.insert("window_cpu_s".to_owned(), json!(cpu));
+    }
 }
 
 /// The one server (or cluster) of every role but quorum-contend.
