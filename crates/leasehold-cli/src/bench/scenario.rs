@@ -41,8 +41,8 @@ pub const RAW_RELEASE: &str =
 /// Which lock an in-process or contended scenario runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recipe {
-    /// The floor: `SET NX PX`, the owner-checked delete, on a redis-rs `ConnectionManager`; a busy answer is retried
-    /// at once.
+    /// The floor: `SET NX PX`, the owner-checked delete, on a redis-rs `ConnectionManager` in this process (on a
+    /// multiplexed connection in the contended workers); a busy answer is retried at once.
     Floor,
     /// A peer's recipe, rslock's: the floor's two commands on a redis-rs `MultiplexedConnection`; a busy answer is
     /// followed by the owner-checked delete of its own token (rslock undoes a failed round on every server) and a

@@ -92,8 +92,8 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
     let window = (args.role != Role::Renew && args.to_ms > args.from_ms)
         .then(|| cpu_window(args.from_ms, args.to_ms));
     let result = match args.role {
-        Role::FloorContend => Some(floor_contend(&args).await?),
-        Role::PeerContend => Some(peer_contend(&args).await?),
+        Role::FloorContend => Some(raw_contend(&args, false).await?),
+        Role::PeerContend => Some(raw_contend(&args, true).await?),
         Role::QuorumContend => Some(quorum_contend(&args).await?),
         _ => None,
     };
@@ -195,13 +195,16 @@ async fn contend(
 /// ms), as a user tuning it for throughput would set it.
 pub const PEER_RETRY_DELAY: Duration = Duration::from_millis(2);
 
-/// rslock's contended loop on one key (see [`Role::PeerContend`]).
-async fn peer_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
+/// The contended loops of the floor and of the peer on one key, on a multiplexed connection (on a cluster, redis-rs's
+/// cluster connection to the key's node). The floor retries a busy answer at once (the best a polling client can do
+/// for throughput); the peer, as rslock does, deletes its own token and sleeps a random while below
+/// [`PEER_RETRY_DELAY`] first.
+async fn raw_contend(args: &WorkerArgs, peer: bool) -> anyhow::Result<serde_json::Value> {
     let mut conn = super::raw::Raw::open(one_server(args)?)?
         .multiplexed()
         .await?;
     let release = leasehold::redis::Script::new(super::scenario::RAW_RELEASE);
-    // A small xorshift for the sleeps, seeded per process: the delays only need to differ between processes.
+    // A small xorshift for the peer's sleeps, seeded per process: the delays only need to differ between processes.
     let mut state = u64::from(std::process::id()) ^ unix_ms().rotate_left(17) | 1;
     let mut random_below = |n: u64| {
         state ^= state << 13;
@@ -210,6 +213,7 @@ async fn peer_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
         state % n.max(1)
     };
     let delay_ms = u64::try_from(PEER_RETRY_DELAY.as_millis()).unwrap_or(1);
+    let recipe = if peer { "peer" } else { "floor" };
     let mut samples = Vec::new();
     let mut n: u64 = 0;
     loop {
@@ -217,56 +221,20 @@ async fn peer_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
         if now >= args.to_ms {
             break;
         }
-        let token = format!("peer:{}:{n}", std::process::id());
+        let token = format!("{recipe}:{}:{n}", std::process::id());
         n += 1;
         let started = Instant::now();
         while !super::scenario::floor_acquire(&mut conn, &args.name, &token).await? {
-            let _: i64 = release
-                .key(&args.name)
-                .arg(&token)
-                .invoke_async(&mut conn)
-                .await?;
             if unix_ms() >= args.to_ms {
                 return Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }));
             }
-            tokio::time::sleep(Duration::from_millis(random_below(delay_ms))).await;
-        }
-        let latency = started.elapsed();
-        if now >= args.from_ms {
-            samples.push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
-        }
-        let _: i64 = release
-            .key(&args.name)
-            .arg(&token)
-            .invoke_async(&mut conn)
-            .await?;
-    }
-    Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
-}
-
-async fn floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
-    // A multiplexed connection on one server; on a cluster, redis-rs's cluster connection to the key's node.
-    let mut conn = super::raw::Raw::open(one_server(args)?)?
-        .multiplexed()
-        .await?;
-    let release = leasehold::redis::Script::new(super::scenario::RAW_RELEASE);
-    let mut samples = Vec::new();
-    let mut n: u64 = 0;
-    loop {
-        let now = unix_ms();
-        if now >= args.to_ms {
-            break;
-        }
-        let token = format!("floor:{}:{n}", std::process::id());
-        n += 1;
-        let started = Instant::now();
-        // Spin: a busy answer is retried at once (the best a polling client can do for throughput).
-        loop {
-            if super::scenario::floor_acquire(&mut conn, &args.name, &token).await? {
-                break;
-            }
-            if unix_ms() >= args.to_ms {
-                return Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }));
+            if peer {
+                let _: i64 = release
+                    .key(&args.name)
+                    .arg(&token)
+                    .invoke_async(&mut conn)
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(random_below(delay_ms))).await;
             }
         }
         let latency = started.elapsed();
