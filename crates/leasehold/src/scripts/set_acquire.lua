@@ -74,12 +74,12 @@ local function attempt(lock, fence_key, queue, waiters, hold, ttl, mode, claim, 
     purge(lock, now_ms)
     -- A waiter already queued is judged by the count its entry carries: the count it queued with, or the one
     -- set_permits.lua gave the queue since (its handle still carries the old one).
-    if mode ~= '0' and wid ~= '' then
-        local queued = redis.call('HGET', waiters, wid)
-        local kept = queued and string.match(queued, '^%d+ %d+ (%d+) ')
-        if kept then
-            limit = kept
-        end
+    -- A waiter the serving dropped for its count (see set.lua) hears of it now, whatever the capacity is since.
+    local queued = mode ~= '0' and wid ~= '' and redis.call('HGET', waiters, wid)
+    local dropped
+    if queued then
+        limit = string.match(queued, '^%d+ %d+ (%d+) ') or limit
+        dropped = tonumber(string.match(queued, '^%d+ refused (%d+)$'))
     end
     -- A count that disagrees with the capacity is refused, before and after serving (serving may store another one).
     local function refused(stored)
@@ -87,14 +87,7 @@ local function attempt(lock, fence_key, queue, waiters, hold, ttl, mode, claim, 
         serve(lock, fence_key, queue, waiters, ARGV[3], ARGV[1], now, now_ms, nil, 0)
         return -5, stored, 0
     end
-    local stored = wrong_count(lock, tag, limit)
-    if mode ~= '0' then
-        -- A waiter the serving dropped for its count (see set.lua) hears of it now, whatever the capacity is since.
-        local marker = redis.call('HGET', waiters, wid)
-        if marker and string.find(marker, '^%d+ refused ') then
-            stored = stored or tonumber(string.match(marker, ' refused (%d+)$'))
-        end
-    end
+    local stored = wrong_count(lock, tag, limit) or dropped
     if stored then
         return refused(stored)
     end
