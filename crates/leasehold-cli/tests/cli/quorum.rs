@@ -144,7 +144,9 @@ fn on_a_quorum_the_holder_is_named_kinds_share_a_name_as_with_flock_and_release_
     let line = one_error_line(&stderr);
     assert!(line.contains("held by another owner (host="), "{line}");
 
-    // -s beside the plain run waits for it, then runs.
+    // -s beside the plain run is kept out (75 without waiting), then waits for it and runs.
+    let (code, _, stderr) = finish(with(&["run", "-n", "-s", "nightly", "--", "true"]), SOON);
+    assert_eq!(code, Some(75), "a share beside a plain holder: {stderr}");
     let mut shared = with(&["run", "-s", "nightly", "--", "echo", "shared ran"]);
     shared.stdout(Stdio::piped());
     let shared = Running::start(shared);
@@ -154,6 +156,8 @@ fn on_a_quorum_the_holder_is_named_kinds_share_a_name_as_with_flock_and_release_
 
     // A plain run beside -s holders takes the write lock: it waits for them, then runs.
     let mut reader = held(&[&["run", "-s", "schema", "--"][..], &in_and_wait].concat());
+    let (code, _, stderr) = finish(with(&["run", "-n", "schema", "--", "true"]), SOON);
+    assert_eq!(code, Some(75), "a plain run beside a share: {stderr}");
     let mut writer = with(&["run", "schema", "--", "echo", "plain ran"]);
     writer.stdout(Stdio::piped());
     let writer = Running::start(writer);
