@@ -14,6 +14,8 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
 
+use crate::scripts::ScriptCall;
+
 /// Consecutive timed-out requests after which the connection is considered silently dead and replaced.
 const SILENT_AFTER: u32 = 2;
 
@@ -151,30 +153,57 @@ impl Conn {
     /// retried: the request may still be running, and callers bound their time.
     ///
     /// Only for scripts that are idempotent per token: the first try may have run before its connection died.
-    pub(crate) async fn invoke_idempotent<T: redis::FromRedisValue>(
+    pub(crate) async fn invoke_idempotent<T: redis::FromRedisValue + Send>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &impl Invocation,
     ) -> RedisResult<T> {
         self.invoke_idempotent_tracked(invocation).await.0
     }
 
     /// [`Conn::invoke_idempotent`], and whether the script may have run on the server: `false` only when every try
     /// failed to reach Redis at all (the connection was refused), so that nothing was sent.
-    pub(crate) async fn invoke_idempotent_tracked<T: redis::FromRedisValue>(
+    pub(crate) async fn invoke_idempotent_tracked<T: redis::FromRedisValue + Send>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &impl Invocation,
     ) -> (RedisResult<T>, bool) {
-        match invocation.invoke_async(&mut self.clone()).await {
+        match invocation.invoke_on(&mut self.clone()).await {
             Err(err) if is_dropped(&err) => {
                 tracing::debug!(error = %err, "connection dropped; retrying once");
                 let first_sent = !err.is_connection_refusal();
-                let result = invocation.invoke_async(&mut self.clone()).await;
+                let result = invocation.invoke_on(&mut self.clone()).await;
                 let sent = first_sent || !matches!(&result, Err(e) if e.is_connection_refusal());
                 (result, sent)
             }
             Err(err) if err.is_connection_refusal() => (Err(err), false),
             result => (result, true),
         }
+    }
+}
+
+/// A script call ready to send: a [`ScriptInvocation`], or a [`ScriptCall`] built straight into its command.
+pub(crate) trait Invocation: Sync {
+    /// Runs the script on `conn` (loading it first if the server does not have it).
+    fn invoke_on<T: redis::FromRedisValue + Send>(
+        &self,
+        conn: &mut Conn,
+    ) -> impl std::future::Future<Output = RedisResult<T>> + Send;
+}
+
+impl Invocation for ScriptInvocation<'_> {
+    fn invoke_on<T: redis::FromRedisValue + Send>(
+        &self,
+        conn: &mut Conn,
+    ) -> impl std::future::Future<Output = RedisResult<T>> + Send {
+        self.invoke_async(conn)
+    }
+}
+
+impl Invocation for ScriptCall {
+    fn invoke_on<T: redis::FromRedisValue + Send>(
+        &self,
+        conn: &mut Conn,
+    ) -> impl std::future::Future<Output = RedisResult<T>> + Send {
+        self.invoke_async(conn)
     }
 }
 
@@ -196,9 +225,9 @@ impl Conn {
     /// both in one round trip, on the script's node (on a cluster a pipeline goes where its first keyed command goes;
     /// a bare `WAIT` would go to every primary and answer the minimum). Returns the script's reply, whether it may have
     /// run, and how many replicas acknowledged its writes (`None` without `acks`, or when the call failed).
-    pub(crate) async fn invoke_acked<T: redis::FromRedisValue>(
+    pub(crate) async fn invoke_acked<T: redis::FromRedisValue + Send>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        invocation: &impl Invocation,
         acks: Option<ReplicaAcks>,
     ) -> (RedisResult<T>, bool, Option<u32>) {
         let Some(acks) = acks else {

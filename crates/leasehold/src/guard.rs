@@ -13,8 +13,7 @@ use crate::client::{not_a_lock, Client, Inner};
 use crate::error::{require_runtime, Error};
 use crate::keys::{millis, LockKeys};
 use crate::lease::{Lease, LossReason};
-use crate::scripts::{RELEASE, RENEW};
-use redis::ScriptInvocation;
+use crate::scripts::{Numbers, ScriptCall, RELEASE, RENEW};
 
 /// The guard of a [`Mutex`](crate::Mutex) grant: a [`Guard`] (the name this crate used before the other kinds came).
 pub type MutexGuard = Guard;
@@ -326,27 +325,35 @@ pub(crate) fn loss_reason(code: i64) -> LossReason {
 }
 
 /// The owner-checked release of one token, handing the lock to the next waiting client (see `scripts/release.lua`).
-pub(crate) fn release_invocation<'a>(
+pub(crate) fn release_invocation(
     keys: &LockKeys,
     token: &str,
     channel_prefix: &str,
     fence_retention: Duration,
-) -> ScriptInvocation<'a> {
-    let mut invocation = RELEASE.prepare_invoke();
-    invocation.arg(channel_prefix).arg(millis(fence_retention));
-    add_release(&mut invocation, keys, token);
-    invocation
+) -> ScriptCall {
+    releases([(keys, token)], channel_prefix, fence_retention)
 }
 
-/// Adds one lock's release to a `release.lua` call.
-fn add_release(invocation: &mut ScriptInvocation<'_>, keys: &LockKeys, token: &str) {
-    add_lock_keys(invocation, keys);
-    invocation.arg(token);
+/// The owner-checked releases of `locks` (keys and token each) in one `release.lua` call.
+fn releases<'a>(
+    locks: impl IntoIterator<Item = (&'a LockKeys, &'a str)> + Clone,
+    channel_prefix: &str,
+    fence_retention: Duration,
+) -> ScriptCall {
+    let mut invocation = ScriptCall::new(&RELEASE, 5 * locks.clone().into_iter().count());
+    for (keys, _) in locks.clone() {
+        add_lock_keys(&mut invocation, keys);
+    }
+    invocation.arg(channel_prefix).arg(millis(fence_retention));
+    for (_, token) in locks {
+        invocation.arg(token);
+    }
+    invocation
 }
 
 /// Adds the keys a release touches, in the order `release.lua` and `leave.lua` take them: lock, queue, waiters,
 /// released, fence.
-pub(crate) fn add_lock_keys(invocation: &mut ScriptInvocation<'_>, keys: &LockKeys) {
+pub(crate) fn add_lock_keys(invocation: &mut ScriptCall, keys: &LockKeys) {
     invocation
         .key(&keys.lock)
         .key(keys.queue())
@@ -374,17 +381,15 @@ impl Item for ReleaseItem {
     }
 
     async fn call(inner: &Inner, items: &[Self]) -> Result<Vec<i64>, Failure> {
-        let mut invocation = RELEASE.prepare_invoke();
-        invocation
-            .arg(inner.wakeups.channel_prefix())
-            .arg(millis(inner.fence_retention));
-        for item in items {
-            add_release(&mut invocation, &item.keys, &item.token);
-        }
-        let (reply, reached): (redis::RedisResult<Vec<i64>>, bool) =
+        let invocation = releases(
+            items.iter().map(|item| (&*item.keys, item.token.as_str())),
+            inner.wakeups.channel_prefix(),
+            inner.fence_retention,
+        );
+        let (reply, reached): (redis::RedisResult<Numbers>, bool) =
             inner.conn.invoke_idempotent_tracked(&invocation).await;
         match reply {
-            Ok(codes) if codes.len() == items.len() => Ok(codes),
+            Ok(Numbers(codes)) if codes.len() == items.len() => Ok(codes),
             Ok(_) => Err(Failure {
                 err: redis::RedisError::from((
                     redis::ErrorKind::Parse,
@@ -431,7 +436,7 @@ pub(crate) fn release_in_background(
                 task.inner.wakeups.channel_prefix(),
                 task.inner.fence_retention,
             );
-            let reply: redis::RedisResult<Vec<i64>> =
+            let reply: redis::RedisResult<Numbers> =
                 task.inner.conn.invoke_idempotent(&invocation).await;
             match reply {
                 Ok(_) => break,

@@ -15,7 +15,7 @@ use crate::fence::{check_description, new_token, Fence};
 use crate::guard::{release_in_background, MutexGuard};
 use crate::keys::{check_ttl, drift, millis, LockKeys};
 use crate::lease::{Lease, LeaseShared};
-use crate::scripts::{ACQUIRE, CLAIM, HEARTBEAT};
+use crate::scripts::{Numbers, ScriptCall, ACQUIRE, CLAIM, HEARTBEAT};
 use crate::wake::{Expecting, Handed};
 
 /// Default lease: kept alive by the watchdog while the guard lives.
@@ -837,16 +837,19 @@ impl Item for AcquireItem {
     }
 
     async fn call(inner: &Inner, items: &[Self]) -> Result<Vec<AcquireReply>, Failure> {
-        let mut invocation = ACQUIRE.prepare_invoke();
-        invocation
-            .arg(millis(inner.fence_retention))
-            .arg(inner.wakeups.client_id());
+        let mut invocation = ScriptCall::new(&ACQUIRE, 4 * items.len());
         for item in items {
             invocation
                 .key(&item.keys.lock)
                 .key(item.keys.fence())
                 .key(item.keys.queue())
-                .key(item.keys.waiters())
+                .key(item.keys.waiters());
+        }
+        invocation
+            .arg(millis(inner.fence_retention))
+            .arg(inner.wakeups.client_id());
+        for item in items {
+            invocation
                 .arg(item.token.as_str())
                 .arg(millis(item.ttl))
                 .arg(match item.wait {
@@ -882,13 +885,13 @@ pub(crate) fn short_of(required: Option<ReplicaAcks>, acked: Option<u32>) -> Opt
 /// [`NOT_REPLICATED`], with the count of replicas that acknowledged as its value: the attempt releases it and reports
 /// [`Error::NotReplicated`].
 pub(crate) fn acquire_outcomes(
-    reply: redis::RedisResult<Vec<i64>>,
+    reply: redis::RedisResult<Numbers>,
     reached: bool,
     n: usize,
     short: Option<(u32, u32)>,
 ) -> Result<Vec<AcquireReply>, Failure> {
     match reply {
-        Ok(reply) if reply.len() == 1 + 3 * n => {
+        Ok(Numbers(reply)) if reply.len() == 1 + 3 * n => {
             let run = reply[0];
             Ok(reply[1..]
                 .chunks(3)

@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 
 use crate::guard::release_invocation;
 use crate::keys::LockKeys;
+use crate::scripts::Numbers;
 use crate::topology::Target;
 
 /// The most a client's drop waits for its outstanding releases.
@@ -150,7 +151,7 @@ fn release_blocking(
                 }
                 con.set_read_timeout(Some(left))?;
                 con.set_write_timeout(Some(left))?;
-                let _: Vec<i64> = release_invocation(keys, token, channel_prefix, fence_retention)
+                let _: Numbers = release_invocation(keys, token, channel_prefix, fence_retention)
                     .invoke(&mut con)?;
                 released += 1;
             }
@@ -168,7 +169,7 @@ fn release_blocking(
                 if Instant::now() >= deadline {
                     break;
                 }
-                let _: Vec<i64> = release_invocation(keys, token, channel_prefix, fence_retention)
+                let _: Numbers = release_invocation(keys, token, channel_prefix, fence_retention)
                     .invoke(&mut con)?;
                 released += 1;
             }

@@ -23,7 +23,7 @@ use crate::mutex::{
     acquire_outcomes, check_options, is_server_error, new_guard, release_orphaned, short_of,
     take_hand_off, unreplicated, until, AcquireReply, Expiry, Outage, Renewal,
 };
-use crate::scripts::{CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
+use crate::scripts::{ScriptCall, CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
 use crate::wake::Expecting;
 
 /// The options every queued kind shares, and the lock it names.
@@ -365,7 +365,7 @@ impl Drop for Leave {
         let keys = Arc::clone(&self.keys);
         let wid = std::mem::take(&mut self.wid);
         runtime.spawn(async move {
-            let mut invocation = LEAVE.prepare_invoke();
+            let mut invocation = ScriptCall::new(&LEAVE, 5);
             add_lock_keys(&mut invocation, &keys);
             invocation
                 .arg(inner.wakeups.channel_prefix())
@@ -403,17 +403,20 @@ impl Item for SetAcquireItem {
     }
 
     async fn call(inner: &Inner, items: &[Self]) -> Result<Vec<AcquireReply>, Failure> {
-        let mut invocation = SET_ACQUIRE.prepare_invoke();
+        let mut invocation = ScriptCall::new(&SET_ACQUIRE, 4 * items.len());
+        for item in items {
+            invocation
+                .key(&item.keys.lock)
+                .key(item.keys.fence())
+                .key(item.keys.queue())
+                .key(item.keys.waiters());
+        }
         invocation
             .arg(millis(inner.fence_retention))
             .arg(inner.wakeups.client_id())
             .arg(inner.wakeups.channel_prefix());
         for item in items {
             invocation
-                .key(&item.keys.lock)
-                .key(item.keys.fence())
-                .key(item.keys.queue())
-                .key(item.keys.waiters())
                 .arg(item.hold.as_str())
                 .arg(millis(item.ttl))
                 .arg(match item.mode {

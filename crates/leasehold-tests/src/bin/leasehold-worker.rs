@@ -19,6 +19,8 @@
 //! leasehold-worker read-loop URL NAME             # reads (5 ms each) until killed; prints "reading" once
 //! leasehold-worker kind-hold URL NAME KIND TTL_MS  # takes a read share (KIND read), the write lock (write) or a
 //!                                             # permit of N (permits:N), prints "acquired FENCE", holds until killed
+//! leasehold-worker cycles URL leasehold|peer N   # N lock + release cycles on one lock, one task (the client's work
+//!                                             # per cycle, counted by scripts/profile-client.sh)
 //! ```
 //!
 //! Exit status: 0 on success, 1 on any error (printed on stderr), 2 on bad usage.
@@ -136,6 +138,10 @@ async fn dispatch(args: Vec<String>) -> ExitCode {
             Err(_) => return usage(),
         },
         ["read-loop", url, name] => read_loop(url, name).await,
+        ["cycles", url, recipe, n] => match n.parse() {
+            Ok(n) => cycles(url, recipe, n).await,
+            Err(e) => Err(e.into()),
+        },
         ["kind-hold", url, name, kind, ttl_ms] => match ttl_ms.parse() {
             Ok(ms) => kind_hold(url, name, kind, ms).await,
             Err(_) => return usage(),
@@ -153,12 +159,55 @@ async fn dispatch(args: Vec<String>) -> ExitCode {
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: leasehold-worker count|hold|hold-then-write|drop-at-end|fair-wait|sem-count|rw-mix|read-loop|kind-hold URL NAME ..."
+        "usage: leasehold-worker count|hold|hold-then-write|drop-at-end|fair-wait|sem-count|rw-mix|read-loop|kind-hold URL NAME ... | cycles URL leasehold|peer N"
     );
     ExitCode::from(2)
 }
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// `n` lock + release cycles on one lock from one task: with leasehold's mutex, or with the recipe of rslock (the
+/// best Rust peer: `SET NX PX` with a random token, then an owner-checked delete script) on a multiplexed connection.
+async fn cycles(url: &str, recipe: &str, n: u32) -> Result<()> {
+    match recipe {
+        "leasehold" => {
+            let locks = leasehold::Client::connect(url).await?;
+            let mutex = locks.mutex("profile");
+            for _ in 0..n {
+                mutex.lock().await?.release().await?;
+            }
+        }
+        "peer" => {
+            let mut conn = redis::Client::open(url)?
+                .get_multiplexed_async_connection()
+                .await?;
+            let delete = redis::Script::new(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+            );
+            for i in 0..n {
+                let token = format!("{:032x}", u128::from(i) * 0x9e37_79b9_7f4a_7c15);
+                let set: Option<String> = redis::cmd("SET")
+                    .arg("profile")
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async(&mut conn)
+                    .await?;
+                if set.is_none() {
+                    return Err("the lock was busy".into());
+                }
+                let _: i64 = delete
+                    .key("profile")
+                    .arg(&token)
+                    .invoke_async(&mut conn)
+                    .await?;
+            }
+        }
+        _ => return Err(format!("unknown recipe {recipe:?}").into()),
+    }
+    Ok(())
+}
 
 /// Critical sections that would corrupt the counter without mutual exclusion: read, yield, write. An occupancy
 /// marker set with NX on entry detects any overlap; every section appends its fence to a list, in order.

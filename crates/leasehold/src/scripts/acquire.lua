@@ -20,15 +20,15 @@
 -- Constants (prepended): LIVENESS_MS, how long a waiter counts as live without another attempt; QUEUE_RETENTION_MS,
 -- how long the queue outlives the current holder's lease.
 --
--- Returns  {now, code_1, value_1, ms_1, code_2, value_2, ms_2, ...}, `now` being the server time in microseconds
---          when the script ran (a decimal string), and per attempt:
+-- Returns  "now code_1 value_1 ms_1 code_2 value_2 ms_2 ...", one string of decimal integers separated by spaces (a
+--          client parses one string much faster than an array: see `Numbers` in scripts.rs), `now` being the server
+--          time in microseconds when the script ran, and per attempt:
 --          1, fence, ms    granted to its token, with `ms` left on the lease: the whole lease for a new grant, the
 --                          time left when the lock already held this token (a re-sent request)
 --          2, fence, ms    a release had handed the lock to the previous token; `ms` left on it
 --          0, pttl, 0      busy: held by another owner; pttl is its time left in ms (-1: no expiry)
 --          -1, 0, 0        the lock key holds something leasehold did not write (nothing changed)
 --          -2, 0, 0        the fence key holds something that is not a number (nothing was granted)
---          Fences are decimal strings.
 local now = clock_us()
 local reply = {now}
 
@@ -89,4 +89,4 @@ for i = 1, #KEYS / 4 do
     reply[3 * i] = value
     reply[3 * i + 1] = ms
 end
-return reply
+return table.concat(reply, ' ')

@@ -16,7 +16,7 @@
 -- ARGV[2]     how long a fence counter lives after it was created, in milliseconds
 -- ARGV[i+2]   release i's owner token, or its hold for a queued kind
 --
--- Returns  {code_1, code_2, ...}, per release:
+-- Returns  "code_1 code_2 ...", one string (as acquire.lua), per release:
 --          1   released (and handed to the next waiting client, if one is live), now or by an earlier run
 --          0   the key is gone (expired, force-released, or lost by Redis): nothing changed
 --          -1  another owner holds the lock: nothing changed
@@ -54,4 +54,4 @@ for i = 1, #KEYS / 5 do
         reply[i] = 0
     end
 end
-return reply
+return table.concat(reply, ' ')

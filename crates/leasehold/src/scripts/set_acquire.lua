@@ -22,12 +22,12 @@
 --             has no live hold; while it has one, an attempt carrying a count other than the stored capacity is
 --             refused (code -5) and leaves the queue (see set.lua)
 --
--- Returns  {now, code_1, value_1, ms_1, ...} as acquire.lua: 1 granted (fence, ms left), 2 granted to the previous
---          hold (fence, ms left), 0 busy (ms until the first hold's lease ends, or -1 when none does but the queue
---          is not empty), -1 the key is not a set of holds, -2 the fence counter is not a number, -3 the lock is held
---          as another kind (a mutex name used as a semaphore, say), -5 the permit count disagrees with the semaphore's
---          stored capacity (value: the capacity; nothing held, no queue entry left). Fences are decimal strings; a
---          retried request answers the lock's latest fence, which is at least its own.
+-- Returns  "now code_1 value_1 ms_1 ..." (one string, as acquire.lua): 1 granted (fence, ms left), 2 granted to
+--          the previous hold (fence, ms left), 0 busy (ms until the first hold's lease ends, or -1 when none does but
+--          the queue is not empty), -1 the key is not a set of holds, -2 the fence counter is not a number, -3 the
+--          lock is held as another kind (a mutex name used as a semaphore, say), -5 the permit count disagrees with
+--          the semaphore's stored capacity (value: the capacity; nothing held, no queue entry left). A retried
+--          request answers the lock's latest fence, which is at least its own.
 local now = clock_us()
 local now_ms = tonumber(string.sub(now, 1, -4))
 local reply = {now}
@@ -139,4 +139,4 @@ for i = 1, #KEYS / 4 do
     reply[3 * i] = value
     reply[3 * i + 1] = ms
 end
-return reply
+return table.concat(reply, ' ')
