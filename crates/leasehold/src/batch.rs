@@ -3,8 +3,8 @@
 //!
 //! Opportunistic, never a delay: a request is sent at once, alone, while fewer than [`MAX_IN_FLIGHT`] calls of its
 //! kind are out. Only when that many are out does it queue, and when one of them returns, whatever queued meanwhile
-//! goes out as one call (up to [`MAX_BATCH`] locks, all in one Redis Cluster hash slot when the server is a
-//! cluster). So a lone request costs exactly what it did, and under load the calls grow instead of their number.
+//! goes out as one call (up to [`MAX_BATCH`] locks; on a Redis Cluster, one call per hash slot, and the calls of one
+//! node in one pipeline). So a lone request costs exactly what it did, and under load the calls grow instead of their number.
 //!
 //! Each lock's outcome is its own (the scripts answer per lock), and so is its cancel safety: a request whose caller
 //! went away while it queued is never sent; one whose caller went away while its call was out is settled by
@@ -13,13 +13,14 @@
 //! another thread) settles it itself ([`Answer`]).
 
 use std::collections::VecDeque;
-use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use redis::RedisError;
 use tokio::sync::oneshot;
 
 use crate::client::Inner;
+use crate::conn::{ReplicaAcks, Sent};
+use crate::scripts::{Numbers, ScriptCall};
 
 /// How many calls of one kind may be out at once before requests queue. Fewer make bigger calls (less server work
 /// per lock) but keep Redis and the client waiting on each other; 8 gave the most throughput in `leasehold bench`'s
@@ -38,26 +39,95 @@ pub(crate) struct Failure {
 }
 
 /// One lock's request of some kind (an acquire attempt, a release).
-pub(crate) trait Item: Send + Sized + 'static {
+pub(crate) trait Item: Send + Sync + Sized + 'static {
     /// One lock's answer, as the script gave it.
     type Outcome: Send + 'static;
 
     /// The client's coalescer for this kind.
     fn coalescer(inner: &Inner) -> &Coalescer<Self>;
 
-    /// The Redis Cluster hash slot of the lock: one call covers one slot.
+    /// The Redis Cluster hash slot of the lock: one script call covers one slot.
     fn slot(&self) -> u16;
 
-    /// Sends `items` as one script call (idempotent per token, so retried once after a dropped connection). On
-    /// success, one outcome per item, in order.
-    fn call(
-        inner: &Inner,
+    /// The script call for `items`, all of one slot (idempotent per token: it may be sent again after a dropped
+    /// connection or a moved slot).
+    fn script(inner: &Inner, items: &[Self]) -> ScriptCall;
+
+    /// The replica acknowledgements a call must wait for.
+    fn acks(inner: &Inner) -> Option<ReplicaAcks>;
+
+    /// One outcome per item, in order, from what the call of `items` returned.
+    fn outcomes(
         items: &[Self],
-    ) -> impl Future<Output = Result<Vec<Self::Outcome>, Failure>> + Send;
+        sent: Sent<Numbers>,
+        inner: &Inner,
+    ) -> Result<Vec<Self::Outcome>, Failure>;
 
     /// Settles a request whose caller went away while its call was out: `outcome` is what the server answered, or
     /// `None` when that is unknown (the call failed after it may have run).
     fn orphaned(self, inner: &Arc<Inner>, outcome: Option<Self::Outcome>);
+}
+
+/// Sends `items` (sorted by slot when calls must keep to one) as one script call per slot: one call in all on one
+/// server; on a cluster, a pipeline per node ([`crate::conn::Conn::invoke_by_node`]). One result per item, in order.
+async fn call<T: Item>(inner: &Inner, items: &[T]) -> Vec<Result<T::Outcome, Failure>> {
+    let by_slot = T::coalescer(inner).by_slot;
+    let one_slot = !by_slot || items.first().map(T::slot) == items.last().map(T::slot);
+    if one_slot {
+        let sent = inner
+            .conn
+            .invoke_acked(&T::script(inner, items), T::acks(inner))
+            .await;
+        return each(T::outcomes(items, sent, inner), items.len());
+    }
+    let mut runs = Vec::new();
+    let mut start = 0;
+    for end in 1..=items.len() {
+        if end == items.len() || items[end].slot() != items[start].slot() {
+            runs.push(start..end);
+            start = end;
+        }
+    }
+    let calls: Vec<(u16, ScriptCall)> = runs
+        .iter()
+        .map(|run| {
+            (
+                items[run.start].slot(),
+                T::script(inner, &items[run.clone()]),
+            )
+        })
+        .collect();
+    let sent = inner.conn.invoke_by_node(&calls, T::acks(inner)).await;
+    let mut results = Vec::with_capacity(items.len());
+    for (run, sent) in runs.into_iter().zip(sent) {
+        let len = run.len();
+        results.extend(each(T::outcomes(&items[run], sent, inner), len));
+    }
+    results
+}
+
+/// A call's outcomes as one result per item: a failed call (or one that answered for the wrong number of locks)
+/// fails each of its items.
+fn each<O>(outcomes: Result<Vec<O>, Failure>, len: usize) -> Vec<Result<O, Failure>> {
+    let failure = match outcomes {
+        Ok(outcomes) if outcomes.len() == len => return outcomes.into_iter().map(Ok).collect(),
+        Ok(_) => Failure {
+            err: RedisError::from((
+                redis::ErrorKind::Parse,
+                "a coalesced reply of the wrong length",
+            )),
+            reached: true,
+        },
+        Err(failure) => failure,
+    };
+    (0..len)
+        .map(|_| {
+            Err(Failure {
+                err: failure.err.clone(),
+                reached: failure.reached,
+            })
+        })
+        .collect()
 }
 
 /// Where a queued request's outcome goes: back to its caller, with the item, so that a caller that stops listening
@@ -132,33 +202,28 @@ impl<T: Item> Coalescer<T> {
     /// A call ended (its slot is free): the requests that queued meanwhile, as the next call (the slot passes to
     /// it), or `None` and the slot is released.
     fn next_batch(&self) -> Option<(Vec<T>, Vec<Reply<T>>)> {
-        let mut state = self.lock();
-        let mut items: Vec<T> = Vec::new();
-        let mut replies = Vec::new();
-        let mut rest = VecDeque::new();
-        while let Some((item, reply)) = state.queue.pop_front() {
-            if reply.is_closed() {
-                continue; // its caller went away before it was sent: nothing to send, nothing to undo
+        let mut batch = {
+            let mut state = self.lock();
+            let mut batch = Vec::new();
+            while batch.len() < MAX_BATCH {
+                let Some((item, reply)) = state.queue.pop_front() else {
+                    break;
+                };
+                if !reply.is_closed() {
+                    batch.push((item, reply)); // else its caller went away before it was sent: nothing to undo
+                }
             }
-            let fits = items.len() < MAX_BATCH
-                && (!self.by_slot
-                    || items
-                        .first()
-                        .is_none_or(|first| first.slot() == item.slot()));
-            if fits {
-                items.push(item);
-                replies.push(reply);
-            } else {
-                rest.push_back((item, reply));
+            if batch.is_empty() {
+                state.in_flight -= 1;
+                return None;
             }
+            batch
+        };
+        if self.by_slot {
+            // One script call per slot, and one pipeline per node for them all (see `call`).
+            batch.sort_by_key(|(item, _)| item.slot());
         }
-        state.queue = rest;
-        if items.is_empty() {
-            state.in_flight -= 1;
-            None
-        } else {
-            Some((items, replies))
-        }
+        Some(batch.into_iter().unzip())
     }
 }
 
@@ -191,11 +256,11 @@ pub(crate) async fn run<T: Item>(inner: &Arc<Inner>, item: T) -> Result<T::Outco
     // Our own call, alone. Whatever ends it (a reply, or this future dropped), the slot passes on.
     let mut lead = Lead { inner, item };
     let result = match &lead.item {
-        Some(item) => T::call(inner, std::slice::from_ref(item)).await,
-        None => Err(abandoned()),
+        Some(item) => call(inner, std::slice::from_ref(item)).await.pop(),
+        None => None,
     };
     lead.item = None;
-    result.and_then(|mut outcomes| outcomes.pop().ok_or_else(abandoned))
+    result.unwrap_or_else(|| Err(abandoned()))
 }
 
 /// The failure of a request whose call was dropped unfinished (its runtime shut down): its outcome is unknown.
@@ -236,17 +301,17 @@ fn flush<T: Item>(inner: &Arc<Inner>) {
     runtime.spawn(async move {
         let mut next = Some(batch);
         while let Some((items, replies)) = next {
-            let mut call = InCall {
+            let mut out = InCall {
                 inner: &inner,
                 items,
                 replies,
                 done: false,
             };
-            let result = T::call(&inner, &call.items).await;
-            call.done = true;
-            let items = std::mem::take(&mut call.items);
-            let replies = std::mem::take(&mut call.replies);
-            settle(&inner, items, replies, result);
+            let results = call(&inner, &out.items).await;
+            out.done = true;
+            let items = std::mem::take(&mut out.items);
+            let replies = std::mem::take(&mut out.replies);
+            settle(&inner, items, replies, results);
             next = T::coalescer(&inner).next_batch();
         }
     });
@@ -279,32 +344,11 @@ fn settle<T: Item>(
     inner: &Arc<Inner>,
     items: Vec<T>,
     replies: Vec<Reply<T>>,
-    result: Result<Vec<T::Outcome>, Failure>,
+    results: Vec<Result<T::Outcome, Failure>>,
 ) {
-    match result {
-        Ok(outcomes) if outcomes.len() == items.len() => {
-            for ((item, reply), outcome) in items.into_iter().zip(replies).zip(outcomes) {
-                deliver(inner, item, reply, Ok(outcome));
-            }
-        }
-        result => {
-            let (err, reached) = match result {
-                Err(failure) => (failure.err, failure.reached),
-                Ok(_) => (
-                    RedisError::from((
-                        redis::ErrorKind::Parse,
-                        "a coalesced reply of the wrong length",
-                    )),
-                    true,
-                ),
-            };
-            for (item, reply) in items.into_iter().zip(replies) {
-                let failure = Failure {
-                    err: err.clone(),
-                    reached,
-                };
-                deliver(inner, item, reply, Err(failure));
-            }
-        }
+    let mut results = results.into_iter();
+    for (item, reply) in items.into_iter().zip(replies) {
+        let result = results.next().unwrap_or_else(|| Err(abandoned()));
+        deliver(inner, item, reply, result);
     }
 }

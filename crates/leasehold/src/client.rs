@@ -85,27 +85,57 @@ impl crate::keeper::Renews for Inner {
     {
         Box::pin(async move {
             let invocation = crate::keeper::renew_invocation(leases);
-            let (reply, _, acked) = self
-                .conn
-                .invoke_acked::<Vec<i64>>(&invocation, self.replicas)
-                .await;
-            // A renewal too few replicas acknowledged does not count: its leases keep their last acknowledged
-            // deadline (the request stays unconfirmed, as after a timeout) and are retried until then.
-            if let (Some((acked, required)), Ok(_)) =
-                (crate::mutex::short_of(self.replicas, acked), &reply)
-            {
-                return Err(format!(
-                    "renewal not acknowledged by enough replicas ({acked} of {required})"
-                ));
-            }
-            match reply {
-                Ok(reply) => match reply.split_first() {
-                    Some((&run, codes)) => Ok(vec![Some((run, codes.to_vec()))]),
-                    None => Err("empty renewal reply".to_owned()),
-                },
-                Err(err) => Err(err.to_string()),
-            }
+            let (reply, _, acked) = self.conn.invoke_acked(&invocation, self.replicas).await;
+            self.renewed(reply, acked)
         })
+    }
+
+    /// On a cluster, the batches' calls in one pipeline per node.
+    fn renew_each<'a>(
+        &'a self,
+        batches: &'a [Vec<Arc<crate::lease::LeaseShared>>],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<crate::keeper::Renewed>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            let calls: Vec<(u16, crate::scripts::ScriptCall)> = batches
+                .iter()
+                .map(|leases| {
+                    let slot = leases.first().map_or(0, |lease| lease.keys.slot());
+                    (slot, crate::keeper::renew_invocation(leases))
+                })
+                .collect();
+            let sent = self.conn.invoke_by_node(&calls, self.replicas).await;
+            sent.into_iter()
+                .map(|(reply, _, acked)| self.renewed(reply, acked))
+                .collect()
+        })
+    }
+}
+
+impl Inner {
+    /// A renewal call's outcome from its reply (`renew.lua`'s: the server's time, then a code per lease) and how many
+    /// replicas acknowledged it.
+    fn renewed(
+        &self,
+        reply: redis::RedisResult<Vec<i64>>,
+        acked: Option<u32>,
+    ) -> crate::keeper::Renewed {
+        // A renewal too few replicas acknowledged does not count: its leases keep their last acknowledged deadline
+        // (the request stays unconfirmed, as after a timeout) and are retried until then.
+        if let (Some((acked, required)), Ok(_)) =
+            (crate::mutex::short_of(self.replicas, acked), &reply)
+        {
+            return Err(format!(
+                "renewal not acknowledged by enough replicas ({acked} of {required})"
+            ));
+        }
+        match reply {
+            Ok(reply) => match reply.split_first() {
+                Some((&run, codes)) => Ok(vec![Some((run, codes.to_vec()))]),
+                None => Err("empty renewal reply".to_owned()),
+            },
+            Err(err) => Err(err.to_string()),
+        }
     }
 }
 
@@ -428,6 +458,16 @@ impl Client {
 
     pub(crate) fn keys(&self, name: &str) -> Result<Arc<LockKeys>, Error> {
         Ok(LockKeys::new(&self.inner.prefix, name)?)
+    }
+
+    /// On a Redis Cluster, the per-node pipelines this client has sent and the script calls they carried (`(0, 0)`
+    /// elsewhere).
+    #[doc(hidden)]
+    pub fn cluster_pipelines(&self) -> (u64, u64) {
+        match &self.inner.conn {
+            Conn::Cluster(_, _, owners) => owners.pipelines(),
+            _ => (0, 0),
+        }
     }
 
     /// Leases the keeper renews right now.
@@ -1048,7 +1088,7 @@ async fn scan_all(conn: &Conn, glob: &str) -> Result<Vec<Vec<String>>, Error> {
             .arg(1000);
         cmd
     };
-    let Conn::Cluster(cluster, _) = conn else {
+    let Conn::Cluster(cluster, _, _) = conn else {
         let mut conn = conn.clone();
         let mut cursor = 0u64;
         let mut found = Vec::new();

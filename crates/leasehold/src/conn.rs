@@ -5,13 +5,15 @@
 //! out. A flow that a NAT or load balancer forgot never reports its end: every request times out forever. So after
 //! [`SILENT_AFTER`] consecutive timeouts with no reply in between, leasehold opens a new manager and swaps it in.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
 
 use crate::scripts::ScriptCall;
@@ -39,8 +41,9 @@ where
 pub(crate) enum Conn {
     Managed(Arc<Managed>),
     Shared(Box<dyn SharedConnection>),
-    /// A Redis Cluster connection (leasehold's or the caller's), each request bounded by the timeout.
-    Cluster(ClusterConnection, Duration),
+    /// A Redis Cluster connection (leasehold's or the caller's), each request bounded by the timeout, and which slots
+    /// its primaries serve (for [`Conn::invoke_by_node`]).
+    Cluster(ClusterConnection, Duration, Arc<SlotOwners>),
     /// Another connection, with `WAIT` after each script (see [`Conn::invoke_acked`]).
     Acked(Arc<Acked>),
     /// The primary that the sentinels name, followed across failovers.
@@ -138,7 +141,7 @@ impl Conn {
     /// A cluster connection whose every request (with its redirections and retries) is given up after `timeout`:
     /// the cluster client's own timeouts were seen not to bound a request in every case (FIELD-NOTES).
     pub(crate) fn cluster(conn: ClusterConnection, timeout: Duration) -> Conn {
-        Conn::Cluster(conn, timeout)
+        Conn::Cluster(conn, timeout, Arc::new(SlotOwners::default()))
     }
 
     pub(crate) fn shared<C>(conn: C) -> Conn
@@ -247,6 +250,253 @@ impl Conn {
     }
 }
 
+/// One script call's result in [`Conn::invoke_by_node`], as [`Conn::invoke_acked`] gives it: the reply, whether the
+/// call may have run, and how many replicas acknowledged it.
+pub(crate) type Sent<T> = (RedisResult<T>, bool, Option<u32>);
+
+impl Conn {
+    /// Runs `calls` at once, each a script call whose keys share the hash slot paired with it, and returns their
+    /// results in order. On a Redis Cluster the calls whose slots one primary serves travel to it as one pipeline:
+    /// one round trip and one request through the cluster client per node, however many slots (a script's keys must
+    /// share a slot, so each slot still costs the server a script call). Elsewhere, or when replica acknowledgements
+    /// are required (each call then needs its own `WAIT`), the calls go separately, concurrently.
+    ///
+    /// A pipeline that meets a moved slot (resharding, failover) is given up as a whole by the cluster client after
+    /// its retries; its calls are then sent one by one, each following its own redirection, and the map of slot
+    /// owners is read again. That resends calls that may have run: only for scripts that are idempotent per token.
+    pub(crate) async fn invoke_by_node<T: redis::FromRedisValue + Send>(
+        &self,
+        calls: &[(u16, ScriptCall)],
+        acks: Option<ReplicaAcks>,
+    ) -> Vec<Sent<T>> {
+        let (conn, timeout, owners) = match self {
+            Conn::Cluster(conn, timeout, owners) if acks.is_none() && calls.len() > 1 => {
+                (conn, *timeout, owners)
+            }
+            _ => {
+                return join_all(calls.iter().map(|(_, call)| self.invoke_acked(call, acks))).await;
+            }
+        };
+        let groups = owners.group(calls.iter().map(|(slot, _)| *slot), conn, timeout);
+        let results = join_all(groups.iter().map(|group| async move {
+            let sent = self
+                .pipeline_on_node(conn, timeout, owners, calls, group)
+                .await;
+            group.iter().copied().zip(sent).collect::<Vec<_>>()
+        }))
+        .await;
+        let mut results: Vec<(usize, Sent<T>)> = results.into_iter().flatten().collect();
+        results.sort_unstable_by_key(|(i, _)| *i);
+        results.into_iter().map(|(_, sent)| sent).collect()
+    }
+
+    /// The calls `group` names (indexes into `calls`), all on one node, as one pipeline routed by the first one's
+    /// slot; see [`Conn::invoke_by_node`].
+    async fn pipeline_on_node<T: redis::FromRedisValue + Send>(
+        &self,
+        conn: &ClusterConnection,
+        timeout: Duration,
+        owners: &SlotOwners,
+        calls: &[(u16, ScriptCall)],
+        group: &[usize],
+    ) -> Vec<Sent<T>> {
+        let (first, alone) = match group {
+            [] => return Vec::new(),
+            [only] => (*only, true),
+            [first, ..] => (*first, false),
+        };
+        if alone {
+            return vec![self.invoke_acked(&calls[first].1, None).await];
+        }
+        let mut pipeline = redis::pipe();
+        for &i in group {
+            pipeline.add_command(calls[i].1.cmd().clone());
+        }
+        let route =
+            SingleNodeRoutingInfo::SpecificNode(Route::new(calls[first].0, SlotAddr::Master));
+        owners.pipelines.fetch_add(1, Ordering::Relaxed);
+        owners
+            .pipelined
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+        let reply = bounded(
+            timeout,
+            conn.clone().route_pipeline(pipeline, 0, group.len(), route),
+        )
+        .await;
+        match reply {
+            Ok(values) if values.len() == group.len() => {
+                join_all(group.iter().zip(values).map(|(&i, value)| async move {
+                    match value {
+                        // A node that restarted lost its scripts; one whose slot moved answers a redirection that
+                        // the cluster client did not follow (it follows only a pipeline's first): the call again on
+                        // its own, which loads the script, or follows the redirection.
+                        Value::ServerError(err)
+                            if err.code() == "NOSCRIPT" || is_redirect_code(err.code()) =>
+                        {
+                            if is_redirect_code(err.code()) {
+                                owners.forget();
+                            }
+                            self.invoke_acked(&calls[i].1, None).await
+                        }
+                        Value::ServerError(err) => (Err(err.into()), true, None),
+                        value => (T::from_redis_value(value).map_err(Into::into), true, None),
+                    }
+                }))
+                .await
+            }
+            // A timed-out pipeline may still run: not resent (callers bound their time, as for any call).
+            Err(err) if err.is_timeout() => group
+                .iter()
+                .map(|_| (Err(err.clone()), true, None))
+                .collect(),
+            reply => {
+                let reached = !matches!(&reply, Err(err) if err.is_connection_refusal());
+                if let Err(err) = &reply {
+                    tracing::debug!(error = %err, calls = group.len(), "cluster pipeline failed; sending its calls one by one");
+                }
+                owners.forget();
+                join_all(group.iter().map(|&i| async move {
+                    let (reply, sent, acked) = self.invoke_acked(&calls[i].1, None).await;
+                    (reply, sent || reached, acked)
+                }))
+                .await
+            }
+        }
+    }
+}
+
+/// Slots a primary serves: the first, the last, and the primary's number.
+type SlotRange = (u16, u16, usize);
+
+/// Which primary serves each hash slot, as `CLUSTER SLOTS` last said: only to group calls by node
+/// ([`Conn::invoke_by_node`]). Routing stays the cluster client's, so a stale map costs a pipeline its retries, never a
+/// call its answer. Read on first use and again after a redirection, in the background; until then each call goes on
+/// its own.
+#[derive(Default)]
+pub(crate) struct SlotOwners {
+    ranges: RwLock<Option<Arc<Vec<SlotRange>>>>,
+    reading: AtomicBool,
+    /// Pipelines sent, and the script calls they carried (for tests and diagnostics).
+    pipelines: AtomicU64,
+    pipelined: AtomicU64,
+}
+
+impl SlotOwners {
+    /// The indexes of `slots` grouped by the node that serves them (each alone while the map is unknown).
+    fn group(
+        self: &Arc<Self>,
+        slots: impl Iterator<Item = u16>,
+        conn: &ClusterConnection,
+        timeout: Duration,
+    ) -> Vec<Vec<usize>> {
+        let ranges = self
+            .ranges
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(ranges) = ranges else {
+            self.read(conn, timeout);
+            return slots.enumerate().map(|(i, _)| vec![i]).collect();
+        };
+        let mut groups: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
+        for (i, slot) in slots.enumerate() {
+            let at = ranges.partition_point(|&(_, last, _)| last < slot);
+            let node = ranges
+                .get(at)
+                .filter(|&&(first, _, _)| first <= slot)
+                .map(|&(_, _, node)| node);
+            match groups
+                .iter_mut()
+                .find(|(owner, _)| node.is_some() && *owner == node)
+            {
+                Some((_, group)) => group.push(i),
+                None => groups.push((node, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, group)| group).collect()
+    }
+
+    /// Pipelines sent so far, and the script calls they carried.
+    pub(crate) fn pipelines(&self) -> (u64, u64) {
+        (
+            self.pipelines.load(Ordering::Relaxed),
+            self.pipelined.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Drops the map (a slot moved); the next use reads it again.
+    fn forget(&self) {
+        *self.ranges.write().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Reads the map in the background, unless a read is under way.
+    fn read(self: &Arc<Self>, conn: &ClusterConnection, timeout: Duration) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.reading.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let owners = Arc::clone(self);
+        let mut conn = conn.clone();
+        runtime.spawn(async move {
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+            let reply = bounded(
+                timeout,
+                conn.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), routing),
+            )
+            .await;
+            match reply.map(slot_ranges) {
+                Ok(Some(ranges)) => {
+                    *owners.ranges.write().unwrap_or_else(|e| e.into_inner()) =
+                        Some(Arc::new(ranges));
+                }
+                Ok(None) => tracing::debug!("unexpected CLUSTER SLOTS reply; calls go one by one"),
+                Err(err) => {
+                    tracing::debug!(error = %err, "CLUSTER SLOTS failed; calls go one by one")
+                }
+            }
+            owners.reading.store(false, Ordering::Release);
+        });
+    }
+}
+
+/// `CLUSTER SLOTS`'s answer as sorted slot ranges with a number per primary (`None` when it is not such an answer):
+/// each entry is the first slot, the last, then the primary's address and port, then its replicas'.
+fn slot_ranges(reply: Value) -> Option<Vec<SlotRange>> {
+    let Value::Array(entries) = reply else {
+        return None;
+    };
+    let mut nodes: Vec<(Vec<u8>, i64)> = Vec::new();
+    let mut ranges = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Value::Array(fields) = entry else {
+            return None;
+        };
+        let [Value::Int(first), Value::Int(last), Value::Array(primary), ..] = fields.as_slice()
+        else {
+            return None;
+        };
+        let [Value::BulkString(host), Value::Int(port), ..] = primary.as_slice() else {
+            return None;
+        };
+        let node = match nodes.iter().position(|(h, p)| h == host && p == port) {
+            Some(node) => node,
+            None => {
+                nodes.push((host.clone(), *port));
+                nodes.len() - 1
+            }
+        };
+        ranges.push((
+            u16::try_from(*first).ok()?,
+            u16::try_from(*last).ok()?,
+            node,
+        ));
+    }
+    ranges.sort_unstable();
+    Some(ranges)
+}
+
 /// A connection that sends `WAIT` after every script call (`EVALSHA`, `EVAL`) in the same pipeline, and keeps the
 /// count it answered. Other commands (`SCRIPT LOAD` after `NOSCRIPT`) pass through.
 pub(crate) struct Acked {
@@ -343,7 +593,9 @@ impl Clone for Conn {
         match self {
             Conn::Managed(c) => Conn::Managed(Arc::clone(c)),
             Conn::Shared(c) => Conn::Shared(c.boxed_clone()),
-            Conn::Cluster(c, timeout) => Conn::Cluster(c.clone(), *timeout),
+            Conn::Cluster(c, timeout, owners) => {
+                Conn::Cluster(c.clone(), *timeout, Arc::clone(owners))
+            }
             Conn::Acked(c) => Conn::Acked(Arc::clone(c)),
             Conn::Followed(f) => Conn::Followed(Arc::clone(f)),
         }
@@ -368,7 +620,7 @@ impl ConnectionLike for Conn {
                 })
             }
             Conn::Shared(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c, timeout) => {
+            Conn::Cluster(c, timeout, _) => {
                 let timeout = *timeout;
                 Box::pin(bounded(timeout, c.req_packed_command(cmd)))
             }
@@ -417,7 +669,7 @@ impl ConnectionLike for Conn {
                 })
             }
             Conn::Shared(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c, timeout) => {
+            Conn::Cluster(c, timeout, _) => {
                 let timeout = *timeout;
                 Box::pin(bounded(
                     timeout,
@@ -443,7 +695,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Managed(managed) => managed.current().get_db(),
             Conn::Shared(c) => c.get_db(),
-            Conn::Cluster(c, _) => c.get_db(),
+            Conn::Cluster(c, _, _) => c.get_db(),
             Conn::Acked(c) => c.conn.get_db(),
             Conn::Followed(f) => f.conn().get_db(),
         }

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::batch::{self, Coalescer, Failure, Item};
 use crate::client::{not_a_lock, Client, Inner};
+use crate::conn::{ReplicaAcks, Sent};
 use crate::error::{require_runtime, Error};
 use crate::keys::{millis, LockKeys};
 use crate::lease::{Lease, LossReason};
@@ -380,14 +381,23 @@ impl Item for ReleaseItem {
         self.keys.slot()
     }
 
-    async fn call(inner: &Inner, items: &[Self]) -> Result<Vec<i64>, Failure> {
-        let invocation = releases(
+    fn script(inner: &Inner, items: &[Self]) -> ScriptCall {
+        releases(
             items.iter().map(|item| (&*item.keys, item.token.as_str())),
             inner.wakeups.channel_prefix(),
             inner.fence_retention,
-        );
-        let (reply, reached): (redis::RedisResult<Numbers>, bool) =
-            inner.conn.invoke_idempotent_tracked(&invocation).await;
+        )
+    }
+
+    fn acks(_: &Inner) -> Option<ReplicaAcks> {
+        None // a release needs no acknowledgement: losing it on a failover only lets the lock expire
+    }
+
+    fn outcomes(
+        items: &[Self],
+        (reply, reached, _): Sent<Numbers>,
+        _: &Inner,
+    ) -> Result<Vec<i64>, Failure> {
         match reply {
             Ok(Numbers(codes)) if codes.len() == items.len() => Ok(codes),
             Ok(_) => Err(Failure {

@@ -19,13 +19,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::clock;
 use crate::lease::{LeaseShared, NodeAnswer, Request, Settled};
-use crate::scripts::RENEW_BATCH;
+use crate::scripts::{ScriptCall, RENEW_BATCH};
 
 /// The outcome of one renewal call: per node (one on a single server, each node of a quorum), the node's time when
 /// the call ran there (µs; it orders the node's replies, which may run in another order than they were sent) and one
@@ -48,11 +49,13 @@ pub(crate) fn answers(replies: &[Option<NodeReply>], lease: usize) -> Vec<NodeAn
 }
 
 /// The `renew.lua` call for `leases`, each for its own lease length.
-pub(crate) fn renew_invocation(leases: &[Arc<LeaseShared>]) -> redis::ScriptInvocation<'static> {
-    let mut invocation = crate::scripts::RENEW.prepare_invoke();
+pub(crate) fn renew_invocation(leases: &[Arc<LeaseShared>]) -> ScriptCall {
+    let mut invocation = ScriptCall::new(&crate::scripts::RENEW, leases.len());
+    for lease in leases {
+        invocation.key(&lease.keys.lock);
+    }
     for lease in leases {
         invocation
-            .key(&lease.keys.lock)
             .arg(&lease.token)
             .arg(crate::keys::millis(lease.ttl));
     }
@@ -69,6 +72,15 @@ pub(crate) trait Renews: Send + Sync + 'static {
         &'a self,
         leases: &'a [Arc<LeaseShared>],
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Renewed> + Send + 'a>>;
+
+    /// Renews each batch as [`Renews::renew`] does, all at once (on a cluster, one pipeline per node): one outcome
+    /// per batch, in order.
+    fn renew_each<'a>(
+        &'a self,
+        batches: &'a [Vec<Arc<LeaseShared>>],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<Renewed>> + Send + 'a>> {
+        Box::pin(join_all(batches.iter().map(|leases| self.renew(leases))))
+    }
 }
 
 pub(crate) struct Keeper {
@@ -296,9 +308,11 @@ async fn run(keeper: Arc<Keeper>, inner: Weak<dyn Renews>) {
             let Some(inner) = inner.upgrade() else {
                 return;
             };
-            for batch in batches(due, inner.by_slot()) {
-                tokio::spawn(renew(Arc::clone(&keeper), Arc::clone(&inner), batch));
-            }
+            tokio::spawn(renew(
+                Arc::clone(&keeper),
+                inner.clone(),
+                batches(due, inner.by_slot()),
+            ));
         }
         match next {
             Some(at) => {
@@ -314,7 +328,8 @@ async fn run(keeper: Arc<Keeper>, inner: Weak<dyn Renews>) {
 
 /// The renewal calls for `due`: at most [`RENEW_BATCH`] leases each, and on a cluster (`by_slot`) only leases of one
 /// hash slot each, since a script's keys must share a slot there. 10,000 locks spread over a cluster's 16,384 slots
-/// therefore cost about one call per lock and round; the calls run concurrently.
+/// therefore cost about one script call per lock and round; they run at once, those of one node in one pipeline
+/// ([`Renews::renew_each`]).
 fn batches(
     mut due: Vec<(u64, Arc<LeaseShared>)>,
     by_slot: bool,
@@ -339,59 +354,82 @@ fn batches(
     batches
 }
 
-async fn renew(keeper: Arc<Keeper>, inner: Arc<dyn Renews>, due: Vec<(u64, Arc<LeaseShared>)>) {
+/// Renews `due`'s batches at once, and settles each with its outcome.
+async fn renew(
+    keeper: Arc<Keeper>,
+    inner: Arc<dyn Renews>,
+    due: Vec<Vec<(u64, Arc<LeaseShared>)>>,
+) {
+    let mut calls = Vec::with_capacity(due.len());
     let mut leases = Vec::with_capacity(due.len());
-    let mut batch = Vec::with_capacity(due.len());
     let mut ended = Vec::new();
-    for (id, lease) in due {
-        // Registered before the call leaves: see `LeaseShared::begin`.
-        match lease.begin(lease.ttl) {
-            Some(request) => {
-                leases.push(Arc::clone(&lease));
-                batch.push(Renewal { id, lease, request });
+    for batch in due {
+        let mut call = InFlight {
+            keeper: Arc::clone(&keeper),
+            batch: Vec::with_capacity(batch.len()),
+            settled: false,
+        };
+        let mut shared = Vec::with_capacity(batch.len());
+        for (id, lease) in batch {
+            // Registered before the call leaves: see `LeaseShared::begin`.
+            match lease.begin(lease.ttl) {
+                Some(request) => {
+                    shared.push(Arc::clone(&lease));
+                    call.batch.push(Renewal { id, lease, request });
+                }
+                None => ended.push(id),
             }
-            None => ended.push(id),
+        }
+        if !call.batch.is_empty() {
+            calls.push(call);
+            leases.push(shared);
         }
     }
     for id in ended {
         keeper.forget(id);
     }
-    let mut call = InFlight {
-        keeper: Arc::clone(&keeper),
-        batch,
-        settled: false,
-    };
-    if !call.batch.is_empty() {
-        let reply = inner.renew(&leases).await;
-        call.settled = true;
-        let complete = |replies: &[Option<NodeReply>]| {
-            replies
-                .iter()
-                .flatten()
-                .all(|(_, codes)| codes.len() == call.batch.len())
-        };
-        match reply {
-            Ok(replies) if complete(&replies) => {
-                let renewed = |i: usize| replies.iter().flatten().any(|(_, codes)| codes[i] == 1);
-                let renewed = (0..call.batch.len()).filter(|&i| renewed(i)).count();
-                crate::metrics::renewals(renewed, 0);
-                tracing::debug!(leases = call.batch.len(), renewed, "renewal batch");
-                keeper.settle(&call.batch, Some(&replies));
-            }
-            Ok(_) => {
-                crate::metrics::renewals(0, call.batch.len());
-                tracing::warn!(
-                    leases = call.batch.len(),
-                    "unexpected renewal reply; retrying until the deadline"
-                );
-                keeper.settle(&call.batch, None);
-            }
-            Err(err) => {
-                crate::metrics::renewals(0, call.batch.len());
-                tracing::warn!(leases = call.batch.len(), error = %err, "lease renewal failed; retrying until the deadline");
-                keeper.settle(&call.batch, None);
-            }
+    if !calls.is_empty() {
+        let replies = inner.renew_each(&leases).await;
+        let mut replies = replies.into_iter();
+        for call in &mut calls {
+            call.settled = true;
+            let reply = replies
+                .next()
+                .unwrap_or_else(|| Err("no reply for this renewal batch".to_owned()));
+            settle_call(&keeper, &call.batch, reply);
         }
     }
     keeper.wake.notify_one();
+}
+
+/// Settles one renewal call's leases with its outcome.
+fn settle_call(keeper: &Keeper, batch: &[Renewal], reply: Renewed) {
+    let complete = |replies: &[Option<NodeReply>]| {
+        replies
+            .iter()
+            .flatten()
+            .all(|(_, codes)| codes.len() == batch.len())
+    };
+    match reply {
+        Ok(replies) if complete(&replies) => {
+            let renewed = |i: usize| replies.iter().flatten().any(|(_, codes)| codes[i] == 1);
+            let renewed = (0..batch.len()).filter(|&i| renewed(i)).count();
+            crate::metrics::renewals(renewed, 0);
+            tracing::debug!(leases = batch.len(), renewed, "renewal batch");
+            keeper.settle(batch, Some(&replies));
+        }
+        Ok(_) => {
+            crate::metrics::renewals(0, batch.len());
+            tracing::warn!(
+                leases = batch.len(),
+                "unexpected renewal reply; retrying until the deadline"
+            );
+            keeper.settle(batch, None);
+        }
+        Err(err) => {
+            crate::metrics::renewals(0, batch.len());
+            tracing::warn!(leases = batch.len(), error = %err, "lease renewal failed; retrying until the deadline");
+            keeper.settle(batch, None);
+        }
+    }
 }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::batch::{self, Coalescer, Failure, Item};
 use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner, LockInfo};
-use crate::conn::ReplicaAcks;
+use crate::conn::{ReplicaAcks, Sent};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token, Fence};
 use crate::guard::{release_in_background, MutexGuard};
@@ -836,7 +836,7 @@ impl Item for AcquireItem {
         self.keys.slot()
     }
 
-    async fn call(inner: &Inner, items: &[Self]) -> Result<Vec<AcquireReply>, Failure> {
+    fn script(inner: &Inner, items: &[Self]) -> ScriptCall {
         let mut invocation = ScriptCall::new(&ACQUIRE, 4 * items.len());
         for item in items {
             invocation
@@ -860,7 +860,18 @@ impl Item for AcquireItem {
                 .arg(millis(item.ttl.min(CLAIM)))
                 .arg(item.prev.as_deref().unwrap_or(""));
         }
-        let (reply, reached, acked) = inner.conn.invoke_acked(&invocation, inner.replicas).await;
+        invocation
+    }
+
+    fn acks(inner: &Inner) -> Option<ReplicaAcks> {
+        inner.replicas
+    }
+
+    fn outcomes(
+        items: &[Self],
+        (reply, reached, acked): Sent<Numbers>,
+        inner: &Inner,
+    ) -> Result<Vec<AcquireReply>, Failure> {
         acquire_outcomes(reply, reached, items.len(), short_of(inner.replicas, acked))
     }
 

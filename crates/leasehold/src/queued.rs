@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::batch::{self, Coalescer, Failure, Item};
 use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner, LockInfo};
+use crate::conn::{ReplicaAcks, Sent};
 use crate::error::{Error, InvalidArgument};
 use crate::fence::new_token;
 use crate::guard::{add_lock_keys, release_in_background, Guard as MutexGuard};
@@ -23,7 +24,7 @@ use crate::mutex::{
     acquire_outcomes, check_options, is_server_error, new_guard, release_orphaned, short_of,
     take_hand_off, unreplicated, until, AcquireReply, Expiry, Outage, Renewal,
 };
-use crate::scripts::{ScriptCall, CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
+use crate::scripts::{Numbers, ScriptCall, CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
 use crate::wake::Expecting;
 
 /// The options every queued kind shares, and the lock it names.
@@ -402,7 +403,7 @@ impl Item for SetAcquireItem {
         self.keys.slot()
     }
 
-    async fn call(inner: &Inner, items: &[Self]) -> Result<Vec<AcquireReply>, Failure> {
+    fn script(inner: &Inner, items: &[Self]) -> ScriptCall {
         let mut invocation = ScriptCall::new(&SET_ACQUIRE, 4 * items.len());
         for item in items {
             invocation
@@ -429,7 +430,18 @@ impl Item for SetAcquireItem {
                 .arg(item.wid.as_str())
                 .arg(item.limit);
         }
-        let (reply, reached, acked) = inner.conn.invoke_acked(&invocation, inner.replicas).await;
+        invocation
+    }
+
+    fn acks(inner: &Inner) -> Option<ReplicaAcks> {
+        inner.replicas
+    }
+
+    fn outcomes(
+        items: &[Self],
+        (reply, reached, acked): Sent<Numbers>,
+        inner: &Inner,
+    ) -> Result<Vec<AcquireReply>, Failure> {
         acquire_outcomes(reply, reached, items.len(), short_of(inner.replicas, acked))
     }
 

@@ -1151,7 +1151,7 @@ impl QuorumInner {
     /// failed renewal.
     async fn renew_on_nodes(
         &self,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &impl crate::conn::Invocation,
         leases: usize,
     ) -> crate::keeper::Renewed {
         let replies: Vec<Option<crate::keeper::NodeReply>> =

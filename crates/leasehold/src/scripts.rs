@@ -121,6 +121,11 @@ impl ScriptCall {
         self
     }
 
+    /// The `EVALSHA` command as built so far.
+    pub(crate) fn cmd(&self) -> &redis::Cmd {
+        &self.cmd
+    }
+
     /// Runs the call on `conn`, loading the script first if the server does not have it.
     pub(crate) async fn invoke_async<T: redis::FromRedisValue + Send>(
         &self,

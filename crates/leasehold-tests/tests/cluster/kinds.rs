@@ -261,6 +261,77 @@ pub async fn leases_in_many_slots_are_renewed_and_released(cluster: &mut RedisCl
     assert!(locks.held_locks("many-*").await.unwrap().is_empty());
 }
 
+pub async fn one_pipeline_per_node_carries_many_slots_and_survives_a_moved_slot(
+    cluster: &mut RedisCluster,
+) {
+    let locks = connect(cluster).await;
+    let ttl = Duration::from_millis(400);
+    let names: Vec<String> = (0..240).map(|i| format!("piped-{i}")).collect();
+    // Taken at once: past the first few calls in flight the attempts queue, and go out as one call per slot, the
+    // calls of one node in one pipeline.
+    let mutexes: Vec<_> = names
+        .iter()
+        .map(|name| locks.mutex(name).ttl(ttl))
+        .collect();
+    let guards: Vec<leasehold::Guard> =
+        futures_util::future::join_all(mutexes.iter().map(|mutex| mutex.try_lock()))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    let slots: std::collections::HashSet<u16> = names
+        .iter()
+        .map(|name| slot_of(&format!("leasehold:{{{name}}}")))
+        .collect();
+    assert!(slots.len() > 200);
+    // Renewal rounds go by (the thing under test is time passing): each renews every lease, one script call per
+    // slot, in one pipeline per node once the client knows which node serves which slot.
+    tokio::time::sleep(ttl * 4).await;
+    let (pipelines, calls) = locks.cluster_pipelines();
+    assert!(pipelines > 0, "no pipeline was sent");
+    assert!(
+        calls >= 20 * pipelines,
+        "{calls} calls in {pipelines} pipelines: they should carry dozens each"
+    );
+    for guard in &guards {
+        assert!(
+            guard.is_held(),
+            "{} lost its lease: {:?}",
+            guard.name(),
+            guard.loss()
+        );
+    }
+    // A slot moves to another node: its calls in a pipeline meet a redirection, are sent on their own, and the map
+    // of slots is read again; every lease is still renewed.
+    let moved = slot_of(&format!("leasehold:{{{}}}", names[0]));
+    let from = cluster.primary_of_slot(moved);
+    let to = *cluster.primaries().iter().find(|&&p| p != from).unwrap();
+    cluster.migrate_slot(moved, to);
+    let fence = guards[0].fence();
+    tokio::time::sleep(ttl * 4).await;
+    for guard in &guards {
+        assert!(
+            guard.is_held(),
+            "{} lost its lease after the move: {:?}",
+            guard.name(),
+            guard.loss()
+        );
+    }
+    assert!(get(cluster, &format!("leasehold:{{{}}}", names[0])).is_some());
+    let (after, _) = locks.cluster_pipelines();
+    assert!(after > pipelines, "no pipeline after the slot moved");
+    futures_util::future::join_all(guards.into_iter().map(|g| g.release()))
+        .await
+        .into_iter()
+        .for_each(|r| r.unwrap());
+    assert!(locks.held_locks("piped-*").await.unwrap().is_empty());
+    // The moved lock is taken again with a fence above the one before: the counter moved with the slot.
+    let again = locks.mutex(&names[0]).try_lock().await.unwrap();
+    assert!(again.fence() > fence);
+    again.release().await.unwrap();
+    cluster.migrate_slot(moved, from);
+}
+
 pub async fn held_locks_walks_every_primary(cluster: &mut RedisCluster) {
     let locks = connect(cluster).await;
     let names = names_on_every_primary(cluster, "listed");

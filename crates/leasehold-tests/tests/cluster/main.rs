@@ -28,6 +28,7 @@ const TESTS: &[(&str, TestFn)] = tests![
     kinds::a_release_hands_the_lock_to_a_waiter_on_its_sharded_channel,
     kinds::a_fair_release_hands_over_on_the_sharded_channel,
     kinds::leases_in_many_slots_are_renewed_and_released,
+    kinds::one_pipeline_per_node_carries_many_slots_and_survives_a_moved_slot,
     kinds::held_locks_walks_every_primary,
     kinds::a_call_to_a_sleeping_primary_is_bounded,
     kinds::grants_wait_for_replicas_on_the_locks_own_node,
