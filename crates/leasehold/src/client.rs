@@ -460,13 +460,13 @@ impl Client {
         Ok(LockKeys::new(&self.inner.prefix, name)?)
     }
 
-    /// On a Redis Cluster, the per-node pipelines this client has sent and the script calls they carried (`(0, 0)`
-    /// elsewhere).
+    /// On a Redis Cluster, the per-node pipelines this client has sent for coalesced and renewal calls, the script
+    /// calls they carried, and the calls of those kinds sent alone (`None` elsewhere).
     #[doc(hidden)]
-    pub fn cluster_pipelines(&self) -> (u64, u64) {
+    pub fn cluster_pipelines(&self) -> Option<(u64, u64, u64)> {
         match &self.inner.conn {
-            Conn::Cluster(_, _, owners) => owners.pipelines(),
-            _ => (0, 0),
+            Conn::Cluster(_, _, owners) => Some(owners.pipelines()),
+            _ => None,
         }
     }
 

@@ -306,6 +306,7 @@ impl Conn {
             [first, ..] => (*first, false),
         };
         if alone {
+            owners.alone.fetch_add(1, Ordering::Relaxed);
             return vec![self.invoke_acked(&calls[first].1, None).await];
         }
         let mut pipeline = redis::pipe();
@@ -376,9 +377,10 @@ type SlotRange = (u16, u16, usize);
 pub(crate) struct SlotOwners {
     ranges: RwLock<Option<Arc<Vec<SlotRange>>>>,
     reading: AtomicBool,
-    /// Pipelines sent, and the script calls they carried (for tests and diagnostics).
+    /// Pipelines sent, the script calls they carried, and calls sent alone (for tests and diagnostics).
     pipelines: AtomicU64,
     pipelined: AtomicU64,
+    alone: AtomicU64,
 }
 
 impl SlotOwners {
@@ -416,11 +418,12 @@ impl SlotOwners {
         groups.into_iter().map(|(_, group)| group).collect()
     }
 
-    /// Pipelines sent so far, and the script calls they carried.
-    pub(crate) fn pipelines(&self) -> (u64, u64) {
+    /// Pipelines sent so far, the script calls they carried, and the calls sent alone.
+    pub(crate) fn pipelines(&self) -> (u64, u64, u64) {
         (
             self.pipelines.load(Ordering::Relaxed),
             self.pipelined.load(Ordering::Relaxed),
+            self.alone.load(Ordering::Relaxed),
         )
     }
 

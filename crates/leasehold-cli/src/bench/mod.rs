@@ -46,7 +46,7 @@ use crate::exit;
 use crate::server::PrivateServer;
 use quorum::Nodes;
 use scenario::{Recipe, Setup};
-use stats::{OnQuorum, Outcome};
+use stats::{OnQuorum, Outcome, Renewal};
 
 /// Every scenario of one server or cluster, in the order they run.
 pub const SCENARIOS: [&str; 15] = [
@@ -319,15 +319,23 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
+/// On a cluster, how many requests carried a period's renewal calls (one pipeline per node, ideally).
+fn requests(r: &Renewal) -> String {
+    r.requests_per_period
+        .map(|n| format!(" in {n:.0} requests"))
+        .unwrap_or_default()
+}
+
 /// The line printed on stderr when a scenario ends: what it measured, in a few words.
 fn result_line(o: &Outcome, number: usize, of: usize) -> String {
     let what = match &o.renewal {
         Some(r) => format!(
-            "{} locks {} through {} renewal periods, {:.0} renewal calls per period",
+            "{} locks {} through {} renewal periods, {:.0} renewal calls per period{}",
             r.locks,
             if r.all_held { "held" } else { "NOT all held" },
             r.periods,
-            r.calls_per_period
+            r.calls_per_period,
+            requests(r)
         ),
         None => format!(
             "{} acquisitions in {}, {:.0}/s, p50 {:.0} µs",
@@ -419,7 +427,7 @@ fn table(outcomes: &[Outcome]) -> String {
         }
         if let Some(r) = &o.renewal {
             notes.push(format!(
-                "{} locks {}, {:.0} renewal calls/period, {:.2} s CPU, {:.0} B/lock",
+                "{} locks {}, {:.0} renewal calls/period{}, {:.2} s CPU, {:.0} B/lock",
                 r.locks,
                 if r.all_held {
                     "all held"
@@ -427,6 +435,7 @@ fn table(outcomes: &[Outcome]) -> String {
                     "NOT all held"
                 },
                 r.calls_per_period,
+                requests(r),
                 r.cpu_seconds,
                 r.bytes_per_lock
             ));
@@ -507,6 +516,7 @@ mod tests {
             all_held: true,
             periods: 3,
             calls_per_period: 27.0,
+            requests_per_period: None,
             cpu_seconds: 0.1,
             bytes_per_lock: 779.0,
         });
@@ -661,12 +671,20 @@ mod tests {
             all_held: false,
             periods: 3,
             calls_per_period: 27.4,
+            requests_per_period: None,
             cpu_seconds: 0.1,
             bytes_per_lock: 779.0,
         });
         assert_eq!(
             result_line(&renew, 7, 7),
             "bench [7/7] renew-10k: 10000 locks NOT all held through 3 renewal periods, 27 renewal calls per period"
+        );
+        if let Some(r) = renew.renewal.as_mut() {
+            r.requests_per_period = Some(6.3);
+        }
+        assert_eq!(
+            result_line(&renew, 7, 7),
+            "bench [7/7] renew-10k: 10000 locks NOT all held through 3 renewal periods, 27 renewal calls per period in 6 requests"
         );
     }
 }

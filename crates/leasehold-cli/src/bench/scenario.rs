@@ -642,6 +642,9 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
             all_held: result["all_held"].as_bool().unwrap_or(false),
             periods: PERIODS,
             calls_per_period: after.saturating_sub(before) as f64 / f64::from(PERIODS),
+            requests_per_period: result["cluster_requests"]
+                .as_f64()
+                .map(|requests| requests / f64::from(PERIODS)),
             cpu_seconds: result["cpu_s"].as_f64().unwrap_or(f64::NAN),
             bytes_per_lock: result["bytes_per_lock"].as_f64().unwrap_or(f64::NAN),
         }),

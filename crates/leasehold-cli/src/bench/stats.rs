@@ -48,6 +48,8 @@ pub struct Renewal {
     pub all_held: bool,
     pub periods: u32,
     pub calls_per_period: f64,
+    /// On a cluster: the requests (per-node pipelines and calls sent alone) that carried them, per period.
+    pub requests_per_period: Option<f64>,
     pub cpu_seconds: f64,
     pub bytes_per_lock: f64,
 }

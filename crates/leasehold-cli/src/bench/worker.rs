@@ -333,8 +333,17 @@ async fn renew(locks: &leasehold::Client, args: &WorkerArgs) -> anyhow::Result<s
     std::io::stdout().flush()?;
 
     let cpu_before = cpu_seconds()?;
+    let requests = || {
+        locks
+            .cluster_pipelines()
+            .map(|(pipelines, _, alone)| pipelines + alone)
+    };
+    let requests_before = requests();
     tokio::time::sleep(every * args.periods + every / 4).await;
     let cpu = cpu_seconds()? - cpu_before;
+    let requests = requests()
+        .zip(requests_before)
+        .map(|(after, before)| after - before);
     let all_held = guards.iter().all(|g| g.is_held());
     let bytes_per_lock = rss_after.saturating_sub(rss_before) as f64 / args.locks as f64;
     drop(guards);
@@ -343,6 +352,7 @@ async fn renew(locks: &leasehold::Client, args: &WorkerArgs) -> anyhow::Result<s
         "all_held": all_held,
         "cpu_s": cpu,
         "bytes_per_lock": bytes_per_lock,
+        "cluster_requests": requests,
     }))
 }
 
