@@ -106,18 +106,37 @@ async fn call<T: Item>(inner: &Inner, items: &[T]) -> Vec<Result<T::Outcome, Fai
     results
 }
 
+/// [`call`] for one item: the path of every lone request, without the vectors of a batch.
+async fn call_one<T: Item>(inner: &Inner, item: &T) -> Result<T::Outcome, Failure> {
+    let items = std::slice::from_ref(item);
+    let sent = inner
+        .conn
+        .invoke_acked(&T::script(inner, items), T::acks(inner))
+        .await;
+    let mut outcomes = T::outcomes(items, sent, inner)?;
+    match (outcomes.pop(), outcomes.is_empty()) {
+        (Some(outcome), true) => Ok(outcome),
+        _ => Err(wrong_length()),
+    }
+}
+
+/// The failure of a call that answered for another number of locks than it carried.
+fn wrong_length() -> Failure {
+    Failure {
+        err: RedisError::from((
+            redis::ErrorKind::Parse,
+            "a coalesced reply of the wrong length",
+        )),
+        reached: true,
+    }
+}
+
 /// A call's outcomes as one result per item: a failed call (or one that answered for the wrong number of locks)
 /// fails each of its items.
 fn each<O>(outcomes: Result<Vec<O>, Failure>, len: usize) -> Vec<Result<O, Failure>> {
     let failure = match outcomes {
         Ok(outcomes) if outcomes.len() == len => return outcomes.into_iter().map(Ok).collect(),
-        Ok(_) => Failure {
-            err: RedisError::from((
-                redis::ErrorKind::Parse,
-                "a coalesced reply of the wrong length",
-            )),
-            reached: true,
-        },
+        Ok(_) => wrong_length(),
         Err(failure) => failure,
     };
     (0..len)
@@ -256,11 +275,11 @@ pub(crate) async fn run<T: Item>(inner: &Arc<Inner>, item: T) -> Result<T::Outco
     // Our own call, alone. Whatever ends it (a reply, or this future dropped), the slot passes on.
     let mut lead = Lead { inner, item };
     let result = match &lead.item {
-        Some(item) => call(inner, std::slice::from_ref(item)).await.pop(),
-        None => None,
+        Some(item) => call_one(inner, item).await,
+        None => Err(abandoned()),
     };
     lead.item = None;
-    result.unwrap_or_else(|| Err(abandoned()))
+    result
 }
 
 /// The failure of a request whose call was dropped unfinished (its runtime shut down): its outcome is unknown.

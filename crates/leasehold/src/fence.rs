@@ -70,6 +70,9 @@ pub(crate) fn new_token(description: Option<&str>) -> Result<String, crate::Erro
 /// The owner token inside `hold`: a hold is the token itself (a mutex) or `"<tag> <token>"` (a queued kind's entry
 /// in its set of holds; tags never contain the token prefix).
 pub(crate) fn token_of(hold: &str) -> &str {
+    if hold.starts_with(TOKEN_PREFIX) {
+        return hold; // a plain token: no search (it was a tenth of `token_id`'s cost)
+    }
     hold.find(TOKEN_PREFIX).map_or(hold, |start| &hold[start..])
 }
 
@@ -78,7 +81,16 @@ pub(crate) fn token_id(hold: &str) -> Option<u128> {
     let hex = token_of(hold)
         .strip_prefix(TOKEN_PREFIX)?
         .get(..TOKEN_LEN - TOKEN_PREFIX.len())?;
-    u128::from_str_radix(hex, 16).ok()
+    // By hand: `u128::from_str_radix` cost 600 instructions here, on the path of every acquire.
+    hex.bytes().try_fold(0u128, |id, digit| {
+        let value = match digit {
+            b'0'..=b'9' => digit - b'0',
+            b'a'..=b'f' => digit - b'a' + 10,
+            b'A'..=b'F' => digit - b'A' + 10,
+            _ => return None,
+        };
+        Some(id << 4 | u128::from(value))
+    })
 }
 
 /// The holder's description carried by `token`, if any.
@@ -135,6 +147,12 @@ mod tests {
         assert_eq!(token_id(&described), token_id(&described[..TOKEN_LEN]));
         assert!(token_id(&described).is_some());
         assert_eq!(token_id("dl1:zz"), None);
+        assert_eq!(
+            token_id("dl1:0123456789abcdefFEDCBA9876543210"),
+            Some(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210)
+        );
+        assert_eq!(token_id("dl1:0123456789abcdefFEDCBA987654321g"), None);
+        assert_eq!(token_id("dl1:0123456789abcdef"), None);
         assert_eq!(description_of(&described), Some("host=a pid=1"));
         assert!(check_description("nightly backup on web-1").is_ok());
         assert!(check_description("a\nb").is_err());

@@ -14,7 +14,6 @@
 //! [`Client`](crate::Client), a majority of independent nodes for a [`Quorum`](crate::Quorum). The schedule, the
 //! batching and the retries are the same for both.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -25,6 +24,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::clock;
+use crate::ids::IdMap;
 use crate::lease::{LeaseShared, NodeAnswer, Request, Settled};
 use crate::scripts::{ScriptCall, RENEW_BATCH};
 
@@ -93,7 +93,7 @@ pub(crate) struct Keeper {
 
 #[derive(Default)]
 struct State {
-    leases: HashMap<u64, Entry>,
+    leases: IdMap<u64, Entry>,
     next_id: u64,
     /// When the task plans to wake next; a new lease due earlier must wake it.
     next_wake: Option<Instant>,

@@ -248,6 +248,7 @@ mod error;
 mod fair;
 mod fence;
 mod guard;
+mod ids;
 mod keeper;
 mod keys;
 mod lease;

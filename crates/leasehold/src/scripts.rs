@@ -170,25 +170,48 @@ impl redis::FromRedisValue for Numbers {
         let redis::Value::BulkString(bytes) = value else {
             return Vec::<i64>::from_redis_value(value).map(Numbers);
         };
-        if bytes.is_empty() {
-            return Ok(Numbers(Vec::new()));
-        }
-        bytes
-            .split(|&b| b == b' ')
-            .map(|word| {
-                std::str::from_utf8(word)
-                    .ok()
-                    .and_then(|word| word.parse().ok())
-                    .ok_or_else(|| {
-                        redis::ParsingError::from(format!(
+        let mut numbers = Vec::with_capacity(bytes.len() / 4 + 1);
+        if !bytes.is_empty() {
+            for word in bytes.split(|&b| b == b' ') {
+                match integer(word) {
+                    Some(n) => numbers.push(n),
+                    None => {
+                        return Err(redis::ParsingError::from(format!(
                             "not a list of integers: {:?}",
                             String::from_utf8_lossy(&bytes)
-                        ))
-                    })
-            })
-            .collect::<Result<_, _>>()
-            .map(Numbers)
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(Numbers(numbers))
     }
+}
+
+/// A decimal integer with an optional minus sign, as Lua's `tostring` writes one (`None` for anything else, or one
+/// out of range).
+fn integer(word: &[u8]) -> Option<i64> {
+    let (negative, digits) = match word {
+        [b'-', digits @ ..] => (true, digits),
+        digits => (false, digits),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &digit in digits {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        let digit = i64::from(digit - b'0');
+        n = n.checked_mul(10)?;
+        n = if negative {
+            n.checked_sub(digit)?
+        } else {
+            n.checked_add(digit)?
+        };
+    }
+    Some(n)
 }
 
 /// The most leases one renewal call carries. 10,000 held locks cost 20 calls per renewal round.
@@ -212,3 +235,45 @@ pub(crate) const LIVENESS: Duration = Duration::from_secs(3);
 /// heartbeats: a waiter's registered token is at most about one heartbeat old when it is granted, so the new holder
 /// usually keeps about a heartbeat of validity and needs no round trip before it starts.
 pub(crate) const CLAIM: Duration = Duration::from_secs(2);
+
+#[cfg(test)]
+mod tests {
+    use redis::{FromRedisValue, Value};
+
+    use super::Numbers;
+
+    fn numbers(reply: &str) -> Result<Vec<i64>, redis::ParsingError> {
+        Numbers::from_redis_value(Value::BulkString(reply.as_bytes().to_vec())).map(|n| n.0)
+    }
+
+    #[test]
+    fn a_flat_reply_reads_as_its_integers() {
+        assert_eq!(
+            numbers("1 -2 0 9223372036854775807 -9223372036854775808").unwrap(),
+            vec![1, -2, 0, i64::MAX, i64::MIN]
+        );
+        assert_eq!(numbers("").unwrap(), Vec::<i64>::new());
+        let array = Value::Array(vec![Value::Int(3), Value::Int(-4)]);
+        assert_eq!(Numbers::from_redis_value(array).unwrap().0, vec![3, -4]);
+    }
+
+    #[test]
+    fn anything_else_is_refused() {
+        for bad in [
+            "1 x",
+            "1  2",
+            " 1",
+            "+1",
+            "-",
+            "1.5",
+            "9223372036854775808",
+            "-9223372036854775809",
+        ] {
+            assert!(
+                numbers(bad).is_err(),
+                "{bad:?} was read as {:?}",
+                numbers(bad)
+            );
+        }
+    }
+}

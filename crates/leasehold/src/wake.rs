@@ -39,6 +39,7 @@ use crate::backoff::Backoff;
 use crate::client::Inner;
 use crate::fence::token_id;
 use crate::guard::release_in_background;
+use crate::ids::IdMap;
 use crate::keys::LockKeys;
 use crate::topology::{Cluster, Target};
 
@@ -148,7 +149,7 @@ struct Shared {
     /// Lock key → local waiters, for every lock some local task waits on now.
     locals: Mutex<HashMap<String, Arc<LocalLock>>>,
     /// Token id → where a grant to that token goes, for every token a release may grant.
-    expected: Mutex<HashMap<u128, Route>>,
+    expected: Mutex<IdMap<u128, Route>>,
     /// True while our channel is subscribed on a live connection.
     subscribed: watch::Sender<bool>,
     /// Counts every wake-up delivered and every reconnect, for [`Wakeups::epoch`].
@@ -167,7 +168,7 @@ impl Shared {
         self.locals.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn expected(&self) -> MutexGuard<'_, HashMap<u128, Route>> {
+    fn expected(&self) -> MutexGuard<'_, IdMap<u128, Route>> {
         self.expected.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -340,7 +341,7 @@ impl Wakeups {
         Wakeups {
             shared: Arc::new(Shared {
                 locals: Mutex::new(HashMap::new()),
-                expected: Mutex::new(HashMap::new()),
+                expected: Mutex::new(IdMap::default()),
                 subscribed: watch::channel(false).0,
                 epoch: AtomicU64::new(0),
                 client_id,
