@@ -8,6 +8,9 @@
 //! torture-worker queue-and-die LOCK_URL NAME KIND                         # start waiting, then vanish
 //! ```
 //!
+//! On a cluster (`LOCK_URL` is `redis+cluster://…`) the worker also holds locks in other slots (see
+//! [`hold_side_locks`]), so that its own lock's renewals travel in per-node pipelines.
+//!
 //! `KIND` is the lock kind: `mutex`, `fair`, `semaphore:N` (one permit per grant), `rw` (a write in three grants,
 //! reads otherwise), `reentrant` (a nested hold taken with the grant's token in three sections in ten), `quorum`
 //! (the mutex on a [`leasehold::Quorum`]: `LOCK_URL` is then the nodes' URLs, comma-separated), or `quorum-rw` (the
@@ -287,6 +290,31 @@ async fn connect(url: &str, kind: Kind, ttl: Duration, log: &Log) -> Locks {
     }
 }
 
+/// On a cluster, how many locks in other slots each worker holds beside the one under test.
+const SIDE_LOCKS: u32 = 24;
+
+/// Holds [`SIDE_LOCKS`] locks in other slots beside the worker's own, each taken again whenever it is lost. They are
+/// renewed by the same keeper, and taken at times spread over one lease so that every renewal round carries some: the
+/// lock under test is then renewed in per-node pipelines with them (one script call per slot), through every fault
+/// the scheduler injects. The checker does not look at them.
+fn hold_side_locks(client: &leasehold::Client, worker: &str, ttl: Duration) {
+    for i in 0..SIDE_LOCKS {
+        let client = client.clone();
+        let name = format!("side-{worker}-{i}");
+        tokio::spawn(async move {
+            tokio::time::sleep(ttl * i / SIDE_LOCKS).await; // spread over a lease, not a synchronisation
+            loop {
+                match client.mutex(&name).ttl(ttl).lock().await {
+                    Ok(guard) => {
+                        guard.lost().await;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        });
+    }
+}
+
 fn one_word(e: &dyn std::fmt::Display) -> String {
     e.to_string()
         .split_whitespace()
@@ -308,6 +336,11 @@ async fn run(
     let ttl = Duration::from_millis(ttl_ms);
     let mut rng = Rng::new(seed);
     let locks = connect(lock_url, kind, ttl, &log).await;
+    if let Locks::One(client) = &locks {
+        if lock_url.contains("+cluster://") {
+            hold_side_locks(client, &worker, ttl);
+        }
+    }
     let store_config =
         redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(5)));
     let mut store = redis::Client::open(store_url)?
