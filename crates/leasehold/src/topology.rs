@@ -3,7 +3,8 @@
 //! Everything that differs between the two is decided here or by a `match` on [`Target`]:
 //! - **where a key lives**: every key of one lock is in one slot (`P:{N}`, the name is the hash tag), so every
 //!   script runs on the node that owns the lock; on a cluster, calls that carry several locks (coalesced acquires and
-//!   releases, renewal batches) are grouped per slot;
+//!   releases, renewal batches) make one script call per slot, the calls of one node in one pipeline
+//!   ([`crate::conn::Conn::invoke_by_node`]);
 //! - **how a call is made**: through a connection manager to the one server, or through redis-rs's cluster
 //!   connection, which follows `MOVED`/`ASK` and retries `TRYAGAIN`; either way each call is bounded by the client's
 //!   own response timeout ([`crate::conn`]);

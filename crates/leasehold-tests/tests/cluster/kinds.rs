@@ -1,5 +1,5 @@
-//! Every lock kind on the cluster: grants, exclusion, waiting, wake-ups on sharded channels, renewals grouped per
-//! slot, bounded calls.
+//! Every lock kind on the cluster: grants, exclusion, waiting, wake-ups on sharded channels, renewals and coalesced
+//! calls in per-node pipelines of per-slot calls (through a moved slot), bounded calls.
 
 use std::time::{Duration, Instant};
 
