@@ -6,20 +6,20 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 
-use crate::batch::Coalescer;
-use crate::checks::{check_keys, check_publish, server_warnings, ServerWarning};
-use crate::conn::{Conn, ReplicaAcks};
+use crate::backend::redis::batch::Coalescer;
+use crate::backend::redis::checks::{check_keys, check_publish, server_warnings, ServerWarning};
+use crate::backend::redis::conn::{Conn, ReplicaAcks};
+use crate::backend::redis::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
+use crate::backend::redis::orphans::Orphans;
+use crate::backend::redis::scripts::{FORCE_RELEASE, INSPECT};
+use crate::backend::redis::sentinel::Followed;
+use crate::backend::redis::topology::{Cluster, Endpoint, Target};
+use crate::backend::redis::wake::Wakeups;
+use crate::engine::keeper::Keeper;
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{description_of, new_token, Fence, TOKEN_PREFIX};
-use crate::guard::ReleaseItem;
-use crate::keeper::Keeper;
-use crate::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
-use crate::mutex::{AcquireItem, Mutex};
-use crate::orphans::Orphans;
-use crate::scripts::{FORCE_RELEASE, INSPECT};
-use crate::sentinel::Followed;
-use crate::topology::{Cluster, Endpoint, Target};
-use crate::wake::Wakeups;
+use crate::kinds::guard::ReleaseItem;
+use crate::kinds::mutex::{AcquireItem, Mutex};
 
 /// Default time allowed to open a connection to Redis.
 pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -60,31 +60,32 @@ pub(crate) struct Inner {
     pub(crate) acquires: Coalescer<AcquireItem>,
     pub(crate) releases: Coalescer<ReleaseItem>,
     /// Acquire attempts of the queued kinds (fair mutex, read-write lock, semaphore).
-    pub(crate) set_acquires: Coalescer<crate::queued::SetAcquireItem>,
+    pub(crate) set_acquires: Coalescer<crate::kinds::queued::SetAcquireItem>,
     /// Numbers this client's waits of the queued kinds (each has its own queue entry).
     pub(crate) waits: std::sync::atomic::AtomicU64,
     pub(crate) prefix: String,
     pub(crate) fence_retention: Duration,
     pub(crate) keeper: Arc<Keeper>,
     pub(crate) wakeups: Wakeups,
-    /// Releases that no runtime could finish (see [`crate::orphans`]); done when the client is dropped.
+    /// Releases that no runtime could finish (see [`crate::backend::redis::orphans`]); done when the client is dropped.
     pub(crate) orphans: Orphans,
     /// What the connect-time check found about the server.
     pub(crate) warnings: Vec<ServerWarning>,
 }
 
-impl crate::keeper::Renews for Inner {
+impl crate::engine::keeper::Renews for Inner {
     fn by_slot(&self) -> bool {
         self.target.is_cluster()
     }
 
     fn renew<'a>(
         &'a self,
-        leases: &'a [Arc<crate::lease::LeaseShared>],
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::keeper::Renewed> + Send + 'a>>
-    {
+        leases: &'a [Arc<crate::engine::lease::LeaseShared>],
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = crate::engine::keeper::Renewed> + Send + 'a>,
+    > {
         Box::pin(async move {
-            let invocation = crate::keeper::renew_invocation(leases);
+            let invocation = crate::engine::keeper::renew_invocation(leases);
             let (reply, _, acked) = self.conn.invoke_acked(&invocation, self.replicas).await;
             self.renewed(reply, acked)
         })
@@ -93,15 +94,16 @@ impl crate::keeper::Renews for Inner {
     /// On a cluster, the batches' calls in one pipeline per node.
     fn renew_each<'a>(
         &'a self,
-        batches: &'a [Vec<Arc<crate::lease::LeaseShared>>],
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<crate::keeper::Renewed>> + Send + 'a>>
-    {
+        batches: &'a [Vec<Arc<crate::engine::lease::LeaseShared>>],
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Vec<crate::engine::keeper::Renewed>> + Send + 'a>,
+    > {
         Box::pin(async move {
-            let calls: Vec<(u16, crate::scripts::ScriptCall)> = batches
+            let calls: Vec<(u16, crate::backend::redis::scripts::ScriptCall)> = batches
                 .iter()
                 .map(|leases| {
                     let slot = leases.first().map_or(0, |lease| lease.keys.slot());
-                    (slot, crate::keeper::renew_invocation(leases))
+                    (slot, crate::engine::keeper::renew_invocation(leases))
                 })
                 .collect();
             let sent = self.conn.invoke_by_node(&calls, self.replicas).await;
@@ -119,11 +121,11 @@ impl Inner {
         &self,
         reply: redis::RedisResult<Vec<i64>>,
         acked: Option<u32>,
-    ) -> crate::keeper::Renewed {
+    ) -> crate::engine::keeper::Renewed {
         // A renewal too few replicas acknowledged does not count: its leases keep their last acknowledged deadline
         // (the request stays unconfirmed, as after a timeout) and are retried until then.
         if let (Some((acked, required)), Ok(_)) =
-            (crate::mutex::short_of(self.replicas, acked), &reply)
+            (crate::kinds::mutex::short_of(self.replicas, acked), &reply)
         {
             return Err(format!(
                 "renewal not acknowledged by enough replicas ({acked} of {required})"
@@ -414,7 +416,9 @@ impl Client {
             .key(keys.waiters())
             .key(keys.fence())
             .arg(wakeups.channel_prefix())
-            .arg(crate::keys::millis(self.inner.fence_retention))
+            .arg(crate::backend::redis::keys::millis(
+                self.inner.fence_retention,
+            ))
             .invoke_async(&mut self.inner.conn.clone())
             .await;
         let removed = match removed {
@@ -641,7 +645,7 @@ pub struct Builder {
     on_disk: bool,
     sentinel_auth: Option<(Option<String>, String)>,
     #[cfg(feature = "tls")]
-    tls: crate::tls::TlsSettings,
+    tls: crate::backend::redis::tls::TlsSettings,
 }
 
 impl fmt::Debug for Builder {
@@ -678,7 +682,7 @@ impl Builder {
             on_disk: false,
             sentinel_auth: None,
             #[cfg(feature = "tls")]
-            tls: crate::tls::TlsSettings::default(),
+            tls: crate::backend::redis::tls::TlsSettings::default(),
         }
     }
 
@@ -862,10 +866,12 @@ impl Builder {
             }
         };
         #[cfg(feature = "tls")]
-        crate::tls::ensure_crypto_provider();
+        crate::backend::redis::tls::ensure_crypto_provider();
         let endpoint = match self.target {
             #[cfg(feature = "tls")]
-            Endpoint::Single(redis) => Endpoint::Single(crate::tls::apply(redis, &self.tls)?),
+            Endpoint::Single(redis) => {
+                Endpoint::Single(crate::backend::redis::tls::apply(redis, &self.tls)?)
+            }
             #[cfg(not(feature = "tls"))]
             Endpoint::Single(redis) => Endpoint::Single(redis),
             Endpoint::Cluster(mut cluster) => {
@@ -873,7 +879,8 @@ impl Builder {
                 cluster.response_timeout = self.response_timeout;
                 #[cfg(feature = "tls")]
                 {
-                    cluster.certs = crate::tls::checked(&self.tls, cluster.uses_tls())?;
+                    cluster.certs =
+                        crate::backend::redis::tls::checked(&self.tls, cluster.uses_tls())?;
                 }
                 Endpoint::Cluster(cluster)
             }
@@ -890,7 +897,7 @@ impl Builder {
         let uses_tls = url.starts_with("rediss");
         let failed = |err: Error| match err {
             Error::Redis(source) => Error::Connect {
-                hint: crate::checks::connect_hint(&source, uses_tls),
+                hint: crate::backend::redis::checks::connect_hint(&source, uses_tls),
                 url: url.clone(),
                 source,
             },
@@ -933,7 +940,7 @@ impl Builder {
                 };
                 // A `redis://` URL may name one node of a Redis Cluster (a managed cluster behind one endpoint, say):
                 // then the cluster client takes over, with that node as its seed.
-                if crate::checks::is_cluster_node(&conn)
+                if crate::backend::redis::checks::is_cluster_node(&conn)
                     .await
                     .map_err(failed)?
                 {
@@ -952,7 +959,8 @@ impl Builder {
                     );
                     #[cfg(feature = "tls")]
                     {
-                        cluster.certs = crate::tls::checked(&self.tls, cluster.uses_tls())?;
+                        cluster.certs =
+                            crate::backend::redis::tls::checked(&self.tls, cluster.uses_tls())?;
                     }
                     let conn = connect_cluster(&cluster, within).await.map_err(failed)?;
                     (conn, Target::Cluster(cluster))
@@ -978,7 +986,9 @@ impl Builder {
             .map_err(failed)?;
         check_keys(&conn, &self.prefix).await.map_err(failed)?;
         if replicas.is_some_and(|r| r.on_disk) {
-            crate::checks::check_waitaof(&conn).await.map_err(failed)?;
+            crate::backend::redis::checks::check_waitaof(&conn)
+                .await
+                .map_err(failed)?;
         }
         let warnings = server_warnings(&conn).await;
         let orphans = Orphans::new(
@@ -1059,7 +1069,9 @@ async fn selects_on_a_cluster_node(
         return false;
     };
     match connect_single(&first, config, within).await {
-        Ok(conn) => crate::checks::is_cluster_node(&conn).await.unwrap_or(false),
+        Ok(conn) => crate::backend::redis::checks::is_cluster_node(&conn)
+            .await
+            .unwrap_or(false),
         Err(_) => false,
     }
 }

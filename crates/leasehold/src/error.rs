@@ -10,7 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::lease::LossReason;
+use crate::engine::lease::LossReason;
 
 /// Everything that can go wrong when taking, keeping or giving back a lock.
 ///
@@ -317,7 +317,7 @@ impl From<InvalidArgument> for Error {
 
 impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
-        match crate::conn::cluster_node(&err) {
+        match crate::backend::redis::conn::cluster_node(&err) {
             Some((url, answer)) => Error::ClusterNode {
                 url: url.to_owned(),
                 answer: answer.to_owned(),

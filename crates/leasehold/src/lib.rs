@@ -238,54 +238,31 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
-mod backoff;
-mod batch;
-mod checks;
+mod backend;
 mod client;
-mod clock;
-mod conn;
+mod engine;
 mod error;
-mod fair;
 mod fence;
-mod guard;
-mod ids;
-mod keeper;
-mod keys;
-mod lease;
-mod metrics;
-mod mutex;
-mod orphans;
-mod queued;
-mod quorum;
-mod reentrant;
-mod rwlock;
-mod scripts;
-mod semaphore;
-mod sentinel;
-#[cfg(feature = "tls")]
-mod tls;
-mod topology;
-mod trace;
-mod wake;
+mod kinds;
 
-pub use checks::ServerWarning;
+pub use backend::quorum::{
+    Quorum, QuorumGuard, QuorumMutex, QuorumRwLock, DEFAULT_NODE_TIMEOUT, MIN_NODES, PROPOSAL_LEAD,
+};
+pub use backend::redis::checks::ServerWarning;
+pub use backend::redis::keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
 pub use client::{
     Builder, Client, HoldMode, Holder, LockInfo, LockKind, DEFAULT_CONNECTION_TIMEOUT,
     DEFAULT_FENCE_RETENTION, DEFAULT_RESPONSE_TIMEOUT,
 };
+pub use engine::lease::{Lease, LossReason};
 pub use error::{Error, InvalidArgument};
-pub use fair::FairMutex;
 pub use fence::{Fence, MAX_DESCRIPTION_LEN};
-pub use guard::{Guard, MutexGuard};
-pub use keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
-pub use lease::{Lease, LossReason};
-pub use mutex::{Mutex, DEFAULT_TTL};
-pub use quorum::{
-    Quorum, QuorumGuard, QuorumMutex, QuorumRwLock, DEFAULT_NODE_TIMEOUT, MIN_NODES, PROPOSAL_LEAD,
-};
-pub use reentrant::{ReentrantGuard, ReentrantMutex, MAX_DEPTH};
-pub use rwlock::{RwLock, WriteGuard};
-pub use semaphore::{Semaphore, MAX_PERMITS};
+pub use kinds::fair::FairMutex;
+pub use kinds::guard::{Guard, MutexGuard};
+pub use kinds::mutex::{Mutex, DEFAULT_TTL};
+pub use kinds::reentrant::{ReentrantGuard, ReentrantMutex, MAX_DEPTH};
+pub use kinds::rwlock::{RwLock, WriteGuard};
+pub use kinds::semaphore::{Semaphore, MAX_PERMITS};
 
 /// Re-exported so that callers can name the connection and error types without a second `redis` dependency.
 pub use redis;
@@ -293,14 +270,14 @@ pub use redis;
 /// Not a public interface: what leasehold's own tests need to replay its scripts by hand.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::scripts::source as script_source;
+    pub use crate::backend::redis::scripts::source as script_source;
 
     /// How many coalesced calls of one kind a client has out before its requests queue.
-    pub const MAX_IN_FLIGHT: usize = crate::batch::MAX_IN_FLIGHT;
+    pub const MAX_IN_FLIGHT: usize = crate::backend::redis::batch::MAX_IN_FLIGHT;
 
     /// The Redis Cluster hash slot of the lock `name`'s keys, as leasehold computes it.
     pub fn slot_of(prefix: &str, name: &str) -> Option<u16> {
-        crate::keys::LockKeys::new(prefix, name)
+        crate::backend::redis::keys::LockKeys::new(prefix, name)
             .ok()
             .map(|keys| keys.slot())
     }
@@ -308,8 +285,8 @@ pub mod __private {
     /// The seed nodes of a `redis+cluster://` (or `rediss+cluster://`) URL, as a client reads them; `None` for any
     /// other URL, or one a client would refuse.
     pub fn cluster_seeds(url: &str) -> Option<Vec<redis::ConnectionInfo>> {
-        match crate::topology::Endpoint::parse(url) {
-            Ok(crate::topology::Endpoint::Cluster(cluster)) => Some(cluster.seeds),
+        match crate::backend::redis::topology::Endpoint::parse(url) {
+            Ok(crate::backend::redis::topology::Endpoint::Cluster(cluster)) => Some(cluster.seeds),
             _ => None,
         }
     }

@@ -18,7 +18,7 @@ use redis::aio::ConnectionManagerConfig;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
 use tokio::sync::{watch, Notify};
 
-use crate::conn::Conn;
+use crate::backend::redis::conn::Conn;
 use crate::error::InvalidArgument;
 
 /// The scheme of a Sentinel URL, `redis+sentinel://host:port,host:port/service`; `rediss+sentinel://` for TLS.

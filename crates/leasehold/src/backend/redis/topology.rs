@@ -4,12 +4,12 @@
 //! - **where a key lives**: every key of one lock is in one slot (`P:{N}`, the name is the hash tag), so every
 //!   script runs on the node that owns the lock; on a cluster, calls that carry several locks (coalesced acquires and
 //!   releases, renewal batches) make one script call per slot, the calls of one node in one pipeline
-//!   ([`crate::conn::Conn::invoke_by_node`]);
+//!   ([`crate::backend::redis::conn::Conn::invoke_by_node`]);
 //! - **how a call is made**: through a connection manager to the one server, or through redis-rs's cluster
 //!   connection, which follows `MOVED`/`ASK` and retries `TRYAGAIN`; either way each call is bounded by the client's
-//!   own response timeout ([`crate::conn`]);
+//!   own response timeout ([`crate::backend::redis::conn`]);
 //! - **how a waiter hears back**: a channel per client (`PUBLISH`) on one server; a sharded channel per lock and
-//!   client in the lock's own slot (`SPUBLISH`) on a cluster ([`crate::wake`], `notify` in `grant.lua`).
+//!   client in the lock's own slot (`SPUBLISH`) on a cluster ([`crate::backend::redis::wake`], `notify` in `grant.lua`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +17,8 @@ use std::time::Duration;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::{ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 
+use crate::backend::redis::sentinel::{Followed, Sentinel, SENTINEL_SCHEME, SENTINEL_TLS_SCHEME};
 use crate::error::InvalidArgument;
-use crate::sentinel::{Followed, Sentinel, SENTINEL_SCHEME, SENTINEL_TLS_SCHEME};
 
 /// The scheme of a Redis Cluster URL, `redis+cluster://host:port,host:port`; `rediss+cluster://` for TLS.
 pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster://";

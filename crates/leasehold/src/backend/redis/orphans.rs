@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::guard::release_invocation;
-use crate::keys::LockKeys;
-use crate::scripts::Numbers;
-use crate::topology::Target;
+use crate::backend::redis::keys::LockKeys;
+use crate::backend::redis::scripts::Numbers;
+use crate::backend::redis::topology::Target;
+use crate::kinds::guard::release_invocation;
 
 /// The most a client's drop waits for its outstanding releases.
 const BUDGET: Duration = Duration::from_secs(1);

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::batch::{self, Coalescer, Failure, Item};
+use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
+use crate::backend::redis::conn::{ReplicaAcks, Sent};
+use crate::backend::redis::keys::{millis, LockKeys};
+use crate::backend::redis::scripts::{Numbers, ScriptCall, RELEASE, RENEW};
 use crate::client::{not_a_lock, Client, Inner};
-use crate::conn::{ReplicaAcks, Sent};
+use crate::engine::lease::{Lease, LossReason};
 use crate::error::{require_runtime, Error};
-use crate::keys::{millis, LockKeys};
-use crate::lease::{Lease, LossReason};
-use crate::scripts::{Numbers, ScriptCall, RELEASE, RENEW};
 
 /// The guard of a [`Mutex`](crate::Mutex) grant: a [`Guard`] (the name this crate used before the other kinds came).
 pub type MutexGuard = Guard;
@@ -138,7 +138,7 @@ impl Guard {
             Ok(code) => code,
             Err(failure) => return Err(not_a_lock(failure.err, &shared.keys.lock)),
         };
-        crate::trace::kind_event!(crate::trace::kind_of_hold(&shared.token), debug, lock = %shared.keys.name(), hold = %crate::trace::words(&shared.token), fence = shared.fence.get(), ?earlier_loss, still_ours = code == 1, "released");
+        crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&shared.token), debug, lock = %shared.keys.name(), hold = %crate::engine::trace::words(&shared.token), fence = shared.fence.get(), ?earlier_loss, still_ours = code == 1, "released");
         match (earlier_loss, code) {
             (Some(reason), _) => Err(Error::LeaseLost {
                 name: name(),
@@ -200,7 +200,7 @@ impl Guard {
         // An extension too few replicas acknowledged does not count, as a renewal: the request stays unconfirmed
         // (the deadline assumes the worst of it) until a later acknowledged one.
         if let (Some((acked, required)), [_, 1]) = (
-            crate::mutex::short_of(inner.replicas, acked),
+            crate::kinds::mutex::short_of(inner.replicas, acked),
             reply.as_slice(),
         ) {
             return Err(Error::NotReplicated {
@@ -253,7 +253,7 @@ impl Guard {
 
     /// Ends this guard without releasing its hold, whose ownership passed to another guard (a downgrade): the keeper
     /// stops renewing it and clones of its lease read as released.
-    pub(crate) fn converted(mut self) -> (Client, Arc<crate::lease::LeaseShared>) {
+    pub(crate) fn converted(mut self) -> (Client, Arc<crate::engine::lease::LeaseShared>) {
         self.forget();
         self.lease.shared.end(LossReason::Released);
         self.settled = true;
@@ -438,7 +438,7 @@ pub(crate) fn release_in_background(
         done: false,
     };
     runtime.spawn(async move {
-        let mut backoff = crate::backoff::Backoff::new();
+        let mut backoff = crate::engine::backoff::Backoff::new();
         loop {
             let invocation = release_invocation(
                 &task.keys,

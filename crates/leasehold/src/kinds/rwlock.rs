@@ -5,14 +5,14 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::redis::keys::millis;
+use crate::backend::redis::scripts::DOWNGRADE;
 use crate::client::{not_a_lock, Client};
 use crate::error::{require_runtime, Error};
 use crate::fence::token_of;
-use crate::guard::{Guard, Undo};
-use crate::keys::millis;
-use crate::mutex::{new_guard, Expiry};
-use crate::queued::{deadline_in, queued_options, Ask, Queued};
-use crate::scripts::DOWNGRADE;
+use crate::kinds::guard::{Guard, Undo};
+use crate::kinds::mutex::{new_guard, Expiry};
+use crate::kinds::queued::{deadline_in, queued_options, Ask, Queued};
 
 /// A distributed read-write lock: any number of readers at once, or one writer alone.
 ///
@@ -315,7 +315,7 @@ impl WriteGuard {
             vec![write_hold.clone(), read_hold.clone()],
             shared.ttl,
         );
-        let sent = crate::clock::now();
+        let sent = crate::engine::clock::now();
         let mut invocation = DOWNGRADE.key(&keys.lock);
         invocation
             .key(keys.fence())

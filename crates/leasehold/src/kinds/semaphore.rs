@@ -3,13 +3,13 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::backend::redis::keys::millis;
+use crate::backend::redis::scripts::SET_PERMITS;
 use crate::client::{explain_foreign, foreign, script_error, Client, HoldMode, LockKind};
+use crate::engine::lease::Lease;
 use crate::error::{require_runtime, Error, InvalidArgument};
-use crate::guard::Guard;
-use crate::keys::millis;
-use crate::lease::Lease;
-use crate::queued::{deadline_in, queued_options, Ask, Queued};
-use crate::scripts::SET_PERMITS;
+use crate::kinds::guard::Guard;
+use crate::kinds::queued::{deadline_in, queued_options, Ask, Queued};
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u64 = 1 << 40;

@@ -34,14 +34,16 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionManagerConfig;
 use tokio::time::Instant;
 
+use crate::backend::redis::conn::Conn;
+use crate::backend::redis::keys::{
+    check_prefix, check_ttl, drift, millis, LockKeys, DEFAULT_PREFIX,
+};
+use crate::backend::redis::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE, QUORUM_WITHDRAW};
 use crate::client::LockKind;
-use crate::conn::Conn;
+use crate::engine::keeper::{Keeper, Renews};
+use crate::engine::lease::{Lease, LeaseShared, LossReason, Settled};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token, Fence};
-use crate::keeper::{Keeper, Renews};
-use crate::keys::{check_prefix, check_ttl, drift, millis, LockKeys, DEFAULT_PREFIX};
-use crate::lease::{Lease, LeaseShared, LossReason, Settled};
-use crate::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE, QUORUM_WITHDRAW};
 
 /// The default time one node has to answer one request: far below the default lease (30 s), so that a slow node costs
 /// a round little of its validity, and above the stalls of a loaded machine, so that a busy node is not taken for a
@@ -222,7 +224,7 @@ fn start_subscribers(inner: &Arc<QuorumInner>) {
 /// again, since an announcement may have been missed meanwhile.
 async fn subscribe(inner: std::sync::Weak<QuorumInner>, client: redis::Client) {
     use futures_util::StreamExt;
-    let mut backoff = crate::backoff::Backoff::new();
+    let mut backoff = crate::engine::backoff::Backoff::new();
     loop {
         let Some(this) = inner.upgrade() else { return };
         let channel = this.freed_channel.clone();
@@ -695,7 +697,7 @@ impl QuorumLock {
         };
         let majority = self.quorum.majority();
         let proposal = inner.proposal();
-        let sent = crate::clock::now();
+        let sent = crate::engine::clock::now();
         let valid_until = sent + self.ttl - drift(self.ttl);
         let votes = Votes::collect(
             inner,
@@ -717,7 +719,7 @@ impl QuorumLock {
             inner.last_fence.fetch_max(drawn, Ordering::Relaxed);
         }
         let took = votes.granted.iter().filter(|g| g.took).count();
-        if votes.granted.len() < majority || crate::clock::now() >= valid_until {
+        if votes.granted.len() < majority || crate::engine::clock::now() >= valid_until {
             return Err(votes.failure(keys, inner.nodes.len(), majority));
         }
         let fence = if took >= majority {
@@ -735,7 +737,7 @@ impl QuorumLock {
             }
             fence
         };
-        if crate::clock::now() >= valid_until {
+        if crate::engine::clock::now() >= valid_until {
             return Err(Error::Busy {
                 name: keys.name().to_owned(),
                 remaining: None,
@@ -935,7 +937,7 @@ async fn vote(
         .arg(millis(inner.fence_retention))
         .arg(PROPOSAL_LEAD.as_micros() as u64)
         .arg(writer)
-        .arg(millis(crate::scripts::LIVENESS));
+        .arg(millis(crate::backend::redis::scripts::LIVENESS));
     let asked = inner.local_us();
     let reply = tokio::time::timeout(
         inner.call_bound(),
@@ -1151,10 +1153,10 @@ impl QuorumInner {
     /// failed renewal.
     async fn renew_on_nodes(
         &self,
-        invocation: &impl crate::conn::Invocation,
+        invocation: &impl crate::backend::redis::conn::Invocation,
         leases: usize,
-    ) -> crate::keeper::Renewed {
-        let replies: Vec<Option<crate::keeper::NodeReply>> =
+    ) -> crate::engine::keeper::Renewed {
+        let replies: Vec<Option<crate::engine::keeper::NodeReply>> =
             join_all(self.nodes.iter().map(|node| async move {
                 match tokio::time::timeout(
                     self.call_bound(),
@@ -1185,10 +1187,11 @@ impl Renews for QuorumInner {
     fn renew<'a>(
         &'a self,
         leases: &'a [Arc<LeaseShared>],
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::keeper::Renewed> + Send + 'a>>
-    {
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = crate::engine::keeper::Renewed> + Send + 'a>,
+    > {
         Box::pin(async move {
-            let invocation = crate::keeper::renew_invocation(leases);
+            let invocation = crate::engine::keeper::renew_invocation(leases);
             self.renew_on_nodes(&invocation, leases.len()).await
         })
     }
@@ -1243,7 +1246,7 @@ impl QuorumGuard {
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
         let request = self.lease.begin_extension(ttl)?;
         let shared = &self.lease.shared;
-        let mut invocation = crate::scripts::RENEW.key(&shared.keys.lock);
+        let mut invocation = crate::backend::redis::scripts::RENEW.key(&shared.keys.lock);
         invocation.arg(&shared.token).arg(millis(ttl));
         let replies = self
             .inner
@@ -1252,7 +1255,7 @@ impl QuorumGuard {
             .unwrap_or_else(|_| vec![None; self.inner.nodes.len()]);
         // The keeper schedules renewals from the deadline: let it look again.
         self.inner.keeper.nudge();
-        let answers = crate::keeper::answers(&replies, 0);
+        let answers = crate::engine::keeper::answers(&replies, 0);
         let answered = answers.iter().flatten().count();
         match shared.settle(request, &answers) {
             Settled::Renewed | Settled::Ended => self.lease.ended_extension(),

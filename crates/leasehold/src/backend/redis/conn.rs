@@ -16,7 +16,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
 
-use crate::scripts::ScriptCall;
+use crate::backend::redis::scripts::ScriptCall;
 
 /// Consecutive timed-out requests after which the connection is considered silently dead and replaced.
 const SILENT_AFTER: u32 = 2;
@@ -47,7 +47,7 @@ pub(crate) enum Conn {
     /// Another connection, with `WAIT` after each script (see [`Conn::invoke_acked`]).
     Acked(Arc<Acked>),
     /// The primary that the sentinels name, followed across failovers.
-    Followed(Arc<crate::sentinel::Followed>),
+    Followed(Arc<crate::backend::redis::sentinel::Followed>),
 }
 
 /// A [`ConnectionManager`] that is replaced when it goes silent.
@@ -113,7 +113,7 @@ impl Conn {
         let manager = ConnectionManager::new_with_config(redis.clone(), config.clone()).await?;
         Ok(Conn::Managed(Arc::new(Managed {
             current: RwLock::new(manager),
-            cluster_url: crate::topology::cluster_url(redis.get_connection_info()),
+            cluster_url: crate::backend::redis::topology::cluster_url(redis.get_connection_info()),
             redis,
             config,
             timeouts: AtomicU32::new(0),
@@ -128,7 +128,9 @@ impl Conn {
         match manager {
             Ok(manager) => Conn::Managed(Arc::new(Managed {
                 current: RwLock::new(manager),
-                cluster_url: crate::topology::cluster_url(redis.get_connection_info()),
+                cluster_url: crate::backend::redis::topology::cluster_url(
+                    redis.get_connection_info(),
+                ),
                 redis,
                 config,
                 timeouts: AtomicU32::new(0),

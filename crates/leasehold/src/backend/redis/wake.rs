@@ -35,13 +35,13 @@ use futures_util::StreamExt;
 use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
+use crate::backend::redis::keys::LockKeys;
+use crate::backend::redis::topology::{Cluster, Target};
 use crate::client::Inner;
+use crate::engine::backoff::Backoff;
+use crate::engine::ids::IdMap;
 use crate::fence::token_id;
-use crate::guard::release_in_background;
-use crate::ids::IdMap;
-use crate::keys::LockKeys;
-use crate::topology::{Cluster, Target};
+use crate::kinds::guard::release_in_background;
 
 /// How often the subscriber pings its connection, to notice a peer that went silent without closing.
 const PING_EVERY: Duration = Duration::from_secs(2);
@@ -785,7 +785,7 @@ impl Task {
 /// Where the one-server subscriber connects: a fixed server, or the primary the sentinels name now.
 enum Source {
     Fixed(Box<redis::Client>),
-    Followed(Arc<crate::sentinel::Followed>),
+    Followed(Arc<crate::backend::redis::sentinel::Followed>),
 }
 
 impl Source {

@@ -23,10 +23,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::clock;
-use crate::ids::IdMap;
-use crate::lease::{LeaseShared, NodeAnswer, Request, Settled};
-use crate::scripts::{ScriptCall, RENEW_BATCH};
+use crate::backend::redis::scripts::{ScriptCall, RENEW_BATCH};
+use crate::engine::clock;
+use crate::engine::ids::IdMap;
+use crate::engine::lease::{LeaseShared, NodeAnswer, Request, Settled};
 
 /// The outcome of one renewal call: per node (one on a single server, each node of a quorum), the node's time when
 /// the call ran there (µs; it orders the node's replies, which may run in another order than they were sent) and one
@@ -50,14 +50,14 @@ pub(crate) fn answers(replies: &[Option<NodeReply>], lease: usize) -> Vec<NodeAn
 
 /// The `renew.lua` call for `leases`, each for its own lease length.
 pub(crate) fn renew_invocation(leases: &[Arc<LeaseShared>]) -> ScriptCall {
-    let mut invocation = ScriptCall::new(&crate::scripts::RENEW, leases.len());
+    let mut invocation = ScriptCall::new(&crate::backend::redis::scripts::RENEW, leases.len());
     for lease in leases {
         invocation.key(&lease.keys.lock);
     }
     for lease in leases {
         invocation
             .arg(&lease.token)
-            .arg(crate::keys::millis(lease.ttl));
+            .arg(crate::backend::redis::keys::millis(lease.ttl));
     }
     invocation
 }
@@ -247,7 +247,7 @@ impl Keeper {
                 Some(Settled::Unknown) | None => {
                     entry.failures = entry.failures.saturating_add(1);
                     let backoff =
-                        crate::backoff::Backoff::after(entry.failures).min(entry.every / 2);
+                        crate::engine::backoff::Backoff::after(entry.failures).min(entry.every / 2);
                     entry.next_renewal = clock::now() + backoff;
                 }
             }
@@ -414,12 +414,12 @@ fn settle_call(keeper: &Keeper, batch: &[Renewal], reply: Renewed) {
         Ok(replies) if complete(&replies) => {
             let renewed = |i: usize| replies.iter().flatten().any(|(_, codes)| codes[i] == 1);
             let renewed = (0..batch.len()).filter(|&i| renewed(i)).count();
-            crate::metrics::renewals(renewed, 0);
+            crate::engine::metrics::renewals(renewed, 0);
             tracing::debug!(leases = batch.len(), renewed, "renewal batch");
             keeper.settle(batch, Some(&replies));
         }
         Ok(_) => {
-            crate::metrics::renewals(0, batch.len());
+            crate::engine::metrics::renewals(0, batch.len());
             tracing::warn!(
                 leases = batch.len(),
                 "unexpected renewal reply; retrying until the deadline"
@@ -427,7 +427,7 @@ fn settle_call(keeper: &Keeper, batch: &[Renewal], reply: Renewed) {
             keeper.settle(batch, None);
         }
         Err(err) => {
-            crate::metrics::renewals(0, batch.len());
+            crate::engine::metrics::renewals(0, batch.len());
             tracing::warn!(leases = batch.len(), error = %err, "lease renewal failed; retrying until the deadline");
             keeper.settle(batch, None);
         }

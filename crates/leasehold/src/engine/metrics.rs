@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::lease::LossReason;
+use crate::engine::lease::LossReason;
 
 #[cfg(feature = "metrics")]
 mod on {

@@ -5,14 +5,14 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::redis::keys::millis;
+use crate::backend::redis::scripts::REENTER;
 use crate::client::{explain_foreign, foreign, not_a_lock, Client};
 use crate::error::Error;
 use crate::fence::new_token;
-use crate::guard::{Guard, Undo};
-use crate::keys::millis;
-use crate::mutex::{new_guard, Expiry};
-use crate::queued::{deadline_in, queued_options, Ask, Queued};
-use crate::scripts::REENTER;
+use crate::kinds::guard::{Guard, Undo};
+use crate::kinds::mutex::{new_guard, Expiry};
+use crate::kinds::queued::{deadline_in, queued_options, Ask, Queued};
 
 /// The deepest a reentrant mutex nests: re-entries of one guard in a process, and holds of one lock across processes.
 pub const MAX_DEPTH: usize = 32;
@@ -177,7 +177,7 @@ impl ReentrantMutex {
         let hold = format!("n {}", new_token(queued.description.as_deref())?);
         // If this call goes no further, the nested hold it may have made is released.
         let undo = Undo::new(inner, &keys, vec![hold.clone()], queued.ttl);
-        let sent = crate::clock::now();
+        let sent = crate::engine::clock::now();
         let mut invocation = REENTER.key(&keys.lock);
         invocation
             .key(keys.fence())
@@ -197,7 +197,8 @@ impl ReentrantMutex {
                 return Err(explain_foreign(&inner.conn, &keys.lock, err).await);
             }
         };
-        if let (1, Some((acked, _))) = (code, crate::mutex::short_of(inner.replicas, acked)) {
+        if let (1, Some((acked, _))) = (code, crate::kinds::mutex::short_of(inner.replicas, acked))
+        {
             // Dropped armed on this return, the undo releases the nested hold.
             return Err(Error::NotReplicated {
                 name: keys.name().to_owned(),

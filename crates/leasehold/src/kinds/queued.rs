@@ -13,19 +13,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::batch::{self, Coalescer, Failure, Item};
+use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
+use crate::backend::redis::conn::{ReplicaAcks, Sent};
+use crate::backend::redis::keys::{millis, LockKeys};
+use crate::backend::redis::scripts::{Numbers, ScriptCall, CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
+use crate::backend::redis::wake::Expecting;
 use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner, LockInfo};
-use crate::conn::{ReplicaAcks, Sent};
 use crate::error::{Error, InvalidArgument};
 use crate::fence::new_token;
-use crate::guard::{add_lock_keys, release_in_background, Guard as MutexGuard};
-use crate::keys::{millis, LockKeys};
-use crate::mutex::{
+use crate::kinds::guard::{add_lock_keys, release_in_background, Guard as MutexGuard};
+use crate::kinds::mutex::{
     acquire_outcomes, check_options, is_server_error, new_guard, release_orphaned, short_of,
     take_hand_off, unreplicated, until, AcquireReply, Expiry, Outage, Renewal,
 };
-use crate::scripts::{Numbers, ScriptCall, CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
-use crate::wake::Expecting;
 
 /// The options every queued kind shares, and the lock it names.
 #[derive(Clone, Debug)]
@@ -65,7 +65,7 @@ impl Queued {
         Queued {
             client,
             keys,
-            ttl: crate::mutex::DEFAULT_TTL,
+            ttl: crate::kinds::mutex::DEFAULT_TTL,
             renewal: Renewal::Auto,
             description: None,
             fail_fast: false,
@@ -102,7 +102,7 @@ impl Queued {
         F: FnOnce(crate::Lease) -> Fut,
         Fut: std::future::Future,
     {
-        crate::guard::run_held(self.acquire(ask, None).await?, work).await
+        crate::kinds::guard::run_held(self.acquire(ask, None).await?, work).await
     }
 
     /// The lock's state, as [`Client::inspect`] reads it.
@@ -136,14 +136,15 @@ impl Queued {
         deadline: Option<Instant>,
     ) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
-        let (kind, what) = crate::trace::of_tag(&ask.tag);
-        let span = crate::trace::kind_span!(kind, "acquire", lock = %keys.name(), hold = %what);
+        let (kind, what) = crate::engine::trace::of_tag(&ask.tag);
+        let span =
+            crate::engine::trace::kind_span!(kind, "acquire", lock = %keys.name(), hold = %what);
         let started = Instant::now();
         let result =
             tracing::Instrument::instrument(self.wait(keys.clone(), ask, deadline), span).await;
         match &result {
-            Ok(_) => crate::metrics::granted(started.elapsed()),
-            Err(Error::Timeout { .. }) => crate::metrics::timed_out(),
+            Ok(_) => crate::engine::metrics::granted(started.elapsed()),
+            Err(Error::Timeout { .. }) => crate::engine::metrics::timed_out(),
             Err(_) => {}
         }
         result
@@ -259,7 +260,7 @@ impl Queued {
     ) -> Result<Attempt, Error> {
         let inner = &self.client.inner;
         let hold = format!("{} {}", ask.tag, new_token(self.description.as_deref())?);
-        let sent = crate::clock::now();
+        let sent = crate::engine::clock::now();
         let expecting = match expecting {
             Some(expecting) if mode != Mode::Try => {
                 expecting.add(&hold, sent);
@@ -314,7 +315,7 @@ impl Queued {
                 Ok(granted(prev, true, route))
             }
             0 => {
-                crate::metrics::busy();
+                crate::engine::metrics::busy();
                 Ok(Attempt::Busy(
                     u64::try_from(value).ok().map(Duration::from_millis),
                 ))
@@ -479,14 +480,14 @@ macro_rules! queued_options {
             /// How often the keeper renews a held lease; shorter than the lease minus its drift allowance.
             /// Defaults to a third of the lease.
             pub fn renew_every(mut self, every: std::time::Duration) -> $kind {
-                self.queued.renewal = crate::mutex::Renewal::Every(every);
+                self.queued.renewal = crate::kinds::mutex::Renewal::Every(every);
                 self
             }
 
             /// No watchdog: each grant ends after its lease unless [`Guard::extend`](crate::Guard::extend) moves
             /// it.
             pub fn fixed_lease(mut self) -> $kind {
-                self.queued.renewal = crate::mutex::Renewal::Off;
+                self.queued.renewal = crate::kinds::mutex::Renewal::Off;
                 self
             }
 

@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use redis::RedisError;
 use tokio::sync::oneshot;
 
+use crate::backend::redis::conn::{ReplicaAcks, Sent};
+use crate::backend::redis::scripts::{Numbers, ScriptCall};
 use crate::client::Inner;
-use crate::conn::{ReplicaAcks, Sent};
-use crate::scripts::{Numbers, ScriptCall};
 
 /// How many calls of one kind may be out at once before requests queue. Fewer make bigger calls (less server work
 /// per lock) but keep Redis and the client waiting on each other; 8 gave the most throughput in `leasehold bench`'s
@@ -69,7 +69,7 @@ pub(crate) trait Item: Send + Sync + Sized + 'static {
 }
 
 /// Sends `items` (sorted by slot when calls must keep to one) as one script call per slot: one call in all on one
-/// server; on a cluster, a pipeline per node ([`crate::conn::Conn::invoke_by_node`]). One result per item, in order.
+/// server; on a cluster, a pipeline per node ([`crate::backend::redis::conn::Conn::invoke_by_node`]). One result per item, in order.
 async fn call<T: Item>(inner: &Inner, items: &[T]) -> Vec<Result<T::Outcome, Failure>> {
     let by_slot = T::coalescer(inner).by_slot;
     let one_slot = !by_slot || items.first().map(T::slot) == items.last().map(T::slot);

@@ -70,11 +70,11 @@ pub(crate) fn of_tag(tag: &str) -> (Kind, Cow<'static, str>) {
 macro_rules! kind_event {
     ($kind:expr, $level:ident, $($arg:tt)+) => {
         match $kind {
-            $crate::trace::Kind::Mutex => tracing::$level!(target: "leasehold::mutex", $($arg)+),
-            $crate::trace::Kind::Fair => tracing::$level!(target: "leasehold::fair_mutex", $($arg)+),
-            $crate::trace::Kind::RwLock => tracing::$level!(target: "leasehold::rw_lock", $($arg)+),
-            $crate::trace::Kind::Semaphore => tracing::$level!(target: "leasehold::semaphore", $($arg)+),
-            $crate::trace::Kind::Reentrant => tracing::$level!(target: "leasehold::reentrant_mutex", $($arg)+),
+            $crate::engine::trace::Kind::Mutex => tracing::$level!(target: "leasehold::mutex", $($arg)+),
+            $crate::engine::trace::Kind::Fair => tracing::$level!(target: "leasehold::fair_mutex", $($arg)+),
+            $crate::engine::trace::Kind::RwLock => tracing::$level!(target: "leasehold::rw_lock", $($arg)+),
+            $crate::engine::trace::Kind::Semaphore => tracing::$level!(target: "leasehold::semaphore", $($arg)+),
+            $crate::engine::trace::Kind::Reentrant => tracing::$level!(target: "leasehold::reentrant_mutex", $($arg)+),
         }
     };
 }
@@ -83,11 +83,11 @@ macro_rules! kind_event {
 macro_rules! kind_span {
     ($kind:expr, $($arg:tt)+) => {
         match $kind {
-            $crate::trace::Kind::Mutex => tracing::debug_span!(target: "leasehold::mutex", $($arg)+),
-            $crate::trace::Kind::Fair => tracing::debug_span!(target: "leasehold::fair_mutex", $($arg)+),
-            $crate::trace::Kind::RwLock => tracing::debug_span!(target: "leasehold::rw_lock", $($arg)+),
-            $crate::trace::Kind::Semaphore => tracing::debug_span!(target: "leasehold::semaphore", $($arg)+),
-            $crate::trace::Kind::Reentrant => {
+            $crate::engine::trace::Kind::Mutex => tracing::debug_span!(target: "leasehold::mutex", $($arg)+),
+            $crate::engine::trace::Kind::Fair => tracing::debug_span!(target: "leasehold::fair_mutex", $($arg)+),
+            $crate::engine::trace::Kind::RwLock => tracing::debug_span!(target: "leasehold::rw_lock", $($arg)+),
+            $crate::engine::trace::Kind::Semaphore => tracing::debug_span!(target: "leasehold::semaphore", $($arg)+),
+            $crate::engine::trace::Kind::Reentrant => {
                 tracing::debug_span!(target: "leasehold::reentrant_mutex", $($arg)+)
             }
         }

@@ -6,11 +6,11 @@ use std::fmt;
 
 use redis::Value;
 
-use crate::conn::Conn;
+use crate::backend::redis::conn::Conn;
+use crate::backend::redis::keys::LockKeys;
+use crate::backend::redis::scripts::PROBE;
+use crate::backend::redis::topology::Target;
 use crate::error::Error;
-use crate::keys::LockKeys;
-use crate::scripts::PROBE;
-use crate::topology::Target;
 
 /// Something about the server that weakens the [safety contract](crate#safety-contract), found when the client
 /// connected. Each one is also logged with `tracing::warn!`; see [`Client::server_warnings`](crate::Client::server_warnings).

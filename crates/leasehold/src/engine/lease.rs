@@ -12,9 +12,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::clock;
+use crate::backend::redis::keys::{drift, LockKeys};
+use crate::engine::clock;
 use crate::fence::Fence;
-use crate::keys::{drift, LockKeys};
 
 /// Why a lease ended.
 ///
@@ -502,7 +502,7 @@ impl LeaseShared {
                 let before = validity.valid_until;
                 let settled = validity.settle(request, answers);
                 if let Settled::Lost(code) = settled {
-                    *status = status.ended(crate::guard::loss_reason(code));
+                    *status = status.ended(crate::kinds::guard::loss_reason(code));
                     return (settled, true);
                 }
                 (settled, validity.valid_until != before)
@@ -523,16 +523,16 @@ impl LeaseShared {
     }
 
     fn log_end(&self, reason: LossReason) {
-        crate::metrics::ended(reason, clock::now().saturating_duration_since(self.granted));
+        crate::engine::metrics::ended(reason, clock::now().saturating_duration_since(self.granted));
         let (lock, fence) = (self.keys.name(), self.fence.get());
-        let kind = crate::trace::kind_of_hold(&self.token);
-        let hold = || crate::trace::words(&self.token);
+        let kind = crate::engine::trace::kind_of_hold(&self.token);
+        let hold = || crate::engine::trace::words(&self.token);
         match reason {
             LossReason::Released => {
-                crate::trace::kind_event!(kind, debug, lock = %lock, hold = %hold(), fence, "lease ended: released")
+                crate::engine::trace::kind_event!(kind, debug, lock = %lock, hold = %hold(), fence, "lease ended: released")
             }
             reason => {
-                crate::trace::kind_event!(kind, warn, lock = %lock, hold = %hold(), fence, %reason, "lease lost")
+                crate::engine::trace::kind_event!(kind, warn, lock = %lock, hold = %hold(), fence, %reason, "lease lost")
             }
         }
     }
@@ -692,7 +692,7 @@ impl Lease {
     /// how it went), or the error when the lease already ended or `ttl` is out of range.
     pub(crate) fn begin_extension(&self, ttl: Duration) -> Result<Request, crate::Error> {
         crate::error::require_runtime()?;
-        crate::keys::check_ttl(ttl)?;
+        crate::backend::redis::keys::check_ttl(ttl)?;
         let lost = |reason| crate::Error::LeaseLost {
             name: self.name().to_owned(),
             reason,

@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::batch::{self, Coalescer, Failure, Item};
+use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
+use crate::backend::redis::conn::{ReplicaAcks, Sent};
+use crate::backend::redis::keys::{check_ttl, drift, millis, LockKeys};
+use crate::backend::redis::scripts::{Numbers, ScriptCall, ACQUIRE, CLAIM, HEARTBEAT};
+use crate::backend::redis::wake::{Expecting, Handed};
 use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner, LockInfo};
-use crate::conn::{ReplicaAcks, Sent};
+use crate::engine::lease::{Lease, LeaseShared};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token, Fence};
-use crate::guard::{release_in_background, MutexGuard};
-use crate::keys::{check_ttl, drift, millis, LockKeys};
-use crate::lease::{Lease, LeaseShared};
-use crate::scripts::{Numbers, ScriptCall, ACQUIRE, CLAIM, HEARTBEAT};
-use crate::wake::{Expecting, Handed};
+use crate::kinds::guard::{release_in_background, MutexGuard};
 
 /// Default lease: kept alive by the watchdog while the guard lives.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -192,7 +192,7 @@ impl Mutex {
         let started = Instant::now();
         match self.attempt(&keys, Wait::No, None, None).await? {
             Attempt::Granted(guard) => {
-                crate::metrics::granted(started.elapsed());
+                crate::engine::metrics::granted(started.elapsed());
                 Ok(guard)
             }
             Attempt::Busy(remaining) => {
@@ -312,7 +312,7 @@ impl Mutex {
         F: FnOnce(Lease) -> Fut,
         Fut: Future,
     {
-        crate::guard::run_held(self.lock().await?, work).await
+        crate::kinds::guard::run_held(self.lock().await?, work).await
     }
 
     /// Whether some owner holds the lock right now (one read; by the time you act on it, that may have changed).
@@ -387,8 +387,8 @@ impl Mutex {
         let result =
             tracing::Instrument::instrument(self.acquire_in_span(keys, deadline), span).await;
         match &result {
-            Ok(_) => crate::metrics::granted(started.elapsed()),
-            Err(Error::Timeout { .. }) => crate::metrics::timed_out(),
+            Ok(_) => crate::engine::metrics::granted(started.elapsed()),
+            Err(Error::Timeout { .. }) => crate::engine::metrics::timed_out(),
             Err(_) => {}
         }
         result
@@ -577,7 +577,7 @@ impl Mutex {
         let inner = &self.client.inner;
         let token = new_token(self.description.as_deref())?;
         // On the lease clock (see clock.rs), read before the request leaves.
-        let sent = crate::clock::now();
+        let sent = crate::engine::clock::now();
         let expecting = match expecting {
             Some(expecting) if wait != Wait::No => {
                 expecting.add(&token, sent);
@@ -643,7 +643,7 @@ impl Mutex {
                 )))
             }
             0 => {
-                crate::metrics::busy();
+                crate::engine::metrics::busy();
                 Ok(Attempt::Busy(
                     u64::try_from(value).ok().map(Duration::from_millis),
                 ))
@@ -724,7 +724,7 @@ pub(crate) fn new_guard(
     let inner = &client.inner;
     let (ttl, renew_every) = lease;
     let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
-    crate::trace::kind_event!(crate::trace::kind_of_hold(&hold), debug, lock = %keys.name(), hold = %crate::trace::words(&hold), fence = fence.get(), ttl = ?ttl, handed = expiry.handed, "granted");
+    crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&hold), debug, lock = %keys.name(), hold = %crate::engine::trace::words(&hold), fence = fence.get(), ttl = ?ttl, handed = expiry.handed, "granted");
     let Expiry {
         sent,
         left,
@@ -734,7 +734,7 @@ pub(crate) fn new_guard(
     let lease = LeaseShared::new(Arc::clone(keys), hold, fence, ttl, sent, left, run);
     let keeper = |every, once| {
         let weak = Arc::downgrade(inner);
-        let renews: std::sync::Weak<dyn crate::keeper::Renews> = weak;
+        let renews: std::sync::Weak<dyn crate::engine::keeper::Renews> = weak;
         inner
             .keeper
             .watch(renews, Arc::clone(&lease), sent, every, once)
@@ -809,7 +809,7 @@ pub(crate) fn take_hand_off(
 /// ends no earlier than `sent + claim` (less the drift allowance, as for every lease).
 fn hand_off_usable(handed: &Handed, sent: Instant) -> bool {
     let valid_until = sent + handed.claim - drift(handed.claim);
-    valid_until.saturating_duration_since(crate::clock::now()) >= handed.claim / 4
+    valid_until.saturating_duration_since(crate::engine::clock::now()) >= handed.claim / 4
 }
 
 /// One lock's answer from `acquire.lua`: code, fence (or the holder's time left), server µs when the call ran, the
@@ -983,7 +983,7 @@ impl Expiry {
 #[derive(Default)]
 pub(crate) struct Outage {
     error: Option<Error>,
-    backoff: crate::backoff::Backoff,
+    backoff: crate::engine::backoff::Backoff,
 }
 
 impl Outage {
