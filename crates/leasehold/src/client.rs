@@ -85,7 +85,7 @@ impl crate::engine::keeper::Renews for Inner {
         Box<dyn std::future::Future<Output = crate::engine::keeper::Renewed> + Send + 'a>,
     > {
         Box::pin(async move {
-            let invocation = crate::engine::keeper::renew_invocation(leases);
+            let invocation = crate::backend::redis::scripts::renew_invocation(leases);
             let (reply, _, acked) = self.conn.invoke_acked(&invocation, self.replicas).await;
             self.renewed(reply, acked)
         })
@@ -103,7 +103,10 @@ impl crate::engine::keeper::Renews for Inner {
                 .iter()
                 .map(|leases| {
                     let slot = leases.first().map_or(0, |lease| lease.keys.slot());
-                    (slot, crate::engine::keeper::renew_invocation(leases))
+                    (
+                        slot,
+                        crate::backend::redis::scripts::renew_invocation(leases),
+                    )
                 })
                 .collect();
             let sent = self.conn.invoke_by_node(&calls, self.replicas).await;
@@ -416,9 +419,7 @@ impl Client {
             .key(keys.waiters())
             .key(keys.fence())
             .arg(wakeups.channel_prefix())
-            .arg(crate::backend::redis::keys::millis(
-                self.inner.fence_retention,
-            ))
+            .arg(crate::engine::ttl::millis(self.inner.fence_retention))
             .invoke_async(&mut self.inner.conn.clone())
             .await;
         let removed = match removed {

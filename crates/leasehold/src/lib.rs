@@ -249,12 +249,13 @@ pub use backend::quorum::{
     Quorum, QuorumGuard, QuorumMutex, QuorumRwLock, DEFAULT_NODE_TIMEOUT, MIN_NODES, PROPOSAL_LEAD,
 };
 pub use backend::redis::checks::ServerWarning;
-pub use backend::redis::keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN, MAX_TTL, MIN_TTL};
+pub use backend::redis::keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN};
 pub use client::{
     Builder, Client, HoldMode, Holder, LockInfo, LockKind, DEFAULT_CONNECTION_TIMEOUT,
     DEFAULT_FENCE_RETENTION, DEFAULT_RESPONSE_TIMEOUT,
 };
 pub use engine::lease::{Lease, LossReason};
+pub use engine::ttl::{MAX_TTL, MIN_TTL};
 pub use error::{Error, InvalidArgument};
 pub use fence::{Fence, MAX_DESCRIPTION_LEN};
 pub use kinds::fair::FairMutex;

@@ -12,8 +12,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::redis::keys::{drift, LockKeys};
+use crate::backend::redis::keys::LockKeys;
 use crate::engine::clock;
+use crate::engine::ttl::drift;
 use crate::fence::Fence;
 
 /// Why a lease ended.
@@ -502,7 +503,7 @@ impl LeaseShared {
                 let before = validity.valid_until;
                 let settled = validity.settle(request, answers);
                 if let Settled::Lost(code) = settled {
-                    *status = status.ended(crate::kinds::guard::loss_reason(code));
+                    *status = status.ended(loss_reason(code));
                     return (settled, true);
                 }
                 (settled, validity.valid_until != before)
@@ -692,7 +693,7 @@ impl Lease {
     /// how it went), or the error when the lease already ended or `ttl` is out of range.
     pub(crate) fn begin_extension(&self, ttl: Duration) -> Result<Request, crate::Error> {
         crate::error::require_runtime()?;
-        crate::backend::redis::keys::check_ttl(ttl)?;
+        crate::engine::ttl::check_ttl(ttl)?;
         let lost = |reason| crate::Error::LeaseLost {
             name: self.name().to_owned(),
             reason,
@@ -752,6 +753,15 @@ impl fmt::Debug for Lease {
             .field("ttl", &self.ttl())
             .field("status", &*self.shared.lock())
             .finish()
+    }
+}
+
+/// The code of a renewal or extension answer that is not 1 (renewed), as the reason the lease ended: 0 the lock is
+/// gone, anything else another owner holds it (or something that is not a lock).
+pub(crate) fn loss_reason(code: i64) -> LossReason {
+    match code {
+        0 => LossReason::Gone,
+        _ => LossReason::Taken,
     }
 }
 

@@ -9,3 +9,4 @@ pub(crate) mod keeper;
 pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod trace;
+pub(crate) mod ttl;

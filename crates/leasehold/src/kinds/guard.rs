@@ -212,7 +212,7 @@ impl Guard {
         match reply.as_slice() {
             [run, 1] => self.lease.confirmed_extension(request, *run),
             [_, code] => {
-                shared.end(loss_reason(*code));
+                shared.end(crate::engine::lease::loss_reason(*code));
                 Err(Error::NotOwner {
                     name: shared.keys.name().to_owned(),
                 })
@@ -314,14 +314,6 @@ impl fmt::Debug for Guard {
             .field("lease", &self.lease)
             .field("watchdog", &self.kept.is_some())
             .finish()
-    }
-}
-
-/// The code of a renewal reply that is not 1, as the reason the lease ended.
-pub(crate) fn loss_reason(code: i64) -> LossReason {
-    match code {
-        0 => LossReason::Gone,
-        _ => LossReason::Taken,
     }
 }
 

@@ -9,11 +9,12 @@ use tokio::time::Instant;
 
 use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
 use crate::backend::redis::conn::{ReplicaAcks, Sent};
-use crate::backend::redis::keys::{check_ttl, drift, millis, LockKeys};
+use crate::backend::redis::keys::{millis, LockKeys};
 use crate::backend::redis::scripts::{Numbers, ScriptCall, ACQUIRE, CLAIM, HEARTBEAT};
 use crate::backend::redis::wake::{Expecting, Handed};
 use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner, LockInfo};
 use crate::engine::lease::{Lease, LeaseShared};
+use crate::engine::ttl::{check_ttl, drift};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token, Fence};
 use crate::kinds::guard::{release_in_background, MutexGuard};

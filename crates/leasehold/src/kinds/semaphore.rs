@@ -3,10 +3,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::backend::redis::keys::millis;
 use crate::backend::redis::scripts::SET_PERMITS;
 use crate::client::{explain_foreign, foreign, script_error, Client, HoldMode, LockKind};
 use crate::engine::lease::Lease;
+use crate::engine::ttl::millis;
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::kinds::guard::Guard;
 use crate::kinds::queued::{deadline_in, queued_options, Ask, Queued};

@@ -35,13 +35,12 @@ use redis::aio::ConnectionManagerConfig;
 use tokio::time::Instant;
 
 use crate::backend::redis::conn::Conn;
-use crate::backend::redis::keys::{
-    check_prefix, check_ttl, drift, millis, LockKeys, DEFAULT_PREFIX,
-};
+use crate::backend::redis::keys::{check_prefix, millis, LockKeys, DEFAULT_PREFIX};
 use crate::backend::redis::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE, QUORUM_WITHDRAW};
 use crate::client::LockKind;
 use crate::engine::keeper::{Keeper, Renews};
 use crate::engine::lease::{Lease, LeaseShared, LossReason, Settled};
+use crate::engine::ttl::{check_ttl, drift};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token, Fence};
 
@@ -1191,7 +1190,7 @@ impl Renews for QuorumInner {
         Box<dyn std::future::Future<Output = crate::engine::keeper::Renewed> + Send + 'a>,
     > {
         Box::pin(async move {
-            let invocation = crate::engine::keeper::renew_invocation(leases);
+            let invocation = crate::backend::redis::scripts::renew_invocation(leases);
             self.renew_on_nodes(&invocation, leases.len()).await
         })
     }

@@ -214,8 +214,21 @@ fn integer(word: &[u8]) -> Option<i64> {
     Some(n)
 }
 
-/// The most leases one renewal call carries. 10,000 held locks cost 20 calls per renewal round.
-pub(crate) const RENEW_BATCH: usize = 500;
+/// The `renew.lua` call for `leases`, each for its own lease length.
+pub(crate) fn renew_invocation(
+    leases: &[std::sync::Arc<crate::engine::lease::LeaseShared>],
+) -> ScriptCall {
+    let mut invocation = ScriptCall::new(&RENEW, leases.len());
+    for lease in leases {
+        invocation.key(&lease.keys.lock);
+    }
+    for lease in leases {
+        invocation
+            .arg(&lease.token)
+            .arg(crate::engine::ttl::millis(lease.ttl));
+    }
+    invocation
+}
 
 /// How long a lock's queue of waiting clients outlives the holder's lease (every busy attempt refreshes it).
 pub(crate) const QUEUE_RETENTION: Duration = Duration::from_secs(60);
