@@ -27,6 +27,18 @@ fn names_on_every_primary(cluster: &RedisCluster, stem: &str) -> Vec<String> {
     names
 }
 
+/// Fails the test naming the first guard whose lease ended.
+fn assert_all_held(guards: &[leasehold::Guard]) {
+    for guard in guards {
+        assert!(
+            guard.is_held(),
+            "{} lost its lease: {:?}",
+            guard.name(),
+            guard.loss()
+        );
+    }
+}
+
 pub async fn every_kind_locks_and_waits_on_the_cluster(cluster: &mut RedisCluster) {
     let a = connect(cluster).await;
     let b = connect(cluster).await;
@@ -244,14 +256,7 @@ pub async fn leases_in_many_slots_are_renewed_and_released(cluster: &mut RedisCl
         .collect();
     assert!(slots.len() > 50);
     tokio::time::sleep(Duration::from_millis(1500)).await; // five leases long: the thing under test is time passing
-    for guard in &guards {
-        assert!(
-            guard.is_held(),
-            "{} lost its lease: {:?}",
-            guard.name(),
-            guard.loss()
-        );
-    }
+    assert_all_held(&guards);
     let held = locks.held_locks("many-*").await.unwrap();
     assert_eq!(held.len(), 60);
     futures_util::future::join_all(guards.into_iter().map(|g| g.release()))
@@ -293,14 +298,7 @@ pub async fn one_pipeline_per_node_carries_many_slots_and_survives_a_moved_slot(
         calls >= 20 * pipelines,
         "{calls} calls in {pipelines} pipelines: they should carry dozens each"
     );
-    for guard in &guards {
-        assert!(
-            guard.is_held(),
-            "{} lost its lease: {:?}",
-            guard.name(),
-            guard.loss()
-        );
-    }
+    assert_all_held(&guards);
     // A slot moves to another node: its calls in a pipeline meet a redirection, are sent on their own, and the map
     // of slots is read again; every lease is still renewed.
     let moved = slot_of(&format!("leasehold:{{{}}}", names[0]));
@@ -309,14 +307,7 @@ pub async fn one_pipeline_per_node_carries_many_slots_and_survives_a_moved_slot(
     cluster.migrate_slot(moved, to);
     let fence = guards[0].fence();
     tokio::time::sleep(ttl * 4).await;
-    for guard in &guards {
-        assert!(
-            guard.is_held(),
-            "{} lost its lease after the move: {:?}",
-            guard.name(),
-            guard.loss()
-        );
-    }
+    assert_all_held(&guards);
     assert!(get(cluster, &format!("leasehold:{{{}}}", names[0])).is_some());
     let (after, _, _) = locks.cluster_pipelines().unwrap();
     assert!(after > pipelines, "no pipeline after the slot moved");

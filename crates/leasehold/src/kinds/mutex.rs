@@ -870,10 +870,10 @@ impl Item for AcquireItem {
 
     fn outcomes(
         items: &[Self],
-        (reply, reached, acked): Sent<Numbers>,
+        sent: Sent<Numbers>,
         inner: &Inner,
     ) -> Result<Vec<AcquireReply>, Failure> {
-        acquire_outcomes(reply, reached, items.len(), short_of(inner.replicas, acked))
+        acquire_call_outcomes(items.len(), sent, inner)
     }
 
     fn orphaned(self, inner: &Arc<Inner>, outcome: Option<AcquireReply>) {
@@ -890,6 +890,15 @@ pub(crate) fn short_of(required: Option<ReplicaAcks>, acked: Option<u32>) -> Opt
     let required = required?.count;
     let acked = acked.unwrap_or(0);
     (acked < required).then_some((acked, required))
+}
+
+/// [`acquire_outcomes`] of a coalesced acquire call of `n` locks, as [`Item::outcomes`] takes it.
+pub(crate) fn acquire_call_outcomes(
+    n: usize,
+    (reply, reached, acked): Sent<Numbers>,
+    inner: &Inner,
+) -> Result<Vec<AcquireReply>, Failure> {
+    acquire_outcomes(reply, reached, n, short_of(inner.replicas, acked))
 }
 
 /// Splits an acquire script's reply (`acquire.lua`, `set_acquire.lua`: `{now, code, value, ms, ...}`) for `n` locks

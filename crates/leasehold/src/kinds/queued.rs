@@ -23,7 +23,7 @@ use crate::error::{Error, InvalidArgument};
 use crate::fence::new_token;
 use crate::kinds::guard::{add_lock_keys, release_in_background, Guard as MutexGuard};
 use crate::kinds::mutex::{
-    acquire_outcomes, check_options, is_server_error, new_guard, release_orphaned, short_of,
+    acquire_call_outcomes, check_options, is_server_error, new_guard, release_orphaned,
     take_hand_off, unreplicated, until, AcquireReply, Expiry, Outage, Renewal,
 };
 
@@ -440,10 +440,10 @@ impl Item for SetAcquireItem {
 
     fn outcomes(
         items: &[Self],
-        (reply, reached, acked): Sent<Numbers>,
+        sent: Sent<Numbers>,
         inner: &Inner,
     ) -> Result<Vec<AcquireReply>, Failure> {
-        acquire_outcomes(reply, reached, items.len(), short_of(inner.replicas, acked))
+        acquire_call_outcomes(items.len(), sent, inner)
     }
 
     fn orphaned(self, inner: &Arc<Inner>, outcome: Option<AcquireReply>) {
