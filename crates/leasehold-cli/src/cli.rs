@@ -9,8 +9,12 @@ use clap::{Args, Parser, Subcommand};
 use crate::duration;
 use crate::exit;
 
-/// The Redis URL used when neither `--redis` nor `LEASEHOLD_REDIS_URL` is given.
-pub const DEFAULT_REDIS: &str = "redis://127.0.0.1:6379";
+/// The store used when neither `--store` (`--redis`) nor `LEASEHOLD_STORE` (`LEASEHOLD_REDIS_URL`) names one.
+pub const DEFAULT_STORE: &str = "redis://127.0.0.1:6379";
+
+/// The environment variable that names the store, and the older one it replaces (still read when it is unset).
+pub const STORE_ENV: &str = "LEASEHOLD_STORE";
+pub const REDIS_ENV: &str = "LEASEHOLD_REDIS_URL";
 
 const ROOT_AFTER: &str = "\
 Examples:
@@ -28,7 +32,7 @@ Exit status of `leasehold run`: the program's own, or 128+N when signal N ended 
   127 program not found.
 See `leasehold <COMMAND> --help` for each command.
 
-Environment: LEASEHOLD_REDIS_URL, LEASEHOLD_PREFIX, LEASEHOLD_TLS_CA, LEASEHOLD_TLS_CERT,
+Environment: LEASEHOLD_STORE (or LEASEHOLD_REDIS_URL), LEASEHOLD_PREFIX, LEASEHOLD_TLS_CA, LEASEHOLD_TLS_CERT,
 LEASEHOLD_TLS_KEY and LEASEHOLD_REPLICAS stand in for their options. RUST_LOG (tracing's
 EnvFilter syntax: `leasehold=debug`, `info,leasehold::keeper=trace`) prints the library's
 events on stderr for debugging; without it only warnings the command words itself appear.";
@@ -85,7 +89,7 @@ Exit status:
 
 Examples:
   # A cron job that runs on one host at a time; the other hosts skip it silently:
-  leasehold run -n -q --conflict-exit-code 0 --redis redis://redis.internal:6379 \\
+  leasehold run -n -q --conflict-exit-code 0 --store redis://redis.internal:6379 \\
       nightly-report ./report.sh --since yesterday
 
   # Wait up to 5 seconds (a bare number is seconds, as in flock -w 5):
@@ -180,15 +184,15 @@ then write back what they read minus one and record a sale. Four rounds:
   4. leasehold and a fenced store: a buyer freezes past its lease while holding the lock; the
      store refuses its late write, because a newer holder wrote with a higher fence.
 
-Without --redis (or LEASEHOLD_REDIS_URL) it starts a private redis-server (from PATH) on a
+Without --store (or LEASEHOLD_STORE) it starts a private redis-server (from PATH) on a
 free port of 127.0.0.1, without persistence, and removes it when done (also on Ctrl-C). With
---redis or LEASEHOLD_REDIS_URL it uses that server and deletes its own keys afterwards.
+--store or LEASEHOLD_STORE it uses that server and deletes its own keys afterwards.
 
 Every run shows the same numbers; only the times vary.
 
 Examples:
   leasehold demo
-  leasehold demo --redis redis://127.0.0.1:6379 --json";
+  leasehold demo --store redis://127.0.0.1:6379 --json";
 
 const BENCH_AFTER: &str = "\
 Scenarios (each measures --duration after a short warm-up, against the same server, in this run):
@@ -215,7 +219,7 @@ stderr as it ends (a progress bar too, on a terminal, without --json).
 Examples:
   leasehold bench                                   # private redis-server, all scenarios, a table
   leasehold bench --duration 2s --scenarios floor-1,uncontended-1
-  leasehold bench --redis redis://10.0.0.5:6379 --json --plot latency.svg";
+  leasehold bench --store redis://10.0.0.5:6379 --json --plot latency.svg";
 
 const COMPLETIONS_AFTER: &str = "\
 Prints the script on stdout; install it where your shell looks for completions.
@@ -300,21 +304,22 @@ pub struct ManArgs {
     pub command: Option<String>,
 }
 
-/// Where Redis is.
+/// Where the locks live.
 #[derive(Debug, Clone, Args)]
-pub struct RedisArg {
-    /// The Redis server's URL.
+pub struct StoreArg {
+    /// The store's URL; its scheme picks the kind of store. Empty after parsing only until [`StoreArg::resolve`].
     #[arg(
-        long = "redis",
+        long = "store",
+        visible_alias = "redis",
         value_name = "URL",
-        env = "LEASEHOLD_REDIS_URL",
-        default_value = DEFAULT_REDIS,
+        env = STORE_ENV,
         action = clap::ArgAction::Append,
-        help = "The Redis server: redis://[user:password@]host[:port][/db], rediss://… (TLS) or unix:///path; a \
-                Redis Cluster: redis+cluster://[user:password@]host:port,host:port,… (every seed node); Sentinel: \
-                redis+sentinel://[user:password@]host:port,host:port/service[/db] (the sentinels, then the primary's \
-                service name; rediss+sentinel:// for TLS); given 3 or more times (run, status, list, release): a \
-                quorum of independent servers (Redlock)"
+        help = "Where the locks live (also --redis; env LEASEHOLD_STORE, or LEASEHOLD_REDIS_URL; default \
+                redis://127.0.0.1:6379). Redis: redis://[user:password@]host[:port][/db], rediss://… (TLS) or \
+                unix:///path; a Redis Cluster: redis+cluster://[user:password@]host:port,host:port,… (every seed \
+                node); Sentinel: redis+sentinel://[user:password@]host:port,host:port/service[/db] (the sentinels, \
+                then the primary's service name; rediss+sentinel:// for TLS); given 3 or more times (run, status, \
+                list, release): a quorum of independent Redis servers (Redlock)"
     )]
     pub urls: Vec<String>,
 
@@ -359,7 +364,7 @@ pub struct RedisArg {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
-    pub redis: RedisArg,
+    pub store: StoreArg,
 
     /// The lease, renewed automatically while the program runs (a duration with its unit: 30s, 2m).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl, allow_hyphen_values = true)]
@@ -444,7 +449,7 @@ impl RunArgs {
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     #[command(flatten)]
-    pub redis: RedisArg,
+    pub store: StoreArg,
 
     /// Print one JSON object instead of a sentence.
     #[arg(long)]
@@ -459,7 +464,7 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     #[command(flatten)]
-    pub redis: RedisArg,
+    pub store: StoreArg,
 
     /// Print one JSON array instead of a table.
     #[arg(long)]
@@ -474,7 +479,7 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
     #[command(flatten)]
-    pub redis: RedisArg,
+    pub store: StoreArg,
 
     /// Confirm: remove the lock whoever holds it.
     #[arg(long)]
@@ -489,7 +494,7 @@ pub struct ReleaseArgs {
 #[derive(Debug, Args)]
 pub struct PermitsArgs {
     #[command(flatten)]
-    pub redis: RedisArg,
+    pub store: StoreArg,
 
     /// Print one JSON object instead of a sentence.
     #[arg(long)]
@@ -507,13 +512,46 @@ pub struct PermitsArgs {
 /// `leasehold demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Use this Redis server instead of starting a private one.
-    #[arg(long = "redis", value_name = "URL", env = "LEASEHOLD_REDIS_URL")]
-    pub redis: Option<String>,
+    /// Use this Redis server instead of starting a private one (also --redis; env LEASEHOLD_STORE, or
+    /// LEASEHOLD_REDIS_URL).
+    #[arg(long = "store", visible_alias = "redis", value_name = "URL", env = STORE_ENV)]
+    pub store: Option<String>,
 
     /// Print the results as one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+impl StoreArg {
+    /// Fills in the store when no option and no `LEASEHOLD_STORE` named one: `LEASEHOLD_REDIS_URL` (the older name),
+    /// else [`DEFAULT_STORE`].
+    fn resolve(&mut self) {
+        if self.urls.is_empty() {
+            self.urls
+                .push(older_env().unwrap_or_else(|| DEFAULT_STORE.to_owned()));
+        }
+    }
+}
+
+/// `LEASEHOLD_REDIS_URL`, read only when `LEASEHOLD_STORE` is unset (clap reads that one).
+fn older_env() -> Option<String> {
+    std::env::var(REDIS_ENV).ok()
+}
+
+impl Command {
+    /// Resolves the store of the subcommands that take one (see [`StoreArg::resolve`]); the demo's stays unset
+    /// without `LEASEHOLD_REDIS_URL` (it then starts a private server).
+    fn resolve_store(&mut self) {
+        match self {
+            Command::Run(args) => args.store.resolve(),
+            Command::Status(args) => args.store.resolve(),
+            Command::List(args) => args.store.resolve(),
+            Command::Release(args) => args.store.resolve(),
+            Command::Permits(args) => args.store.resolve(),
+            Command::Demo(args) if args.store.is_none() => args.store = older_env(),
+            _ => {}
+        }
+    }
 }
 
 /// The library's own rules for names (length, a leading `}`), checked before anything connects.
@@ -552,6 +590,7 @@ where
             if let Command::Run(run) = &mut cli.command {
                 run.resolve_shell();
             }
+            cli.command.resolve_store();
             Ok(Parsed::Run(Box::new(cli)))
         }
         Err(err) => match err.kind() {

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::cli::RedisArg;
+use crate::cli::StoreArg;
 use crate::exit::{self, fail};
 
 /// Connects a lock client to `url` with the default prefix and no TLS files (the demo and the bench).
@@ -12,7 +12,7 @@ use crate::exit::{self, fail};
 ///
 /// As [`locks`].
 pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
-    let target = RedisArg {
+    let target = StoreArg {
         urls: vec![url.to_owned()],
         prefix: leasehold::DEFAULT_PREFIX.to_owned(),
         tls_ca: None,
@@ -31,13 +31,13 @@ pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehol
 ///
 /// Status 2 for a malformed URL, a bad prefix or an unusable TLS file, 69 when Redis cannot be reached (or the TLS
 /// handshake fails) or refuses the credentials.
-pub async fn locks(target: &RedisArg, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
+pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
     let url = match target.urls.as_slice() {
         [url] => url.as_str(),
         _ => {
             return Err(fail(
                 exit::USAGE,
-                "this command takes one --redis (a quorum of 3 or more is for run, status, list and release)",
+                "this command takes one --store (a quorum of 3 or more is for run, status, list and release)",
             ))
         }
     };
@@ -70,17 +70,17 @@ pub async fn locks(target: &RedisArg, ttl: Option<Duration>) -> anyhow::Result<l
     Ok(builder.connect().await?)
 }
 
-/// A quorum of the independent servers of `target` (`--redis` given 3 or more times).
+/// A quorum of the independent servers of `target` (`--store` given 3 or more times).
 ///
 /// # Errors
 ///
 /// Status 2 for 2 URLs, a malformed URL or a bad prefix.
-pub async fn quorum(target: &RedisArg) -> anyhow::Result<leasehold::Quorum> {
+pub async fn quorum(target: &StoreArg) -> anyhow::Result<leasehold::Quorum> {
     if target.urls.len() < leasehold::MIN_NODES {
         return Err(fail(
             exit::USAGE,
             format!(
-                "--redis given {} times: one server takes one --redis, a quorum at least {}",
+                "--store given {} times: one server takes one --store, a quorum at least {}",
                 target.urls.len(),
                 leasehold::MIN_NODES
             ),
@@ -97,7 +97,7 @@ pub async fn quorum(target: &RedisArg) -> anyhow::Result<leasehold::Quorum> {
     .await
     .map_err(|err| match err {
         leasehold::Error::InvalidArgument(why) => {
-            fail(exit::USAGE, format!("a quorum --redis URL: {why}"))
+            fail(exit::USAGE, format!("a quorum --store URL: {why}"))
         }
         other => other.into(),
     })
@@ -152,12 +152,12 @@ pub async fn plain(url: &str) -> anyhow::Result<leasehold::redis::aio::Multiplex
         })
 }
 
-/// An empty URL (`--redis ""`, or an empty `LEASEHOLD_REDIS_URL`) is named as such, not printed as nothing.
+/// An empty URL (`--store ""`, or an empty `LEASEHOLD_STORE`) is named as such, not printed as nothing.
 fn check_not_empty(url: &str) -> anyhow::Result<()> {
     if url.trim().is_empty() {
         return Err(fail(
             exit::USAGE,
-            "the Redis URL is empty (expected redis://host:port; see --redis and LEASEHOLD_REDIS_URL)",
+            "the store URL is empty (expected redis://host:port; see --store and LEASEHOLD_STORE)",
         ));
     }
     Ok(())

@@ -172,7 +172,7 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<u8> {
 }
 
 async fn play_all(args: DemoArgs) -> anyhow::Result<u8> {
-    let server = match &args.redis {
+    let server = match &args.store {
         Some(_) => None,
         None => Some(PrivateServer::start().map_err(|err| match err {
             StartError::NotInstalled | StartError::Failed(_) => {
@@ -180,7 +180,7 @@ async fn play_all(args: DemoArgs) -> anyhow::Result<u8> {
             }
         })?),
     };
-    let url = match (&args.redis, &server) {
+    let url = match (&args.store, &server) {
         (Some(url), _) => url.clone(),
         (None, Some(server)) => server.url(),
         (None, None) => unreachable!("a server was started when no URL was given"),
@@ -365,7 +365,7 @@ impl Buyer {
         command
             .arg("demo-buyer")
             .args([
-                "--redis",
+                "--store",
                 url,
                 "--keys",
                 &keys.prefix,

@@ -1,11 +1,11 @@
-//! `status`, `list` and `release --force` on a quorum (`--redis` given 3 or more times): every node is asked on its
+//! `status`, `list` and `release --force` on a quorum (`--store` given 3 or more times): every node is asked on its
 //! own, and a lock counts as held on the quorum when a majority of the nodes names the same holder.
 
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use crate::cli::{ListArgs, RedisArg, ReleaseArgs, StatusArgs};
+use crate::cli::{ListArgs, ReleaseArgs, StatusArgs, StoreArg};
 use crate::connect;
 use crate::exit;
 use crate::status::{print_line, sentence, table, to_json, token_id};
@@ -14,17 +14,17 @@ use crate::status::{print_line, sentence, table, to_json, token_id};
 type View<T> = (String, anyhow::Result<T>);
 
 /// Asks every node of `redis` with `ask`, all at once.
-async fn ask_nodes<T, F, Fut>(redis: &RedisArg, ask: F) -> Vec<View<T>>
+async fn ask_nodes<T, F, Fut>(store: &StoreArg, ask: F) -> Vec<View<T>>
 where
     F: Fn(leasehold::Client) -> Fut,
     Fut: std::future::Future<Output = Result<T, leasehold::Error>>,
 {
-    futures_util::future::join_all(redis.urls.iter().map(|url| {
+    futures_util::future::join_all(store.urls.iter().map(|url| {
         let ask = &ask;
         async move {
-            let node = RedisArg {
+            let node = StoreArg {
                 urls: vec![url.clone()],
-                ..redis.clone()
+                ..store.clone()
             };
             let answer = match connect::locks(&node, None).await {
                 Ok(client) => ask(client).await.map_err(anyhow::Error::from),
@@ -59,7 +59,7 @@ fn majority_tokens<'a>(
 /// The holder a majority of nodes names for `name` (the first, for shared locks), with its description: for the
 /// conflict line of `run` on a quorum. `None` when no majority names one or the nodes cannot be asked.
 pub async fn majority_holder(
-    redis: &RedisArg,
+    redis: &StoreArg,
     name: &str,
     majority: usize,
 ) -> Option<leasehold::Holder> {
@@ -82,10 +82,10 @@ pub async fn majority_holder(
 /// is held on the quorum only then), with who it is. Exits 0 as long as the question could be put; a node that
 /// cannot be asked is shown as such.
 pub async fn status(args: &StatusArgs) -> anyhow::Result<u8> {
-    let quorum = connect::quorum(&args.redis).await?;
+    let quorum = connect::quorum(&args.store).await?;
     let name = args.name.as_str();
     let views = ask_nodes(
-        &args.redis,
+        &args.store,
         |client| async move { client.inspect(name).await },
     )
     .await;
@@ -159,9 +159,9 @@ pub async fn status(args: &StatusArgs) -> anyhow::Result<u8> {
 /// `leasehold list` on a quorum: the locks a majority of nodes names a holder of, each as a node of that majority
 /// sees it. Exits 69 when fewer than a majority of nodes can be asked (the answer could miss held locks).
 pub async fn list(args: &ListArgs) -> anyhow::Result<u8> {
-    let quorum = connect::quorum(&args.redis).await?;
+    let quorum = connect::quorum(&args.store).await?;
     let pattern = args.pattern.as_str();
-    let views = ask_nodes(&args.redis, |client| async move {
+    let views = ask_nodes(&args.store, |client| async move {
         client.held_locks(pattern).await
     })
     .await;
@@ -221,9 +221,9 @@ pub async fn list(args: &ListArgs) -> anyhow::Result<u8> {
 /// what went. Exits 69 when some node could not be asked (its copy of the lock stays until its lease ends), after
 /// removing it everywhere else.
 pub async fn release(args: &ReleaseArgs) -> anyhow::Result<u8> {
-    let quorum = connect::quorum(&args.redis).await?;
+    let quorum = connect::quorum(&args.store).await?;
     let name = args.name.as_str();
-    let views = ask_nodes(&args.redis, |client| async move {
+    let views = ask_nodes(&args.store, |client| async move {
         client.force_release(name).await
     })
     .await;

@@ -26,11 +26,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     // program starts must reach the program.
     let mut signals = Signals::catch()?;
     let name = args.name.as_str();
-    if args.redis.urls.len() > 1 {
+    if args.store.urls.len() > 1 {
         return run_on_quorum(&args, &mut signals).await;
     }
     let client = tokio::select! {
-        client = connect::locks(&args.redis, Some(args.ttl)) => client?,
+        client = connect::locks(&args.store, Some(args.ttl)) => client?,
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
     let result = run_with(&args, &client, &mut signals).await;
@@ -284,19 +284,19 @@ async fn run_with(
     supervise(args, Held::One(guard), signals).await
 }
 
-/// `leasehold run` on a quorum of independent servers (`--redis` 3 or more times): the quorum mutex, or with
+/// `leasehold run` on a quorum of independent servers (`--store` 3 or more times): the quorum mutex, or with
 /// `--shared`/`--exclusive` a share of the quorum read-write lock, then the same supervision as on one server.
 async fn run_on_quorum(args: &RunArgs, signals: &mut Signals) -> anyhow::Result<u8> {
     let name = args.name.as_str();
     if args.fair || args.permits.is_some() {
         return Err(fail(
             exit::USAGE,
-            "a quorum (--redis given 3 or more times) has the mutex and the read-write lock only: drop --fair and \
+            "a quorum (--store given 3 or more times) has the mutex and the read-write lock only: drop --fair and \
              --permits",
         ));
     }
     let quorum = tokio::select! {
-        quorum = connect::quorum(&args.redis) => quorum?,
+        quorum = connect::quorum(&args.store) => quorum?,
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
     let wait = Wait::of(args);
@@ -330,7 +330,7 @@ async fn run_on_quorum(args: &RunArgs, signals: &mut Signals) -> anyhow::Result<
             // Who holds it, for the message: the holder a majority of nodes names (on the conflict path only).
             let holder = match &err {
                 Error::Busy { .. } | Error::Timeout { .. } if !args.quiet => {
-                    crate::quorum::majority_holder(&args.redis, name, quorum.majority()).await
+                    crate::quorum::majority_holder(&args.store, name, quorum.majority()).await
                 }
                 _ => None,
             };

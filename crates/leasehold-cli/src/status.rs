@@ -14,10 +14,10 @@ use crate::exit::{self, fail};
 ///
 /// 69 when Redis cannot be asked, 65 when the key is not a leasehold lock.
 pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
-    if args.redis.urls.len() > 1 {
+    if args.store.urls.len() > 1 {
         return crate::quorum::status(&args).await;
     }
-    let client = connect::locks(&args.redis, None).await?;
+    let client = connect::locks(&args.store, None).await?;
     let info = client.inspect(&args.name).await?;
     let warnings: Vec<String> = client
         .server_warnings()
@@ -107,10 +107,10 @@ fn left_and_by(holder: &leasehold::Holder) -> (String, String) {
 ///
 /// 69 when Redis cannot be asked.
 pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
-    if args.redis.urls.len() > 1 {
+    if args.store.urls.len() > 1 {
         return crate::quorum::list(&args).await;
     }
-    let client = connect::locks(&args.redis, None).await?;
+    let client = connect::locks(&args.store, None).await?;
     let held = client.held_locks(&args.pattern).await?;
     if args.json {
         let all: Vec<Value> = held.iter().map(to_json).collect();
@@ -238,7 +238,7 @@ pub(crate) fn token_id(token: &str) -> &str {
 ///
 /// 2 without `--force`, 69 when Redis cannot be asked, 65 when the key is not a leasehold lock.
 pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
-    if args.redis.urls.len() > 1 && args.force {
+    if args.store.urls.len() > 1 && args.force {
         return crate::quorum::release(&args).await;
     }
     if !args.force {
@@ -250,7 +250,7 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
             ),
         ));
     }
-    let client = connect::locks(&args.redis, None).await?;
+    let client = connect::locks(&args.store, None).await?;
     // Read first only to say more about what goes; the removal itself does not depend on it.
     let before = client.inspect(&args.name).await?;
     let removed = client.force_release(&args.name).await?;
@@ -285,7 +285,7 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
 ///
 /// 65 when NAME is another kind of lock (or not a lock), 69 when Redis cannot be asked.
 pub async fn permits(args: PermitsArgs) -> anyhow::Result<u8> {
-    let client = connect::locks(&args.redis, None).await?;
+    let client = connect::locks(&args.store, None).await?;
     let previous = client
         .semaphore(&args.name, args.permits)
         .set_permits()

@@ -11,11 +11,11 @@
 //! | `handoff` | 2 worker processes taking turns: release → the waiting other holds it |
 //! | `renew-10k` | one worker process holds 10,000 locks through 3 renewal periods (1 s) of a 3 s lease |
 //!
-//! Every scenario runs on a Redis Cluster too (`--redis redis+cluster://h:p,h:p,…`): the floor then uses redis-rs's
+//! Every scenario runs on a Redis Cluster too (`--store redis+cluster://h:p,h:p,…`): the floor then uses redis-rs's
 //! cluster connection, the server's CPU time and script calls are summed over every primary, and the in-process
 //! scenarios say how their keys spread over slots and primaries (`bench:N`, which leasehold uses as the hash tag).
 //!
-//! On a quorum of independent servers (`--redis` given three times or more, or `--quorum N` private servers), the
+//! On a quorum of independent servers (`--store` given three times or more, or `--quorum N` private servers), the
 //! scenarios are the quorum's, each beside its single-node figure on the first node:
 //!
 //! | scenario | what runs |
@@ -83,14 +83,14 @@ pub struct BenchArgs {
     /// Use this Redis server (or cluster: redis+cluster://host:port,host:port,…) instead of starting a private one.
     /// Given 3 times or more: a quorum of independent servers (Redlock), with the scenarios quorum-floor-1, quorum-1,
     /// quorum-64, quorum-contended-8p, and uncontended-1 and contended-8p on the first server alone.
-    #[arg(long = "redis", value_name = "URL")]
-    pub redis: Vec<String>,
+    #[arg(long = "store", visible_alias = "redis", value_name = "URL")]
+    pub store: Vec<String>,
 
-    /// Start N private servers (3 to 15) instead of one, and bench a quorum of them (as --redis given N times).
+    /// Start N private servers (3 to 15) instead of one, and bench a quorum of them (as --store given N times).
     #[arg(
         long,
         value_name = "N",
-        conflicts_with = "redis",
+        conflicts_with = "store",
         value_parser = clap::value_parser!(u8).range(3..=15)
     )]
     pub quorum: Option<u8>,
@@ -124,13 +124,13 @@ fn parse_scenario(name: &str) -> Result<String, String> {
     }
 }
 
-/// A usage error unless `--redis` names one server (or cluster), or the distinct independent servers of a quorum.
+/// A usage error unless `--store` names one server (or cluster), or the distinct independent servers of a quorum.
 fn check_servers(urls: &[String]) -> anyhow::Result<()> {
     let usage = |message: &str| Err(exit::fail(exit::USAGE, message));
     match urls.len() {
         0 | 1 => return Ok(()),
         2 => return usage(
-            "--redis given twice: one server (or cluster) takes one --redis, a quorum at least 3",
+            "--store given twice: one server (or cluster) takes one --store, a quorum at least 3",
         ),
         _ => {}
     }
@@ -145,10 +145,10 @@ fn check_servers(urls: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The servers of the run: `--redis` as given, or private ones (kept running while the returned servers live).
+/// The servers of the run: `--store` as given, or private ones (kept running while the returned servers live).
 fn servers(args: &BenchArgs) -> anyhow::Result<(Vec<String>, Vec<PrivateServer>)> {
-    if !args.redis.is_empty() {
-        return Ok((args.redis.clone(), Vec::new()));
+    if !args.store.is_empty() {
+        return Ok((args.store.clone(), Vec::new()));
     }
     let mut private = Vec::new();
     for _ in 0..args.quorum.map_or(1, usize::from) {
@@ -177,7 +177,7 @@ fn check_scenarios(chosen: &[String], quorum: bool) -> anyhow::Result<()> {
         )),
         Some(name) => Err(exit::fail(
             exit::USAGE,
-            format!("{name} needs a quorum: --quorum N, or --redis given 3 times or more"),
+            format!("{name} needs a quorum: --quorum N, or --store given 3 times or more"),
         )),
     }
 }
@@ -187,8 +187,8 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     if args.duration > Duration::from_secs(3600) {
         return Err(exit::fail(exit::USAGE, "--duration is limited to 1h"));
     }
-    check_servers(&args.redis)?;
-    let is_quorum = args.quorum.is_some() || args.redis.len() >= leasehold::MIN_NODES;
+    check_servers(&args.store)?;
+    let is_quorum = args.quorum.is_some() || args.store.len() >= leasehold::MIN_NODES;
     check_scenarios(&args.scenarios, is_quorum)?;
     let (urls, private) = servers(&args)?;
     // Fail early, with the usual exit status, when a server cannot be used.

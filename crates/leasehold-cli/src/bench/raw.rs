@@ -13,7 +13,7 @@ use leasehold::redis::cluster_routing::{
 };
 use leasehold::redis::{self, Cmd, Pipeline, RedisFuture, Value};
 
-/// Where the bench sends its raw commands: the server or cluster of `--redis`.
+/// Where the bench sends its raw commands: the server or cluster of `--store`.
 #[derive(Clone)]
 // One per run: its size does not matter.
 #[allow(clippy::large_enum_variant)]

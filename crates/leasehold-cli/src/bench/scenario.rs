@@ -270,7 +270,7 @@ async fn watch_progress(
     }
 }
 
-/// `leasehold bench-worker ROLE --redis URL --name bench:SCENARIO ARGS…` (on a quorum, one `--redis` per node),
+/// `leasehold bench-worker ROLE --store URL --name bench:SCENARIO ARGS…` (on a quorum, one `--store` per node),
 /// stdout piped, killed on drop.
 fn worker_command(
     setup: &Setup,
@@ -295,7 +295,7 @@ fn worker_command(
     let mut command = tokio::process::Command::new(exe);
     command.arg("bench-worker").arg(role);
     for url in urls {
-        command.arg("--redis").arg(url);
+        command.arg("--store").arg(url);
     }
     command
         .arg("--name")

@@ -25,7 +25,7 @@ pub enum Role {
     Handoff,
     /// Hold many locks through several renewal periods.
     Renew,
-    /// Loop `lock()` + release on one mutex of a quorum (one `--redis` per node), empty critical section.
+    /// Loop `lock()` + release on one mutex of a quorum (one `--store` per node), empty critical section.
     QuorumContend,
 }
 
@@ -37,7 +37,7 @@ pub struct WorkerArgs {
     pub role: Role,
     /// The Redis server's URL (`redis+cluster://…` for a cluster); for quorum-contend, once per node.
     #[arg(long, required = true)]
-    pub redis: Vec<String>,
+    pub store: Vec<String>,
     /// The lock (or lock-name prefix) to use.
     #[arg(long, default_value = "bench")]
     pub name: String,
@@ -142,9 +142,9 @@ async fn add_window_cpu(
 
 /// The one server (or cluster) of every role but quorum-contend.
 fn one_server(args: &WorkerArgs) -> anyhow::Result<&str> {
-    match &args.redis[..] {
+    match &args.store[..] {
         [url] => Ok(url),
-        _ => anyhow::bail!("{:?} takes one --redis", args.role),
+        _ => anyhow::bail!("{:?} takes one --store", args.role),
     }
 }
 
@@ -251,7 +251,7 @@ async fn raw_contend(args: &WorkerArgs, peer: bool) -> anyhow::Result<serde_json
 }
 
 async fn quorum_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
-    let quorum = leasehold::Quorum::connect(&args.redis).await?;
+    let quorum = leasehold::Quorum::connect(&args.store).await?;
     let mutex = quorum.mutex(&args.name);
     let to = Instant::now() + Duration::from_millis(args.to_ms.saturating_sub(unix_ms()));
     let mut samples = Vec::new();

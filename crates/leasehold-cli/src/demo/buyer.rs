@@ -34,8 +34,8 @@ const FENCED_WRITE: &str = include_str!("fenced_write.lua");
 #[derive(Debug, Args)]
 pub struct BuyerArgs {
     /// The Redis server.
-    #[arg(long = "redis", value_name = "URL")]
-    pub redis: String,
+    #[arg(long = "store", value_name = "URL")]
+    pub store: String,
     /// The prefix of this demo run's keys.
     #[arg(long, value_name = "PREFIX")]
     pub keys: String,
@@ -57,10 +57,10 @@ pub struct BuyerArgs {
 /// Redis failures, with their exit status.
 pub async fn buyer(args: BuyerArgs) -> anyhow::Result<u8> {
     let keys = Keys::new(&args.keys);
-    let mut store = connect::plain(&args.redis).await?;
+    let mut store = connect::plain(&args.store).await?;
     let locks = match args.round {
-        Round::Leasehold => Some(connect::client(&args.redis, Some(leasehold::DEFAULT_TTL)).await?),
-        Round::Fenced => Some(connect::client(&args.redis, Some(FENCED_TTL)).await?),
+        Round::Leasehold => Some(connect::client(&args.store, Some(leasehold::DEFAULT_TTL)).await?),
+        Round::Fenced => Some(connect::client(&args.store, Some(FENCED_TTL)).await?),
         Round::NoLock | Round::Textbook => None,
     };
     say("ready");

@@ -193,9 +193,40 @@ fn refused_credentials_exit_69_without_showing_the_password() {
 fn the_url_can_come_from_the_environment() {
     let server = RedisServer::start();
     let mut command = leasehold(&["run", "env-url", "--", "true"]);
+    command.env("LEASEHOLD_STORE", server.url());
+    let (code, _, stderr) = finish(command, SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    // The older variable still works, and the newer one wins over it.
+    let mut command = leasehold(&["run", "env-url", "--", "true"]);
     command.env("LEASEHOLD_REDIS_URL", server.url());
     let (code, _, stderr) = finish(command, SOON);
     assert_eq!(code, Some(0), "{stderr}");
+    let mut command = leasehold(&["run", "env-url", "--", "true"]);
+    command
+        .env("LEASEHOLD_STORE", server.url())
+        .env("LEASEHOLD_REDIS_URL", "redis://127.0.0.1:1");
+    let (code, _, stderr) = finish(command, SOON);
+    assert_eq!(code, Some(0), "LEASEHOLD_STORE should win: {stderr}");
+}
+
+#[test]
+fn the_store_option_and_its_older_name_are_one_option() {
+    let server = RedisServer::start();
+    let url = server.url();
+    for option in ["--store", "--redis"] {
+        let (code, _, stderr) = finish(
+            leasehold(&["run", option, &url, "one-option", "--", "true"]),
+            SOON,
+        );
+        assert_eq!(code, Some(0), "{option}: {stderr}");
+    }
+    // Given twice under both names, it is two URLs: a quorum needs 3, so this is refused as one.
+    let (code, _, stderr) = finish(
+        leasehold(&["status", "--store", &url, "--redis", &url, "one-option"]),
+        SOON,
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--store given 2 times"), "{stderr}");
 }
 
 #[test]
@@ -251,14 +282,14 @@ fn help_names_every_exit_status_and_the_help_subcommand_works() {
 }
 
 #[test]
-fn an_empty_redis_url_says_so() {
+fn an_empty_store_url_says_so() {
     let (code, _, stderr) = finish(
-        leasehold(&["run", "--redis", "", "jobs", "--", "true"]),
+        leasehold(&["run", "--store", "", "jobs", "--", "true"]),
         SOON,
     );
     assert_eq!(code, Some(2));
     assert!(
-        one_error_line(&stderr).contains("the Redis URL is empty"),
+        one_error_line(&stderr).contains("the store URL is empty"),
         "{stderr}"
     );
 }

@@ -32,7 +32,7 @@ pub const LEASEHOLD: &str = env!("CARGO_BIN_EXE_leasehold");
 /// Generous bound for anything that should take well under a second.
 pub const SOON: Duration = Duration::from_secs(10);
 
-/// A `leasehold` command with `args`, isolated from the caller's environment (no `LEASEHOLD_REDIS_URL`,
+/// A `leasehold` command with `args`, isolated from the caller's environment (no `LEASEHOLD_STORE`, `LEASEHOLD_REDIS_URL`,
 /// `LEASEHOLD_PREFIX`, `LEASEHOLD_TLS_*` or `RUST_LOG`), stdin closed, and with the server under test as its
 /// `redis-server` (see [`server_path`]).
 pub fn leasehold(args: &[&str]) -> Command {
@@ -42,6 +42,7 @@ pub fn leasehold(args: &[&str]) -> Command {
         command.env("PATH", path);
     }
     for var in [
+        "LEASEHOLD_STORE",
         "LEASEHOLD_REDIS_URL",
         "LEASEHOLD_PREFIX",
         "LEASEHOLD_TLS_CA",

@@ -38,6 +38,20 @@ async fn grants_waits_releases_and_losses_are_traced_with_name_and_fence() {
         .await
         .unwrap();
     within(Duration::from_secs(2), "loss", short.lost()).await;
+    // A renewal round is traced by the keeper, under the target it has always had (the file moved).
+    let renewed = locks
+        .mutex("traced-renewed")
+        .ttl(Duration::from_millis(300))
+        .try_lock()
+        .await
+        .unwrap();
+    within(Duration::from_secs(2), "a renewal round", async {
+        while !captured.text().contains("leasehold::keeper: renewal batch") {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    renewed.release().await.unwrap();
 
     let text = captured.text();
     let has = |needle: &str| text.lines().any(|line| line.contains(needle));
@@ -47,7 +61,7 @@ async fn grants_waits_releases_and_losses_are_traced_with_name_and_fence() {
         )),
         "{text}"
     );
-    assert!(has("busy; waiting lock=traced"), "{text}");
+    assert!(has("leasehold::mutex: busy; waiting lock=traced"), "{text}");
     assert!(
         has(&format!(
             "released lock=traced hold=exclusive fence={fence}"

@@ -27,6 +27,10 @@ use crate::engine::clock;
 use crate::engine::ids::IdMap;
 use crate::engine::lease::{LeaseShared, NodeAnswer, Request, Settled};
 
+/// The tracing target of this file's events: the module path it had before the files moved into folders, so that
+/// log filters keep working (`leasehold::keeper=debug`).
+const TARGET: &str = "leasehold::keeper";
+
 /// The outcome of one renewal call: per node (one on a single server, each node of a quorum), the node's time when
 /// the call ran there (µs; it orders the node's replies, which may run in another order than they were sent) and one
 /// code per lease as `renew.lua` answers, or `None` for a node that did not answer; or why the call failed, its
@@ -223,7 +227,7 @@ impl Keeper {
                 }
                 Some(Settled::Lost(code)) => {
                     if code == -2 {
-                        tracing::warn!(lock = %renewal.lease.keys.name(), "the lock key now holds another Redis type; lease lost");
+                        tracing::warn!(target: TARGET, lock = %renewal.lease.keys.name(), "the lock key now holds another Redis type; lease lost");
                     }
                     state.leases.remove(&renewal.id);
                 }
@@ -403,12 +407,12 @@ fn settle_call(keeper: &Keeper, batch: &[Renewal], reply: Renewed) {
             let renewed = |i: usize| replies.iter().flatten().any(|(_, codes)| codes[i] == 1);
             let renewed = (0..batch.len()).filter(|&i| renewed(i)).count();
             crate::engine::metrics::renewals(renewed, 0);
-            tracing::debug!(leases = batch.len(), renewed, "renewal batch");
+            tracing::debug!(target: TARGET, leases = batch.len(), renewed, "renewal batch");
             keeper.settle(batch, Some(&replies));
         }
         Ok(_) => {
             crate::engine::metrics::renewals(0, batch.len());
-            tracing::warn!(
+            tracing::warn!(target: TARGET,
                 leases = batch.len(),
                 "unexpected renewal reply; retrying until the deadline"
             );
@@ -416,7 +420,7 @@ fn settle_call(keeper: &Keeper, batch: &[Renewal], reply: Renewed) {
         }
         Err(err) => {
             crate::engine::metrics::renewals(0, batch.len());
-            tracing::warn!(leases = batch.len(), error = %err, "lease renewal failed; retrying until the deadline");
+            tracing::warn!(target: TARGET, leases = batch.len(), error = %err, "lease renewal failed; retrying until the deadline");
             keeper.settle(batch, None);
         }
     }

@@ -16,6 +16,10 @@ use crate::client::{not_a_lock, Client, Inner};
 use crate::engine::lease::{Lease, LossReason};
 use crate::error::{require_runtime, Error};
 
+/// The tracing target of this file's events: the module path it had before the files moved into folders, so that
+/// log filters keep working (`leasehold::guard=debug`).
+const TARGET: &str = "leasehold::guard";
+
 /// The guard of a [`Mutex`](crate::Mutex) grant: a [`Guard`] (the name this crate used before the other kinds came).
 pub type MutexGuard = Guard;
 
@@ -443,11 +447,11 @@ pub(crate) fn release_in_background(
             match reply {
                 Ok(_) => break,
                 Err(err) if Instant::now() + backoff.peek() < give_up => {
-                    tracing::debug!(lock = %task.keys.name(), error = %err, "background release failed; retrying");
+                    tracing::debug!(target: TARGET, lock = %task.keys.name(), error = %err, "background release failed; retrying");
                     tokio::time::sleep(backoff.next()).await;
                 }
                 Err(err) => {
-                    tracing::warn!(lock = %task.keys.name(), error = %err, "background release gave up; the key expires with its lease");
+                    tracing::warn!(target: TARGET, lock = %task.keys.name(), error = %err, "background release gave up; the key expires with its lease");
                     break;
                 }
             }

@@ -19,6 +19,10 @@ use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token, Fence};
 use crate::kinds::guard::{release_in_background, MutexGuard};
 
+/// The tracing target of this file's events: the module path it had before the files moved into folders, so that
+/// log filters keep working (`leasehold::mutex=debug`).
+const TARGET: &str = "leasehold::mutex";
+
 /// Default lease: kept alive by the watchdog while the guard lives.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
@@ -197,7 +201,7 @@ impl Mutex {
                 Ok(guard)
             }
             Attempt::Busy(remaining) => {
-                tracing::debug!(lock = %keys.name(), holder_lease_left = ?remaining, "busy");
+                tracing::debug!(target: TARGET, lock = %keys.name(), holder_lease_left = ?remaining, "busy");
                 Err(Error::Busy {
                     name: keys.name().to_owned(),
                     remaining,
@@ -383,7 +387,7 @@ impl Mutex {
 
     async fn acquire(&self, deadline: Option<Instant>) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
-        let span = tracing::debug_span!("acquire", lock = %keys.name());
+        let span = tracing::debug_span!(target: TARGET, "acquire", lock = %keys.name());
         let started = Instant::now();
         let result =
             tracing::Instrument::instrument(self.acquire_in_span(keys, deadline), span).await;
@@ -419,7 +423,7 @@ impl Mutex {
         };
         let timed_out = |outage: &mut Outage| outage.take().unwrap_or_else(timed_out);
 
-        tracing::debug!(lock = %keys.name(), holder_lease_left = ?remaining, "busy; waiting");
+        tracing::debug!(target: TARGET, lock = %keys.name(), holder_lease_left = ?remaining, "busy; waiting");
         let waiting = wakeups.join(&keys.lock);
         // Bumped after a subscriber reconnect: a hand-off may have been missed.
         let mut wake = waiting.wakeups();

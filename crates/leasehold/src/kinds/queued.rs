@@ -27,6 +27,10 @@ use crate::kinds::mutex::{
     take_hand_off, unreplicated, until, AcquireReply, Expiry, Outage, Renewal,
 };
 
+/// The tracing target of this file's events: the module path it had before the files moved into folders, so that
+/// log filters keep working (`leasehold::queued=debug`).
+const TARGET: &str = "leasehold::queued";
+
 /// The options every queued kind shares, and the lock it names.
 #[derive(Clone, Debug)]
 pub(crate) struct Queued {
@@ -375,7 +379,7 @@ impl Drop for Leave {
                 .arg(wid.as_str());
             let reply: redis::RedisResult<i64> = inner.conn.invoke_idempotent(&invocation).await;
             if let Err(err) = reply {
-                tracing::debug!(lock = %keys.name(), error = %err, "leaving the queue failed; the entry lapses");
+                tracing::debug!(target: TARGET, lock = %keys.name(), error = %err, "leaving the queue failed; the entry lapses");
             }
         });
     }

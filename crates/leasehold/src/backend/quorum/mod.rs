@@ -44,6 +44,10 @@ use crate::engine::ttl::{check_ttl, drift};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::{check_description, new_token, Fence};
 
+/// The tracing target of this file's events: the module path it had before the files moved into folders, so that
+/// log filters keep working (`leasehold::quorum=debug`).
+const TARGET: &str = "leasehold::quorum";
+
 /// The default time one node has to answer one request: far below the default lease (30 s), so that a slow node costs
 /// a round little of its validity, and above the stalls of a loaded machine, so that a busy node is not taken for a
 /// dead one.
@@ -751,7 +755,7 @@ impl QuorumLock {
             runs[grant.node] = Some(grant.run);
         }
         let shared = LeaseShared::on_nodes(Arc::clone(keys), token, fence, self.ttl, sent, &runs);
-        tracing::debug!(
+        tracing::debug!(target: TARGET,
             lock = %keys.name(),
             fence = fence.get(),
             nodes = votes.granted.len(),

@@ -12,6 +12,10 @@ use crate::backend::redis::scripts::PROBE;
 use crate::backend::redis::topology::Target;
 use crate::error::Error;
 
+/// The tracing target of this file's events: the module path it had before the files moved into folders, so that
+/// log filters keep working (`leasehold::checks=debug`).
+const TARGET: &str = "leasehold::checks";
+
 /// Something about the server that weakens the [safety contract](crate#safety-contract), found when the client
 /// connected. Each one is also logged with `tracing::warn!`; see [`Client::server_warnings`](crate::Client::server_warnings).
 ///
@@ -167,7 +171,7 @@ pub(crate) async fn is_cluster_node(conn: &Conn) -> Result<bool, Error> {
     match slots {
         Ok(_) => Ok(true),
         Err(err) if is_noperm(&err) => {
-            tracing::debug!("INFO and CLUSTER SLOTS refused; taking the server for a single one");
+            tracing::debug!(target: TARGET, "INFO and CLUSTER SLOTS refused; taking the server for a single one");
             Ok(false)
         }
         // "ERR This instance has cluster support disabled", or an older server without CLUSTER.
@@ -305,7 +309,7 @@ pub(crate) async fn server_warnings(conn: &Conn) -> Vec<ServerWarning> {
     let info = match info {
         Ok(info) => info,
         Err(err) => {
-            tracing::debug!(error = %err, "INFO memory refused; the eviction policy is not checked");
+            tracing::debug!(target: TARGET, error = %err, "INFO memory refused; the eviction policy is not checked");
             return Vec::new();
         }
     };
@@ -319,7 +323,7 @@ pub(crate) async fn server_warnings(conn: &Conn) -> Vec<ServerWarning> {
         }
     }
     for warning in &warnings {
-        tracing::warn!("{warning}");
+        tracing::warn!(target: TARGET, "{warning}");
     }
     warnings
 }

@@ -18,6 +18,10 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
 
 use crate::backend::redis::scripts::ScriptCall;
 
+/// The tracing target of this file's events: the module path it had before the files moved into folders, so that
+/// log filters keep working (`leasehold::conn=debug`).
+const TARGET: &str = "leasehold::conn";
+
 /// Consecutive timed-out requests after which the connection is considered silently dead and replaced.
 const SILENT_AFTER: u32 = 2;
 
@@ -89,7 +93,7 @@ impl Managed {
         };
         let this = Arc::clone(self);
         runtime.spawn(async move {
-            tracing::warn!("redis connection timed out {SILENT_AFTER} times in a row; opening a new one");
+            tracing::warn!(target: TARGET, "redis connection timed out {SILENT_AFTER} times in a row; opening a new one");
             let fresh =
                 ConnectionManager::new_with_config(this.redis.clone(), this.config.clone()).await;
             match fresh {
@@ -97,7 +101,7 @@ impl Managed {
                     *this.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
                     this.timeouts.store(0, Ordering::Release);
                 }
-                Err(err) => tracing::debug!(error = %err, "new redis connection failed; next timeout retries"),
+                Err(err) => tracing::debug!(target: TARGET, error = %err, "new redis connection failed; next timeout retries"),
             }
             this.replacing.store(false, Ordering::Release);
         });
@@ -173,7 +177,7 @@ impl Conn {
     ) -> (RedisResult<T>, bool) {
         match invocation.invoke_on(&mut self.clone()).await {
             Err(err) if is_dropped(&err) => {
-                tracing::debug!(error = %err, "connection dropped; retrying once");
+                tracing::debug!(target: TARGET, error = %err, "connection dropped; retrying once");
                 let first_sent = !err.is_connection_refusal();
                 let result = invocation.invoke_on(&mut self.clone()).await;
                 let sent = first_sent || !matches!(&result, Err(e) if e.is_connection_refusal());
@@ -355,7 +359,7 @@ impl Conn {
             reply => {
                 let reached = !matches!(&reply, Err(err) if err.is_connection_refusal());
                 if let Err(err) = &reply {
-                    tracing::debug!(error = %err, calls = group.len(), "cluster pipeline failed; sending its calls one by one");
+                    tracing::debug!(target: TARGET, error = %err, calls = group.len(), "cluster pipeline failed; sending its calls one by one");
                 }
                 owners.forget();
                 join_all(group.iter().map(|&i| async move {
@@ -456,9 +460,9 @@ impl SlotOwners {
                     *owners.ranges.write().unwrap_or_else(|e| e.into_inner()) =
                         Some(Arc::new(ranges));
                 }
-                Ok(None) => tracing::debug!("unexpected CLUSTER SLOTS reply; calls go one by one"),
+                Ok(None) => tracing::debug!(target: TARGET, "unexpected CLUSTER SLOTS reply; calls go one by one"),
                 Err(err) => {
-                    tracing::debug!(error = %err, "CLUSTER SLOTS failed; calls go one by one")
+                    tracing::debug!(target: TARGET, error = %err, "CLUSTER SLOTS failed; calls go one by one")
                 }
             }
             owners.reading.store(false, Ordering::Release);

@@ -18,6 +18,10 @@ use crate::backend::redis::scripts::Numbers;
 use crate::backend::redis::topology::Target;
 use crate::kinds::guard::release_invocation;
 
+/// The tracing target of this file's events: the module path it had before the files moved into folders, so that
+/// log filters keep working (`leasehold::orphans=debug`).
+const TARGET: &str = "leasehold::orphans";
+
 /// The most a client's drop waits for its outstanding releases.
 const BUDGET: Duration = Duration::from_secs(1);
 
@@ -108,16 +112,18 @@ impl Orphans {
                 let _ = done.send(released);
             });
         if spawned.is_err() {
-            tracing::warn!("no thread for the final releases; the locks lapse with their leases");
+            tracing::warn!(target: TARGET, "no thread for the final releases; the locks lapse with their leases");
             return;
         }
         match finished.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(Ok(n)) => tracing::debug!(released = n, "released the locks left at shutdown"),
+            Ok(Ok(n)) => {
+                tracing::debug!(target: TARGET, released = n, "released the locks left at shutdown")
+            }
             Ok(Err(err)) => {
-                tracing::warn!(error = %err, "final releases failed; the locks lapse with their leases")
+                tracing::warn!(target: TARGET, error = %err, "final releases failed; the locks lapse with their leases")
             }
             Err(_) => {
-                tracing::warn!("final releases took too long; the rest lapse with their leases")
+                tracing::warn!(target: TARGET, "final releases took too long; the rest lapse with their leases")
             }
         }
     }

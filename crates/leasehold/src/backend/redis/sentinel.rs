@@ -21,6 +21,10 @@ use tokio::sync::{watch, Notify};
 use crate::backend::redis::conn::Conn;
 use crate::error::InvalidArgument;
 
+/// The tracing target of this file's events: the module path it had before the files moved into folders, so that
+/// log filters keep working (`leasehold::sentinel=debug`).
+const TARGET: &str = "leasehold::sentinel";
+
 /// The scheme of a Sentinel URL, `redis+sentinel://host:port,host:port/service`; `rediss+sentinel://` for TLS.
 pub(crate) const SENTINEL_SCHEME: &str = "redis+sentinel://";
 pub(crate) const SENTINEL_TLS_SCHEME: &str = "rediss+sentinel://";
@@ -251,17 +255,17 @@ impl Followed {
             Ok(addr) if addr != self.current.read().unwrap_or_else(|e| e.into_inner()).addr => {
                 match open_at(&self.spec, &self.config, timeout, addr.clone()).await {
                     Ok(primary) => {
-                        tracing::warn!(host = %addr.0, port = addr.1, "the sentinels moved the primary; following it");
+                        tracing::warn!(target: TARGET, host = %addr.0, port = addr.1, "the sentinels moved the primary; following it");
                         *self.current.write().unwrap_or_else(|e| e.into_inner()) = primary;
                         self.changed.send_modify(|n| *n = n.wrapping_add(1));
                     }
                     Err(err) => {
-                        tracing::debug!(error = %err, "the new primary is not ready yet");
+                        tracing::debug!(target: TARGET, error = %err, "the new primary is not ready yet");
                     }
                 }
             }
             Ok(_) => {}
-            Err(err) => tracing::debug!(error = %err, "no sentinel answered"),
+            Err(err) => tracing::debug!(target: TARGET, error = %err, "no sentinel answered"),
         }
         self.checking.store(false, Ordering::Release);
     }

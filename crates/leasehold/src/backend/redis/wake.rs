@@ -43,6 +43,10 @@ use crate::engine::ids::IdMap;
 use crate::fence::token_id;
 use crate::kinds::guard::release_in_background;
 
+/// The tracing target of this file's events: the module path it had before the files moved into folders, so that
+/// log filters keep working (`leasehold::wake=debug`).
+const TARGET: &str = "leasehold::wake";
+
 /// How often the subscriber pings its connection, to notice a peer that went silent without closing.
 const PING_EVERY: Duration = Duration::from_secs(2);
 /// How often a cluster subscriber drops the sharded channels of locks nobody here waits for any more. A channel is
@@ -185,7 +189,7 @@ impl Shared {
         let Some(inner) = self.inner.upgrade() else {
             return;
         };
-        tracing::debug!(lock = %keys.name(), fence = handed.fence, "handed a lock nobody waits for; passing it on");
+        tracing::debug!(target: TARGET, lock = %keys.name(), fence = handed.fence, "handed a lock nobody waits for; passing it on");
         release_in_background(inner, keys, handed.token, handed.claim);
     }
 }
@@ -450,7 +454,7 @@ impl Wakeups {
             .await
             .is_err()
         {
-            tracing::debug!("wake-up channel not subscribed in time; waiting on lease ends");
+            tracing::debug!(target: TARGET, "wake-up channel not subscribed in time; waiting on lease ends");
         }
     }
 
@@ -525,8 +529,10 @@ impl Task {
                     // Wake-ups sent while we were away are lost: let every waiter look again.
                     self.shared.bump_all();
                 }
-                Ok(Err(err)) => tracing::debug!(error = %err, "subscriber connection failed"),
-                Err(_) => tracing::debug!("subscriber connection timed out"),
+                Ok(Err(err)) => {
+                    tracing::debug!(target: TARGET, error = %err, "subscriber connection failed")
+                }
+                Err(_) => tracing::debug!(target: TARGET, "subscriber connection timed out"),
             }
             tokio::time::sleep(backoff.next()).await;
         }
@@ -555,7 +561,7 @@ impl Task {
                 message = stream.next() => match message {
                     Some(message) => match message.get_payload::<String>() {
                         Ok(text) => self.deliver(&text),
-                        Err(err) => tracing::warn!(error = %err, "unreadable wake-up message"),
+                        Err(err) => tracing::warn!(target: TARGET, error = %err, "unreadable wake-up message"),
                     },
                     None => return,
                 },
@@ -566,7 +572,7 @@ impl Task {
                     }
                 }
                 () = changed(moved) => {
-                    tracing::debug!("the primary moved; subscribing there");
+                    tracing::debug!(target: TARGET, "the primary moved; subscribing there");
                     return;
                 }
             }
@@ -606,9 +612,11 @@ impl Task {
                     self.shared.bump_all();
                 }
                 Ok(Err(err)) => {
-                    tracing::debug!(error = %err, "cluster subscriber connection failed")
+                    tracing::debug!(target: TARGET, error = %err, "cluster subscriber connection failed")
                 }
-                Err(_) => tracing::debug!("cluster subscriber connection timed out"),
+                Err(_) => {
+                    tracing::debug!(target: TARGET, "cluster subscriber connection timed out")
+                }
             }
             tokio::time::sleep(backoff.next()).await;
         }
@@ -651,11 +659,11 @@ impl Task {
                         redis::PushKind::SMessage => {
                             match push.data.get(1).cloned().map(redis::from_redis_value::<String>) {
                                 Some(Ok(text)) => self.deliver(&text),
-                                _ => tracing::warn!("unreadable wake-up message"),
+                                _ => tracing::warn!(target: TARGET, "unreadable wake-up message"),
                             }
                         }
                         redis::PushKind::Disconnection => {
-                            tracing::debug!("cluster subscriber lost a node; subscribing again");
+                            tracing::debug!(target: TARGET, "cluster subscriber lost a node; subscribing again");
                             for subscribed in channels.values_mut() {
                                 *subscribed = false;
                             }
@@ -707,7 +715,7 @@ impl Task {
                     for lock_key in idle {
                         channels.remove(&lock_key);
                         if !self.confirm(conn.sunsubscribe(channel_of(&lock_key))).await {
-                            tracing::debug!("could not drop an idle wake-up channel");
+                            tracing::debug!(target: TARGET, "could not drop an idle wake-up channel");
                         }
                     }
                 }
@@ -725,7 +733,7 @@ impl Task {
     fn deliver(&self, message: &str) {
         self.shared.epoch.fetch_add(1, Ordering::AcqRel);
         let Some((handed, lock_key)) = Handed::parse(message) else {
-            tracing::warn!(
+            tracing::warn!(target: TARGET,
                 message,
                 "unreadable wake-up message; every waiter looks again"
             );
