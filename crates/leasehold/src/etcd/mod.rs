@@ -13,7 +13,7 @@
 //! - [`endpoints`]: one client per member, a deadline on every call, retries on the next member.
 //! - [`kind`]: the key layout and the kinds' admission rules.
 //! - [`recipe`]: enqueue, check, wait, release, and the clean-up of abandoned waiter keys.
-//! - [`error`]: [`EtcdError`].
+//! - [`error`]: the recipe's error type, [`EtcdError`].
 //!
 //! # Key layout, and why
 //!
