@@ -15,6 +15,9 @@
 //!   restarts, fails over and puts a node to sleep on demand.
 //! - [`quorum`]: [`QuorumNodes`], independent servers for a quorum lock, whose restarts keep the Redlock restart
 //!   rule (down for [`restart_downtime`]).
+//! - [`etcd`]: [`EtcdServer`] (one member) and [`EtcdCluster`] (three) run private `etcd` members on free ports of
+//!   127.0.0.1 with their data in temporary directories; they kill, restart, pause and resume members on demand,
+//!   name the leader, and print the members' logs when dropped during a panic.
 //! - [`proxy`]: [`TcpProxy`] forwards TCP between a client and Redis and can turn into a black
 //!   hole (bytes read and dropped, nothing closed) or reset every connection. This is how tests
 //!   cut a lock holder off from Redis without it noticing at once.
@@ -49,6 +52,7 @@
 #![deny(missing_docs)]
 
 pub mod cluster;
+pub mod etcd;
 pub mod process;
 pub mod program;
 pub mod proxy;
@@ -61,6 +65,7 @@ mod temp;
 pub mod tls;
 
 pub use cluster::{slot_of, RedisCluster};
+pub use etcd::{EtcdCluster, EtcdServer};
 pub use process::{send_signal, ChildGuard};
 pub use program::{
     is_default_server, server_binary, server_binary_path, server_version, Flavour, ServerVersion,

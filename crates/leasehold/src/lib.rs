@@ -268,6 +268,17 @@ pub use kinds::semaphore::{Semaphore, MAX_PERMITS};
 /// Re-exported so that callers can name the connection and error types without a second `redis` dependency.
 pub use redis;
 
+/// Not a public interface, and not stable: the etcd lock recipe (feature `etcd`), for leasehold's own tests until
+/// the backend seam wires it into the API.
+#[cfg(feature = "etcd")]
+#[doc(hidden)]
+pub mod __etcd {
+    pub use crate::backend::etcd::{
+        EtcdError, Grant, Kind, Released, Session, SessionLoss, SessionOptions, DEFAULT_TTL,
+        MAX_PATH_LEN, MIN_TTL,
+    };
+}
+
 /// Not a public interface: what leasehold's own tests need to replay its scripts by hand.
 #[doc(hidden)]
 pub mod __private {

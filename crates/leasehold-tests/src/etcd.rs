@@ -1,0 +1,593 @@
+//! Private etcd members for tests: [`EtcdServer`] (one member) and [`EtcdCluster`] (three), run from the `etcd` on
+//! `PATH` (Debian's 3.4.23: `scripts/ensure-etcd.sh` installs it).
+//!
+//! Each member listens on two free ports of 127.0.0.1 (client and peer), keeps its data directory inside a
+//! [`TempDir`], runs with `--unsafe-no-fsync` (nothing here needs to survive a power cut, and fsync is most of a
+//! write's cost), and writes its log to a file that is printed to stderr when the value is dropped during a panic.
+//! Readiness, health and the leader are asked of the members with `etcdctl`, which keeps every method synchronous,
+//! like [`RedisServer`](crate::RedisServer)'s, and so callable from inside an async test without nesting runtimes.
+
+use std::fs::OpenOptions;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::server::{free_port, read_lossy, START_ATTEMPTS};
+use crate::{send_signal, TempDir};
+
+/// How long a member (or a cluster's quorum) may take to answer a health check after it was started, or a
+/// cluster to agree on a leader: the measured times are 0.3–2.7 s, on a busy machine more.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often readiness and the leader are polled. etcd announces neither to an outsider.
+const POLL: Duration = Duration::from_millis(20);
+/// `etcdctl`'s dial and command timeouts for one poll; short, since the poll is repeated.
+const CTL_TIMEOUT: &str = "1s";
+/// How long a restart retries while the member's old ports are still taken.
+const RESTART_PORT_WAIT: Duration = Duration::from_secs(5);
+/// What etcd logs, before exiting, when one of its ports is taken.
+const ADDR_IN_USE: &str = "address already in use";
+/// The log of a member, appended to across restarts (etcd 3.4 logs to stderr).
+const LOG_FILE: &str = "etcd.log";
+
+/// One etcd member: its process, ports, and data directory.
+#[derive(Debug)]
+struct Member {
+    name: String,
+    /// `None` while killed.
+    child: Option<Child>,
+    client_port: u16,
+    peer_port: u16,
+    /// Holds `data/` and the log; kept across restarts, so a restarted member keeps its identity and its data.
+    dir: TempDir,
+    /// Whether the process is stopped with `SIGSTOP`.
+    paused: bool,
+}
+
+impl Member {
+    fn new(name: String) -> Member {
+        Member {
+            dir: TempDir::new(&format!("etcd-{name}")),
+            name,
+            child: None,
+            client_port: 0,
+            peer_port: 0,
+            paused: false,
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    fn log(&self) -> String {
+        read_lossy(self.dir.path().join(LOG_FILE), 0)
+    }
+
+    fn log_len(&self) -> u64 {
+        std::fs::metadata(self.dir.path().join(LOG_FILE)).map_or(0, |m| m.len())
+    }
+
+    /// Runs the member, without waiting for it: a cluster's members must all run before any is healthy.
+    fn spawn(&mut self, initial_cluster: &str, token: &str) {
+        debug_assert!(self.child.is_none());
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(LOG_FILE))
+            .expect("cannot create the etcd log file");
+        let client_url = format!("http://{}", self.endpoint());
+        let child = Command::new("etcd")
+            .args(["--name", &self.name])
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &self.peer_url()])
+            .args(["--initial-advertise-peer-urls", &self.peer_url()])
+            .args(["--initial-cluster", initial_cluster])
+            .args(["--initial-cluster-state", "new"])
+            // Members of two clusters running side by side must never take each other for peers.
+            .args(["--initial-cluster-token", token])
+            .arg("--unsafe-no-fsync")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("cannot share the etcd log file"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run etcd from PATH: {e}"));
+        self.child = Some(child);
+        self.paused = false;
+    }
+
+    /// `Some(true)` when the member exited because a port was taken, `Some(false)` when it exited otherwise, `None`
+    /// while it runs. Only what the log grew by since `log_start` counts.
+    fn exited(&mut self, log_start: u64) -> Option<bool> {
+        let child = self.child.as_mut()?;
+        child.try_wait().expect("try_wait on etcd")?;
+        self.child = None;
+        let log = read_lossy(self.dir.path().join(LOG_FILE), log_start);
+        Some(log.contains(ADDR_IN_USE))
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    fn signal(&mut self, sig: Signal) {
+        let child = self
+            .child
+            .as_ref()
+            .unwrap_or_else(|| panic!("etcd member {} is not running", self.name));
+        send_signal(child.id(), sig).unwrap_or_else(|e| panic!("{sig} to etcd: {e}"));
+    }
+}
+
+/// Runs `etcdctl` (API v3) against `endpoints` with short timeouts.
+fn etcdctl(endpoints: &str, args: &[&str]) -> Output {
+    Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoints}"))
+        .arg(format!("--dial-timeout={CTL_TIMEOUT}"))
+        .arg(format!("--command-timeout={CTL_TIMEOUT}"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run etcdctl from PATH: {e}"))
+}
+
+/// Whether the member at `endpoint` answers a health check, which commits a proposal: so also whether its cluster
+/// has a leader and a quorum.
+fn is_healthy(endpoint: &str) -> bool {
+    etcdctl(endpoint, &["endpoint", "health"]).status.success()
+}
+
+/// The member id and the leader's member id that the member at `endpoint` reports (`endpoint status`), or `None`
+/// if it does not answer or knows no leader.
+fn status(endpoint: &str) -> Option<(u64, u64)> {
+    let output = etcdctl(endpoint, &["endpoint", "status", "-w", "fields"]);
+    if !output.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let field = |name: &str| {
+        text.lines()
+            .filter_map(|line| line.split_once(" : "))
+            .find(|(key, _)| key.trim().trim_matches('"') == name)
+            .and_then(|(_, value)| value.trim().parse::<u64>().ok())
+    };
+    let (member, leader) = (field("MemberID")?, field("Leader")?);
+    (leader != 0).then_some((member, leader))
+}
+
+/// Polls `check` every [`POLL`] until it returns `Some`, or panics after [`READY_TIMEOUT`] with `what` and the last
+/// reason `check` gave.
+fn poll_until<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let why = match check() {
+            Ok(value) => return value,
+            Err(why) => why,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "no {what} after {READY_TIMEOUT:?}: {why}"
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Members with a common fate: started together, healed and dropped together. [`EtcdServer`] is one of these with
+/// one member, [`EtcdCluster`] with three.
+#[derive(Debug)]
+struct Members {
+    members: Vec<Member>,
+    token: String,
+}
+
+impl Members {
+    /// Starts `n` members on free ports and waits until each answers a health check; on a taken port, starts all
+    /// of them again on fresh ports, a few times over.
+    fn start(n: usize) -> Members {
+        let token = format!("leasehold-{}-{}", std::process::id(), crate::monotonic_ns());
+        let mut members = Members {
+            members: (0..n).map(|i| Member::new(format!("e{i}"))).collect(),
+            token,
+        };
+        for _ in 0..START_ATTEMPTS {
+            for member in &mut members.members {
+                member.client_port = free_port();
+                member.peer_port = free_port();
+            }
+            let cluster = members.initial_cluster();
+            let starts: Vec<u64> = members.members.iter().map(Member::log_len).collect();
+            for member in &mut members.members {
+                member.spawn(&cluster, &members.token);
+            }
+            match members.wait_ready(&starts) {
+                Ok(()) => return members,
+                Err(true) => members.members.iter_mut().for_each(Member::kill),
+                // Dropping `members` while panicking prints the logs.
+                Err(false) => panic!("etcd exited before it was ready"),
+            }
+        }
+        panic!("etcd found its ports taken {START_ATTEMPTS} times in a row");
+    }
+
+    fn initial_cluster(&self) -> String {
+        let members: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
+            .collect();
+        members.join(",")
+    }
+
+    /// Waits until every running member is healthy; `Err(addr_in_use)` if one exited first.
+    fn wait_ready(&mut self, log_starts: &[u64]) -> Result<(), bool> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            for (member, &start) in self.members.iter_mut().zip(log_starts) {
+                if let Some(addr_in_use) = member.exited(start) {
+                    return Err(addr_in_use);
+                }
+            }
+            let running = self.members.iter().filter(|m| m.child.is_some());
+            if running.clone().all(|m| is_healthy(&m.endpoint())) {
+                return Ok(());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd was not healthy after {READY_TIMEOUT:?}"
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(Member::endpoint).collect()
+    }
+
+    fn url(&self) -> String {
+        format!("etcd://{}", self.endpoints().join(","))
+    }
+
+    fn pid(&self, i: usize) -> Option<u32> {
+        self.members[i].child.as_ref().map(Child::id)
+    }
+
+    fn kill(&mut self, i: usize) {
+        self.members[i].kill();
+    }
+
+    /// Kills member `i` if it runs, starts it again with its ports and data directory, and waits until it is healthy.
+    fn restart(&mut self, i: usize) {
+        self.kill(i);
+        let cluster = self.initial_cluster();
+        let deadline = Instant::now() + RESTART_PORT_WAIT;
+        loop {
+            let start = self.members[i].log_len();
+            self.members[i].spawn(&cluster, &self.token);
+            match self.wait_ready_one(i, start) {
+                Ok(()) => return,
+                Err(true) if Instant::now() < deadline => {
+                    // A back-off between retries, not a synchronisation: nothing signals when a port becomes free.
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(_) => panic!("etcd member {i} did not restart"),
+            }
+        }
+    }
+
+    fn wait_ready_one(&mut self, i: usize, log_start: u64) -> Result<(), bool> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(addr_in_use) = self.members[i].exited(log_start) {
+                return Err(addr_in_use);
+            }
+            if is_healthy(&self.members[i].endpoint()) {
+                return Ok(());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd member {i} was not healthy after {READY_TIMEOUT:?}"
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn pause(&mut self, i: usize) {
+        self.members[i].signal(Signal::SIGSTOP);
+        self.members[i].paused = true;
+    }
+
+    fn resume(&mut self, i: usize) {
+        self.members[i].signal(Signal::SIGCONT);
+        self.members[i].paused = false;
+    }
+
+    /// The index of the leader, once every running, unpaused member names the same running member as its leader.
+    fn wait_leader(&self) -> usize {
+        poll_until("agreed etcd leader", || self.agreed_leader())
+    }
+
+    fn agreed_leader(&self) -> Result<usize, String> {
+        let mut ids = vec![None; self.members.len()];
+        let mut leader = None;
+        for (i, member) in self.members.iter().enumerate() {
+            if member.child.is_none() || member.paused {
+                continue;
+            }
+            let (id, said) =
+                status(&member.endpoint()).ok_or_else(|| format!("member {i} knows no leader"))?;
+            ids[i] = Some(id);
+            if leader.is_some_and(|l| l != said) {
+                return Err("the members name different leaders".to_owned());
+            }
+            leader = Some(said);
+        }
+        let leader = leader.ok_or("no member runs")?;
+        ids.iter()
+            .position(|id| *id == Some(leader))
+            .ok_or_else(|| format!("the leader {leader:x} is not a running member"))
+    }
+
+    fn print_logs_if_panicking(&self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for member in &self.members {
+            eprintln!(
+                "--- etcd {} log (client port {}) ---\n{}--- end of etcd {} log ---",
+                member.name,
+                member.client_port,
+                member.log(),
+                member.name
+            );
+        }
+    }
+}
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        self.print_logs_if_panicking();
+        // SIGKILL works on a stopped process too.
+        self.members.iter_mut().for_each(Member::kill);
+    }
+}
+
+/// One etcd member on private ports of 127.0.0.1, with its data in a temporary directory.
+///
+/// Dropping the value kills the member with `SIGKILL`, reaps it and removes its directory; if the thread is
+/// panicking, its log is printed to stderr first. All methods block the calling thread and panic with a message when
+/// etcd cannot be run or is not healthy within 20 seconds.
+///
+/// # Examples
+///
+/// ```no_run
+/// use leasehold_tests::EtcdServer;
+///
+/// let mut etcd = EtcdServer::start();
+/// let url = etcd.url(); // etcd://127.0.0.1:PORT
+/// etcd.kill();
+/// etcd.restart(); // same port, same data
+/// ```
+#[derive(Debug)]
+pub struct EtcdServer {
+    members: Members,
+}
+
+impl EtcdServer {
+    /// Starts a member and waits until it answers a health check.
+    ///
+    /// # Panics
+    ///
+    /// If `etcd` or `etcdctl` cannot be run, or the member is not healthy within 20 seconds.
+    pub fn start() -> EtcdServer {
+        EtcdServer {
+            members: Members::start(1),
+        }
+    }
+
+    /// `127.0.0.1:PORT`, the client endpoint.
+    pub fn endpoint(&self) -> String {
+        self.members.members[0].endpoint()
+    }
+
+    /// `etcd://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        self.members.url()
+    }
+
+    /// How many watchers the member serves right now (its `etcd_debugging_mvcc_watcher_total` gauge, from the
+    /// `/metrics` page on the client port): a test learns that a client is watching, not guessing it from time.
+    ///
+    /// # Panics
+    ///
+    /// If the member does not answer, or its page has no such gauge.
+    pub fn watchers(&self) -> u64 {
+        let metrics = http_get(&self.endpoint(), "/metrics");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+            .and_then(|n| n.trim().parse::<f64>().ok())
+            .map(|n| n as u64)
+            .unwrap_or_else(|| panic!("no watcher gauge in etcd's /metrics:\n{metrics}"))
+    }
+
+    /// The member's process id, or `None` while it is killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.members.pid(0)
+    }
+
+    /// Kills the member with `SIGKILL` and reaps it. Does nothing if it is already killed.
+    pub fn kill(&mut self) {
+        self.members.kill(0);
+    }
+
+    /// Kills the member if it runs, starts it again on the same ports with the same data directory (so keys and
+    /// leases survive, leases with their remaining time reset by the new leader), and waits until it is healthy.
+    ///
+    /// # Panics
+    ///
+    /// If it is not healthy within 20 seconds.
+    pub fn restart(&mut self) {
+        self.members.restart(0);
+    }
+
+    /// Stops the member with `SIGSTOP`.
+    ///
+    /// # Panics
+    ///
+    /// If it is not running.
+    pub fn pause(&mut self) {
+        self.members.pause(0);
+    }
+
+    /// Continues a paused member with `SIGCONT`.
+    ///
+    /// # Panics
+    ///
+    /// If it is not running.
+    pub fn resume(&mut self) {
+        self.members.resume(0);
+    }
+
+    /// Everything the member logged so far, across restarts.
+    pub fn log(&self) -> String {
+        self.members.members[0].log()
+    }
+}
+
+/// A cluster of three etcd members on private ports of 127.0.0.1, each with its data in a temporary directory.
+///
+/// Members are addressed by index, `0..3`. Which one leads is up to Raft: ask [`leader`](Self::leader). Dropping the
+/// value kills every member with `SIGKILL` and removes their directories; if the thread is panicking, every member's
+/// log is printed to stderr first. All methods block the calling thread and panic with a message when etcd cannot be
+/// run or a wait does not end within 20 seconds.
+///
+/// # Examples
+///
+/// ```no_run
+/// use leasehold_tests::EtcdCluster;
+///
+/// let mut cluster = EtcdCluster::start();
+/// let leader = cluster.leader();
+/// cluster.kill(leader);
+/// let next = cluster.leader(); // waits for the survivors to agree on a new one
+/// assert_ne!(next, leader);
+/// cluster.restart(leader); // rejoins as a follower
+/// ```
+#[derive(Debug)]
+pub struct EtcdCluster {
+    members: Members,
+}
+
+impl EtcdCluster {
+    /// Starts three members and waits until each answers a health check (so a leader is elected).
+    ///
+    /// # Panics
+    ///
+    /// If `etcd` or `etcdctl` cannot be run, or the cluster is not healthy within 20 seconds.
+    pub fn start() -> EtcdCluster {
+        EtcdCluster {
+            members: Members::start(3),
+        }
+    }
+
+    /// `127.0.0.1:PORT` of every member's client endpoint, in index order, killed ones included.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.endpoints()
+    }
+
+    /// `etcd://127.0.0.1:P0,127.0.0.1:P1,127.0.0.1:P2`.
+    pub fn url(&self) -> String {
+        self.members.url()
+    }
+
+    /// The process id of member `i`, or `None` while it is killed.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is not below 3, as do all methods that take a member index.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members.pid(i)
+    }
+
+    /// The index of the leader, once every running member that is not paused names the same running member: after
+    /// a kill this waits for the election.
+    ///
+    /// # Panics
+    ///
+    /// If they do not agree on a running leader within 20 seconds.
+    pub fn leader(&self) -> usize {
+        self.members.wait_leader()
+    }
+
+    /// Kills member `i` with `SIGKILL` and reaps it, without waiting for the others to notice. Does nothing if it is
+    /// already killed.
+    pub fn kill(&mut self, i: usize) {
+        self.members.kill(i);
+    }
+
+    /// Kills member `i` if it runs, starts it again on the same ports with its data directory, and waits until it
+    /// answers a health check (it has rejoined: a health check commits a proposal through the leader).
+    ///
+    /// # Panics
+    ///
+    /// If it is not healthy within 20 seconds.
+    pub fn restart(&mut self, i: usize) {
+        self.members.restart(i);
+    }
+
+    /// Stops member `i` with `SIGSTOP`: it holds its connections but answers nothing, and the others elect a new
+    /// leader if it led.
+    ///
+    /// # Panics
+    ///
+    /// If it is not running.
+    pub fn pause(&mut self, i: usize) {
+        self.members.pause(i);
+    }
+
+    /// Continues member `i` with `SIGCONT`.
+    ///
+    /// # Panics
+    ///
+    /// If it is not running.
+    pub fn resume(&mut self, i: usize) {
+        self.members.resume(i);
+    }
+
+    /// Everything member `i` logged so far, across restarts.
+    pub fn log(&self, i: usize) -> String {
+        self.members.members[i].log()
+    }
+}
+
+/// The body of `GET path` from `endpoint` (`host:port`), over plain HTTP/1.0: enough for etcd's `/metrics` page
+/// without an HTTP client crate.
+fn http_get(endpoint: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(endpoint)
+        .unwrap_or_else(|e| panic!("cannot connect to etcd at {endpoint}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("a read timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {endpoint}\r\n\r\n").expect("the request is sent");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .unwrap_or_else(|e| panic!("no answer from etcd at {endpoint}: {e}"));
+    match response.split_once("\r\n\r\n") {
+        Some((_, body)) => body.to_owned(),
+        None => panic!("not an HTTP answer from etcd at {endpoint}: {response}"),
+    }
+}

@@ -1,0 +1,156 @@
+//! Ownership checks and the loss signal under the faults they exist for.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::__etcd::{EtcdError, Kind, Released};
+use leasehold_tests::{monotonic_ns, ChildGuard, EtcdServer};
+use nix::sys::signal::Signal;
+
+use crate::{keys_under, raw, session, still_waiting, wait_keys, within, EVENT};
+
+pub async fn a_stale_release_does_not_delete_the_successor(etcd: &mut EtcdServer) {
+    let path = "stale/release";
+    let mut admin = raw(etcd).await;
+    let (a, b) = (session(etcd, 10).await, session(etcd, 10).await);
+    let old = a.acquire(path, Kind::Exclusive).await.unwrap();
+    // The server ends a's lease (as an expiry would) while a still has its grant in hand.
+    admin.lease_revoke(a.lease_id()).await.unwrap();
+    let new = within("the successor's grant", b.acquire(path, Kind::Exclusive))
+        .await
+        .unwrap();
+    assert_eq!(a.release(old).await.unwrap(), Released::AlreadyGone);
+    assert!(
+        b.is_owner(&new).await.unwrap(),
+        "the successor's key survives"
+    );
+    assert_eq!(keys_under(&mut admin, path).await, 1);
+    assert_eq!(b.release(new).await.unwrap(), Released::Released);
+}
+
+pub async fn the_final_check_catches_a_lease_revoked_while_waiting(etcd: &mut EtcdServer) {
+    let path = "final/check";
+    let mut admin = raw(etcd).await;
+    let holder = session(etcd, 10).await;
+    let held = holder.acquire(path, Kind::Exclusive).await.unwrap();
+    // A 30 s session sends its next keep-alive after 10 s: only the check after the wait can notice.
+    let waiter = Arc::new(session(etcd, 30).await);
+    let w = Arc::clone(&waiter);
+    let mut waiting = tokio::spawn(async move { w.acquire(path, Kind::Exclusive).await });
+    wait_keys(&mut admin, path, 2).await;
+    // Its key exists before it watches the holder's: revoked in between, the check before the watch would catch it,
+    // and this test is about the check after a wait.
+    within("the waiter's watch", async {
+        while etcd.watchers() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await; // a server gauge: nothing announces it
+        }
+    })
+    .await;
+    admin.lease_revoke(waiter.lease_id()).await.unwrap();
+    still_waiting("the waiter whose key is gone", &mut waiting).await;
+    holder.release(held).await.unwrap();
+    let outcome = within("the waiter's answer", waiting).await.unwrap();
+    assert!(
+        matches!(outcome, Err(EtcdError::LostWhileWaiting { .. })),
+        "{outcome:?}"
+    );
+    assert_eq!(waiter.loss(), None, "the keeper had not noticed yet");
+}
+
+pub async fn a_dropped_acquire_leaves_no_key_behind(etcd: &mut EtcdServer) {
+    let path = "cancel/drop";
+    let mut look = raw(etcd).await;
+    let (a, b) = (session(etcd, 10).await, Arc::new(session(etcd, 10).await));
+    let held = a.acquire(path, Kind::Exclusive).await.unwrap();
+    let w = Arc::clone(&b);
+    let waiting = tokio::spawn(async move { w.acquire(path, Kind::Exclusive).await });
+    wait_keys(&mut look, path, 2).await;
+    waiting.abort();
+    // The clean-up deletes the abandoned key in the background, with b's session still open.
+    wait_keys(&mut look, path, 1).await;
+    a.release(held).await.unwrap();
+    let again = within(
+        "a grant after the clean-up",
+        b.acquire(path, Kind::Exclusive),
+    )
+    .await
+    .unwrap();
+    b.release(again).await.unwrap();
+}
+
+/// The holder, a process of its own with a 2 s session, is stopped past its TTL; etcd expires its lease and grants
+/// another client. The holder's deadline (what its loss signal fires at) must come before that grant, and once
+/// continued, its loss signal must fire at once.
+pub async fn a_stopped_holder_loses_its_session_before_another_client_is_granted(
+    etcd: &mut EtcdServer,
+) {
+    let path = "stopped/holder";
+    let mut holder = ChildGuard::new(
+        Command::new(env!("CARGO_BIN_EXE_etcd-holder"))
+            .args([&etcd.url(), path, "2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    let stdout = holder.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let first = within("the holder's grant", lines.recv()).await.unwrap();
+    assert!(first.starts_with("granted "), "{first}");
+    // Let it renew at least once, so the deadline comes from a keep-alive and not from the grant.
+    let mut deadline = 0u64;
+    let mut renewals = 0;
+    while renewals < 2 {
+        let line = within("the holder's deadline", lines.recv()).await.unwrap();
+        deadline = line.strip_prefix("deadline ").unwrap().parse().unwrap();
+        renewals += 1;
+    }
+    holder.signal(Signal::SIGSTOP).unwrap();
+    // Lines it printed before the stop may still be in the pipe: the last deadline counts.
+    while let Ok(line) = lines.try_recv() {
+        if let Some(d) = line.strip_prefix("deadline ") {
+            deadline = d.parse().unwrap();
+        }
+    }
+
+    let other = session(etcd, 10).await;
+    let grant = within(
+        "the other client's grant",
+        other.acquire(path, Kind::Exclusive),
+    )
+    .await
+    .unwrap();
+    let granted_at = monotonic_ns();
+    assert!(
+        deadline < granted_at,
+        "the stopped holder's deadline {deadline} is not before the other grant at {granted_at}"
+    );
+    println!(
+        "etcd measured: other client granted {:?} after the stopped holder's deadline",
+        Duration::from_nanos(granted_at - deadline)
+    );
+
+    holder.signal(Signal::SIGCONT).unwrap();
+    let lost = loop {
+        let line = within("the holder's loss signal", lines.recv())
+            .await
+            .unwrap();
+        if line.starts_with("lost ") {
+            break line;
+        }
+    };
+    let fired: u64 = lost.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(fired >= deadline, "{lost} before the deadline {deadline}");
+    let status = tokio::task::block_in_place(|| holder.wait_timeout(EVENT));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    other.release(grant).await.unwrap();
+}

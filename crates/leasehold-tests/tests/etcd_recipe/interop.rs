@@ -1,0 +1,92 @@
+//! `etcdctl lock NAME` (Go's `concurrency.Mutex`, as a real child process) and a leasehold mutex on the same path
+//! exclude each other, both ways.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use leasehold::__etcd::Kind;
+use leasehold_tests::{ChildGuard, EtcdServer, TempDir};
+
+use crate::{raw, session, wait_keys, within, EVENT, QUIET};
+
+/// `etcdctl lock PATH -- sh -c 'echo held; sleep SECS; touch DONE'`, its stdout lines on a channel.
+fn etcdctl_lock(
+    etcd: &EtcdServer,
+    path: &str,
+    secs: &str,
+    done: &Path,
+) -> (ChildGuard, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let mut child = ChildGuard::new(
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", etcd.endpoint()))
+            .args(["lock", path, "--", "sh", "-c"])
+            .arg(format!(
+                "echo held; sleep {secs}; touch '{}'",
+                done.display()
+            ))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
+pub async fn etcdctl_lock_excludes_leasehold(etcd: &mut EtcdServer) {
+    let path = "interop/etcdctl-first";
+    let dir = TempDir::new("etcdctl-lock");
+    let done = dir.path().join("done");
+    let (_child, mut lines) = etcdctl_lock(etcd, path, "2", &done);
+    assert_eq!(
+        within("etcdctl's grant", lines.recv()).await.unwrap(),
+        "held"
+    );
+    let s = session(etcd, 10).await;
+    let grant = within("leasehold's grant", s.acquire(path, Kind::Exclusive))
+        .await
+        .unwrap();
+    // etcdctl unlocks only after its command exited, and the command's last act is the touch.
+    assert!(
+        done.exists(),
+        "leasehold was granted while `etcdctl lock` still ran its command"
+    );
+    s.release(grant).await.unwrap();
+}
+
+pub async fn leasehold_excludes_etcdctl_lock(etcd: &mut EtcdServer) {
+    let path = "interop/leasehold-first";
+    let s = session(etcd, 10).await;
+    let grant = s.acquire(path, Kind::Exclusive).await.unwrap();
+    let dir = TempDir::new("etcdctl-lock");
+    let (mut child, mut lines) = etcdctl_lock(etcd, path, "0", &dir.path().join("done"));
+    let mut look = raw(etcd).await;
+    wait_keys(&mut look, path, 2).await;
+    assert!(
+        tokio::time::timeout(QUIET, lines.recv()).await.is_err(),
+        "etcdctl was granted while leasehold held the lock"
+    );
+    let released = Instant::now();
+    s.release(grant).await.unwrap();
+    assert_eq!(
+        within("etcdctl's grant", lines.recv()).await.unwrap(),
+        "held"
+    );
+    println!(
+        "etcd measured: etcdctl granted {:?} after leasehold's release",
+        released.elapsed()
+    );
+    let status = tokio::task::block_in_place(|| child.wait_timeout(EVENT));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+}

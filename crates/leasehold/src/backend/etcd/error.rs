@@ -1,0 +1,89 @@
+//! The etcd recipe's own error type, kept apart from the crate's [`Error`](crate::Error) until the backend seam
+//! decides how the two meet.
+
+use std::time::Duration;
+
+use super::session::SessionLoss;
+
+/// What can go wrong in the etcd recipe.
+///
+/// Callers can tell "etcd did not answer" ([`Timeout`](Self::Timeout), [`Etcd`](Self::Etcd)) from "I had it, or was
+/// queued, and lost it" ([`SessionLost`](Self::SessionLost), [`LostWhileWaiting`](Self::LostWhileWaiting)) from "I
+/// asked for something that makes no sense" ([`InvalidUrl`](Self::InvalidUrl), [`InvalidTtl`](Self::InvalidTtl),
+/// [`InvalidPath`](Self::InvalidPath)).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EtcdError {
+    /// The URL is not `etcd://host:port[,host:port…]`.
+    #[error("invalid etcd URL {url:?}: {why}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+
+    /// The session TTL is below 2 s or not whole seconds (see [`MIN_TTL`](super::MIN_TTL)).
+    #[error("invalid etcd lease TTL {0:?}: it must be whole seconds and at least 2 s")]
+    InvalidTtl(Duration),
+
+    /// The lock path is empty, ends with `/`, or is longer than [`MAX_PATH_LEN`](super::MAX_PATH_LEN).
+    #[error("invalid etcd lock path {0:?}")]
+    InvalidPath(String),
+
+    /// No endpoint answered the request within its per-call deadline, on any of the tries the request allows.
+    #[error("etcd {op} did not answer within {after:?} (each try)")]
+    Timeout {
+        /// Which request.
+        op: &'static str,
+        /// The per-call deadline of each try.
+        after: Duration,
+    },
+
+    /// etcd refused the request, or the connection failed in a way a retry does not mend.
+    #[error("etcd {op} failed")]
+    Etcd {
+        /// Which request.
+        op: &'static str,
+        /// What the client reported.
+        #[source]
+        source: etcd_client::Error,
+    },
+
+    /// The session's lease ended (or may have ended, by the local deadline): every key of the session is gone, or
+    /// about to be.
+    #[error("the etcd session's lease is lost: {0}")]
+    SessionLost(SessionLoss),
+
+    /// The ownership check after a wait (or before a grant) found the waiter key gone or recreated: its lease was
+    /// revoked or expired while it waited. This is the check etcd 3.4's server-side `Lock` lacks (etcd#9921).
+    #[error("the waiter key {key} was gone when its turn came")]
+    LostWhileWaiting {
+        /// The waiter key.
+        key: String,
+    },
+
+    /// The OS had no randomness for a grant id.
+    #[error("no randomness for a grant id: {0}")]
+    Entropy(String),
+
+    /// etcd answered something the recipe never asks for (a transaction without its responses, say).
+    #[error("unexpected etcd response to {0}")]
+    Protocol(&'static str),
+}
+
+impl EtcdError {
+    /// Whether the caller held or queued something and lost it: [`SessionLost`](Self::SessionLost) or
+    /// [`LostWhileWaiting`](Self::LostWhileWaiting).
+    pub fn is_lost(&self) -> bool {
+        matches!(
+            self,
+            EtcdError::SessionLost(_) | EtcdError::LostWhileWaiting { .. }
+        )
+    }
+
+    /// Whether etcd did not answer in time ([`Timeout`](Self::Timeout)).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, EtcdError::Timeout { .. })
+    }
+}

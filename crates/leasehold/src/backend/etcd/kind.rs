@@ -1,0 +1,223 @@
+//! The key layout and the kinds: which key a waiter writes, and when a waiter is admitted, given the keys ahead of
+//! it in create-revision order.
+
+use std::fmt;
+use std::num::NonZeroU32;
+
+use super::EtcdError;
+
+/// The longest lock path accepted, in bytes.
+pub const MAX_PATH_LEN: usize = 1024;
+
+/// Marks a key as leasehold's, in this layout's version.
+const MARK: &str = "lh1";
+
+/// What a grant admits, as a rule over the keys ahead of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kind {
+    /// A mutex, or a writer: admitted when no key is ahead.
+    Exclusive,
+    /// A reader: admitted when every key ahead is a reader.
+    Shared,
+    /// One of `n` permits: admitted when every key ahead is a permit of the same semaphore and fewer than `n` are.
+    Permits(NonZeroU32),
+}
+
+impl Kind {
+    /// The tag in the key, which other clients read to apply the rule.
+    fn tag(self) -> Tag {
+        match self {
+            Kind::Exclusive => Tag::Exclusive,
+            Kind::Shared => Tag::Shared,
+            Kind::Permits(n) => Tag::Permits(n),
+        }
+    }
+}
+
+/// What a key ahead is, as read from its name. Keys leasehold did not write (`etcdctl lock`'s `NAME/<lease>`, or
+/// anything else) count as [`Tag::Exclusive`]: whoever wrote them expects to be alone once first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tag {
+    Exclusive,
+    Shared,
+    Permits(NonZeroU32),
+}
+
+impl fmt::Display for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Tag::Exclusive => f.write_str("x"),
+            Tag::Shared => f.write_str("s"),
+            Tag::Permits(n) => write!(f, "p{n}"),
+        }
+    }
+}
+
+/// The prefix every waiter of lock `path` writes under: `path/`, as `etcdctl lock path` (Go's `concurrency.Mutex`)
+/// does.
+pub(crate) fn prefix(path: &str) -> Result<String, EtcdError> {
+    if path.is_empty() || path.ends_with('/') || path.len() > MAX_PATH_LEN {
+        return Err(EtcdError::InvalidPath(path.to_owned()));
+    }
+    Ok(format!("{path}/"))
+}
+
+/// The waiter key of one grant: `<path>/<lease id hex>/lh1.<tag>.<grant id hex>`.
+pub(crate) fn waiter_key(prefix: &str, lease: i64, kind: Kind, grant: u64) -> String {
+    format!("{prefix}{lease:x}/{MARK}.{}.{grant:016x}", kind.tag())
+}
+
+/// What the key `key` under `prefix` is: leasehold's own tag when it is one of leasehold's keys of exactly this
+/// lock, [`Tag::Exclusive`] otherwise.
+fn tag_of(prefix: &str, key: &[u8]) -> Tag {
+    let parsed = || -> Option<Tag> {
+        let rest = std::str::from_utf8(key).ok()?.strip_prefix(prefix)?;
+        let (lease, leaf) = rest.split_once('/')?;
+        if lease.is_empty() || !lease.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let mut parts = leaf.split('.');
+        let (mark, tag, grant) = (parts.next()?, parts.next()?, parts.next()?);
+        if mark != MARK || grant.len() != 16 || parts.next().is_some() {
+            return None;
+        }
+        match tag {
+            "x" => Some(Tag::Exclusive),
+            "s" => Some(Tag::Shared),
+            _ => tag.strip_prefix('p')?.parse().ok().map(Tag::Permits),
+        }
+    };
+    parsed().unwrap_or(Tag::Exclusive)
+}
+
+/// The answer of the admission rule.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Admitted.
+    Granted,
+    /// Not yet: wait until this key ahead is deleted, then look again.
+    WaitFor(Vec<u8>),
+    /// Not yet: wait until any key under the prefix is deleted, then look again.
+    WaitForAny,
+}
+
+/// Applies `kind`'s rule to the keys ahead of a waiter (`ahead`: every key under `prefix` with a smaller create
+/// revision, oldest first).
+///
+/// Exclusive and shared waiters name one key to watch (the one just ahead, the last writer ahead), so a release
+/// wakes one waiter, or the readers behind one writer, and never a herd. A permit waiter watches the whole prefix:
+/// which of the keys ahead goes first is unknown, and any one of them going may admit it.
+pub(crate) fn admit(kind: Kind, prefix: &str, ahead: &[Vec<u8>]) -> Admission {
+    match kind {
+        Kind::Exclusive => match ahead.last() {
+            None => Admission::Granted,
+            Some(key) => Admission::WaitFor(key.clone()),
+        },
+        Kind::Shared => match ahead
+            .iter()
+            .rev()
+            .find(|k| tag_of(prefix, k) != Tag::Shared)
+        {
+            None => Admission::Granted,
+            Some(writer) => Admission::WaitFor(writer.clone()),
+        },
+        Kind::Permits(n) => {
+            let all_permits = ahead
+                .iter()
+                .all(|k| matches!(tag_of(prefix, k), Tag::Permits(_)));
+            let fewer = u32::try_from(ahead.len()).is_ok_and(|len| len < n.get());
+            if all_permits && fewer {
+                Admission::Granted
+            } else {
+                Admission::WaitForAny
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(list: &[&str]) -> Vec<Vec<u8>> {
+        list.iter().map(|k| k.as_bytes().to_vec()).collect()
+    }
+
+    fn permits(n: u32) -> Kind {
+        Kind::Permits(NonZeroU32::new(n).unwrap())
+    }
+
+    #[test]
+    fn keys_carry_the_lease_first_then_the_kind_and_the_grant() {
+        let p = prefix("jobs/nightly").unwrap();
+        assert_eq!(
+            waiter_key(&p, 0x694d, Kind::Exclusive, 0xab),
+            "jobs/nightly/694d/lh1.x.00000000000000ab"
+        );
+        assert_eq!(
+            waiter_key(&p, 1, permits(3), 2),
+            "jobs/nightly/1/lh1.p3.0000000000000002"
+        );
+        for bad in ["", "a/", &"x".repeat(MAX_PATH_LEN + 1)] {
+            assert!(prefix(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn foreign_keys_count_as_writers() {
+        let p = "l/";
+        assert_eq!(
+            tag_of(p, waiter_key(p, 7, Kind::Shared, 1).as_bytes()),
+            Tag::Shared
+        );
+        assert_eq!(
+            tag_of(p, waiter_key(p, 7, permits(2), 1).as_bytes()),
+            Tag::Permits(NonZeroU32::new(2).unwrap())
+        );
+        // etcdctl lock's key, a nested lock's key, garbage.
+        for foreign in [
+            "l/694d7a2b3c1e0f05",
+            "l/sub/7/lh1.s.0000000000000001",
+            "l/7/lh1.s.1",
+            "l/7/lh2.s.0000000000000001",
+        ] {
+            assert_eq!(tag_of(p, foreign.as_bytes()), Tag::Exclusive, "{foreign}");
+        }
+    }
+
+    #[test]
+    fn exclusive_waits_for_the_key_just_ahead() {
+        assert_eq!(admit(Kind::Exclusive, "l/", &[]), Admission::Granted);
+        let ahead = keys(&["l/1/lh1.s.0000000000000001", "l/2/lh1.s.0000000000000001"]);
+        assert_eq!(
+            admit(Kind::Exclusive, "l/", &ahead),
+            Admission::WaitFor(ahead[1].clone())
+        );
+    }
+
+    #[test]
+    fn readers_wait_only_for_the_last_writer_ahead() {
+        let readers = keys(&["l/1/lh1.s.0000000000000001", "l/2/lh1.s.0000000000000002"]);
+        assert_eq!(admit(Kind::Shared, "l/", &readers), Admission::Granted);
+        let mixed = keys(&[
+            "l/1/lh1.x.0000000000000001",
+            "l/694d7a2b3c1e0f05",
+            "l/2/lh1.s.0000000000000002",
+        ]);
+        assert_eq!(
+            admit(Kind::Shared, "l/", &mixed),
+            Admission::WaitFor(mixed[1].clone())
+        );
+    }
+
+    #[test]
+    fn permits_admit_fewer_than_n_ahead_and_only_permits() {
+        let one = keys(&["l/1/lh1.p2.0000000000000001"]);
+        assert_eq!(admit(permits(2), "l/", &one), Admission::Granted);
+        let two = keys(&["l/1/lh1.p2.0000000000000001", "l/2/lh1.p2.0000000000000002"]);
+        assert_eq!(admit(permits(2), "l/", &two), Admission::WaitForAny);
+        let writer = keys(&["l/1/lh1.x.0000000000000001"]);
+        assert_eq!(admit(permits(2), "l/", &writer), Admission::WaitForAny);
+    }
+}

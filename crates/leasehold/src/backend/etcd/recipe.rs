@@ -1,0 +1,411 @@
+//! The grant: enqueue, wait, check, release. Kind-agnostic; a [`Kind`] brings only its admission rule.
+//!
+//! 1. **Enqueue** (one `Txn`): create the waiter key with the session's lease unless it exists, read it back (its
+//!    create revision is the grant's place in the queue and its fence), and read the oldest key of the lock. When
+//!    that is ours, the grant is made in this one round trip, for every kind.
+//! 2. **Check** (one `Txn`): if our key still has our lease and our create revision, read the keys ahead of it
+//!    (create revision below ours) and apply the kind's rule. The compare makes every check also the ownership check
+//!    that etcd 3.4's server-side `Lock` lacks after a wait (etcd#9921): a key whose lease was revoked while it
+//!    waited is never granted.
+//! 3. **Wait**: watch the one key the rule names (or the prefix, for permits) from the check's revision + 1 until a
+//!    delete, then check again. A watch can be lost with its member, so a check also runs every TTL regardless.
+//! 4. **Release** (one `Txn`): delete our key if it still has our lease and create revision, so a stale release
+//!    never deletes a successor's key.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, TxnResponse, WatchOptions,
+};
+
+use super::kind::{admit, prefix, waiter_key, Admission};
+use super::session::{Session, Shared};
+use super::{EtcdError, Kind};
+use crate::fence::Fence;
+
+/// A grant: a waiter key that was admitted, with the revision that orders and fences it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a grant holds its lock until it is released or its session ends"]
+pub struct Grant {
+    key: String,
+    revision: i64,
+    lease: i64,
+    kind: Kind,
+}
+
+impl Grant {
+    /// The fence: the waiter key's create revision. etcd's revision is global to the cluster and only grows, so
+    /// fences strictly increase across successive holders of a lock (and of every other lock).
+    pub fn fence(&self) -> Fence {
+        Fence::new(self.revision.unsigned_abs())
+    }
+
+    /// The waiter key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The kind it was granted as.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The lease the key lives under (the session's).
+    pub fn lease_id(&self) -> i64 {
+        self.lease
+    }
+}
+
+/// The outcome of [`Session::release`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Released {
+    /// The key was ours and is deleted.
+    Released,
+    /// The key was already gone (its lease ended, or a retried release had deleted it); nothing was deleted.
+    AlreadyGone,
+}
+
+/// A waiter key that may exist in etcd: deleted in the background if the acquire that wrote it ends without a
+/// grant (dropped, or failed).
+struct Pending<'a> {
+    session: &'a Shared,
+    key: String,
+    armed: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // The task must not borrow the session; the endpoints are cheap to clone per member.
+        let cleanup = Cleanup::new(self.session, std::mem::take(&mut self.key));
+        runtime.spawn(cleanup.run());
+    }
+}
+
+/// Deletes a waiter key nobody will use, twice: at once, and again after two call timeouts, in case the enqueue that
+/// wrote it was still in flight the first time. Past that, the session's lease bounds how long the key can block
+/// others: until the session is closed or dropped (which revokes the lease), or its TTL after the process died.
+struct Cleanup {
+    clients: Vec<etcd_client::Client>,
+    key: String,
+    lease: i64,
+    pause: Duration,
+}
+
+impl Cleanup {
+    fn new(session: &Shared, key: String) -> Cleanup {
+        Cleanup {
+            clients: session.endpoints.clients(),
+            key,
+            lease: session.lease,
+            pause: 2 * session.endpoints.call_timeout(),
+        }
+    }
+
+    async fn run(self) {
+        for round in 0..2 {
+            if round == 1 {
+                tokio::time::sleep(self.pause).await;
+            }
+            for mut client in self.clients.iter().cloned() {
+                let delete = Txn::new()
+                    .when([Compare::lease(
+                        self.key.as_str(),
+                        CompareOp::Equal,
+                        self.lease,
+                    )])
+                    .and_then([TxnOp::delete(self.key.as_str(), None)]);
+                match tokio::time::timeout(self.pause / 2, client.txn(delete)).await {
+                    Ok(Ok(_)) => break,
+                    outcome => {
+                        tracing::debug!(key = %self.key, ?outcome, "deleting an abandoned etcd waiter key failed")
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Session {
+    /// Waits until the lock at `path` admits this session as `kind`, and returns the grant.
+    ///
+    /// `path` is the etcd prefix of the lock without its trailing `/`: waiters write under `path/`, as
+    /// `etcdctl lock path` does, so the two exclude each other.
+    ///
+    /// # Errors
+    ///
+    /// [`EtcdError::InvalidPath`]; [`EtcdError::SessionLost`] when the session's lease ends first;
+    /// [`EtcdError::LostWhileWaiting`] when the key was gone when its turn came; [`EtcdError::Timeout`] or
+    /// [`EtcdError::Etcd`] when etcd does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future (or any error) deletes the waiter key in the background, at once and once more after two
+    /// call timeouts (see `Cleanup`); at worst the key stays until the session's lease ends.
+    pub async fn acquire(&self, path: &str, kind: Kind) -> Result<Grant, EtcdError> {
+        let prefix = prefix(path)?;
+        let session = &*self.shared;
+        session.check_alive()?;
+        let key = waiter_key(&prefix, session.lease, kind, grant_id()?);
+        let mut pending = Pending {
+            session,
+            key: key.clone(),
+            armed: true,
+        };
+        let (revision, first) = enqueue(session, &prefix, &key).await?;
+        let grant = Grant {
+            key,
+            revision,
+            lease: session.lease,
+            kind,
+        };
+        if first {
+            pending.armed = false;
+            return Ok(grant);
+        }
+        loop {
+            let (admission, seen) = check(session, &prefix, &grant).await?;
+            let from = WatchOptions::new().with_start_revision(seen + 1);
+            let (watched, watch) = match admission {
+                Admission::Granted => {
+                    pending.armed = false;
+                    return Ok(grant);
+                }
+                Admission::WaitFor(key) => (key, from),
+                Admission::WaitForAny => (prefix.clone().into_bytes(), from.with_prefix()),
+            };
+            tokio::select! {
+                () = wait_for_delete(session, watched, watch) => {}
+                loss = session.lost() => return Err(EtcdError::SessionLost(loss)),
+            }
+        }
+    }
+
+    /// Deletes the grant's key if it is still the grant's (same lease, same create revision).
+    ///
+    /// # Errors
+    ///
+    /// [`EtcdError::Timeout`] or [`EtcdError::Etcd`] when etcd does not answer; the key then goes with the lease.
+    ///
+    /// # Cancel safety
+    ///
+    /// The delete may or may not have happened; a second release answers [`Released::AlreadyGone`] if it did.
+    pub async fn release(&self, grant: Grant) -> Result<Released, EtcdError> {
+        let (key, revision, lease) = (grant.key.as_str(), grant.revision, grant.lease);
+        let response = self
+            .shared
+            .endpoints
+            .call("release", |mut c| {
+                let txn = Txn::new()
+                    .when(owned(key, lease, revision))
+                    .and_then([TxnOp::delete(key, None::<DeleteOptions>)]);
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        Ok(if response.succeeded() {
+            Released::Released
+        } else {
+            Released::AlreadyGone
+        })
+    }
+
+    /// Whether the grant's key still exists with its lease and create revision: the ownership check, asked alone.
+    ///
+    /// # Errors
+    ///
+    /// [`EtcdError::Timeout`] or [`EtcdError::Etcd`] when etcd does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn is_owner(&self, grant: &Grant) -> Result<bool, EtcdError> {
+        let (key, revision, lease) = (grant.key.as_str(), grant.revision, grant.lease);
+        let response = self
+            .shared
+            .endpoints
+            .call("ownership check", |mut c| {
+                let txn = Txn::new().when(owned(key, lease, revision));
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        Ok(response.succeeded())
+    }
+}
+
+/// 64 random bits from the OS: the grant's id, unique among the grants of a session.
+fn grant_id() -> Result<u64, EtcdError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| EtcdError::Entropy(e.to_string()))?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
+/// The compare that says a key is still this grant's.
+fn owned(key: &str, lease: i64, revision: i64) -> [Compare; 2] {
+    [
+        Compare::lease(key, CompareOp::Equal, lease),
+        Compare::create_revision(key, CompareOp::Equal, revision),
+    ]
+}
+
+/// Writes the waiter key unless it exists (a retry finds its own key), and returns its create revision and whether
+/// it is the oldest key of the lock.
+async fn enqueue(session: &Shared, prefix: &str, key: &str) -> Result<(i64, bool), EtcdError> {
+    let lease = session.lease;
+    let response = session
+        .endpoints
+        .call("enqueue", |mut c| {
+            let oldest = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(1)
+                .with_keys_only();
+            let txn = Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+                .and_then([
+                    TxnOp::put(key, "leasehold", Some(PutOptions::new().with_lease(lease))),
+                    TxnOp::get(key, None),
+                    TxnOp::get(prefix, Some(oldest.clone())),
+                ])
+                .or_else([TxnOp::get(key, None), TxnOp::get(prefix, Some(oldest))]);
+            async move { c.txn(txn).await }
+        })
+        .await
+        .map_err(|e| lease_gone_is_loss(e, session))?;
+    let ranges = ranges(&response, "enqueue")?;
+    let [.., mine, oldest] = ranges.as_slice() else {
+        return Err(EtcdError::Protocol("enqueue"));
+    };
+    let mine = mine.first().ok_or(EtcdError::Protocol("enqueue"))?;
+    if mine.lease() != lease {
+        return Err(EtcdError::LostWhileWaiting {
+            key: key.to_owned(),
+        });
+    }
+    let revision = mine.create_revision();
+    let first = oldest.first().map(|kv| kv.create_revision()) == Some(revision);
+    Ok((revision, first))
+}
+
+/// A put under a lease etcd no longer has fails with "requested lease not found": the session is lost.
+fn lease_gone_is_loss(e: EtcdError, session: &Shared) -> EtcdError {
+    match &e {
+        EtcdError::Etcd {
+            source: etcd_client::Error::GRpcStatus(status),
+            ..
+        } if status.message().contains("lease not found") => {
+            EtcdError::SessionLost(session.loss().unwrap_or(super::SessionLoss::Revoked))
+        }
+        _ => e,
+    }
+}
+
+/// If the grant's key is still its own, reads the keys ahead and applies the kind's rule; returns the answer and the
+/// revision it was read at.
+async fn check(
+    session: &Shared,
+    prefix: &str,
+    grant: &Grant,
+) -> Result<(Admission, i64), EtcdError> {
+    let (key, revision, lease) = (grant.key.as_str(), grant.revision, grant.lease);
+    let response = session
+        .endpoints
+        .call("admission check", |mut c| {
+            let ahead = GetOptions::new()
+                .with_prefix()
+                .with_max_create_revision(revision - 1)
+                .with_keys_only();
+            // An exclusive waiter needs only the key just ahead.
+            let ahead = match grant.kind {
+                Kind::Exclusive => ahead
+                    .with_sort(SortTarget::Create, SortOrder::Descend)
+                    .with_limit(1),
+                _ => ahead.with_sort(SortTarget::Create, SortOrder::Ascend),
+            };
+            let txn = Txn::new()
+                .when(owned(key, lease, revision))
+                .and_then([TxnOp::get(prefix, Some(ahead))]);
+            async move { c.txn(txn).await }
+        })
+        .await?;
+    if !response.succeeded() {
+        session.check_alive()?;
+        return Err(EtcdError::LostWhileWaiting {
+            key: key.to_owned(),
+        });
+    }
+    let seen = response
+        .header()
+        .map(|h| h.revision())
+        .ok_or(EtcdError::Protocol("admission check"))?;
+    let ranges = ranges(&response, "admission check")?;
+    let [ahead] = ranges.as_slice() else {
+        return Err(EtcdError::Protocol("admission check"));
+    };
+    let ahead: Vec<Vec<u8>> = ahead.iter().map(|kv| kv.key().to_vec()).collect();
+    Ok((admit(grant.kind, prefix, &ahead), seen))
+}
+
+/// The key-values of every range response of a transaction, in order.
+fn ranges(
+    response: &TxnResponse,
+    op: &'static str,
+) -> Result<Vec<Vec<etcd_client::KeyValue>>, EtcdError> {
+    response
+        .op_responses()
+        .into_iter()
+        .filter(|r| !matches!(r, TxnOpResponse::Put(_)))
+        .map(|r| match r {
+            TxnOpResponse::Get(mut get) => Ok(get.take_kvs()),
+            _ => Err(EtcdError::Protocol(op)),
+        })
+        .collect()
+}
+
+/// Watches until a delete matching `watch` happens (from its start revision on, so one that happened since the
+/// check counts), the watch breaks, or one TTL passes: in every case the caller checks again.
+async fn wait_for_delete(session: &Shared, key: Vec<u8>, watch: WatchOptions) {
+    let backstop = session.ttl;
+    let waited = async {
+        let (i, mut client) = session.endpoints.current();
+        let created = tokio::time::timeout(
+            session.endpoints.call_timeout(),
+            client.watch(key, Some(watch)),
+        )
+        .await;
+        let mut stream = match created {
+            Ok(Ok(stream)) => stream,
+            _ => {
+                session.endpoints.failed(i);
+                // Check again (through the call's own retries) after a short pause, rather than spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return;
+            }
+        };
+        loop {
+            match stream.message().await {
+                Ok(Some(response)) => {
+                    if response.canceled()
+                        || response
+                            .events()
+                            .iter()
+                            .any(|e| e.event_type() == etcd_client::EventType::Delete)
+                    {
+                        return;
+                    }
+                }
+                Ok(None) | Err(_) => {
+                    session.endpoints.failed(i);
+                    return;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(backstop, waited).await;
+}
