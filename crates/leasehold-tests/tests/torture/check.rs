@@ -168,9 +168,11 @@ pub fn check(
     held.sort_by_key(|g| g.first_held);
     let lease = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
     // Data loss explains a second owner from `later` on if it may have erased `earlier`, after `earlier` began and at
-    // most a lease before `later`.
+    // most a lease before `later`. `earlier` began on the server when its request ran, at some time after its worker
+    // began to wait (its `want`): a loss that ended before the worker's first `held` sample may still have erased it
+    // (the grant ran just before a `FLUSHALL`, its reply came after), so the wait's start bounds it, not that sample.
     let loses_between = |earlier: &Grant, later: u64| {
-        let since = earlier.first_held.unwrap_or_default();
+        let since = earlier.wanted.or(earlier.first_held).unwrap_or_default();
         windows.iter().any(|w| {
             w.may_erase(earlier) && w.end >= since && w.start <= later && later <= w.end + lease
         })
@@ -457,6 +459,28 @@ mod tests {
             check(&grants, &kill, TTL, Rule::Exclusive).stalls.len(),
             0,
             "a gap right after a fault is excused"
+        );
+    }
+
+    #[test]
+    fn data_loss_between_a_grant_and_its_first_held_sample_excuses_the_next_owner() {
+        // `a`'s worker began to wait at 10; its grant ran on the server, then a FLUSHALL at 50-51 erased it, and its
+        // reply (so its first `held` sample) came at 60. `b` took the free lock at 70.
+        let mut a = grant(0, 10, 60, 300);
+        a.wanted = Some(10 * MS);
+        let grants = [a.clone(), grant(1, 20, 70, 200)];
+        let flush = [window(Fault::Flushall, None, 50, 51)];
+        let report = check(&grants, &flush, TTL, Rule::Exclusive);
+        assert_eq!(
+            (report.overlaps.len(), report.excused_overlaps.len()),
+            (0, 1)
+        );
+        // A loss that ended before the worker even began to wait cannot have erased its grant.
+        a.wanted = Some(55 * MS);
+        let grants = [a, grant(1, 20, 70, 200)];
+        assert_eq!(
+            check(&grants, &flush, TTL, Rule::Exclusive).overlaps.len(),
+            1
         );
     }
 

@@ -13,6 +13,9 @@ pub struct Grant {
     pub mode: char,
     /// The owner token the lock's keys hold for it.
     pub token: String,
+    /// When the worker last began to wait before this grant (its `want` line): the request that granted it ran on the
+    /// server after this.
+    pub wanted: Option<u64>,
     /// When `lock()` returned the grant.
     pub granted: u64,
     /// The first and last `is_held() == true` samples (each stamped before the call).
@@ -120,6 +123,7 @@ impl Window {
 
 /// Reads one worker's log (every incarnation appends to its own file) into its grants, keyed by fence.
 pub fn parse(worker: usize, text: &str, grants: &mut BTreeMap<u64, Grant>, stats: &mut Stats) {
+    let mut wanted = None;
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         let (Some(&kind), Some(Ok(t))) = (words.first(), words.get(1).map(|w| w.parse::<u64>()))
@@ -135,8 +139,10 @@ pub fn parse(worker: usize, text: &str, grants: &mut BTreeMap<u64, Grant>, stats
             })
         };
         match (kind, fence) {
+            ("want", _) => wanted = Some(t),
             ("grant", Some(f)) => {
                 let mut g = grant(grants, f);
+                g.wanted = wanted;
                 g.granted = t;
                 g.mode = words.get(3).and_then(|m| m.chars().next()).unwrap_or('x');
                 g.token = words.get(4).map_or_else(String::new, |t| (*t).to_owned());
