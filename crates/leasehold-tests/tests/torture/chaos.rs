@@ -544,12 +544,41 @@ impl Rig {
             stall_bound(self.topology),
         );
         let keys_without_ttl = self.lock.keys_without_ttl();
+        let kept = (report.violations() + keys_without_ttl.len() > 0).then(|| self.keep());
         Outcome {
             report,
             stats,
             faults: self.windows.len(),
             keys_without_ttl,
+            kept,
         }
+    }
+
+    /// Copies the workers' histories and the fault windows out of the run's temporary directory (removed when the rig
+    /// is dropped), so that a violation can be read line by line afterwards. Returns where they went.
+    fn keep(&self) -> std::path::PathBuf {
+        let kind = self.kind.replace(':', "-");
+        let kept = std::env::temp_dir().join(format!(
+            "leasehold-torture-{}-{}-{kind}",
+            std::process::id(),
+            self.topology
+        ));
+        let copied = std::fs::create_dir_all(&kept).and_then(|()| {
+            for entry in std::fs::read_dir(self.dir.path())? {
+                let entry = entry?;
+                if entry.file_type()?.is_file() {
+                    std::fs::copy(entry.path(), kept.join(entry.file_name()))?;
+                }
+            }
+            std::fs::write(kept.join("windows.txt"), self.windows())
+        });
+        if let Err(err) = copied {
+            eprintln!(
+                "torture: could not keep the histories in {}: {err}",
+                kept.display()
+            );
+        }
+        kept
     }
 }
 
@@ -722,6 +751,8 @@ pub struct Outcome {
     pub stats: Stats,
     faults: usize,
     keys_without_ttl: Vec<String>,
+    /// Where the histories of a run with violations were kept.
+    pub kept: Option<std::path::PathBuf>,
 }
 
 impl Outcome {

@@ -179,6 +179,12 @@ async fn torture(topologies: &[Topology], kinds: &str, seconds: u64) {
             if verbose || outcome.violations() > 0 {
                 eprintln!("{}", outcome.details());
             }
+            if let Some(kept) = &outcome.kept {
+                eprintln!(
+                    "torture: the workers' histories and the fault windows are kept in {}",
+                    kept.display()
+                );
+            }
             if outcome.violations() > 0 {
                 failed.push(format!("{topology} {kind}"));
             }
