@@ -234,12 +234,29 @@ pub fn check(
         let (b_first, _) = b.held().unwrap_or_default();
         // Everything its holder still took as held when `b` began (told of its loss only later, or still sampling).
         let told_late = |a: &Grant| a.loss().is_some_and(|lost| lost > b_first + LATE_SLACK);
+        // A late loss is excused when the worker was stopped (nothing can tell a paused process), or data loss may
+        // have erased its grant: either way its lease no longer held the lock on the server.
+        let excused = |a: &Grant| {
+            let lost_at = a.loss().unwrap_or_default();
+            let stopped = windows.iter().any(|w| {
+                matches!(w.fault, Fault::Stop | Fault::Kill)
+                    && w.worker == Some(a.worker)
+                    && w.overlaps(b_first, lost_at)
+            });
+            stopped || loses_between(a, b_first)
+        };
+        // What `b` shares the lock with: every grant whose worker still samples it as held, and every grant told of
+        // its loss only later whose lateness is not excused. An excused one occupied nothing on the server, so it
+        // must not count towards the permits `b` could be granted beside (a stopped worker's lapsed permit used to
+        // make the next holders look like one too many, and the innocent late one be blamed).
         let others: Vec<&Grant> = held
             .iter()
             .copied()
             .filter(|a| {
                 let (a_first, a_last) = a.held().unwrap_or_default();
-                a.fence != b.fence && a_first < b_first && (a_last >= b_first || told_late(a))
+                a.fence != b.fence
+                    && a_first < b_first
+                    && (a_last >= b_first || (told_late(a) && !excused(a)))
             })
             .collect();
         if !rule.conflicts(&others, b) {
@@ -247,12 +264,7 @@ pub fn check(
         }
         for a in others.iter().filter(|a| told_late(a)) {
             let lost_at = a.loss().unwrap_or_default();
-            let stopped = windows.iter().any(|w| {
-                matches!(w.fault, Fault::Stop | Fault::Kill)
-                    && w.worker == Some(a.worker)
-                    && w.overlaps(b_first, lost_at)
-            });
-            if !loses_between(a, b_first) && !stopped {
+            if !excused(a) {
                 report.late_losses.push(format!(
                     "fence {} (worker {}) was told of its loss at {lost_at}, after fence {} held from {b_first}",
                     a.fence, a.worker, b.fence
@@ -447,6 +459,30 @@ mod tests {
                 .late_losses
                 .len(),
             0
+        );
+    }
+
+    #[test]
+    fn a_stopped_workers_lapsed_permit_does_not_make_the_others_late() {
+        // Three permits. Worker 3 is stopped past its lease (its permit lapses on the server); worker 0 holds one,
+        // worker 1 another, and worker 2 takes the third at 150; worker 0 is told of a loss (data loss elsewhere, or
+        // its own lease) at 400, after 2 began: that is late only if 2 took a fourth permit, and it did not.
+        let mut stale = grant(3, 5, 0, 50);
+        stale.lost = Some((390 * MS, "Expired".into()));
+        let mut w0 = grant(0, 10, 20, 140);
+        w0.lost = Some((400 * MS, "Gone".into()));
+        let grants = [stale, w0, grant(1, 15, 30, 300), grant(2, 20, 150, 300)];
+        let stop = [window(Fault::Stop, Some(3), 60, 380)];
+        assert_eq!(
+            check(&grants, &stop, TTL, Rule::Permits(3))
+                .late_losses
+                .len(),
+            0
+        );
+        // Without the stop, worker 3's permit counted until it was told: then worker 0 and 3 are both late.
+        assert_eq!(
+            check(&grants, &[], TTL, Rule::Permits(3)).late_losses.len(),
+            2
         );
     }
 
