@@ -299,6 +299,48 @@ pub async fn one_pipeline_per_node_carries_many_slots_and_survives_a_moved_slot(
         "{calls} calls in {pipelines} pipelines: they should carry dozens each"
     );
     assert_all_held(&guards);
+    // Each grant's fence is the one its lock's counter holds on the server: no outcome went to another lock's caller.
+    for (name, guard) in names.iter().zip(&guards) {
+        let counter = get(cluster, &format!("leasehold:{{{name}}}:fence"));
+        assert_eq!(counter, Some(guard.fence().get().to_string()), "{name}");
+    }
+    // Attempts on held locks and free ones, interleaved, in pipelines again: every held one answers busy (the lock
+    // lets no second holder in) and every free one is granted, each to its own caller.
+    let free: Vec<String> = (0..240).map(|i| format!("piped-free-{i}")).collect();
+    let mixed: Vec<_> = names
+        .iter()
+        .zip(&free)
+        .flat_map(|(held, free)| [held, free])
+        .map(|name| locks.mutex(name).ttl(ttl))
+        .collect();
+    let before = locks.cluster_pipelines().unwrap().0;
+    let outcomes = futures_util::future::join_all(mixed.iter().map(|mutex| mutex.try_lock())).await;
+    assert!(
+        locks.cluster_pipelines().unwrap().0 > before,
+        "the attempts were not pipelined"
+    );
+    let mut granted = Vec::new();
+    for (mutex, outcome) in mixed.iter().zip(outcomes) {
+        match outcome {
+            Ok(guard) if mutex.name().starts_with("piped-free-") => granted.push(guard),
+            Ok(guard) => panic!("{} granted twice (fence {})", mutex.name(), guard.fence()),
+            Err(err) if mutex.name().starts_with("piped-free-") => {
+                panic!("{}: {err}", mutex.name())
+            }
+            Err(err) => assert!(err.is_busy(), "{}: {err}", mutex.name()),
+        }
+    }
+    assert_eq!(granted.len(), free.len());
+    for guard in granted {
+        let counter = get(cluster, &format!("leasehold:{{{}}}:fence", guard.name()));
+        assert_eq!(
+            counter,
+            Some(guard.fence().get().to_string()),
+            "{}",
+            guard.name()
+        );
+        guard.release().await.unwrap();
+    }
     // A slot moves to another node: its calls in a pipeline meet a redirection, are sent on their own, and the map
     // of slots is read again; every lease is still renewed.
     let moved = slot_of(&format!("leasehold:{{{}}}", names[0]));
