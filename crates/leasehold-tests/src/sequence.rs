@@ -7,6 +7,30 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::time::Instant;
 
+/// The table of such a binary's tests, for [`run_in_sequence`]: `module::name` entries (or bare `name`s), each named
+/// as libtest would name it.
+#[macro_export]
+macro_rules! sequence_tests {
+    ($($module:ident :: $name:ident),* $(,)?) => {
+        &[$((concat!(stringify!($module), "::", stringify!($name)), |t| Box::pin($module::$name(t)))),*]
+    };
+    ($($name:ident),* $(,)?) => {
+        &[$((stringify!($name), |t| Box::pin($name(t)))),*]
+    };
+}
+
+/// Prints what leasehold traces on stderr when `LEASEHOLD_TEST_TRACE` names a level (`debug` when it names none):
+/// the first line of a sequence binary's `main`.
+pub fn trace_from_env() {
+    if let Ok(level) = std::env::var("LEASEHOLD_TEST_TRACE") {
+        let level = level.parse().unwrap_or(tracing::Level::DEBUG);
+        tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .init();
+    }
+}
+
 /// One test of such a binary: it borrows the shared topology for its run.
 pub type SharedTest<T> = fn(&mut T) -> Pin<Box<dyn Future<Output = ()> + '_>>;
 

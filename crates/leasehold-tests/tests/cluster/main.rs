@@ -17,13 +17,7 @@ use leasehold_tests::RedisCluster;
 
 type TestFn = leasehold_tests::sequence::SharedTest<RedisCluster>;
 
-macro_rules! tests {
-    ($($module:ident :: $name:ident),* $(,)?) => {
-        &[$((concat!(stringify!($module), "::", stringify!($name)), |c| Box::pin($module::$name(c)))),*]
-    };
-}
-
-const TESTS: &[(&str, TestFn)] = tests![
+const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     kinds::every_kind_locks_and_waits_on_the_cluster,
     kinds::a_release_hands_the_lock_to_a_waiter_on_its_sharded_channel,
     kinds::a_fair_release_hands_over_on_the_sharded_channel,
@@ -43,13 +37,7 @@ const TESTS: &[(&str, TestFn)] = tests![
 
 fn main() {
     // `LEASEHOLD_TEST_TRACE=debug` prints what leasehold traces.
-    if let Ok(level) = std::env::var("LEASEHOLD_TEST_TRACE") {
-        let level = level.parse().unwrap_or(tracing::Level::DEBUG);
-        tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .init();
-    }
+    leasehold_tests::sequence::trace_from_env();
     // Whatever a failed test left broken, the next one gets a whole cluster.
     leasehold_tests::sequence::run_in_sequence("cluster", TESTS, RedisCluster::start, heal);
 }

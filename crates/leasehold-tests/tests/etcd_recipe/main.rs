@@ -15,13 +15,7 @@ use leasehold_tests::EtcdServer;
 
 type TestFn = leasehold_tests::sequence::SharedTest<EtcdServer>;
 
-macro_rules! tests {
-    ($($module:ident :: $name:ident),* $(,)?) => {
-        &[$((concat!(stringify!($module), "::", stringify!($name)), |e| Box::pin($module::$name(e)))),*]
-    };
-}
-
-const TESTS: &[(&str, TestFn)] = tests![
+const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     kinds::two_clients_exclude_each_other,
     kinds::three_waiters_are_granted_in_fifo_order,
     kinds::readers_share_and_a_writer_excludes,
@@ -37,13 +31,7 @@ const TESTS: &[(&str, TestFn)] = tests![
 ];
 
 fn main() {
-    if let Ok(level) = std::env::var("LEASEHOLD_TEST_TRACE") {
-        let level = level.parse().unwrap_or(tracing::Level::DEBUG);
-        tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .init();
-    }
+    leasehold_tests::sequence::trace_from_env();
     // Every test uses its own lock paths and leaves its sessions closed or dropped: nothing to heal.
     leasehold_tests::sequence::run_in_sequence("etcd member", TESTS, EtcdServer::start, |_| {});
 }

@@ -14,13 +14,7 @@ use tokio::task::JoinHandle;
 
 type TestFn = leasehold_tests::sequence::SharedTest<SentinelSet>;
 
-macro_rules! tests {
-    ($($name:ident),* $(,)?) => {
-        &[$((stringify!($name), |s| Box::pin($name(s)))),*]
-    };
-}
-
-const TESTS: &[(&str, TestFn)] = tests![
+const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     every_kind_locks_and_waits_through_the_sentinels,
     a_forced_failover_moves_holder_and_waiter_to_the_new_primary,
     in_a_split_brain_wait_refuses_the_grant_of_the_old_primary,
@@ -28,13 +22,7 @@ const TESTS: &[(&str, TestFn)] = tests![
 ];
 
 fn main() {
-    if let Ok(level) = std::env::var("LEASEHOLD_TEST_TRACE") {
-        let level = level.parse().unwrap_or(tracing::Level::DEBUG);
-        tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .init();
-    }
+    leasehold_tests::sequence::trace_from_env();
     // A failed test leaves whatever it broke: the later ones are written to cope with the primary they find.
     leasehold_tests::sequence::run_in_sequence("sentinel set", TESTS, SentinelSet::start, |_| {});
 }
