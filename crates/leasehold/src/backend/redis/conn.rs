@@ -306,15 +306,14 @@ impl Conn {
         calls: &[(u16, ScriptCall)],
         group: &[usize],
     ) -> Vec<Sent<T>> {
-        let (first, alone) = match group {
+        let first = match group {
             [] => return Vec::new(),
-            [only] => (*only, true),
-            [first, ..] => (*first, false),
+            [only] => {
+                owners.alone.fetch_add(1, Ordering::Relaxed);
+                return vec![self.invoke_acked(&calls[*only].1, None).await];
+            }
+            [first, ..] => *first,
         };
-        if alone {
-            owners.alone.fetch_add(1, Ordering::Relaxed);
-            return vec![self.invoke_acked(&calls[first].1, None).await];
-        }
         let mut pipeline = redis::pipe();
         for &i in group {
             pipeline.add_command(calls[i].1.cmd().clone());
