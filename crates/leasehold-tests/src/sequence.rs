@@ -42,25 +42,66 @@ pub fn run_in_sequence<T>(
     what: &str,
     tests: &[(&str, SharedTest<T>)],
     start: impl FnOnce() -> T,
-    mut heal: impl FnMut(&mut T),
+    heal: impl FnMut(&mut T),
 ) {
+    let failed = run_tests(what, "", tests, start, heal);
+    if !failed.is_empty() {
+        println!("\nfailures: {failed:?}");
+        std::process::exit(101);
+    }
+}
+
+/// A topology of [`run_on_each`]: its name, and how to start it.
+pub type Topology<T> = (&'static str, fn() -> T);
+
+/// Runs the same `tests` on each of `topologies` in turn (each started when its turn comes and dropped after its
+/// tests), as [`run_in_sequence`] runs them on one: a test is named `<topology>::<test>`, and the command line's words
+/// filter on that name. Exits with status 101 when a test failed on any of them.
+pub fn run_on_each<T>(
+    topologies: &[Topology<T>],
+    tests: &[(&str, SharedTest<T>)],
+    heal: impl FnMut(&mut T) + Clone,
+) {
+    let mut failed = Vec::new();
+    for (what, start) in topologies {
+        failed.extend(run_tests(what, what, tests, start, heal.clone()));
+    }
+    if !failed.is_empty() {
+        println!("\nfailures: {failed:?}");
+        std::process::exit(101);
+    }
+}
+
+/// The loop of both: returns the names of the failed tests.
+fn run_tests<T>(
+    what: &str,
+    prefix: &str,
+    tests: &[(&str, SharedTest<T>)],
+    start: impl FnOnce() -> T,
+    mut heal: impl FnMut(&mut T),
+) -> Vec<String> {
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
+    let named = |name: &str| match prefix {
+        "" => name.to_owned(),
+        prefix => format!("{prefix}::{name}"),
+    };
     let chosen: Vec<_> = tests
         .iter()
+        .map(|(name, test)| (named(name), test))
         .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
         .collect();
     if std::env::args().any(|a| a == "--list") {
         for (name, _) in &chosen {
             println!("{name}: test");
         }
-        return;
+        return Vec::new();
     }
     println!("\nrunning {} tests (one {what}, in sequence)", chosen.len());
     if chosen.is_empty() {
-        return;
+        return Vec::new();
     }
     let started = Instant::now();
     let mut topology = start();
@@ -81,7 +122,7 @@ pub fn run_in_sequence<T>(
             Ok(()) => println!("test {name} ... ok ({:.1?})", began.elapsed()),
             Err(_) => {
                 println!("test {name} ... FAILED ({:.1?})", began.elapsed());
-                failed.push(*name);
+                failed.push(name);
                 heal(&mut topology);
             }
         }
@@ -89,8 +130,6 @@ pub fn run_in_sequence<T>(
     drop(topology);
     if failed.is_empty() {
         println!("\ntest result: ok. ({:.1?})", started.elapsed());
-    } else {
-        println!("\nfailures: {failed:?}");
-        std::process::exit(101);
     }
+    failed
 }

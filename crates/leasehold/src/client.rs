@@ -47,7 +47,17 @@ pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) store: Store,
+}
+
+/// The store a client talks to: the one place the kinds choose a backend (static dispatch, no boxing).
+#[derive(Clone)]
+pub(crate) enum Store {
+    /// One Redis server, a Redis Cluster, or the primary the sentinels name.
+    Redis(Arc<Inner>),
+    /// An etcd cluster.
+    #[cfg(feature = "etcd")]
+    Etcd(Arc<crate::backend::etcd::store::EtcdStore>),
 }
 
 pub(crate) struct Inner {
@@ -154,8 +164,9 @@ impl Drop for Inner {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("prefix", &self.inner.prefix)
-            .field("kept_leases", &self.inner.keeper.len())
+            .field("store", &self.store_name())
+            .field("prefix", &self.prefix())
+            .field("kept_leases", &self.kept_leases())
             .finish_non_exhaustive()
     }
 }
@@ -206,6 +217,26 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] for a malformed URL.
     pub fn builder(url: &str) -> Result<Builder, Error> {
+        if url.starts_with("etcds://") {
+            return Err(InvalidArgument::BadUrl(
+                "etcds:// (etcd over TLS) is not supported yet: use etcd:// on a trusted network"
+                    .to_owned(),
+            )
+            .into());
+        }
+        if url.starts_with("etcd://") {
+            #[cfg(feature = "etcd")]
+            {
+                crate::backend::etcd::endpoints::parse_url(url)
+                    .map_err(|e| InvalidArgument::BadUrl(e.to_string()))?;
+                return Ok(Builder::to(Where::Etcd(url.to_owned())));
+            }
+            #[cfg(not(feature = "etcd"))]
+            return Err(InvalidArgument::BadUrl(
+                "etcd:// URLs need leasehold's `etcd` feature".to_owned(),
+            )
+            .into());
+        }
         Ok(Builder::with_target(Endpoint::parse(url)?))
     }
 
@@ -229,7 +260,51 @@ impl Client {
 
     /// Whether this client talks to a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        self.inner.target.is_cluster()
+        match &self.store {
+            Store::Redis(inner) => inner.target.is_cluster(),
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => false,
+        }
+    }
+
+    /// Which store the client talks to: `"redis"` (one server, a Cluster or Sentinel's primary) or `"etcd"`.
+    pub fn store_name(&self) -> &'static str {
+        match &self.store {
+            Store::Redis(_) => "redis",
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => "etcd",
+        }
+    }
+
+    /// The Redis side of the client; an error on another store (never reached: the kinds pick the store first).
+    pub(crate) fn redis(&self) -> Result<&Arc<Inner>, Error> {
+        match &self.store {
+            Store::Redis(inner) => Ok(inner),
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => Err(Error::Unsupported {
+                detail: "a Redis operation on a client of another store".to_owned(),
+            }),
+        }
+    }
+
+    /// The Redis side of the client for `what`, an operation on lock `name` that only Redis offers: on another store,
+    /// [`Error::Unsupported`] saying so.
+    pub(crate) fn redis_for(&self, what: &str, name: &str) -> Result<&Arc<Inner>, Error> {
+        self.redis().map_err(|_| Error::Unsupported {
+            detail: format!(
+                "lock {name:?}: {what} is not available on {}",
+                self.store_name()
+            ),
+        })
+    }
+
+    /// The etcd side of the client, when it talks to etcd.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn etcd(&self) -> Option<&Arc<crate::backend::etcd::store::EtcdStore>> {
+        match &self.store {
+            Store::Etcd(etcd) => Some(etcd),
+            Store::Redis(_) => None,
+        }
     }
 
     /// A handle for the non-reentrant mutex called `name`. Creating it does no I/O; the name is checked by the
@@ -273,13 +348,18 @@ impl Client {
     pub async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
         require_runtime()?;
         let keys = self.keys(name)?;
+        #[cfg(feature = "etcd")]
+        if let Some(etcd) = self.etcd() {
+            return etcd.inspect(keys.name()).await;
+        }
+        let inner = self.redis()?;
         let mut invocation = INSPECT.key(&keys.lock);
         invocation.key(keys.fence()).key(keys.waiters());
         let read: redis::RedisResult<Vec<redis::Value>> =
-            self.inner.conn.invoke_idempotent(&invocation).await;
+            inner.conn.invoke_idempotent(&invocation).await;
         let read = match read {
             Ok(read) => read,
-            Err(err) => return Err(script_error(&self.inner.conn, &keys.lock, err).await),
+            Err(err) => return Err(script_error(&inner.conn, &keys.lock, err).await),
         };
         let text = |v: &redis::Value| {
             redis::from_redis_value::<Option<String>>(v.clone())
@@ -365,11 +445,16 @@ impl Client {
     /// Cancel safe: it only reads.
     pub async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
         require_runtime()?;
-        let prefix = &self.inner.prefix;
+        #[cfg(feature = "etcd")]
+        if let Some(etcd) = self.etcd() {
+            return etcd.held_locks(pattern).await;
+        }
+        let inner = self.redis()?;
+        let prefix = &inner.prefix;
         let glob = format!("{}:{{{pattern}}}", escape_glob(prefix));
         let head = prefix.len() + 2;
         let mut names = Vec::new();
-        for keys in scan_all(&self.inner.conn, &glob).await? {
+        for keys in scan_all(&inner.conn, &glob).await? {
             names.extend(
                 keys.into_iter()
                     .filter(|key| key.len() > head && key.ends_with('}'))
@@ -412,19 +497,24 @@ impl Client {
     pub async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
         require_runtime()?;
         let keys = self.keys(name)?;
-        let wakeups = &self.inner.wakeups;
+        #[cfg(feature = "etcd")]
+        if let Some(etcd) = self.etcd() {
+            return etcd.force_release(keys.name()).await;
+        }
+        let inner = self.redis()?;
+        let wakeups = &inner.wakeups;
         let removed: redis::RedisResult<Option<String>> = FORCE_RELEASE
             .key(&keys.lock)
             .key(keys.queue())
             .key(keys.waiters())
             .key(keys.fence())
             .arg(wakeups.channel_prefix())
-            .arg(crate::engine::ttl::millis(self.inner.fence_retention))
-            .invoke_async(&mut self.inner.conn.clone())
+            .arg(crate::engine::ttl::millis(inner.fence_retention))
+            .invoke_async(&mut inner.conn.clone())
             .await;
         let removed = match removed {
             Ok(removed) => removed,
-            Err(err) => return Err(script_error(&self.inner.conn, &keys.lock, err).await),
+            Err(err) => return Err(script_error(&inner.conn, &keys.lock, err).await),
         };
         match removed {
             Some(token) if !token.starts_with(TOKEN_PREFIX) => Err(foreign(&keys.lock, &token)),
@@ -444,41 +534,57 @@ impl Client {
     ///
     /// Cancel safe: it only waits.
     pub async fn flush_releases(&self, timeout: Duration) -> bool {
-        tokio::time::timeout(timeout, self.inner.orphans.settle())
-            .await
-            .is_ok()
+        match &self.store {
+            Store::Redis(inner) => tokio::time::timeout(timeout, inner.orphans.settle())
+                .await
+                .is_ok(),
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => tokio::time::timeout(timeout, etcd.settle()).await.is_ok(),
+        }
     }
 
     /// What the client found, when it connected, that weakens the [safety contract](crate#safety-contract) on this
     /// server (each is also logged with `tracing::warn!`): today, a `maxmemory-policy` that may evict a held lock.
     /// Empty when all is well, or when the server would not say (an ACL user without `INFO`).
     pub fn server_warnings(&self) -> &[ServerWarning] {
-        &self.inner.warnings
+        match &self.store {
+            Store::Redis(inner) => &inner.warnings,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => &[],
+        }
     }
 
-    /// The key prefix of this client's locks.
+    /// The key prefix of this client's locks (on etcd, lock `N` lives under `PREFIX/N/`).
     pub fn prefix(&self) -> &str {
-        &self.inner.prefix
+        match &self.store {
+            Store::Redis(inner) => &inner.prefix,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => &etcd.prefix,
+        }
     }
 
     pub(crate) fn keys(&self, name: &str) -> Result<Arc<LockKeys>, Error> {
-        Ok(LockKeys::new(&self.inner.prefix, name)?)
+        Ok(LockKeys::new(self.prefix(), name)?)
     }
 
     /// On a Redis Cluster, the per-node pipelines this client has sent for coalesced and renewal calls, the script
     /// calls they carried, and the calls of those kinds sent alone (`None` elsewhere).
     #[doc(hidden)]
     pub fn cluster_pipelines(&self) -> Option<(u64, u64, u64)> {
-        match &self.inner.conn {
+        match &self.redis().ok()?.conn {
             Conn::Cluster(_, _, owners) => Some(owners.pipelines()),
             _ => None,
         }
     }
 
-    /// Leases the keeper renews right now.
+    /// Leases the keeper renews right now (on etcd, the grants that follow the session).
     #[doc(hidden)]
     pub fn kept_leases(&self) -> usize {
-        self.inner.keeper.len()
+        match &self.store {
+            Store::Redis(inner) => inner.keeper.len(),
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => etcd.kept_leases(),
+        }
     }
 }
 
@@ -563,7 +669,7 @@ pub enum HoldMode {
 
 impl HoldMode {
     /// The mode of a hold as stored: a mutex's bare token, or `"<tag> <token>"` (see `scripts/set.lua`).
-    fn of(hold: &str) -> HoldMode {
+    pub(crate) fn of(hold: &str) -> HoldMode {
         match hold.split_once(' ').map(|(tag, _)| tag) {
             Some("r") => HoldMode::Read,
             Some("w") => HoldMode::Write,
@@ -576,7 +682,7 @@ impl HoldMode {
         }
     }
 
-    fn kind(self) -> LockKind {
+    pub(crate) fn kind(self) -> LockKind {
         match self {
             HoldMode::Exclusive => LockKind::Fair,
             HoldMode::Read | HoldMode::Write => LockKind::ReadWrite,
@@ -635,7 +741,9 @@ pub struct Holder {
 /// ```
 #[must_use = "a builder does nothing until `connect` is called"]
 pub struct Builder {
-    target: Endpoint,
+    target: Where,
+    /// The etcd session's TTL, when set ([`Builder::session_ttl`]).
+    session_ttl: Option<Duration>,
     conn: Option<Conn>,
     prefix: String,
     connection_timeout: Duration,
@@ -653,7 +761,10 @@ impl fmt::Debug for Builder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("prefix", &self.prefix)
-            .field("cluster", &matches!(self.target, Endpoint::Cluster(_)))
+            .field(
+                "cluster",
+                &matches!(self.target, Where::Redis(Endpoint::Cluster(_))),
+            )
             .field("connection_timeout", &self.connection_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("fence_retention", &self.fence_retention)
@@ -671,8 +782,13 @@ impl Builder {
     }
 
     fn with_target(target: Endpoint) -> Builder {
+        Builder::to(Where::Redis(target))
+    }
+
+    fn to(target: Where) -> Builder {
         Builder {
             target,
+            session_ttl: None,
             conn: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
@@ -714,7 +830,16 @@ impl Builder {
         self
     }
 
-    /// The namespace of every key and channel: a lock `N` lives at `PREFIX:{N}`. Non-empty, at most 64 bytes, no
+    /// The length of the etcd session's lease, which every grant of the client lives under: whole seconds, at least
+    /// 2 s (etcd's shortest lease), 10 s by default. A crashed holder's locks are free this long after its last
+    /// keep-alive; the client sends one every third of it. For `etcd://` URLs only (on Redis each lock handle has its
+    /// own lease: [`Mutex::ttl`]); checked by [`connect`](Builder::connect).
+    pub fn session_ttl(mut self, ttl: Duration) -> Builder {
+        self.session_ttl = Some(ttl);
+        self
+    }
+
+    /// The namespace of every key and channel: a lock `N` lives at `PREFIX:{N}` on Redis, under `PREFIX/N/` on etcd. Non-empty, at most 64 bytes, no
     /// braces. Defaults to `leasehold`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Builder {
         self.prefix = prefix.into();
@@ -832,6 +957,61 @@ impl Builder {
         check_prefix(&self.prefix)?;
         check_timeout("connection timeout", self.connection_timeout)?;
         check_timeout("response timeout", self.response_timeout)?;
+        // Without the `etcd` feature the match has one arm.
+        #[allow(clippy::infallible_destructuring_match)]
+        let target = match self.target {
+            Where::Redis(endpoint) => endpoint,
+            #[cfg(feature = "etcd")]
+            Where::Etcd(ref url) => {
+                #[cfg(feature = "tls")]
+                let tls = self.tls.ca.is_some() || self.tls.identity.is_some();
+                #[cfg(not(feature = "tls"))]
+                let tls = false;
+                let redis_only = [
+                    (self.conn.is_some(), "a connection of its own"),
+                    (
+                        self.replicas != 0 || self.on_disk,
+                        "replica acknowledgements",
+                    ),
+                    (self.sentinel_auth.is_some(), "sentinel credentials"),
+                    (tls, "TLS material (etcds:// is not supported yet)"),
+                ];
+                if let Some((_, what)) = redis_only.iter().find(|(set, _)| *set) {
+                    return Err(InvalidArgument::BadUrl(format!(
+                        "{what} was given for an etcd:// URL: it is a Redis setting"
+                    ))
+                    .into());
+                }
+                let mut options = crate::backend::etcd::SessionOptions::default();
+                if let Some(ttl) = self.session_ttl {
+                    options = options.ttl(ttl);
+                }
+                if options.ttl < crate::backend::etcd::MIN_TTL
+                    || options.ttl.subsec_nanos() != 0
+                    || options.ttl > crate::engine::ttl::MAX_TTL
+                {
+                    return Err(InvalidArgument::BadDuration {
+                        what: "session TTL",
+                        value: options.ttl,
+                        why: "must be whole seconds, at least 2s (etcd's shortest lease)",
+                    }
+                    .into());
+                }
+                let store =
+                    crate::backend::etcd::store::EtcdStore::connect(url, self.prefix, options)
+                        .await?;
+                return Ok(Client {
+                    store: Store::Etcd(Arc::new(store)),
+                });
+            }
+        };
+        if self.session_ttl.is_some() {
+            return Err(InvalidArgument::BadUrl(
+                "a session TTL was given for a Redis URL: it is an etcd setting (on Redis each lock has its own lease)"
+                    .to_owned(),
+            )
+            .into());
+        }
         if self.fence_retention < Duration::from_secs(1) {
             return Err(InvalidArgument::BadDuration {
                 what: "fence retention",
@@ -840,7 +1020,7 @@ impl Builder {
             }
             .into());
         }
-        if self.sentinel_auth.is_some() && !matches!(self.target, Endpoint::Sentinel(_)) {
+        if self.sentinel_auth.is_some() && !matches!(target, Endpoint::Sentinel(_)) {
             return Err(InvalidArgument::BadUrl(
                 "sentinel credentials were given for a URL that is not redis+sentinel://"
                     .to_owned(),
@@ -868,7 +1048,7 @@ impl Builder {
         };
         #[cfg(feature = "tls")]
         crate::backend::redis::tls::ensure_crypto_provider();
-        let endpoint = match self.target {
+        let endpoint = match target {
             #[cfg(feature = "tls")]
             Endpoint::Single(redis) => {
                 Endpoint::Single(crate::backend::redis::tls::apply(redis, &self.tls)?)
@@ -1022,8 +1202,19 @@ impl Builder {
             orphans,
             warnings,
         });
-        Ok(Client { inner })
+        Ok(Client {
+            store: Store::Redis(inner),
+        })
     }
+}
+
+/// What a [`Builder`] connects to. Built once per client: the size of the Redis variant does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Where {
+    Redis(Endpoint),
+    /// An etcd cluster: the `etcd://host:port[,host:port…]` URL.
+    #[cfg(feature = "etcd")]
+    Etcd(String),
 }
 
 fn check_timeout(what: &'static str, value: Duration) -> Result<(), InvalidArgument> {

@@ -153,6 +153,17 @@ pub enum Error {
     /// Redis could not be reached, timed out, or answered with an error.
     Redis(redis::RedisError),
 
+    /// A coordination store other than Redis (etcd, with the `etcd` feature) could not be reached within the
+    /// per-call deadline on any member, refused a request, or lost the session the client's grants lived in.
+    Store {
+        /// Which store: `"etcd"`.
+        store: &'static str,
+        /// The URL the client was connected with.
+        url: String,
+        /// What the store's client reported.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
     /// The client talks to one server, and that server answered a lock's request with a Redis Cluster redirection
     /// (`MOVED` or `ASK`): it is a Redis Cluster node. [`Client::connect`](crate::Client::connect) recognises a
     /// cluster node behind a `redis://` URL and uses the cluster client instead; this error is left for a server
@@ -192,6 +203,15 @@ impl Error {
     /// True for [`Error::Redis`] and [`Error::Connect`]: a connection, timeout or server error.
     pub fn is_redis(&self) -> bool {
         matches!(self, Error::Redis(_) | Error::Connect { .. })
+    }
+
+    /// True for [`Error::Redis`], [`Error::Connect`] and [`Error::Store`]: the store (whichever it is) could not be
+    /// reached, timed out, or failed a request.
+    pub fn is_store(&self) -> bool {
+        matches!(
+            self,
+            Error::Redis(_) | Error::Connect { .. } | Error::Store { .. }
+        )
     }
 
     /// True for [`Error::NotPermitted`]: the Redis user lacks an ACL permission leasehold needs.
@@ -278,6 +298,7 @@ impl fmt::Display for Error {
                 }
             }
             Error::Redis(_) => f.write_str("Redis request failed"),
+            Error::Store { store, url, .. } => write!(f, "{store} at {url} failed"),
             Error::ClusterNode { url, answer } => write!(
                 f,
                 "this is a Redis Cluster node: use {url} (it answered a lock's request with {answer:?})"
@@ -297,6 +318,7 @@ impl std::error::Error for Error {
             Error::Connect { source, .. }
             | Error::NotPermitted { source, .. }
             | Error::Redis(source) => Some(cause_of(source)),
+            Error::Store { source, .. } => Some(source.as_ref()),
             _ => None,
         }
     }

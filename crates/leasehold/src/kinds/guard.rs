@@ -43,6 +43,9 @@ pub struct Guard {
     /// For a grant a wait took through an attempt's reply: the token's route, kept until the grant ends so that a
     /// hand-off message still on its way is not mistaken for a grant nobody wants (see `wake.rs`).
     route: Option<u128>,
+    /// For a grant on etcd: its key and session, which release it.
+    #[cfg(feature = "etcd")]
+    etcd: Option<crate::backend::etcd::store::EtcdHold>,
 }
 
 impl Guard {
@@ -58,7 +61,31 @@ impl Guard {
             kept,
             settled: false,
             route,
+            #[cfg(feature = "etcd")]
+            etcd: None,
         }
+    }
+
+    /// The guard of a grant on etcd: its lease follows the session, which keeps it (no keeper entry).
+    #[cfg(feature = "etcd")]
+    pub(crate) fn etcd(
+        client: Client,
+        lease: Lease,
+        hold: crate::backend::etcd::store::EtcdHold,
+    ) -> Guard {
+        Guard {
+            lease,
+            client,
+            kept: None,
+            settled: false,
+            route: None,
+            etcd: Some(hold),
+        }
+    }
+
+    /// The client the grant was made through.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
     }
 
     /// A cloneable view of the lease, to hand to tasks that need the fence or the loss signal.
@@ -118,7 +145,23 @@ impl Guard {
         // Ended here, before anything is sent: the script frees the key and wakes the next owner as it runs.
         let earlier_loss = self.lease.loss();
         shared.end(LossReason::Released);
-        let inner = &self.client.inner;
+        let name = || shared.keys.name().to_owned();
+        #[cfg(feature = "etcd")]
+        if let Some(hold) = &self.etcd {
+            // Kept in the guard until answered: a dropped call leaves the release to the drop.
+            let ours = hold.release().await?;
+            self.settled = true;
+            crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&shared.token), debug, lock = %shared.keys.name(), hold = %crate::engine::trace::words(&shared.token), fence = shared.fence.get(), ?earlier_loss, still_ours = ours, "released");
+            return match (earlier_loss, ours) {
+                (Some(reason), _) => Err(Error::LeaseLost {
+                    name: name(),
+                    reason,
+                }),
+                (None, true) => Ok(()),
+                (None, false) => Err(Error::NotOwner { name: name() }),
+            };
+        }
+        let inner = self.client.redis()?;
         let item = ReleaseItem {
             keys: Arc::clone(&shared.keys),
             token: shared.token.clone(),
@@ -127,7 +170,6 @@ impl Guard {
         let reply = batch::run(inner, item).await;
         // From here on, the drop has nothing left to do (on an error it retries in the background).
         self.settled = reply.is_ok();
-        let name = || shared.keys.name().to_owned();
         let code = match reply {
             Ok(-2) => {
                 return Err(not_a_lock(
@@ -189,11 +231,20 @@ impl Guard {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
+        #[cfg(feature = "etcd")]
+        if self.etcd.is_some() {
+            return Err(Error::Unsupported {
+                detail: format!(
+                    "extending lock {:?}: on etcd a grant lives as long as the client's session (Builder::session_ttl), kept alive by the client",
+                    self.lease.name()
+                ),
+            });
+        }
         let request = self.lease.begin_extension(ttl)?;
         let shared = &self.lease.shared;
         let mut invocation = RENEW.key(&shared.keys.lock);
         invocation.arg(&shared.token).arg(millis(ttl));
-        let inner = &self.client.inner;
+        let inner = self.client.redis()?;
         let (reply, _, acked) = inner
             .conn
             .invoke_acked::<Vec<i64>>(&invocation, inner.replicas)
@@ -265,11 +316,14 @@ impl Guard {
     }
 
     fn forget(&mut self) {
+        let Ok(inner) = self.client.redis() else {
+            return;
+        };
         if let Some(id) = self.kept.take() {
-            self.client.inner.keeper.forget(id);
+            inner.keeper.forget(id);
         }
         if let Some(route) = self.route.take() {
-            self.client.inner.wakeups.untake(route);
+            inner.wakeups.untake(route);
         }
     }
 }
@@ -301,9 +355,17 @@ impl Drop for Guard {
         let shared = &self.lease.shared;
         // Ended before the release is even scheduled, as in `release`.
         shared.end(LossReason::Released);
-        if !self.settled {
+        if self.settled {
+            return;
+        }
+        #[cfg(feature = "etcd")]
+        if let Some(hold) = self.etcd.take() {
+            hold.release_in_background();
+            return;
+        }
+        if let Ok(inner) = self.client.redis() {
             release_in_background(
-                Arc::clone(&self.client.inner),
+                Arc::clone(inner),
                 Arc::clone(&shared.keys),
                 shared.token.clone(),
                 shared.ttl,

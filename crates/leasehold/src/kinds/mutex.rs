@@ -114,7 +114,7 @@ enum Attempt {
 
 impl Mutex {
     pub(crate) fn new(client: Client, name: &str) -> Mutex {
-        let keys = LockKeys::new(&client.inner.prefix, name);
+        let keys = LockKeys::new(client.prefix(), name);
         Mutex {
             client,
             keys,
@@ -194,6 +194,12 @@ impl Mutex {
     /// background (or lapses after one lease without a runtime).
     pub async fn try_lock(&self) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
+        #[cfg(feature = "etcd")]
+        if let Some(etcd) = self.client.etcd() {
+            return self
+                .on_etcd(etcd, keys, crate::backend::etcd::store::Wait::Try)
+                .await;
+        }
         let started = Instant::now();
         match self.attempt(&keys, Wait::No, None, None).await? {
             Attempt::Granted(guard) => {
@@ -399,17 +405,50 @@ impl Mutex {
         result
     }
 
+    /// An acquisition on etcd: an exclusive waiter key whose value is the token.
+    #[cfg(feature = "etcd")]
+    async fn on_etcd(
+        &self,
+        etcd: &crate::backend::etcd::store::EtcdStore,
+        keys: Arc<LockKeys>,
+        wait: crate::backend::etcd::store::Wait,
+    ) -> Result<MutexGuard, Error> {
+        if self.renewal == Renewal::Off {
+            return Err(crate::backend::etcd::store::no_fixed_lease(keys.name()));
+        }
+        let token = new_token(self.description.as_deref())?;
+        etcd.acquire(
+            &self.client,
+            keys,
+            crate::backend::etcd::Kind::Exclusive,
+            token,
+            wait,
+            self.fail_fast,
+        )
+        .await
+    }
+
     async fn acquire_in_span(
         &self,
         keys: Arc<LockKeys>,
         deadline: Option<Instant>,
     ) -> Result<MutexGuard, Error> {
+        #[cfg(feature = "etcd")]
+        if let Some(etcd) = self.client.etcd() {
+            return self
+                .on_etcd(
+                    etcd,
+                    keys,
+                    crate::backend::etcd::store::Wait::Until(deadline),
+                )
+                .await;
+        }
         let started = Instant::now();
         let timed_out = || Error::Timeout {
             name: keys.name().to_owned(),
             waited: started.elapsed(),
         };
-        let wakeups = &self.client.inner.wakeups;
+        let wakeups = &self.client.redis()?.wakeups;
         let epoch = wakeups.epoch();
         let mut outage = Outage::default();
         // Every token this wait sends may be stored for a hand-off: registered before it leaves.
@@ -579,7 +618,7 @@ impl Mutex {
         prev: Option<&str>,
         expecting: Option<&mut Expecting>,
     ) -> Result<Attempt, Error> {
-        let inner = &self.client.inner;
+        let inner = self.client.redis()?;
         let token = new_token(self.description.as_deref())?;
         // On the lease clock (see clock.rs), read before the request leaves.
         let sent = crate::engine::clock::now();
@@ -726,7 +765,6 @@ pub(crate) fn new_guard(
     expiry: Expiry,
     route: Option<u128>,
 ) -> MutexGuard {
-    let inner = &client.inner;
     let (ttl, renew_every) = lease;
     let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
     crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&hold), debug, lock = %keys.name(), hold = %crate::engine::trace::words(&hold), fence = fence.get(), ttl = ?ttl, handed = expiry.handed, "granted");
@@ -738,16 +776,20 @@ pub(crate) fn new_guard(
     } = expiry;
     let lease = LeaseShared::new(Arc::clone(keys), hold, fence, ttl, sent, left, run);
     let keeper = |every, once| {
+        // Every grant that comes here is a Redis grant (etcd's leases follow their session).
+        let inner = client.redis().ok()?;
         let weak = Arc::downgrade(inner);
         let renews: std::sync::Weak<dyn crate::engine::keeper::Renews> = weak;
-        inner
-            .keeper
-            .watch(renews, Arc::clone(&lease), sent, every, once)
+        Some(
+            inner
+                .keeper
+                .watch(renews, Arc::clone(&lease), sent, every, once),
+        )
     };
     let kept = match renew_every {
-        Some(every) => Some(keeper(every, false)),
+        Some(every) => keeper(every, false),
         // A fixed lease handed over with a shorter claim: extended once to its whole lease, at once.
-        None if handed && left < ttl => Some(keeper(ttl / 3, true)),
+        None if handed && left < ttl => keeper(ttl / 3, true),
         None => None,
     };
     MutexGuard::new(client.clone(), Lease { shared: lease }, kept, route)
@@ -790,7 +832,11 @@ pub(crate) fn take_hand_off(
 ) -> Result<MutexGuard, String> {
     // A grant whose replication nobody confirmed (the release that handed it did not wait for replicas) is confirmed
     // by an attempt first, when the client requires acknowledgements: that attempt's call waits for them.
-    if client.inner.replicas.is_some() || !hand_off_usable(&handed, sent) {
+    if client
+        .redis()
+        .map_or(true, |inner| inner.replicas.is_some())
+        || !hand_off_usable(&handed, sent)
+    {
         return Err(handed.token);
     }
     let route = expecting.handed_over(&handed.token);

@@ -65,7 +65,7 @@ enum Attempt {
 
 impl Queued {
     pub(crate) fn new(client: Client, name: &str) -> Queued {
-        let keys = LockKeys::new(&client.inner.prefix, name);
+        let keys = LockKeys::new(client.prefix(), name);
         Queued {
             client,
             keys,
@@ -124,6 +124,12 @@ impl Queued {
     /// One try: granted only when the lock admits `ask` and nobody live waits.
     pub(crate) async fn try_acquire(&self, ask: &Ask) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
+        #[cfg(feature = "etcd")]
+        if let Some(etcd) = self.client.etcd() {
+            return self
+                .on_etcd(etcd, keys, ask, crate::backend::etcd::store::Wait::Try)
+                .await;
+        }
         match self.attempt(&keys, ask, Mode::Try, None, "", None).await? {
             Attempt::Granted(guard) => Ok(guard),
             Attempt::Busy(remaining) => Err(Error::Busy {
@@ -154,14 +160,43 @@ impl Queued {
         result
     }
 
+    /// An acquisition on etcd: a waiter key of the kind `ask` maps to, whose value is the hold.
+    #[cfg(feature = "etcd")]
+    async fn on_etcd(
+        &self,
+        etcd: &crate::backend::etcd::store::EtcdStore,
+        keys: Arc<LockKeys>,
+        ask: &Ask,
+        wait: crate::backend::etcd::store::Wait,
+    ) -> Result<MutexGuard, Error> {
+        if self.renewal == Renewal::Off {
+            return Err(crate::backend::etcd::store::no_fixed_lease(keys.name()));
+        }
+        let kind = crate::backend::etcd::store::kind_of_tag(&ask.tag, ask.limit, keys.name())?;
+        let hold = format!("{} {}", ask.tag, new_token(self.description.as_deref())?);
+        etcd.acquire(&self.client, keys, kind, hold, wait, self.fail_fast)
+            .await
+    }
+
     async fn wait(
         &self,
         keys: Arc<LockKeys>,
         ask: &Ask,
         deadline: Option<Instant>,
     ) -> Result<MutexGuard, Error> {
+        #[cfg(feature = "etcd")]
+        if let Some(etcd) = self.client.etcd() {
+            return self
+                .on_etcd(
+                    etcd,
+                    keys,
+                    ask,
+                    crate::backend::etcd::store::Wait::Until(deadline),
+                )
+                .await;
+        }
         let started = Instant::now();
-        let inner = &self.client.inner;
+        let inner = self.client.redis()?;
         let wakeups = &inner.wakeups;
         let timed_out = |outage: &mut Outage| {
             outage.take().unwrap_or_else(|| Error::Timeout {
@@ -262,7 +297,7 @@ impl Queued {
         wid: &str,
         expecting: Option<&mut Expecting>,
     ) -> Result<Attempt, Error> {
-        let inner = &self.client.inner;
+        let inner = self.client.redis()?;
         let hold = format!("{} {}", ask.tag, new_token(self.description.as_deref())?);
         let sent = crate::engine::clock::now();
         let expecting = match expecting {

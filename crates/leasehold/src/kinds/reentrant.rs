@@ -173,7 +173,9 @@ impl ReentrantMutex {
             .next()
             .unwrap_or_default()
             .to_owned();
-        let inner = &queued.client.inner;
+        let inner = queued
+            .client
+            .redis_for("a nested hold by token (`lock_as`)", keys.name())?;
         let hold = format!("n {}", new_token(queued.description.as_deref())?);
         // If this call goes no further, the nested hold it may have made is released.
         let undo = Undo::new(inner, &keys, vec![hold.clone()], queued.ttl);

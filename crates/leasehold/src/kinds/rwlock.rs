@@ -275,7 +275,8 @@ impl WriteGuard {
     ///
     /// [`Error::LeaseLost`] when the write lease had already ended; [`Error::NotOwner`] when Redis no longer has the
     /// write grant; [`Error::Redis`] when Redis could not be asked (then both the write grant and the share it may
-    /// have become are released in the background).
+    /// have become are released in the background); [`Error::Unsupported`] on etcd, whose grants cannot change kind
+    /// in place (the write grant is then released).
     ///
     /// # Cancel safety
     ///
@@ -303,11 +304,16 @@ impl WriteGuard {
                 reason,
             });
         }
+        // Refused before anything changes (the write grant is then released as the guard drops).
+        guard.client().redis_for(
+            "an atomic downgrade (one key per grant, ordered by creation)",
+            keys.name(),
+        )?;
         let fence = i64::try_from(guard.fence().get()).unwrap_or(i64::MAX);
         let (client, shared) = guard.converted();
         let write_hold = shared.token.clone();
         let read_hold = format!("r {}", token_of(&write_hold));
-        let inner = &client.inner;
+        let inner = client.redis()?;
         // Until the reply says which hold Redis has, both are released if this call goes no further.
         let undo = Undo::new(
             inner,

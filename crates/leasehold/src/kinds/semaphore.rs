@@ -271,7 +271,10 @@ impl Semaphore {
         require_runtime()?;
         self.ask(1)?;
         let keys = self.queued.keys.clone()?;
-        let inner = &self.queued.client.inner;
+        let inner = self.queued.client.redis_for(
+            "a stored permit count (each holder's key carries the count it was granted under)",
+            keys.name(),
+        )?;
         let mut invocation = SET_PERMITS.key(&keys.lock);
         invocation
             .key(keys.fence())

@@ -91,6 +91,15 @@ fn tag_of(prefix: &str, key: &[u8]) -> Tag {
     parsed().unwrap_or(Tag::Exclusive)
 }
 
+/// The kind of the key `key` under `prefix`, as every client reads it (unknown keys are exclusive).
+pub(crate) fn key_kind(prefix: &str, key: &[u8]) -> Kind {
+    match tag_of(prefix, key) {
+        Tag::Exclusive => Kind::Exclusive,
+        Tag::Shared => Kind::Shared,
+        Tag::Permits(n) => Kind::Permits(n),
+    }
+}
+
 /// The answer of the admission rule.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Admission {

@@ -58,6 +58,7 @@ pub(crate) mod error;
 pub(crate) mod kind;
 pub(crate) mod recipe;
 pub(crate) mod session;
+pub(crate) mod store;
 
 pub use error::EtcdError;
 pub use kind::{Kind, MAX_PATH_LEN};

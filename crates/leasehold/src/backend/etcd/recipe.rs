@@ -41,6 +41,11 @@ impl Grant {
         Fence::new(self.revision.unsigned_abs())
     }
 
+    /// The waiter key's create revision.
+    pub(crate) fn revision(&self) -> i64 {
+        self.revision
+    }
+
     /// The waiter key.
     pub fn key(&self) -> &str {
         &self.key
@@ -150,6 +155,21 @@ impl Session {
     /// Dropping the future (or any error) deletes the waiter key in the background, at once and once more after two
     /// call timeouts (see `Cleanup`); at worst the key stays until the session's lease ends.
     pub async fn acquire(&self, path: &str, kind: Kind) -> Result<Grant, EtcdError> {
+        self.grant(path, kind, "leasehold", true)
+            .await?
+            .ok_or(EtcdError::Protocol("a wait that ended without a grant"))
+    }
+
+    /// The acquisition behind [`acquire`](Self::acquire), storing `value` in the waiter key (the hold's token, so
+    /// that `inspect` can name the holder). Without `wait`, one try: when the lock does not admit the key at once,
+    /// the key is deleted again and the answer is `None` (busy).
+    pub(crate) async fn grant(
+        &self,
+        path: &str,
+        kind: Kind,
+        value: &str,
+        wait: bool,
+    ) -> Result<Option<Grant>, EtcdError> {
         let prefix = prefix(path)?;
         let session = &*self.shared;
         session.check_alive()?;
@@ -159,7 +179,7 @@ impl Session {
             key: key.clone(),
             armed: true,
         };
-        let (revision, first) = enqueue(session, &prefix, &key).await?;
+        let (revision, first) = enqueue(session, &prefix, &key, value).await?;
         let grant = Grant {
             key,
             revision,
@@ -168,7 +188,7 @@ impl Session {
         };
         if first {
             pending.armed = false;
-            return Ok(grant);
+            return Ok(Some(grant));
         }
         loop {
             let (admission, seen) = check(session, &prefix, &grant).await?;
@@ -176,7 +196,14 @@ impl Session {
             let (watched, watch) = match admission {
                 Admission::Granted => {
                     pending.armed = false;
-                    return Ok(grant);
+                    return Ok(Some(grant));
+                }
+                // A try that is not admitted at once takes its key back (the drop of `pending` does it again in the
+                // background if this delete is not answered).
+                _ if !wait => {
+                    self.release(grant).await?;
+                    pending.armed = false;
+                    return Ok(None);
                 }
                 Admission::WaitFor(key) => (key, from),
                 Admission::WaitForAny => (prefix.clone().into_bytes(), from.with_prefix()),
@@ -256,7 +283,12 @@ fn owned(key: &str, lease: i64, revision: i64) -> [Compare; 2] {
 
 /// Writes the waiter key unless it exists (a retry finds its own key), and returns its create revision and whether
 /// it is the oldest key of the lock.
-async fn enqueue(session: &Shared, prefix: &str, key: &str) -> Result<(i64, bool), EtcdError> {
+async fn enqueue(
+    session: &Shared,
+    prefix: &str,
+    key: &str,
+    value: &str,
+) -> Result<(i64, bool), EtcdError> {
     let lease = session.lease;
     let response = session
         .endpoints
@@ -269,7 +301,7 @@ async fn enqueue(session: &Shared, prefix: &str, key: &str) -> Result<(i64, bool
             let txn = Txn::new()
                 .when([Compare::create_revision(key, CompareOp::Equal, 0)])
                 .and_then([
-                    TxnOp::put(key, "leasehold", Some(PutOptions::new().with_lease(lease))),
+                    TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
                     TxnOp::get(key, None),
                     TxnOp::get(prefix, Some(oldest.clone())),
                 ])

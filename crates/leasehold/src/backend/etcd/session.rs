@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use super::endpoints::{is_transient, Endpoints};
 use super::EtcdError;
 use crate::engine::clock;
+use crate::engine::lease::{LeaseShared, LossReason, Request};
 use crate::engine::ttl::drift;
 
 /// The shortest session TTL: etcd raises any shorter lease to its minimum, `ceil(1.5 × election timeout)`, which is
@@ -99,7 +100,17 @@ impl SessionOptions {
 #[derive(Debug, Clone, Copy)]
 struct State {
     deadline: Instant,
+    /// The send time and number of the last acknowledged keep-alive (the grant is number 0).
+    acked: (Instant, i64),
     lost: Option<SessionLoss>,
+}
+
+/// A grant whose lease follows the session's: every keep-alive is registered with it before it leaves and confirmed
+/// with it (see [`Shared::follow`]).
+struct Follower {
+    lease: Weak<LeaseShared>,
+    key: String,
+    revision: i64,
 }
 
 /// What the session and its keeper share.
@@ -109,10 +120,19 @@ pub(crate) struct Shared {
     pub(crate) lease: i64,
     pub(crate) ttl: Duration,
     state: watch::Sender<State>,
+    followers: std::sync::Mutex<Vec<Follower>>,
+}
+
+impl fmt::Debug for Follower {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Follower")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Shared {
-    /// Marks the lease lost (the first reason sticks).
+    /// Marks the lease lost (the first reason sticks), and ends the lease of every grant that follows it.
     fn lose(&self, reason: SessionLoss) {
         self.state.send_if_modified(|state| {
             let first = state.lost.is_none();
@@ -122,17 +142,81 @@ impl Shared {
             }
             first
         });
+        let followers = std::mem::take(&mut *self.followers());
+        let reason = match reason {
+            SessionLoss::Revoked => LossReason::Gone,
+            SessionLoss::Expired | SessionLoss::Closed => LossReason::Expired,
+        };
+        for follower in followers {
+            if let Some(lease) = follower.lease.upgrade() {
+                lease.end(reason);
+            }
+        }
     }
 
-    /// Moves the deadline to `deadline` if that is later, unless the lease is already lost.
-    fn extend(&self, deadline: Instant) {
+    /// Records an acknowledged keep-alive: sent at `sent`, number `round`, TTL `ttl`. Moves the deadline if that is
+    /// later, unless the lease is already lost.
+    fn extend(&self, sent: Instant, round: i64, ttl: Duration) {
+        let deadline = sent + ttl - drift(ttl);
         self.state.send_if_modified(|state| {
             let later = state.lost.is_none() && deadline > state.deadline;
             if later {
                 state.deadline = deadline;
+                state.acked = (sent, round);
             }
             later
         });
+    }
+
+    fn followers(&self) -> std::sync::MutexGuard<'_, Vec<Follower>> {
+        self.followers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The send time and number of the last acknowledged keep-alive: where a new grant's lease starts from (the
+    /// request that created its key does not renew the session's lease).
+    pub(crate) fn acked(&self) -> (Instant, i64) {
+        self.state.borrow().acked
+    }
+
+    /// How many grants follow the session.
+    pub(crate) fn following(&self) -> usize {
+        self.followers().len()
+    }
+
+    /// Makes `lease` (a grant of the waiter key `key`, created at `revision`) follow the session: each later
+    /// keep-alive renews it as a renewal renews a Redis lease, the loss of the session ends it, and a key found gone
+    /// ends it as [`LossReason::Gone`]. False (and the lease ended) when the session is already lost.
+    pub(crate) fn follow(&self, lease: &Arc<LeaseShared>, key: String, revision: i64) -> bool {
+        self.followers().push(Follower {
+            lease: Arc::downgrade(lease),
+            key,
+            revision,
+        });
+        // Checked after registering: a loss after this point ends the lease through `lose`.
+        if self.loss().is_some() {
+            lease.end(LossReason::Expired);
+            return false;
+        }
+        true
+    }
+
+    /// Registers the keep-alive about to be sent with every following grant that is still held; drops the others.
+    fn begin_round(&self) -> Vec<(Arc<LeaseShared>, Request, String, i64)> {
+        let mut followers = self.followers();
+        let mut begun = Vec::with_capacity(followers.len());
+        followers.retain(|follower| {
+            let Some(lease) = follower.lease.upgrade() else {
+                return false;
+            };
+            match lease.begin(self.ttl) {
+                Some(request) => {
+                    begun.push((lease, request, follower.key.clone(), follower.revision));
+                    true
+                }
+                None => false,
+            }
+        });
+        begun
     }
 
     pub(crate) fn loss(&self) -> Option<SessionLoss> {
@@ -221,6 +305,7 @@ impl Session {
         let granted_ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0));
         let state = State {
             deadline: sent + granted_ttl - drift(granted_ttl),
+            acked: (sent, 0),
             lost: None,
         };
         let shared = Arc::new(Shared {
@@ -228,6 +313,7 @@ impl Session {
             lease: granted.id(),
             ttl: granted_ttl,
             state: watch::Sender::new(state),
+            followers: std::sync::Mutex::new(Vec::new()),
         });
         let keeper = tokio::spawn(keep(Arc::downgrade(&shared)));
         Ok(Session { shared, keeper })
@@ -334,12 +420,16 @@ enum Ack {
 /// the session is dropped (it holds only a `Weak`) or the lease is lost.
 async fn keep(shared: Weak<Shared>) {
     let mut stream: Option<(usize, LeaseKeeper, LeaseKeepAliveStream)> = None;
+    let mut round = 0;
     loop {
         let Some(session) = shared.upgrade() else {
             return;
         };
         let deadline = session.state.borrow().deadline;
+        round += 1;
         let sent = clock::now();
+        // Registered with each grant before the keep-alive leaves, as the Redis keeper registers a renewal.
+        let begun = session.begin_round();
         let ack = tokio::select! {
             ack = keep_alive_once(&session, &mut stream) => ack,
             () = passed(deadline) => {
@@ -349,7 +439,13 @@ async fn keep(shared: Weak<Shared>) {
         };
         let pause = match ack {
             Ack::Renewed(ttl) => {
-                session.extend(sent + ttl - drift(ttl));
+                session.extend(sent, round, ttl);
+                if ttl >= session.ttl {
+                    for (lease, request, _, _) in &begun {
+                        lease.confirm(*request, round);
+                    }
+                }
+                check_keys(&session, &begun).await;
                 session.ttl / 3
             }
             Ack::Gone => {
@@ -372,6 +468,48 @@ async fn keep(shared: Weak<Shared>) {
                     session.lose(SessionLoss::Expired);
                 }
                 return;
+            }
+        }
+    }
+}
+
+/// The most waiter keys one ownership read carries (etcd's default `--max-txn-ops` is 128).
+const CHECK_BATCH: usize = 100;
+
+/// Reads the waiter key of every following grant, and ends as [`LossReason::Gone`] the lease of each whose key is
+/// gone or was re-created (deleted by `release --force` or `etcdctl del`): the keep-alive alone cannot tell.
+async fn check_keys(session: &Shared, begun: &[(Arc<LeaseShared>, Request, String, i64)]) {
+    for chunk in begun.chunks(CHECK_BATCH) {
+        let read = session
+            .endpoints
+            .call("ownership read", |mut c| {
+                let txn = etcd_client::Txn::new().and_then(
+                    chunk
+                        .iter()
+                        .map(|(_, _, key, _)| {
+                            etcd_client::TxnOp::get(
+                                key.as_str(),
+                                Some(etcd_client::GetOptions::new().with_keys_only()),
+                            )
+                        })
+                        .collect::<Vec<_>>(),
+                );
+                async move { c.txn(txn).await }
+            })
+            .await;
+        // Unanswered: the keep-alives decide; the next round reads again.
+        let Ok(read) = read else {
+            return;
+        };
+        for ((lease, _, key, revision), response) in chunk.iter().zip(read.op_responses()) {
+            if let etcd_client::TxnOpResponse::Get(get) = response {
+                let ours = get.kvs().first().is_some_and(|kv| {
+                    kv.create_revision() == *revision && kv.lease() == session.lease
+                });
+                if !ours {
+                    tracing::debug!(%key, "etcd waiter key gone");
+                    lease.end(LossReason::Gone);
+                }
             }
         }
     }

@@ -1,0 +1,145 @@
+//! The conformance suite: the same tests, written against the public API only, on every store leasehold supports
+//! (one Redis server, one etcd member; each started once for the binary, the tests run in sequence on it, each under
+//! a lock prefix of its own). A behaviour that differs by store is in the store's own test binary, or in
+//! `caps::the_capabilities_column_holds`, which checks each store's column of the contract.
+//!
+//! Run one test on one store with `cargo test --test conformance -- etcd::basics::NAME`.
+
+mod basics;
+mod caps;
+mod kinds;
+mod loss;
+mod observe;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use leasehold::Client;
+use leasehold_tests::{EtcdServer, RedisServer, TcpProxy};
+
+/// The bound on anything a test awaits that should happen.
+pub const EVENT: Duration = Duration::from_secs(15);
+
+/// The shortest lease both stores grant (etcd's shortest lease is 2 s): the lease of the loss tests.
+pub const SHORT: Duration = Duration::from_secs(2);
+
+/// One store under test.
+pub enum Store {
+    Redis(RedisServer),
+    Etcd(EtcdServer),
+}
+
+static PREFIXES: AtomicU64 = AtomicU64::new(0);
+
+impl Store {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Store::Redis(_) => "redis",
+            Store::Etcd(_) => "etcd",
+        }
+    }
+
+    pub fn is_etcd(&self) -> bool {
+        matches!(self, Store::Etcd(_))
+    }
+
+    /// The server's address, for a proxy in front of it.
+    pub fn addr(&self) -> SocketAddr {
+        match self {
+            Store::Redis(server) => server.addr(),
+            Store::Etcd(server) => server.endpoint().parse().unwrap(),
+        }
+    }
+
+    /// The store's URL for a server at `addr` (the server's own address, or a proxy's).
+    pub fn url_at(&self, addr: SocketAddr) -> String {
+        match self {
+            Store::Redis(_) => format!("redis://{addr}"),
+            Store::Etcd(_) => format!("etcd://{addr}"),
+        }
+    }
+
+    /// A prefix no other test uses: the namespace of one test's locks.
+    pub fn fresh_prefix(&self) -> String {
+        format!("conf{}", PREFIXES.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// A client under `prefix`.
+    pub async fn client(&self, prefix: &str) -> Client {
+        self.client_at(self.addr(), prefix).await
+    }
+
+    /// A client under `prefix` whose leases are [`SHORT`] (on etcd, its session's TTL; on Redis, give each lock
+    /// handle `.ttl(SHORT)`), through `addr`.
+    pub async fn client_at(&self, addr: SocketAddr, prefix: &str) -> Client {
+        let mut builder = Client::builder(&self.url_at(addr)).unwrap().prefix(prefix);
+        if self.is_etcd() {
+            builder = builder.session_ttl(SHORT);
+        }
+        builder.connect().await.unwrap()
+    }
+
+    /// A client under `prefix` through a fresh proxy in front of the server (for partitions).
+    pub async fn client_through_proxy(&self, prefix: &str) -> (Client, TcpProxy) {
+        let proxy = TcpProxy::start(self.addr()).await;
+        (self.client_at(proxy.addr(), prefix).await, proxy)
+    }
+}
+
+type TestFn = leasehold_tests::sequence::SharedTest<Store>;
+
+const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
+    basics::a_try_excludes_and_a_release_frees,
+    basics::fences_strictly_increase_across_holders,
+    basics::a_waiter_is_granted_by_the_release,
+    basics::fair_waiters_are_granted_in_fifo_order,
+    basics::a_wait_times_out_while_the_lock_is_held,
+    basics::a_dropped_guard_frees_the_lock,
+    basics::a_cancelled_wait_leaves_nothing_behind,
+    basics::run_hands_the_lease_to_the_work_and_releases,
+    kinds::readers_share_and_a_writer_excludes,
+    kinds::a_waiting_writer_holds_back_later_readers,
+    kinds::a_semaphore_admits_its_permits,
+    kinds::a_reentrant_mutex_reenters_and_excludes_others,
+    loss::a_force_release_ends_the_holders_lease,
+    loss::a_cut_off_holder_is_told_before_another_is_granted,
+    loss::run_drops_the_work_when_the_lease_is_lost,
+    observe::inspect_and_list_name_the_holder,
+    caps::the_capabilities_column_holds,
+];
+
+fn main() {
+    leasehold_tests::sequence::trace_from_env();
+    let stores: &[leasehold_tests::sequence::Topology<Store>] = &[
+        ("redis", || Store::Redis(RedisServer::start())),
+        ("etcd", || Store::Etcd(EtcdServer::start())),
+    ];
+    // Every test uses a prefix of its own and leaves nothing behind that another test could see.
+    leasehold_tests::sequence::run_on_each(stores, TESTS, |_| {});
+}
+
+/// Polls `check` every 10 ms until it holds, for at most [`EVENT`]. For what neither store announces to an
+/// outsider (a waiter has queued): `inspect` is the observation.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + EVENT;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {EVENT:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until lock `name` has `n` waiters, as `inspect` counts them.
+pub async fn waiters(client: &Client, name: &str, n: u64) {
+    eventually(&format!("{n} waiters on {name}"), || async {
+        client.inspect(name).await.unwrap().waiting_clients == n
+    })
+    .await;
+}

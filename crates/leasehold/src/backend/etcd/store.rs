@@ -1,0 +1,606 @@
+//! The etcd store behind a [`Client`](crate::Client) connected with an `etcd://` URL: the recipe's session and
+//! grants, turned into the crate's guards, leases and lock information.
+//!
+//! - **One session per client**, replaced by a new one (a new etcd lease) at the first acquisition after it was
+//!   lost. Every grant's [`Lease`] follows the session (see [`Shared::follow`](super::session::Shared::follow)):
+//!   its deadline is the session's, its loss is the session's loss or its own key found gone.
+//! - **Kinds** map onto the recipe's three rules: a mutex, a fair mutex, a writer and a reentrant root are
+//!   exclusive keys, a reader a shared key, a semaphore permit a key of `N` permits. The waiter key's value is the
+//!   hold as Redis stores it (`dl1:…`, `r dl1:…`, `s1 dl1:…`), so [`inspect`](EtcdStore::inspect) reports holders,
+//!   kinds and descriptions as on Redis.
+//! - **Waiting** rides out what passes (a member down, a session lost while waiting) with backoff until the wait's
+//!   deadline, unless the lock handle is `fail_fast`; a try never retries.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::kind::{admit, key_kind, Admission};
+use super::recipe::{Grant, Released};
+use super::session::{Session, SessionOptions};
+use super::{EtcdError, Kind};
+use crate::backend::redis::keys::LockKeys;
+use crate::client::{Client, HoldMode, Holder, LockInfo, LockKind};
+use crate::engine::lease::{Lease, LeaseShared};
+use crate::error::Error;
+use crate::fence::{description_of, Fence};
+use crate::kinds::guard::Guard;
+
+/// The tracing target of this file's events.
+const TARGET: &str = "leasehold::etcd";
+
+/// The first pause after a failed attempt of a wait; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The most deletes one `force_release` transaction carries (etcd's default `--max-txn-ops` is 128).
+const DELETE_BATCH: usize = 100;
+
+/// A client's etcd side: where it connects, its lock prefix, and its current session.
+pub(crate) struct EtcdStore {
+    url: String,
+    pub(crate) prefix: String,
+    options: SessionOptions,
+    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The releases running in the background (dropped guards), for [`Client::flush_releases`].
+    background: Arc<Background>,
+}
+
+#[derive(Default)]
+struct Background {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// How an acquisition waits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    /// One try: busy unless admitted at once.
+    Try,
+    /// Until admitted, or until the deadline.
+    Until(Option<Instant>),
+}
+
+/// What a guard of an etcd grant needs to release it: the session the key lives under, and the grant.
+pub(crate) struct EtcdHold {
+    session: Arc<Session>,
+    grant: Grant,
+    background: Arc<Background>,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("url", &self.url)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The etcd kind a queued kind's tag asks for (`x`, `r`, `w`, `s<k>`, `e`; see `set.lua`), with `permits` the
+/// semaphore's count; an error for what etcd's recipe cannot do.
+pub(crate) fn kind_of_tag(tag: &str, permits: u64, name: &str) -> Result<Kind, Error> {
+    let unsupported = |what: &str| Error::Unsupported {
+        detail: format!("lock {name:?}: {what} is not available on etcd"),
+    };
+    match tag {
+        "x" | "w" | "e" => Ok(Kind::Exclusive),
+        "r" => Ok(Kind::Shared),
+        "s1" => u32::try_from(permits)
+            .ok()
+            .and_then(std::num::NonZeroU32::new)
+            .map(Kind::Permits)
+            .ok_or_else(|| unsupported("a semaphore of more than 4294967295 permits")),
+        tag if tag.starts_with('s') => Err(unsupported(
+            "taking several permits at once (one grant is one key: take them one by one)",
+        )),
+        _ => Err(unsupported("a nested hold by token (`lock_as`)")),
+    }
+}
+
+/// The refusal of a fixed lease on etcd.
+pub(crate) fn no_fixed_lease(name: &str) -> Error {
+    Error::Unsupported {
+        detail: format!(
+            "lock {name:?}: a fixed lease is not available on etcd, where every grant lives as long as the client's session (Builder::session_ttl)"
+        ),
+    }
+}
+
+impl EtcdStore {
+    /// Connects: opens the first session now, so that an unreachable cluster fails here and not at the first lock.
+    pub(crate) async fn connect(
+        url: &str,
+        prefix: String,
+        options: SessionOptions,
+    ) -> Result<EtcdStore, Error> {
+        let session = Session::connect(url, options.clone())
+            .await
+            .map_err(|e| store_error(url, e))?;
+        tracing::debug!(target: TARGET, %url, lease = format_args!("{:x}", session.lease_id()), ttl = ?session.ttl(), "etcd session opened");
+        Ok(EtcdStore {
+            url: url.to_owned(),
+            prefix,
+            options,
+            session: tokio::sync::Mutex::new(Some(Arc::new(session))),
+            background: Arc::default(),
+        })
+    }
+
+    /// The live session, or a new one (a new lease) when the last one was lost.
+    async fn session(&self) -> Result<Arc<Session>, EtcdError> {
+        let mut current = self.session.lock().await;
+        if let Some(session) = current.as_ref() {
+            if session.loss().is_none() {
+                return Ok(Arc::clone(session));
+            }
+        }
+        let session = Arc::new(Session::connect(&self.url, self.options.clone()).await?);
+        tracing::info!(target: TARGET, lease = format_args!("{:x}", session.lease_id()), "the etcd session was lost; opened a new one");
+        *current = Some(Arc::clone(&session));
+        Ok(session)
+    }
+
+    /// Grants the current session follows now.
+    pub(crate) fn kept_leases(&self) -> usize {
+        self.session
+            .try_lock()
+            .ok()
+            .and_then(|s| s.as_ref().map(|s| s.shared.following()))
+            .unwrap_or(0)
+    }
+
+    /// The etcd path of lock `name`: `PREFIX/NAME` (its waiter keys live under `PREFIX/NAME/`).
+    pub(crate) fn path(&self, name: &str) -> String {
+        format!("{}/{name}", self.prefix)
+    }
+
+    /// Waits as `wait` says until the lock of `keys` admits `kind`, storing `hold` (the hold string: token, tag,
+    /// description) in the waiter key, and returns the grant's guard.
+    pub(crate) async fn acquire(
+        &self,
+        client: &Client,
+        keys: Arc<LockKeys>,
+        kind: Kind,
+        hold: String,
+        wait: Wait,
+        fail_fast: bool,
+    ) -> Result<Guard, Error> {
+        crate::error::require_runtime()?;
+        let path = self.path(keys.name());
+        let started = Instant::now();
+        let waits = matches!(wait, Wait::Until(_));
+        let deadline = match wait {
+            Wait::Try => None,
+            Wait::Until(deadline) => deadline,
+        };
+        let mut backoff = FIRST_BACKOFF;
+        let mut last_error: Option<EtcdError> = None;
+        loop {
+            let attempt = async {
+                let session = self.session().await?;
+                let grant = session.grant(&path, kind, &hold, waits).await?;
+                Ok::<_, EtcdError>(grant.map(|grant| (session, grant)))
+            };
+            let outcome = match deadline {
+                None => attempt.await,
+                Some(deadline) => match tokio::time::timeout_at(deadline, attempt).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => {
+                        return Err(match last_error {
+                            Some(e) => store_error(&self.url, e),
+                            None => Error::Timeout {
+                                name: keys.name().to_owned(),
+                                waited: started.elapsed(),
+                            },
+                        })
+                    }
+                },
+            };
+            let error = match outcome {
+                Ok(Some((session, grant))) => {
+                    match self.hold(client, &keys, hold.clone(), session, grant) {
+                        Ok(guard) => return Ok(guard),
+                        Err(e) => e,
+                    }
+                }
+                Ok(None) => {
+                    return Err(Error::Busy {
+                        name: keys.name().to_owned(),
+                        remaining: None,
+                    })
+                }
+                Err(e) => e,
+            };
+            let passes =
+                error.is_lost() || error.is_timeout() || matches!(error, EtcdError::Etcd { .. });
+            if !waits || fail_fast || !passes {
+                return Err(store_error(&self.url, error));
+            }
+            if last_error.is_none() {
+                tracing::warn!(target: "leasehold::outage", lock = %keys.name(), error = %error, "etcd unavailable while waiting; trying again");
+            }
+            last_error = Some(error);
+            let pause = tokio::time::sleep(backoff);
+            match deadline {
+                Some(deadline) if Instant::now() + backoff >= deadline => {
+                    tokio::time::sleep_until(deadline).await;
+                }
+                _ => pause.await,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// The guard of a grant: a lease that follows the session, from the session's last acknowledged keep-alive (the
+    /// key's creation does not renew the lease). An error when the session was lost by then: the grant is given back
+    /// and the wait goes on.
+    fn hold(
+        &self,
+        client: &Client,
+        keys: &Arc<LockKeys>,
+        hold: String,
+        session: Arc<Session>,
+        grant: Grant,
+    ) -> Result<Guard, EtcdError> {
+        let ttl = session.ttl();
+        let (sent, round) = session.shared.acked();
+        let lease = LeaseShared::new(Arc::clone(keys), hold, grant.fence(), ttl, sent, ttl, round);
+        let following = session
+            .shared
+            .follow(&lease, grant.key().to_owned(), grant.revision());
+        let guard = Guard::etcd(
+            client.clone(),
+            Lease {
+                shared: Arc::clone(&lease),
+            },
+            EtcdHold {
+                session: Arc::clone(&session),
+                grant,
+                background: Arc::clone(&self.background),
+            },
+        );
+        if !following || !guard.is_held() {
+            // Dropped: released in the background, if the key is still there at all.
+            drop(guard);
+            return Err(EtcdError::SessionLost(
+                session.loss().unwrap_or(super::SessionLoss::Expired),
+            ));
+        }
+        crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&lease.token), debug, lock = %keys.name(), hold = %crate::engine::trace::words(&lease.token), fence = lease.fence.get(), "granted");
+        Ok(guard)
+    }
+
+    /// The lock's state: every key under its prefix in create-revision order, each admitted or waiting by the rules.
+    pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
+        let path = self.path(name);
+        let prefix = format!("{path}/");
+        let session = self
+            .session()
+            .await
+            .map_err(|e| store_error(&self.url, e))?;
+        let endpoints = &session.shared.endpoints;
+        let read = endpoints
+            .call("inspect", |mut c| {
+                let options = GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend);
+                let prefix = prefix.clone();
+                async move { c.get(prefix, Some(options)).await }
+            })
+            .await
+            .map_err(|e| store_error(&self.url, e))?;
+        let kvs = read.kvs();
+        let keys: Vec<Vec<u8>> = kvs.iter().map(|kv| kv.key().to_vec()).collect();
+        let mut holders = Vec::new();
+        let mut leases = Vec::new();
+        let mut last_fence = None;
+        let mut permits = None;
+        for (i, kv) in kvs.iter().enumerate() {
+            let kind = key_kind(&prefix, kv.key());
+            if admit(kind, &prefix, &keys[..i]) != Admission::Granted {
+                continue;
+            }
+            let value = kv.value_str().unwrap_or_default();
+            let (token, mode) = if value.contains(crate::fence::TOKEN_PREFIX) {
+                (value.to_owned(), HoldMode::of(value))
+            } else {
+                // A key leasehold did not write (`etcdctl lock`'s): named by its key.
+                (
+                    kv.key_str().unwrap_or_default().to_owned(),
+                    HoldMode::Exclusive,
+                )
+            };
+            if let Kind::Permits(n) = kind {
+                permits = Some(u64::from(n.get()));
+            }
+            last_fence = last_fence.max(Some(Fence::new(kv.create_revision().unsigned_abs())));
+            leases.push(kv.lease());
+            holders.push(Holder {
+                description: description_of(&token).map(str::to_owned),
+                token,
+                mode,
+                remaining: None,
+            });
+        }
+        // The time left on each holder's lease, as etcd counts it.
+        let ttls = futures_util::future::join_all(leases.iter().map(|&lease| {
+            endpoints.call("lease time to live", move |mut c| async move {
+                c.lease_time_to_live(lease, None).await
+            })
+        }))
+        .await;
+        for (holder, ttl) in holders.iter_mut().zip(ttls) {
+            holder.remaining = ttl
+                .ok()
+                .and_then(|t| u64::try_from(t.ttl()).ok())
+                .map(Duration::from_secs);
+        }
+        let kind = holders.first().map(|holder| match holder.mode {
+            HoldMode::Exclusive
+                if crate::fence::token_of(&holder.token) == holder.token.as_str() =>
+            {
+                LockKind::Mutex
+            }
+            mode => mode.kind(),
+        });
+        Ok(LockInfo {
+            name: name.to_owned(),
+            kind,
+            holder: holders.first().cloned(),
+            waiting_clients: (kvs.len() - holders.len()) as u64,
+            holders,
+            last_fence,
+            permits,
+        })
+    }
+
+    /// The held locks whose names match the glob `pattern` (`*`, `?`, `[…]`, `\` as Redis's `SCAN MATCH`).
+    pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
+        let session = self
+            .session()
+            .await
+            .map_err(|e| store_error(&self.url, e))?;
+        let root = format!("{}/", self.prefix);
+        let read = session
+            .shared
+            .endpoints
+            .call("list", |mut c| {
+                let root = root.clone();
+                async move {
+                    c.get(root, Some(GetOptions::new().with_prefix().with_keys_only()))
+                        .await
+                }
+            })
+            .await
+            .map_err(|e| store_error(&self.url, e))?;
+        let mut names: Vec<String> = read
+            .kvs()
+            .iter()
+            .filter_map(|kv| lock_name(kv.key_str().ok()?.strip_prefix(&root)?))
+            .filter(|name| glob_match(pattern.as_bytes(), name.as_bytes()))
+            .map(str::to_owned)
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut held = Vec::new();
+        for name in names {
+            match self.inspect(&name).await {
+                Ok(info) if info.holder.is_some() => held.push(info),
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(held)
+    }
+
+    /// Deletes every key of lock `name` (holders and waiters; not the keys of locks nested under its name), and
+    /// returns the hold of the oldest, the holder, if there was one.
+    pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
+        let prefix = format!("{}/", self.path(name));
+        let session = self
+            .session()
+            .await
+            .map_err(|e| store_error(&self.url, e))?;
+        let endpoints = &session.shared.endpoints;
+        let read = endpoints
+            .call("force release", |mut c| {
+                let options = GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend);
+                let prefix = prefix.clone();
+                async move { c.get(prefix, Some(options)).await }
+            })
+            .await
+            .map_err(|e| store_error(&self.url, e))?;
+        let own: Vec<(String, String)> = read
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let key = kv.key_str().ok()?;
+                let rest = key.strip_prefix(&prefix)?;
+                (lock_name(&format!("x/{rest}")) == Some("x")).then(|| {
+                    let value = kv.value_str().unwrap_or_default();
+                    let hold = if value.contains(crate::fence::TOKEN_PREFIX) {
+                        value
+                    } else {
+                        key
+                    };
+                    (key.to_owned(), hold.to_owned())
+                })
+            })
+            .collect();
+        for chunk in own.chunks(DELETE_BATCH) {
+            endpoints
+                .call("force release", |mut c| {
+                    let txn = Txn::new().and_then(
+                        chunk
+                            .iter()
+                            .map(|(key, _)| TxnOp::delete(key.as_str(), None::<DeleteOptions>))
+                            .collect::<Vec<_>>(),
+                    );
+                    async move { c.txn(txn).await }
+                })
+                .await
+                .map_err(|e| store_error(&self.url, e))?;
+        }
+        Ok(own.into_iter().next().map(|(_, hold)| hold))
+    }
+
+    /// Waits until every background release has been answered (or given up).
+    pub(crate) async fn settle(&self) {
+        loop {
+            let idle = self.background.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.background.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+impl EtcdHold {
+    /// Deletes the grant's key if it is still the grant's: true when it was.
+    pub(crate) async fn release(&self) -> Result<bool, Error> {
+        match self.session.release(self.grant.clone()).await {
+            Ok(Released::Released) => Ok(true),
+            Ok(Released::AlreadyGone) => Ok(false),
+            Err(e) => Err(store_error("etcd", e)),
+        }
+    }
+
+    /// Releases in the background (a dropped guard); without a runtime the key goes with the session's lease when
+    /// the client is dropped.
+    pub(crate) fn release_in_background(self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.background.running.fetch_add(1, Ordering::AcqRel);
+        runtime.spawn(async move {
+            if let Err(e) = self.release().await {
+                tracing::debug!(target: TARGET, key = %self.grant.key(), error = %e, "a background release failed; the key goes with the session's lease");
+            }
+            if self.background.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                self.background.idle.notify_waiters();
+            }
+        });
+    }
+}
+
+/// The lock name of a key under the client's prefix: `NAME/<lease hex>/lh1.<tag>.<grant>` (leasehold's) or
+/// `NAME/<lease hex>` (`etcdctl lock`'s); `None` for any other key.
+fn lock_name(rest: &str) -> Option<&str> {
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let (head, last) = rest.rsplit_once('/')?;
+    if last.starts_with("lh1.") {
+        let (name, lease) = head.rsplit_once('/')?;
+        return (hex(lease) && !name.is_empty()).then_some(name);
+    }
+    (hex(last) && !head.is_empty()).then_some(head)
+}
+
+/// Redis's glob (`SCAN MATCH`): `*` any run, `?` one byte, `[abc]`, `[a-z]`, `[^…]`, `\x` the byte `x`.
+pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob_match(rest, &text[skip..])),
+        Some((b'?', rest)) => !text.is_empty() && glob_match(rest, &text[1..]),
+        Some((b'[', rest)) => {
+            let Some((&c, tail)) = text.split_first() else {
+                return false;
+            };
+            let (negated, mut class) = match rest.split_first() {
+                Some((b'^', class)) => (true, class),
+                _ => (false, rest),
+            };
+            let mut matched = false;
+            loop {
+                match class {
+                    [] => return false,
+                    [b']', after @ ..] => {
+                        return matched != negated && glob_match(after, tail);
+                    }
+                    [b'\\', x, after @ ..] => {
+                        matched |= *x == c;
+                        class = after;
+                    }
+                    [lo, b'-', hi, after @ ..] if *hi != b']' => {
+                        matched |= (*lo.min(hi)..=*lo.max(hi)).contains(&c);
+                        class = after;
+                    }
+                    [x, after @ ..] => {
+                        matched |= *x == c;
+                        class = after;
+                    }
+                }
+            }
+        }
+        Some((b'\\', [x, rest @ ..])) => text.first() == Some(x) && glob_match(rest, &text[1..]),
+        Some((x, rest)) => text.first() == Some(x) && glob_match(rest, &text[1..]),
+    }
+}
+
+/// The crate's error for an error of the recipe.
+pub(crate) fn store_error(url: &str, e: EtcdError) -> Error {
+    match e {
+        EtcdError::Entropy(why) => Error::Entropy(why),
+        e => Error::Store {
+            store: "etcd",
+            url: url.to_owned(),
+            source: Box::new(e),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_names_come_from_leasehold_and_etcdctl_keys() {
+        assert_eq!(
+            lock_name("orders:42/694d7a1b2c/lh1.x.0123456789abcdef"),
+            Some("orders:42")
+        );
+        assert_eq!(lock_name("a/b/694d/lh1.s.0123456789abcdef"), Some("a/b"));
+        assert_eq!(lock_name("jobs/694d7a1b2c"), Some("jobs"));
+        assert_eq!(lock_name("jobs/not-hex"), None);
+        assert_eq!(lock_name("694d"), None);
+    }
+
+    #[test]
+    fn globs_match_as_redis_does() {
+        let m = |p: &str, t: &str| glob_match(p.as_bytes(), t.as_bytes());
+        assert!(m("*", "anything"));
+        assert!(m("orders:*", "orders:42"));
+        assert!(!m("orders:*", "order:42"));
+        assert!(m("h?llo", "hello"));
+        assert!(m("h[ae]llo", "hallo"));
+        assert!(!m("h[^e]llo", "hello"));
+        assert!(m("h[a-c]llo", "hbllo"));
+        assert!(m("a\\*b", "a*b"));
+        assert!(!m("a\\*b", "axb"));
+        assert!(!m("h[ae", "ha"));
+    }
+
+    #[test]
+    fn tags_map_to_the_recipes_rules() {
+        assert_eq!(kind_of_tag("x", 0, "l").unwrap(), Kind::Exclusive);
+        assert_eq!(kind_of_tag("r", 0, "l").unwrap(), Kind::Shared);
+        assert!(matches!(kind_of_tag("s1", 3, "l").unwrap(), Kind::Permits(n) if n.get() == 3));
+        assert!(matches!(
+            kind_of_tag("s2", 3, "l"),
+            Err(Error::Unsupported { .. })
+        ));
+        assert!(matches!(
+            kind_of_tag("n", 0, "l"),
+            Err(Error::Unsupported { .. })
+        ));
+    }
+}
