@@ -148,8 +148,27 @@ impl Guard {
         let name = || shared.keys.name().to_owned();
         #[cfg(feature = "etcd")]
         if let Some(hold) = &self.etcd {
+            // A grant of a lost session: etcd deletes its key with the session's lease, nothing to send.
+            if let (Some(reason), true) = (earlier_loss, hold.session_lost()) {
+                self.settled = true;
+                return Err(Error::LeaseLost {
+                    name: name(),
+                    reason,
+                });
+            }
             // Kept in the guard until answered: a dropped call leaves the release to the drop.
-            let ours = hold.release().await?;
+            let ours = match hold.release().await {
+                Ok(ours) => ours,
+                // The lease had ended anyway: that is what the caller needs to know (the drop retries the
+                // delete in the background).
+                Err(_) if earlier_loss.is_some() => {
+                    return Err(Error::LeaseLost {
+                        name: name(),
+                        reason: earlier_loss.unwrap_or(LossReason::Expired),
+                    })
+                }
+                Err(e) => return Err(e),
+            };
             self.settled = true;
             crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&shared.token), debug, lock = %shared.keys.name(), hold = %crate::engine::trace::words(&shared.token), fence = shared.fence.get(), ?earlier_loss, still_ours = ours, "released");
             return match (earlier_loss, ours) {

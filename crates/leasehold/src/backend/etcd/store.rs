@@ -466,6 +466,11 @@ impl EtcdStore {
 }
 
 impl EtcdHold {
+    /// Whether the session the key lives under is lost (its key is gone, or goes with the lease).
+    pub(crate) fn session_lost(&self) -> bool {
+        self.session.loss().is_some()
+    }
+
     /// Deletes the grant's key if it is still the grant's: true when it was.
     pub(crate) async fn release(&self) -> Result<bool, Error> {
         match self.session.release(self.grant.clone()).await {

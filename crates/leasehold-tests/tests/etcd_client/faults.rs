@@ -1,0 +1,160 @@
+//! Members killed, paused, partitioned and restarted while locks are held and waited for; sessions lost and
+//! replaced.
+
+use leasehold_tests::{EtcdCluster, EtcdServer, TcpProxy};
+use tokio::time::Instant;
+
+use crate::{client, fresh_prefix, renewed_after, waiters, EVENT};
+
+pub async fn the_leader_killed_under_a_held_and_a_waited_lock(cluster: &mut EtcdCluster) {
+    let prefix = fresh_prefix();
+    let url = cluster.url();
+    let (a, b) = (client(&url, &prefix).await, client(&url, &prefix).await);
+    let held = a.mutex("stock").lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.mutex("stock").lock().await }
+    });
+    waiters(&a, "stock", 1).await;
+    let leader = tokio::task::block_in_place(|| cluster.leader());
+    let killed_at = Instant::now();
+    cluster.kill(leader);
+    let elected = tokio::task::block_in_place(|| cluster.leader());
+    assert_ne!(elected, leader);
+    // The holder's keep-alives reach the new leader before its lease runs out; the waiter keeps its place.
+    renewed_after(&held.lease(), killed_at).await;
+    assert!(
+        !waiter.is_finished(),
+        "granted while held: {:?}",
+        waiter.await
+    );
+    let fence = held.fence();
+    held.release().await.unwrap();
+    let next = tokio::time::timeout(EVENT, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(next.fence() > fence);
+    next.release().await.unwrap();
+    tokio::task::block_in_place(|| cluster.restart(leader));
+}
+
+/// A proxy in front of each member; the client knows the members only through them.
+async fn proxies(cluster: &EtcdCluster) -> (Vec<TcpProxy>, String) {
+    let mut proxies = Vec::new();
+    for endpoint in cluster.endpoints() {
+        proxies.push(TcpProxy::start(endpoint.parse().unwrap()).await);
+    }
+    let hosts: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+    let url = format!("etcd://{}", hosts.join(","));
+    (proxies, url)
+}
+
+pub async fn a_partitioned_member_is_routed_around(cluster: &mut EtcdCluster) {
+    let prefix = fresh_prefix();
+    let (proxies, url) = proxies(cluster).await;
+    let a = client(&url, &prefix).await;
+    let b = client(&cluster.url(), &prefix).await;
+    let held = a.mutex("door").lock().await.unwrap();
+    // The client starts on the first member: cut it off, connections open and new ones alike.
+    let cut_at = Instant::now();
+    proxies[0].blackhole();
+    renewed_after(&held.lease(), cut_at).await;
+    assert!(b.mutex("door").try_lock().await.unwrap_err().is_busy());
+    // New requests go to the members it still reaches.
+    let second = tokio::time::timeout(EVENT, a.mutex("window").lock())
+        .await
+        .unwrap()
+        .unwrap();
+    second.release().await.unwrap();
+    held.release().await.unwrap();
+    b.mutex("door")
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+pub async fn a_paused_member_does_not_stall_the_lease(cluster: &mut EtcdCluster) {
+    let prefix = fresh_prefix();
+    let endpoints = cluster.endpoints();
+    // The client starts on the member it names first: that one is paused, which answers nothing and closes nothing.
+    let first = tokio::task::block_in_place(|| cluster.leader());
+    let mut order = vec![endpoints[first].clone()];
+    order.extend((0..3).filter(|&i| i != first).map(|i| endpoints[i].clone()));
+    let url = format!("etcd://{}", order.join(","));
+    let a = client(&url, &prefix).await;
+    let held = a.mutex("stall").lock().await.unwrap();
+    let paused_at = Instant::now();
+    cluster.pause(first);
+    renewed_after(&held.lease(), paused_at).await;
+    cluster.resume(first);
+    held.release().await.unwrap();
+}
+
+pub async fn a_restarted_member_keeps_its_grants(_cluster: &mut EtcdCluster) {
+    let mut etcd = tokio::task::block_in_place(EtcdServer::start);
+    let prefix = fresh_prefix();
+    let (a, b) = (
+        client(&etcd.url(), &prefix).await,
+        client(&etcd.url(), &prefix).await,
+    );
+    let held = a.mutex("ledger").lock().await.unwrap();
+    let restarted_at = Instant::now();
+    // etcd keeps its data on disk: the key and the lease come back with it, and the keep-alives resume.
+    tokio::task::block_in_place(|| etcd.restart());
+    renewed_after(&held.lease(), restarted_at).await;
+    assert!(b.mutex("ledger").try_lock().await.unwrap_err().is_busy());
+    held.release().await.unwrap();
+    b.mutex("ledger")
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+pub async fn a_cut_keep_alive_stream_is_reopened(_cluster: &mut EtcdCluster) {
+    let etcd = tokio::task::block_in_place(EtcdServer::start);
+    let proxy = TcpProxy::start(etcd.endpoint().parse().unwrap()).await;
+    let prefix = fresh_prefix();
+    let a = client(&format!("etcd://{}", proxy.addr()), &prefix).await;
+    let held = a.mutex("stream").lock().await.unwrap();
+    for _ in 0..3 {
+        let cut_at = Instant::now();
+        proxy.cut_all();
+        renewed_after(&held.lease(), cut_at).await;
+    }
+    held.release().await.unwrap();
+}
+
+pub async fn a_lost_session_is_replaced_by_the_next_acquisition(_cluster: &mut EtcdCluster) {
+    let etcd = tokio::task::block_in_place(EtcdServer::start);
+    let proxy = TcpProxy::start(etcd.endpoint().parse().unwrap()).await;
+    let prefix = fresh_prefix();
+    let a = client(&format!("etcd://{}", proxy.addr()), &prefix).await;
+    let b = client(&etcd.url(), &prefix).await;
+    let held = a.mutex("phoenix").lock().await.unwrap();
+    proxy.blackhole();
+    let reason = tokio::time::timeout(EVENT, held.lost()).await.unwrap();
+    assert_eq!(reason, leasehold::LossReason::Expired);
+    // Until the proxy lets it through again, the client can do nothing; then a new session serves it.
+    proxy.restore();
+    let next = tokio::time::timeout(EVENT, b.mutex("phoenix").lock())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next.fence() > held.fence());
+    next.release().await.unwrap();
+    let again = tokio::time::timeout(EVENT, a.mutex("phoenix").lock())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(again.is_held());
+    again.release().await.unwrap();
+    assert!(held.release().await.unwrap_err().is_lost());
+}

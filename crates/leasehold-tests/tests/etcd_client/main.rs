@@ -1,0 +1,110 @@
+//! The public API on etcd under etcd's own faults: one three-member cluster for the binary (its tests run in
+//! sequence, each under a lock prefix of its own, and kill, pause or partition its members), plus tests that start
+//! a member of their own. What every store must do alike is in the conformance suite; this is what only etcd has:
+//! elections, members that disappear, sessions, `etcdctl lock`.
+//!
+//! Run one with `cargo test --test etcd_client -- NAME_PART`.
+
+mod cancel;
+mod faults;
+mod interop;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use leasehold::{Client, Lease};
+use leasehold_tests::EtcdCluster;
+
+type TestFn = leasehold_tests::sequence::SharedTest<EtcdCluster>;
+
+const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
+    faults::the_leader_killed_under_a_held_and_a_waited_lock,
+    faults::a_partitioned_member_is_routed_around,
+    faults::a_paused_member_does_not_stall_the_lease,
+    faults::a_restarted_member_keeps_its_grants,
+    faults::a_cut_keep_alive_stream_is_reopened,
+    faults::a_lost_session_is_replaced_by_the_next_acquisition,
+    cancel::acquisitions_dropped_at_random_points_leave_nothing_behind,
+    interop::etcdctl_lock_and_a_leasehold_mutex_exclude_each_other,
+];
+
+fn main() {
+    leasehold_tests::sequence::trace_from_env();
+    leasehold_tests::sequence::run_in_sequence(
+        "etcd cluster of 3",
+        TESTS,
+        EtcdCluster::start,
+        heal,
+    );
+}
+
+/// After a failed test: every member running again.
+fn heal(cluster: &mut EtcdCluster) {
+    for i in 0..3 {
+        if cluster.pid(i).is_none() {
+            cluster.restart(i);
+        }
+    }
+}
+
+/// The bound on anything a test awaits that should happen.
+pub const EVENT: Duration = Duration::from_secs(20);
+
+/// The session TTL of these tests: long enough to ride out an election (about 1.3 s) between keep-alives.
+pub const TTL: Duration = Duration::from_secs(5);
+
+static PREFIXES: AtomicU64 = AtomicU64::new(0);
+
+/// A prefix no other test of the binary uses.
+pub fn fresh_prefix() -> String {
+    format!("etcdc{}", PREFIXES.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A client of `url` under `prefix` with a session of [`TTL`].
+pub async fn client(url: &str, prefix: &str) -> Client {
+    Client::builder(url)
+        .unwrap()
+        .prefix(prefix)
+        .session_ttl(TTL)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Polls `check` every 10 ms until it holds, for at most [`EVENT`].
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + EVENT;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {EVENT:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until `lease` was renewed by a keep-alive sent after `after`: its deadline moved past `after + TTL` less
+/// the drift allowance. Asserts it stayed held all along.
+pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
+    let drift = TTL / 100 + Duration::from_millis(2);
+    eventually("a keep-alive acknowledged after the fault", || async {
+        assert!(lease.is_held(), "the lease was lost: {:?}", lease.loss());
+        lease.valid_until() >= after + TTL - drift
+    })
+    .await;
+}
+
+/// Waits until lock `name` has `n` waiters, as `inspect` counts them.
+pub async fn waiters(client: &Client, name: &str, n: u64) {
+    eventually(&format!("{n} waiters on {name}"), || async {
+        client
+            .inspect(name)
+            .await
+            .is_ok_and(|info| info.waiting_clients == n)
+    })
+    .await;
+}
