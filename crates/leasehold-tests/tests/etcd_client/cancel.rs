@@ -22,9 +22,8 @@ pub async fn acquisitions_dropped_at_random_points_leave_nothing_behind(cluster:
         };
         let after = Duration::from_micros(rng.below(20_000));
         let mutex = b.mutex("race");
-        match tokio::time::timeout(after, mutex.lock()).await {
-            Ok(guard) => drop(guard.unwrap()),
-            Err(_) => {}
+        if let Ok(guard) = tokio::time::timeout(after, mutex.lock()).await {
+            drop(guard.unwrap());
         }
         drop(held);
     }
