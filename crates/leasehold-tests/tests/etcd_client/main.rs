@@ -5,6 +5,7 @@
 //!
 //! Run one with `cargo test --test etcd_client -- NAME_PART`.
 
+mod auth;
 mod cancel;
 mod faults;
 mod interop;
@@ -26,6 +27,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_lost_session_is_replaced_by_the_next_acquisition,
     cancel::acquisitions_dropped_at_random_points_leave_nothing_behind,
     interop::etcdctl_lock_and_a_leasehold_mutex_exclude_each_other,
+    auth::credentials_in_the_url_authenticate,
 ];
 
 fn main() {

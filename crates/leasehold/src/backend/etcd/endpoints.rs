@@ -27,26 +27,82 @@ pub(crate) struct Endpoints {
     call_timeout: Duration,
 }
 
-/// `host:port` of every member an `etcd://h1:p1,h2:p2` URL names.
-pub(crate) fn parse_url(url: &str) -> Result<Vec<String>, EtcdError> {
+/// What an etcd URL names: every member's `host:port`, and the credentials of an etcd user when it gives them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub(crate) members: Vec<String>,
+    pub(crate) user: Option<(String, String)>,
+}
+
+/// Parses `etcd://[user:password@]h1:p1[,h2:p2…][/]`; the user name and password may be percent-encoded.
+pub(crate) fn parse_url(url: &str) -> Result<Target, EtcdError> {
     let invalid = |why| EtcdError::InvalidUrl {
-        url: url.to_owned(),
+        url: redacted(url),
         why,
     };
-    let hosts = url
+    let rest = url
         .strip_prefix(SCHEME)
         .ok_or_else(|| invalid("it does not start with etcd://"))?;
+    let (user, hosts) = match rest.rsplit_once('@') {
+        Some((credentials, hosts)) => {
+            let (name, password) = credentials
+                .split_once(':')
+                .ok_or_else(|| invalid("credentials are user:password@"))?;
+            let name =
+                percent_decoded(name).ok_or_else(|| invalid("a bad %-escape in the user name"))?;
+            let password = percent_decoded(password)
+                .ok_or_else(|| invalid("a bad %-escape in the password"))?;
+            if name.is_empty() {
+                return Err(invalid("the user name is empty"));
+            }
+            (Some((name, password)), hosts)
+        }
+        None => (None, rest),
+    };
     let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
-    let endpoints: Vec<String> = hosts.split(',').map(str::to_owned).collect();
-    for endpoint in &endpoints {
-        let (host, port) = endpoint
+    let members: Vec<String> = hosts.split(',').map(str::to_owned).collect();
+    for member in &members {
+        let (host, port) = member
             .rsplit_once(':')
             .ok_or_else(|| invalid("every member needs host:port"))?;
-        if host.is_empty() || port.parse::<u16>().is_err() || endpoint.contains('/') {
+        if host.is_empty() || port.parse::<u16>().is_err() || member.contains('/') {
             return Err(invalid("every member needs host:port"));
         }
     }
-    Ok(endpoints)
+    Ok(Target { members, user })
+}
+
+/// `url` with its password replaced by `***`, for messages and logs.
+pub(crate) fn redacted(url: &str) -> String {
+    match url
+        .strip_prefix(SCHEME)
+        .and_then(|rest| rest.rsplit_once('@'))
+    {
+        Some((credentials, hosts)) => {
+            let name = credentials
+                .split_once(':')
+                .map_or(credentials, |(name, _)| name);
+            format!("{SCHEME}{name}:***@{hosts}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// `text` with its `%XX` escapes decoded; `None` for a malformed escape or a result that is not UTF-8.
+fn percent_decoded(text: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
 }
 
 impl std::fmt::Debug for Endpoints {
@@ -65,13 +121,18 @@ impl Endpoints {
     /// this.
     pub(crate) async fn connect(url: &str, call_timeout: Duration) -> Result<Endpoints, EtcdError> {
         let mut clients = Vec::new();
-        for endpoint in parse_url(url)? {
-            let options = ConnectOptions::new()
+        let target = parse_url(url)?;
+        for endpoint in target.members {
+            let mut options = ConnectOptions::new()
                 .with_connect_timeout(call_timeout)
                 .with_timeout(call_timeout)
                 // A member cut off from the leader fails requests and cancels watches at once instead of serving
                 // stale reads or silent watches; the retry then moves on.
                 .with_require_leader(true);
+            // With credentials the client authenticates as it connects (and so needs the member to answer).
+            if let Some((name, password)) = &target.user {
+                options = options.with_user(name.as_str(), password.as_str());
+            }
             let client = Client::connect([format!("http://{endpoint}")], Some(options))
                 .await
                 .map_err(|source| EtcdError::Etcd {
@@ -179,11 +240,26 @@ mod tests {
     #[test]
     fn urls_name_every_member() {
         assert_eq!(
-            parse_url("etcd://127.0.0.1:2379,10.0.0.2:2380").unwrap(),
+            parse_url("etcd://127.0.0.1:2379,10.0.0.2:2380")
+                .unwrap()
+                .members,
             ["127.0.0.1:2379", "10.0.0.2:2380"]
         );
-        assert_eq!(parse_url("etcd://h:1/").unwrap(), ["h:1"]);
+        assert_eq!(parse_url("etcd://h:1/").unwrap().members, ["h:1"]);
+        let with_user = parse_url("etcd://app:p%40ss:w@h:1,g:2").unwrap();
+        assert_eq!(with_user.members, ["h:1", "g:2"]);
+        assert_eq!(
+            with_user.user,
+            Some(("app".to_owned(), "p@ss:w".to_owned()))
+        );
+        assert_eq!(redacted("etcd://app:secret@h:1"), "etcd://app:***@h:1");
+        assert_eq!(redacted("etcd://h:1"), "etcd://h:1");
+        let bad = parse_url("etcd://app:secret@h").unwrap_err().to_string();
+        assert!(!bad.contains("secret"), "{bad}");
         for bad in [
+            "etcd://app@h:1",
+            "etcd://:pw@h:1",
+            "etcd://app:%zz@h:1",
             "redis://h:1",
             "etcd://",
             "etcd://h",

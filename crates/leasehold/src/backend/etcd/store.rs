@@ -42,7 +42,10 @@ const DELETE_BATCH: usize = 100;
 
 /// A client's etcd side: where it connects, its lock prefix, and its current session.
 pub(crate) struct EtcdStore {
+    /// The URL as given (with the password, to open new sessions).
     url: String,
+    /// The URL as shown in errors and logs: password hidden.
+    shown: String,
     pub(crate) prefix: String,
     options: SessionOptions,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
@@ -75,7 +78,7 @@ pub(crate) struct EtcdHold {
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStore")
-            .field("url", &self.url)
+            .field("url", &self.shown)
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
@@ -118,12 +121,32 @@ impl EtcdStore {
         prefix: String,
         options: SessionOptions,
     ) -> Result<EtcdStore, Error> {
+        let shown = super::endpoints::redacted(url);
         let session = Session::connect(url, options.clone())
             .await
-            .map_err(|e| store_error(url, e))?;
-        tracing::debug!(target: TARGET, %url, lease = format_args!("{:x}", session.lease_id()), ttl = ?session.ttl(), "etcd session opened");
+            .map_err(|e| store_error(&shown, e))?;
+        // etcd grants leases to anyone; reading the prefix needs the permission every lock needs, so refused or
+        // missing credentials fail here, not at the first lock.
+        let root = format!("{prefix}/");
+        session
+            .shared
+            .endpoints
+            .call("permission check", |mut c| {
+                let root = root.clone();
+                async move {
+                    let options = GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_limit(1);
+                    c.get(root, Some(options)).await
+                }
+            })
+            .await
+            .map_err(|e| store_error(&shown, e))?;
+        tracing::debug!(target: TARGET, url = %shown, lease = format_args!("{:x}", session.lease_id()), ttl = ?session.ttl(), "etcd session opened");
         Ok(EtcdStore {
             url: url.to_owned(),
+            shown,
             prefix,
             options,
             session: tokio::sync::Mutex::new(Some(Arc::new(session))),
@@ -192,7 +215,7 @@ impl EtcdStore {
                     Ok(outcome) => outcome,
                     Err(_) => {
                         return Err(match last_error {
-                            Some(e) => store_error(&self.url, e),
+                            Some(e) => store_error(&self.shown, e),
                             None => Error::Timeout {
                                 name: keys.name().to_owned(),
                                 waited: started.elapsed(),
@@ -216,10 +239,13 @@ impl EtcdStore {
                 }
                 Err(e) => e,
             };
-            let passes =
-                error.is_lost() || error.is_timeout() || matches!(error, EtcdError::Etcd { .. });
+            // What passes by itself: a lost session (a new one is opened), no answer, a member going away. A
+            // refusal (permission denied, a bad request) ends the wait at once.
+            let passes = error.is_lost()
+                || error.is_timeout()
+                || matches!(&error, EtcdError::Etcd { source, .. } if super::endpoints::is_transient(source));
             if !waits || fail_fast || !passes {
-                return Err(store_error(&self.url, error));
+                return Err(store_error(&self.shown, error));
             }
             if last_error.is_none() {
                 tracing::warn!(target: "leasehold::outage", lock = %keys.name(), error = %error, "etcd unavailable while waiting; trying again");
@@ -282,7 +308,7 @@ impl EtcdStore {
         let session = self
             .session()
             .await
-            .map_err(|e| store_error(&self.url, e))?;
+            .map_err(|e| store_error(&self.shown, e))?;
         let endpoints = &session.shared.endpoints;
         let read = endpoints
             .call("inspect", |mut c| {
@@ -293,7 +319,7 @@ impl EtcdStore {
                 async move { c.get(prefix, Some(options)).await }
             })
             .await
-            .map_err(|e| store_error(&self.url, e))?;
+            .map_err(|e| store_error(&self.shown, e))?;
         let kvs = read.kvs();
         let keys: Vec<Vec<u8>> = kvs.iter().map(|kv| kv.key().to_vec()).collect();
         let mut holders = Vec::new();
@@ -364,7 +390,7 @@ impl EtcdStore {
         let session = self
             .session()
             .await
-            .map_err(|e| store_error(&self.url, e))?;
+            .map_err(|e| store_error(&self.shown, e))?;
         let root = format!("{}/", self.prefix);
         let read = session
             .shared
@@ -377,7 +403,7 @@ impl EtcdStore {
                 }
             })
             .await
-            .map_err(|e| store_error(&self.url, e))?;
+            .map_err(|e| store_error(&self.shown, e))?;
         let mut names: Vec<String> = read
             .kvs()
             .iter()
@@ -405,7 +431,7 @@ impl EtcdStore {
         let session = self
             .session()
             .await
-            .map_err(|e| store_error(&self.url, e))?;
+            .map_err(|e| store_error(&self.shown, e))?;
         let endpoints = &session.shared.endpoints;
         let read = endpoints
             .call("force release", |mut c| {
@@ -416,7 +442,7 @@ impl EtcdStore {
                 async move { c.get(prefix, Some(options)).await }
             })
             .await
-            .map_err(|e| store_error(&self.url, e))?;
+            .map_err(|e| store_error(&self.shown, e))?;
         let own: Vec<(String, String)> = read
             .kvs()
             .iter()
@@ -446,7 +472,7 @@ impl EtcdStore {
                     async move { c.txn(txn).await }
                 })
                 .await
-                .map_err(|e| store_error(&self.url, e))?;
+                .map_err(|e| store_error(&self.shown, e))?;
         }
         Ok(own.into_iter().next().map(|(_, hold)| hold))
     }
