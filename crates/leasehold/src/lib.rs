@@ -1,4 +1,4 @@
-//! A distributed lock on Redis that is correct under the failures that break the others: fencing tokens on every
+//! A distributed lock on Redis (or etcd) that is correct under the failures that break the others: fencing tokens on every
 //! grant, a lease kept alive in batches and a loss signal that fires *before* the server-side expiry,
 //! event-driven waiting, and cancel-safe acquires.
 //!
@@ -44,8 +44,9 @@
 //!
 //! [`Client::connect`] takes a URL: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS, feature `tls`),
 //! `unix:///path`, `redis+cluster://host:port,host:port,…` (a Redis Cluster, by its seed nodes) or
-//! `redis+sentinel://host:port,host:port/service` (the primary that the sentinels name). [`Client::builder`] sets
-//! the lease, timeouts, prefix, replicas and TLS material. A [`Quorum`] takes several clients of independent servers.
+//! `redis+sentinel://host:port,host:port/service` (the primary that the sentinels name), or, with the `etcd`
+//! feature, `etcd://host:port,host:port,…` (an etcd cluster). [`Client::builder`] sets the lease, timeouts, prefix,
+//! replicas and TLS material. A [`Quorum`] takes several clients of independent servers.
 //!
 //! # Features
 //!
@@ -54,6 +55,7 @@
 //! | `tls` | `rediss://` URLs through rustls (ring backend), a private CA and a client identity on the [`Builder`] |
 //! | `metrics` | counters and histograms through the [`metrics`](https://docs.rs/metrics) facade (see [Observing](#observing)) |
 //! | `serde` | `Serialize`/`Deserialize` for the plain data types: [`LockInfo`], [`Fence`], [`LockKind`], [`LossReason`] and friends |
+//! | `etcd` | `etcd://` URLs: every lock in an etcd cluster (see [etcd](#etcd-feature-etcd)); pulls in `etcd-client` (gRPC), whose build needs `protoc` |
 //!
 //! None is on by default. Items that need a feature say so in these docs.
 //!
@@ -123,6 +125,40 @@
 //! assumption above. All keys of a lock share one slot; every cluster call is bounded by the response timeout;
 //! wake-ups use a sharded channel in the lock's slot on a cluster; a Sentinel client follows the primary the
 //! sentinels name. The measured failure table is in the README ("Replicas, failover and what `WAIT` changes").
+//!
+//! # etcd (feature `etcd`)
+//!
+//! [`Client::connect`] with `etcd://[user:password@]host:port[,host:port…]` puts every lock of the client in an etcd
+//! cluster (tested on etcd 3.4). The same API, kinds, guards, fences and loss signal; what differs is where each
+//! point of the contract comes from:
+//!
+//! 1. **Mutual exclusion** is etcd's: each grant is one key under the lock's prefix `PREFIX/NAME/`, written under the
+//!    client's session lease, and a grant is admitted by its kind's rule over the keys created before it (exclusive:
+//!    none; shared: only readers; permits of N: fewer than N permits). Every check after a wait is also the
+//!    ownership check (its key still has its lease and creation revision), which etcd 3.4's own `Lock` RPC lacks.
+//!    etcd is linearizable (Raft): a leader change or the loss of a minority of members loses no grant, unlike a
+//!    Redis failover.
+//! 2. **The loss signal** fires by the send time of the session's last acknowledged keep-alive plus the session TTL,
+//!    less the drift allowance; etcd cannot expire the lease before that. A grant's lease is the session's: each
+//!    keep-alive renews every grant of the client at once, and a renewal round that finds a grant's key deleted (a
+//!    `release --force`, an `etcdctl del`) ends it as [`LossReason::Gone`].
+//! 3. **The fence** is the key's creation revision: global to the cluster, so it grows across every lock (fences of
+//!    one lock are not consecutive). It goes back only after a snapshot restore without revision bump.
+//! 4. **A crashed holder** frees its locks one session TTL after its last keep-alive ([`Builder::session_ttl`]:
+//!    whole seconds, at least 2 s, 10 s by default). A lost session is replaced by a new one at the next
+//!    acquisition.
+//! 5. **Waiting** watches the key just ahead (the last writer ahead for a reader; the whole prefix for a permit), so
+//!    a release wakes one waiter, never a herd; every kind is FIFO by creation revision across all processes.
+//!
+//! Not on etcd, refused with [`Error::Unsupported`] when asked: fixed leases ([`Mutex::fixed_lease`],
+//! [`Mutex::wait_and_hold`]), [`Guard::extend`], several permits in one grant ([`Semaphore::acquire_many`] with
+//! more than 1), a stored permit count ([`Semaphore::set_permits`]; each grant's key carries the count it was asked
+//! with), [`WriteGuard::downgrade`] (which then releases the write grant) and nested holds by token
+//! ([`ReentrantMutex::lock_as`]). A handle's [`Mutex::ttl`] and [`Mutex::renew_every`] do not apply: the session's
+//! TTL does. Names do not claim a kind on etcd (no [`Error::WrongKind`]): kinds on one name exclude each other by
+//! their rules. `etcdctl lock PREFIX/NAME` (Go's `concurrency.Mutex`) and a [`Mutex`] called `NAME` exclude each
+//! other in both directions. A lock named `a/b` lies inside the range of a lock named `a`, whose waiters count its
+//! keys as exclusive: holding `a/b` holds `a` back (never the other way). `etcds://` (TLS) is not supported yet.
 //!
 //! # A quorum of independent primaries (Redlock)
 //!
