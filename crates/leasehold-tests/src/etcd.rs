@@ -8,6 +8,7 @@
 //! like [`RedisServer`](crate::RedisServer)'s, and so callable from inside an async test without nesting runtimes.
 
 use std::fs::OpenOptions;
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,28 @@ const ADDR_IN_USE: &str = "address already in use";
 /// The log of a member, appended to across restarts (etcd 3.4 logs to stderr).
 const LOG_FILE: &str = "etcd.log";
 
+/// The TLS files of a member that speaks TLS to its clients (see [`EtcdServer::start_tls`]).
+#[derive(Debug, Clone)]
+struct MemberTls {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    /// A client certificate signed by the CA, when the member requires one (and `etcdctl` presents it).
+    client: Option<(PathBuf, PathBuf)>,
+}
+
+impl MemberTls {
+    /// `etcdctl`'s flags for talking to the member.
+    fn ctl_args(&self) -> Vec<String> {
+        let mut args = vec![format!("--cacert={}", self.ca.display())];
+        if let Some((cert, key)) = &self.client {
+            args.push(format!("--cert={}", cert.display()));
+            args.push(format!("--key={}", key.display()));
+        }
+        args
+    }
+}
+
 /// One etcd member: its process, ports, and data directory.
 #[derive(Debug)]
 struct Member {
@@ -42,6 +65,8 @@ struct Member {
     dir: TempDir,
     /// Whether the process is stopped with `SIGSTOP`.
     paused: bool,
+    /// Its client port's TLS, if it speaks TLS.
+    tls: Option<MemberTls>,
 }
 
 impl Member {
@@ -53,6 +78,7 @@ impl Member {
             client_port: 0,
             peer_port: 0,
             paused: false,
+            tls: None,
         }
     }
 
@@ -80,8 +106,18 @@ impl Member {
             .append(true)
             .open(self.dir.path().join(LOG_FILE))
             .expect("cannot create the etcd log file");
-        let client_url = format!("http://{}", self.endpoint());
-        let child = Command::new("etcd")
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client_url = format!("{scheme}://{}", self.endpoint());
+        let mut command = Command::new("etcd");
+        if let Some(tls) = &self.tls {
+            command.arg("--cert-file").arg(&tls.cert);
+            command.arg("--key-file").arg(&tls.key);
+            if tls.client.is_some() {
+                command.arg("--client-cert-auth");
+                command.arg("--trusted-ca-file").arg(&tls.ca);
+            }
+        }
+        let child = command
             .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
@@ -130,11 +166,12 @@ impl Member {
     }
 }
 
-/// Runs `etcdctl` (API v3) against `endpoints` with short timeouts.
-fn etcdctl(endpoints: &str, args: &[&str]) -> Output {
+/// Runs `etcdctl` (API v3) against `endpoints` with short timeouts (and the member's TLS files, if it has them).
+fn etcdctl(endpoints: &str, tls: Option<&MemberTls>, args: &[&str]) -> Output {
     Command::new("etcdctl")
         .env("ETCDCTL_API", "3")
         .arg(format!("--endpoints={endpoints}"))
+        .args(tls.map(MemberTls::ctl_args).unwrap_or_default())
         .arg(format!("--dial-timeout={CTL_TIMEOUT}"))
         .arg(format!("--command-timeout={CTL_TIMEOUT}"))
         .args(args)
@@ -145,14 +182,24 @@ fn etcdctl(endpoints: &str, args: &[&str]) -> Output {
 
 /// Whether the member at `endpoint` answers a health check, which commits a proposal: so also whether its cluster
 /// has a leader and a quorum.
-fn is_healthy(endpoint: &str) -> bool {
-    etcdctl(endpoint, &["endpoint", "health"]).status.success()
+fn is_healthy(member: &Member) -> bool {
+    etcdctl(
+        &member.endpoint(),
+        member.tls.as_ref(),
+        &["endpoint", "health"],
+    )
+    .status
+    .success()
 }
 
 /// The member id and the leader's member id that the member at `endpoint` reports (`endpoint status`), or `None`
 /// if it does not answer or knows no leader.
-fn status(endpoint: &str) -> Option<(u64, u64)> {
-    let output = etcdctl(endpoint, &["endpoint", "status", "-w", "fields"]);
+fn status(member: &Member) -> Option<(u64, u64)> {
+    let output = etcdctl(
+        &member.endpoint(),
+        member.tls.as_ref(),
+        &["endpoint", "status", "-w", "fields"],
+    );
     if !output.status.success() {
         return None;
     }
@@ -195,10 +242,15 @@ struct Members {
 impl Members {
     /// Starts `n` members on free ports and waits until each answers a health check; on a taken port, starts all
     /// of them again on fresh ports, a few times over.
-    fn start(n: usize) -> Members {
+    fn start(n: usize, tls: Option<MemberTls>) -> Members {
         let token = format!("leasehold-{}-{}", std::process::id(), crate::monotonic_ns());
         let mut members = Members {
-            members: (0..n).map(|i| Member::new(format!("e{i}"))).collect(),
+            members: (0..n)
+                .map(|i| Member {
+                    tls: tls.clone(),
+                    ..Member::new(format!("e{i}"))
+                })
+                .collect(),
             token,
         };
         for _ in 0..START_ATTEMPTS {
@@ -240,7 +292,7 @@ impl Members {
                 }
             }
             let running = self.members.iter().filter(|m| m.child.is_some());
-            if running.clone().all(|m| is_healthy(&m.endpoint())) {
+            if running.clone().all(is_healthy) {
                 return Ok(());
             }
             assert!(
@@ -256,7 +308,12 @@ impl Members {
     }
 
     fn url(&self) -> String {
-        format!("etcd://{}", self.endpoints().join(","))
+        let scheme = if self.members[0].tls.is_some() {
+            "etcds"
+        } else {
+            "etcd"
+        };
+        format!("{scheme}://{}", self.endpoints().join(","))
     }
 
     fn pid(&self, i: usize) -> Option<u32> {
@@ -292,7 +349,7 @@ impl Members {
             if let Some(addr_in_use) = self.members[i].exited(log_start) {
                 return Err(addr_in_use);
             }
-            if is_healthy(&self.members[i].endpoint()) {
+            if is_healthy(&self.members[i]) {
                 return Ok(());
             }
             assert!(
@@ -325,8 +382,7 @@ impl Members {
             if member.child.is_none() || member.paused {
                 continue;
             }
-            let (id, said) =
-                status(&member.endpoint()).ok_or_else(|| format!("member {i} knows no leader"))?;
+            let (id, said) = status(member).ok_or_else(|| format!("member {i} knows no leader"))?;
             ids[i] = Some(id);
             if leader.is_some_and(|l| l != said) {
                 return Err("the members name different leaders".to_owned());
@@ -392,7 +448,27 @@ impl EtcdServer {
     /// If `etcd` or `etcdctl` cannot be run, or the member is not healthy within 20 seconds.
     pub fn start() -> EtcdServer {
         EtcdServer {
-            members: Members::start(1),
+            members: Members::start(1, None),
+        }
+    }
+
+    /// Starts a member that speaks TLS to its clients with `ca`'s server certificate (for `127.0.0.1`), and, with
+    /// `require_client_cert`, accepts only clients presenting a certificate signed by `ca` (its client certificate).
+    /// [`url`](Self::url) is then `etcds://127.0.0.1:PORT`.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_tls(ca: &crate::TestCa, require_client_cert: bool) -> EtcdServer {
+        let tls = MemberTls {
+            ca: ca.ca.cert_path.clone(),
+            cert: ca.server.cert_path.clone(),
+            key: ca.server.key_path.clone(),
+            client: require_client_cert
+                .then(|| (ca.client.cert_path.clone(), ca.client.key_path.clone())),
+        };
+        EtcdServer {
+            members: Members::start(1, Some(tls)),
         }
     }
 
@@ -401,7 +477,7 @@ impl EtcdServer {
         self.members.members[0].endpoint()
     }
 
-    /// `etcd://127.0.0.1:PORT`.
+    /// `etcd://127.0.0.1:PORT` (`etcds://` for a member started with [`start_tls`](Self::start_tls)).
     pub fn url(&self) -> String {
         self.members.url()
     }
@@ -498,7 +574,7 @@ impl EtcdCluster {
     /// If `etcd` or `etcdctl` cannot be run, or the cluster is not healthy within 20 seconds.
     pub fn start() -> EtcdCluster {
         EtcdCluster {
-            members: Members::start(3),
+            members: Members::start(3, None),
         }
     }
 

@@ -217,14 +217,7 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] for a malformed URL.
     pub fn builder(url: &str) -> Result<Builder, Error> {
-        if url.starts_with("etcds://") {
-            return Err(InvalidArgument::BadUrl(
-                "etcds:// (etcd over TLS) is not supported yet: use etcd:// on a trusted network"
-                    .to_owned(),
-            )
-            .into());
-        }
-        if url.starts_with("etcd://") {
+        if url.starts_with("etcd://") || url.starts_with("etcds://") {
             #[cfg(feature = "etcd")]
             {
                 crate::backend::etcd::endpoints::parse_url(url)
@@ -233,7 +226,7 @@ impl Client {
             }
             #[cfg(not(feature = "etcd"))]
             return Err(InvalidArgument::BadUrl(
-                "etcd:// URLs need leasehold's `etcd` feature".to_owned(),
+                "etcd:// and etcds:// URLs need leasehold's `etcd` feature".to_owned(),
             )
             .into());
         }
@@ -804,7 +797,7 @@ impl Builder {
     }
 
     /// Trusts the CA certificate(s) in `pem` (PEM text, as in a `ca.crt` file) for the server's certificate,
-    /// instead of the system's trust store. For `rediss://` URLs only. Needs the `tls` feature.
+    /// instead of the system's trust store. For `rediss://` and `etcds://` URLs only. Needs the `tls` feature.
     ///
     /// Checked by [`connect`](Builder::connect): a PEM with no readable certificate, or a URL without TLS, is
     /// [`InvalidArgument::BadTls`].
@@ -816,7 +809,7 @@ impl Builder {
     }
 
     /// Presents this client certificate (chain) and private key, both PEM, for servers that require mutual TLS
-    /// (`tls-auth-clients yes`). For `rediss://` URLs only. Needs the `tls` feature.
+    /// (`tls-auth-clients yes`, etcd's `--client-cert-auth`). For `rediss://` and `etcds://` URLs only. Needs the `tls` feature.
     ///
     /// Checked by [`connect`](Builder::connect), as [`tls_ca_pem`](Builder::tls_ca_pem).
     #[cfg(feature = "tls")]
@@ -963,10 +956,6 @@ impl Builder {
             Where::Redis(endpoint) => endpoint,
             #[cfg(feature = "etcd")]
             Where::Etcd(ref url) => {
-                #[cfg(feature = "tls")]
-                let tls = self.tls.ca.is_some() || self.tls.identity.is_some();
-                #[cfg(not(feature = "tls"))]
-                let tls = false;
                 let redis_only = [
                     (self.conn.is_some(), "a connection of its own"),
                     (
@@ -974,7 +963,6 @@ impl Builder {
                         "replica acknowledgements",
                     ),
                     (self.sentinel_auth.is_some(), "sentinel credentials"),
-                    (tls, "TLS material (etcds:// is not supported yet)"),
                 ];
                 if let Some((_, what)) = redis_only.iter().find(|(set, _)| *set) {
                     return Err(InvalidArgument::BadUrl(format!(
@@ -983,6 +971,19 @@ impl Builder {
                     .into());
                 }
                 let mut options = crate::backend::etcd::SessionOptions::default();
+                #[cfg(feature = "tls")]
+                if !self.tls.is_empty() {
+                    if !url.starts_with("etcds://") {
+                        return Err(InvalidArgument::BadTls(
+                            "TLS material was given for an etcd:// URL: use etcds://".to_owned(),
+                        )
+                        .into());
+                    }
+                    options.tls = crate::backend::etcd::endpoints::EtcdTls {
+                        ca: self.tls.ca.clone(),
+                        identity: self.tls.identity.clone(),
+                    };
+                }
                 if let Some(ttl) = self.session_ttl {
                     options = options.ttl(ttl);
                 }

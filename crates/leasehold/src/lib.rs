@@ -128,7 +128,7 @@
 //!
 //! # etcd (feature `etcd`)
 //!
-//! [`Client::connect`] with `etcd://[user:password@]host:port[,host:port…]` puts every lock of the client in an etcd
+//! [`Client::connect`] with `etcd://[user:password@]host:port[,host:port…]` (or `etcds://` for TLS) puts every lock of the client in an etcd
 //! cluster (tested on etcd 3.4). The same API, kinds, guards, fences and loss signal; what differs is where each
 //! point of the contract comes from:
 //!
@@ -158,7 +158,8 @@
 //! TTL does. Names do not claim a kind on etcd (no [`Error::WrongKind`]): kinds on one name exclude each other by
 //! their rules. `etcdctl lock PREFIX/NAME` (Go's `concurrency.Mutex`) and a [`Mutex`] called `NAME` exclude each
 //! other in both directions. A lock named `a/b` lies inside the range of a lock named `a`, whose waiters count its
-//! keys as exclusive: holding `a/b` holds `a` back (never the other way). `etcds://` (TLS) is not supported yet.
+//! keys as exclusive: holding `a/b` holds `a` back (never the other way). `etcds://` speaks TLS (feature `tls` too),
+//! with the [`Builder`]'s CA and client identity as for `rediss://`.
 //!
 //! # A quorum of independent primaries (Redlock)
 //!

@@ -9,6 +9,7 @@ mod auth;
 mod cancel;
 mod faults;
 mod interop;
+mod tls;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -28,6 +29,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     cancel::acquisitions_dropped_at_random_points_leave_nothing_behind,
     interop::etcdctl_lock_and_a_leasehold_mutex_exclude_each_other,
     auth::credentials_in_the_url_authenticate,
+    tls::etcds_trusts_a_private_ca,
+    tls::etcds_presents_a_client_certificate_when_asked,
 ];
 
 fn main() {

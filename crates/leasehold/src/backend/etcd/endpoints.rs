@@ -16,8 +16,18 @@ use tonic::Code;
 
 use super::EtcdError;
 
-/// The scheme of an etcd URL.
+/// The scheme of an etcd URL, and of one over TLS.
 const SCHEME: &str = "etcd://";
+const TLS_SCHEME: &str = "etcds://";
+
+/// TLS material for `etcds://` members: a CA to trust instead of the system's store, and a client identity (both
+/// PEM).
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+pub(crate) struct EtcdTls {
+    pub(crate) ca: Option<Vec<u8>>,
+    pub(crate) identity: Option<(Vec<u8>, Vec<u8>)>,
+}
 
 /// The members of one cluster, and which of them requests go to first.
 pub(crate) struct Endpoints {
@@ -32,6 +42,8 @@ pub(crate) struct Endpoints {
 pub(crate) struct Target {
     pub(crate) members: Vec<String>,
     pub(crate) user: Option<(String, String)>,
+    /// `etcds://`: the members speak TLS.
+    pub(crate) tls: bool,
 }
 
 /// Parses `etcd://[user:password@]h1:p1[,h2:p2…][/]`; the user name and password may be percent-encoded.
@@ -40,9 +52,14 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, EtcdError> {
         url: redacted(url),
         why,
     };
-    let rest = url
-        .strip_prefix(SCHEME)
-        .ok_or_else(|| invalid("it does not start with etcd://"))?;
+    let (rest, tls) = match url.strip_prefix(SCHEME) {
+        Some(rest) => (rest, false),
+        None => (
+            url.strip_prefix(TLS_SCHEME)
+                .ok_or_else(|| invalid("it does not start with etcd:// or etcds://"))?,
+            true,
+        ),
+    };
     let (user, hosts) = match rest.rsplit_once('@') {
         Some((credentials, hosts)) => {
             let (name, password) = credentials
@@ -69,20 +86,34 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, EtcdError> {
             return Err(invalid("every member needs host:port"));
         }
     }
-    Ok(Target { members, user })
+    Ok(Target { members, user, tls })
+}
+
+/// The TLS settings of every member of an `etcds://` URL: the given CA, or the system's trust store.
+#[cfg(feature = "tls")]
+fn tls_options(tls: &EtcdTls) -> etcd_client::TlsOptions {
+    let options = etcd_client::TlsOptions::new();
+    let options = match &tls.ca {
+        Some(ca) => options.ca_certificate(etcd_client::Certificate::from_pem(ca)),
+        None => options.with_native_roots(),
+    };
+    match &tls.identity {
+        Some((cert, key)) => options.identity(etcd_client::Identity::from_pem(cert, key)),
+        None => options,
+    }
 }
 
 /// `url` with its password replaced by `***`, for messages and logs.
 pub(crate) fn redacted(url: &str) -> String {
-    match url
-        .strip_prefix(SCHEME)
-        .and_then(|rest| rest.rsplit_once('@'))
-    {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
         Some((credentials, hosts)) => {
             let name = credentials
                 .split_once(':')
                 .map_or(credentials, |(name, _)| name);
-            format!("{SCHEME}{name}:***@{hosts}")
+            format!("{scheme}://{name}:***@{hosts}")
         }
         None => url.to_owned(),
     }
@@ -119,9 +150,22 @@ impl std::fmt::Debug for Endpoints {
 impl Endpoints {
     /// Clients for every member of `url`. Connections are made lazily, so a member that is down now does not fail
     /// this.
-    pub(crate) async fn connect(url: &str, call_timeout: Duration) -> Result<Endpoints, EtcdError> {
+    pub(crate) async fn connect(
+        url: &str,
+        call_timeout: Duration,
+        tls: &EtcdTls,
+    ) -> Result<Endpoints, EtcdError> {
         let mut clients = Vec::new();
         let target = parse_url(url)?;
+        let scheme = if target.tls { "https" } else { "http" };
+        #[cfg(not(feature = "tls"))]
+        if target.tls {
+            let _ = tls;
+            return Err(EtcdError::InvalidUrl {
+                url: redacted(url),
+                why: "etcds:// needs leasehold's `tls` feature",
+            });
+        }
         for endpoint in target.members {
             let mut options = ConnectOptions::new()
                 .with_connect_timeout(call_timeout)
@@ -133,7 +177,11 @@ impl Endpoints {
             if let Some((name, password)) = &target.user {
                 options = options.with_user(name.as_str(), password.as_str());
             }
-            let client = Client::connect([format!("http://{endpoint}")], Some(options))
+            #[cfg(feature = "tls")]
+            if target.tls {
+                options = options.with_tls(tls_options(tls));
+            }
+            let client = Client::connect([format!("{scheme}://{endpoint}")], Some(options))
                 .await
                 .map_err(|source| EtcdError::Etcd {
                     op: "connect",

@@ -71,6 +71,8 @@ pub struct SessionOptions {
     /// The deadline of each try of each request. Defaults to a third of the TTL, at most 2 s: a call to a dead
     /// leader then gives up, and moves on to the next member, long before the lease could run out.
     pub call_timeout: Option<Duration>,
+    /// For `etcds://` URLs: the CA to trust instead of the system's, and a client identity.
+    pub(crate) tls: super::endpoints::EtcdTls,
 }
 
 impl Default for SessionOptions {
@@ -78,6 +80,7 @@ impl Default for SessionOptions {
         SessionOptions {
             ttl: DEFAULT_TTL,
             call_timeout: None,
+            tls: super::endpoints::EtcdTls::default(),
         }
     }
 }
@@ -290,7 +293,7 @@ impl Session {
         let call_timeout = options
             .call_timeout
             .unwrap_or_else(|| (ttl / 3).min(Duration::from_secs(2)));
-        let endpoints = Endpoints::connect(url, call_timeout).await?;
+        let endpoints = Endpoints::connect(url, call_timeout, &options.tls).await?;
         let ttl_s = i64::try_from(ttl.as_secs()).map_err(|_| EtcdError::InvalidTtl(ttl))?;
         let sent = clock::now();
         // A retried grant may leave the first lease unused; it expires on its own.
