@@ -33,8 +33,8 @@ Exit status of `leasehold run`: the program's own, or 128+N when signal N ended 
 See `leasehold <COMMAND> --help` for each command.
 
 Stores: Redis (redis://, rediss://, unix://, redis+cluster://, redis+sentinel://; the default), or etcd
-(etcd://host:port[,host:port...], the members of one cluster): run, status, list and release work
-on both. On etcd, run's --ttl is the session lease (whole seconds, at least 2s); --replicas,
+(etcd://host:port[,host:port...], the members of one cluster): run, status, list, release and
+bench work on both. On etcd, run's --ttl is the session lease (whole seconds, at least 2s); --replicas,
 --tls-*, several --store, `permits` and `demo` are Redis-only and exit 2 before connecting.
 
 Environment: LEASEHOLD_STORE (or LEASEHOLD_REDIS_URL), LEASEHOLD_PREFIX, LEASEHOLD_TLS_CA, LEASEHOLD_TLS_CERT,
@@ -234,6 +234,16 @@ Scenarios (each measures --duration after a short warm-up, against the same serv
   semaphore-8p             8 processes on ONE semaphore of 4 permits; shares per process
   renew-10k                one process holds 10,000 locks through 3 renewal periods
 
+On etcd (--store etcd://host:port[,host:port...]) the same scenarios where they make sense, against
+etcd's own floor in the same run:
+  etcd-lock-1, -64, -8p    etcd's Lock/Unlock RPC under a lease (the plain recipe a Go user gets;
+                           8p: 8 processes waiting in it on ONE name); uncontended-1, -64,
+                           contended-8p and fair-8p say their ratio to it (× floor)
+  floor-*, peer-*          skipped (the raw-Redis floor and rslock's recipe are Redis's)
+  renew-10k                the locks follow one session lease: its renewal calls are keep-alives
+The server's CPU time is then process_cpu_seconds_total of each member's /metrics page, and
+the raw round trip of the hand-offs a linearizable read.
+
 The table gives latencies in µs, the ratio to the floor as a factor, the server's CPU time
 (INFO cpu, user + system, over the measured window) per lock cycle (per renewal for renew-10k),
 and the client's CPU time per cycle (this process's, or the worker processes' together); on a
@@ -243,7 +253,8 @@ stderr as it ends (a progress bar too, on a terminal, without --json).
 Examples:
   leasehold bench                                   # private redis-server, all scenarios, a table
   leasehold bench --duration 2s --scenarios floor-1,uncontended-1
-  leasehold bench --store redis://10.0.0.5:6379 --json --plot latency.svg";
+  leasehold bench --store redis://10.0.0.5:6379 --json --plot latency.svg
+  leasehold bench --store etcd://10.0.0.7:2379 --scenarios etcd-lock-1,uncontended-1";
 
 const COMPLETIONS_AFTER: &str = "\
 Prints the script on stdout; install it where your shell looks for completions.
@@ -298,7 +309,7 @@ pub enum Command {
     /// One buyer process of `leasehold demo` (internal).
     #[command(hide = true)]
     DemoBuyer(crate::demo::buyer::BuyerArgs),
-    /// Measure leasehold against the raw-Redis floor on this machine's Redis (or a private one).
+    /// Measure leasehold against the store's floor (raw Redis, or etcd's own lock) on Redis (or a private one) or etcd.
     #[command(after_help = BENCH_AFTER)]
     Bench(crate::bench::BenchArgs),
     /// One worker process of `leasehold bench` (internal).

@@ -28,7 +28,20 @@
 //! | `contended-8p` | as above, on the first node alone |
 //!
 //! The server CPU of a quorum scenario is summed over every node.
+//!
+//! On etcd (`--store etcd://host:port[,host:port…]`), the scenarios that make sense there, against etcd's own floor
+//! (see [`etcd`]), with the server CPU read from every member's `/metrics` page:
+//!
+//! | scenario | what runs |
+//! |---|---|
+//! | `etcd-lock-1`, `etcd-lock-64` | 1 or 64 tasks: etcd's `Lock` RPC under a lease, then `Unlock` (what a Go user gets) |
+//! | `etcd-lock-8p` | 8 worker processes waiting in etcd's `Lock` RPC on ONE name |
+//! | `uncontended-1`, `-64`, `contended-8p`, `handoff`, `fair-8p`, `fair-handoff`, `rw-8p`, `semaphore-8p` | as on Redis, leasehold on etcd; the first four against the etcd floor |
+//! | `renew-10k` | as on Redis: the 10,000 locks follow one session lease, so its renewal calls are the session's keep-alives |
+//!
+//! `floor-*` and `peer-*` (raw Redis, rslock) are skipped there, with a note.
 
+mod etcd;
 mod plot;
 mod quorum;
 mod raw;
@@ -77,12 +90,51 @@ pub const QUORUM_SCENARIOS: [&str; 6] = [
     "contended-8p",
 ];
 
+/// Every scenario on etcd, in the order they run: etcd's own floor (its `Lock` RPC) in place of the Redis floor, and
+/// no peer (rslock's recipe is Redis's).
+pub const ETCD_SCENARIOS: [&str; 12] = [
+    "etcd-lock-1",
+    "uncontended-1",
+    "etcd-lock-64",
+    "uncontended-64",
+    "etcd-lock-8p",
+    "contended-8p",
+    "handoff",
+    "fair-8p",
+    "fair-handoff",
+    "rw-8p",
+    "semaphore-8p",
+    "renew-10k",
+];
+
+/// What the bench runs on: the scenario list and the topology's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Topology {
+    /// One Redis server or cluster.
+    One,
+    /// A quorum of independent Redis servers.
+    Quorum,
+    /// An etcd cluster.
+    Etcd,
+}
+
+impl Topology {
+    fn scenarios(self) -> &'static [&'static str] {
+        match self {
+            Topology::One => &SCENARIOS,
+            Topology::Quorum => &QUORUM_SCENARIOS,
+            Topology::Etcd => &ETCD_SCENARIOS,
+        }
+    }
+}
+
 /// `leasehold bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Use this Redis server (or cluster: redis+cluster://host:port,host:port,…) instead of starting a private one.
     /// Given 3 times or more: a quorum of independent servers (Redlock), with the scenarios quorum-floor-1, quorum-1,
-    /// quorum-64, quorum-contended-8p, and uncontended-1 and contended-8p on the first server alone.
+    /// quorum-64, quorum-contended-8p, and uncontended-1 and contended-8p on the first server alone. An etcd cluster:
+    /// etcd://host:port[,host:port…], against etcd's own lock (etcd-lock-1, -64, -8p).
     #[arg(long = "store", visible_alias = "redis", value_name = "URL")]
     pub store: Vec<String>,
 
@@ -113,20 +165,31 @@ pub struct BenchArgs {
 }
 
 fn parse_scenario(name: &str) -> Result<String, String> {
-    if SCENARIOS.contains(&name) || QUORUM_SCENARIOS.contains(&name) {
+    if [&SCENARIOS[..], &QUORUM_SCENARIOS, &ETCD_SCENARIOS]
+        .iter()
+        .any(|list| list.contains(&name))
+    {
         Ok(name.to_owned())
     } else {
         Err(format!(
-            "unknown scenario {name:?}; known: {}; on a quorum: {}",
+            "unknown scenario {name:?}; known: {}; on a quorum: {}; on etcd: {}",
             SCENARIOS.join(", "),
-            QUORUM_SCENARIOS.join(", ")
+            QUORUM_SCENARIOS.join(", "),
+            ETCD_SCENARIOS.join(", ")
         ))
     }
 }
 
-/// A usage error unless `--store` names one server (or cluster), or the distinct independent servers of a quorum.
+/// A usage error unless `--store` names one server (or cluster, or etcd cluster), or the distinct independent servers
+/// of a quorum.
 fn check_servers(urls: &[String]) -> anyhow::Result<()> {
     let usage = |message: &str| Err(exit::fail(exit::USAGE, message));
+    if urls.len() > 1 && urls.iter().any(|url| crate::etcd::is_etcd(url)) {
+        return usage(
+            "--store given several times with an etcd URL: one etcd URL names every member of the cluster \
+             (etcd://h1:2379,h2:2379,h3:2379); a quorum is made of independent Redis servers",
+        );
+    }
     match urls.len() {
         0 | 1 => return Ok(()),
         2 => return usage(
@@ -160,25 +223,43 @@ fn servers(args: &BenchArgs) -> anyhow::Result<(Vec<String>, Vec<PrivateServer>)
 }
 
 /// A usage error when a chosen scenario does not run on this topology.
-fn check_scenarios(chosen: &[String], quorum: bool) -> anyhow::Result<()> {
-    let runs = if quorum {
-        &QUORUM_SCENARIOS[..]
-    } else {
-        &SCENARIOS[..]
+fn check_scenarios(chosen: &[String], topology: Topology) -> anyhow::Result<()> {
+    let runs = topology.scenarios();
+    let Some(name) = chosen.iter().find(|name| !runs.contains(&name.as_str())) else {
+        return Ok(());
     };
-    match chosen.iter().find(|name| !runs.contains(&name.as_str())) {
-        None => Ok(()),
-        Some(name) if quorum => Err(exit::fail(
-            exit::USAGE,
-            format!(
-                "{name} does not run on a quorum; there: {}",
-                QUORUM_SCENARIOS.join(", ")
-            ),
-        )),
-        Some(name) => Err(exit::fail(
-            exit::USAGE,
-            format!("{name} needs a quorum: --quorum N, or --store given 3 times or more"),
-        )),
+    let message = match topology {
+        Topology::Quorum => format!(
+            "{name} does not run on a quorum; there: {}",
+            QUORUM_SCENARIOS.join(", ")
+        ),
+        Topology::Etcd => format!(
+            "{name} does not run on etcd (the raw-Redis floor, rslock's recipe and the quorum are Redis's); there: {}",
+            ETCD_SCENARIOS.join(", ")
+        ),
+        Topology::One if ETCD_SCENARIOS.contains(&name.as_str()) => {
+            format!("{name} needs an etcd store: --store etcd://host:port")
+        }
+        Topology::One => {
+            format!("{name} needs a quorum: --quorum N, or --store given 3 times or more")
+        }
+    };
+    Err(exit::fail(exit::USAGE, message))
+}
+
+/// The note printed on etcd: what its floor is, and which scenarios of a Redis run it skips.
+const ON_ETCD: &str = "on etcd: × floor is against etcd-lock-1, -64, -8p, etcd's own Lock RPC under a lease (in place \
+                       of floor-1, -64, -8p, the raw-Redis floor); peer-1, -64, -8p (rslock's recipe, for Redis) are \
+                       skipped";
+
+/// The floor scenario a leasehold scenario is set against, on each store (at most one of them runs).
+fn floors_of(name: &str) -> &'static [&'static str] {
+    match name {
+        "uncontended-1" => &["floor-1", "etcd-lock-1"],
+        "uncontended-64" => &["floor-64", "etcd-lock-64"],
+        "contended-8p" | "fair-8p" => &["floor-8p", "etcd-lock-8p"],
+        "quorum-1" => &["quorum-floor-1"],
+        _ => &[],
     }
 }
 
@@ -189,7 +270,13 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     }
     check_servers(&args.store)?;
     let is_quorum = args.quorum.is_some() || args.store.len() >= leasehold::MIN_NODES;
-    check_scenarios(&args.scenarios, is_quorum)?;
+    let on_etcd = args.store.iter().any(|url| crate::etcd::is_etcd(url));
+    let topology = match (is_quorum, on_etcd) {
+        (true, _) => Topology::Quorum,
+        (false, true) => Topology::Etcd,
+        (false, false) => Topology::One,
+    };
+    check_scenarios(&args.scenarios, topology)?;
     let (urls, private) = servers(&args)?;
     // Fail early, with the usual exit status, when a server cannot be used.
     for url in &urls {
@@ -217,12 +304,15 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     };
     let rtt_time = (setup.duration / 5).max(Duration::from_millis(200));
     let wanted = |name: &str| args.scenarios.is_empty() || args.scenarios.iter().any(|s| s == name);
-    let scenarios = if is_quorum {
-        &QUORUM_SCENARIOS[..]
-    } else {
-        &SCENARIOS[..]
-    };
-    let chosen: Vec<&'static str> = scenarios.iter().copied().filter(|n| wanted(n)).collect();
+    let chosen: Vec<&'static str> = topology
+        .scenarios()
+        .iter()
+        .copied()
+        .filter(|n| wanted(n))
+        .collect();
+    if on_etcd && args.json {
+        exit::print_err(&format!("bench: {ON_ETCD}"));
+    }
     let run = async {
         let mut outcomes: Vec<Outcome> = Vec::new();
         for (index, &name) in chosen.iter().enumerate() {
@@ -248,13 +338,19 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 "quorum-contended-8p" => {
                     scenario::contended(&all_nodes, name, 8, Recipe::Leasehold, "mutex").await
                 }
-                "floor-1" => scenario::in_process(&setup, name, 1, Recipe::Floor).await,
+                "floor-1" | "etcd-lock-1" => {
+                    scenario::in_process(&setup, name, 1, Recipe::Floor).await
+                }
                 "peer-1" => scenario::in_process(&setup, name, 1, Recipe::Peer).await,
                 "uncontended-1" => scenario::in_process(&setup, name, 1, Recipe::Leasehold).await,
-                "floor-64" => scenario::in_process(&setup, name, 64, Recipe::Floor).await,
+                "floor-64" | "etcd-lock-64" => {
+                    scenario::in_process(&setup, name, 64, Recipe::Floor).await
+                }
                 "peer-64" => scenario::in_process(&setup, name, 64, Recipe::Peer).await,
                 "uncontended-64" => scenario::in_process(&setup, name, 64, Recipe::Leasehold).await,
-                "floor-8p" => scenario::contended(&setup, name, 8, Recipe::Floor, "mutex").await,
+                "floor-8p" | "etcd-lock-8p" => {
+                    scenario::contended(&setup, name, 8, Recipe::Floor, "mutex").await
+                }
                 "peer-8p" => scenario::contended(&setup, name, 8, Recipe::Peer, "mutex").await,
                 "contended-8p" => {
                     scenario::contended(&setup, name, 8, Recipe::Leasehold, "mutex").await
@@ -269,15 +365,9 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 _ => scenario::renew(&setup, name).await,
             }
             .with_context(|| format!("scenario {name}"))?;
-            let floor = match name {
-                "uncontended-1" => Some("floor-1"),
-                "uncontended-64" => Some("floor-64"),
-                "contended-8p" | "fair-8p" => Some("floor-8p"),
-                "quorum-1" => Some("quorum-floor-1"),
-                _ => None,
-            };
-            outcome.floor_rate = floor
-                .and_then(|f| outcomes.iter().find(|o| o.scenario == f))
+            outcome.floor_rate = outcomes
+                .iter()
+                .find(|o| floors_of(name).contains(&o.scenario))
                 .map(Outcome::rate);
             let peer = match name {
                 "uncontended-1" => Some("peer-1"),
@@ -292,6 +382,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 nodes: nodes.len(),
                 all_nodes: name.starts_with("quorum-"),
             });
+            outcome.on_etcd = on_etcd;
             // On stderr whether it is a terminal or not (a CI log, a pipe): a long run is never silent.
             exit::print_err(&result_line(&outcome, index + 1, chosen.len()));
             if args.json {
@@ -307,6 +398,9 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     };
     if !args.json {
         print!("{}", table(&outcomes));
+        if on_etcd {
+            println!("{ON_ETCD}");
+        }
     }
     if let Some(path) = &args.plot {
         std::fs::write(path, plot::svg(&outcomes))
@@ -461,10 +555,21 @@ fn table(outcomes: &[Outcome]) -> String {
         out.push_str(row.trim_end());
         out.push('\n');
     }
-    if let Some(primaries) = outcomes.iter().find_map(|o| o.cpu_primaries) {
-        out.push_str(&format!(
+    match outcomes.iter().find(|o| o.cpu_primaries.is_some()) {
+        Some(Outcome {
+            cpu_primaries: Some(members),
+            on_etcd: true,
+            ..
+        }) => out.push_str(&format!(
+            "on etcd: srv µs/cycle is the CPU time of all {members} members the URL names together\n"
+        )),
+        Some(Outcome {
+            cpu_primaries: Some(primaries),
+            ..
+        }) => out.push_str(&format!(
             "on a cluster: srv µs/cycle is the CPU time of all {primaries} primaries together (replicas not counted)\n"
-        ));
+        )),
+        _ => {}
     }
     if let Some(q) = outcomes
         .iter()
