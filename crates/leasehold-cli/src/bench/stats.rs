@@ -316,4 +316,16 @@ mod tests {
         });
         assert_eq!(outcome.to_json()["nodes_used"], 1);
     }
+
+    #[test]
+    fn etcd_runs_say_so_and_name_members_not_primaries() {
+        let mut outcome = Outcome::measured("etcd-lock-1", &[600]);
+        assert!(outcome.to_json().get("store").is_none());
+        outcome.on_etcd = true;
+        outcome.cpu_primaries = Some(3);
+        let json = outcome.to_json();
+        assert_eq!(json["store"], "etcd");
+        assert_eq!(json["server_cpu_members"], 3);
+        assert!(json.get("server_cpu_primaries").is_none(), "{json}");
+    }
 }
