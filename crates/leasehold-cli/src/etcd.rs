@@ -130,8 +130,8 @@ pub fn check_permits(store: &StoreArg) -> anyhow::Result<()> {
 pub fn check_demo(store: Option<&str>) -> anyhow::Result<()> {
     if store.is_some_and(is_etcd) {
         return Err(usage(
-            "the demo runs on Redis (its stock and its fenced store are Redis scripts): drop --store for a private \
-             redis-server, or give a redis:// URL",
+            "the demo runs on Redis (its stock and its fenced store are Redis scripts): drop --store (and \
+             LEASEHOLD_STORE) for a private redis-server, or give a redis:// URL",
         ));
     }
     Ok(())
