@@ -27,10 +27,15 @@ Examples:
   leasehold man > /usr/local/share/man/man1/leasehold.1
 
 Exit status of `leasehold run`: the program's own, or 128+N when signal N ended it;
-  2 usage error, 65 NAME is a lock of another kind, 69 Redis unreachable or refusing,
+  2 usage error, 65 NAME is a lock of another kind, 69 the store unreachable or refusing,
   75 lock not acquired, 76 lock lost while the program ran, 126 program not executable,
   127 program not found.
 See `leasehold <COMMAND> --help` for each command.
+
+Stores: Redis (redis://, rediss://, unix://, redis+cluster://, redis+sentinel://; the default), or etcd
+(etcd://host:port[,host:port...], the members of one cluster): run, status, list, release and
+bench work on both. On etcd, run's --ttl is the session lease (whole seconds, at least 2s); --replicas,
+--tls-*, several --store, `permits` and `demo` are Redis-only and exit 2 before connecting.
 
 Environment: LEASEHOLD_STORE (or LEASEHOLD_REDIS_URL), LEASEHOLD_PREFIX, LEASEHOLD_TLS_CA, LEASEHOLD_TLS_CERT,
 LEASEHOLD_TLS_KEY and LEASEHOLD_REPLICAS stand in for their options. RUST_LOG (tracing's
@@ -43,7 +48,7 @@ as they are (a `--` before the program is accepted too). The program runs direct
 -c through /bin/sh, in its own process group, with stdin, stdout and stderr passed through,
 and with these variables added to its environment:
   LEASEHOLD_NAME   the lock's name
-  LEASEHOLD_TOKEN  this grant's owner token as stored in Redis (it holds spaces: quote it)
+  LEASEHOLD_TOKEN  this grant's owner token as stored in the store (it holds spaces: quote it)
   LEASEHOLD_FENCE  this grant's fencing number, a decimal integer that increases with every
                grant of the lock: pass it to the store you write to, and have the store
                refuse writes that carry a lower one
@@ -58,6 +63,15 @@ read-write lock takes its write lock (as flock's default -x), and an -s/-x run t
 held as a mutex waits for that mutex, then takes the read-write lock. --fair and --permits
 have no flock counterpart: using a name as another kind with them fails with status 65.
 
+On etcd (--store etcd://host:port[,host:port...]) every grant lives under the session lease of the
+command's etcd client, and --ttl is that lease: whole seconds, at least 2s (etcd grants no other), 30s
+by default; a keep-alive goes out every third of it. NAME lives under the etcd keys PREFIX/NAME/, so
+`etcdctl lock PREFIX/NAME` and leasehold runs exclude each other. Every kind serves its waiters in
+order of arrival. A name is not tied to one kind there: runs of different kinds exclude each other and
+wait (never status 65), and a semaphore's count is not stored (each run applies its own --permits,
+at most 4294967295). --replicas, --tls-* and --store given twice are Redis settings: with an etcd
+URL they exit 2 before connecting.
+
 Nesting: a program run under NAME may run `leasehold run NAME ...` again (the environment
 says which lock and token it runs under): the inner program runs at once under the outer
 grant, and its end does not release the outer lock. If the lock is lost, the outer run stops
@@ -65,7 +79,7 @@ its whole process group, the inner run and its program with it.
 
 The lease is renewed every third of --ttl while the program runs. If it is lost (renewal
 not confirmed in time, key gone or taken), the program's whole process group gets SIGTERM
-before the lease can expire in Redis, then SIGKILL after --kill-after; leasehold reports the
+before the lease can expire in the store, then SIGKILL after --kill-after; leasehold reports the
 loss and exits 76. Every catchable signal that would end leasehold (SIGINT, SIGTERM, SIGHUP,
 SIGQUIT, SIGUSR1, SIGUSR2, ...) is passed on to the program instead; the lock is released when
 the program exits. If leasehold is killed, the program is killed with it (Linux).
@@ -78,9 +92,10 @@ Exit status:
          lock of another kind than --fair or --permits asks for (or a fair mutex or a
          semaphore, for a plain or -s/-x run), or a semaphore in use with another count
          than --permits
-  69     Redis cannot be reached at start, refuses the credentials, lacks an ACL permission,
-         or was still unreachable when --wait ran out (a wait rides out restarts and outages,
-         with one warning line); or fewer than --replicas replicas acknowledged the grant
+  69     the store (Redis, etcd) cannot be reached at start, refuses the credentials, lacks an
+         ACL permission, or was still unreachable when --wait ran out (a wait rides out restarts
+         and outages, with one warning line); or fewer than --replicas replicas acknowledged the
+         grant
   70     internal error (a bug in leasehold; please report it)
   75     the lock was not acquired (--nonblock, --wait); see --conflict-exit-code
   76     the lock was lost while the program ran
@@ -105,13 +120,17 @@ Examples:
   leasehold run --shared schema ./backup.sh
   leasehold run --exclusive schema ./migrate.sh
 
+  # The same on an etcd cluster (a 10-second session lease):
+  leasehold run --store etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --ttl 10s \\
+      nightly-report ./report.sh
+
   # Hand the fence to the store, which refuses writes older than the newest it has seen:
   leasehold run -c 'psql -v fence=\"$LEASEHOLD_FENCE\" -f sync.sql' stock-sync";
 
 const STATUS_AFTER: &str = "\
 Prints whether the lock is free or held and, when held, who holds it, its fence, remaining
-lease and owner token. Exits 0 either way (69 when Redis cannot be asked, 65 when the key is
-not a leasehold lock, 2 on usage errors).
+lease and owner token. Exits 0 either way (69 when the store cannot be asked, 65 when the key
+is not a leasehold lock, 2 on usage errors).
 
 --json prints one object:
   {\"name\": string, \"state\": \"held\" | \"free\", \"remaining_ms\": number | null,
@@ -125,7 +144,9 @@ The top-level holder fields describe the holder whose lease ends first; \"holder
 (readers of a read-write lock, permit holders of a semaphore). permits is a semaphore's count
 while a permit is held; waiting_clients counts live waiters only.
 fence is the holder's fence while held, and the last fence granted while free (null when
-Redis no longer has it); remaining_ms and token are null while free; description is what the
+Redis no longer has it, and always on etcd, which keeps no record of past grants); on etcd
+remaining_ms is the holder's session lease in whole seconds; remaining_ms and token are null
+while free; description is what the
 holder said about itself, and holder its fields when `leasehold run` wrote it (host, pid of
 `leasehold run`, user, start time in UTC, program and arguments); waiting_clients counts the
 processes queued for the lock.
@@ -135,11 +156,12 @@ Examples:
   leasehold status --json nightly-report | jq -r .state";
 
 const LIST_AFTER: &str = "\
-Lists the locks held right now whose names match PATTERN (a Redis glob: * for all, orders:*,
-job-?; default *), one per line: name, fence, remaining lease, waiting clients, holder.
-Walks the keys with SCAN (never KEYS), so a lock taken or released meanwhile may or may not
-appear. Control characters in names and descriptions are shown escaped (\n, \u{1b}); columns
-are aligned for wide characters. Exits 0, also when nothing is held (69 when Redis cannot be asked).
+Lists the locks held right now whose names match PATTERN (a Redis glob, on etcd too: * for all,
+orders:*, job-?; default *), one per line: name, fence, remaining lease, waiting clients, holder.
+Walks the keys with SCAN (never KEYS; on etcd, one read of the keys under PREFIX/), so a lock
+taken or released meanwhile may or may not appear. Control characters in names and descriptions are shown escaped (\n, \u{1b}); columns
+are aligned for wide characters. Exits 0, also when nothing is held (69 when the store cannot be
+asked).
 
 --json prints an array of the objects `leasehold status --json` prints.
 
@@ -150,8 +172,8 @@ Examples:
 
 const RELEASE_AFTER: &str = "\
 Deletes the lock whoever holds it and wakes its waiters: an operator's escape hatch for a
-lock whose holder is known to be dead. A live holder finds out at its next renewal, and
-`leasehold run` then stops its program and exits 76. Prints the owner token it removed, or
+lock whose holder is known to be dead. A live holder finds out at its next renewal (on etcd, at
+its session's next keep-alive), and `leasehold run` then stops its program and exits 76. Prints the owner token it removed, or
 that the lock was free.
 
 Examples:
@@ -163,10 +185,11 @@ it free. A run with another --permits then exits 65 naming both counts. This sto
 count in a semaphore in use: lowering it revokes no permit (new runs wait until the holders
 drop below it), raising it admits waiting runs at once; runs already waiting keep their
 place under the new count. On a free semaphore nothing is stored: the next run's --permits
-is the count. Give the new count to every run's --permits too.
+is the count. Give the new count to every run's --permits too. Redis only: etcd stores no count
+(each run applies its own --permits), and an etcd:// store exits 2 before connecting.
 
 Exit status: 0 stored (or the semaphore was free), 65 NAME is another kind of lock, 69
-Redis cannot be reached, 2 usage error.
+Redis cannot be reached, 2 usage error (an etcd:// store among them).
 
 Examples:
   leasehold permits exports 6";
@@ -186,7 +209,8 @@ then write back what they read minus one and record a sale. Four rounds:
 
 Without --store (or LEASEHOLD_STORE) it starts a private redis-server (from PATH) on a
 free port of 127.0.0.1, without persistence, and removes it when done (also on Ctrl-C). With
---store or LEASEHOLD_STORE it uses that server and deletes its own keys afterwards.
+--store or LEASEHOLD_STORE it uses that server and deletes its own keys afterwards. Redis only:
+an etcd:// store exits 2 before connecting.
 
 Every run shows the same numbers; only the times vary.
 
@@ -210,6 +234,16 @@ Scenarios (each measures --duration after a short warm-up, against the same serv
   semaphore-8p             8 processes on ONE semaphore of 4 permits; shares per process
   renew-10k                one process holds 10,000 locks through 3 renewal periods
 
+On etcd (--store etcd://host:port[,host:port...]) the same scenarios where they make sense, against
+etcd's own floor in the same run:
+  etcd-lock-1, -64, -8p    etcd's Lock/Unlock RPC under a lease (the plain recipe a Go user gets;
+                           8p: 8 processes waiting in it on ONE name); uncontended-1, -64,
+                           contended-8p and fair-8p say their ratio to it (× floor)
+  floor-*, peer-*          skipped (the raw-Redis floor and rslock's recipe are Redis's)
+  renew-10k                the locks follow one session lease: its renewal calls are keep-alives
+The server's CPU time is then process_cpu_seconds_total of each member's /metrics page, and
+the raw round trip of the hand-offs a linearizable read.
+
 The table gives latencies in µs, the ratio to the floor as a factor, the server's CPU time
 (INFO cpu, user + system, over the measured window) per lock cycle (per renewal for renew-10k),
 and the client's CPU time per cycle (this process's, or the worker processes' together); on a
@@ -219,7 +253,8 @@ stderr as it ends (a progress bar too, on a terminal, without --json).
 Examples:
   leasehold bench                                   # private redis-server, all scenarios, a table
   leasehold bench --duration 2s --scenarios floor-1,uncontended-1
-  leasehold bench --store redis://10.0.0.5:6379 --json --plot latency.svg";
+  leasehold bench --store redis://10.0.0.5:6379 --json --plot latency.svg
+  leasehold bench --store etcd://10.0.0.7:2379 --scenarios etcd-lock-1,uncontended-1";
 
 const COMPLETIONS_AFTER: &str = "\
 Prints the script on stdout; install it where your shell looks for completions.
@@ -236,7 +271,7 @@ Examples:
   leasehold man | man -l -
   leasehold man run > /usr/local/share/man/man1/leasehold-run.1";
 
-/// Run any program under a distributed lock on Redis.
+/// Run any program under a distributed lock on Redis or etcd.
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about, after_help = ROOT_AFTER)]
 #[command(propagate_version = true)]
@@ -274,7 +309,7 @@ pub enum Command {
     /// One buyer process of `leasehold demo` (internal).
     #[command(hide = true)]
     DemoBuyer(crate::demo::buyer::BuyerArgs),
-    /// Measure leasehold against the raw-Redis floor on this machine's Redis (or a private one).
+    /// Measure leasehold against the store's floor (raw Redis, or etcd's own lock) on Redis (or a private one) or etcd.
     #[command(after_help = BENCH_AFTER)]
     Bench(crate::bench::BenchArgs),
     /// One worker process of `leasehold bench` (internal).
@@ -319,7 +354,8 @@ pub struct StoreArg {
                 unix:///path; a Redis Cluster: redis+cluster://[user:password@]host:port,host:port,… (every seed \
                 node); Sentinel: redis+sentinel://[user:password@]host:port,host:port/service[/db] (the sentinels, \
                 then the primary's service name; rediss+sentinel:// for TLS); given 3 or more times (run, status, \
-                list, release): a quorum of independent Redis servers (Redlock)"
+                list, release): a quorum of independent Redis servers (Redlock). etcd: etcd://host:port[,host:port…] \
+                (the members of one cluster; no TLS yet)"
     )]
     pub urls: Vec<String>,
 
@@ -327,11 +363,12 @@ pub struct StoreArg {
     #[arg(long, value_name = "PREFIX", env = "LEASEHOLD_PREFIX", default_value = leasehold::DEFAULT_PREFIX)]
     pub prefix: String,
 
-    /// For rediss:// URLs: trust this CA certificate (PEM) instead of the system's trust store.
+    /// For rediss:// URLs: trust this CA certificate (PEM) instead of the system's trust store. Not with etcd://.
     #[arg(long, value_name = "FILE", env = "LEASEHOLD_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
 
-    /// For rediss:// URLs: present this client certificate (PEM) to servers that require one (with --tls-key).
+    /// For rediss:// URLs: present this client certificate (PEM) to servers that require one (with --tls-key). Not
+    /// with etcd://.
     #[arg(
         long,
         value_name = "FILE",
@@ -350,7 +387,8 @@ pub struct StoreArg {
     pub tls_key: Option<PathBuf>,
 
     /// Every grant and renewal must be acknowledged by this many replicas of the lock's primary (WAIT); a grant too
-    /// few acknowledge is released, and the command exits 69 saying how many did.
+    /// few acknowledge is released, and the command exits 69 saying how many did. Redis only: etcd commits every
+    /// grant to a majority of its members before it answers.
     #[arg(
         long,
         value_name = "N",
@@ -366,7 +404,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub store: StoreArg,
 
-    /// The lease, renewed automatically while the program runs (a duration with its unit: 30s, 2m).
+    /// The lease, renewed automatically while the program runs (a duration with its unit: 30s, 2m). On etcd, the
+    /// session lease the grant lives under: whole seconds, at least 2s.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
 
@@ -389,7 +428,8 @@ pub struct RunArgs {
     #[arg(long, short = 'x', group = "kind")]
     pub exclusive: bool,
 
-    /// Take one of N permits of the semaphore NAME: at most N runs at once across all hosts.
+    /// Take one of N permits of the semaphore NAME: at most N runs at once across all hosts (on etcd, N is at most
+    /// 4294967295 and is not stored: each run applies its own).
     #[arg(long, value_name = "N", group = "kind", value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
     pub permits: Option<u64>,
 
@@ -470,7 +510,7 @@ pub struct ListArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Which lock names (a Redis glob).
+    /// Which lock names (a Redis glob, also on etcd).
     #[arg(value_name = "PATTERN", default_value = "*")]
     pub pattern: String,
 }
@@ -512,7 +552,7 @@ pub struct PermitsArgs {
 /// `leasehold demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Use this Redis server instead of starting a private one (also --redis; env LEASEHOLD_STORE, or
+    /// Use this Redis server instead of starting a private one (Redis only; also --redis; env LEASEHOLD_STORE, or
     /// LEASEHOLD_REDIS_URL).
     #[arg(long = "store", visible_alias = "redis", value_name = "URL", env = STORE_ENV)]
     pub store: Option<String>,

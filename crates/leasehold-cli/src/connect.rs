@@ -1,4 +1,5 @@
-//! Connecting to Redis, with the errors mapped to exit statuses and passwords kept out of messages.
+//! Connecting to the store (Redis, or etcd for `etcd://` URLs), with the errors mapped to exit statuses and passwords
+//! kept out of messages.
 
 use std::path::Path;
 use std::time::Duration;
@@ -23,14 +24,15 @@ pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehol
     locks(&target, ttl).await
 }
 
-/// Connects a lock client to the server, prefix and TLS files of `target`. `ttl` (the lease the caller will take,
-/// if any) bounds the response timeout, so that a slow reply leaves room for a retry before a short lease runs
-/// out.
+/// Connects a lock client to the server, prefix and TLS files of `target`. On Redis `ttl` (the lease the caller will
+/// take, if any) bounds the response timeout, so that a slow reply leaves room for a retry before a short lease runs
+/// out; on etcd it is the session's lease, which every grant of the client lives under (the library's default
+/// without it).
 ///
 /// # Errors
 ///
-/// Status 2 for a malformed URL, a bad prefix or an unusable TLS file, 69 when Redis cannot be reached (or the TLS
-/// handshake fails) or refuses the credentials.
+/// Status 2 for a malformed URL, a bad prefix, an unusable TLS file or a Redis option with an etcd URL, 69 when the
+/// store cannot be reached (or the TLS handshake fails) or refuses the credentials.
 pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
     let url = match target.urls.as_slice() {
         [url] => url.as_str(),
@@ -42,6 +44,7 @@ pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<l
         }
     };
     check_not_empty(url)?;
+    let etcd = crate::etcd::check_store(target)?;
     let mut builder = match leasehold::Client::builder(url) {
         Ok(builder) => builder,
         Err(leasehold::Error::InvalidArgument(leasehold::InvalidArgument::BadUrl(why))) => {
@@ -49,9 +52,14 @@ pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<l
         }
         Err(err) => return Err(err.into()),
     };
-    builder = builder
-        .prefix(target.prefix.clone())
-        .replicas(target.replicas);
+    builder = builder.prefix(target.prefix.clone());
+    if etcd {
+        if let Some(ttl) = ttl {
+            builder = builder.session_ttl(ttl);
+        }
+        return builder.connect().await.map_err(not_connected);
+    }
+    builder = builder.replicas(target.replicas);
     if let Some(ca) = &target.tls_ca {
         builder = builder.tls_ca_pem(read_pem(ca, "--tls-ca")?);
     }
@@ -118,10 +126,31 @@ fn read_pem(path: &Path, option: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 fn not_a_url(url: &str, why: &str) -> anyhow::Error {
+    let store = if crate::etcd::is_etcd(url) {
+        "an etcd"
+    } else {
+        "a Redis"
+    };
     fail(
         exit::USAGE,
-        format!("{} is not a Redis URL: {why}", redact(url)),
+        format!("{} is not {store} URL: {why}", redact(url)),
     )
+}
+
+/// A store that could not be connected to, said as a Redis connection error is: `cannot connect to etcd at URL:
+/// cause`, status 69. Other errors keep their own status.
+fn not_connected(err: leasehold::Error) -> anyhow::Error {
+    match err {
+        leasehold::Error::Store { store, url, source } => fail(
+            exit::UNAVAILABLE,
+            format!(
+                "cannot connect to {store} at {}: {}",
+                redact(&url),
+                one_line(source.as_ref())
+            ),
+        ),
+        other => other.into(),
+    }
 }
 
 /// A plain multiplexed connection (for the demo's store), with the same error mapping as [`client`].
@@ -157,7 +186,7 @@ fn check_not_empty(url: &str) -> anyhow::Result<()> {
     if url.trim().is_empty() {
         return Err(fail(
             exit::USAGE,
-            "the store URL is empty (expected redis://host:port; see --store and LEASEHOLD_STORE)",
+            "the store URL is empty (expected redis://host:port or etcd://host:port; see --store and LEASEHOLD_STORE)",
         ));
     }
     Ok(())

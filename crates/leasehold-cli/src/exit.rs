@@ -6,7 +6,7 @@
 //! | 128 + N | `run`: the program was ended by signal N (or `leasehold` was, while it waited for the lock) |
 //! | 2 | usage error; or a `redis://` URL naming a Redis Cluster node the client could not recognise |
 //! | 65 | the lock's key holds something leasehold did not write, a lock of another kind, or a semaphore in use with another permit count |
-//! | 69 | Redis cannot be reached or refuses us; `demo`: `redis-server` is missing |
+//! | 69 | the store (Redis, etcd) cannot be reached or refuses us; `demo`: `redis-server` is missing |
 //! | 70 | internal error (a bug) |
 //! | 75 | `run`: the lock was not acquired (`--conflict-exit-code`) |
 //! | 76 | `run`: the lock was lost while the program ran |
@@ -25,7 +25,7 @@ pub const USAGE: u8 = 2;
 /// The lock's key exists but was not written by leasehold, holds a lock of another kind, or a semaphore in use with
 /// another permit count (sysexits' `EX_DATAERR`).
 pub const NOT_A_LOCK: u8 = 65;
-/// Redis cannot be reached or refuses the credentials (sysexits' `EX_UNAVAILABLE`).
+/// The store (Redis, etcd) cannot be reached or refuses the credentials (sysexits' `EX_UNAVAILABLE`).
 pub const UNAVAILABLE: u8 = 69;
 /// A bug in leasehold (sysexits' `EX_SOFTWARE`).
 pub const INTERNAL: u8 = 70;
@@ -86,6 +86,7 @@ fn code_of_lock_error(err: &leasehold::Error) -> u8 {
     match err {
         leasehold::Error::Redis(_)
         | leasehold::Error::Connect { .. }
+        | leasehold::Error::Store { .. }
         | leasehold::Error::NotPermitted { .. }
         | leasehold::Error::NotReplicated { .. }
         | leasehold::Error::Unsupported { .. }
@@ -112,16 +113,17 @@ pub fn error_line(err: &(dyn std::error::Error + 'static)) -> String {
 
 /// Joins the texts of an error chain with `: `, each on one line. leasehold's errors never repeat their cause; a
 /// `RedisError` does (it prints the text of the error under it, which is also its source), so a `RedisError` with a
-/// source is left out and its source speaks for it.
+/// source is left out and its source speaks for it. An error of etcd's client (the last of its chain) is said by
+/// [`crate::etcd::client_error_line`], without the `Debug` dump its own text holds.
 fn chain_line<'a>(causes: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>) -> String {
     causes
         .filter(|cause| !(cause.is::<leasehold::redis::RedisError>() && cause.source().is_some()))
         .map(|cause| {
-            cause
-                .to_string()
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
+            let text = match cause.downcast_ref::<etcd_client::Error>() {
+                Some(etcd) => crate::etcd::client_error_line(etcd),
+                None => cause.to_string(),
+            };
+            text.split_whitespace().collect::<Vec<_>>().join(" ")
         })
         .filter(|text| !text.is_empty())
         .collect::<Vec<_>>()

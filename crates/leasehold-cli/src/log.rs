@@ -1,7 +1,7 @@
 //! What the command shows of the library's `tracing` events.
 //!
-//! By default only the outage warning (a wait riding out a Redis restart), printed as one `leasehold: warning:`
-//! line on stderr: everything else the library traces, the command reports in its own words. With `RUST_LOG` set,
+//! By default only the outage warning (a wait riding out a Redis restart or an etcd outage), printed as one
+//! `leasehold: warning:` line on stderr: everything else the library traces, the command reports in its own words. With `RUST_LOG` set,
 //! read as `tracing-subscriber`'s `EnvFilter` reads it (`leasehold=debug`, `info`, `leasehold=trace,warn`, span
 //! filters such as `[acquire]=debug`), every event it enables goes to stderr in `tracing`'s usual format, for
 //! debugging.
@@ -62,10 +62,10 @@ impl Subscriber for OutageWarnings {
     fn record_follows_from(&self, _: &Id, _: &Id) {}
 
     fn event(&self, event: &Event<'_>) {
-        let mut message = Message(String::new());
+        let mut message = Message::default();
         event.record(&mut message);
-        if !message.0.is_empty() {
-            exit::print_err(&format!("leasehold: warning: {}", message.0));
+        if !message.text.is_empty() {
+            exit::print_err(&format!("leasehold: warning: {}", message.line()));
         }
     }
 
@@ -74,12 +74,59 @@ impl Subscriber for OutageWarnings {
     fn exit(&self, _: &Id) {}
 }
 
-struct Message(String);
+/// An outage event's message, and the lock and the error when they are fields of their own (etcd's event names
+/// neither in its message; Redis's names the lock and the cause in it, and has no `error` field).
+#[derive(Default)]
+struct Message {
+    text: String,
+    lock: Option<String>,
+    error: Option<String>,
+}
+
+impl Message {
+    /// The message, followed by ` (lock "NAME": ERROR)` when the error is a field of its own.
+    fn line(&self) -> String {
+        match (&self.error, &self.lock) {
+            (Some(error), Some(lock)) => format!("{} (lock {lock:?}: {error})", self.text),
+            (Some(error), None) => format!("{} ({error})", self.text),
+            (None, _) => self.text.clone(),
+        }
+    }
+}
 
 impl Visit for Message {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if field.name() == "message" {
-            self.0 = format!("{value:?}");
+        let value = format!("{value:?}");
+        match field.name() {
+            "message" => self.text = value,
+            "lock" => self.lock = Some(value),
+            "error" => self.error = Some(value),
+            _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_field_is_said_after_the_message() {
+        let redis = Message {
+            text: "Redis unavailable while waiting for lock \"a\" (x); retrying until it answers"
+                .to_owned(),
+            lock: Some("a".to_owned()),
+            error: None,
+        };
+        assert_eq!(redis.line(), redis.text);
+        let etcd = Message {
+            text: "etcd unavailable while waiting; trying again".to_owned(),
+            lock: Some("a".to_owned()),
+            error: Some("etcd enqueue failed".to_owned()),
+        };
+        assert_eq!(
+            etcd.line(),
+            "etcd unavailable while waiting; trying again (lock \"a\": etcd enqueue failed)"
+        );
     }
 }

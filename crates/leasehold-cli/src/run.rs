@@ -22,6 +22,8 @@ use crate::signals::{self, Signals};
 ///
 /// Every failure before the program starts, each carrying its exit status (see [`crate::exit`]).
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
+    // What etcd cannot honour is refused before anything connects.
+    crate::etcd::check_run(&args)?;
     // Caught from the start: a signal while we wait must not leave a grant behind, and one that arrives while the
     // program starts must reach the program.
     let mut signals = Signals::catch()?;
@@ -534,6 +536,7 @@ async fn nested(
     let Ok(info) = client.inspect(&args.name).await else {
         return Ok(None);
     };
+    let info = crate::etcd::holders_as_on_redis(info);
     if !info
         .holders
         .iter()
@@ -606,6 +609,14 @@ fn not_acquired(
             format!(
                 "Redis failed while taking lock {name:?}: {}",
                 crate::exit::one_line(&err.into())
+            ),
+        ),
+        leasehold::Error::Store { store, url, source } => fail(
+            exit::UNAVAILABLE,
+            format!(
+                "{store} at {} failed while taking lock {name:?}: {}",
+                connect::redact(&url),
+                crate::exit::error_line(source.as_ref())
             ),
         ),
         other => anyhow::Error::from(other).context(format!("taking lock {name:?}")),

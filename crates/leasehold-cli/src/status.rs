@@ -1,4 +1,5 @@
-//! `leasehold status` and `leasehold release --force`: look at a lock, or remove a stuck one.
+//! `leasehold status`, `list`, `release --force` and `permits`, on one server or cluster (Redis or etcd): look at a
+//! lock, or remove a stuck one.
 
 use serde_json::{json, Value};
 use unicode_width::UnicodeWidthStr as _;
@@ -12,13 +13,14 @@ use crate::exit::{self, fail};
 ///
 /// # Errors
 ///
-/// 69 when Redis cannot be asked, 65 when the key is not a leasehold lock.
+/// 69 when the store cannot be asked, 65 when the key is not a leasehold lock.
 pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
+    crate::etcd::check_store(&args.store)?;
     if args.store.urls.len() > 1 {
         return crate::quorum::status(&args).await;
     }
     let client = connect::locks(&args.store, None).await?;
-    let info = client.inspect(&args.name).await?;
+    let info = crate::etcd::holders_as_on_redis(client.inspect(&args.name).await?);
     let warnings: Vec<String> = client
         .server_warnings()
         .iter()
@@ -105,13 +107,19 @@ fn left_and_by(holder: &leasehold::Holder) -> (String, String) {
 ///
 /// # Errors
 ///
-/// 69 when Redis cannot be asked.
+/// 69 when the store cannot be asked.
 pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
+    crate::etcd::check_store(&args.store)?;
     if args.store.urls.len() > 1 {
         return crate::quorum::list(&args).await;
     }
     let client = connect::locks(&args.store, None).await?;
-    let held = client.held_locks(&args.pattern).await?;
+    let held: Vec<leasehold::LockInfo> = client
+        .held_locks(&args.pattern)
+        .await?
+        .into_iter()
+        .map(crate::etcd::holders_as_on_redis)
+        .collect();
     if args.json {
         let all: Vec<Value> = held.iter().map(to_json).collect();
         print_line(&Value::Array(all).to_string());
@@ -236,8 +244,9 @@ pub(crate) fn token_id(token: &str) -> &str {
 ///
 /// # Errors
 ///
-/// 2 without `--force`, 69 when Redis cannot be asked, 65 when the key is not a leasehold lock.
+/// 2 without `--force`, 69 when the store cannot be asked, 65 when the key is not a leasehold lock.
 pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
+    crate::etcd::check_store(&args.store)?;
     if args.store.urls.len() > 1 && args.force {
         return crate::quorum::release(&args).await;
     }
@@ -252,10 +261,11 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
     }
     let client = connect::locks(&args.store, None).await?;
     // Read first only to say more about what goes; the removal itself does not depend on it.
-    let before = client.inspect(&args.name).await?;
+    let before = crate::etcd::holders_as_on_redis(client.inspect(&args.name).await?);
     let removed = client.force_release(&args.name).await?;
     let text = match removed {
         Some(token) => {
+            let token = crate::etcd::token_as_on_redis(&token);
             let same = before.holder.as_ref().is_some_and(|h| h.token == token);
             let fence = before
                 .last_fence
@@ -270,7 +280,7 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
             format!(
                 "removed lock {:?}: token {}{fence}{by}; its holder loses the lock at its next renewal",
                 args.name,
-                token_id(&token)
+                token_id(token)
             )
         }
         None => format!("lock {:?} was free; nothing removed", args.name),
@@ -285,6 +295,7 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
 ///
 /// 65 when NAME is another kind of lock (or not a lock), 69 when Redis cannot be asked.
 pub async fn permits(args: PermitsArgs) -> anyhow::Result<u8> {
+    crate::etcd::check_permits(&args.store)?;
     let client = connect::locks(&args.store, None).await?;
     let previous = client
         .semaphore(&args.name, args.permits)

@@ -1,6 +1,7 @@
-//! The bench's raw Redis, on one server or on a Redis Cluster: the connections of the floor, and what is read from
-//! the servers themselves (CPU time, script calls, the raw round trip, where keys live). On a cluster, server
-//! figures are summed over every primary.
+//! The bench's raw store: Redis on one server or on a Redis Cluster (the connections of the floor, and what is read
+//! from the servers themselves: CPU time, script calls, the raw round trip, where keys live), or etcd (see
+//! [`super::etcd`]). On a cluster, server figures are summed over every primary; on etcd, over the members the URL
+//! names.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,13 +14,23 @@ use leasehold::redis::cluster_routing::{
 };
 use leasehold::redis::{self, Cmd, Pipeline, RedisFuture, Value};
 
-/// Where the bench sends its raw commands: the server or cluster of `--store`.
+use super::etcd::Etcd;
+
+/// Where the bench sends its raw commands: the server, cluster or etcd cluster of `--store`.
 #[derive(Clone)]
 // One per run: its size does not matter.
 #[allow(clippy::large_enum_variant)]
 pub enum Raw {
     Single(redis::Client),
     Cluster(ClusterClient),
+    Etcd(Etcd),
+}
+
+/// What reads a store's own figures over a measured window: a connection to the Redis server (or cluster), or the
+/// etcd members' `/metrics` pages.
+pub enum Meter {
+    Redis(Conn),
+    Etcd(Etcd),
 }
 
 /// A raw connection of either kind; every command on a cluster goes to the node of its key.
@@ -45,8 +56,12 @@ pub struct Spread {
 }
 
 impl Raw {
-    /// A cluster for a `redis+cluster://` URL (reached through every node it names), else one server.
+    /// A cluster for a `redis+cluster://` URL (reached through every node it names), etcd for an `etcd://` URL, else
+    /// one server.
     pub fn open(url: &str) -> anyhow::Result<Raw> {
+        if let Some(etcd) = Etcd::parse(url) {
+            return Ok(Raw::Etcd(etcd));
+        }
         let Some(seeds) = leasehold::__private::cluster_seeds(url) else {
             return Ok(Raw::Single(redis::Client::open(url)?));
         };
@@ -63,11 +78,28 @@ impl Raw {
         matches!(self, Raw::Cluster(_))
     }
 
+    /// The etcd cluster, when the store is one.
+    pub fn etcd(&self) -> Option<&Etcd> {
+        match self {
+            Raw::Etcd(etcd) => Some(etcd),
+            _ => None,
+        }
+    }
+
     /// The in-process floor's connection: a `ConnectionManager` on one server.
     pub async fn manager(&self) -> anyhow::Result<Conn> {
         Ok(match self {
             Raw::Single(client) => Conn::Manager(client.get_connection_manager().await?),
             Raw::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
+            Raw::Etcd(_) => bail!("a Redis connection was asked of an etcd store"),
+        })
+    }
+
+    /// What reads the store's CPU time and renewal calls.
+    pub async fn meter(&self) -> anyhow::Result<Meter> {
+        Ok(match self {
+            Raw::Etcd(etcd) => Meter::Etcd(etcd.clone()),
+            redis => Meter::Redis(redis.multiplexed().await?),
         })
     }
 
@@ -79,7 +111,56 @@ impl Raw {
                 Conn::Multiplexed(client.get_multiplexed_async_connection().await?)
             }
             Raw::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
+            Raw::Etcd(_) => bail!("a Redis connection was asked of an etcd store"),
         })
+    }
+}
+
+impl Meter {
+    /// The store's CPU time so far (user + system, all its threads), by node: `INFO cpu` of the server or of every
+    /// primary of a cluster; `process_cpu_seconds_total` of every etcd member.
+    pub async fn cpu_seconds(&mut self) -> anyhow::Result<BTreeMap<String, f64>> {
+        let conn = match self {
+            Meter::Etcd(etcd) => return etcd.cpu_seconds().await,
+            Meter::Redis(conn) => conn,
+        };
+        let mut seconds = BTreeMap::new();
+        for (node, info) in conn.info("cpu").await? {
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+            };
+            match (field("used_cpu_user"), field("used_cpu_sys")) {
+                (Some(user), Some(sys)) => seconds.insert(node, user + sys),
+                _ => bail!("INFO cpu of {node} has no used_cpu_user/used_cpu_sys"),
+            };
+        }
+        Ok(seconds)
+    }
+
+    /// The renewal calls the store has counted so far: script calls (`EVALSHA` + `EVAL`) of the server or every
+    /// primary; lease renewals (keep-alives) on etcd.
+    pub async fn renewal_calls(&mut self) -> anyhow::Result<u64> {
+        let conn = match self {
+            Meter::Etcd(etcd) => return etcd.lease_renewals().await,
+            Meter::Redis(conn) => conn,
+        };
+        let infos = conn.info("commandstats").await?;
+        let mut total = 0;
+        for line in infos.values().flat_map(|info| info.lines()) {
+            for cmd in ["cmdstat_evalsha:", "cmdstat_eval:"] {
+                if let Some(rest) = line.strip_prefix(cmd) {
+                    let calls = rest
+                        .split(',')
+                        .find_map(|f| f.strip_prefix("calls="))
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    total += calls;
+                }
+            }
+        }
+        Ok(total)
     }
 }
 

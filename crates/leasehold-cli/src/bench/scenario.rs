@@ -1,5 +1,5 @@
-//! The scenarios: in-process loops against the raw-Redis floor and leasehold, and the multi-process ones that spawn
-//! `leasehold bench-worker` processes.
+//! The scenarios: in-process loops against the store's floor (raw Redis, or etcd's own lock) and leasehold, and the
+//! multi-process ones that spawn `leasehold bench-worker` processes.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -13,8 +13,9 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::time::Instant;
 
+use super::etcd::{Etcd, Floor as EtcdFloor};
 use super::quorum::{Nodes, QuorumFloor};
-use super::raw::{Conn, Raw};
+use super::raw::{Conn, Meter, Raw};
 use super::stats::{Outcome, Renewal, Samples};
 use super::worker::{unix_ms, Role};
 use crate::progress::Bar;
@@ -42,7 +43,8 @@ pub const RAW_RELEASE: &str =
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recipe {
     /// The floor: `SET NX PX`, the owner-checked delete, on a redis-rs `ConnectionManager` in this process (on a
-    /// multiplexed connection in the contended workers); a busy answer is retried at once.
+    /// multiplexed connection in the contended workers); a busy answer is retried at once. On etcd, etcd's own
+    /// `Lock`/`Unlock` RPC under a lease (see [`super::etcd`]).
     Floor,
     /// A peer's recipe, rslock's: the floor's two commands on a redis-rs `MultiplexedConnection`; a busy answer is
     /// followed by the owner-checked delete of its own token (rslock undoes a failed round on every server) and a
@@ -65,6 +67,8 @@ enum Engine {
     QuorumFloor(QuorumFloor),
     /// On a quorum: leasehold `QuorumMutex::try_lock()` + `release()` (lease 30 s: the default).
     Quorum(leasehold::Quorum),
+    /// On etcd: etcd's `Lock` RPC under a lease of this process, then `Unlock` (boxed: etcd's client is large).
+    EtcdFloor(Box<EtcdFloor>),
 }
 
 /// One task's lock, made before its loop: only acquire and release are measured.
@@ -73,6 +77,7 @@ enum TaskLock<'a> {
     Mutex(leasehold::Mutex),
     QuorumFloor(&'a QuorumFloor),
     Quorum(leasehold::QuorumMutex),
+    EtcdFloor(&'a EtcdFloor),
 }
 
 /// `tasks` tasks in this process, each on its own key, looping acquire + release; on a quorum setup, the quorum's
@@ -90,7 +95,10 @@ pub async fn in_process(
         None
     };
     let engine = Arc::new(match (&setup.quorum, recipe) {
-        (None, Recipe::Floor) => Engine::Floor(setup.raw.manager().await?),
+        (None, Recipe::Floor) => match setup.raw.etcd() {
+            Some(etcd) => Engine::EtcdFloor(Box::new(etcd.floor().await?)),
+            None => Engine::Floor(setup.raw.manager().await?),
+        },
         (None, Recipe::Peer) => Engine::Peer(setup.raw.multiplexed().await?),
         (None, Recipe::Leasehold) => {
             Engine::Leasehold(crate::connect::client(&setup.url, None).await?)
@@ -139,6 +147,7 @@ pub async fn in_process(
         spread,
         on_quorum: None,
         node_rtts: None,
+        on_etcd: false,
     })
 }
 
@@ -163,6 +172,7 @@ async fn cycle_until(
         Engine::Leasehold(client) => TaskLock::Mutex(client.mutex(&key)),
         Engine::QuorumFloor(floor) => TaskLock::QuorumFloor(floor),
         Engine::Quorum(quorum) => TaskLock::Quorum(quorum.mutex(&key)),
+        Engine::EtcdFloor(floor) => TaskLock::EtcdFloor(floor),
     };
     let mut n: u64 = 0;
     loop {
@@ -206,6 +216,12 @@ async fn cycle_until(
                 let guard = mutex.try_lock().await?;
                 let latency = started.elapsed();
                 guard.release().await?;
+                record(&mut samples, started, measure_from, latency, count);
+            }
+            TaskLock::EtcdFloor(floor) => {
+                let held = floor.lock(&key).await?;
+                let latency = started.elapsed();
+                floor.unlock(held).await?;
                 record(&mut samples, started, measure_from, latency, count);
             }
         }
@@ -287,6 +303,7 @@ fn worker_command(
         Role::Handoff => "handoff",
         Role::Renew => "renew",
         Role::QuorumContend => "quorum-contend",
+        Role::EtcdLockContend => "etcd-lock-contend",
     };
     let urls = match &setup.quorum {
         Some(nodes) => nodes.urls.clone(),
@@ -369,7 +386,8 @@ async fn workers(
 
 /// The server's CPU time (user + system, all its threads, from `INFO cpu`) between `from` and `to`, measured by a
 /// task of its own; on a cluster, the sum over every primary, and how many there are; on a quorum, the sum over every
-/// node. On a server shared with other clients it counts their work too.
+/// node; on etcd, the sum over the members the URL names (`process_cpu_seconds_total`), and how many there are when
+/// more than one. On a server shared with other clients it counts their work too.
 fn server_cpu_window(
     setup: &Setup,
     from: Instant,
@@ -379,21 +397,21 @@ fn server_cpu_window(
         Some(nodes) => nodes.raws().to_vec(),
         None => vec![setup.raw.clone()],
     };
-    let cluster = setup.raw.is_cluster();
+    let summed = setup.raw.is_cluster() || setup.raw.etcd().is_some_and(|e| e.members() > 1);
     tokio::spawn(async move {
-        let mut conns = Vec::new();
+        let mut meters = Vec::new();
         for raw in &raws {
-            conns.push(raw.multiplexed().await?);
+            meters.push(raw.meter().await?);
         }
         tokio::time::sleep_until(from).await;
-        let before = servers_cpu_seconds(&mut conns).await?;
+        let before = servers_cpu_seconds(&mut meters).await?;
         tokio::time::sleep_until(to).await;
-        let after = servers_cpu_seconds(&mut conns).await?;
+        let after = servers_cpu_seconds(&mut meters).await?;
         if before.keys().ne(after.keys()) {
             bail!("the primaries changed while the server CPU was measured");
         }
         let used = after.iter().map(|(node, cpu)| cpu - before[node]).sum();
-        Ok((used, cluster.then_some(after.len())))
+        Ok((used, summed.then_some(after.len())))
     })
 }
 
@@ -416,11 +434,13 @@ fn client_cpu_window(from: Instant, to: Instant) -> tokio::task::JoinHandle<anyh
     })
 }
 
-/// [`server_cpu_seconds`] of every connection's server(s), by connection and node.
-async fn servers_cpu_seconds(conns: &mut [Conn]) -> anyhow::Result<BTreeMap<(usize, String), f64>> {
+/// [`Meter::cpu_seconds`] of every meter's server(s), by meter and node.
+async fn servers_cpu_seconds(
+    meters: &mut [Meter],
+) -> anyhow::Result<BTreeMap<(usize, String), f64>> {
     let mut seconds = BTreeMap::new();
-    for (i, conn) in conns.iter_mut().enumerate() {
-        for (node, cpu) in server_cpu_seconds(conn).await? {
+    for (i, meter) in meters.iter_mut().enumerate() {
+        for (node, cpu) in meter.cpu_seconds().await? {
             seconds.insert((i, node), cpu);
         }
     }
@@ -437,29 +457,12 @@ async fn cpu_of(
     }
 }
 
-/// `used_cpu_user + used_cpu_sys` of `INFO cpu`, by node.
-async fn server_cpu_seconds(conn: &mut Conn) -> anyhow::Result<BTreeMap<String, f64>> {
-    let mut seconds = BTreeMap::new();
-    for (node, info) in conn.info("cpu").await? {
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        };
-        match (field("used_cpu_user"), field("used_cpu_sys")) {
-            (Some(user), Some(sys)) => seconds.insert(node, user + sys),
-            _ => bail!("INFO cpu of {node} has no used_cpu_user/used_cpu_sys"),
-        };
-    }
-    Ok(seconds)
-}
-
 fn last(lines: &[Value]) -> anyhow::Result<&Value> {
     lines.last().context("a worker printed nothing")
 }
 
-/// `processes` processes looping on ONE lock: leasehold, or (`floor`) spinning on `SET NX PX`; on a quorum setup,
-/// leasehold's quorum mutex (`lock()`).
+/// `processes` processes looping on ONE lock: leasehold, or (`floor`) spinning on `SET NX PX` (on etcd, waiting in
+/// etcd's `Lock` RPC); on a quorum setup, leasehold's quorum mutex (`lock()`).
 pub async fn contended(
     setup: &Setup,
     scenario: &'static str,
@@ -468,6 +471,7 @@ pub async fn contended(
     kind: &str,
 ) -> anyhow::Result<Outcome> {
     let role = match (&setup.quorum, recipe) {
+        (None, Recipe::Floor) if setup.raw.etcd().is_some() => Role::EtcdLockContend,
         (None, Recipe::Floor) => Role::FloorContend,
         (None, Recipe::Peer) => Role::PeerContend,
         (None, Recipe::Leasehold) => Role::Contend,
@@ -512,6 +516,7 @@ pub async fn contended(
         spread: None,
         on_quorum: None,
         node_rtts: None,
+        on_etcd: false,
     })
 }
 
@@ -557,15 +562,25 @@ pub async fn handoff(setup: &Setup, scenario: &'static str, kind: &str) -> anyho
         spread: None,
         on_quorum: None,
         node_rtts: None,
+        on_etcd: false,
     })
 }
 
 /// The p50 of one raw round trip (`PING`) on the connection type leasehold uses, in µs; on a cluster, to the
-/// primary of the lock `name`.
+/// primary of the lock `name`; on etcd, a linearizable read of one key.
 async fn round_trip_p50(setup: &Setup, name: &str) -> anyhow::Result<f64> {
-    let mut conn = setup.raw.manager().await?;
     let mut samples = Samples::default();
     let end = Instant::now() + (setup.duration / 5).max(Duration::from_millis(200));
+    if let Some(etcd) = setup.raw.etcd() {
+        let mut client = etcd.client().await?;
+        while Instant::now() < end {
+            let started = Instant::now();
+            Etcd::round_trip(&mut client).await?;
+            samples.push(started.elapsed());
+        }
+        return Ok(samples.sorted().quantile_us(0.5));
+    }
+    let mut conn = setup.raw.manager().await?;
     while Instant::now() < end {
         let started = Instant::now();
         conn.ping(name).await?;
@@ -575,12 +590,12 @@ async fn round_trip_p50(setup: &Setup, name: &str) -> anyhow::Result<f64> {
 }
 
 /// One process holds 10,000 locks through three renewal periods of a short lease; renewal calls are counted on
-/// the server (on a cluster, summed over the primaries).
+/// the server (on a cluster, summed over the primaries; on etcd, the keep-alives of the session all the locks follow).
 pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outcome> {
     const LOCKS: usize = 10_000;
     const PERIODS: u32 = 3;
     let period = Duration::from_secs(1);
-    let mut stats = setup.raw.multiplexed().await?;
+    let mut stats = setup.raw.meter().await?;
     let args = [
         "--locks".to_owned(),
         LOCKS.to_string(),
@@ -601,7 +616,7 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
         Some(line) => serde_json::from_str(&line)?,
         None => bail!("the renew worker stopped before holding its locks"),
     };
-    let before = script_calls(&mut stats).await?;
+    let before = stats.renewal_calls().await?;
     let holding = Instant::now();
     let hold_end = holding + period * PERIODS + period / 4;
     let cpu = server_cpu_window(setup, holding, holding + period * PERIODS);
@@ -619,7 +634,7 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
         Some(line) => serde_json::from_str(&line)?,
         None => bail!("the renew worker stopped while holding its locks"),
     };
-    let after = script_calls(&mut stats).await?;
+    let after = stats.renewal_calls().await?;
     let (server_cpu_s, cpu_primaries) = cpu_of(cpu).await;
     let status = child.wait().await?;
     if !status.success() {
@@ -655,24 +670,6 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
         spread: None,
         on_quorum: None,
         node_rtts: None,
+        on_etcd: false,
     })
-}
-
-/// Script calls (`EVALSHA` + `EVAL`) the server (every primary of a cluster) has counted so far.
-async fn script_calls(conn: &mut Conn) -> anyhow::Result<u64> {
-    let infos = conn.info("commandstats").await?;
-    let mut total = 0;
-    for line in infos.values().flat_map(|info| info.lines()) {
-        for cmd in ["cmdstat_evalsha:", "cmdstat_eval:"] {
-            if let Some(rest) = line.strip_prefix(cmd) {
-                let calls = rest
-                    .split(',')
-                    .find_map(|f| f.strip_prefix("calls="))
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0);
-                total += calls;
-            }
-        }
-    }
-    Ok(total)
 }

@@ -86,7 +86,7 @@ pub struct Outcome {
     /// The server's CPU time (user + system) over the measured window, when it could be read; on a cluster, the
     /// sum over its primaries.
     pub server_cpu_s: Option<f64>,
-    /// On a cluster, how many primaries `server_cpu_s` sums.
+    /// On a cluster, how many primaries `server_cpu_s` sums; on etcd, how many members, when more than one.
     pub cpu_primaries: Option<usize>,
     /// The client's CPU time (user + system) over the measured window: this process's, or the worker processes'
     /// together.
@@ -99,6 +99,8 @@ pub struct Outcome {
     pub on_quorum: Option<OnQuorum>,
     /// For the uncontended scenarios of a quorum: the raw round trip to each node.
     pub node_rtts: Option<NodeRtts>,
+    /// Whether the scenario ran on etcd.
+    pub on_etcd: bool,
 }
 
 impl Outcome {
@@ -128,6 +130,7 @@ impl Outcome {
             spread: None,
             on_quorum: None,
             node_rtts: None,
+            on_etcd: false,
         }
     }
 
@@ -219,8 +222,14 @@ impl Outcome {
             })),
         });
         // Cluster runs only: the one-server shape stays as documented.
-        if let Some(primaries) = self.cpu_primaries {
-            out["server_cpu_primaries"] = json!(primaries);
+        match self.cpu_primaries {
+            Some(members) if self.on_etcd => out["server_cpu_members"] = json!(members),
+            Some(primaries) => out["server_cpu_primaries"] = json!(primaries),
+            None => {}
+        }
+        // etcd runs only, likewise.
+        if self.on_etcd {
+            out["store"] = json!("etcd");
         }
         if let Some(s) = self.spread {
             out["key_spread"] = json!({
@@ -306,5 +315,17 @@ mod tests {
             all_nodes: false,
         });
         assert_eq!(outcome.to_json()["nodes_used"], 1);
+    }
+
+    #[test]
+    fn etcd_runs_say_so_and_name_members_not_primaries() {
+        let mut outcome = Outcome::measured("etcd-lock-1", &[600]);
+        assert!(outcome.to_json().get("store").is_none());
+        outcome.on_etcd = true;
+        outcome.cpu_primaries = Some(3);
+        let json = outcome.to_json();
+        assert_eq!(json["store"], "etcd");
+        assert_eq!(json["server_cpu_members"], 3);
+        assert!(json.get("server_cpu_primaries").is_none(), "{json}");
     }
 }

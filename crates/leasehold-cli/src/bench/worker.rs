@@ -27,6 +27,9 @@ pub enum Role {
     Renew,
     /// Loop `lock()` + release on one mutex of a quorum (one `--store` per node), empty critical section.
     QuorumContend,
+    /// The contended floor on etcd: etcd's own `Lock` RPC (it waits in etcd) under this process's lease, then
+    /// `Unlock`.
+    EtcdLockContend,
 }
 
 /// `leasehold bench-worker`.
@@ -35,7 +38,7 @@ pub struct WorkerArgs {
     /// The role.
     #[arg(value_enum)]
     pub role: Role,
-    /// The Redis server's URL (`redis+cluster://…` for a cluster); for quorum-contend, once per node.
+    /// The store's URL (`redis+cluster://…` for a cluster, `etcd://…` for etcd); for quorum-contend, once per node.
     #[arg(long, required = true)]
     pub store: Vec<String>,
     /// The lock (or lock-name prefix) to use.
@@ -95,6 +98,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
         Role::FloorContend => Some(raw_contend(&args, false).await?),
         Role::PeerContend => Some(raw_contend(&args, true).await?),
         Role::QuorumContend => Some(quorum_contend(&args).await?),
+        Role::EtcdLockContend => Some(etcd_lock_contend(&args).await?),
         _ => None,
     };
     if let Some(mut result) = result {
@@ -103,9 +107,13 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
         std::io::stdout().flush()?;
         return Ok(0);
     }
-    let locks = connect::client(one_server(&args)?, None).await?;
+    let url = one_server(&args)?;
+    // On etcd the renewal period follows the session's lease, which the locks' own lease cannot change.
+    let session = (args.role == Role::Renew && crate::etcd::is_etcd(url))
+        .then(|| Duration::from_millis(args.ttl_ms));
+    let locks = connect::client(url, session).await?;
     let result = match args.role {
-        Role::FloorContend | Role::PeerContend | Role::QuorumContend => {
+        Role::FloorContend | Role::PeerContend | Role::QuorumContend | Role::EtcdLockContend => {
             unreachable!("handled above")
         }
         Role::Contend => contend(&locks, &args).await?,
@@ -276,6 +284,33 @@ async fn quorum_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> 
     Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
 }
 
+/// [`Role::EtcdLockContend`]: waits in etcd's `Lock` RPC (cut at the end of the window, a late grant left to the
+/// lease) and unlocks at once.
+async fn etcd_lock_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
+    let etcd = super::etcd::Etcd::parse(one_server(args)?)
+        .context("etcd-lock-contend needs an etcd:// URL")?;
+    let floor = etcd.floor().await?;
+    let to = Instant::now() + Duration::from_millis(args.to_ms.saturating_sub(unix_ms()));
+    let mut samples = Vec::new();
+    loop {
+        let now = unix_ms();
+        if now >= args.to_ms {
+            break;
+        }
+        let started = Instant::now();
+        let Ok(held) = tokio::time::timeout_at(to, floor.lock(&args.name)).await else {
+            break;
+        };
+        let held = held?;
+        let latency = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if now >= args.from_ms {
+            samples.push(latency);
+        }
+        floor.unlock(held).await?;
+    }
+    Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
+}
+
 async fn handoff(
     locks: &leasehold::Client,
     args: &WorkerArgs,
@@ -311,12 +346,13 @@ async fn renew(locks: &leasehold::Client, args: &WorkerArgs) -> anyhow::Result<s
         .release()
         .await?;
     let rss_before = rss_bytes()?;
+    let on_etcd = locks.store_name() == "etcd";
     let started = Instant::now();
     let mut guards = Vec::with_capacity(args.locks);
     let names: Vec<String> = (0..args.locks)
         .map(|i| format!("{}:{i}", args.name))
         .collect();
-    for chunk in names.chunks(500) {
+    for chunk in names.chunks(if on_etcd { 100 } else { 500 }) {
         let batch = futures_util::future::join_all(chunk.iter().map(|name| {
             let mutex = locks.mutex(name).ttl(ttl).renew_every(every);
             async move { mutex.try_lock().await }

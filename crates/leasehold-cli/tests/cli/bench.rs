@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use leasehold_tests::{slot_of, RedisCluster, RedisServer, TempDir};
+use leasehold_tests::{slot_of, EtcdServer, RedisCluster, RedisServer, TempDir};
 use serde_json::Value;
 
 use crate::{finish, leasehold};
@@ -335,6 +335,108 @@ fn bench_compares_a_quorum_of_given_servers_with_its_first_node_alone() {
 }
 
 #[test]
+fn bench_runs_on_etcd_against_etcds_own_lock() {
+    let etcd = EtcdServer::start();
+    let url = etcd.url();
+    // renew-10k is left out: 10,000 grants take seconds to make on etcd.
+    let scenarios = [
+        "etcd-lock-1",
+        "uncontended-1",
+        "etcd-lock-64",
+        "uncontended-64",
+        "etcd-lock-8p",
+        "contended-8p",
+        "handoff",
+        "fair-8p",
+        "fair-handoff",
+        "rw-8p",
+        "semaphore-8p",
+    ];
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "bench",
+            "--store",
+            &url,
+            "--duration",
+            "300ms",
+            "--scenarios",
+            &scenarios.join(","),
+        ]),
+        Duration::from_secs(90),
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stderr.lines().count(), scenarios.len(), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("scenario "), "{stdout}");
+    let rows: Vec<Vec<&str>> = lines[1..=scenarios.len()]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|row| row[0]).collect();
+    assert_eq!(names, scenarios, "{stdout}");
+    for row in &rows {
+        let rate: f64 = row[1].parse().unwrap();
+        assert!(rate > 0.0, "{row:?} in {stdout}");
+        // The server's CPU per cycle, read from the member's /metrics page.
+        assert!(row[6].parse::<f64>().is_ok(), "{row:?} in {stdout}");
+    }
+    let ratio = |name: &str| rows.iter().find(|row| row[0] == name).unwrap()[5];
+    for floor in ["etcd-lock-1", "etcd-lock-64", "etcd-lock-8p"] {
+        assert_eq!(ratio(floor), "-", "{stdout}");
+    }
+    for measured in ["uncontended-1", "uncontended-64", "contended-8p", "fair-8p"] {
+        assert!(
+            ratio(measured).parse::<f64>().is_ok_and(|r| r > 0.0),
+            "{measured}: {stdout}"
+        );
+    }
+    assert!(
+        lines[1 + scenarios.len()]
+            .starts_with("on etcd: × floor is against etcd-lock-1, -64, -8p, etcd's own Lock RPC"),
+        "{stdout}"
+    );
+    assert_eq!(lines.len(), scenarios.len() + 2, "{stdout}");
+
+    // --json: one object per scenario, marked as an etcd run, the note on stderr.
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "bench",
+            "--store",
+            &url,
+            "--duration",
+            "300ms",
+            "--scenarios",
+            "etcd-lock-1,uncontended-1",
+            "--json",
+        ]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.starts_with("bench: on etcd: "), "{stderr}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines[0]["scenario"], "etcd-lock-1");
+    assert!(lines[0]["floor_ratio"].is_null(), "{}", lines[0]);
+    assert!(
+        lines[1]["floor_ratio"].as_f64().is_some_and(|r| r > 0.0),
+        "{}",
+        lines[1]
+    );
+    for line in &lines {
+        assert_eq!(line["store"], "etcd", "{line}");
+        assert!(
+            line["acquisitions"].as_u64().is_some_and(|n| n > 0),
+            "{line}"
+        );
+        assert!(line["server_cpu_s"].as_f64().is_some(), "{line}");
+        assert!(line["server_cpu_primaries"].is_null(), "one member: {line}");
+    }
+}
+
+#[test]
 fn bench_rejects_two_servers_and_scenarios_of_the_other_topology() {
     for args in [
         &[
@@ -348,6 +450,38 @@ fn bench_rejects_two_servers_and_scenarios_of_the_other_topology() {
         &["bench", "--quorum", "3", "--redis", "redis://127.0.0.1:1"],
         &["bench", "--scenarios", "quorum-1"],
         &["bench", "--quorum", "3", "--scenarios", "floor-1"],
+        // etcd: one URL for the cluster, its own floor and no Redis scenarios; refused before connecting.
+        &["bench", "--scenarios", "etcd-lock-1"],
+        &[
+            "bench",
+            "--store",
+            "etcd://127.0.0.1:1",
+            "--scenarios",
+            "floor-1",
+        ],
+        &[
+            "bench",
+            "--store",
+            "etcd://127.0.0.1:1",
+            "--scenarios",
+            "peer-8p",
+        ],
+        &[
+            "bench",
+            "--store",
+            "etcd://127.0.0.1:1",
+            "--store",
+            "etcd://127.0.0.1:2",
+        ],
+        &[
+            "bench",
+            "--store",
+            "etcd://127.0.0.1:1",
+            "--store",
+            "redis://127.0.0.1:2",
+            "--store",
+            "redis://127.0.0.1:3",
+        ],
         &[
             "bench",
             "--redis",

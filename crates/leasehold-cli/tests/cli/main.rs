@@ -1,9 +1,11 @@
-//! End-to-end tests of the `leasehold` binary against real `redis-server` processes (one test binary, one module per
-//! concern). Every test starts its own servers on private ports, bounds every wait, and cleans up its processes.
+//! End-to-end tests of the `leasehold` binary against real `redis-server` and `etcd` processes (one test binary, one
+//! module per concern). Every test starts its own servers on private ports, bounds every wait, and cleans up its
+//! processes.
 
 mod bench;
 mod cluster;
 mod demo;
+mod etcd;
 mod inputs;
 mod kinds;
 mod lease;
