@@ -293,6 +293,14 @@ pub use client::{
 };
 pub use engine::lease::{Lease, LossReason};
 pub use engine::ttl::{MAX_TTL, MIN_TTL};
+
+/// The shortest etcd session TTL ([`Builder::session_ttl`]): etcd raises shorter leases to its own minimum.
+#[cfg(feature = "etcd")]
+pub const MIN_SESSION_TTL: std::time::Duration = backend::etcd::MIN_TTL;
+
+/// The etcd session TTL unless [`Builder::session_ttl`] sets one.
+#[cfg(feature = "etcd")]
+pub const DEFAULT_SESSION_TTL: std::time::Duration = backend::etcd::DEFAULT_TTL;
 pub use error::{Error, InvalidArgument};
 pub use fence::{Fence, MAX_DESCRIPTION_LEN};
 pub use kinds::fair::FairMutex;

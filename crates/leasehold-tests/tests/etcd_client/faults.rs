@@ -158,3 +158,43 @@ pub async fn a_lost_session_is_replaced_by_the_next_acquisition(_cluster: &mut E
     again.release().await.unwrap();
     assert!(held.release().await.unwrap_err().is_lost());
 }
+
+pub async fn ten_thousand_grants_follow_one_session(cluster: &mut EtcdCluster) {
+    let prefix = fresh_prefix();
+    // The shortest session: three keep-alives and ownership rounds per 2 s while 10,000 grants follow it.
+    let locks = leasehold::Client::builder(&cluster.url())
+        .unwrap()
+        .prefix(prefix)
+        .session_ttl(std::time::Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let mut guards = Vec::new();
+    for batch in 0..100 {
+        let mutexes: Vec<_> = (0..100)
+            .map(|i| locks.mutex(&format!("many:{batch}:{i}")))
+            .collect();
+        let acquired = futures_util::future::join_all(mutexes.iter().map(|m| m.try_lock())).await;
+        guards.extend(acquired.into_iter().map(Result::unwrap));
+    }
+    assert_eq!(locks.kept_leases(), 10_000);
+    // Every grant is renewed past two whole TTLs from now: by keep-alives sent more than a TTL after this instant,
+    // when a grant that nothing renewed would have expired long before.
+    let ttl = std::time::Duration::from_secs(2);
+    let target = Instant::now() + 2 * ttl - ttl / 100 - std::time::Duration::from_millis(2);
+    for guard in &guards {
+        crate::eventually("a grant renewed past two TTLs", || async {
+            assert!(guard.is_held(), "a grant was lost: {:?}", guard.loss());
+            guard.valid_until() >= target
+        })
+        .await;
+    }
+    assert!(guards.iter().all(|g| g.is_held()));
+    while !guards.is_empty() {
+        let batch: Vec<_> = guards.drain(..guards.len().min(100)).collect();
+        for released in futures_util::future::join_all(batch.into_iter().map(|g| g.release())).await
+        {
+            released.unwrap();
+        }
+    }
+}

@@ -45,7 +45,7 @@ pub(crate) struct EtcdStore {
     /// The URL as given (with the password, to open new sessions).
     url: String,
     /// The URL as shown in errors and logs: password hidden.
-    shown: String,
+    shown: Arc<str>,
     pub(crate) prefix: String,
     options: SessionOptions,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
@@ -70,6 +70,8 @@ pub(crate) enum Wait {
 
 /// What a guard of an etcd grant needs to release it: the session the key lives under, and the grant.
 pub(crate) struct EtcdHold {
+    /// The client's URL as shown in errors.
+    shown: Arc<str>,
     session: Arc<Session>,
     grant: Grant,
     background: Arc<Background>,
@@ -146,7 +148,7 @@ impl EtcdStore {
         tracing::debug!(target: TARGET, url = %shown, lease = format_args!("{:x}", session.lease_id()), ttl = ?session.ttl(), "etcd session opened");
         Ok(EtcdStore {
             url: url.to_owned(),
-            shown,
+            shown: shown.into(),
             prefix,
             options,
             session: tokio::sync::Mutex::new(Some(Arc::new(session))),
@@ -248,7 +250,8 @@ impl EtcdStore {
                 return Err(store_error(&self.shown, error));
             }
             if last_error.is_none() {
-                tracing::warn!(target: "leasehold::outage", lock = %keys.name(), error = %error, "etcd unavailable while waiting; trying again");
+                tracing::warn!(target: "leasehold::outage", lock = %keys.name(),
+                    "etcd unavailable while waiting for lock {:?} ({error}); retrying until it answers", keys.name());
             }
             last_error = Some(error);
             let pause = tokio::time::sleep(backoff);
@@ -285,6 +288,7 @@ impl EtcdStore {
                 shared: Arc::clone(&lease),
             },
             EtcdHold {
+                shown: Arc::clone(&self.shown),
                 session: Arc::clone(&session),
                 grant,
                 background: Arc::clone(&self.background),
@@ -326,14 +330,20 @@ impl EtcdStore {
         let mut leases = Vec::new();
         let mut last_fence = None;
         let mut permits = None;
+        // A bare token is a mutex's hold; `x dl1:…` a fair mutex's (both are exclusive keys).
+        let mut exclusive_is_mutex = true;
         for (i, kv) in kvs.iter().enumerate() {
             let kind = key_kind(&prefix, kv.key());
             if admit(kind, &prefix, &keys[..i]) != Admission::Granted {
                 continue;
             }
             let value = kv.value_str().unwrap_or_default();
+            // The hold's token without its kind's tag, as Redis reports it (`r dl1:…` is the token `dl1:…`).
             let (token, mode) = if value.contains(crate::fence::TOKEN_PREFIX) {
-                (value.to_owned(), HoldMode::of(value))
+                (
+                    crate::fence::token_of(value).to_owned(),
+                    HoldMode::of(value),
+                )
             } else {
                 // A key leasehold did not write (`etcdctl lock`'s): named by its key.
                 (
@@ -343,6 +353,9 @@ impl EtcdStore {
             };
             if let Kind::Permits(n) = kind {
                 permits = Some(u64::from(n.get()));
+            }
+            if holders.is_empty() {
+                exclusive_is_mutex = !value.starts_with("x ");
             }
             last_fence = last_fence.max(Some(Fence::new(kv.create_revision().unsigned_abs())));
             leases.push(kv.lease());
@@ -367,11 +380,7 @@ impl EtcdStore {
                 .map(Duration::from_secs);
         }
         let kind = holders.first().map(|holder| match holder.mode {
-            HoldMode::Exclusive
-                if crate::fence::token_of(&holder.token) == holder.token.as_str() =>
-            {
-                LockKind::Mutex
-            }
+            HoldMode::Exclusive if exclusive_is_mutex => LockKind::Mutex,
             mode => mode.kind(),
         });
         Ok(LockInfo {
@@ -452,7 +461,7 @@ impl EtcdStore {
                 (lock_name(&format!("x/{rest}")) == Some("x")).then(|| {
                     let value = kv.value_str().unwrap_or_default();
                     let hold = if value.contains(crate::fence::TOKEN_PREFIX) {
-                        value
+                        crate::fence::token_of(value)
                     } else {
                         key
                     };
@@ -502,7 +511,7 @@ impl EtcdHold {
         match self.session.release(self.grant.clone()).await {
             Ok(Released::Released) => Ok(true),
             Ok(Released::AlreadyGone) => Ok(false),
-            Err(e) => Err(store_error("etcd", e)),
+            Err(e) => Err(store_error(&self.shown, e)),
         }
     }
 
