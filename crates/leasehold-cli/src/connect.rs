@@ -53,13 +53,6 @@ pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<l
         Err(err) => return Err(err.into()),
     };
     builder = builder.prefix(target.prefix.clone());
-    if etcd {
-        if let Some(ttl) = ttl {
-            builder = builder.session_ttl(ttl);
-        }
-        return builder.connect().await.map_err(not_connected);
-    }
-    builder = builder.replicas(target.replicas);
     if let Some(ca) = &target.tls_ca {
         builder = builder.tls_ca_pem(read_pem(ca, "--tls-ca")?);
     }
@@ -67,6 +60,13 @@ pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<l
         builder = builder
             .tls_client_identity_pem(read_pem(cert, "--tls-cert")?, read_pem(key, "--tls-key")?);
     }
+    if etcd {
+        if let Some(ttl) = ttl {
+            builder = builder.session_ttl(ttl);
+        }
+        return builder.connect().await.map_err(not_connected);
+    }
+    builder = builder.replicas(target.replicas);
     if let Some(ttl) = ttl {
         let timeout = (ttl / 4).clamp(
             Duration::from_millis(100),

@@ -9,7 +9,8 @@
 //! | `--fair`, `--shared`, `--exclusive` | as on Redis (every etcd lock serves its waiters in order of arrival) |
 //! | `--permits N` | one of N permits, N at most 2^32 − 1; etcd stores no count, so runs that give another N are not refused: each applies its own |
 //! | `--prefix` | lock NAME lives under the etcd keys `PREFIX/NAME/`, so `etcdctl lock PREFIX/NAME` excludes it |
-//! | `--replicas`, `--tls-ca`, `--tls-cert`, `--tls-key` | refused: Redis settings (etcd commits a grant to a majority before it answers; `etcds://` is not supported yet) |
+//! | `--replicas` | refused: a Redis setting (etcd commits a grant to a majority before it answers) |
+//! | `--tls-ca`, `--tls-cert`, `--tls-key` | for `etcds://` as for `rediss://`: the CA to trust (else the system's), a client certificate; refused with `etcd://` |
 //! | a nested run (`LEASEHOLD_NAME`, `LEASEHOLD_TOKEN`) | as on Redis |
 //! | `leasehold permits` | refused: there is no stored count to change |
 //! | `leasehold demo` | refused: its stock and its fenced store are Redis scripts |
@@ -21,19 +22,20 @@ use std::time::Duration;
 use crate::cli::{RunArgs, StoreArg};
 use crate::exit::{self, fail};
 
-/// The scheme of etcd URLs.
+/// The scheme of etcd URLs, and of etcd over TLS.
 const SCHEME: &str = "etcd://";
+const TLS_SCHEME: &str = "etcds://";
 
 /// The most permits an etcd semaphore has (its count is a 32-bit number in the waiter key).
 const MAX_PERMITS: u64 = u32::MAX as u64;
 
 /// The shortest session lease, and its unit: etcd grants leases in whole seconds, and raises anything shorter than 2s
 /// (with its default election timeout) to its minimum; the library's `Builder::session_ttl` refuses both.
-const MIN_SESSION_TTL: Duration = Duration::from_secs(2);
+const MIN_SESSION_TTL: Duration = leasehold::MIN_SESSION_TTL;
 
-/// Whether `url` names an etcd cluster (`etcd://`; `etcds://` too, which the library refuses with its reason).
+/// Whether `url` names an etcd cluster (`etcd://`, or `etcds://` over TLS).
 pub fn is_etcd(url: &str) -> bool {
-    url.starts_with(SCHEME) || url.starts_with("etcds://")
+    url.starts_with(SCHEME) || url.starts_with(TLS_SCHEME)
 }
 
 /// Whether `store` names an etcd cluster; a usage error when it also carries what only Redis has.
@@ -63,10 +65,11 @@ pub fn check_store(store: &StoreArg) -> anyhow::Result<bool> {
         (store.tls_cert.is_some(), "--tls-cert"),
         (store.tls_key.is_some(), "--tls-key"),
     ];
-    if let Some((_, option)) = tls.iter().find(|(given, _)| *given) {
+    let over_tls = store.urls.iter().any(|url| url.starts_with(TLS_SCHEME));
+    if let (Some((_, option)), false) = (tls.iter().find(|(given, _)| *given), over_tls) {
         return Err(usage(format!(
-            "{option} is for rediss:// URLs: etcd is reached without TLS (etcds:// is not supported yet); drop it \
-             for an etcd:// store"
+            "{option} is for rediss:// and etcds:// URLs: etcd:// is reached without TLS; give etcds:// or drop \
+             {option}"
         )));
     }
     Ok(true)

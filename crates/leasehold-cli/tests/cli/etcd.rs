@@ -5,7 +5,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use leasehold_tests::{EtcdServer, TempDir};
+use leasehold_tests::{EtcdServer, TempDir, TestCa};
 use serde_json::Value;
 
 use crate::{finish, leasehold, one_error_line, Running, SOON};
@@ -287,7 +287,7 @@ fn what_etcd_cannot_honour_exits_2_before_connecting() {
             vec![
                 "run", "--store", NOWHERE, "--tls-ca", pem, "jobs", "--", "true",
             ],
-            "--tls-ca is for rediss:// URLs",
+            "--tls-ca is for rediss:// and etcds:// URLs",
         ),
         (
             vec!["status", "--store", NOWHERE, "--replicas", "2", "jobs"],
@@ -314,10 +314,6 @@ fn what_etcd_cannot_honour_exits_2_before_connecting() {
             "etcd stores none",
         ),
         (vec!["demo", "--store", NOWHERE], "the demo runs on Redis"),
-        (
-            vec!["status", "--store", "etcds://127.0.0.1:1", "jobs"],
-            "is not an etcd URL: etcds://",
-        ),
         (
             vec!["status", "--store", "etcd://127.0.0.1", "jobs"],
             "is not an etcd URL",
@@ -390,4 +386,47 @@ fn etcd_going_away_while_a_run_waits_ends_the_wait_with_69() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
     drop(first.take_stdin());
+}
+
+#[test]
+fn a_run_reaches_etcd_over_tls_with_the_ca_it_is_given() {
+    let ca = TestCa::new();
+    let etcd = EtcdServer::start_tls(&ca, true);
+    let url = etcd.url();
+    assert!(url.starts_with("etcds://"), "{url}");
+    let files = [
+        ca.ca.cert_path.to_str().unwrap(),
+        ca.client.cert_path.to_str().unwrap(),
+        ca.client.key_path.to_str().unwrap(),
+    ];
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "run",
+            "--store",
+            &url,
+            "--tls-ca",
+            files[0],
+            "--tls-cert",
+            files[1],
+            "--tls-key",
+            files[2],
+            "sealed",
+            "--",
+            "sh",
+            "-c",
+            "echo fence $LEASEHOLD_FENCE",
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.starts_with("fence "), "{stdout}");
+    // Without the client certificate the member refuses the connection: 69, as an unreachable store.
+    let (code, _, stderr) = finish(
+        leasehold(&[
+            "run", "--store", &url, "--tls-ca", files[0], "sealed", "--", "true",
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(69), "{stderr}");
+    assert!(one_error_line(&stderr).contains("etcds://"), "{stderr}");
 }
