@@ -10,9 +10,11 @@ use tokio::time::Instant;
 
 use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
 use crate::backend::redis::conn::{ReplicaAcks, Sent};
+use crate::backend::redis::foreign::not_a_lock;
 use crate::backend::redis::keys::{millis, LockKeys};
 use crate::backend::redis::scripts::{Numbers, ScriptCall, RELEASE, RENEW};
-use crate::client::{not_a_lock, Client, Inner};
+use crate::backend::redis::store::RedisStore;
+use crate::client::Client;
 use crate::engine::lease::{Lease, LossReason};
 use crate::error::{require_runtime, Error};
 
@@ -450,7 +452,7 @@ impl Item for ReleaseItem {
     /// `release.lua`'s code for the lock.
     type Outcome = i64;
 
-    fn coalescer(inner: &Inner) -> &Coalescer<Self> {
+    fn coalescer(inner: &RedisStore) -> &Coalescer<Self> {
         &inner.releases
     }
 
@@ -458,7 +460,7 @@ impl Item for ReleaseItem {
         self.keys.slot()
     }
 
-    fn script(inner: &Inner, items: &[Self]) -> ScriptCall {
+    fn script(inner: &RedisStore, items: &[Self]) -> ScriptCall {
         releases(
             items.iter().map(|item| (&*item.keys, item.token.as_str())),
             inner.wakeups.channel_prefix(),
@@ -466,14 +468,14 @@ impl Item for ReleaseItem {
         )
     }
 
-    fn acks(_: &Inner) -> Option<ReplicaAcks> {
+    fn acks(_: &RedisStore) -> Option<ReplicaAcks> {
         None // a release needs no acknowledgement: losing it on a failover only lets the lock expire
     }
 
     fn outcomes(
         items: &[Self],
         (reply, reached, _): Sent<Numbers>,
-        _: &Inner,
+        _: &RedisStore,
     ) -> Result<Vec<i64>, Failure> {
         match reply {
             Ok(Numbers(codes)) if codes.len() == items.len() => Ok(codes),
@@ -488,7 +490,7 @@ impl Item for ReleaseItem {
         }
     }
 
-    fn orphaned(self, _: &Arc<Inner>, _: Option<i64>) {
+    fn orphaned(self, _: &Arc<RedisStore>, _: Option<i64>) {
         // The caller was `release`, whose guard's drop releases again in the background (harmless: idempotent).
     }
 }
@@ -497,7 +499,7 @@ impl Item for ReleaseItem {
 /// for at most one lease (after that the key has expired anyway). Without a runtime, or when the runtime drops the
 /// task before it is done (it is shutting down), the release is left to the client's drop (see `orphans.rs`).
 pub(crate) fn release_in_background(
-    inner: Arc<Inner>,
+    inner: Arc<RedisStore>,
     keys: Arc<LockKeys>,
     token: String,
     ttl: Duration,
@@ -544,7 +546,7 @@ pub(crate) fn release_in_background(
 /// Holds that a request may have left in Redis: released in the background if the request ends without a reply (an
 /// error, or its future dropped), forgotten once [`Undo::disarm`] says the reply told what Redis has.
 pub(crate) struct Undo {
-    inner: Arc<Inner>,
+    inner: Arc<RedisStore>,
     keys: Arc<LockKeys>,
     holds: Vec<String>,
     ttl: Duration,
@@ -552,7 +554,7 @@ pub(crate) struct Undo {
 
 impl Undo {
     pub(crate) fn new(
-        inner: &Arc<Inner>,
+        inner: &Arc<RedisStore>,
         keys: &Arc<LockKeys>,
         holds: Vec<String>,
         ttl: Duration,
@@ -585,7 +587,7 @@ impl Drop for Undo {
 
 /// A background release in progress; if its task is dropped unfinished, the release is recorded as an orphan.
 struct Orphan {
-    inner: Arc<Inner>,
+    inner: Arc<RedisStore>,
     keys: Arc<LockKeys>,
     token: String,
     done: bool,

@@ -9,10 +9,12 @@ use tokio::time::Instant;
 
 use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
 use crate::backend::redis::conn::{ReplicaAcks, Sent};
+use crate::backend::redis::foreign::{explain_foreign, foreign, not_a_lock};
 use crate::backend::redis::keys::{millis, LockKeys};
 use crate::backend::redis::scripts::{Numbers, ScriptCall, ACQUIRE, CLAIM, HEARTBEAT};
+use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::wake::{Expecting, Handed};
-use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner, LockInfo};
+use crate::client::{Client, LockInfo};
 use crate::engine::lease::{Lease, LeaseShared};
 use crate::engine::ttl::{check_ttl, drift};
 use crate::error::{require_runtime, Error, InvalidArgument};
@@ -798,7 +800,7 @@ pub(crate) fn new_guard(
 /// A grant (`token`, a mutex token or a hold) that too few replicas acknowledged: released in the background
 /// (owner-checked), never taken by this wait, and reported.
 pub(crate) fn unreplicated(
-    inner: &Arc<Inner>,
+    inner: &Arc<RedisStore>,
     keys: &Arc<LockKeys>,
     expecting: Option<&mut Expecting>,
     token: String,
@@ -879,7 +881,7 @@ pub(crate) struct AcquireItem {
 impl Item for AcquireItem {
     type Outcome = AcquireReply;
 
-    fn coalescer(inner: &Inner) -> &Coalescer<Self> {
+    fn coalescer(inner: &RedisStore) -> &Coalescer<Self> {
         &inner.acquires
     }
 
@@ -887,7 +889,7 @@ impl Item for AcquireItem {
         self.keys.slot()
     }
 
-    fn script(inner: &Inner, items: &[Self]) -> ScriptCall {
+    fn script(inner: &RedisStore, items: &[Self]) -> ScriptCall {
         let mut invocation = ScriptCall::new(&ACQUIRE, 4 * items.len());
         for item in items {
             invocation
@@ -914,19 +916,19 @@ impl Item for AcquireItem {
         invocation
     }
 
-    fn acks(inner: &Inner) -> Option<ReplicaAcks> {
+    fn acks(inner: &RedisStore) -> Option<ReplicaAcks> {
         inner.replicas
     }
 
     fn outcomes(
         items: &[Self],
         sent: Sent<Numbers>,
-        inner: &Inner,
+        inner: &RedisStore,
     ) -> Result<Vec<AcquireReply>, Failure> {
         acquire_call_outcomes(items.len(), sent, inner)
     }
 
-    fn orphaned(self, inner: &Arc<Inner>, outcome: Option<AcquireReply>) {
+    fn orphaned(self, inner: &Arc<RedisStore>, outcome: Option<AcquireReply>) {
         release_orphaned(inner, &self.keys, self.token, self.prev, self.ttl, outcome);
     }
 }
@@ -946,7 +948,7 @@ pub(crate) fn short_of(required: Option<ReplicaAcks>, acked: Option<u32>) -> Opt
 pub(crate) fn acquire_call_outcomes(
     n: usize,
     (reply, reached, acked): Sent<Numbers>,
-    inner: &Inner,
+    inner: &RedisStore,
 ) -> Result<Vec<AcquireReply>, Failure> {
     acquire_outcomes(reply, reached, n, short_of(inner.replicas, acked))
 }
@@ -990,7 +992,7 @@ pub(crate) fn acquire_outcomes(
 /// the wait's previous token (a release handed the lock to it); each is released in the background. Releases are
 /// owner-checked, so an unknown outcome costs nothing.
 pub(crate) fn release_orphaned(
-    inner: &Arc<Inner>,
+    inner: &Arc<RedisStore>,
     keys: &Arc<LockKeys>,
     token: String,
     prev: Option<String>,

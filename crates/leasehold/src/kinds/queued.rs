@@ -15,10 +15,12 @@ use tokio::time::Instant;
 
 use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
 use crate::backend::redis::conn::{ReplicaAcks, Sent};
+use crate::backend::redis::foreign::{explain_foreign, foreign, not_a_lock};
 use crate::backend::redis::keys::{millis, LockKeys};
 use crate::backend::redis::scripts::{Numbers, ScriptCall, CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
+use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::wake::Expecting;
-use crate::client::{explain_foreign, foreign, not_a_lock, Client, Inner, LockInfo};
+use crate::client::{Client, LockInfo};
 use crate::error::{Error, InvalidArgument};
 use crate::fence::new_token;
 use crate::kinds::guard::{add_lock_keys, release_in_background, Guard as MutexGuard};
@@ -388,7 +390,7 @@ impl Queued {
 /// wait leaves too). A hold a release granted it meanwhile is released by the hand-off routing (`Expecting`'s drop,
 /// or the subscriber when the message comes later) or by the coalescer (an attempt that was out).
 struct Leave {
-    inner: Arc<Inner>,
+    inner: Arc<RedisStore>,
     keys: Arc<LockKeys>,
     wid: String,
     armed: bool,
@@ -435,7 +437,7 @@ impl Item for SetAcquireItem {
     /// As `acquire.lua`'s: code, fence (or ms until the first hold ends), server µs, ms left.
     type Outcome = AcquireReply;
 
-    fn coalescer(inner: &Inner) -> &Coalescer<Self> {
+    fn coalescer(inner: &RedisStore) -> &Coalescer<Self> {
         &inner.set_acquires
     }
 
@@ -443,7 +445,7 @@ impl Item for SetAcquireItem {
         self.keys.slot()
     }
 
-    fn script(inner: &Inner, items: &[Self]) -> ScriptCall {
+    fn script(inner: &RedisStore, items: &[Self]) -> ScriptCall {
         let mut invocation = ScriptCall::new(&SET_ACQUIRE, 4 * items.len());
         for item in items {
             invocation
@@ -473,19 +475,19 @@ impl Item for SetAcquireItem {
         invocation
     }
 
-    fn acks(inner: &Inner) -> Option<ReplicaAcks> {
+    fn acks(inner: &RedisStore) -> Option<ReplicaAcks> {
         inner.replicas
     }
 
     fn outcomes(
         items: &[Self],
         sent: Sent<Numbers>,
-        inner: &Inner,
+        inner: &RedisStore,
     ) -> Result<Vec<AcquireReply>, Failure> {
         acquire_call_outcomes(items.len(), sent, inner)
     }
 
-    fn orphaned(self, inner: &Arc<Inner>, outcome: Option<AcquireReply>) {
+    fn orphaned(self, inner: &Arc<RedisStore>, outcome: Option<AcquireReply>) {
         release_orphaned(inner, &self.keys, self.hold, self.prev, self.ttl, outcome);
     }
 }

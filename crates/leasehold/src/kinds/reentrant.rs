@@ -5,8 +5,9 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::redis::foreign::{explain_foreign, foreign, not_a_lock};
 use crate::backend::redis::scripts::REENTER;
-use crate::client::{explain_foreign, foreign, not_a_lock, Client};
+use crate::client::Client;
 use crate::engine::ttl::millis;
 use crate::error::Error;
 use crate::fence::new_token;

@@ -5,8 +5,9 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::redis::foreign::not_a_lock;
 use crate::backend::redis::scripts::DOWNGRADE;
-use crate::client::{not_a_lock, Client};
+use crate::client::Client;
 use crate::engine::ttl::millis;
 use crate::error::{require_runtime, Error};
 use crate::fence::token_of;

@@ -3,8 +3,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::backend::redis::foreign::{explain_foreign, foreign, script_error};
 use crate::backend::redis::scripts::SET_PERMITS;
-use crate::client::{explain_foreign, foreign, script_error, Client, HoldMode, LockKind};
+use crate::client::{Client, HoldMode, LockKind};
 use crate::engine::lease::Lease;
 use crate::engine::ttl::millis;
 use crate::error::{require_runtime, Error, InvalidArgument};

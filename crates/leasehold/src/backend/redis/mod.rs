@@ -5,10 +5,13 @@
 pub(crate) mod batch;
 pub(crate) mod checks;
 pub(crate) mod conn;
+pub(crate) mod connect;
+pub(crate) mod foreign;
 pub(crate) mod keys;
 pub(crate) mod orphans;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;
+pub(crate) mod store;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 pub(crate) mod topology;
