@@ -57,6 +57,20 @@ pub(crate) enum Store {
     Etcd(Arc<crate::backend::etcd::store::EtcdStore>),
 }
 
+impl Store {
+    /// The Redis side of the store; an error on another store (never reached: the kinds pick the store first). The
+    /// operations the kinds dispatch on the store are in `backend/mod.rs`.
+    pub(crate) fn redis(&self) -> Result<&Arc<RedisStore>, Error> {
+        match self {
+            Store::Redis(inner) => Ok(inner),
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => Err(Error::Unsupported {
+                detail: "a Redis operation on a client of another store".to_owned(),
+            }),
+        }
+    }
+}
+
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
@@ -174,33 +188,7 @@ impl Client {
 
     /// The Redis side of the client; an error on another store (never reached: the kinds pick the store first).
     pub(crate) fn redis(&self) -> Result<&Arc<RedisStore>, Error> {
-        match &self.store {
-            Store::Redis(inner) => Ok(inner),
-            #[cfg(feature = "etcd")]
-            Store::Etcd(_) => Err(Error::Unsupported {
-                detail: "a Redis operation on a client of another store".to_owned(),
-            }),
-        }
-    }
-
-    /// The Redis side of the client for `what`, an operation on lock `name` that only Redis offers: on another store,
-    /// [`Error::Unsupported`] saying so.
-    pub(crate) fn redis_for(&self, what: &str, name: &str) -> Result<&Arc<RedisStore>, Error> {
-        self.redis().map_err(|_| Error::Unsupported {
-            detail: format!(
-                "lock {name:?}: {what} is not available on {}",
-                self.store_name()
-            ),
-        })
-    }
-
-    /// The etcd side of the client, when it talks to etcd.
-    #[cfg(feature = "etcd")]
-    pub(crate) fn etcd(&self) -> Option<&Arc<crate::backend::etcd::store::EtcdStore>> {
-        match &self.store {
-            Store::Etcd(etcd) => Some(etcd),
-            Store::Redis(_) => None,
-        }
+        self.store.redis()
     }
 
     /// A handle for the non-reentrant mutex called `name`. Creating it does no I/O; the name is checked by the

@@ -7,12 +7,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::redis::acquire::AcquireItem;
 use crate::backend::redis::batch::Coalescer;
 use crate::backend::redis::checks::ServerWarning;
 use crate::backend::redis::conn::{Conn, ReplicaAcks};
 use crate::backend::redis::foreign::{foreign, script_error};
+use crate::backend::redis::grant::short_of;
 use crate::backend::redis::keys::LockKeys;
 use crate::backend::redis::orphans::Orphans;
+use crate::backend::redis::queued::SetAcquireItem;
+use crate::backend::redis::release::ReleaseItem;
 use crate::backend::redis::scripts::{FORCE_RELEASE, INSPECT};
 use crate::backend::redis::topology::Target;
 use crate::backend::redis::wake::Wakeups;
@@ -20,9 +24,6 @@ use crate::client::{HoldMode, Holder, LockInfo, LockKind, DEFAULT_RESPONSE_TIMEO
 use crate::engine::keeper::Keeper;
 use crate::error::Error;
 use crate::fence::{description_of, Fence, TOKEN_PREFIX};
-use crate::kinds::guard::ReleaseItem;
-use crate::kinds::mutex::{short_of, AcquireItem};
-use crate::kinds::queued::SetAcquireItem;
 
 /// A client's Redis side: its command connection, where it reaches the server (one server, a Cluster, or the primary
 /// that the sentinels name), its coalescers, its lease keeper, its wake-up subscriber, and the releases left to its

@@ -36,12 +36,12 @@ use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::backend::redis::keys::LockKeys;
+use crate::backend::redis::release::release_in_background;
 use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::topology::{Cluster, Target};
 use crate::engine::backoff::Backoff;
 use crate::engine::ids::IdMap;
 use crate::fence::token_id;
-use crate::kinds::guard::release_in_background;
 
 /// The tracing target of this file's events: the module path it had before the files moved into folders, so that
 /// log filters keep working (`leasehold::wake=debug`).
