@@ -1,25 +1,22 @@
-//! The client: one command connection, one lease keeper and one subscriber per process (or per caller's choice).
+//! The client and its settings: `Client` (the handle every lock comes from), `Store` (the store it talks to, the one
+//! enum the lock kinds' operations are dispatched on, see `backend/mod.rs`), `Builder` (every setting, and the store
+//! chosen by the URL's scheme), and what `Client::inspect` reports (`LockInfo`, `Holder`, `HoldMode`, `LockKind`). Each store's own side lives under `backend/`: Redis's in `backend/redis/store.rs` and
+//! `backend/redis/connect.rs`, etcd's in `backend/etcd/store.rs`.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManagerConfig};
+use redis::aio::ConnectionLike;
 
-use crate::backend::redis::batch::Coalescer;
-use crate::backend::redis::checks::{check_keys, check_publish, server_warnings, ServerWarning};
-use crate::backend::redis::conn::{Conn, ReplicaAcks};
+use crate::backend::redis::checks::ServerWarning;
+use crate::backend::redis::conn::Conn;
 use crate::backend::redis::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
-use crate::backend::redis::orphans::Orphans;
-use crate::backend::redis::scripts::{FORCE_RELEASE, INSPECT};
-use crate::backend::redis::sentinel::Followed;
-use crate::backend::redis::topology::{Cluster, Endpoint, Target};
-use crate::backend::redis::wake::Wakeups;
-use crate::engine::keeper::Keeper;
+use crate::backend::redis::store::RedisStore;
+use crate::backend::redis::topology::{Cluster, Endpoint};
 use crate::error::{require_runtime, Error, InvalidArgument};
-use crate::fence::{description_of, new_token, Fence, TOKEN_PREFIX};
-use crate::kinds::guard::ReleaseItem;
-use crate::kinds::mutex::{AcquireItem, Mutex};
+use crate::fence::Fence;
+use crate::kinds::mutex::Mutex;
 
 /// Default time allowed to open a connection to Redis.
 pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -54,110 +51,23 @@ pub struct Client {
 #[derive(Clone)]
 pub(crate) enum Store {
     /// One Redis server, a Redis Cluster, or the primary the sentinels name.
-    Redis(Arc<Inner>),
+    Redis(Arc<RedisStore>),
     /// An etcd cluster.
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::backend::etcd::store::EtcdStore>),
 }
 
-pub(crate) struct Inner {
-    pub(crate) conn: Conn,
-    /// The server, or the cluster, the client talks to.
-    pub(crate) target: Target,
-    /// Replicas that must acknowledge every grant and renewal (`Builder::replicas`).
-    pub(crate) replicas: Option<ReplicaAcks>,
-    /// Acquire attempts and releases of this client's tasks, coalesced when calls are out (batch.rs).
-    pub(crate) acquires: Coalescer<AcquireItem>,
-    pub(crate) releases: Coalescer<ReleaseItem>,
-    /// Acquire attempts of the queued kinds (fair mutex, read-write lock, semaphore).
-    pub(crate) set_acquires: Coalescer<crate::kinds::queued::SetAcquireItem>,
-    /// Numbers this client's waits of the queued kinds (each has its own queue entry).
-    pub(crate) waits: std::sync::atomic::AtomicU64,
-    pub(crate) prefix: String,
-    pub(crate) fence_retention: Duration,
-    pub(crate) keeper: Arc<Keeper>,
-    pub(crate) wakeups: Wakeups,
-    /// Releases that no runtime could finish (see [`crate::backend::redis::orphans`]); done when the client is dropped.
-    pub(crate) orphans: Orphans,
-    /// What the connect-time check found about the server.
-    pub(crate) warnings: Vec<ServerWarning>,
-}
-
-impl crate::engine::keeper::Renews for Inner {
-    fn by_slot(&self) -> bool {
-        self.target.is_cluster()
-    }
-
-    fn renew<'a>(
-        &'a self,
-        leases: &'a [Arc<crate::engine::lease::LeaseShared>],
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = crate::engine::keeper::Renewed> + Send + 'a>,
-    > {
-        Box::pin(async move {
-            let invocation = crate::backend::redis::scripts::renew_invocation(leases);
-            let (reply, _, acked) = self.conn.invoke_acked(&invocation, self.replicas).await;
-            self.renewed(reply, acked)
-        })
-    }
-
-    /// On a cluster, the batches' calls in one pipeline per node.
-    fn renew_each<'a>(
-        &'a self,
-        batches: &'a [Vec<Arc<crate::engine::lease::LeaseShared>>],
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Vec<crate::engine::keeper::Renewed>> + Send + 'a>,
-    > {
-        Box::pin(async move {
-            let calls: Vec<(u16, crate::backend::redis::scripts::ScriptCall)> = batches
-                .iter()
-                .map(|leases| {
-                    let slot = leases.first().map_or(0, |lease| lease.keys.slot());
-                    (
-                        slot,
-                        crate::backend::redis::scripts::renew_invocation(leases),
-                    )
-                })
-                .collect();
-            let sent = self.conn.invoke_by_node(&calls, self.replicas).await;
-            sent.into_iter()
-                .map(|(reply, _, acked)| self.renewed(reply, acked))
-                .collect()
-        })
-    }
-}
-
-impl Inner {
-    /// A renewal call's outcome from its reply (`renew.lua`'s: the server's time, then a code per lease) and how many
-    /// replicas acknowledged it.
-    fn renewed(
-        &self,
-        reply: redis::RedisResult<Vec<i64>>,
-        acked: Option<u32>,
-    ) -> crate::engine::keeper::Renewed {
-        // A renewal too few replicas acknowledged does not count: its leases keep their last acknowledged deadline
-        // (the request stays unconfirmed, as after a timeout) and are retried until then.
-        if let (Some((acked, required)), Ok(_)) =
-            (crate::kinds::mutex::short_of(self.replicas, acked), &reply)
-        {
-            return Err(format!(
-                "renewal not acknowledged by enough replicas ({acked} of {required})"
-            ));
+impl Store {
+    /// The Redis side of the store; an error on another store (never reached: the kinds pick the store first). The
+    /// operations the kinds dispatch on the store are in `backend/mod.rs`.
+    pub(crate) fn redis(&self) -> Result<&Arc<RedisStore>, Error> {
+        match self {
+            Store::Redis(inner) => Ok(inner),
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => Err(Error::Unsupported {
+                detail: "a Redis operation on a client of another store".to_owned(),
+            }),
         }
-        match reply {
-            Ok(reply) => match reply.split_first() {
-                Some((&run, codes)) => Ok(vec![Some((run, codes.to_vec()))]),
-                None => Err("empty renewal reply".to_owned()),
-            },
-            Err(err) => Err(err.to_string()),
-        }
-    }
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.keeper.close();
-        self.orphans.release_all(self.wakeups.channel_prefix());
     }
 }
 
@@ -270,34 +180,8 @@ impl Client {
     }
 
     /// The Redis side of the client; an error on another store (never reached: the kinds pick the store first).
-    pub(crate) fn redis(&self) -> Result<&Arc<Inner>, Error> {
-        match &self.store {
-            Store::Redis(inner) => Ok(inner),
-            #[cfg(feature = "etcd")]
-            Store::Etcd(_) => Err(Error::Unsupported {
-                detail: "a Redis operation on a client of another store".to_owned(),
-            }),
-        }
-    }
-
-    /// The Redis side of the client for `what`, an operation on lock `name` that only Redis offers: on another store,
-    /// [`Error::Unsupported`] saying so.
-    pub(crate) fn redis_for(&self, what: &str, name: &str) -> Result<&Arc<Inner>, Error> {
-        self.redis().map_err(|_| Error::Unsupported {
-            detail: format!(
-                "lock {name:?}: {what} is not available on {}",
-                self.store_name()
-            ),
-        })
-    }
-
-    /// The etcd side of the client, when it talks to etcd.
-    #[cfg(feature = "etcd")]
-    pub(crate) fn etcd(&self) -> Option<&Arc<crate::backend::etcd::store::EtcdStore>> {
-        match &self.store {
-            Store::Etcd(etcd) => Some(etcd),
-            Store::Redis(_) => None,
-        }
+    pub(crate) fn redis(&self) -> Result<&Arc<RedisStore>, Error> {
+        self.store.redis()
     }
 
     /// A handle for the non-reentrant mutex called `name`. Creating it does no I/O; the name is checked by the
@@ -341,83 +225,11 @@ impl Client {
     pub async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
         require_runtime()?;
         let keys = self.keys(name)?;
-        #[cfg(feature = "etcd")]
-        if let Some(etcd) = self.etcd() {
-            return etcd.inspect(keys.name()).await;
+        match &self.store {
+            Store::Redis(redis) => redis.inspect(&keys, name).await,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => etcd.inspect(keys.name()).await,
         }
-        let inner = self.redis()?;
-        let mut invocation = INSPECT.key(&keys.lock);
-        invocation.key(keys.fence()).key(keys.waiters());
-        let read: redis::RedisResult<Vec<redis::Value>> =
-            inner.conn.invoke_idempotent(&invocation).await;
-        let read = match read {
-            Ok(read) => read,
-            Err(err) => return Err(script_error(&inner.conn, &keys.lock, err).await),
-        };
-        let text = |v: &redis::Value| {
-            redis::from_redis_value::<Option<String>>(v.clone())
-                .ok()
-                .flatten()
-        };
-        let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap_or(0);
-        let (Some(kind), Some(fence), Some(waiting), Some(permits)) =
-            (read.first(), read.get(1), read.get(2), read.get(3))
-        else {
-            return Err(Error::NotALock {
-                key: keys.lock.clone(),
-                detail: "unexpected reply to inspect".to_owned(),
-            });
-        };
-        let kind = text(kind).unwrap_or_default();
-        let mut holders = Vec::new();
-        for pair in read[4..].chunks(2) {
-            let [hold, ms] = pair else { continue };
-            let Some(hold) = text(hold) else { continue };
-            let remaining = u64::try_from(int(ms)).ok().map(Duration::from_millis);
-            let token = crate::fence::token_of(&hold);
-            if !token.starts_with(TOKEN_PREFIX) {
-                return Err(foreign(&keys.lock, &hold));
-            }
-            holders.push(Holder {
-                description: description_of(token).map(str::to_owned),
-                mode: HoldMode::of(&hold),
-                token: token.to_owned(),
-                remaining,
-            });
-        }
-        let kind = match kind.as_str() {
-            "string" => Some(LockKind::Mutex),
-            "zset" => holders.first().map(|h| h.mode.kind()),
-            "none" => None,
-            other => {
-                return Err(Error::NotALock {
-                    key: keys.lock.clone(),
-                    detail: format!("it holds a Redis {other}, which leasehold does not write"),
-                })
-            }
-        };
-        let last_fence = match text(fence) {
-            Some(raw) => Some(
-                raw.parse::<u64>()
-                    .map(Fence::new)
-                    .map_err(|_| Error::NotALock {
-                        key: keys.fence().to_string(),
-                        detail: format!("fence counter holds {raw:?}"),
-                    })?,
-            ),
-            None => None,
-        };
-        Ok(LockInfo {
-            name: name.to_owned(),
-            kind,
-            holder: holders.first().cloned(),
-            holders,
-            last_fence,
-            waiting_clients: u64::try_from(int(waiting)).unwrap_or(0),
-            permits: redis::from_redis_value::<Option<u64>>(permits.clone())
-                .ok()
-                .flatten(),
-        })
     }
 
     /// The locks held right now whose names match `pattern`, a Redis glob (`*` for every lock, `orders:*`,
@@ -438,40 +250,11 @@ impl Client {
     /// Cancel safe: it only reads.
     pub async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
         require_runtime()?;
-        #[cfg(feature = "etcd")]
-        if let Some(etcd) = self.etcd() {
-            return etcd.held_locks(pattern).await;
+        match &self.store {
+            Store::Redis(redis) => redis.held_locks(pattern).await,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => etcd.held_locks(pattern).await,
         }
-        let inner = self.redis()?;
-        let prefix = &inner.prefix;
-        let glob = format!("{}:{{{pattern}}}", escape_glob(prefix));
-        let head = prefix.len() + 2;
-        let mut names = Vec::new();
-        for keys in scan_all(&inner.conn, &glob).await? {
-            names.extend(
-                keys.into_iter()
-                    .filter(|key| key.len() > head && key.ends_with('}'))
-                    .map(|key| key[head..key.len() - 1].to_owned()),
-            );
-        }
-        names.sort();
-        names.dedup();
-        let mut held = Vec::new();
-        // Read in chunks, all of a chunk at once (the multiplexed connection pipelines them): one round trip per
-        // chunk, not per lock.
-        for chunk in names.chunks(HELD_LOCKS_CHUNK) {
-            let infos =
-                futures_util::future::join_all(chunk.iter().map(|name| self.inspect(name))).await;
-            for info in infos {
-                match info {
-                    Ok(info) if info.holder.is_some() => held.push(info),
-                    // Free by now, a name leasehold would refuse, or a key some other program wrote: not a held lock.
-                    Ok(_) | Err(Error::InvalidArgument(_) | Error::NotALock { .. }) => {}
-                    Err(err) => return Err(err),
-                }
-            }
-        }
-        Ok(held)
     }
 
     /// Deletes the lock called `name` whoever holds it, and wakes its waiters. An operator's escape hatch for a
@@ -490,28 +273,10 @@ impl Client {
     pub async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
         require_runtime()?;
         let keys = self.keys(name)?;
-        #[cfg(feature = "etcd")]
-        if let Some(etcd) = self.etcd() {
-            return etcd.force_release(keys.name()).await;
-        }
-        let inner = self.redis()?;
-        let wakeups = &inner.wakeups;
-        let removed: redis::RedisResult<Option<String>> = FORCE_RELEASE
-            .key(&keys.lock)
-            .key(keys.queue())
-            .key(keys.waiters())
-            .key(keys.fence())
-            .arg(wakeups.channel_prefix())
-            .arg(crate::engine::ttl::millis(inner.fence_retention))
-            .invoke_async(&mut inner.conn.clone())
-            .await;
-        let removed = match removed {
-            Ok(removed) => removed,
-            Err(err) => return Err(script_error(&inner.conn, &keys.lock, err).await),
-        };
-        match removed {
-            Some(token) if !token.starts_with(TOKEN_PREFIX) => Err(foreign(&keys.lock, &token)),
-            removed => Ok(removed),
+        match &self.store {
+            Store::Redis(redis) => redis.force_release(&keys).await,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => etcd.force_release(keys.name()).await,
         }
     }
 
@@ -564,10 +329,7 @@ impl Client {
     /// calls they carried, and the calls of those kinds sent alone (`None` elsewhere).
     #[doc(hidden)]
     pub fn cluster_pipelines(&self) -> Option<(u64, u64, u64)> {
-        match &self.redis().ok()?.conn {
-            Conn::Cluster(_, _, owners) => Some(owners.pipelines()),
-            _ => None,
-        }
+        self.redis().ok()?.cluster_pipelines()
     }
 
     /// Leases the keeper renews right now (on etcd, the grants that follow the session).
@@ -1013,196 +775,20 @@ impl Builder {
             )
             .into());
         }
-        if self.fence_retention < Duration::from_secs(1) {
-            return Err(InvalidArgument::BadDuration {
-                what: "fence retention",
-                value: self.fence_retention,
-                why: "must be at least 1s",
-            }
-            .into());
-        }
-        if self.sentinel_auth.is_some() && !matches!(target, Endpoint::Sentinel(_)) {
-            return Err(InvalidArgument::BadUrl(
-                "sentinel credentials were given for a URL that is not redis+sentinel://"
-                    .to_owned(),
-            )
-            .into());
-        }
-        let replicas = match (self.replicas, self.on_disk) {
-            (0, false) => None,
-            (count, on_disk) => {
-                let timeout = self.replica_timeout.unwrap_or(self.response_timeout / 4);
-                if timeout.is_zero() || timeout >= self.response_timeout {
-                    return Err(InvalidArgument::BadDuration {
-                        what: "replica timeout",
-                        value: timeout,
-                        why: "must be above zero and below the response timeout",
-                    }
-                    .into());
-                }
-                Some(ReplicaAcks {
-                    count,
-                    timeout,
-                    on_disk,
-                })
-            }
-        };
-        #[cfg(feature = "tls")]
-        crate::backend::redis::tls::ensure_crypto_provider();
-        let endpoint = match target {
-            #[cfg(feature = "tls")]
-            Endpoint::Single(redis) => {
-                Endpoint::Single(crate::backend::redis::tls::apply(redis, &self.tls)?)
-            }
-            #[cfg(not(feature = "tls"))]
-            Endpoint::Single(redis) => Endpoint::Single(redis),
-            Endpoint::Cluster(mut cluster) => {
-                cluster.connection_timeout = self.connection_timeout;
-                cluster.response_timeout = self.response_timeout;
-                #[cfg(feature = "tls")]
-                {
-                    cluster.certs =
-                        crate::backend::redis::tls::checked(&self.tls, cluster.uses_tls())?;
-                }
-                Endpoint::Cluster(cluster)
-            }
-            // Resolved (and followed) below, with the connection.
-            Endpoint::Sentinel(mut sentinel) => {
-                if let Some((username, password)) = &self.sentinel_auth {
-                    sentinel.authenticate(username.as_deref(), password);
-                }
-                Endpoint::Sentinel(sentinel)
-            }
-        };
-        // Connection failures name the server (password hidden) and, when leasehold can tell, what they mean.
-        let url = endpoint.redacted_url();
-        let uses_tls = url.starts_with("rediss");
-        let failed = |err: Error| match err {
-            Error::Redis(source) => Error::Connect {
-                hint: crate::backend::redis::checks::connect_hint(&source, uses_tls),
-                url: url.clone(),
-                source,
-            },
-            other => other,
-        };
-        // Few retries per (re)connect: a request that fails triggers the next reconnect anyway, and the first connect
-        // should report a refused or unreachable server at once, with its real cause.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connection_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(1));
-        let target = match endpoint {
-            Endpoint::Single(redis) => Target::Single(redis),
-            Endpoint::Cluster(cluster) => Target::Cluster(cluster),
-            Endpoint::Sentinel(sentinel) => {
-                let followed = Followed::connect(sentinel, config.clone(), self.connection_timeout);
-                Target::Followed(followed.await.map_err(|e| failed(e.into()))?)
-            }
-        };
-        let within = self.connection_timeout.saturating_mul(2);
-        let (conn, target) = match (self.conn, target) {
-            (Some(conn), target) => (conn, target),
-            (None, Target::Single(redis)) => {
-                let db = redis.get_connection_info().redis_settings().db();
-                let conn = match connect_single(&redis, config.clone(), within).await {
-                    Ok(conn) => conn,
-                    // The connection's SELECT was refused. Redis says "SELECT is not allowed in cluster mode"; Valkey
-                    // (whose cluster may have more databases) says "DB index is out of range", as a single server
-                    // does for a database it lacks: then database 0 tells whether this is a cluster node.
-                    Err(Error::Redis(err)) if db != 0 => {
-                        if err.to_string().contains("cluster mode")
-                            || selects_on_a_cluster_node(&redis, config, within).await
-                        {
-                            return Err(not_in_cluster(&url, db).into());
-                        }
-                        return Err(failed(Error::Redis(err)));
-                    }
-                    Err(err) => return Err(failed(err)),
-                };
-                // A `redis://` URL may name one node of a Redis Cluster (a managed cluster behind one endpoint, say):
-                // then the cluster client takes over, with that node as its seed.
-                if crate::backend::redis::checks::is_cluster_node(&conn)
-                    .await
-                    .map_err(failed)?
-                {
-                    let info = redis.get_connection_info();
-                    if db != 0 {
-                        return Err(not_in_cluster(&url, db).into());
-                    }
-                    tracing::info!(
-                        "{url} is a Redis Cluster node; connecting to the cluster with it as the seed"
-                    );
-                    #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
-                    let mut cluster = Cluster::from_seed(
-                        info.clone(),
-                        self.connection_timeout,
-                        self.response_timeout,
-                    );
-                    #[cfg(feature = "tls")]
-                    {
-                        cluster.certs =
-                            crate::backend::redis::tls::checked(&self.tls, cluster.uses_tls())?;
-                    }
-                    let conn = connect_cluster(&cluster, within).await.map_err(failed)?;
-                    (conn, Target::Cluster(cluster))
-                } else {
-                    (conn, Target::Single(redis))
-                }
-            }
-            (None, Target::Cluster(cluster)) => {
-                let conn = connect_cluster(&cluster, within).await.map_err(failed)?;
-                (conn, Target::Cluster(cluster))
-            }
-            (None, Target::Followed(followed)) => (
-                Conn::Followed(Arc::clone(&followed)),
-                Target::Followed(followed),
-            ),
-        };
-        // The checks below fail now, not at the first lock, when the server is unreachable or refuses us (the first
-        // of them is the first request on the connection).
-        // Identifies this client in lock queues; its wake-up channel is named after it.
-        let client_id = new_token(None)?.split_off(crate::fence::TOKEN_PREFIX.len());
-        check_publish(&conn, &target, &self.prefix, &client_id)
-            .await
-            .map_err(failed)?;
-        check_keys(&conn, &self.prefix).await.map_err(failed)?;
-        if replicas.is_some_and(|r| r.on_disk) {
-            crate::backend::redis::checks::check_waitaof(&conn)
-                .await
-                .map_err(failed)?;
-        }
-        let warnings = server_warnings(&conn).await;
-        let orphans = Orphans::new(
-            target.clone(),
-            self.connection_timeout,
-            self.fence_retention,
-        );
-        let cluster = target.is_cluster();
-        // The subscriber holds the client weakly: it releases grants that nobody here waits for any more.
-        let inner = Arc::new_cyclic(|inner| Inner {
-            wakeups: Wakeups::new(
-                inner.clone(),
-                target.clone(),
-                &self.prefix,
-                client_id,
-                self.connection_timeout,
-                self.response_timeout,
-            ),
-            conn,
-            target,
-            replicas,
-            // On one server a call may cover any locks; on a cluster it must stay within one slot.
-            acquires: Coalescer::new(cluster),
-            releases: Coalescer::new(cluster),
-            set_acquires: Coalescer::new(cluster),
-            waits: std::sync::atomic::AtomicU64::new(0),
+        let settings = crate::backend::redis::connect::Settings {
+            conn: self.conn,
             prefix: self.prefix,
+            connection_timeout: self.connection_timeout,
+            response_timeout: self.response_timeout,
             fence_retention: self.fence_retention,
-            keeper: Arc::new(Keeper::new()),
-            orphans,
-            warnings,
-        });
+            replicas: self.replicas,
+            replica_timeout: self.replica_timeout,
+            on_disk: self.on_disk,
+            sentinel_auth: self.sentinel_auth,
+            #[cfg(feature = "tls")]
+            tls: self.tls,
+        };
+        let inner = crate::backend::redis::connect::connect(target, settings).await?;
         Ok(Client {
             store: Store::Redis(inner),
         })
@@ -1227,261 +813,6 @@ fn check_timeout(what: &'static str, value: Duration) -> Result<(), InvalidArgum
         });
     }
     Ok(())
-}
-
-/// A managed connection to one server, opened within `within`.
-async fn connect_single(
-    redis: &redis::Client,
-    config: ConnectionManagerConfig,
-    within: Duration,
-) -> Result<Conn, Error> {
-    match tokio::time::timeout(within, Conn::managed(redis.clone(), config)).await {
-        Ok(conn) => Ok(conn?),
-        Err(_) => Err(gave_up().into()),
-    }
-}
-
-/// leasehold's own connection to `cluster`, opened within `within`.
-async fn connect_cluster(cluster: &Cluster, within: Duration) -> Result<Conn, Error> {
-    let client = cluster.client(None)?;
-    match tokio::time::timeout(within, client.get_async_connection()).await {
-        Ok(connection) => Ok(Conn::cluster(connection?, cluster.response_timeout)),
-        Err(_) => Err(gave_up().into()),
-    }
-}
-
-/// Whether the server `redis` names, reached on database 0, is a Redis Cluster node: after its database was refused.
-async fn selects_on_a_cluster_node(
-    redis: &redis::Client,
-    config: ConnectionManagerConfig,
-    within: Duration,
-) -> bool {
-    let info = redis.get_connection_info().clone();
-    let settings = info.redis_settings().clone().set_db(0);
-    let Ok(first) = redis::Client::open(info.set_redis_settings(settings)) else {
-        return false;
-    };
-    match connect_single(&first, config, within).await {
-        Ok(conn) => crate::backend::redis::checks::is_cluster_node(&conn)
-            .await
-            .unwrap_or(false),
-        Err(_) => false,
-    }
-}
-
-/// The error for a database other than 0 in the URL of a cluster node.
-fn not_in_cluster(url: &str, db: i64) -> InvalidArgument {
-    InvalidArgument::BadUrl(format!(
-        "{url} is a Redis Cluster node, and a cluster has database 0 only: drop /{db} from the URL"
-    ))
-}
-
-fn gave_up() -> redis::RedisError {
-    redis::RedisError::from((redis::ErrorKind::Io, "timed out connecting to redis"))
-}
-
-/// The keys matching `glob`, per node walked: every primary of a cluster (reached through leasehold's own cluster
-/// connection), or the one server.
-async fn scan_all(conn: &Conn, glob: &str) -> Result<Vec<Vec<String>>, Error> {
-    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-    let scan = |cursor: u64| {
-        let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor)
-            .arg("MATCH")
-            .arg(glob)
-            .arg("COUNT")
-            .arg(1000);
-        cmd
-    };
-    let Conn::Cluster(cluster, _, _) = conn else {
-        let mut conn = conn.clone();
-        let mut cursor = 0u64;
-        let mut found = Vec::new();
-        loop {
-            let (next, keys): (u64, Vec<String>) = scan(cursor).query_async(&mut conn).await?;
-            found.extend(keys);
-            cursor = next;
-            if cursor == 0 {
-                return Ok(vec![found]);
-            }
-        }
-    };
-    // Every primary, as `CLUSTER SLOTS` lists them: [[start, end, [host, port, id, …], replicas…], …].
-    let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut conn.clone())
-        .await?;
-    let mut primaries: Vec<(String, u16)> = slots
-        .iter()
-        .filter_map(|range| {
-            let node: Vec<redis::Value> = redis::from_redis_value(range.get(2)?.clone()).ok()?;
-            let host: String = redis::from_redis_value(node.first()?.clone()).ok()?;
-            let port: u16 = redis::from_redis_value(node.get(1)?.clone()).ok()?;
-            Some((host, port))
-        })
-        .collect();
-    primaries.sort();
-    primaries.dedup();
-    let mut per_node = Vec::new();
-    for (host, port) in primaries {
-        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-            host: host.clone(),
-            port,
-        });
-        let mut cursor = 0u64;
-        let mut found = Vec::new();
-        loop {
-            let mut cluster = cluster.clone();
-            let reply = tokio::time::timeout(
-                DEFAULT_RESPONSE_TIMEOUT.max(Duration::from_secs(5)),
-                cluster.route_command(scan(cursor), route.clone()),
-            )
-            .await
-            .map_err(|_| {
-                redis::RedisError::from((redis::ErrorKind::Io, "SCAN timed out on a cluster node"))
-            })??;
-            let (next, keys): (u64, Vec<String>) =
-                redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
-            found.extend(keys);
-            cursor = next;
-            if cursor == 0 {
-                break;
-            }
-        }
-        per_node.push(found);
-    }
-    Ok(per_node)
-}
-
-/// How many locks [`Client::held_locks`] reads at once.
-const HELD_LOCKS_CHUNK: usize = 100;
-
-/// `text` with the glob characters of Redis's `MATCH` escaped.
-fn escape_glob(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// Maps a `WRONGTYPE` reply (the key is a hash, list, …) to [`Error::NotALock`].
-pub(crate) fn not_a_lock(err: redis::RedisError, key: &str) -> Error {
-    let wrong_type = err.code() == Some("WRONGTYPE") || err.to_string().contains("WRONGTYPE");
-    if wrong_type {
-        Error::NotALock {
-            key: key.to_owned(),
-            detail: "it holds another Redis type, which leasehold did not write".to_owned(),
-        }
-    } else {
-        err.into()
-    }
-}
-
-pub(crate) fn foreign(key: &str, value: &str) -> Error {
-    Error::NotALock {
-        key: key.to_owned(),
-        detail: format!(
-            "it holds the string {}, which leasehold did not write",
-            excerpt(value.as_bytes())
-        ),
-    }
-}
-
-/// A failed script call on the lock at `key`: [`Error::NotALock`] (saying what the key holds) for `WRONGTYPE`,
-/// [`Error::Redis`] otherwise.
-pub(crate) async fn script_error(conn: &Conn, key: &str, err: redis::RedisError) -> Error {
-    explain_foreign(conn, key, not_a_lock(err, key)).await
-}
-
-/// `err` with a [`Error::NotALock`] about `key` made precise: the key's Redis type, and for a string the start of
-/// its value (read now, on this error path only). Any other error, or a failed read, is returned as it is.
-pub(crate) async fn explain_foreign(conn: &Conn, key: &str, err: Error) -> Error {
-    let Error::NotALock { key: bad, .. } = &err else {
-        return err;
-    };
-    if bad != key {
-        return err;
-    }
-    let mut conn = conn.clone();
-    let Ok(kind) = redis::cmd("TYPE")
-        .arg(key)
-        .query_async::<String>(&mut conn)
-        .await
-    else {
-        return err;
-    };
-    let detail = match kind.as_str() {
-        "string" => match redis::cmd("GETRANGE")
-            .arg(key)
-            .arg(0)
-            .arg(EXCERPT_BYTES)
-            .query_async::<Vec<u8>>(&mut conn)
-            .await
-        {
-            Ok(value) if value.starts_with(TOKEN_PREFIX.as_bytes()) => {
-                return wrong_kind(key, LockKind::Mutex);
-            }
-            Ok(value) => format!(
-                "it holds the string {}, which leasehold did not write",
-                excerpt(&value)
-            ),
-            Err(_) => return err,
-        },
-        // The first hold by score: from 0 up, past a semaphore's capacity member (a negative score, see set.lua).
-        "zset" => match redis::cmd("ZRANGEBYSCORE")
-            .arg(key)
-            .arg(0)
-            .arg("+inf")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(1)
-            .query_async::<Vec<String>>(&mut conn)
-            .await
-        {
-            Ok(first) if first.first().is_some_and(|h| h.contains(TOKEN_PREFIX)) => {
-                return wrong_kind(key, HoldMode::of(&first[0]).kind());
-            }
-            Ok(_) => "it holds a Redis zset, which leasehold did not write".to_owned(),
-            Err(_) => return err,
-        },
-        // Gone (or changed) between the failed call and this read: say what was seen.
-        "none" => return err,
-        other => format!("it holds a Redis {other}, which leasehold did not write"),
-    };
-    Error::NotALock {
-        key: key.to_owned(),
-        detail,
-    }
-}
-
-/// The error for the lock key `key` holding a lock of kind `found`.
-fn wrong_kind(key: &str, found: LockKind) -> Error {
-    let name = key
-        .split_once(":{")
-        .and_then(|(_, rest)| rest.strip_suffix('}'))
-        .unwrap_or(key);
-    Error::WrongKind {
-        name: name.to_owned(),
-        found,
-    }
-}
-
-/// How much of a foreign string value an error shows.
-const EXCERPT_BYTES: usize = 40;
-
-/// The first [`EXCERPT_BYTES`] of `value`, quoted, with `…` when there is more (invalid UTF-8 shown lossily).
-fn excerpt(value: &[u8]) -> String {
-    let cut = value.len() > EXCERPT_BYTES;
-    let text = String::from_utf8_lossy(&value[..value.len().min(EXCERPT_BYTES)]);
-    let mut shown = format!("{text:?}");
-    if cut {
-        shown.push('…');
-    }
-    shown
 }
 
 #[cfg(all(test, feature = "serde"))]

@@ -4,11 +4,12 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::backend::Ask;
 use crate::client::Client;
 use crate::engine::lease::Lease;
 use crate::error::Error;
 use crate::kinds::guard::Guard;
-use crate::kinds::queued::{deadline_in, queued_options, Ask, Queued};
+use crate::kinds::queued::{deadline_in, queued_options, Queued};
 
 /// A distributed mutex that grants strictly in order of arrival: every waiting task of every process has its own
 /// place in one queue kept by Redis, and a newcomer never takes the lock while someone live waits.

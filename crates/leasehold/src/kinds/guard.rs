@@ -1,4 +1,5 @@
-//! The guard of one grant: release, extend, and running work until the lease is lost.
+//! The guard of one grant: release, extend, and running work until the lease is lost. What a release or an extension
+//! sends is its store's (`backend/redis/release.rs` on Redis; an etcd grant's key is deleted through its session).
 
 use std::fmt;
 use std::future::Future;
@@ -6,19 +7,9 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
-use crate::backend::redis::conn::{ReplicaAcks, Sent};
-use crate::backend::redis::keys::{millis, LockKeys};
-use crate::backend::redis::scripts::{Numbers, ScriptCall, RELEASE, RENEW};
-use crate::client::{not_a_lock, Client, Inner};
+use crate::client::Client;
 use crate::engine::lease::{Lease, LossReason};
 use crate::error::{require_runtime, Error};
-
-/// The tracing target of this file's events: the module path it had before the files moved into folders, so that
-/// log filters keep working (`leasehold::guard=debug`).
-const TARGET: &str = "leasehold::guard";
 
 /// The guard of a [`Mutex`](crate::Mutex) grant: a [`Guard`] (the name this crate used before the other kinds came).
 pub type MutexGuard = Guard;
@@ -145,9 +136,9 @@ impl Guard {
         // Ended here, before anything is sent: the script frees the key and wakes the next owner as it runs.
         let earlier_loss = self.lease.loss();
         shared.end(LossReason::Released);
-        let name = || shared.keys.name().to_owned();
         #[cfg(feature = "etcd")]
         if let Some(hold) = &self.etcd {
+            let name = || shared.keys.name().to_owned();
             // A grant of a lost session: etcd deletes its key with the session's lease, nothing to send.
             if let (Some(reason), true) = (earlier_loss, hold.session_lost()) {
                 self.settled = true;
@@ -180,38 +171,10 @@ impl Guard {
                 (None, false) => Err(Error::NotOwner { name: name() }),
             };
         }
-        let inner = self.client.redis()?;
-        let item = ReleaseItem {
-            keys: Arc::clone(&shared.keys),
-            token: shared.token.clone(),
-        };
-        // Coalesced with other tasks' releases when calls are out (batch.rs).
-        let reply = batch::run(inner, item).await;
-        // From here on, the drop has nothing left to do (on an error it retries in the background).
-        self.settled = reply.is_ok();
-        let code = match reply {
-            Ok(-2) => {
-                return Err(not_a_lock(
-                    redis::RedisError::from((
-                        redis::ErrorKind::Extension,
-                        "WRONGTYPE",
-                        String::new(),
-                    )),
-                    &shared.keys.lock,
-                ))
-            }
-            Ok(code) => code,
-            Err(failure) => return Err(not_a_lock(failure.err, &shared.keys.lock)),
-        };
-        crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&shared.token), debug, lock = %shared.keys.name(), hold = %crate::engine::trace::words(&shared.token), fence = shared.fence.get(), ?earlier_loss, still_ours = code == 1, "released");
-        match (earlier_loss, code) {
-            (Some(reason), _) => Err(Error::LeaseLost {
-                name: name(),
-                reason,
-            }),
-            (None, 1) => Ok(()),
-            (None, _) => Err(Error::NotOwner { name: name() }),
-        }
+        self.client
+            .store
+            .release(&shared, earlier_loss, &mut self.settled)
+            .await
     }
 
     /// Moves the lease end to `ttl` from now, if this grant still owns the lock. With the watchdog on, later
@@ -259,43 +222,7 @@ impl Guard {
                 ),
             });
         }
-        let request = self.lease.begin_extension(ttl)?;
-        let shared = &self.lease.shared;
-        let mut invocation = RENEW.key(&shared.keys.lock);
-        invocation.arg(&shared.token).arg(millis(ttl));
-        let inner = self.client.redis()?;
-        let (reply, _, acked) = inner
-            .conn
-            .invoke_acked::<Vec<i64>>(&invocation, inner.replicas)
-            .await;
-        let reply = reply.map_err(|e| not_a_lock(e, &shared.keys.lock))?;
-        // The keeper schedules renewals from the deadline: let it look again.
-        inner.keeper.nudge();
-        // An extension too few replicas acknowledged does not count, as a renewal: the request stays unconfirmed
-        // (the deadline assumes the worst of it) until a later acknowledged one.
-        if let (Some((acked, required)), [_, 1]) = (
-            crate::kinds::mutex::short_of(inner.replicas, acked),
-            reply.as_slice(),
-        ) {
-            return Err(Error::NotReplicated {
-                name: shared.keys.name().to_owned(),
-                acked,
-                required,
-            });
-        }
-        match reply.as_slice() {
-            [run, 1] => self.lease.confirmed_extension(request, *run),
-            [_, code] => {
-                shared.end(crate::engine::lease::loss_reason(*code));
-                Err(Error::NotOwner {
-                    name: shared.keys.name().to_owned(),
-                })
-            }
-            _ => Err(Error::Redis(redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "unexpected reply to a renewal",
-            )))),
-        }
+        self.client.store.extend(&self.lease, ttl).await
     }
 
     /// Runs `work` while the lease holds, and drops it the moment the lease is lost.
@@ -335,15 +262,7 @@ impl Guard {
     }
 
     fn forget(&mut self) {
-        let Ok(inner) = self.client.redis() else {
-            return;
-        };
-        if let Some(id) = self.kept.take() {
-            inner.keeper.forget(id);
-        }
-        if let Some(route) = self.route.take() {
-            inner.wakeups.untake(route);
-        }
+        self.client.store.forget(&mut self.kept, &mut self.route);
     }
 }
 
@@ -382,14 +301,7 @@ impl Drop for Guard {
             hold.release_in_background();
             return;
         }
-        if let Ok(inner) = self.client.redis() {
-            release_in_background(
-                Arc::clone(inner),
-                Arc::clone(&shared.keys),
-                shared.token.clone(),
-                shared.ttl,
-            );
-        }
+        self.client.store.release_dropped(shared);
     }
 }
 
@@ -399,211 +311,5 @@ impl fmt::Debug for Guard {
             .field("lease", &self.lease)
             .field("watchdog", &self.kept.is_some())
             .finish()
-    }
-}
-
-/// The owner-checked release of one token, handing the lock to the next waiting client (see `scripts/release.lua`).
-pub(crate) fn release_invocation(
-    keys: &LockKeys,
-    token: &str,
-    channel_prefix: &str,
-    fence_retention: Duration,
-) -> ScriptCall {
-    releases([(keys, token)], channel_prefix, fence_retention)
-}
-
-/// The owner-checked releases of `locks` (keys and token each) in one `release.lua` call.
-fn releases<'a>(
-    locks: impl IntoIterator<Item = (&'a LockKeys, &'a str)> + Clone,
-    channel_prefix: &str,
-    fence_retention: Duration,
-) -> ScriptCall {
-    let mut invocation = ScriptCall::new(&RELEASE, 5 * locks.clone().into_iter().count());
-    for (keys, _) in locks.clone() {
-        add_lock_keys(&mut invocation, keys);
-    }
-    invocation.arg(channel_prefix).arg(millis(fence_retention));
-    for (_, token) in locks {
-        invocation.arg(token);
-    }
-    invocation
-}
-
-/// Adds the keys a release touches, in the order `release.lua` and `leave.lua` take them: lock, queue, waiters,
-/// released, fence.
-pub(crate) fn add_lock_keys(invocation: &mut ScriptCall, keys: &LockKeys) {
-    invocation
-        .key(&keys.lock)
-        .key(keys.queue())
-        .key(keys.waiters())
-        .key(keys.released())
-        .key(keys.fence());
-}
-
-/// One release, as the coalescer carries it.
-pub(crate) struct ReleaseItem {
-    keys: Arc<LockKeys>,
-    token: String,
-}
-
-impl Item for ReleaseItem {
-    /// `release.lua`'s code for the lock.
-    type Outcome = i64;
-
-    fn coalescer(inner: &Inner) -> &Coalescer<Self> {
-        &inner.releases
-    }
-
-    fn slot(&self) -> u16 {
-        self.keys.slot()
-    }
-
-    fn script(inner: &Inner, items: &[Self]) -> ScriptCall {
-        releases(
-            items.iter().map(|item| (&*item.keys, item.token.as_str())),
-            inner.wakeups.channel_prefix(),
-            inner.fence_retention,
-        )
-    }
-
-    fn acks(_: &Inner) -> Option<ReplicaAcks> {
-        None // a release needs no acknowledgement: losing it on a failover only lets the lock expire
-    }
-
-    fn outcomes(
-        items: &[Self],
-        (reply, reached, _): Sent<Numbers>,
-        _: &Inner,
-    ) -> Result<Vec<i64>, Failure> {
-        match reply {
-            Ok(Numbers(codes)) if codes.len() == items.len() => Ok(codes),
-            Ok(_) => Err(Failure {
-                err: redis::RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "unexpected reply to a release",
-                )),
-                reached: true,
-            }),
-            Err(err) => Err(Failure { err, reached }),
-        }
-    }
-
-    fn orphaned(self, _: &Arc<Inner>, _: Option<i64>) {
-        // The caller was `release`, whose guard's drop releases again in the background (harmless: idempotent).
-    }
-}
-
-/// Owner-checked release from a drop: spawned on the current tokio runtime if there is one, retried with backoff
-/// for at most one lease (after that the key has expired anyway). Without a runtime, or when the runtime drops the
-/// task before it is done (it is shutting down), the release is left to the client's drop (see `orphans.rs`).
-pub(crate) fn release_in_background(
-    inner: Arc<Inner>,
-    keys: Arc<LockKeys>,
-    token: String,
-    ttl: Duration,
-) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        inner.orphans.push(keys, token);
-        return;
-    };
-    let give_up = Instant::now() + ttl;
-    inner.orphans.started();
-    let task = Orphan {
-        inner,
-        keys,
-        token,
-        done: false,
-    };
-    runtime.spawn(async move {
-        let mut backoff = crate::engine::backoff::Backoff::new();
-        loop {
-            let invocation = release_invocation(
-                &task.keys,
-                &task.token,
-                task.inner.wakeups.channel_prefix(),
-                task.inner.fence_retention,
-            );
-            let reply: redis::RedisResult<Numbers> =
-                task.inner.conn.invoke_idempotent(&invocation).await;
-            match reply {
-                Ok(_) => break,
-                Err(err) if Instant::now() + backoff.peek() < give_up => {
-                    tracing::debug!(target: TARGET, lock = %task.keys.name(), error = %err, "background release failed; retrying");
-                    tokio::time::sleep(backoff.next()).await;
-                }
-                Err(err) => {
-                    tracing::warn!(target: TARGET, lock = %task.keys.name(), error = %err, "background release gave up; the key expires with its lease");
-                    break;
-                }
-            }
-        }
-        task.finish();
-    });
-}
-
-/// Holds that a request may have left in Redis: released in the background if the request ends without a reply (an
-/// error, or its future dropped), forgotten once [`Undo::disarm`] says the reply told what Redis has.
-pub(crate) struct Undo {
-    inner: Arc<Inner>,
-    keys: Arc<LockKeys>,
-    holds: Vec<String>,
-    ttl: Duration,
-}
-
-impl Undo {
-    pub(crate) fn new(
-        inner: &Arc<Inner>,
-        keys: &Arc<LockKeys>,
-        holds: Vec<String>,
-        ttl: Duration,
-    ) -> Undo {
-        Undo {
-            inner: Arc::clone(inner),
-            keys: Arc::clone(keys),
-            holds,
-            ttl,
-        }
-    }
-
-    pub(crate) fn disarm(mut self) {
-        self.holds.clear();
-    }
-}
-
-impl Drop for Undo {
-    fn drop(&mut self) {
-        for hold in self.holds.drain(..) {
-            release_in_background(
-                Arc::clone(&self.inner),
-                Arc::clone(&self.keys),
-                hold,
-                self.ttl,
-            );
-        }
-    }
-}
-
-/// A background release in progress; if its task is dropped unfinished, the release is recorded as an orphan.
-struct Orphan {
-    inner: Arc<Inner>,
-    keys: Arc<LockKeys>,
-    token: String,
-    done: bool,
-}
-
-impl Orphan {
-    fn finish(mut self) {
-        self.done = true;
-    }
-}
-
-impl Drop for Orphan {
-    fn drop(&mut self) {
-        if !self.done {
-            self.inner
-                .orphans
-                .push(Arc::clone(&self.keys), std::mem::take(&mut self.token));
-        }
-        self.inner.orphans.finished();
     }
 }

@@ -1,5 +1,6 @@
 //! The lock kinds a user takes: `Mutex`, `FairMutex`, `RwLock`, `Semaphore`, `ReentrantMutex`, their guards, and
-//! `queued`, the engine of the four kinds that keep a queue.
+//! `queued`, what the four kinds that keep a queue share. A kind says what it asks for; its store (reached through
+//! `backend/mod.rs`, never by name) does the asking.
 
 pub(crate) mod fair;
 pub(crate) mod guard;

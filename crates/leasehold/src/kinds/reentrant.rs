@@ -5,14 +5,11 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::redis::scripts::REENTER;
-use crate::client::{explain_foreign, foreign, not_a_lock, Client};
-use crate::engine::ttl::millis;
+use crate::backend::Ask;
+use crate::client::Client;
 use crate::error::Error;
-use crate::fence::new_token;
-use crate::kinds::guard::{Guard, Undo};
-use crate::kinds::mutex::{new_guard, Expiry};
-use crate::kinds::queued::{deadline_in, queued_options, Ask, Queued};
+use crate::kinds::guard::Guard;
+use crate::kinds::queued::{deadline_in, queued_options, Queued};
 
 /// The deepest a reentrant mutex nests: re-entries of one guard in a process, and holds of one lock across processes.
 pub const MAX_DEPTH: usize = 32;
@@ -168,70 +165,12 @@ impl ReentrantMutex {
     pub async fn lock_as(&self, token: &str) -> Result<ReentrantGuard, Error> {
         let queued = &self.queued;
         let keys = queued.checked()?;
-        let presented = crate::fence::token_of(token)
-            .split(' ')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        let inner = queued
+        let guard = queued
             .client
-            .redis_for("a nested hold by token (`lock_as`)", keys.name())?;
-        let hold = format!("n {}", new_token(queued.description.as_deref())?);
-        // If this call goes no further, the nested hold it may have made is released.
-        let undo = Undo::new(inner, &keys, vec![hold.clone()], queued.ttl);
-        let sent = crate::engine::clock::now();
-        let mut invocation = REENTER.key(&keys.lock);
-        invocation
-            .key(keys.fence())
-            .arg(hold.as_str())
-            .arg(presented.as_str())
-            .arg(millis(queued.ttl))
-            .arg(MAX_DEPTH)
-            .arg(millis(inner.fence_retention));
-        let (reply, _, acked) = inner
-            .conn
-            .invoke_acked::<(i64, i64, i64, i64)>(&invocation, inner.replicas)
-            .await;
-        let (run, code, fence, left) = match reply {
-            Ok(reply) => reply,
-            Err(err) => {
-                let err = not_a_lock(err, &keys.lock);
-                return Err(explain_foreign(&inner.conn, &keys.lock, err).await);
-            }
-        };
-        if let (1, Some((acked, _))) = (code, crate::kinds::mutex::short_of(inner.replicas, acked))
-        {
-            // Dropped armed on this return, the undo releases the nested hold.
-            return Err(Error::NotReplicated {
-                name: keys.name().to_owned(),
-                acked,
-                required: inner.replicas.map_or(0, |r| r.count),
-            });
-        }
-        // The reply says what Redis has: the nested hold on code 1 (the guard below owns it), nothing otherwise.
-        undo.disarm();
-        match code {
-            1 => {
-                let guard = new_guard(
-                    &queued.client,
-                    &keys,
-                    hold,
-                    fence,
-                    (queued.ttl, queued.renew_interval()),
-                    Expiry::replied(sent, left, run, false),
-                    None,
-                );
-                Ok(ReentrantGuard::root(guard))
-            }
-            0 => Err(Error::NotOwner {
-                name: keys.name().to_owned(),
-            }),
-            -4 => Err(Error::TooDeep {
-                name: keys.name().to_owned(),
-                depth: MAX_DEPTH,
-            }),
-            _ => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
-        }
+            .store
+            .lock_as(&queued.handle(), keys, token)
+            .await?;
+        Ok(ReentrantGuard::root(guard))
     }
 }
 

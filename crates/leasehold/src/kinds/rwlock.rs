@@ -5,14 +5,11 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::redis::scripts::DOWNGRADE;
-use crate::client::{not_a_lock, Client};
-use crate::engine::ttl::millis;
+use crate::backend::Ask;
+use crate::client::Client;
 use crate::error::{require_runtime, Error};
-use crate::fence::token_of;
-use crate::kinds::guard::{Guard, Undo};
-use crate::kinds::mutex::{new_guard, Expiry};
-use crate::kinds::queued::{deadline_in, queued_options, Ask, Queued};
+use crate::kinds::guard::Guard;
+use crate::kinds::queued::{deadline_in, queued_options, Queued};
 
 /// A distributed read-write lock: any number of readers at once, or one writer alone.
 ///
@@ -304,54 +301,9 @@ impl WriteGuard {
                 reason,
             });
         }
-        // Refused before anything changes (the write grant is then released as the guard drops).
-        guard.client().redis_for(
-            "an atomic downgrade (one key per grant, ordered by creation)",
-            keys.name(),
-        )?;
-        let fence = i64::try_from(guard.fence().get()).unwrap_or(i64::MAX);
-        let (client, shared) = guard.converted();
-        let write_hold = shared.token.clone();
-        let read_hold = format!("r {}", token_of(&write_hold));
-        let inner = client.redis()?;
-        // Until the reply says which hold Redis has, both are released if this call goes no further.
-        let undo = Undo::new(
-            inner,
-            &keys,
-            vec![write_hold.clone(), read_hold.clone()],
-            shared.ttl,
-        );
-        let sent = crate::engine::clock::now();
-        let mut invocation = DOWNGRADE.key(&keys.lock);
-        invocation
-            .key(keys.fence())
-            .key(keys.queue())
-            .key(keys.waiters())
-            .arg(inner.wakeups.channel_prefix())
-            .arg(millis(inner.fence_retention))
-            .arg(write_hold.as_str())
-            .arg(read_hold.as_str());
-        let reply: redis::RedisResult<(i64, i64, i64)> =
-            inner.conn.invoke_idempotent(&invocation).await;
-        let (run, code, left) = reply.map_err(|err| not_a_lock(err, &keys.lock))?;
-        undo.disarm();
-        match code {
-            1 => Ok(new_guard(
-                &client,
-                &keys,
-                read_hold,
-                fence,
-                lease,
-                Expiry::replied(sent, left, run, false),
-                None,
-            )),
-            0 => Err(Error::NotOwner {
-                name: keys.name().to_owned(),
-            }),
-            _ => Err(Error::NotALock {
-                key: keys.lock.clone(),
-                detail: "it is not a read-write lock".to_owned(),
-            }),
-        }
+        // Refused before anything changes on a store that cannot (the write grant is then released as the guard
+        // drops).
+        let store = guard.client().store.clone();
+        store.downgrade(guard, keys, lease).await
     }
 }

@@ -3,13 +3,12 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::backend::redis::scripts::SET_PERMITS;
-use crate::client::{explain_foreign, foreign, script_error, Client, HoldMode, LockKind};
+use crate::backend::Ask;
+use crate::client::{Client, HoldMode, LockKind};
 use crate::engine::lease::Lease;
-use crate::engine::ttl::millis;
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::kinds::guard::Guard;
-use crate::kinds::queued::{deadline_in, queued_options, Ask, Queued};
+use crate::kinds::queued::{deadline_in, queued_options, Queued};
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u64 = 1 << 40;
@@ -271,27 +270,10 @@ impl Semaphore {
         require_runtime()?;
         self.ask(1)?;
         let keys = self.queued.keys.clone()?;
-        let inner = self.queued.client.redis_for(
-            "a stored permit count (each holder's key carries the count it was granted under)",
-            keys.name(),
-        )?;
-        let mut invocation = SET_PERMITS.key(&keys.lock);
-        invocation
-            .key(keys.fence())
-            .key(keys.queue())
-            .key(keys.waiters())
-            .arg(inner.wakeups.channel_prefix())
-            .arg(millis(inner.fence_retention))
-            .arg(self.permits);
-        let reply: redis::RedisResult<(i64, i64)> = inner.conn.invoke_idempotent(&invocation).await;
-        let (code, previous) = match reply {
-            Ok(reply) => reply,
-            Err(err) => return Err(script_error(&inner.conn, &keys.lock, err).await),
-        };
-        match code {
-            1 => Ok(u64::try_from(previous).ok().filter(|&p| p > 0)),
-            0 => Ok(None),
-            _ => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
-        }
+        self.queued
+            .client
+            .store
+            .set_permits(&keys, self.permits)
+            .await
     }
 }

@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::backend::redis::conn::{ReplicaAcks, Sent};
 use crate::backend::redis::scripts::{Numbers, ScriptCall};
-use crate::client::Inner;
+use crate::backend::redis::store::RedisStore;
 
 /// How many calls of one kind may be out at once before requests queue. Fewer make bigger calls (less server work
 /// per lock) but keep Redis and the client waiting on each other; 8 gave the most throughput in `leasehold bench`'s
@@ -44,33 +44,33 @@ pub(crate) trait Item: Send + Sync + Sized + 'static {
     type Outcome: Send + 'static;
 
     /// The client's coalescer for this kind.
-    fn coalescer(inner: &Inner) -> &Coalescer<Self>;
+    fn coalescer(inner: &RedisStore) -> &Coalescer<Self>;
 
     /// The Redis Cluster hash slot of the lock: one script call covers one slot.
     fn slot(&self) -> u16;
 
     /// The script call for `items`, all of one slot (idempotent per token: it may be sent again after a dropped
     /// connection or a moved slot).
-    fn script(inner: &Inner, items: &[Self]) -> ScriptCall;
+    fn script(inner: &RedisStore, items: &[Self]) -> ScriptCall;
 
     /// The replica acknowledgements a call must wait for.
-    fn acks(inner: &Inner) -> Option<ReplicaAcks>;
+    fn acks(inner: &RedisStore) -> Option<ReplicaAcks>;
 
     /// One outcome per item, in order, from what the call of `items` returned.
     fn outcomes(
         items: &[Self],
         sent: Sent<Numbers>,
-        inner: &Inner,
+        inner: &RedisStore,
     ) -> Result<Vec<Self::Outcome>, Failure>;
 
     /// Settles a request whose caller went away while its call was out: `outcome` is what the server answered, or
     /// `None` when that is unknown (the call failed after it may have run).
-    fn orphaned(self, inner: &Arc<Inner>, outcome: Option<Self::Outcome>);
+    fn orphaned(self, inner: &Arc<RedisStore>, outcome: Option<Self::Outcome>);
 }
 
 /// Sends `items` (sorted by slot when calls must keep to one) as one script call per slot: one call in all on one
 /// server; on a cluster, a pipeline per node ([`crate::backend::redis::conn::Conn::invoke_by_node`]). One result per item, in order.
-async fn call<T: Item>(inner: &Inner, items: &[T]) -> Vec<Result<T::Outcome, Failure>> {
+async fn call<T: Item>(inner: &RedisStore, items: &[T]) -> Vec<Result<T::Outcome, Failure>> {
     let by_slot = T::coalescer(inner).by_slot;
     let one_slot = !by_slot || items.first().map(T::slot) == items.last().map(T::slot);
     if one_slot {
@@ -107,7 +107,7 @@ async fn call<T: Item>(inner: &Inner, items: &[T]) -> Vec<Result<T::Outcome, Fai
 }
 
 /// [`call`] for one item: the path of every lone request, without the vectors of a batch.
-async fn call_one<T: Item>(inner: &Inner, item: &T) -> Result<T::Outcome, Failure> {
+async fn call_one<T: Item>(inner: &RedisStore, item: &T) -> Result<T::Outcome, Failure> {
     let items = std::slice::from_ref(item);
     let sent = inner
         .conn
@@ -155,7 +155,7 @@ type Reply<T> = oneshot::Sender<(T, Result<<T as Item>::Outcome, Failure>)>;
 
 /// Hands `item`'s outcome to its caller, or settles it when the caller went away.
 fn deliver<T: Item>(
-    inner: &Arc<Inner>,
+    inner: &Arc<RedisStore>,
     item: T,
     reply: Reply<T>,
     result: Result<T::Outcome, Failure>,
@@ -167,7 +167,7 @@ fn deliver<T: Item>(
 
 /// Settles the outcome of a request whose caller went away: a grant is released, and so is whatever a request that
 /// may have reached the server may have granted.
-fn settle_orphan<T: Item>(inner: &Arc<Inner>, item: T, result: Result<T::Outcome, Failure>) {
+fn settle_orphan<T: Item>(inner: &Arc<RedisStore>, item: T, result: Result<T::Outcome, Failure>) {
     match result {
         Ok(outcome) => item.orphaned(inner, Some(outcome)),
         Err(failure) if failure.reached => item.orphaned(inner, None),
@@ -178,7 +178,7 @@ fn settle_orphan<T: Item>(inner: &Arc<Inner>, item: T, result: Result<T::Outcome
 /// The caller's end of a queued request. Dropped (its future cancelled), it stops the reply and settles an outcome
 /// that was sent before that: a grant sent a moment before the caller went away is never left unreleased.
 struct Answer<'a, T: Item> {
-    inner: &'a Arc<Inner>,
+    inner: &'a Arc<RedisStore>,
     rx: oneshot::Receiver<(T, Result<T::Outcome, Failure>)>,
 }
 
@@ -250,7 +250,7 @@ impl<T: Item> Coalescer<T> {
 ///
 /// Cancel safe: dropped before its call left, the request is never sent; dropped while it was out, its outcome goes to
 /// [`Item::orphaned`].
-pub(crate) async fn run<T: Item>(inner: &Arc<Inner>, item: T) -> Result<T::Outcome, Failure> {
+pub(crate) async fn run<T: Item>(inner: &Arc<RedisStore>, item: T) -> Result<T::Outcome, Failure> {
     let mut item = Some(item);
     let answer = {
         let mut state = T::coalescer(inner).lock();
@@ -293,7 +293,7 @@ fn abandoned() -> Failure {
 /// The caller's own call. Dropped (its future cancelled, or done), it passes the slot on to the queued requests; an
 /// item still here was in a call whose outcome nobody will read.
 struct Lead<'a, T: Item> {
-    inner: &'a Arc<Inner>,
+    inner: &'a Arc<RedisStore>,
     item: Option<T>,
 }
 
@@ -307,7 +307,7 @@ impl<T: Item> Drop for Lead<'_, T> {
 }
 
 /// Sends what queued, in calls of its own (a task), until nothing is left; then frees the slot.
-fn flush<T: Item>(inner: &Arc<Inner>) {
+fn flush<T: Item>(inner: &Arc<RedisStore>) {
     let Some(batch) = T::coalescer(inner).next_batch() else {
         return;
     };
@@ -339,7 +339,7 @@ fn flush<T: Item>(inner: &Arc<Inner>) {
 /// A coalesced call in progress. Dropped unfinished (its runtime shut down), it tells its callers the outcome is
 /// unknown, and settles the requests of callers that went away.
 struct InCall<'a, T: Item> {
-    inner: &'a Arc<Inner>,
+    inner: &'a Arc<RedisStore>,
     items: Vec<T>,
     replies: Vec<Reply<T>>,
     done: bool,
@@ -360,7 +360,7 @@ impl<T: Item> Drop for InCall<'_, T> {
 
 /// Hands each caller its outcome; the outcomes of callers that went away are settled by their item.
 fn settle<T: Item>(
-    inner: &Arc<Inner>,
+    inner: &Arc<RedisStore>,
     items: Vec<T>,
     replies: Vec<Reply<T>>,
     results: Vec<Result<T::Outcome, Failure>>,

@@ -36,12 +36,12 @@ use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::backend::redis::keys::LockKeys;
+use crate::backend::redis::release::release_in_background;
+use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::topology::{Cluster, Target};
-use crate::client::Inner;
 use crate::engine::backoff::Backoff;
 use crate::engine::ids::IdMap;
 use crate::fence::token_id;
-use crate::kinds::guard::release_in_background;
 
 /// The tracing target of this file's events: the module path it had before the files moved into folders, so that
 /// log filters keep working (`leasehold::wake=debug`).
@@ -164,7 +164,7 @@ struct Shared {
     channel_prefix: String,
     prefix: String,
     /// The client, to release grants nobody waits for (the client owns this: a weak reference).
-    inner: Weak<Inner>,
+    inner: Weak<RedisStore>,
 }
 
 impl Shared {
@@ -335,7 +335,7 @@ impl Drop for Waiting {
 
 impl Wakeups {
     pub(crate) fn new(
-        inner: Weak<Inner>,
+        inner: Weak<RedisStore>,
         target: Target,
         prefix: &str,
         client_id: String,
