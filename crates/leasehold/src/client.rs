@@ -207,7 +207,7 @@ impl Client {
     }
 
     /// A handle to the counting semaphore called `name` with `permits` permits (see [`Semaphore`](crate::Semaphore)).
-    /// The count is checked by the first operation ([`InvalidArgument::BadPermits`](crate::InvalidArgument::BadPermits)).
+    /// The count is checked by the first operation ([`crate::InvalidArgument::BadPermits`]).
     pub fn semaphore(&self, name: &str, permits: u64) -> crate::Semaphore {
         crate::Semaphore::new(self.clone(), name, permits)
     }

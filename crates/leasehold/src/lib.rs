@@ -313,8 +313,8 @@ pub use kinds::semaphore::{Semaphore, MAX_PERMITS};
 /// Re-exported so that callers can name the connection and error types without a second `redis` dependency.
 pub use redis;
 
-/// Not a public interface, and not stable: the etcd lock recipe (feature `etcd`), for leasehold's own tests until
-/// the backend seam wires it into the API.
+/// Not a public interface, and not stable: the etcd lock recipe below [`Client`]'s etcd store (feature `etcd`), for
+/// leasehold's own tests of the recipe.
 #[cfg(feature = "etcd")]
 #[doc(hidden)]
 pub mod __etcd {

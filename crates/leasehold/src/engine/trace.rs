@@ -50,7 +50,7 @@ pub(crate) fn words(hold: &str) -> Cow<'static, str> {
     of_hold(hold).1
 }
 
-/// The kind of a queued hold's tag ("x", "r", "w", "s<k>", "e", "n"), and what it holds in words.
+/// The kind of a queued hold's tag (`x`, `r`, `w`, `s<k>`, `e`, `n`), and what it holds in words.
 pub(crate) fn of_tag(tag: &str) -> (Kind, Cow<'static, str>) {
     match tag {
         "x" => (Kind::Fair, "exclusive".into()),

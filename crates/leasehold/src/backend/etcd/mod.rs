@@ -1,6 +1,7 @@
 //! The etcd lock recipe: a session lease, waiter keys ordered by create revision, admission rules per kind, a
-//! final ownership check, fences from revisions. **Not wired into the public API yet**: the backend seam comes next;
-//! tests reach it through `leasehold::__etcd`, which is not a stable interface.
+//! final ownership check, fences from revisions. A [`Client`](crate::Client) connected with `etcd://` reaches it
+//! through [`store`] (and `backend/mod.rs`'s dispatch); the recipe's own tests reach it through `leasehold::__etcd`,
+//! which is not a stable interface.
 //!
 //! It is built client-side, with `Txn`, `Watch` and `LeaseKeepAlive`, and never with etcd's server-side `Lock` RPC:
 //! on etcd 3.4 (Debian's 3.4.23) that RPC grants a waiter whose lease expired while it waited (etcd#9921, Jepsen's

@@ -1,10 +1,10 @@
 //! The session: one etcd lease per client, kept alive on one `LeaseKeepAlive` stream, with a local deadline and a
 //! loss signal that fires at that deadline at the latest.
 //!
-//! The deadline follows the Redis keeper's rule (see [`drift`](crate::engine::ttl::drift)): a keep-alive that etcd
+//! The deadline follows the Redis keeper's rule (see [`crate::engine::ttl::drift`]): a keep-alive that etcd
 //! acknowledged with TTL `t` renewed the lease at some instant after it was *sent*, so the server cannot expire the
 //! lease before `send time + t`; the deadline is that, less the drift allowance, on the lease clock
-//! ([`clock::now`](crate::engine::clock::now), which counts suspended time). The keeper sends every TTL/3, so two keep-alives
+//! ([`crate::engine::clock::now`], which counts suspended time). The keeper sends every TTL/3, so two keep-alives
 //! can fail before the deadline comes near.
 //!
 //! What counts as loss: a keep-alive answered with TTL ≤ 0 (the lease is gone: revoked, or expired on the server), or

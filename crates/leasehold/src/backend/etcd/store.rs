@@ -1,4 +1,4 @@
-//! The etcd store behind a [`Client`](crate::Client) connected with an `etcd://` URL: the recipe's session and
+//! The etcd store behind a [`crate::Client`] connected with an `etcd://` URL: the recipe's session and
 //! grants, turned into the crate's guards, leases and lock information.
 //!
 //! - **One session per client**, replaced by a new one (a new etcd lease) at the first acquisition after it was

@@ -352,7 +352,7 @@ async fn scan_all(conn: &Conn, glob: &str) -> Result<Vec<Vec<String>>, Error> {
     Ok(per_node)
 }
 
-/// How many locks [`Client::held_locks`] reads at once.
+/// How many locks [`Client::held_locks`](crate::Client::held_locks) reads at once.
 const HELD_LOCKS_CHUNK: usize = 100;
 
 /// `text` with the glob characters of Redis's `MATCH` escaped.
