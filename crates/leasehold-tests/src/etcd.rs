@@ -8,6 +8,7 @@
 //! like [`RedisServer`](crate::RedisServer)'s, and so callable from inside an async test without nesting runtimes.
 
 use std::fs::OpenOptions;
+use std::net::SocketAddr;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -167,6 +168,13 @@ fn status(endpoint: &str) -> Option<(u64, u64)> {
     (leader != 0).then_some((member, leader))
 }
 
+/// The `"Name" : value` lines of `etcdctl -w fields` output, in order, names unquoted and values as printed.
+fn fields(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.lines()
+        .filter_map(|line| line.split_once(" : "))
+        .map(|(key, value)| (key.trim().trim_matches('"'), value.trim()))
+}
+
 /// Polls `check` every [`POLL`] until it returns `Some`, or panics after [`READY_TIMEOUT`] with `what` and the last
 /// reason `check` gave.
 fn poll_until<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
@@ -259,6 +267,11 @@ impl Members {
         format!("etcd://{}", self.endpoints().join(","))
     }
 
+    fn addr(&self, i: usize) -> SocketAddr {
+        let port = self.members[i].client_port;
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
     fn pid(&self, i: usize) -> Option<u32> {
         self.members[i].child.as_ref().map(Child::id)
     }
@@ -339,6 +352,61 @@ impl Members {
             .ok_or_else(|| format!("the leader {leader:x} is not a running member"))
     }
 
+    /// The client endpoints of the running members that are not paused, comma-separated, for `etcdctl`.
+    fn live_endpoints(&self) -> String {
+        let live: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| m.child.is_some() && !m.paused)
+            .map(Member::endpoint)
+            .collect();
+        live.join(",")
+    }
+
+    /// Compacts the history up to the current revision (`etcdctl compact`): watches that start at an older revision
+    /// are cancelled. Returns the revision, or `None` if no member answered.
+    fn compact(&self) -> Option<u64> {
+        let endpoints = self.live_endpoints();
+        // Any one key: the answer's header carries the revision.
+        let read = ["get", "", "--prefix", "--keys-only", "--limit", "1"];
+        let output = etcdctl(&endpoints, &[&read[..], &["-w", "fields"]].concat());
+        if !output.status.success() {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&output.stdout);
+        let revision = fields(&text)
+            .find(|(key, _)| *key == "Revision")
+            .and_then(|(_, value)| value.parse::<u64>().ok())?;
+        // A compaction at or below an earlier one fails ("required revision has been compacted"): nothing to do.
+        let _ = etcdctl(&endpoints, &["compact", &revision.to_string()]);
+        Some(revision)
+    }
+
+    /// Every key that no lease holds (`etcdctl get --prefix ""`, lease 0), as Go quotes it.
+    fn keys_without_lease(&self) -> Vec<String> {
+        let output = etcdctl(
+            &self.live_endpoints(),
+            &["get", "", "--prefix", "-w", "fields"],
+        );
+        assert!(
+            output.status.success(),
+            "etcdctl get failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let text = String::from_utf8_lossy(&output.stdout);
+        let mut keys = Vec::new();
+        let mut key = None;
+        for (name, value) in fields(&text) {
+            match name {
+                "Key" => key = Some(value.to_owned()),
+                "Lease" if value == "0" => keys.extend(key.take()),
+                "Lease" => key = None,
+                _ => {}
+            }
+        }
+        keys
+    }
+
     fn print_logs_if_panicking(&self) {
         if !std::thread::panicking() {
             return;
@@ -404,6 +472,26 @@ impl EtcdServer {
     /// `etcd://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         self.members.url()
+    }
+
+    /// The client endpoint as an address, for a [`TcpProxy`](crate::TcpProxy) in front of it.
+    pub fn addr(&self) -> SocketAddr {
+        self.members.addr(0)
+    }
+
+    /// Compacts the member's history up to its current revision (`etcdctl compact`), so that a watch from an older
+    /// revision is cancelled. Returns the revision, or `None` if the member did not answer.
+    pub fn compact(&self) -> Option<u64> {
+        self.members.compact()
+    }
+
+    /// Every key that no lease holds, which would stay for ever (as `etcdctl` quotes it).
+    ///
+    /// # Panics
+    ///
+    /// If the member does not answer.
+    pub fn keys_without_lease(&self) -> Vec<String> {
+        self.members.keys_without_lease()
     }
 
     /// How many watchers the member serves right now (its `etcd_debugging_mvcc_watcher_total` gauge, from the
@@ -510,6 +598,28 @@ impl EtcdCluster {
     /// `etcd://127.0.0.1:P0,127.0.0.1:P1,127.0.0.1:P2`.
     pub fn url(&self) -> String {
         self.members.url()
+    }
+
+    /// The client endpoint of member `i` as an address, for a [`TcpProxy`](crate::TcpProxy) in front of it.
+    pub fn addr(&self, i: usize) -> SocketAddr {
+        self.members.addr(i)
+    }
+
+    /// Compacts the cluster's history up to its current revision (`etcdctl compact`, through the running members
+    /// that are not paused), so that a watch from an older revision is cancelled. Returns the revision, or `None` if
+    /// no member answered.
+    pub fn compact(&self) -> Option<u64> {
+        self.members.compact()
+    }
+
+    /// Every key that no lease holds, which would stay for ever (as `etcdctl` quotes it), read from the running
+    /// members that are not paused.
+    ///
+    /// # Panics
+    ///
+    /// If none of them answers.
+    pub fn keys_without_lease(&self) -> Vec<String> {
+        self.members.keys_without_lease()
     }
 
     /// The process id of member `i`, or `None` while it is killed.
