@@ -602,7 +602,10 @@ impl Rig {
             self.topology,
         );
         let keys_without_ttl = self.lock.keys_without_ttl();
-        let kept = (report.violations() + keys_without_ttl.len() > 0).then(|| self.keep());
+        // Kept for a violation, or whenever TORTURE_KEEP is set (to read a clean run's timings too).
+        let keep = report.violations() + keys_without_ttl.len() > 0
+            || std::env::var_os("TORTURE_KEEP").is_some();
+        let kept = keep.then(|| self.keep());
         Outcome {
             report,
             stats,
@@ -612,8 +615,9 @@ impl Rig {
         }
     }
 
-    /// Copies the workers' histories and the fault windows out of the run's temporary directory (removed when the rig
-    /// is dropped), so that a violation can be read line by line afterwards. Returns where they went.
+    /// Copies the workers' histories and the fault windows (and on etcd the members' logs) out of the run's temporary
+    /// directory (removed when the rig is dropped), so that a violation can be read line by line afterwards. Returns
+    /// where they went.
     fn keep(&self) -> std::path::PathBuf {
         let kind = self.kind.replace(':', "-");
         let kept = std::env::temp_dir().join(format!(
@@ -626,6 +630,11 @@ impl Rig {
                 let entry = entry?;
                 if entry.file_type()?.is_file() {
                     std::fs::copy(entry.path(), kept.join(entry.file_name()))?;
+                }
+            }
+            if let Lock::Etcd(etcd) = &self.lock {
+                for member in 0..etcd.members() {
+                    std::fs::write(kept.join(format!("etcd-{member}.log")), etcd.log(member))?;
                 }
             }
             std::fs::write(kept.join("windows.txt"), self.windows())

@@ -67,6 +67,14 @@ impl Etcd {
         }
     }
 
+    /// Everything member `i` logged, across its restarts.
+    pub fn log(&self, i: usize) -> String {
+        match self {
+            Etcd::One(server) => server.log(),
+            Etcd::Three(cluster) => cluster.log(i),
+        }
+    }
+
     /// The member that leads now (on one member, that one), once the running members agree on it.
     fn leader(&self) -> usize {
         match self {

@@ -39,7 +39,9 @@
 //! quorum (`mutex,rw`) and one etcd member (`rw`: the exclusive and the shared rule of etcd's recipe) through it for
 //! CI, 8 s each, unless `TORTURE_TOPOLOGY` leaves them out; the other variables mean the same there. No two runs at
 //! once.
-//! `scripts/torture.sh SECONDS SEED [KINDS] [TOPOLOGY]` runs the first in release mode.
+//! `scripts/torture.sh SECONDS SEED [KINDS] [TOPOLOGY]` runs the first in release mode. A run with violations keeps its
+//! workers' histories and fault windows (on etcd also the members' logs) and prints where; `TORTURE_KEEP=1` keeps
+//! those of every run.
 
 mod chaos;
 mod check;
