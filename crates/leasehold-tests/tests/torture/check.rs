@@ -607,8 +607,8 @@ mod tests {
         a.lost = Some((400 * MS, "Expired".into()));
         let grants = [a, grant(1, 20, 50, 200)];
         let faults = [
-            Fault::MemberRestart,
-            Fault::MemberStop,
+            Fault::MemberRestart { leader: true },
+            Fault::MemberStop { leader: true },
             Fault::Compact,
             Fault::Reset,
             Fault::Blackhole,
@@ -639,7 +639,11 @@ mod tests {
 
     #[test]
     fn on_etcd_a_fault_explains_a_gap_until_a_lease_and_a_recheck_ran_out() {
-        let allowance = recovery(Fault::MemberRestart, crate::ETCD_TTL, Topology::Etcd);
+        let allowance = recovery(
+            Fault::MemberRestart { leader: true },
+            crate::ETCD_TTL,
+            Topology::Etcd,
+        );
         assert_eq!(allowance / MS, 6_000);
         assert!(
             u128::from(allowance) < CALM.as_nanos(),
@@ -647,7 +651,12 @@ mod tests {
         );
         // A restart until 1 000: a gap that begins within the allowance is explained however long; a gap of 300 ms
         // that begins after it is a stall.
-        let restart = [window(Fault::MemberRestart, None, 90, 1_000)];
+        let restart = [window(
+            Fault::MemberRestart { leader: true },
+            None,
+            90,
+            1_000,
+        )];
         let grants = [
             grant(0, 10, 0, 100),
             grant(1, 20, 6_900, 7_200),

@@ -173,21 +173,19 @@ impl Etcd {
                     rng.between(ttl / 5, ttl * 2)
                 };
                 let drawn = rng.below(self.members() as u64) as usize;
-                let member = if slot == 6 {
-                    tokio::task::block_in_place(|| self.leader())
-                } else {
-                    drawn
-                };
+                let leads = tokio::task::block_in_place(|| self.leader());
+                let member = if slot == 6 { leads } else { drawn };
+                let leader = member == leads;
                 if restart {
                     tokio::task::block_in_place(|| self.kill(member));
                     tokio::time::sleep(length).await;
                     tokio::task::block_in_place(|| self.restart(member));
-                    (Fault::MemberRestart, None, Some(member))
+                    (Fault::MemberRestart { leader }, None, Some(member))
                 } else {
                     self.pause(member);
                     tokio::time::sleep(length).await;
                     self.resume(member);
-                    (Fault::MemberStop, None, Some(member))
+                    (Fault::MemberStop { leader }, None, Some(member))
                 }
             }
             7 => {

@@ -86,13 +86,13 @@ pub enum Fault {
     /// Every connection of a worker's path reset at once (the proxy's `cut_all`): the worker hears of it at once and
     /// connects again.
     Reset,
-    /// `SIGSTOP` of an etcd member ([`Window::node`]), then `SIGCONT`: it answers nothing meanwhile (a stopped leader
-    /// is replaced by an election among the others), and its clock runs on.
-    MemberStop,
-    /// `kill -9` of an etcd member ([`Window::node`]; on `etcd3` sometimes the leader), and a restart with its data
+    /// `SIGSTOP` of an etcd member ([`Window::node`]; `leader`: it led when stopped), then `SIGCONT`: it answers
+    /// nothing meanwhile (a stopped leader is replaced by an election among the others), and its clock runs on.
+    MemberStop { leader: bool },
+    /// `kill -9` of an etcd member ([`Window::node`]; `leader`: it led when killed), and a restart with its data
     /// directory once it was down for a while; on `etcd3` the other two keep a quorum meanwhile. etcd keeps what it
     /// acknowledged: nothing is lost.
-    MemberRestart,
+    MemberRestart { leader: bool },
     /// etcd's history compacted up to its current revision: a watch from an older revision is cancelled. Nothing is
     /// lost but history.
     Compact,
