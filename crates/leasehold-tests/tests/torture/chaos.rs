@@ -352,6 +352,7 @@ impl Rig {
                 let Lock::Etcd(etcd) = &mut self.lock else {
                     unreachable!("etcd faults are drawn for etcd only")
                 };
+                // `self.paths(worker)`, but beside the lock borrowed for the fault.
                 let per_worker = etcd.members();
                 let paths = &self.proxies[worker * per_worker..(worker + 1) * per_worker];
                 let window = etcd.fault(slot, worker, paths, &mut self.rng, ttl).await;

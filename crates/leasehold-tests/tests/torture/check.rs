@@ -28,7 +28,8 @@
 //!   promised to). (Fences regress when a snapshot restore brings back a stale counter unless each is floored at
 //!   the server clock.)
 //!
-//! **On etcd** (topologies `etcd` and `etcd3`) every rule applies as it is, with one difference in the allowances:
+//! **On etcd** (topologies `etcd` and `etcd3`) every rule applies as it is, and the stall bound is one server's. What
+//! differs:
 //!
 //! - No excuse: etcd keeps its data across a member's kill and restart (the data directory survives, and the rig
 //!   kills processes, not the machine, so `--unsafe-no-fsync` loses nothing) and replicates every write to a
@@ -98,8 +99,8 @@ pub const CALM: Duration = Duration::from_secs(8);
 /// new or restarted leader extends every lease (etcd 3.4 resets leases on promotion), found by the leader's expiry
 /// scan (every 500 ms). The waiter behind it hears of the delete on its watch, or, if the watch died with a member or
 /// a cut path without a word, at its re-check a TTL after it began to watch; a waiter whose own session lapsed opens
-/// a new one after a back-off of at most 1 s. The longest of these chains: TTL + 1 s + 0.5 s + 1 s, or TTL + TTL;
-/// allowance `2 × TTL + 2 s` for every fault (6 s with the 2 s TTL, below [`CALM`]).
+/// a new one after a back-off of at most 1 s. The longest chain, TTL + 1 s + 0.5 s + 1 s (4.5 s with the 2 s TTL),
+/// with room for a loaded machine: `2 × TTL + 2 s` for every fault (6 s, below [`CALM`]).
 pub fn recovery(fault: Fault, ttl: Duration, topology: Topology) -> u64 {
     let allowance = match (topology, fault) {
         (Topology::Etcd | Topology::Etcd3, _) => ttl * 2 + Duration::from_secs(2),

@@ -116,9 +116,7 @@ impl Topology {
             .collect();
         Some(topologies)
     }
-}
 
-impl Topology {
     /// The lease the workers take on this topology.
     fn ttl(self) -> Duration {
         match self {
