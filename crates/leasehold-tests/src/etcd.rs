@@ -122,6 +122,21 @@ impl Member {
         self.paused = false;
     }
 
+    /// Kills the member and removes its data directory, for a start over on other ports: members of the first try
+    /// may have formed a cluster already, whose data (its ID, the old peer URLs) a member of the second would refuse
+    /// ("cluster ID mismatch"), so that they would never be healthy.
+    fn discard(&mut self) {
+        self.kill();
+        let data = self.dir.path().join("data");
+        if let Err(e) = std::fs::remove_dir_all(&data) {
+            assert!(
+                e.kind() == std::io::ErrorKind::NotFound,
+                "cannot remove {}: {e}",
+                data.display()
+            );
+        }
+    }
+
     fn signal(&mut self, sig: Signal) {
         let child = self
             .child
@@ -221,7 +236,7 @@ impl Members {
             }
             match members.wait_ready(&starts) {
                 Ok(()) => return members,
-                Err(true) => members.members.iter_mut().for_each(Member::kill),
+                Err(true) => members.members.iter_mut().for_each(Member::discard),
                 // Dropping `members` while panicking prints the logs.
                 Err(false) => panic!("etcd exited before it was ready"),
             }
