@@ -8,6 +8,7 @@
 //! like [`RedisServer`](crate::RedisServer)'s, and so callable from inside an async test without nesting runtimes.
 
 use std::fs::OpenOptions;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -157,6 +158,21 @@ impl Member {
         self.paused = false;
     }
 
+    /// Kills the member and removes its data directory, for a start over on other ports: members of the first try
+    /// may have formed a cluster already, whose data (its ID, the old peer URLs) a member of the second would refuse
+    /// ("cluster ID mismatch"), so that they would never be healthy.
+    fn discard(&mut self) {
+        self.kill();
+        let data = self.dir.path().join("data");
+        if let Err(e) = std::fs::remove_dir_all(&data) {
+            assert!(
+                e.kind() == std::io::ErrorKind::NotFound,
+                "cannot remove {}: {e}",
+                data.display()
+            );
+        }
+    }
+
     fn signal(&mut self, sig: Signal) {
         let child = self
             .child
@@ -214,6 +230,13 @@ fn status(member: &Member) -> Option<(u64, u64)> {
     (leader != 0).then_some((member, leader))
 }
 
+/// The `"Name" : value` lines of `etcdctl -w fields` output, in order, names unquoted and values as printed.
+fn fields(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.lines()
+        .filter_map(|line| line.split_once(" : "))
+        .map(|(key, value)| (key.trim().trim_matches('"'), value.trim()))
+}
+
 /// Polls `check` every [`POLL`] until it returns `Some`, or panics after [`READY_TIMEOUT`] with `what` and the last
 /// reason `check` gave.
 fn poll_until<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
@@ -265,7 +288,7 @@ impl Members {
             }
             match members.wait_ready(&starts) {
                 Ok(()) => return members,
-                Err(true) => members.members.iter_mut().for_each(Member::kill),
+                Err(true) => members.members.iter_mut().for_each(Member::discard),
                 // Dropping `members` while panicking prints the logs.
                 Err(false) => panic!("etcd exited before it was ready"),
             }
@@ -314,6 +337,11 @@ impl Members {
             "etcd"
         };
         format!("{scheme}://{}", self.endpoints().join(","))
+    }
+
+    fn addr(&self, i: usize) -> SocketAddr {
+        let port = self.members[i].client_port;
+        SocketAddr::from(([127, 0, 0, 1], port))
     }
 
     fn pid(&self, i: usize) -> Option<u32> {
@@ -393,6 +421,63 @@ impl Members {
         ids.iter()
             .position(|id| *id == Some(leader))
             .ok_or_else(|| format!("the leader {leader:x} is not a running member"))
+    }
+
+    /// The client endpoints of the running members that are not paused, comma-separated, for `etcdctl`.
+    fn live_endpoints(&self) -> String {
+        let live: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| m.child.is_some() && !m.paused)
+            .map(Member::endpoint)
+            .collect();
+        live.join(",")
+    }
+
+    /// Compacts the history up to the current revision (`etcdctl compact`): watches that start at an older revision
+    /// are cancelled. Returns the revision, or `None` if no member answered.
+    fn compact(&self) -> Option<u64> {
+        let endpoints = self.live_endpoints();
+        // Any one key: the answer's header carries the revision.
+        let read = ["get", "", "--prefix", "--keys-only", "--limit", "1"];
+        let tls = self.members[0].tls.as_ref();
+        let output = etcdctl(&endpoints, tls, &[&read[..], &["-w", "fields"]].concat());
+        if !output.status.success() {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&output.stdout);
+        let revision = fields(&text)
+            .find(|(key, _)| *key == "Revision")
+            .and_then(|(_, value)| value.parse::<u64>().ok())?;
+        // A compaction at or below an earlier one fails ("required revision has been compacted"): nothing to do.
+        let _ = etcdctl(&endpoints, tls, &["compact", &revision.to_string()]);
+        Some(revision)
+    }
+
+    /// Every key that no lease holds (`etcdctl get --prefix ""`, lease 0), as Go quotes it.
+    fn keys_without_lease(&self) -> Vec<String> {
+        let output = etcdctl(
+            &self.live_endpoints(),
+            self.members[0].tls.as_ref(),
+            &["get", "", "--prefix", "-w", "fields"],
+        );
+        assert!(
+            output.status.success(),
+            "etcdctl get failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let text = String::from_utf8_lossy(&output.stdout);
+        let mut keys = Vec::new();
+        let mut key = None;
+        for (name, value) in fields(&text) {
+            match name {
+                "Key" => key = Some(value.to_owned()),
+                "Lease" if value == "0" => keys.extend(key.take()),
+                "Lease" => key = None,
+                _ => {}
+            }
+        }
+        keys
     }
 
     fn print_logs_if_panicking(&self) {
@@ -480,6 +565,26 @@ impl EtcdServer {
     /// `etcd://127.0.0.1:PORT` (`etcds://` for a member started with [`start_tls`](Self::start_tls)).
     pub fn url(&self) -> String {
         self.members.url()
+    }
+
+    /// The client endpoint as an address, for a [`TcpProxy`](crate::TcpProxy) in front of it.
+    pub fn addr(&self) -> SocketAddr {
+        self.members.addr(0)
+    }
+
+    /// Compacts the member's history up to its current revision (`etcdctl compact`), so that a watch from an older
+    /// revision is cancelled. Returns the revision, or `None` if the member did not answer.
+    pub fn compact(&self) -> Option<u64> {
+        self.members.compact()
+    }
+
+    /// Every key that no lease holds, which would stay for ever (as `etcdctl` quotes it).
+    ///
+    /// # Panics
+    ///
+    /// If the member does not answer.
+    pub fn keys_without_lease(&self) -> Vec<String> {
+        self.members.keys_without_lease()
     }
 
     /// How many watchers the member serves right now (its `etcd_debugging_mvcc_watcher_total` gauge, from the
@@ -586,6 +691,28 @@ impl EtcdCluster {
     /// `etcd://127.0.0.1:P0,127.0.0.1:P1,127.0.0.1:P2`.
     pub fn url(&self) -> String {
         self.members.url()
+    }
+
+    /// The client endpoint of member `i` as an address, for a [`TcpProxy`](crate::TcpProxy) in front of it.
+    pub fn addr(&self, i: usize) -> SocketAddr {
+        self.members.addr(i)
+    }
+
+    /// Compacts the cluster's history up to its current revision (`etcdctl compact`, through the running members
+    /// that are not paused), so that a watch from an older revision is cancelled. Returns the revision, or `None` if
+    /// no member answered.
+    pub fn compact(&self) -> Option<u64> {
+        self.members.compact()
+    }
+
+    /// Every key that no lease holds, which would stay for ever (as `etcdctl` quotes it), read from the running
+    /// members that are not paused.
+    ///
+    /// # Panics
+    ///
+    /// If none of them answers.
+    pub fn keys_without_lease(&self) -> Vec<String> {
+        self.members.keys_without_lease()
     }
 
     /// The process id of member `i`, or `None` while it is killed.

@@ -11,6 +11,11 @@
 //! On a cluster (`LOCK_URL` is `redis+cluster://…`) the worker also holds locks in other slots (see
 //! [`hold_side_locks`]), so that its own lock's renewals travel in per-node pipelines.
 //!
+//! On etcd (`LOCK_URL` is `etcd://…`, one proxy per member) `TTL_MS` is the client's session TTL (whole seconds, at
+//! least 2 s), which every grant lives under; extensions, which etcd does not have, are left out, and the reentrant
+//! kind's nested hold is an in-process re-entry ([`leasehold::ReentrantGuard::reenter`]) instead of `lock_as`, which
+//! etcd does not have either. A semaphore grant is one permit on every store.
+//!
 //! `KIND` is the lock kind: `mutex`, `fair`, `semaphore:N` (one permit per grant), `rw` (a write in three grants,
 //! reads otherwise), `reentrant` (a nested hold taken with the grant's token in three sections in ten), `quorum`
 //! (the mutex on a [`leasehold::Quorum`]: `LOCK_URL` is then the nodes' URLs, comma-separated), or `quorum-rw` (the
@@ -149,6 +154,8 @@ enum Locks {
 enum Held {
     One(leasehold::Guard),
     Quorum(leasehold::QuorumGuard),
+    /// A reentrant grant on etcd, kept whole so that the section can re-enter it in this process.
+    Reentrant(leasehold::ReentrantGuard),
 }
 
 impl Held {
@@ -157,6 +164,7 @@ impl Held {
         match self {
             Held::One(guard) => guard.lease(),
             Held::Quorum(guard) => leasehold::Lease::clone(guard),
+            Held::Reentrant(guard) => guard.lease(),
         }
     }
 
@@ -165,6 +173,8 @@ impl Held {
         match self {
             Held::One(guard) => Some(guard.extend(to).await),
             Held::Quorum(guard) => Some(guard.extend(to).await),
+            // Only on etcd, which has no extensions.
+            Held::Reentrant(_) => None,
         }
     }
 
@@ -172,6 +182,7 @@ impl Held {
         match self {
             Held::One(guard) => guard.release().await,
             Held::Quorum(guard) => guard.release().await,
+            Held::Reentrant(guard) => guard.release().await,
         }
     }
 }
@@ -250,6 +261,9 @@ impl Kind {
                     .ttl(ttl)
                     .lock_timeout(wait)
                     .await;
+                if is_etcd(locks) {
+                    return (root.map(Held::Reentrant), 'x');
+                }
                 // The only level in this process: its plain guard.
                 (root.map(|g| g.into_guard().expect("one level")), 'x')
             }
@@ -259,8 +273,13 @@ impl Kind {
     }
 }
 
+/// Whether the client talks to etcd.
+fn is_etcd(client: &leasehold::Client) -> bool {
+    client.store_name() == "etcd"
+}
+
 /// Connects, retrying while the path is cut (a respawned worker may start inside a fault). A quorum connects to its
-/// nodes lazily, so it starts whatever state they are in.
+/// nodes lazily, so it starts whatever state they are in. On etcd `ttl` is the session's TTL.
 async fn connect(url: &str, kind: Kind, ttl: Duration, log: &Log) -> Locks {
     let timeout = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
     if let Kind::Quorum | Kind::QuorumRw = kind {
@@ -274,12 +293,16 @@ async fn connect(url: &str, kind: Kind, ttl: Duration, log: &Log) -> Locks {
         return Locks::Quorum(quorum);
     }
     loop {
-        let attempt = leasehold::Client::builder(url)
-            .expect("a valid URL")
-            .response_timeout(timeout)
-            .connection_timeout(Duration::from_millis(500))
-            .connect()
-            .await;
+        let builder = leasehold::Client::builder(url).expect("a valid URL");
+        let builder = if url.starts_with("etcd://") {
+            // The per-call deadline follows from the session TTL on etcd.
+            builder.session_ttl(ttl)
+        } else {
+            builder
+                .response_timeout(timeout)
+                .connection_timeout(Duration::from_millis(500))
+        };
+        let attempt = builder.connect().await;
         match attempt {
             Ok(client) => return Locks::One(client),
             Err(e) => {
@@ -336,6 +359,8 @@ async fn run(
     let ttl = Duration::from_millis(ttl_ms);
     let mut rng = Rng::new(seed);
     let locks = connect(lock_url, kind, ttl, &log).await;
+    // etcd grants live as long as the session: they have no extensions.
+    let extends = !matches!(&locks, Locks::One(client) if is_etcd(client));
     if let Locks::One(client) = &locks {
         if lock_url.contains("+cluster://") {
             hold_side_locks(client, &worker, ttl);
@@ -402,13 +427,16 @@ async fn run(
             })
         };
         let nest = match (&locks, kind) {
-            (Locks::One(locks), Kind::Reentrant) => Some(locks.reentrant_mutex(name).ttl(ttl)),
+            (Locks::One(locks), Kind::Reentrant) if !is_etcd(locks) => {
+                Some(locks.reentrant_mutex(name).ttl(ttl))
+            }
             _ => None,
         };
         let section = critical_section(
             &guard,
             nest.as_ref(),
             matches!(mode, 'x' | 'w'),
+            extends,
             &mut store,
             &fenced_write,
             &leave,
@@ -442,14 +470,16 @@ async fn run(
     }
 }
 
-/// Occupancy check and fenced write (for an exclusive grant: shared ones overlap by design), some work (sometimes
-/// longer than the lease, sometimes with an extension that shortens or lengthens it, where the lock has one), then
-/// leaving the store as found.
+/// Occupancy check and fenced write (for an exclusive grant: shared ones overlap by design), a nested hold of a
+/// reentrant grant (by token with `nest`, or re-entered in this process on etcd), some work (sometimes longer than the
+/// lease, sometimes with an extension that shortens or lengthens it, where the lock has one), then leaving the store
+/// as found.
 #[allow(clippy::too_many_arguments)]
 async fn critical_section(
     guard: &Held,
     nest: Option<&leasehold::ReentrantMutex>,
     exclusive: bool,
+    extends: bool,
     store: &mut redis::aio::MultiplexedConnection,
     fenced_write: &redis::Script,
     leave: &redis::Script,
@@ -481,6 +511,24 @@ async fn critical_section(
             .await?;
         log.line(format_args!("write {t} {fence} {written}"));
     }
+    // On etcd, a re-entry of the grant in this process, released before the grant (which stays held).
+    if let Held::Reentrant(root) = guard {
+        if rng.chance(30) {
+            match root.reenter() {
+                Ok(nested) => {
+                    tokio::time::sleep(Duration::from_millis(rng.below(ttl_ms / 2))).await;
+                    if let Err(e) = nested.release().await {
+                        log.line(format_args!(
+                            "error {} nested-release:{}",
+                            now_ns(),
+                            one_word(&e)
+                        ));
+                    }
+                }
+                Err(e) => log.line(format_args!("error {} nested:{}", now_ns(), one_word(&e))),
+            }
+        }
+    }
     // A nested hold of the same grant (as another process handed the token would take it), released before the grant.
     if let Some(nest) = nest.filter(|_| rng.chance(30)) {
         match nest.lock_as(lease.token()).await {
@@ -506,7 +554,7 @@ async fn critical_section(
             _ => Duration::from_micros(rng.below(2_000)),
         };
         tokio::time::sleep(work).await;
-        if rng.chance(15) && lease.is_held() {
+        if extends && rng.chance(15) && lease.is_held() {
             let to = Duration::from_millis(ttl_ms / 4 + rng.below(ttl_ms * 2));
             if let Some(Err(e)) = guard.extend(to).await {
                 log.line(format_args!("error {} extend:{}", now_ns(), one_word(&e)));
@@ -529,11 +577,21 @@ async fn critical_section(
 /// Starts waiting for the lock (joining its queue), then exits without a word: a dead client in the queue. On a
 /// quorum, which has no queue, a client that dies in the middle of its rounds: whatever it was granted stays on the
 /// nodes until its lease ends.
+///
+/// On etcd the dead client's waiter key lives under its session, with the shortest TTL etcd grants (2 s, the
+/// default being 10 s): once the lock reaches it, it holds the lock until that lease runs out, as a crashed holder
+/// would.
 async fn queue_and_die(lock_url: &str, name: &str, kind: Kind) -> BoxResult<()> {
     let locks = match kind {
         Kind::Quorum | Kind::QuorumRw => {
             Locks::Quorum(leasehold::Quorum::connect(lock_url.split(',')).await?)
         }
+        _ if lock_url.starts_with("etcd://") => Locks::One(
+            leasehold::Client::builder(lock_url)?
+                .session_ttl(Duration::from_secs(2))
+                .connect()
+                .await?,
+        ),
         _ => Locks::One(leasehold::Client::connect(lock_url).await?),
     };
     let mut rng = Rng::new(u64::from(std::process::id()));

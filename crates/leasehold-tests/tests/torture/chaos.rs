@@ -7,7 +7,9 @@
 //! failover and a migration of the lock's slot where one server is restarted from a snapshot, the loss of the lock's
 //! primary where it is killed. On a quorum each node sits behind one proxy that every worker goes through, so that
 //! cutting or slowing a proxy partitions or slows that node for everyone; the node faults hit one or two nodes at a
-//! time, never more, so that a majority always stays healthy ([`NodeFault`]).
+//! time, never more, so that a majority always stays healthy ([`NodeFault`]). On etcd (one member or three) each
+//! worker reaches each member through a proxy of its own, as on one server, and the faults of the Redis server give
+//! way to etcd's own, one member at a time ([`Etcd::fault`]).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -19,7 +21,8 @@ use leasehold_tests::{
 };
 use nix::sys::signal::Signal;
 
-use crate::check::{check, stall_bound, Report, Rule};
+use crate::check::{check, Report, Rule};
+use crate::etcd::Etcd;
 use crate::history::{read_all, Fault, Stats, Window};
 use crate::Topology;
 
@@ -57,6 +60,8 @@ enum Lock {
     Cluster(RedisCluster),
     /// Independent redis-servers, without persistence.
     Quorum(Vec<RedisServer>),
+    /// One etcd member, or three.
+    Etcd(Etcd),
 }
 
 impl Lock {
@@ -66,6 +71,7 @@ impl Lock {
             Topology::Single => Lock::Single(debuggable()),
             Topology::Cluster => Lock::Cluster(RedisCluster::start()),
             Topology::Quorum => Lock::Quorum((0..QUORUM_NODES).map(|_| debuggable()).collect()),
+            Topology::Etcd | Topology::Etcd3 => Lock::Etcd(Etcd::start(topology)),
         }
     }
 
@@ -79,13 +85,14 @@ impl Lock {
                 .map(RedisServer::url)
                 .collect::<Vec<_>>()
                 .join(","),
+            Lock::Etcd(etcd) => etcd.url(),
         }
     }
 
     /// On a cluster, the primary that serves the lock's slot.
     fn primary(&self) -> Option<usize> {
         match self {
-            Lock::Single(_) | Lock::Quorum(_) => None,
+            Lock::Single(_) | Lock::Quorum(_) | Lock::Etcd(_) => None,
             Lock::Cluster(cluster) => Some(cluster.primary_of_slot(slot_of(&lock_key()))),
         }
     }
@@ -98,10 +105,12 @@ impl Lock {
                 cluster.connection(cluster.primary_of_slot(slot_of(&lock_key())))
             }
             Lock::Quorum(_) => unreachable!("a quorum's faults pick their nodes (NodeFault)"),
+            Lock::Etcd(_) => unreachable!("etcd has faults of its own (Etcd::fault)"),
         }
     }
 
-    /// Keys that would never expire, on the server, on any primary, or on any node of a quorum.
+    /// Keys that would never expire, on the server, on any primary, on any node of a quorum, or on etcd (keys
+    /// without a lease).
     fn keys_without_ttl(&self) -> Vec<String> {
         let nodes = match self {
             Lock::Single(server) => vec![server.connection()],
@@ -111,6 +120,7 @@ impl Lock {
                 .map(|i| cluster.connection(i))
                 .collect(),
             Lock::Quorum(nodes) => nodes.iter().map(RedisServer::connection).collect(),
+            Lock::Etcd(etcd) => return etcd.keys_without_lease(),
         };
         nodes.into_iter().flat_map(keys_without_ttl).collect()
     }
@@ -122,7 +132,8 @@ pub struct Rig {
     lock: Lock,
     topology: Topology,
     store: RedisServer,
-    /// One per worker, on one server; none on a cluster; one per node, shared by every worker, on a quorum.
+    /// One per worker, on one server; none on a cluster; one per node, shared by every worker, on a quorum; one per
+    /// worker and member on etcd, worker by worker (see [`Rig::paths`]).
     proxies: Vec<TcpProxy>,
     workers: Vec<Worker>,
     dir: TempDir,
@@ -159,6 +170,15 @@ impl Rig {
                 (Some(listener), proxies)
             }
             Lock::Cluster(_) => (None, Vec::new()),
+            Lock::Etcd(etcd) => {
+                let mut proxies = Vec::new();
+                for _ in 0..workers {
+                    for member in 0..etcd.members() {
+                        proxies.push(TcpProxy::start(etcd.addr(member)).await);
+                    }
+                }
+                (None, proxies)
+            }
             Lock::Quorum(nodes) => {
                 let mut proxies = Vec::new();
                 for node in nodes {
@@ -173,7 +193,9 @@ impl Rig {
                 "rw" => "quorum-rw".to_owned(),
                 _ => panic!("a quorum has only the mutex and the read-write lock"),
             },
-            Topology::Single | Topology::Cluster => kind.to_owned(),
+            Topology::Single | Topology::Cluster | Topology::Etcd | Topology::Etcd3 => {
+                kind.to_owned()
+            }
         };
         let mut rig = Rig {
             bystander,
@@ -200,6 +222,16 @@ impl Rig {
         rig
     }
 
+    /// The proxies of worker `worker`'s own path to the lock: its proxy on one server, its proxy to each member (in
+    /// member order) on etcd.
+    fn paths(&self, worker: usize) -> &[TcpProxy] {
+        let per_worker = match &self.lock {
+            Lock::Etcd(etcd) => etcd.members(),
+            _ => 1,
+        };
+        &self.proxies[worker * per_worker..(worker + 1) * per_worker]
+    }
+
     fn spawn(&self, worker: usize, incarnation: usize) -> ChildGuard {
         let log = self
             .dir
@@ -216,6 +248,14 @@ impl Rig {
                     .map(TcpProxy::url)
                     .collect::<Vec<_>>()
                     .join(","),
+                Lock::Etcd(_) => {
+                    let paths: Vec<String> = self
+                        .paths(worker)
+                        .iter()
+                        .map(|p| p.addr().to_string())
+                        .collect();
+                    format!("etcd://{}", paths.join(","))
+                }
             })
             .arg(self.store.url())
             .arg(NAME)
@@ -260,8 +300,13 @@ impl Rig {
                 + self
                     .rng
                     .between(Duration::from_secs(2), Duration::from_secs(6));
+            // Faults come at the same pace on every store (0.2 to 2 s apart), though etcd's lease is twice Redis's.
+            let pace = match self.lock {
+                Lock::Etcd(_) => self.ttl / 2,
+                _ => self.ttl,
+            };
             while tokio::time::Instant::now() < burst.min(end) {
-                let gap = self.rng.between(self.ttl / 5, self.ttl * 2);
+                let gap = self.rng.between(pace / 5, pace * 2);
                 tokio::time::sleep(gap).await;
                 self.one_fault().await;
             }
@@ -273,15 +318,17 @@ impl Rig {
         }
     }
 
-    /// One fault, drawn from the mix of the lock's topology: the same ten slots on all three, the faults of one
+    /// One fault, drawn from the mix of the lock's topology: the same ten slots on all of them, the faults of one
     /// server's path and restart (2, 3, 6) replaced on a cluster by a failover, a slot migration and the loss of the
-    /// primary, and the faults of the lock's server (2 to 8) replaced on a quorum by faults of one or two nodes.
+    /// primary, the faults of the lock's server (2 to 8) replaced on a quorum by faults of one or two nodes, and on
+    /// etcd by faults of a worker's paths and of one member ([`Etcd::fault`]).
     async fn one_fault(&mut self) {
         let ttl = self.ttl;
         let worker = self.rng.below(self.workers.len() as u64) as usize;
         let start = now_ns();
         let cluster = matches!(self.lock, Lock::Cluster(_));
         let quorum = matches!(self.lock, Lock::Quorum(_));
+        let etcd = matches!(self.lock, Lock::Etcd(_));
         match self.rng.below(10) {
             0 => {
                 let pause = self.rng.between(ttl * 3 / 2, ttl * 3);
@@ -301,21 +348,31 @@ impl Rig {
                 self.record(Fault::Kill, Some(worker), start);
             }
             2..=8 if quorum => self.node_faults().await,
+            slot @ 2..=8 if etcd => {
+                let Lock::Etcd(etcd) = &mut self.lock else {
+                    unreachable!("etcd faults are drawn for etcd only")
+                };
+                // `self.paths(worker)`, but beside the lock borrowed for the fault.
+                let per_worker = etcd.members();
+                let paths = &self.proxies[worker * per_worker..(worker + 1) * per_worker];
+                let window = etcd.fault(slot, worker, paths, &mut self.rng, ttl).await;
+                self.windows.push(window);
+            }
             2 if cluster => self.failover().await,
             2 => {
                 let cut = self.rng.between(ttl / 2, ttl * 2);
-                self.proxies[worker].blackhole();
+                self.paths(worker)[0].blackhole();
                 tokio::time::sleep(cut).await;
-                self.proxies[worker].restore();
+                self.paths(worker)[0].restore();
                 self.record(Fault::Blackhole, Some(worker), start);
             }
             3 if cluster => self.migrate().await,
             3 => {
                 let delay = self.rng.between(Duration::from_millis(2), ttl / 3);
                 let length = self.rng.between(ttl, ttl * 4);
-                self.proxies[worker].delay(delay);
+                self.paths(worker)[0].delay(delay);
                 tokio::time::sleep(length).await;
-                self.proxies[worker].delay(Duration::ZERO);
+                self.paths(worker)[0].delay(Duration::ZERO);
                 self.record(Fault::Delay, Some(worker), start);
             }
             4 => {
@@ -381,7 +438,9 @@ impl Rig {
     fn cluster(&mut self) -> &mut RedisCluster {
         match &mut self.lock {
             Lock::Cluster(cluster) => cluster,
-            Lock::Single(_) | Lock::Quorum(_) => unreachable!("a cluster fault drawn elsewhere"),
+            Lock::Single(_) | Lock::Quorum(_) | Lock::Etcd(_) => {
+                unreachable!("a cluster fault drawn elsewhere")
+            }
         }
     }
 
@@ -541,10 +600,13 @@ impl Rig {
             &self.windows,
             self.ttl,
             Rule::of(&self.kind),
-            stall_bound(self.topology),
+            self.topology,
         );
         let keys_without_ttl = self.lock.keys_without_ttl();
-        let kept = (report.violations() + keys_without_ttl.len() > 0).then(|| self.keep());
+        // Kept for a violation, or whenever TORTURE_KEEP is set (to read a clean run's timings too).
+        let keep = report.violations() + keys_without_ttl.len() > 0
+            || std::env::var_os("TORTURE_KEEP").is_some();
+        let kept = keep.then(|| self.keep());
         Outcome {
             report,
             stats,
@@ -554,8 +616,9 @@ impl Rig {
         }
     }
 
-    /// Copies the workers' histories and the fault windows out of the run's temporary directory (removed when the rig
-    /// is dropped), so that a violation can be read line by line afterwards. Returns where they went.
+    /// Copies the workers' histories and the fault windows (and on etcd the members' logs) out of the run's temporary
+    /// directory (removed when the rig is dropped), so that a violation can be read line by line afterwards. Returns
+    /// where they went.
     fn keep(&self) -> std::path::PathBuf {
         let kind = self.kind.replace(':', "-");
         let kept = std::env::temp_dir().join(format!(
@@ -568,6 +631,11 @@ impl Rig {
                 let entry = entry?;
                 if entry.file_type()?.is_file() {
                     std::fs::copy(entry.path(), kept.join(entry.file_name()))?;
+                }
+            }
+            if let Lock::Etcd(etcd) = &self.lock {
+                for member in 0..etcd.members() {
+                    std::fs::write(kept.join(format!("etcd-{member}.log")), etcd.log(member))?;
                 }
             }
             std::fs::write(kept.join("windows.txt"), self.windows())

@@ -27,6 +27,18 @@
 //!   in calm times means a waiter was not woken (on a quorum, whose waiters poll, that one did not poll when it
 //!   promised to). (Fences regress when a snapshot restore brings back a stale counter unless each is floored at
 //!   the server clock.)
+//!
+//! **On etcd** (topologies `etcd` and `etcd3`) every rule applies as it is, and the stall bound is one server's. What
+//! differs:
+//!
+//! - No excuse: etcd keeps its data across a member's kill and restart (the data directory survives, and the rig
+//!   kills processes, not the machine, so `--unsafe-no-fsync` loses nothing) and replicates every write to a
+//!   majority before it answers, so none of its faults ([`Fault::MemberStop`], [`Fault::MemberRestart`],
+//!   [`Fault::Compact`], nor the worker and path faults) loses a grant ([`Fault::loses_grants`] is false for all of
+//!   them): an overlap or a late loss across any of them is a violation. Fences are create revisions, which only
+//!   grow: no excuse for a regression either.
+//! - The recovery allowance after a fault ([`recovery`]) is etcd's own: a holder that cannot release keeps its key
+//!   until etcd expires its session lease, not until a Redis lease or queue liveness runs out.
 
 use std::time::Duration;
 
@@ -52,9 +64,12 @@ pub const QUORUM_PAUSE_CAP: Duration = Duration::from_secs(1);
 /// times, given [`STALL_BOUND`] for a loaded machine): 1.95 s in all. This bound does not allow for the first waiters
 /// after a release splitting the votes (all undo and pause again); the jitter makes that rare, and with four waiters
 /// the next one usually comes within the bound anyway.
+///
+/// On etcd a release (a delete) reaches the next waiter on its watch of the key ahead of it, which then reads the keys
+/// ahead once more and is granted: a few round trips, so [`STALL_BOUND`] too.
 pub fn stall_bound(topology: Topology) -> Duration {
     match topology {
-        Topology::Single | Topology::Cluster => STALL_BOUND,
+        Topology::Single | Topology::Cluster | Topology::Etcd | Topology::Etcd3 => STALL_BOUND,
         Topology::Quorum => {
             let node = leasehold::DEFAULT_NODE_TIMEOUT;
             node + (QUORUM_PAUSE_CAP + node * 2) + STALL_BOUND
@@ -77,11 +92,22 @@ pub const CALM: Duration = Duration::from_secs(8);
 /// and its wake-up subscription died with the node), so the loss of a primary gets a dead client's allowance; after
 /// a failover, a migration or a rejoin a client follows `MOVED` on its next call and a wake-up sent to the old owner
 /// costs at most a heartbeat or a claim, as for any other fault.
-pub fn recovery(fault: Fault, ttl: Duration) -> u64 {
-    let allowance = match fault {
-        Fault::Stop | Fault::Kill | Fault::QueueAndDie | Fault::Blackhole | Fault::PrimaryLost => {
-            Duration::from_secs(3) + Duration::from_secs(1) + ttl * 2 + Duration::from_millis(500)
-        }
+///
+/// On etcd (`ttl` the session TTL) a grant or waiter key whose holder cannot release it (killed, stopped, cut off,
+/// queued and dead, or its session lapsed while a member was down or stopped) stays until etcd expires the session's
+/// lease: at most a TTL after the last keep-alive that reached the leader, plus the election timeout (1 s) by which a
+/// new or restarted leader extends every lease (etcd 3.4 resets leases on promotion), found by the leader's expiry
+/// scan (every 500 ms). The waiter behind it hears of the delete on its watch, or, if the watch died with a member or
+/// a cut path without a word, at its re-check a TTL after it began to watch; a waiter whose own session lapsed opens
+/// a new one after a back-off of at most 1 s. The longest chain, TTL + 1 s + 0.5 s + 1 s (4.5 s with the 2 s TTL),
+/// with room for a loaded machine: `2 × TTL + 2 s` for every fault (6 s, below [`CALM`]).
+pub fn recovery(fault: Fault, ttl: Duration, topology: Topology) -> u64 {
+    let allowance = match (topology, fault) {
+        (Topology::Etcd | Topology::Etcd3, _) => ttl * 2 + Duration::from_secs(2),
+        (
+            _,
+            Fault::Stop | Fault::Kill | Fault::QueueAndDie | Fault::Blackhole | Fault::PrimaryLost,
+        ) => Duration::from_secs(3) + Duration::from_secs(1) + ttl * 2 + Duration::from_millis(500),
         _ => ttl * 3 + Duration::from_millis(1500),
     };
     u64::try_from(allowance.as_nanos()).unwrap_or(u64::MAX)
@@ -153,16 +179,16 @@ impl Rule {
     }
 }
 
-/// Checks `grants` against the fault `windows`, for workers holding leases of `ttl` on a lock that admits `rule`, a
-/// free lock taking at most `stall_bound` to be taken again in calm times.
+/// Checks `grants` against the fault `windows`, for workers holding leases of `ttl` on a lock that admits `rule` on
+/// `topology`, a free lock taking at most the topology's [`stall_bound`] to be taken again in calm times.
 pub fn check(
     grants: &[Grant],
     windows: &[Window],
     ttl: Duration,
     rule: Rule,
-    stall_bound: Duration,
+    topology: Topology,
 ) -> Report {
-    let stall_bound = u64::try_from(stall_bound.as_nanos()).unwrap_or(u64::MAX);
+    let stall_bound = u64::try_from(stall_bound(topology).as_nanos()).unwrap_or(u64::MAX);
     let mut report = Report::default();
     let mut held: Vec<&Grant> = grants.iter().filter(|g| g.held().is_some()).collect();
     held.sort_by_key(|g| g.first_held);
@@ -280,7 +306,7 @@ pub fn check(
             // A fault in force during the gap, or ended less than `recovery` before it, explains it.
             let quiet = !windows
                 .iter()
-                .any(|w| w.start <= first && since <= w.end + recovery(w.fault, ttl));
+                .any(|w| w.start <= first && since <= w.end + recovery(w.fault, ttl, topology));
             if first > since + stall_bound && quiet {
                 report.stalls.push(format!(
                     "free from {since} until fence {} was held at {first} ({} ms) with no fault in force",
@@ -324,9 +350,9 @@ mod tests {
 
     const TTL: Duration = Duration::from_millis(500);
 
-    /// The checker with one server's stall bound.
+    /// The checker on one server.
     fn check(grants: &[Grant], windows: &[Window], ttl: Duration, rule: Rule) -> Report {
-        super::check(grants, windows, ttl, rule, STALL_BOUND)
+        super::check(grants, windows, ttl, rule, Topology::Single)
     }
 
     #[test]
@@ -404,7 +430,7 @@ mod tests {
                 .len(),
             0
         );
-        let allowance = recovery(Fault::PrimaryLost, TTL) / MS;
+        let allowance = recovery(Fault::PrimaryLost, TTL, Topology::Cluster) / MS;
         assert_eq!(
             check(&after(4_000 + allowance + 300), &lost, TTL, Rule::Exclusive)
                 .stalls
@@ -562,18 +588,90 @@ mod tests {
         let bound = stall_bound(Topology::Quorum);
         assert_eq!(bound, Duration::from_millis(1_950));
         let after = |gap: u64| [grant(0, 10, 0, 100), grant(1, 20, 100 + gap, 200 + gap)];
-        let stalls = |gap, bound| {
-            super::check(&after(gap), &[], TTL, Rule::Exclusive, bound)
+        let stalls = |gap, topology| {
+            super::check(&after(gap), &[], TTL, Rule::Exclusive, topology)
                 .stalls
                 .len()
         };
-        assert_eq!(stalls(1_500, bound), 0);
+        assert_eq!(stalls(1_500, Topology::Quorum), 0);
         assert_eq!(
-            stalls(1_500, STALL_BOUND),
+            stalls(1_500, Topology::Single),
             1,
             "a hand-off on one server is woken, not polled"
         );
-        assert_eq!(stalls(2_100, bound), 1);
+        assert_eq!(stalls(2_100, Topology::Quorum), 1);
+    }
+
+    #[test]
+    fn on_etcd_no_fault_excuses_an_overlap_or_a_late_loss() {
+        let mut a = grant(0, 10, 0, 100);
+        a.lost = Some((400 * MS, "Expired".into()));
+        let grants = [a, grant(1, 20, 50, 200)];
+        let faults = [
+            Fault::MemberRestart { leader: true },
+            Fault::MemberStop { leader: true },
+            Fault::Compact,
+            Fault::Reset,
+            Fault::Blackhole,
+        ];
+        for fault in faults {
+            let windows = [Window {
+                node: Some(0),
+                ..window(fault, None, 40, 45)
+            }];
+            let report = super::check(
+                &grants,
+                &windows,
+                crate::ETCD_TTL,
+                Rule::Exclusive,
+                Topology::Etcd3,
+            );
+            assert_eq!(
+                (
+                    report.overlaps.len(),
+                    report.excused_overlaps.len(),
+                    report.late_losses.len()
+                ),
+                (1, 0, 1),
+                "{fault:?} loses nothing on etcd"
+            );
+        }
+    }
+
+    #[test]
+    fn on_etcd_a_fault_explains_a_gap_until_a_lease_and_a_recheck_ran_out() {
+        let allowance = recovery(
+            Fault::MemberRestart { leader: true },
+            crate::ETCD_TTL,
+            Topology::Etcd,
+        );
+        assert_eq!(allowance / MS, 6_000);
+        assert!(
+            u128::from(allowance) < CALM.as_nanos(),
+            "a calm spell outlasts the allowance, so that the tight bound applies in it"
+        );
+        // A restart until 1 000: a gap that begins within the allowance is explained however long; a gap of 300 ms
+        // that begins after it is a stall.
+        let restart = [window(
+            Fault::MemberRestart { leader: true },
+            None,
+            90,
+            1_000,
+        )];
+        let grants = [
+            grant(0, 10, 0, 100),
+            grant(1, 20, 6_900, 7_200),
+            grant(2, 30, 7_500, 7_600),
+        ];
+        let report = super::check(
+            &grants,
+            &restart,
+            crate::ETCD_TTL,
+            Rule::Exclusive,
+            Topology::Etcd,
+        );
+        assert_eq!(report.stalls.len(), 1, "{report:?}");
+        assert!(report.stalls[0].contains("fence 30"), "{report:?}");
     }
 
     fn with_mode(mut g: Grant, mode: char) -> Grant {

@@ -9,7 +9,9 @@
 //!   on a Redis Cluster of three primaries and three replicas (topology `cluster`), which the workers reach with
 //!   the cluster URL (a cluster client learns the nodes' addresses from the cluster, so no proxy can sit in between),
 //!   or on a quorum of five independent redis-servers without persistence (topology `quorum`, Redlock), each behind
-//!   one proxy that all workers go through (the workers get the five proxy URLs; worker kind `quorum`).
+//!   one proxy that all workers go through (the workers get the five proxy URLs; worker kind `quorum`), or on etcd:
+//!   one member (topology `etcd`) or a Raft cluster of three (`etcd3`), each worker through a proxy of its own to each
+//!   member, with a session TTL of 2 s ([`ETCD_TTL`]: every grant lives under its worker's session).
 //! - The scheduler (`chaos.rs`) picks faults from a seeded generator: SIGSTOP past the lease, SIGKILL and respawn,
 //!   `DEBUG SLEEP`, `CLIENT PAUSE` and `FLUSHALL` of the lock's node, deletion of the fence counter, and clients that
 //!   queue and die; on one server also blackholed and delayed proxies and crashes restarted from an older snapshot,
@@ -18,23 +20,32 @@
 //!   on a quorum the node faults hit one or two of the five nodes at once, each its own: `kill -9` and a restart
 //!   without data only after longer than the lease (the Redlock restart rule, enforced), `DEBUG SLEEP`,
 //!   `CLIENT PAUSE`, a blackholed or delayed node proxy, `FLUSHALL`, deletion of the node's fence counter.
+//!   On etcd the faults of the Redis server give way to etcd's, one member at a time (so `etcd3` keeps a quorum):
+//!   a worker's paths blackholed (on `etcd3` sometimes to one member only), delayed or reset, a member (on `etcd3`
+//!   any, or the leader) stopped with `SIGSTOP` or killed and restarted with its data, and the history compacted.
 //!   Faults come in bursts; each burst ends with more than 16 clients that queue and die (on a quorum: die in the
 //!   middle of their rounds), and is followed by a calm spell in which a free lock must reach a waiter within the
 //!   stall bound. It records when each fault was in force.
 //! - The checker (`check.rs`) counts overlaps, fence regressions, late losses and stalls, and the test adds keys left
-//!   without a TTL on the lock's server (every primary of a cluster, every node of a quorum). Any of them fails the
-//!   test, with the seed in the message.
+//!   without a TTL on the lock's server (every primary of a cluster, every node of a quorum; on etcd, keys without a
+//!   lease). Any of them fails the test, with the seed in the message. etcd loses nothing across its faults, so it
+//!   gets none of the data-loss excuses.
 //!
 //! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant`), each with
 //! its own servers and workers, for `TORTURE_SECONDS` each (default 12) with `TORTURE_SEED` (default: drawn from the
-//! clock), on each topology of `TORTURE_TOPOLOGY` (`single`, the default, `cluster`, `quorum`, or a list such as
-//! `single,cluster,quorum`); a quorum has only the mutex and the read-write lock, and skips the other kinds with a note. Two shorter tests
-//! put the cluster (`mutex,fair`: one kind of each engine) and the quorum (`mutex,rw`) through it for CI, 8 s each,
-//! unless `TORTURE_TOPOLOGY` leaves them out; the other variables mean the same there. No two runs at once.
-//! `scripts/torture.sh SECONDS SEED [KINDS] [TOPOLOGY]` runs the first in release mode.
+//! clock), on each topology of `TORTURE_TOPOLOGY` (`single`, the default, `cluster`, `quorum`, `etcd`, `etcd3`, or a
+//! list such as `single,cluster,quorum,etcd,etcd3`); a quorum has only the mutex and the read-write lock, and skips
+//! the other kinds with a note. Three shorter tests put the cluster (`mutex,fair`: one kind of each engine), the
+//! quorum (`mutex,rw`) and one etcd member (`rw`: the exclusive and the shared rule of etcd's recipe) through it for
+//! CI, 8 s each, unless `TORTURE_TOPOLOGY` leaves them out; the other variables mean the same there. No two runs at
+//! once.
+//! `scripts/torture.sh SECONDS SEED [KINDS] [TOPOLOGY]` runs the first in release mode. A run with violations keeps its
+//! workers' histories and fault windows (on etcd also the members' logs) and prints where; `TORTURE_KEEP=1` keeps
+//! those of every run.
 
 mod chaos;
 mod check;
+mod etcd;
 mod history;
 
 use std::fmt;
@@ -45,6 +56,9 @@ use chaos::Rig;
 /// The lease the workers take: short, so that a run sees many grants, renewals, expiries and faults, and long
 /// enough next to the stall bound that a waiter left to its lease-end timer shows as a stall.
 const TTL: Duration = Duration::from_secs(1);
+/// The lease on etcd: the workers' session TTL, the shortest etcd grants, so that a stopped worker, a cut path or a
+/// stopped member outlasts it often.
+const ETCD_TTL: Duration = Duration::from_secs(2);
 const WORKERS: usize = 5;
 /// The kinds a run goes through by default.
 const KINDS: &str = "mutex,fair,semaphore:2,rw,reentrant";
@@ -53,6 +67,10 @@ const CLUSTER_KINDS: &str = "mutex,fair";
 /// The kinds a quorum has: the mutex and the read-write lock (a semaphore cannot be counted on majorities, and the
 /// fair kinds need one queue order, which independent nodes do not share).
 const QUORUM_KINDS: &str = "mutex,rw";
+/// The kinds of the etcd run in CI: the read-write lock, whose writes take the recipe's exclusive rule and whose reads
+/// its shared one (each kind's run on etcd lasts at least 15 s: two TTLs before the first fault, a burst, the calm
+/// spell).
+const ETCD_KINDS: &str = "rw";
 
 /// One run at a time: two rigs side by side on a small machine would stretch each other's hand-offs past the stall
 /// bound.
@@ -67,6 +85,10 @@ pub enum Topology {
     Cluster,
     /// Five independent redis-servers (Redlock), each behind one fault proxy that every worker goes through.
     Quorum,
+    /// One etcd member, each worker behind a fault proxy of its own.
+    Etcd,
+    /// Three etcd members (one Raft cluster), each worker behind a fault proxy of its own to each member.
+    Etcd3,
 }
 
 impl Topology {
@@ -74,7 +96,7 @@ impl Topology {
     ///
     /// # Panics
     ///
-    /// On a name other than `single`, `cluster` and `quorum`.
+    /// On a name other than `single`, `cluster`, `quorum`, `etcd` and `etcd3`.
     fn from_env() -> Option<Vec<Topology>> {
         let names = std::env::var("TORTURE_TOPOLOGY").ok()?;
         let topologies = names
@@ -85,12 +107,22 @@ impl Topology {
                 "single" => Topology::Single,
                 "cluster" => Topology::Cluster,
                 "quorum" => Topology::Quorum,
-                _ => {
-                    panic!("TORTURE_TOPOLOGY: unknown topology {name:?} (single, cluster, quorum)")
-                }
+                "etcd" => Topology::Etcd,
+                "etcd3" => Topology::Etcd3,
+                _ => panic!(
+                    "TORTURE_TOPOLOGY: unknown topology {name:?} (single, cluster, quorum, etcd, etcd3)"
+                ),
             })
             .collect();
         Some(topologies)
+    }
+
+    /// The lease the workers take on this topology.
+    fn ttl(self) -> Duration {
+        match self {
+            Topology::Single | Topology::Cluster | Topology::Quorum => TTL,
+            Topology::Etcd | Topology::Etcd3 => ETCD_TTL,
+        }
     }
 }
 
@@ -100,6 +132,8 @@ impl fmt::Display for Topology {
             Topology::Single => "single",
             Topology::Cluster => "cluster",
             Topology::Quorum => "quorum",
+            Topology::Etcd => "etcd",
+            Topology::Etcd3 => "etcd3",
         })
     }
 }
@@ -126,6 +160,15 @@ async fn the_lock_on_a_quorum_keeps_its_contract_under_random_faults() {
         return;
     }
     torture(&[Topology::Quorum], QUORUM_KINDS, 8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_on_etcd_keeps_its_contract_under_random_faults() {
+    if Topology::from_env().is_some_and(|names| !names.contains(&Topology::Etcd)) {
+        eprintln!("torture: the etcd run skipped (TORTURE_TOPOLOGY leaves it out)");
+        return;
+    }
+    torture(&[Topology::Etcd], ETCD_KINDS, 8).await;
 }
 
 /// Puts every kind through the torture on every topology in turn: `TORTURE_KINDS` or else `kinds`, for
@@ -168,7 +211,7 @@ async fn torture(topologies: &[Topology], kinds: &str, seconds: u64) {
                 "torture: topology={topology} kind={kind} seed={seed} secs={seconds} \
                  (rerun with scripts/torture.sh {seconds} {seed} {kind} {topology})"
             );
-            let mut rig = Rig::start(topology, WORKERS, TTL, seed, kind).await;
+            let mut rig = Rig::start(topology, WORKERS, topology.ttl(), seed, kind).await;
             rig.torture(Duration::from_secs(seconds)).await;
             let verbose = std::env::var_os("TORTURE_VERBOSE").is_some();
             if verbose {
