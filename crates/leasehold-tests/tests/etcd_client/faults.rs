@@ -198,3 +198,19 @@ pub async fn ten_thousand_grants_follow_one_session(cluster: &mut EtcdCluster) {
         }
     }
 }
+
+pub async fn a_silently_dead_connection_is_replaced_within_the_lease(_cluster: &mut EtcdCluster) {
+    let etcd = tokio::task::block_in_place(EtcdServer::start);
+    let proxy = TcpProxy::start(etcd.endpoint().parse().unwrap()).await;
+    let prefix = fresh_prefix();
+    let a = client(&format!("etcd://{}", proxy.addr()), &prefix).await;
+    let held = a.mutex("quiet").lock().await.unwrap();
+    // The connection goes silent (no reset, no close) and stays dead; new connections get through again at once.
+    proxy.blackhole();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    proxy.restore();
+    let restored_at = Instant::now();
+    // The client notices the dead connection and opens another before its lease (5 s) runs out.
+    renewed_after(&held.lease(), restored_at).await;
+    held.release().await.unwrap();
+}

@@ -27,6 +27,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_cut_keep_alive_stream_is_reopened,
     faults::a_lost_session_is_replaced_by_the_next_acquisition,
     faults::ten_thousand_grants_follow_one_session,
+    faults::a_silently_dead_connection_is_replaced_within_the_lease,
     cancel::acquisitions_dropped_at_random_points_leave_nothing_behind,
     interop::etcdctl_lock_and_a_leasehold_mutex_exclude_each_other,
     auth::credentials_in_the_url_authenticate,

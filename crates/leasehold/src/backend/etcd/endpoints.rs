@@ -172,7 +172,11 @@ impl Endpoints {
                 .with_timeout(call_timeout)
                 // A member cut off from the leader fails requests and cancels watches at once instead of serving
                 // stale reads or silent watches; the retry then moves on.
-                .with_require_leader(true);
+                .with_require_leader(true)
+                // HTTP/2 pings every call timeout, idle or not: a connection that died without a word (a cut path,
+                // a frozen member) is dropped and the next call dials again, well within the session's lease.
+                .with_keep_alive(call_timeout, call_timeout)
+                .with_keep_alive_while_idle(true);
             // With credentials the client authenticates as it connects (and so needs the member to answer).
             if let Some((name, password)) = &target.user {
                 options = options.with_user(name.as_str(), password.as_str());
