@@ -7,8 +7,10 @@
 //!    (create revision below ours) and apply the kind's rule. The compare makes every check also the ownership check
 //!    that etcd 3.4's server-side `Lock` lacks after a wait (etcd#9921): a key whose lease was revoked while it
 //!    waited is never granted.
-//! 3. **Wait**: watch the one key the rule names (or the prefix, for permits) from the check's revision + 1 until a
-//!    delete, then check again. A watch can be lost with its member, so a check also runs every TTL regardless.
+//! 3. **Wait**: watch the one key the rule names (or the prefix, for permits) from the member's current revision
+//!    until a delete, then check again; when something was written between the check and the watch's start, check
+//!    once more right away (a watch from a past revision would be served by etcd's 100 ms catch-up loop). A watch
+//!    can be lost with its member, so a check also runs every TTL regardless.
 //! 4. **Release** (one `Txn`): delete our key if it still has our lease and create revision, so a stale release
 //!    never deletes a successor's key.
 
@@ -190,10 +192,10 @@ impl Session {
             pending.armed = false;
             return Ok(Some(grant));
         }
+        let mut admission_seen = check(session, &prefix, &grant).await?;
         loop {
-            let (admission, seen) = check(session, &prefix, &grant).await?;
-            let from = WatchOptions::new().with_start_revision(seen + 1);
-            let (watched, watch) = match admission {
+            let (admission, seen) = admission_seen;
+            let (watched, any) = match admission {
                 Admission::Granted => {
                     pending.armed = false;
                     return Ok(Some(grant));
@@ -205,13 +207,13 @@ impl Session {
                     pending.armed = false;
                     return Ok(None);
                 }
-                Admission::WaitFor(key) => (key, from),
-                Admission::WaitForAny => (prefix.clone().into_bytes(), from.with_prefix()),
+                Admission::WaitFor(ref key) => (key.clone(), false),
+                Admission::WaitForAny => (prefix.clone().into_bytes(), true),
             };
-            tokio::select! {
-                () = wait_for_delete(session, watched, watch) => {}
+            admission_seen = tokio::select! {
+                next = wait_then_check(session, &prefix, &grant, (watched, any), (&admission, seen)) => next?,
                 loss = session.lost() => return Err(EtcdError::SessionLost(loss)),
-            }
+            };
         }
     }
 
@@ -400,26 +402,55 @@ fn ranges(
         .collect()
 }
 
-/// Watches until a delete matching `watch` happens (from its start revision on, so one that happened since the
-/// check counts), the watch breaks, or one TTL passes: in every case the caller checks again.
-async fn wait_for_delete(session: &Shared, key: Vec<u8>, watch: WatchOptions) {
-    let backstop = session.ttl;
-    let waited = async {
-        let (i, mut client) = session.endpoints.current();
-        let created = tokio::time::timeout(
-            session.endpoints.call_timeout(),
-            client.watch(key, Some(watch)),
-        )
-        .await;
-        let mut stream = match created {
-            Ok(Ok(stream)) => stream,
-            _ => {
-                session.endpoints.failed(i);
-                // Check again (through the call's own retries) after a short pause, rather than spin.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                return;
+/// Waits until the key (or, with `any`, a key under the prefix) that `admission` (read at revision `seen`) waits
+/// for is deleted, and checks again: the next admission and the revision it was read at.
+///
+/// The watch starts at the member's current revision, not at `seen + 1`: a watch that starts at a revision the member
+/// has passed is served by etcd's catch-up loop, which runs every 100 ms, where a current one hears of a delete at
+/// once. What happened between `seen` and the watch's start is covered by checking again once it is open, when
+/// anything was written in between. A watch that cannot be opened, breaks, or hears nothing for one TTL (a member
+/// that died without a word) ends the wait the same way: every way out checks again.
+async fn wait_then_check(
+    session: &Shared,
+    prefix: &str,
+    grant: &Grant,
+    (key, any): (Vec<u8>, bool),
+    (admission, seen): (&Admission, i64),
+) -> Result<(Admission, i64), EtcdError> {
+    let options = if any {
+        WatchOptions::new().with_prefix()
+    } else {
+        WatchOptions::new()
+    };
+    let (i, mut client) = session.endpoints.current();
+    let opened = async {
+        let mut stream = client.watch(key, Some(options)).await?;
+        // The first answer says the watch exists, and the revision it starts after.
+        let created = stream.message().await?;
+        Ok::<_, etcd_client::Error>((
+            stream,
+            created.and_then(|c| c.header().map(|h| h.revision())),
+        ))
+    };
+    let mut stream = match tokio::time::timeout(session.endpoints.call_timeout(), opened).await {
+        Ok(Ok((stream, Some(from)))) => {
+            if from > seen {
+                // Writes came between the check and the watch: one of them may be the delete we wait for.
+                let again = check(session, prefix, grant).await?;
+                if again.0 != *admission {
+                    return Ok(again);
+                }
             }
-        };
+            stream
+        }
+        _ => {
+            session.endpoints.failed(i);
+            // Check again (through the call's own retries) after a short pause, rather than spin.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return check(session, prefix, grant).await;
+        }
+    };
+    let deleted = async {
         loop {
             match stream.message().await {
                 Ok(Some(response)) => {
@@ -439,5 +470,6 @@ async fn wait_for_delete(session: &Shared, key: Vec<u8>, watch: WatchOptions) {
             }
         }
     };
-    let _ = tokio::time::timeout(backstop, waited).await;
+    let _ = tokio::time::timeout(session.ttl, deleted).await;
+    check(session, prefix, grant).await
 }
