@@ -133,3 +133,39 @@ fn run_tests<T>(
     }
     failed
 }
+
+/// Polls `check` every 10 ms until it holds, for at most `within`, and panics naming `what` otherwise. For what the
+/// stores do not announce to an outsider (a waiter has queued, a lease was renewed): each poll is one observation.
+///
+/// # Panics
+///
+/// When `check` did not hold within `within` (or panicked itself).
+pub async fn eventually<F, Fut>(what: &str, within: std::time::Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {within:?}: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits, as [`eventually`] does, until lock `name` has `n` waiters as `client.inspect` counts them.
+///
+/// # Panics
+///
+/// When it does not within `within`.
+pub async fn waiters(client: &leasehold::Client, name: &str, n: u64, within: std::time::Duration) {
+    eventually(&format!("{n} waiters on {name}"), within, || async {
+        client
+            .inspect(name)
+            .await
+            .is_ok_and(|info| info.waiting_clients == n)
+    })
+    .await;
+}

@@ -119,27 +119,16 @@ fn main() {
     leasehold_tests::sequence::run_on_each(stores, TESTS, |_| {});
 }
 
-/// Polls `check` every 10 ms until it holds, for at most [`EVENT`]. For what neither store announces to an
-/// outsider (a waiter has queued): `inspect` is the observation.
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
+/// Polls `check` until it holds, for at most [`EVENT`] (see `leasehold_tests::sequence::eventually`).
+pub async fn eventually<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + EVENT;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {EVENT:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    leasehold_tests::sequence::eventually(what, EVENT, check).await;
 }
 
 /// Waits until lock `name` has `n` waiters, as `inspect` counts them.
 pub async fn waiters(client: &Client, name: &str, n: u64) {
-    eventually(&format!("{n} waiters on {name}"), || async {
-        client.inspect(name).await.unwrap().waiting_clients == n
-    })
-    .await;
+    leasehold_tests::sequence::waiters(client, name, n, EVENT).await;
 }

@@ -78,20 +78,13 @@ pub async fn client(url: &str, prefix: &str) -> Client {
         .unwrap()
 }
 
-/// Polls `check` every 10 ms until it holds, for at most [`EVENT`].
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
+/// Polls `check` until it holds, for at most [`EVENT`] (see `leasehold_tests::sequence::eventually`).
+pub async fn eventually<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + EVENT;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {EVENT:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    leasehold_tests::sequence::eventually(what, EVENT, check).await;
 }
 
 /// Waits until `lease` was renewed by a keep-alive sent after `after`: its deadline moved past `after + TTL` less
@@ -107,11 +100,5 @@ pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
 
 /// Waits until lock `name` has `n` waiters, as `inspect` counts them.
 pub async fn waiters(client: &Client, name: &str, n: u64) {
-    eventually(&format!("{n} waiters on {name}"), || async {
-        client
-            .inspect(name)
-            .await
-            .is_ok_and(|info| info.waiting_clients == n)
-    })
-    .await;
+    leasehold_tests::sequence::waiters(client, name, n, EVENT).await;
 }

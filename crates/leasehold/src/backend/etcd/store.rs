@@ -305,25 +305,36 @@ impl EtcdStore {
         Ok(guard)
     }
 
-    /// The lock's state: every key under its prefix in create-revision order, each admitted or waiting by the rules.
-    pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
-        let path = self.path(name);
-        let prefix = format!("{path}/");
+    /// Every key (with its value) under a lock's `prefix`, oldest first, read for `op`; with the session that read it.
+    async fn read_lock(
+        &self,
+        op: &'static str,
+        prefix: &str,
+    ) -> Result<(Arc<Session>, etcd_client::GetResponse), Error> {
         let session = self
             .session()
             .await
             .map_err(|e| store_error(&self.shown, e))?;
-        let endpoints = &session.shared.endpoints;
-        let read = endpoints
-            .call("inspect", |mut c| {
+        let read = session
+            .shared
+            .endpoints
+            .call(op, |mut c| {
                 let options = GetOptions::new()
                     .with_prefix()
                     .with_sort(SortTarget::Create, SortOrder::Ascend);
-                let prefix = prefix.clone();
+                let prefix = prefix.to_owned();
                 async move { c.get(prefix, Some(options)).await }
             })
             .await
             .map_err(|e| store_error(&self.shown, e))?;
+        Ok((session, read))
+    }
+
+    /// The lock's state: every key under its prefix in create-revision order, each admitted or waiting by the rules.
+    pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
+        let prefix = format!("{}/", self.path(name));
+        let (session, read) = self.read_lock("inspect", &prefix).await?;
+        let endpoints = &session.shared.endpoints;
         let kvs = read.kvs();
         let keys: Vec<Vec<u8>> = kvs.iter().map(|kv| kv.key().to_vec()).collect();
         let mut holders = Vec::new();
@@ -437,21 +448,8 @@ impl EtcdStore {
     /// returns the hold of the oldest, the holder, if there was one.
     pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
         let prefix = format!("{}/", self.path(name));
-        let session = self
-            .session()
-            .await
-            .map_err(|e| store_error(&self.shown, e))?;
+        let (session, read) = self.read_lock("force release", &prefix).await?;
         let endpoints = &session.shared.endpoints;
-        let read = endpoints
-            .call("force release", |mut c| {
-                let options = GetOptions::new()
-                    .with_prefix()
-                    .with_sort(SortTarget::Create, SortOrder::Ascend);
-                let prefix = prefix.clone();
-                async move { c.get(prefix, Some(options)).await }
-            })
-            .await
-            .map_err(|e| store_error(&self.shown, e))?;
         let own: Vec<(String, String)> = read
             .kvs()
             .iter()
