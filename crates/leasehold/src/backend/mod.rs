@@ -16,6 +16,9 @@ use crate::engine::lease::{Lease, LeaseShared, LossReason};
 use crate::error::Error;
 use crate::kinds::guard::Guard;
 
+/// How many locks [`Client::held_locks`](crate::Client::held_locks) reads at once, on every store.
+pub(crate) const HELD_LOCKS_CHUNK: usize = 100;
+
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod quorum;

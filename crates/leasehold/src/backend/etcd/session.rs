@@ -113,7 +113,7 @@ struct State {
 /// with it (see [`Shared::follow`]).
 struct Follower {
     lease: Weak<LeaseShared>,
-    key: String,
+    key: Arc<str>,
     revision: i64,
 }
 
@@ -192,10 +192,10 @@ impl Shared {
     /// Makes `lease` (a grant of the waiter key `key`, created at `revision`) follow the session: each later
     /// keep-alive renews it as a renewal renews a Redis lease, the loss of the session ends it, and a key found gone
     /// ends it as [`LossReason::Gone`]. False (and the lease ended) when the session is already lost.
-    pub(crate) fn follow(&self, lease: &Arc<LeaseShared>, key: String, revision: i64) -> bool {
+    pub(crate) fn follow(&self, lease: &Arc<LeaseShared>, key: &str, revision: i64) -> bool {
         self.followers().push(Follower {
             lease: Arc::downgrade(lease),
-            key,
+            key: key.into(),
             revision,
         });
         // Checked after registering: a loss after this point ends the lease through `lose`.
@@ -207,7 +207,7 @@ impl Shared {
     }
 
     /// Registers the keep-alive about to be sent with every following grant that is still held; drops the others.
-    fn begin_round(&self) -> Vec<(Arc<LeaseShared>, Request, String, i64)> {
+    fn begin_round(&self) -> Vec<(Arc<LeaseShared>, Request, Arc<str>, i64)> {
         let mut followers = self.followers();
         let mut begun = Vec::with_capacity(followers.len());
         followers.retain(|follower| {
@@ -216,7 +216,7 @@ impl Shared {
             };
             match lease.begin(self.ttl) {
                 Some(request) => {
-                    begun.push((lease, request, follower.key.clone(), follower.revision));
+                    begun.push((lease, request, Arc::clone(&follower.key), follower.revision));
                     true
                 }
                 None => false,
@@ -455,10 +455,10 @@ async fn keep(shared: Weak<Shared>) {
                 // Off the keep-alive loop: with thousands of grants the reads take a while, and the next keep-alive
                 // must not wait for them. One check at a time; a round that finds one running skips its own.
                 if !begun.is_empty() && !session.checking.swap(true, Ordering::AcqRel) {
-                    let checked: Vec<(Weak<LeaseShared>, String, i64)> = begun
+                    let checked: Vec<(Weak<LeaseShared>, Arc<str>, i64)> = begun
                         .iter()
                         .map(|(lease, _, key, revision)| {
-                            (Arc::downgrade(lease), key.clone(), *revision)
+                            (Arc::downgrade(lease), Arc::clone(key), *revision)
                         })
                         .collect();
                     let session = Arc::clone(&session);
@@ -499,7 +499,7 @@ const CHECK_BATCH: usize = 100;
 
 /// Reads the waiter key of every following grant, and ends as [`LossReason::Gone`] the lease of each whose key is
 /// gone or was re-created (deleted by `release --force` or `etcdctl del`): the keep-alive alone cannot tell.
-async fn check_keys(session: &Shared, grants: &[(Weak<LeaseShared>, String, i64)]) {
+async fn check_keys(session: &Shared, grants: &[(Weak<LeaseShared>, Arc<str>, i64)]) {
     // The batches at once: a round of 10,000 grants is 100 reads, in the time of a few.
     let reads = grants
         .chunks(CHECK_BATCH)
@@ -508,38 +508,37 @@ async fn check_keys(session: &Shared, grants: &[(Weak<LeaseShared>, String, i64)
 }
 
 /// One transaction of [`check_keys`]: reads the keys of `chunk` and ends the leases whose key is not theirs.
-async fn check_batch(session: &Shared, chunk: &[(Weak<LeaseShared>, String, i64)]) {
-    {
-        let read = session
-            .endpoints
-            .call("ownership read", |mut c| {
-                let txn = etcd_client::Txn::new().and_then(
-                    chunk
-                        .iter()
-                        .map(|(_, key, _)| {
-                            etcd_client::TxnOp::get(
-                                key.as_str(),
-                                Some(etcd_client::GetOptions::new().with_keys_only()),
-                            )
-                        })
-                        .collect::<Vec<_>>(),
-                );
-                async move { c.txn(txn).await }
-            })
-            .await;
-        // Unanswered: the keep-alives decide; the next round reads again.
-        let Ok(read) = read else {
-            return;
-        };
-        for ((lease, key, revision), response) in chunk.iter().zip(read.op_responses()) {
-            if let etcd_client::TxnOpResponse::Get(get) = response {
-                let ours = get.kvs().first().is_some_and(|kv| {
-                    kv.create_revision() == *revision && kv.lease() == session.lease
-                });
-                if let (false, Some(lease)) = (ours, lease.upgrade()) {
-                    tracing::debug!(%key, "etcd waiter key gone");
-                    lease.end(LossReason::Gone);
-                }
+async fn check_batch(session: &Shared, chunk: &[(Weak<LeaseShared>, Arc<str>, i64)]) {
+    let read = session
+        .endpoints
+        .call("ownership read", |mut c| {
+            let txn = etcd_client::Txn::new().and_then(
+                chunk
+                    .iter()
+                    .map(|(_, key, _)| {
+                        etcd_client::TxnOp::get(
+                            &**key,
+                            Some(etcd_client::GetOptions::new().with_keys_only()),
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            );
+            async move { c.txn(txn).await }
+        })
+        .await;
+    // Unanswered: the keep-alives decide; the next round reads again.
+    let Ok(read) = read else {
+        return;
+    };
+    for ((lease, key, revision), response) in chunk.iter().zip(read.op_responses()) {
+        if let etcd_client::TxnOpResponse::Get(get) = response {
+            let ours = get
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == *revision && kv.lease() == session.lease);
+            if let (false, Some(lease)) = (ours, lease.upgrade()) {
+                tracing::debug!(%key, "etcd waiter key gone");
+                lease.end(LossReason::Gone);
             }
         }
     }

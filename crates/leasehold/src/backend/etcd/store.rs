@@ -279,9 +279,7 @@ impl EtcdStore {
         let ttl = session.ttl();
         let (sent, round) = session.shared.acked();
         let lease = LeaseShared::new(Arc::clone(keys), hold, grant.fence(), ttl, sent, ttl, round);
-        let following = session
-            .shared
-            .follow(&lease, grant.key().to_owned(), grant.revision());
+        let following = session.shared.follow(&lease, grant.key(), grant.revision());
         let guard = Guard::etcd(
             client.clone(),
             Lease {
@@ -433,12 +431,17 @@ impl EtcdStore {
             .collect();
         names.sort();
         names.dedup();
+        // A chunk of locks read at once, as on Redis: one round of round trips per chunk, not per lock.
         let mut held = Vec::new();
-        for name in names {
-            match self.inspect(&name).await {
-                Ok(info) if info.holder.is_some() => held.push(info),
-                Ok(_) => {}
-                Err(e) => return Err(e),
+        for chunk in names.chunks(crate::backend::HELD_LOCKS_CHUNK) {
+            let infos =
+                futures_util::future::join_all(chunk.iter().map(|name| self.inspect(name))).await;
+            for info in infos {
+                match info {
+                    Ok(info) if info.holder.is_some() => held.push(info),
+                    Ok(_) => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(held)

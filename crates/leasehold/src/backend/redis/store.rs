@@ -230,7 +230,7 @@ impl RedisStore {
         let mut held = Vec::new();
         // Read in chunks, all of a chunk at once (the multiplexed connection pipelines them): one round trip per
         // chunk, not per lock.
-        for chunk in names.chunks(HELD_LOCKS_CHUNK) {
+        for chunk in names.chunks(crate::backend::HELD_LOCKS_CHUNK) {
             let infos =
                 futures_util::future::join_all(chunk.iter().map(|name| self.inspect_name(name)))
                     .await;
@@ -351,9 +351,6 @@ async fn scan_all(conn: &Conn, glob: &str) -> Result<Vec<Vec<String>>, Error> {
     }
     Ok(per_node)
 }
-
-/// How many locks [`Client::held_locks`](crate::Client::held_locks) reads at once.
-const HELD_LOCKS_CHUNK: usize = 100;
 
 /// `text` with the glob characters of Redis's `MATCH` escaped.
 fn escape_glob(text: &str) -> String {
