@@ -65,7 +65,7 @@ impl Store {
         match self {
             Store::Redis(_) => redis::acquire::try_lock(handle, keys).await,
             #[cfg(feature = "etcd")]
-            Store::Etcd(store) => on_etcd(store, handle, keys, etcd::store::Wait::Try).await,
+            Store::Etcd(store) => on_etcd(store, handle, keys, None, etcd::store::Wait::Try).await,
         }
     }
 
@@ -80,7 +80,14 @@ impl Store {
             Store::Redis(_) => redis::acquire::lock(handle, keys, deadline).await,
             #[cfg(feature = "etcd")]
             Store::Etcd(store) => {
-                on_etcd(store, handle, keys, etcd::store::Wait::Until(deadline)).await
+                on_etcd(
+                    store,
+                    handle,
+                    keys,
+                    None,
+                    etcd::store::Wait::Until(deadline),
+                )
+                .await
             }
         }
     }
@@ -96,7 +103,7 @@ impl Store {
             Store::Redis(_) => redis::queued::try_acquire(handle, keys, ask).await,
             #[cfg(feature = "etcd")]
             Store::Etcd(store) => {
-                queued_on_etcd(store, handle, keys, ask, etcd::store::Wait::Try).await
+                on_etcd(store, handle, keys, Some(ask), etcd::store::Wait::Try).await
             }
         }
     }
@@ -113,7 +120,14 @@ impl Store {
             Store::Redis(_) => redis::queued::wait(handle, keys, ask, deadline).await,
             #[cfg(feature = "etcd")]
             Store::Etcd(store) => {
-                queued_on_etcd(store, handle, keys, ask, etcd::store::Wait::Until(deadline)).await
+                on_etcd(
+                    store,
+                    handle,
+                    keys,
+                    Some(ask),
+                    etcd::store::Wait::Until(deadline),
+                )
+                .await
             }
         }
     }
@@ -217,48 +231,27 @@ fn not_on_etcd(what: &str, name: &str) -> Error {
     }
 }
 
-/// A mutex acquisition on etcd: an exclusive waiter key whose value is the token.
+/// An acquisition on etcd: a mutex's (no `ask`) is an exclusive waiter key whose value is the token; a queued kind's a
+/// waiter key of the kind its `ask` maps to, whose value is the hold (`<tag> <token>`, as on Redis).
 #[cfg(feature = "etcd")]
 async fn on_etcd(
     store: &etcd::store::EtcdStore,
     handle: &Handle<'_>,
     keys: Arc<LockKeys>,
+    ask: Option<&Ask>,
     wait: etcd::store::Wait,
 ) -> Result<Guard, Error> {
     if handle.renew_every.is_none() {
         return Err(etcd::store::no_fixed_lease(keys.name()));
     }
     let token = crate::fence::new_token(handle.description)?;
-    store
-        .acquire(
-            handle.client,
-            keys,
-            etcd::Kind::Exclusive,
-            token,
-            wait,
-            handle.fail_fast,
-        )
-        .await
-}
-
-/// An acquisition of a queued kind on etcd: a waiter key of the kind `ask` maps to, whose value is the hold.
-#[cfg(feature = "etcd")]
-async fn queued_on_etcd(
-    store: &etcd::store::EtcdStore,
-    handle: &Handle<'_>,
-    keys: Arc<LockKeys>,
-    ask: &Ask,
-    wait: etcd::store::Wait,
-) -> Result<Guard, Error> {
-    if handle.renew_every.is_none() {
-        return Err(etcd::store::no_fixed_lease(keys.name()));
-    }
-    let kind = etcd::store::kind_of_tag(&ask.tag, ask.limit, keys.name())?;
-    let hold = format!(
-        "{} {}",
-        ask.tag,
-        crate::fence::new_token(handle.description)?
-    );
+    let (kind, hold) = match ask {
+        None => (etcd::Kind::Exclusive, token),
+        Some(ask) => (
+            etcd::store::kind_of_tag(&ask.tag, ask.limit, keys.name())?,
+            format!("{} {token}", ask.tag),
+        ),
+    };
     store
         .acquire(handle.client, keys, kind, hold, wait, handle.fail_fast)
         .await
