@@ -55,6 +55,9 @@ pub(crate) enum Store {
     /// An etcd cluster.
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::backend::etcd::store::EtcdStore>),
+    /// A ZooKeeper ensemble.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(Arc<crate::backend::zookeeper::store::ZkStore>),
 }
 
 impl Store {
@@ -63,10 +66,22 @@ impl Store {
     pub(crate) fn redis(&self) -> Result<&Arc<RedisStore>, Error> {
         match self {
             Store::Redis(inner) => Ok(inner),
-            #[cfg(feature = "etcd")]
-            Store::Etcd(_) => Err(Error::Unsupported {
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ => Err(Error::Unsupported {
                 detail: "a Redis operation on a client of another store".to_owned(),
             }),
+        }
+    }
+
+    /// The store, as messages name it.
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Store::Redis(_) => "Redis",
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => "etcd",
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(_) => "ZooKeeper",
         }
     }
 }
@@ -140,6 +155,19 @@ impl Client {
             )
             .into());
         }
+        if url.starts_with("zk://") {
+            #[cfg(feature = "zookeeper")]
+            {
+                crate::backend::zookeeper::url::parse_url(url)
+                    .map_err(|e| InvalidArgument::BadUrl(e.to_string()))?;
+                return Ok(Builder::to(Where::ZooKeeper(url.to_owned())));
+            }
+            #[cfg(not(feature = "zookeeper"))]
+            return Err(InvalidArgument::BadUrl(
+                "zk:// URLs need leasehold's `zookeeper` feature".to_owned(),
+            )
+            .into());
+        }
         Ok(Builder::with_target(Endpoint::parse(url)?))
     }
 
@@ -165,17 +193,20 @@ impl Client {
     pub fn is_cluster(&self) -> bool {
         match &self.store {
             Store::Redis(inner) => inner.target.is_cluster(),
-            #[cfg(feature = "etcd")]
-            Store::Etcd(_) => false,
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ => false,
         }
     }
 
-    /// Which store the client talks to: `"redis"` (one server, a Cluster or Sentinel's primary) or `"etcd"`.
+    /// Which store the client talks to: `"redis"` (one server, a Cluster or Sentinel's primary), `"etcd"` or
+    /// `"zookeeper"`.
     pub fn store_name(&self) -> &'static str {
         match &self.store {
             Store::Redis(_) => "redis",
             #[cfg(feature = "etcd")]
             Store::Etcd(_) => "etcd",
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(_) => "zookeeper",
         }
     }
 
@@ -229,6 +260,8 @@ impl Client {
             Store::Redis(redis) => redis.inspect(&keys, name).await,
             #[cfg(feature = "etcd")]
             Store::Etcd(etcd) => etcd.inspect(keys.name()).await,
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => zk.inspect(keys.name()).await,
         }
     }
 
@@ -254,6 +287,8 @@ impl Client {
             Store::Redis(redis) => redis.held_locks(pattern).await,
             #[cfg(feature = "etcd")]
             Store::Etcd(etcd) => etcd.held_locks(pattern).await,
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => zk.held_locks(pattern).await,
         }
     }
 
@@ -277,6 +312,8 @@ impl Client {
             Store::Redis(redis) => redis.force_release(&keys).await,
             #[cfg(feature = "etcd")]
             Store::Etcd(etcd) => etcd.force_release(keys.name()).await,
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => zk.force_release(keys.name()).await,
         }
     }
 
@@ -298,6 +335,8 @@ impl Client {
                 .is_ok(),
             #[cfg(feature = "etcd")]
             Store::Etcd(etcd) => tokio::time::timeout(timeout, etcd.settle()).await.is_ok(),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => tokio::time::timeout(timeout, zk.settle()).await.is_ok(),
         }
     }
 
@@ -307,17 +346,20 @@ impl Client {
     pub fn server_warnings(&self) -> &[ServerWarning] {
         match &self.store {
             Store::Redis(inner) => &inner.warnings,
-            #[cfg(feature = "etcd")]
-            Store::Etcd(_) => &[],
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ => &[],
         }
     }
 
-    /// The key prefix of this client's locks (on etcd, lock `N` lives under `PREFIX/N/`).
+    /// The key prefix of this client's locks (on etcd, lock `N` lives under `PREFIX/N/`; on ZooKeeper it is the node
+    /// `/PREFIX/N`).
     pub fn prefix(&self) -> &str {
         match &self.store {
             Store::Redis(inner) => &inner.prefix,
             #[cfg(feature = "etcd")]
             Store::Etcd(etcd) => &etcd.prefix,
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => &zk.prefix,
         }
     }
 
@@ -332,13 +374,15 @@ impl Client {
         self.redis().ok()?.cluster_pipelines()
     }
 
-    /// Leases the keeper renews right now (on etcd, the grants that follow the session).
+    /// Leases the keeper renews right now (on etcd and ZooKeeper, the grants that follow the session).
     #[doc(hidden)]
     pub fn kept_leases(&self) -> usize {
         match &self.store {
             Store::Redis(inner) => inner.keeper.len(),
             #[cfg(feature = "etcd")]
             Store::Etcd(etcd) => etcd.kept_leases(),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => zk.kept_leases(),
         }
     }
 }
@@ -712,26 +756,13 @@ impl Builder {
         check_prefix(&self.prefix)?;
         check_timeout("connection timeout", self.connection_timeout)?;
         check_timeout("response timeout", self.response_timeout)?;
-        // Without the `etcd` feature the match has one arm.
+        // Without the `etcd` and `zookeeper` features the match has one arm.
         #[allow(clippy::infallible_destructuring_match)]
         let target = match self.target {
             Where::Redis(endpoint) => endpoint,
             #[cfg(feature = "etcd")]
             Where::Etcd(ref url) => {
-                let redis_only = [
-                    (self.conn.is_some(), "a connection of its own"),
-                    (
-                        self.replicas != 0 || self.on_disk,
-                        "replica acknowledgements",
-                    ),
-                    (self.sentinel_auth.is_some(), "sentinel credentials"),
-                ];
-                if let Some((_, what)) = redis_only.iter().find(|(set, _)| *set) {
-                    return Err(InvalidArgument::BadUrl(format!(
-                        "{what} was given for an etcd:// URL: it is a Redis setting"
-                    ))
-                    .into());
-                }
+                self.refuse_redis_settings("an etcd:// URL")?;
                 let mut options = crate::backend::etcd::SessionOptions::default();
                 #[cfg(feature = "tls")]
                 if !self.tls.is_empty() {
@@ -767,10 +798,45 @@ impl Builder {
                     store: Store::Etcd(Arc::new(store)),
                 });
             }
+            #[cfg(feature = "zookeeper")]
+            Where::ZooKeeper(ref url) => {
+                self.refuse_redis_settings("a zk:// URL")?;
+                #[cfg(feature = "tls")]
+                if !self.tls.is_empty() {
+                    return Err(InvalidArgument::BadTls(
+                        "TLS material was given for a zk:// URL: leasehold speaks to ZooKeeper in the clear only"
+                            .to_owned(),
+                    )
+                    .into());
+                }
+                let mut options = crate::backend::zookeeper::store::Options {
+                    connection_timeout: self.connection_timeout,
+                    ..Default::default()
+                };
+                if let Some(timeout) = self.session_ttl {
+                    options.timeout = timeout;
+                }
+                if options.timeout < crate::backend::zookeeper::session::MIN_TIMEOUT
+                    || options.timeout > crate::engine::ttl::MAX_TTL
+                {
+                    return Err(InvalidArgument::BadDuration {
+                        what: "session timeout",
+                        value: options.timeout,
+                        why: "must be at least 1s",
+                    }
+                    .into());
+                }
+                let store =
+                    crate::backend::zookeeper::store::ZkStore::connect(url, self.prefix, options)
+                        .await?;
+                return Ok(Client {
+                    store: Store::ZooKeeper(Arc::new(store)),
+                });
+            }
         };
         if self.session_ttl.is_some() {
             return Err(InvalidArgument::BadUrl(
-                "a session TTL was given for a Redis URL: it is an etcd setting (on Redis each lock has its own lease)"
+                "a session TTL was given for a Redis URL: it is an etcd and ZooKeeper setting (on Redis each lock has its own lease)"
                     .to_owned(),
             )
             .into());
@@ -795,6 +861,28 @@ impl Builder {
     }
 }
 
+impl Builder {
+    /// An error naming the first Redis-only setting that was given for `url` (a store of another kind).
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    fn refuse_redis_settings(&self, url: &str) -> Result<(), Error> {
+        let redis_only = [
+            (self.conn.is_some(), "a connection of its own"),
+            (
+                self.replicas != 0 || self.on_disk,
+                "replica acknowledgements",
+            ),
+            (self.sentinel_auth.is_some(), "sentinel credentials"),
+        ];
+        match redis_only.iter().find(|(set, _)| *set) {
+            Some((_, what)) => Err(InvalidArgument::BadUrl(format!(
+                "{what} was given for {url}: it is a Redis setting"
+            ))
+            .into()),
+            None => Ok(()),
+        }
+    }
+}
+
 /// What a [`Builder`] connects to. Built once per client: the size of the Redis variant does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Where {
@@ -802,6 +890,9 @@ enum Where {
     /// An etcd cluster: the `etcd://host:port[,host:port…]` URL.
     #[cfg(feature = "etcd")]
     Etcd(String),
+    /// A ZooKeeper ensemble: the `zk://host:port[,host:port…][/chroot]` URL.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(String),
 }
 
 fn check_timeout(what: &'static str, value: Duration) -> Result<(), InvalidArgument> {

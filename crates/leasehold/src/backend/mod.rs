@@ -19,10 +19,16 @@ use crate::kinds::guard::Guard;
 /// How many locks [`Client::held_locks`](crate::Client::held_locks) reads at once, on every store.
 pub(crate) const HELD_LOCKS_CHUNK: usize = 100;
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod admission;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod quorum;
 pub(crate) mod redis;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod url;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zookeeper;
 
 /// A lock's checked name: every kind and every store names a lock by it (etcd by its [`name`](LockKeys::name)). It is
 /// also Redis's key layout, which is why it lives there.
@@ -55,6 +61,92 @@ pub(crate) struct Ask {
     pub(crate) limit: u64,
 }
 
+/// How an acquisition on a store with sessions (etcd, ZooKeeper) waits.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    /// One try: busy unless admitted at once.
+    Try,
+    /// Until admitted, or until the deadline.
+    Until(Option<Instant>),
+}
+
+/// The first pause after a failed attempt of a wait on a store with sessions; it doubles up to [`MAX_BACKOFF`].
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The wait of an acquisition on a store with sessions, around its `attempt`s (each: the session, the grant, the
+/// guard; `None` when a try found the lock busy): it rides out what `passes` (a member down, a session lost while
+/// waiting) with backoff until the wait's deadline, unless `fail_fast`; a try never retries. `store_error` makes the
+/// crate's error of the store's.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) async fn until_granted<E, A>(
+    name: &str,
+    wait: Wait,
+    fail_fast: bool,
+    mut attempt: impl FnMut() -> A,
+    passes: impl Fn(&E) -> bool,
+    store_error: impl Fn(E) -> Error,
+) -> Result<Guard, Error>
+where
+    E: std::fmt::Display,
+    A: std::future::Future<Output = Result<Option<Guard>, E>>,
+{
+    crate::error::require_runtime()?;
+    let started = Instant::now();
+    let (waits, deadline) = match wait {
+        Wait::Try => (false, None),
+        Wait::Until(deadline) => (true, deadline),
+    };
+    let mut backoff = FIRST_BACKOFF;
+    let mut last_error: Option<E> = None;
+    loop {
+        let outcome = match deadline {
+            None => attempt().await,
+            Some(deadline) => match tokio::time::timeout_at(deadline, attempt()).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    return Err(match last_error {
+                        Some(e) => store_error(e),
+                        None => Error::Timeout {
+                            name: name.to_owned(),
+                            waited: started.elapsed(),
+                        },
+                    })
+                }
+            },
+        };
+        let error = match outcome {
+            Ok(Some(guard)) => return Ok(guard),
+            Ok(None) => {
+                return Err(Error::Busy {
+                    name: name.to_owned(),
+                    remaining: None,
+                })
+            }
+            Err(e) => e,
+        };
+        // A refusal (permission denied, a bad request) ends the wait at once.
+        if !waits || fail_fast || !passes(&error) {
+            return Err(store_error(error));
+        }
+        if last_error.is_none() {
+            tracing::warn!(target: "leasehold::outage", lock = %name,
+                "the store is unavailable while waiting for lock {name:?} ({error}); retrying until it answers");
+        }
+        last_error = Some(error);
+        match deadline {
+            Some(deadline) if Instant::now() + backoff >= deadline => {
+                tokio::time::sleep_until(deadline).await;
+            }
+            _ => tokio::time::sleep(backoff).await,
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
 impl Store {
     /// One try for the mutex `keys` ([`Mutex::try_lock`](crate::Mutex::try_lock)).
     pub(crate) async fn try_lock(
@@ -64,8 +156,8 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(_) => redis::acquire::try_lock(handle, keys).await,
-            #[cfg(feature = "etcd")]
-            Store::Etcd(store) => on_etcd(store, handle, keys, None, etcd::store::Wait::Try).await,
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ => on_session_store(self, handle, keys, None, Wait::Try).await,
         }
     }
 
@@ -78,17 +170,8 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(_) => redis::acquire::lock(handle, keys, deadline).await,
-            #[cfg(feature = "etcd")]
-            Store::Etcd(store) => {
-                on_etcd(
-                    store,
-                    handle,
-                    keys,
-                    None,
-                    etcd::store::Wait::Until(deadline),
-                )
-                .await
-            }
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ => on_session_store(self, handle, keys, None, Wait::Until(deadline)).await,
         }
     }
 
@@ -101,10 +184,8 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(_) => redis::queued::try_acquire(handle, keys, ask).await,
-            #[cfg(feature = "etcd")]
-            Store::Etcd(store) => {
-                on_etcd(store, handle, keys, Some(ask), etcd::store::Wait::Try).await
-            }
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ => on_session_store(self, handle, keys, Some(ask), Wait::Try).await,
         }
     }
 
@@ -118,17 +199,8 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(_) => redis::queued::wait(handle, keys, ask, deadline).await,
-            #[cfg(feature = "etcd")]
-            Store::Etcd(store) => {
-                on_etcd(
-                    store,
-                    handle,
-                    keys,
-                    Some(ask),
-                    etcd::store::Wait::Until(deadline),
-                )
-                .await
-            }
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ => on_session_store(self, handle, keys, Some(ask), Wait::Until(deadline)).await,
         }
     }
 
@@ -143,9 +215,10 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(_) => redis::kinds::downgrade(guard, keys, lease).await,
-            #[cfg(feature = "etcd")]
-            Store::Etcd(_) => Err(not_on_etcd(
-                "an atomic downgrade (one key per grant, ordered by creation)",
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ => Err(not_on(
+                self.label(),
+                "an atomic downgrade (one entry per grant, ordered by creation)",
                 keys.name(),
             )),
         }
@@ -161,11 +234,8 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(inner) => redis::kinds::lock_as(inner, handle, keys, token).await,
-            #[cfg(feature = "etcd")]
-            Store::Etcd(_) => Err(not_on_etcd(
-                "a nested hold by token (`lock_as`)",
-                keys.name(),
-            )),
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ => Err(not_on(self.label(), "a nested hold by token (`lock_as`)", keys.name())),
         }
     }
 
@@ -177,16 +247,17 @@ impl Store {
     ) -> Result<Option<u64>, Error> {
         match self {
             Store::Redis(inner) => redis::kinds::set_permits(inner, keys, permits).await,
-            #[cfg(feature = "etcd")]
-            Store::Etcd(_) => Err(not_on_etcd(
-                "a stored permit count (each holder's key carries the count it was granted under)",
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ => Err(not_on(
+                self.label(),
+                "a stored permit count (each holder's entry carries the count it was granted under)",
                 keys.name(),
             )),
         }
     }
 
     /// Releases a guard's grant `shared`, whose lease has just ended ([`Guard::release`]); `settled` is set once the
-    /// store answered. A guard of an etcd grant releases its key itself and never comes here.
+    /// store answered. A guard of a grant on a store with sessions releases it itself and never comes here.
     pub(crate) async fn release(
         &self,
         shared: &LeaseShared,
@@ -196,12 +267,12 @@ impl Store {
         redis::release::release(self.redis()?, shared, earlier_loss, settled).await
     }
 
-    /// Moves `lease`'s end to `ttl` from now ([`Guard::extend`]). Etcd refuses it before this.
+    /// Moves `lease`'s end to `ttl` from now ([`Guard::extend`]). The stores with sessions refuse it before this.
     pub(crate) async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<(), Error> {
         redis::release::extend(self.redis()?, lease, ttl).await
     }
 
-    /// Lets go of a guard's keeper entry and hand-off route (an etcd grant has neither: its lease follows the session).
+    /// Lets go of a guard's keeper entry and hand-off route (a grant on a store with sessions has neither: its lease follows the session).
     pub(crate) fn forget(&self, kept: &mut Option<u64>, route: &mut Option<u128>) {
         let Ok(inner) = self.redis() else {
             return;
@@ -209,8 +280,8 @@ impl Store {
         redis::release::forget(inner, kept, route);
     }
 
-    /// Releases, in the background, the grant of a guard dropped unreleased. A guard of an etcd grant releases its
-    /// key itself and never comes here.
+    /// Releases, in the background, the grant of a guard dropped unreleased. A guard of a grant on a store with
+    /// sessions releases it itself and never comes here.
     pub(crate) fn release_dropped(&self, shared: &LeaseShared) {
         if let Ok(inner) = self.redis() {
             redis::release::release_in_background(
@@ -223,36 +294,196 @@ impl Store {
     }
 }
 
-/// The refusal of `what` on the lock `name` by etcd.
-#[cfg(feature = "etcd")]
-fn not_on_etcd(what: &str, name: &str) -> Error {
+/// The refusal of `what` on the lock `name` by `store`.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+fn not_on(store: &str, what: &str, name: &str) -> Error {
     Error::Unsupported {
-        detail: format!("lock {name:?}: {what} is not available on etcd"),
+        detail: format!("lock {name:?}: {what} is not available on {store}"),
     }
 }
 
-/// An acquisition on etcd: a mutex's (no `ask`) is an exclusive waiter key whose value is the token; a queued kind's a
-/// waiter key of the kind its `ask` maps to, whose value is the hold (`<tag> <token>`, as on Redis).
-#[cfg(feature = "etcd")]
-async fn on_etcd(
-    store: &etcd::store::EtcdStore,
+/// The kind a queued kind's tag asks for on a store with sessions (`x`, `r`, `w`, `s<k>`, `e`; see `set.lua`), with
+/// `permits` the semaphore's count; an error for what its recipe cannot do.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+fn kind_of_tag(store: &str, tag: &str, permits: u64, name: &str) -> Result<admission::Kind, Error> {
+    use admission::Kind;
+    match tag {
+        "x" | "w" | "e" => Ok(Kind::Exclusive),
+        "r" => Ok(Kind::Shared),
+        "s1" => u32::try_from(permits)
+            .ok()
+            .and_then(std::num::NonZeroU32::new)
+            .map(Kind::Permits)
+            .ok_or_else(|| not_on(store, "a semaphore of more than 4294967295 permits", name)),
+        tag if tag.starts_with('s') => Err(not_on(
+            store,
+            "taking several permits at once (one grant is one entry: take them one by one)",
+            name,
+        )),
+        _ => Err(not_on(store, "a nested hold by token (`lock_as`)", name)),
+    }
+}
+
+/// An acquisition on a store with sessions: a mutex's (no `ask`) is an exclusive entry whose value is the token; a
+/// queued kind's an entry of the kind its `ask` maps to, whose value is the hold (`<tag> <token>`, as on Redis).
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn on_session_store(
+    store: &Store,
     handle: &Handle<'_>,
     keys: Arc<LockKeys>,
     ask: Option<&Ask>,
-    wait: etcd::store::Wait,
+    wait: Wait,
 ) -> Result<Guard, Error> {
     if handle.renew_every.is_none() {
-        return Err(etcd::store::no_fixed_lease(keys.name()));
+        return Err(not_on(
+            store.label(),
+            "a fixed lease (every grant lives as long as the client's session: Builder::session_ttl)",
+            keys.name(),
+        ));
     }
     let token = crate::fence::new_token(handle.description)?;
     let (kind, hold) = match ask {
-        None => (etcd::Kind::Exclusive, token),
+        None => (admission::Kind::Exclusive, token),
         Some(ask) => (
-            etcd::store::kind_of_tag(&ask.tag, ask.limit, keys.name())?,
+            kind_of_tag(store.label(), &ask.tag, ask.limit, keys.name())?,
             format!("{} {token}", ask.tag),
         ),
     };
-    store
-        .acquire(handle.client, keys, kind, hold, wait, handle.fail_fast)
-        .await
+    let (client, fail_fast) = (handle.client, handle.fail_fast);
+    match store {
+        #[cfg(feature = "etcd")]
+        Store::Etcd(etcd) => etcd.acquire(client, keys, kind, hold, wait, fail_fast).await,
+        #[cfg(feature = "zookeeper")]
+        Store::ZooKeeper(zk) => zk.acquire(client, keys, kind, hold, wait, fail_fast).await,
+        Store::Redis(_) => Err(not_on(store.label(), "a session", keys.name())),
+    }
+}
+
+/// What a guard of a grant on a store with sessions holds to release it: the session its entry lives in, and the
+/// grant. Without those stores, an enum without variants (a guard never has one).
+pub(crate) enum SessionHold {
+    #[cfg(feature = "etcd")]
+    Etcd(etcd::store::EtcdHold),
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(zookeeper::store::ZkHold),
+}
+
+impl SessionHold {
+    /// The store, as messages name it.
+    pub(crate) fn label(&self) -> &'static str {
+        match *self {
+            #[cfg(feature = "etcd")]
+            SessionHold::Etcd(_) => "etcd",
+            #[cfg(feature = "zookeeper")]
+            SessionHold::ZooKeeper(_) => "ZooKeeper",
+        }
+    }
+
+    /// Whether the session the grant's entry lives in is lost (its entry is gone, or goes with the session).
+    pub(crate) fn session_lost(&self) -> bool {
+        match *self {
+            #[cfg(feature = "etcd")]
+            SessionHold::Etcd(ref hold) => hold.session_lost(),
+            #[cfg(feature = "zookeeper")]
+            SessionHold::ZooKeeper(ref hold) => hold.session_lost(),
+        }
+    }
+
+    /// Deletes the grant's entry if it is still the grant's: true when it was.
+    pub(crate) async fn release(&self) -> Result<bool, Error> {
+        match *self {
+            #[cfg(feature = "etcd")]
+            SessionHold::Etcd(ref hold) => hold.release().await,
+            #[cfg(feature = "zookeeper")]
+            SessionHold::ZooKeeper(ref hold) => hold.release().await,
+        }
+    }
+
+    /// Releases in the background (a dropped guard).
+    pub(crate) fn release_in_background(self) {
+        match self {
+            #[cfg(feature = "etcd")]
+            SessionHold::Etcd(hold) => hold.release_in_background(),
+            #[cfg(feature = "zookeeper")]
+            SessionHold::ZooKeeper(hold) => hold.release_in_background(),
+        }
+    }
+}
+
+/// Redis's glob (`SCAN MATCH`): `*` any run, `?` one byte, `[abc]`, `[a-z]`, `[^…]`, `\x` the byte `x`.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob_match(rest, &text[skip..])),
+        Some((b'?', rest)) => !text.is_empty() && glob_match(rest, &text[1..]),
+        Some((b'[', rest)) => {
+            let Some((&c, tail)) = text.split_first() else {
+                return false;
+            };
+            let (negated, mut class) = match rest.split_first() {
+                Some((b'^', class)) => (true, class),
+                _ => (false, rest),
+            };
+            let mut matched = false;
+            loop {
+                match class {
+                    [] => return false,
+                    [b']', after @ ..] => {
+                        return matched != negated && glob_match(after, tail);
+                    }
+                    [b'\\', x, after @ ..] => {
+                        matched |= *x == c;
+                        class = after;
+                    }
+                    [lo, b'-', hi, after @ ..] if *hi != b']' => {
+                        matched |= (*lo.min(hi)..=*lo.max(hi)).contains(&c);
+                        class = after;
+                    }
+                    [x, after @ ..] => {
+                        matched |= *x == c;
+                        class = after;
+                    }
+                }
+            }
+        }
+        Some((b'\\', [x, rest @ ..])) => text.first() == Some(x) && glob_match(rest, &text[1..]),
+        Some((x, rest)) => text.first() == Some(x) && glob_match(rest, &text[1..]),
+    }
+}
+
+#[cfg(all(test, any(feature = "etcd", feature = "zookeeper")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_as_redis_does() {
+        let m = |p: &str, t: &str| glob_match(p.as_bytes(), t.as_bytes());
+        assert!(m("*", "anything"));
+        assert!(m("orders:*", "orders:42"));
+        assert!(!m("orders:*", "order:42"));
+        assert!(m("h?llo", "hello"));
+        assert!(m("h[ae]llo", "hallo"));
+        assert!(!m("h[^e]llo", "hello"));
+        assert!(m("h[a-c]llo", "hbllo"));
+        assert!(m("a\\*b", "a*b"));
+        assert!(!m("a\\*b", "axb"));
+        assert!(!m("h[ae", "ha"));
+    }
+
+    #[test]
+    fn tags_map_to_the_recipes_rules() {
+        use admission::Kind;
+        assert_eq!(kind_of_tag("etcd", "x", 0, "l").unwrap(), Kind::Exclusive);
+        assert_eq!(kind_of_tag("etcd", "r", 0, "l").unwrap(), Kind::Shared);
+        assert!(matches!(kind_of_tag("etcd", "s1", 3, "l").unwrap(), Kind::Permits(n) if n.get() == 3));
+        for (tag, why) in [("s2", "several permits at once"), ("n", "a nested hold")] {
+            match kind_of_tag("ZooKeeper", tag, 3, "l") {
+                Err(Error::Unsupported { detail }) => {
+                    assert!(detail.contains(why) && detail.ends_with("not available on ZooKeeper"), "{detail}")
+                }
+                other => panic!("{tag}: {other:?}"),
+            }
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! The guard of one grant: release, extend, and running work until the lease is lost. What a release or an extension
-//! sends is its store's (`backend/redis/release.rs` on Redis; an etcd grant's key is deleted through its session).
+//! sends is its store's (`backend/redis/release.rs` on Redis; on etcd and ZooKeeper a grant's entry is deleted through
+//! its session).
 
 use std::fmt;
 use std::future::Future;
@@ -7,6 +8,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::SessionHold;
 use crate::client::Client;
 use crate::engine::lease::{Lease, LossReason};
 use crate::error::{require_runtime, Error};
@@ -34,9 +36,8 @@ pub struct Guard {
     /// For a grant a wait took through an attempt's reply: the token's route, kept until the grant ends so that a
     /// hand-off message still on its way is not mistaken for a grant nobody wants (see `wake.rs`).
     route: Option<u128>,
-    /// For a grant on etcd: its key and session, which release it.
-    #[cfg(feature = "etcd")]
-    etcd: Option<crate::backend::etcd::store::EtcdHold>,
+    /// For a grant on a store with sessions (etcd, ZooKeeper): its entry and session, which release it.
+    session: Option<SessionHold>,
 }
 
 impl Guard {
@@ -52,25 +53,21 @@ impl Guard {
             kept,
             settled: false,
             route,
-            #[cfg(feature = "etcd")]
-            etcd: None,
+            session: None,
         }
     }
 
-    /// The guard of a grant on etcd: its lease follows the session, which keeps it (no keeper entry).
-    #[cfg(feature = "etcd")]
-    pub(crate) fn etcd(
-        client: Client,
-        lease: Lease,
-        hold: crate::backend::etcd::store::EtcdHold,
-    ) -> Guard {
+    /// The guard of a grant on a store with sessions: its lease follows the session, which keeps it (no keeper
+    /// entry).
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    pub(crate) fn on_session(client: Client, lease: Lease, hold: SessionHold) -> Guard {
         Guard {
             lease,
             client,
             kept: None,
             settled: false,
             route: None,
-            etcd: Some(hold),
+            session: Some(hold),
         }
     }
 
@@ -136,10 +133,9 @@ impl Guard {
         // Ended here, before anything is sent: the script frees the key and wakes the next owner as it runs.
         let earlier_loss = self.lease.loss();
         shared.end(LossReason::Released);
-        #[cfg(feature = "etcd")]
-        if let Some(hold) = &self.etcd {
+        if let Some(hold) = &self.session {
             let name = || shared.keys.name().to_owned();
-            // A grant of a lost session: etcd deletes its key with the session's lease, nothing to send.
+            // A grant of a lost session: its entry goes with the session, nothing to send.
             if let (Some(reason), true) = (earlier_loss, hold.session_lost()) {
                 self.settled = true;
                 return Err(Error::LeaseLost {
@@ -213,12 +209,12 @@ impl Guard {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
-        #[cfg(feature = "etcd")]
-        if self.etcd.is_some() {
+        if let Some(hold) = &self.session {
             return Err(Error::Unsupported {
                 detail: format!(
-                    "extending lock {:?}: on etcd a grant lives as long as the client's session (Builder::session_ttl), kept alive by the client",
-                    self.lease.name()
+                    "extending lock {:?}: on {} a grant lives as long as the client's session (Builder::session_ttl), kept alive by the client",
+                    self.lease.name(),
+                    hold.label(),
                 ),
             });
         }
@@ -296,8 +292,7 @@ impl Drop for Guard {
         if self.settled {
             return;
         }
-        #[cfg(feature = "etcd")]
-        if let Some(hold) = self.etcd.take() {
+        if let Some(hold) = self.session.take() {
             hold.release_in_background();
             return;
         }

@@ -15,6 +15,8 @@ use etcd_client::{Client, ConnectOptions};
 use tonic::Code;
 
 use super::EtcdError;
+pub(crate) use crate::backend::url::redacted;
+use crate::backend::url::percent_decoded;
 
 /// The scheme of an etcd URL, and of one over TLS.
 const SCHEME: &str = "etcd://";
@@ -101,39 +103,6 @@ fn tls_options(tls: &EtcdTls) -> etcd_client::TlsOptions {
         Some((cert, key)) => options.identity(etcd_client::Identity::from_pem(cert, key)),
         None => options,
     }
-}
-
-/// `url` with its password replaced by `***`, for messages and logs.
-pub(crate) fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    match rest.rsplit_once('@') {
-        Some((credentials, hosts)) => {
-            let name = credentials
-                .split_once(':')
-                .map_or(credentials, |(name, _)| name);
-            format!("{scheme}://{name}:***@{hosts}")
-        }
-        None => url.to_owned(),
-    }
-}
-
-/// `text` with its `%XX` escapes decoded; `None` for a malformed escape or a result that is not UTF-8.
-fn percent_decoded(text: &str) -> Option<String> {
-    let mut bytes = Vec::with_capacity(text.len());
-    let mut rest = text.as_bytes();
-    while let Some((&b, tail)) = rest.split_first() {
-        if b == b'%' {
-            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
-            bytes.push(u8::from_str_radix(hex, 16).ok()?);
-            rest = &tail[2..];
-        } else {
-            bytes.push(b);
-            rest = tail;
-        }
-    }
-    String::from_utf8(bytes).ok()
 }
 
 impl std::fmt::Debug for Endpoints {

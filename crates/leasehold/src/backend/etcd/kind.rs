@@ -2,9 +2,10 @@
 //! it in create-revision order.
 
 use std::fmt;
-use std::num::NonZeroU32;
 
 use super::EtcdError;
+pub use crate::backend::admission::Kind;
+use crate::backend::admission::Admission as Rule;
 
 /// The longest lock path accepted, in bytes.
 pub const MAX_PATH_LEN: usize = 1024;
@@ -12,44 +13,15 @@ pub const MAX_PATH_LEN: usize = 1024;
 /// Marks a key as leasehold's, in this layout's version.
 const MARK: &str = "lh1";
 
-/// What a grant admits, as a rule over the keys ahead of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Kind {
-    /// A mutex, or a writer: admitted when no key is ahead.
-    Exclusive,
-    /// A reader: admitted when every key ahead is a reader.
-    Shared,
-    /// One of `n` permits: admitted when every key ahead is a permit of the same semaphore and fewer than `n` are.
-    Permits(NonZeroU32),
-}
-
-impl Kind {
-    /// The tag in the key, which other clients read to apply the rule.
-    fn tag(self) -> Tag {
-        match self {
-            Kind::Exclusive => Tag::Exclusive,
-            Kind::Shared => Tag::Shared,
-            Kind::Permits(n) => Tag::Permits(n),
-        }
-    }
-}
-
-/// What a key ahead is, as read from its name. Keys leasehold did not write (`etcdctl lock`'s `NAME/<lease>`, or
-/// anything else) count as [`Tag::Exclusive`]: whoever wrote them expects to be alone once first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tag {
-    Exclusive,
-    Shared,
-    Permits(NonZeroU32),
-}
+/// The tag of a kind in a key, which other clients read to apply the rule.
+struct Tag(Kind);
 
 impl fmt::Display for Tag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Tag::Exclusive => f.write_str("x"),
-            Tag::Shared => f.write_str("s"),
-            Tag::Permits(n) => write!(f, "p{n}"),
+        match self.0 {
+            Kind::Exclusive => f.write_str("x"),
+            Kind::Shared => f.write_str("s"),
+            Kind::Permits(n) => write!(f, "p{n}"),
         }
     }
 }
@@ -65,13 +37,14 @@ pub(crate) fn prefix(path: &str) -> Result<String, EtcdError> {
 
 /// The waiter key of one grant: `<path>/<lease id hex>/lh1.<tag>.<grant id hex>`.
 pub(crate) fn waiter_key(prefix: &str, lease: i64, kind: Kind, grant: u64) -> String {
-    format!("{prefix}{lease:x}/{MARK}.{}.{grant:016x}", kind.tag())
+    format!("{prefix}{lease:x}/{MARK}.{}.{grant:016x}", Tag(kind))
 }
 
-/// What the key `key` under `prefix` is: leasehold's own tag when it is one of leasehold's keys of exactly this
-/// lock, [`Tag::Exclusive`] otherwise.
-fn tag_of(prefix: &str, key: &[u8]) -> Tag {
-    let parsed = || -> Option<Tag> {
+/// The kind of the key `key` under `prefix`, as every client reads it: leasehold's own tag when it is one of
+/// leasehold's keys of exactly this lock, [`Kind::Exclusive`] otherwise. Keys leasehold did not write (`etcdctl
+/// lock`'s `NAME/<lease>`, or anything else) count as exclusive: whoever wrote them expects to be alone once first.
+pub(crate) fn key_kind(prefix: &str, key: &[u8]) -> Kind {
+    let parsed = || -> Option<Kind> {
         let rest = std::str::from_utf8(key).ok()?.strip_prefix(prefix)?;
         let (lease, leaf) = rest.split_once('/')?;
         if lease.is_empty() || !lease.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -83,24 +56,15 @@ fn tag_of(prefix: &str, key: &[u8]) -> Tag {
             return None;
         }
         match tag {
-            "x" => Some(Tag::Exclusive),
-            "s" => Some(Tag::Shared),
-            _ => tag.strip_prefix('p')?.parse().ok().map(Tag::Permits),
+            "x" => Some(Kind::Exclusive),
+            "s" => Some(Kind::Shared),
+            _ => tag.strip_prefix('p')?.parse().ok().map(Kind::Permits),
         }
     };
-    parsed().unwrap_or(Tag::Exclusive)
+    parsed().unwrap_or(Kind::Exclusive)
 }
 
-/// The kind of the key `key` under `prefix`, as every client reads it (unknown keys are exclusive).
-pub(crate) fn key_kind(prefix: &str, key: &[u8]) -> Kind {
-    match tag_of(prefix, key) {
-        Tag::Exclusive => Kind::Exclusive,
-        Tag::Shared => Kind::Shared,
-        Tag::Permits(n) => Kind::Permits(n),
-    }
-}
-
-/// The answer of the admission rule.
+/// The answer of the admission rule, with the key to watch.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Admission {
     /// Admitted.
@@ -111,42 +75,21 @@ pub(crate) enum Admission {
     WaitForAny,
 }
 
-/// Applies `kind`'s rule to the keys ahead of a waiter (`ahead`: every key under `prefix` with a smaller create
-/// revision, oldest first).
-///
-/// Exclusive and shared waiters name one key to watch (the one just ahead, the last writer ahead), so a release
-/// wakes one waiter, or the readers behind one writer, and never a herd. A permit waiter watches the whole prefix:
-/// which of the keys ahead goes first is unknown, and any one of them going may admit it.
+/// Applies `kind`'s rule ([`crate::backend::admission::admit`]) to the keys ahead of a waiter (`ahead`: every key
+/// under `prefix` with a smaller create revision, oldest first).
 pub(crate) fn admit(kind: Kind, prefix: &str, ahead: &[Vec<u8>]) -> Admission {
-    match kind {
-        Kind::Exclusive => match ahead.last() {
-            None => Admission::Granted,
-            Some(key) => Admission::WaitFor(key.clone()),
-        },
-        Kind::Shared => match ahead
-            .iter()
-            .rev()
-            .find(|k| tag_of(prefix, k) != Tag::Shared)
-        {
-            None => Admission::Granted,
-            Some(writer) => Admission::WaitFor(writer.clone()),
-        },
-        Kind::Permits(n) => {
-            let all_permits = ahead
-                .iter()
-                .all(|k| matches!(tag_of(prefix, k), Tag::Permits(_)));
-            let fewer = u32::try_from(ahead.len()).is_ok_and(|len| len < n.get());
-            if all_permits && fewer {
-                Admission::Granted
-            } else {
-                Admission::WaitForAny
-            }
-        }
+    let kinds: Vec<Kind> = ahead.iter().map(|key| key_kind(prefix, key)).collect();
+    match crate::backend::admission::admit(kind, &kinds) {
+        Rule::Granted => Admission::Granted,
+        Rule::WaitFor(i) => Admission::WaitFor(ahead[i].clone()),
+        Rule::WaitForAny => Admission::WaitForAny,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroU32;
+
     use super::*;
 
     fn keys(list: &[&str]) -> Vec<Vec<u8>> {
@@ -177,12 +120,12 @@ mod tests {
     fn foreign_keys_count_as_writers() {
         let p = "l/";
         assert_eq!(
-            tag_of(p, waiter_key(p, 7, Kind::Shared, 1).as_bytes()),
-            Tag::Shared
+            key_kind(p, waiter_key(p, 7, Kind::Shared, 1).as_bytes()),
+            Kind::Shared
         );
         assert_eq!(
-            tag_of(p, waiter_key(p, 7, permits(2), 1).as_bytes()),
-            Tag::Permits(NonZeroU32::new(2).unwrap())
+            key_kind(p, waiter_key(p, 7, permits(2), 1).as_bytes()),
+            permits(2)
         );
         // etcdctl lock's key, a nested lock's key, garbage.
         for foreign in [
@@ -191,7 +134,7 @@ mod tests {
             "l/7/lh1.s.1",
             "l/7/lh2.s.0000000000000001",
         ] {
-            assert_eq!(tag_of(p, foreign.as_bytes()), Tag::Exclusive, "{foreign}");
+            assert_eq!(key_kind(p, foreign.as_bytes()), Kind::Exclusive, "{foreign}");
         }
     }
 

@@ -17,13 +17,13 @@ use std::time::Duration;
 
 use etcd_client::{DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use super::kind::{admit, key_kind, Admission};
 use super::recipe::{Grant, Released};
 use super::session::{Session, SessionOptions};
 use super::{EtcdError, Kind};
 use crate::backend::redis::keys::LockKeys;
+use crate::backend::Wait;
 use crate::client::{Client, HoldMode, Holder, LockInfo, LockKind};
 use crate::engine::lease::{Lease, LeaseShared};
 use crate::error::Error;
@@ -32,10 +32,6 @@ use crate::kinds::guard::Guard;
 
 /// The tracing target of this file's events.
 const TARGET: &str = "leasehold::etcd";
-
-/// The first pause after a failed attempt of a wait; it doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The most deletes one `force_release` transaction carries (etcd's default `--max-txn-ops` is 128).
 const DELETE_BATCH: usize = 100;
@@ -59,15 +55,6 @@ struct Background {
     idle: Notify,
 }
 
-/// How an acquisition waits.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Wait {
-    /// One try: busy unless admitted at once.
-    Try,
-    /// Until admitted, or until the deadline.
-    Until(Option<Instant>),
-}
-
 /// What a guard of an etcd grant needs to release it: the session the key lives under, and the grant.
 pub(crate) struct EtcdHold {
     /// The client's URL as shown in errors.
@@ -83,36 +70,6 @@ impl std::fmt::Debug for EtcdStore {
             .field("url", &self.shown)
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
-    }
-}
-
-/// The etcd kind a queued kind's tag asks for (`x`, `r`, `w`, `s<k>`, `e`; see `set.lua`), with `permits` the
-/// semaphore's count; an error for what etcd's recipe cannot do.
-pub(crate) fn kind_of_tag(tag: &str, permits: u64, name: &str) -> Result<Kind, Error> {
-    let unsupported = |what: &str| Error::Unsupported {
-        detail: format!("lock {name:?}: {what} is not available on etcd"),
-    };
-    match tag {
-        "x" | "w" | "e" => Ok(Kind::Exclusive),
-        "r" => Ok(Kind::Shared),
-        "s1" => u32::try_from(permits)
-            .ok()
-            .and_then(std::num::NonZeroU32::new)
-            .map(Kind::Permits)
-            .ok_or_else(|| unsupported("a semaphore of more than 4294967295 permits")),
-        tag if tag.starts_with('s') => Err(unsupported(
-            "taking several permits at once (one grant is one key: take them one by one)",
-        )),
-        _ => Err(unsupported("a nested hold by token (`lock_as`)")),
-    }
-}
-
-/// The refusal of a fixed lease on etcd.
-pub(crate) fn no_fixed_lease(name: &str) -> Error {
-    Error::Unsupported {
-        detail: format!(
-            "lock {name:?}: a fixed lease is not available on etcd, where every grant lives as long as the client's session (Builder::session_ttl)"
-        ),
     }
 }
 
@@ -195,74 +152,27 @@ impl EtcdStore {
         wait: Wait,
         fail_fast: bool,
     ) -> Result<Guard, Error> {
-        crate::error::require_runtime()?;
         let path = self.path(keys.name());
-        let started = Instant::now();
         let waits = matches!(wait, Wait::Until(_));
-        let deadline = match wait {
-            Wait::Try => None,
-            Wait::Until(deadline) => deadline,
+        let attempt = || async {
+            let session = self.session().await?;
+            match session.grant(&path, kind, &hold, waits).await? {
+                Some(grant) => self
+                    .hold(client, &keys, hold.clone(), session, grant)
+                    .map(Some),
+                None => Ok(None),
+            }
         };
-        let mut backoff = FIRST_BACKOFF;
-        let mut last_error: Option<EtcdError> = None;
-        loop {
-            let attempt = async {
-                let session = self.session().await?;
-                let grant = session.grant(&path, kind, &hold, waits).await?;
-                Ok::<_, EtcdError>(grant.map(|grant| (session, grant)))
-            };
-            let outcome = match deadline {
-                None => attempt.await,
-                Some(deadline) => match tokio::time::timeout_at(deadline, attempt).await {
-                    Ok(outcome) => outcome,
-                    Err(_) => {
-                        return Err(match last_error {
-                            Some(e) => store_error(&self.shown, e),
-                            None => Error::Timeout {
-                                name: keys.name().to_owned(),
-                                waited: started.elapsed(),
-                            },
-                        })
-                    }
-                },
-            };
-            let error = match outcome {
-                Ok(Some((session, grant))) => {
-                    match self.hold(client, &keys, hold.clone(), session, grant) {
-                        Ok(guard) => return Ok(guard),
-                        Err(e) => e,
-                    }
-                }
-                Ok(None) => {
-                    return Err(Error::Busy {
-                        name: keys.name().to_owned(),
-                        remaining: None,
-                    })
-                }
-                Err(e) => e,
-            };
-            // What passes by itself: a lost session (a new one is opened), no answer, a member going away. A
-            // refusal (permission denied, a bad request) ends the wait at once.
-            let passes = error.is_lost()
-                || error.is_timeout()
-                || matches!(&error, EtcdError::Etcd { source, .. } if super::endpoints::is_transient(source));
-            if !waits || fail_fast || !passes {
-                return Err(store_error(&self.shown, error));
-            }
-            if last_error.is_none() {
-                tracing::warn!(target: "leasehold::outage", lock = %keys.name(),
-                    "etcd unavailable while waiting for lock {:?} ({error}); retrying until it answers", keys.name());
-            }
-            last_error = Some(error);
-            let pause = tokio::time::sleep(backoff);
-            match deadline {
-                Some(deadline) if Instant::now() + backoff >= deadline => {
-                    tokio::time::sleep_until(deadline).await;
-                }
-                _ => pause.await,
-            }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-        }
+        // What passes by itself: a lost session (a new one is opened), no answer, a member going away.
+        let passes = |e: &EtcdError| {
+            e.is_lost()
+                || e.is_timeout()
+                || matches!(e, EtcdError::Etcd { source, .. } if super::endpoints::is_transient(source))
+        };
+        crate::backend::until_granted(keys.name(), wait, fail_fast, attempt, passes, |e| {
+            store_error(&self.shown, e)
+        })
+        .await
     }
 
     /// The guard of a grant: a lease that follows the session, from the session's last acknowledged keep-alive (the
@@ -280,17 +190,17 @@ impl EtcdStore {
         let (sent, round) = session.shared.acked();
         let lease = LeaseShared::new(Arc::clone(keys), hold, grant.fence(), ttl, sent, ttl, round);
         let following = session.shared.follow(&lease, grant.key(), grant.revision());
-        let guard = Guard::etcd(
+        let guard = Guard::on_session(
             client.clone(),
             Lease {
                 shared: Arc::clone(&lease),
             },
-            EtcdHold {
+            crate::backend::SessionHold::Etcd(EtcdHold {
                 shown: Arc::clone(&self.shown),
                 session: Arc::clone(&session),
                 grant,
                 background: Arc::clone(&self.background),
-            },
+            }),
         );
         if !following || !guard.is_held() {
             // Dropped: released in the background, if the key is still there at all.
@@ -426,7 +336,7 @@ impl EtcdStore {
             .kvs()
             .iter()
             .filter_map(|kv| lock_name(kv.key_str().ok()?.strip_prefix(&root)?))
-            .filter(|name| glob_match(pattern.as_bytes(), name.as_bytes()))
+            .filter(|name| crate::backend::glob_match(pattern.as_bytes(), name.as_bytes()))
             .map(str::to_owned)
             .collect();
         names.sort();
@@ -546,47 +456,6 @@ fn lock_name(rest: &str) -> Option<&str> {
     (hex(last) && !head.is_empty()).then_some(head)
 }
 
-/// Redis's glob (`SCAN MATCH`): `*` any run, `?` one byte, `[abc]`, `[a-z]`, `[^…]`, `\x` the byte `x`.
-pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => text.is_empty(),
-        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob_match(rest, &text[skip..])),
-        Some((b'?', rest)) => !text.is_empty() && glob_match(rest, &text[1..]),
-        Some((b'[', rest)) => {
-            let Some((&c, tail)) = text.split_first() else {
-                return false;
-            };
-            let (negated, mut class) = match rest.split_first() {
-                Some((b'^', class)) => (true, class),
-                _ => (false, rest),
-            };
-            let mut matched = false;
-            loop {
-                match class {
-                    [] => return false,
-                    [b']', after @ ..] => {
-                        return matched != negated && glob_match(after, tail);
-                    }
-                    [b'\\', x, after @ ..] => {
-                        matched |= *x == c;
-                        class = after;
-                    }
-                    [lo, b'-', hi, after @ ..] if *hi != b']' => {
-                        matched |= (*lo.min(hi)..=*lo.max(hi)).contains(&c);
-                        class = after;
-                    }
-                    [x, after @ ..] => {
-                        matched |= *x == c;
-                        class = after;
-                    }
-                }
-            }
-        }
-        Some((b'\\', [x, rest @ ..])) => text.first() == Some(x) && glob_match(rest, &text[1..]),
-        Some((x, rest)) => text.first() == Some(x) && glob_match(rest, &text[1..]),
-    }
-}
-
 /// The crate's error for an error of the recipe.
 pub(crate) fn store_error(url: &str, e: EtcdError) -> Error {
     match e {
@@ -613,35 +482,5 @@ mod tests {
         assert_eq!(lock_name("jobs/694d7a1b2c"), Some("jobs"));
         assert_eq!(lock_name("jobs/not-hex"), None);
         assert_eq!(lock_name("694d"), None);
-    }
-
-    #[test]
-    fn globs_match_as_redis_does() {
-        let m = |p: &str, t: &str| glob_match(p.as_bytes(), t.as_bytes());
-        assert!(m("*", "anything"));
-        assert!(m("orders:*", "orders:42"));
-        assert!(!m("orders:*", "order:42"));
-        assert!(m("h?llo", "hello"));
-        assert!(m("h[ae]llo", "hallo"));
-        assert!(!m("h[^e]llo", "hello"));
-        assert!(m("h[a-c]llo", "hbllo"));
-        assert!(m("a\\*b", "a*b"));
-        assert!(!m("a\\*b", "axb"));
-        assert!(!m("h[ae", "ha"));
-    }
-
-    #[test]
-    fn tags_map_to_the_recipes_rules() {
-        assert_eq!(kind_of_tag("x", 0, "l").unwrap(), Kind::Exclusive);
-        assert_eq!(kind_of_tag("r", 0, "l").unwrap(), Kind::Shared);
-        assert!(matches!(kind_of_tag("s1", 3, "l").unwrap(), Kind::Permits(n) if n.get() == 3));
-        assert!(matches!(
-            kind_of_tag("s2", 3, "l"),
-            Err(Error::Unsupported { .. })
-        ));
-        assert!(matches!(
-            kind_of_tag("n", 0, "l"),
-            Err(Error::Unsupported { .. })
-        ));
     }
 }

@@ -1,0 +1,35 @@
+//! What the URLs of the stores other than Redis share: credentials that may be percent-encoded, and a password that
+//! messages never show.
+
+/// `url` with its password replaced by `***`, for messages and logs.
+pub(crate) fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((credentials, hosts)) => {
+            let name = credentials
+                .split_once(':')
+                .map_or(credentials, |(name, _)| name);
+            format!("{scheme}://{name}:***@{hosts}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// `text` with its `%XX` escapes decoded; `None` for a malformed escape or a result that is not UTF-8.
+pub(crate) fn percent_decoded(text: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}

@@ -1,0 +1,326 @@
+//! The grant: create, check, wait, release. Kind-agnostic; a [`Kind`] brings only its admission rule.
+//!
+//! 1. **Create** an ephemeral sequential node `PATH/lh1-<grant>__lock__<seq>` (the lock's node and its parents are
+//!    containers, made on the first `NoNode`). When the answer is lost (a timeout, a connection lost), the create may
+//!    or may not have happened: the children are listed and a node with this grant's id is adopted, but only when its
+//!    `ephemeralOwner` is this session (Curator adopts without that check, CURATOR-604). Otherwise it is created again;
+//!    a late first create then leaves a second node of the grant, which the check below deletes.
+//! 2. **Check**: list the children, order the contenders by sequence, and apply the kind's rule to those ahead. The
+//!    grant's own node missing from the list means it was deleted: the session expired, or a force release.
+//! 3. **Wait**: watch the one node the rule names (`exists` with a watch; the children, for permits) until it
+//!    changes, then check again. A watch is kept across reconnects by the client; it ends without an event when the
+//!    session ends, which the wait watches too. A check also runs every session timeout regardless.
+//! 4. **Release**: delete the node. Its name is unique to the grant (grant id and sequence), so a late release never
+//!    deletes a successor's node.
+//!
+//! The fence is the node's `czxid`, the zxid of the transaction that created it: global to the ensemble and only
+//! growing, so successive holders of a lock get growing fences. Never the sequence number, which is per parent,
+//! restarts when the container is reaped, and overflows at 2³¹.
+
+use std::time::Duration;
+
+use zookeeper_client::{Acls, CreateMode, EventType};
+
+use super::kind::{node_prefix, queue, Contender};
+use super::session::{Session, Shared};
+use super::ZkError;
+use crate::backend::admission::{admit, Admission, Kind};
+use crate::fence::Fence;
+
+/// How many times a create is tried again after finding its parent gone (a container reaped in between).
+const PARENT_ATTEMPTS: usize = 3;
+
+/// The pause between two tries of a create whose answer was lost.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// A grant: an admitted node, with the zxid that fences it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The node's path.
+    pub(crate) node: String,
+    pub(crate) czxid: i64,
+}
+
+impl Grant {
+    /// The fence: the node's `czxid`.
+    pub(crate) fn fence(&self) -> Fence {
+        Fence::new(self.czxid.unsigned_abs())
+    }
+}
+
+/// The options of every node a grant creates, and of the containers above it: open to every client, as Curator's
+/// and kazoo's defaults are (a `release --force` from another client must be able to delete it).
+fn node_options() -> zookeeper_client::CreateOptions<'static> {
+    CreateMode::EphemeralSequential.with_acls(Acls::anyone_all())
+}
+
+fn container_options() -> zookeeper_client::CreateOptions<'static> {
+    CreateMode::Container.with_acls(Acls::anyone_all())
+}
+
+/// The nodes of one acquisition that may exist: deleted in the background if it ends without a grant (dropped, or
+/// failed).
+struct Pending<'a> {
+    session: &'a Shared,
+    path: String,
+    prefix: String,
+    armed: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let cleanup = Cleanup {
+            client: self.session.client.clone(),
+            path: std::mem::take(&mut self.path),
+            prefix: std::mem::take(&mut self.prefix),
+            pause: 2 * self.session.call_timeout,
+        };
+        runtime.spawn(cleanup.run());
+    }
+}
+
+/// Deletes the nodes of an abandoned acquisition, twice: at once, and again after two call timeouts, in case a
+/// create was still on its way the first time. Past that, the session bounds how long a node can block others.
+struct Cleanup {
+    client: zookeeper_client::Client,
+    path: String,
+    prefix: String,
+    pause: Duration,
+}
+
+impl Cleanup {
+    async fn run(self) {
+        for round in 0..2 {
+            if round == 1 {
+                tokio::time::sleep(self.pause).await;
+            }
+            let Ok(Ok(children)) =
+                tokio::time::timeout(self.pause, self.client.list_children(&self.path)).await
+            else {
+                continue;
+            };
+            for child in children.iter().filter(|c| c.starts_with(&self.prefix)) {
+                let node = format!("{}/{child}", self.path);
+                let deleted = tokio::time::timeout(self.pause, self.client.delete(&node, None)).await;
+                tracing::debug!(%node, ?deleted, "deleted an abandoned ZooKeeper lock node");
+            }
+        }
+    }
+}
+
+impl Session {
+    /// Waits until the lock at `path` (the lock's node) admits this session as `kind`, storing `value` in the
+    /// grant's node. Without `wait`, one try: when the lock does not admit the node at once, the node is deleted again
+    /// and the answer is `None` (busy).
+    ///
+    /// Cancel safety: dropping the future (or any error) deletes the acquisition's nodes in the background.
+    pub(crate) async fn grant(
+        &self,
+        path: &str,
+        kind: Kind,
+        value: &str,
+        wait: bool,
+    ) -> Result<Option<Grant>, ZkError> {
+        let session = &*self.shared;
+        session.check_alive()?;
+        let prefix = node_prefix(kind, grant_id()?);
+        let mut pending = Pending {
+            session,
+            path: path.to_owned(),
+            prefix: prefix.clone(),
+            armed: true,
+        };
+        let (name, czxid) = create(session, path, &prefix, value).await?;
+        let grant = Grant {
+            node: format!("{path}/{name}"),
+            czxid,
+        };
+        loop {
+            let ahead = check(session, path, &prefix, &name).await?;
+            let kinds: Vec<Kind> = ahead.iter().map(|c| c.kind).collect();
+            let watched = match admit(kind, &kinds) {
+                Admission::Granted => {
+                    pending.armed = false;
+                    return Ok(Some(grant));
+                }
+                _ if !wait => {
+                    release(session, &grant.node).await?;
+                    pending.armed = false;
+                    return Ok(None);
+                }
+                Admission::WaitFor(i) => Some(format!("{path}/{}", ahead[i].name)),
+                Admission::WaitForAny => None,
+            };
+            tokio::select! {
+                waited = wait_for_change(session, path, watched.as_deref()) => waited?,
+                loss = session.lost() => return Err(ZkError::SessionLost(loss)),
+            }
+        }
+    }
+
+    /// Deletes the grant's node: true when it was there.
+    pub(crate) async fn release(&self, grant: &Grant) -> Result<bool, ZkError> {
+        release(&self.shared, &grant.node).await
+    }
+}
+
+/// Deletes `node`: true when it was there. A lost answer is tried again (a delete of a node already deleted by the
+/// first try answers `NoNode`, which is as good).
+async fn release(session: &Shared, node: &str) -> Result<bool, ZkError> {
+    let mut tries = 0;
+    loop {
+        match session.call("release", session.client.delete(node, None)).await {
+            Ok(()) => return Ok(true),
+            Err(ZkError::ZooKeeper {
+                source: zookeeper_client::Error::NoNode,
+                ..
+            // Not there: already deleted, by this release's earlier try whose answer was lost, or with the session.
+            }) => return Ok(tries > 0),
+            Err(e) if e.passes() && !e.is_lost() && tries < 2 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// 64 random bits from the OS: the grant's id, which protects its node (see the module docs).
+fn grant_id() -> Result<u64, ZkError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| ZkError::Entropy(e.to_string()))?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
+/// Creates the grant's node under `path` (and `path` itself when it is missing); returns its name and `czxid`.
+async fn create(
+    session: &Shared,
+    path: &str,
+    prefix: &str,
+    value: &str,
+) -> Result<(String, i64), ZkError> {
+    let node = format!("{path}/{prefix}");
+    let mut parents_made = 0;
+    loop {
+        let created = session
+            .call(
+                "create",
+                session
+                    .client
+                    .create(&node, value.as_bytes(), &node_options()),
+            )
+            .await;
+        match created {
+            Ok((stat, sequence)) => return Ok((format!("{prefix}{sequence}"), stat.czxid)),
+            Err(ZkError::ZooKeeper {
+                source: zookeeper_client::Error::NoNode,
+                ..
+            }) if parents_made < PARENT_ATTEMPTS => {
+                parents_made += 1;
+                session
+                    .call(
+                        "create the lock's node",
+                        session.client.mkdir(path, &container_options()),
+                    )
+                    .await?;
+            }
+            Err(e) if e.passes() && !e.is_lost() => {
+                if let Some(found) = find_own(session, path, prefix).await? {
+                    return Ok(found);
+                }
+                session.check_alive()?;
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// After a create whose answer was lost: the node of this acquisition under `path`, if one exists and belongs to
+/// this session (its `ephemeralOwner`), with its `czxid` read by a plain `exists` (ZooKeeper 3.8.0's multi-op stats
+/// are unreliable, ZOOKEEPER-4026).
+async fn find_own(
+    session: &Shared,
+    path: &str,
+    prefix: &str,
+) -> Result<Option<(String, i64)>, ZkError> {
+    let children = match session
+        .call("list after a lost create", session.client.list_children(path))
+        .await
+    {
+        Ok(children) => children,
+        Err(e) if e.passes() && !e.is_lost() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    for child in children.iter().filter(|c| c.starts_with(prefix)) {
+        let node = format!("{path}/{child}");
+        let stat = session
+            .call("read a node after a lost create", session.client.check_stat(&node))
+            .await?;
+        if let Some(stat) = stat.filter(|s| s.ephemeral_owner == session.id) {
+            return Ok(Some((child.clone(), stat.czxid)));
+        }
+    }
+    Ok(None)
+}
+
+/// Lists the lock's children: the contenders ahead of the node `name`, in queue order.
+/// Another node of the same acquisition (a create whose lost answer was retried) is deleted on the way.
+async fn check(
+    session: &Shared,
+    path: &str,
+    prefix: &str,
+    name: &str,
+) -> Result<Vec<Contender>, ZkError> {
+    let children = session
+        .call("admission check", session.client.list_children(path))
+        .await?;
+    for twin in children.iter().filter(|c| c.starts_with(prefix) && *c != name) {
+        release(session, &format!("{path}/{twin}")).await?;
+    }
+    let mut contenders = queue(&children);
+    contenders.retain(|c| c.name == name || !c.name.starts_with(prefix));
+    let Some(at) = contenders.iter().position(|c| c.name == name) else {
+        session.check_alive()?;
+        return Err(ZkError::LostWhileWaiting {
+            node: format!("{path}/{name}"),
+        });
+    };
+    contenders.truncate(at);
+    Ok(contenders)
+}
+
+/// Waits until the node `watched` changes (or, without one, the lock's children do), or one session timeout passes.
+async fn wait_for_change(
+    session: &Shared,
+    path: &str,
+    watched: Option<&str>,
+) -> Result<(), ZkError> {
+    let watcher = match watched {
+        Some(node) => {
+            let (stat, watcher) = session
+                .call("watch", session.client.check_and_watch_stat(node))
+                .await?;
+            if stat.is_none() {
+                // Gone already: look again at once.
+                return Ok(());
+            }
+            watcher
+        }
+        None => {
+            session
+                .call("watch", session.client.list_and_watch_children(path))
+                .await?
+                .1
+        }
+    };
+    if let Ok(event) = tokio::time::timeout(session.timeout, watcher.changed()).await {
+        if event.event_type == EventType::Session {
+            session.check_alive()?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,390 @@
+//! The session: one ZooKeeper session per client, every grant an ephemeral node of it, and a local deadline after
+//! which the session may have expired on the server, with a loss signal that fires at that deadline at the latest.
+//!
+//! # The deadline
+//!
+//! ZooKeeper expires a session a negotiated timeout `t` after the leader last heard of it. A request the client sends
+//! reaches one server, which notes the session's activity; a follower passes that on to the leader in its answer to
+//! the leader's next ping, and the leader pings every half tick. So an answered request proves less than it seems:
+//! the follower may lose the leader right after answering, and the leader's last news of the session may then be up
+//! to half a tick older than the request.
+//!
+//! The keeper sends a `sync` every `t/8`, without waiting for the one before (a `sync` passes through the leader, so
+//! its answer also proves the follower still had one). For the answer to a `sync` sent at `S`, the leader had heard
+//! of the session at `S − t/8 − tick/2` at the latest (the `sync` before it, passed on with the following ping).
+//! A tick is at most `t/2` (the server's smallest session timeout is two ticks), so the deadline is
+//!
+//! ```text
+//! S + t − t/8 − t/4 − drift = S + 5t/8 − drift        (drift: 1 % + 2 ms of 5t/8, as for every lease)
+//! ```
+//!
+//! on the lease clock. A session that reconnects to another server is revalidated by the leader itself, which only
+//! moves the server's expiry later. The keeper's own timer, the server's `Expired` (the session is gone, and every
+//! node with it) and the client's terminal states end the session; the grants that follow it end at the same
+//! moment.
+//!
+//! What this asks of the server: the default `minSessionTimeout` of two ticks (so a tick is at most `t/2`). An
+//! ensemble configured with a smaller minimum may expire sessions sooner than this deadline.
+
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use zookeeper_client::{SessionState, StateWatcher};
+
+use super::ZkError;
+use crate::engine::clock;
+use crate::engine::lease::{LeaseShared, LossReason, Request};
+use crate::engine::ttl::drift;
+
+/// The session timeout asked for unless one is set. ZooKeeper clamps it to its bounds (by default 2 to 20 ticks:
+/// 4 s to 40 s with the usual 2 s tick); the negotiated one is what counts.
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The shortest session timeout accepted: below a second the keeper's `sync`s (every eighth of it) would be a load
+/// of their own, and ZooKeeper's own ticks are rarely shorter than 500 ms anyway.
+pub(crate) const MIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest a request waits for its answer: a request to a server that died without a word is given up on this
+/// soon, long before the deadline, and the client moves to another server.
+const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why a session is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub(crate) enum SessionLoss {
+    /// The local deadline passed without a newer answered `sync`: the server may have expired the session.
+    Expired,
+    /// ZooKeeper said the session expired (or refused its credentials): its nodes are gone.
+    ExpiredOnServer,
+    /// The session was closed by its client.
+    Closed,
+}
+
+impl fmt::Display for SessionLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SessionLoss::Expired => "no keep-alive was answered before the local deadline",
+            SessionLoss::ExpiredOnServer => "ZooKeeper expired the session",
+            SessionLoss::Closed => "the session was closed",
+        })
+    }
+}
+
+/// What the keeper last established.
+#[derive(Debug, Clone, Copy)]
+struct State {
+    deadline: Instant,
+    /// The send time and number of the last answered `sync` (the connect is number 0).
+    acked: (Instant, i64),
+    lost: Option<SessionLoss>,
+}
+
+/// What the session, its keeper and its grants share.
+pub(crate) struct Shared {
+    pub(crate) client: zookeeper_client::Client,
+    /// The session id: the `ephemeralOwner` of every node of the session.
+    pub(crate) id: i64,
+    /// The negotiated session timeout.
+    pub(crate) timeout: Duration,
+    /// The part of it a grant counts on after each answered `sync` (see the module docs): `5t/8`.
+    pub(crate) validity: Duration,
+    /// The deadline of each request.
+    pub(crate) call_timeout: Duration,
+    state: watch::Sender<State>,
+    followers: std::sync::Mutex<Vec<Weak<LeaseShared>>>,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("id", &format_args!("{:x}", self.id))
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Marks the session lost (the first reason sticks), and ends the lease of every grant that follows it.
+    pub(crate) fn lose(&self, reason: SessionLoss) {
+        self.state.send_if_modified(|state| {
+            let first = state.lost.is_none();
+            if first {
+                tracing::debug!(session = format_args!("{:x}", self.id), %reason, "ZooKeeper session lost");
+                state.lost = Some(reason);
+            }
+            first
+        });
+        let followers = std::mem::take(&mut *self.followers());
+        let reason = match reason {
+            SessionLoss::ExpiredOnServer => LossReason::Gone,
+            SessionLoss::Expired | SessionLoss::Closed => LossReason::Expired,
+        };
+        for lease in followers.iter().filter_map(Weak::upgrade) {
+            lease.end(reason);
+        }
+    }
+
+    /// Records a `sync` sent at `sent`, number `round`, as answered: moves the deadline if that is later, unless the
+    /// session is already lost.
+    fn extend(&self, sent: Instant, round: i64) {
+        let deadline = sent + self.validity - drift(self.validity);
+        self.state.send_if_modified(|state| {
+            let later = state.lost.is_none() && deadline > state.deadline;
+            if later {
+                state.deadline = deadline;
+                state.acked = (sent, round);
+            }
+            later
+        });
+    }
+
+    fn followers(&self) -> std::sync::MutexGuard<'_, Vec<Weak<LeaseShared>>> {
+        self.followers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The send time and number of the last answered `sync`: where a new grant's lease starts from.
+    pub(crate) fn acked(&self) -> (Instant, i64) {
+        self.state.borrow().acked
+    }
+
+    /// How many grants follow the session.
+    pub(crate) fn following(&self) -> usize {
+        self.followers().len()
+    }
+
+    /// Makes `lease` follow the session: each later answered `sync` renews it, and the loss of the session ends it.
+    /// False (and the lease ended) when the session is already lost.
+    pub(crate) fn follow(&self, lease: &Arc<LeaseShared>) -> bool {
+        self.followers().push(Arc::downgrade(lease));
+        // Checked after registering: a loss after this point ends the lease through `lose`.
+        if self.loss().is_some() {
+            lease.end(LossReason::Expired);
+            return false;
+        }
+        true
+    }
+
+    /// Registers the `sync` about to be sent with every following grant still held; drops the others.
+    fn begin_round(&self) -> Vec<(Arc<LeaseShared>, Request)> {
+        let mut begun = Vec::new();
+        self.followers().retain(|follower| {
+            let Some(lease) = follower.upgrade() else {
+                return false;
+            };
+            match lease.begin(self.validity) {
+                Some(request) => {
+                    begun.push((lease, request));
+                    true
+                }
+                None => false,
+            }
+        });
+        begun
+    }
+
+    /// Why the session is lost, or `None` while it holds.
+    pub(crate) fn loss(&self) -> Option<SessionLoss> {
+        let state = *self.state.borrow();
+        state
+            .lost
+            .or((clock::now() >= state.deadline).then_some(SessionLoss::Expired))
+    }
+
+    /// `Ok` while the session holds; the loss as an error otherwise.
+    pub(crate) fn check_alive(&self) -> Result<(), ZkError> {
+        self.loss()
+            .map_or(Ok(()), |loss| Err(ZkError::SessionLost(loss)))
+    }
+
+    /// Resolves when the session is lost: on the keeper's word, or when the deadline passes, whichever is first.
+    pub(crate) async fn lost(&self) -> SessionLoss {
+        let mut rx = self.state.subscribe();
+        loop {
+            let state = *rx.borrow_and_update();
+            if let Some(reason) = state.lost {
+                return reason;
+            }
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() {
+                    return SessionLoss::Expired;
+                },
+                () = passed(state.deadline) => return SessionLoss::Expired,
+            }
+        }
+    }
+
+    /// Runs `request` under the per-call deadline; `op` names it in errors.
+    pub(crate) async fn call<T>(
+        &self,
+        op: &'static str,
+        request: impl std::future::Future<Output = Result<T, zookeeper_client::Error>>,
+    ) -> Result<T, ZkError> {
+        match tokio::time::timeout(self.call_timeout, request).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(zookeeper_client::Error::SessionExpired)) => {
+                self.lose(SessionLoss::ExpiredOnServer);
+                Err(ZkError::SessionLost(SessionLoss::ExpiredOnServer))
+            }
+            Ok(Err(source)) => Err(ZkError::ZooKeeper { op, source }),
+            Err(_) => Err(ZkError::Timeout {
+                op,
+                after: self.call_timeout,
+            }),
+        }
+    }
+}
+
+/// Resolves once the lease clock reaches `at`, however long the machine was suspended meanwhile.
+async fn passed(at: Instant) {
+    while clock::now() < at {
+        tokio::time::sleep_until(clock::timer_for(at)).await;
+    }
+}
+
+/// One ZooKeeper session, kept alive in the background; every grant of the client is an ephemeral node of it.
+///
+/// Dropping it stops the keeper; the session closes when the last clone of its ZooKeeper client is gone (which
+/// deletes its nodes at once), or expires on the server a session timeout later.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) shared: Arc<Shared>,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl Session {
+    /// Opens a session on the servers of `connect` (ZooKeeper's connect string), asking for `timeout`, with digest
+    /// credentials when given.
+    pub(crate) async fn connect(
+        connect: &str,
+        timeout: Duration,
+        digest: Option<&[u8]>,
+        connection_timeout: Duration,
+    ) -> Result<Session, ZkError> {
+        let mut connector = zookeeper_client::Client::connector()
+            .with_session_timeout(timeout)
+            .with_connection_timeout(connection_timeout);
+        if let Some(credentials) = digest {
+            connector = connector.with_auth("digest", credentials);
+        }
+        let sent = clock::now();
+        let client = tokio::time::timeout(timeout, connector.connect(connect))
+            .await
+            .map_err(|_| ZkError::Timeout {
+                op: "connect",
+                after: timeout,
+            })?
+            .map_err(|source| ZkError::ZooKeeper {
+                op: "connect",
+                source,
+            })?;
+        let negotiated = client.session_timeout();
+        let validity = negotiated * 5 / 8;
+        let state = State {
+            deadline: sent + validity - drift(validity),
+            acked: (sent, 0),
+            lost: None,
+        };
+        let shared = Arc::new(Shared {
+            id: client.session_id().0,
+            timeout: negotiated,
+            validity,
+            call_timeout: (negotiated / 4).min(MAX_CALL_TIMEOUT),
+            state: watch::Sender::new(state),
+            followers: std::sync::Mutex::new(Vec::new()),
+            client,
+        });
+        let states = shared.client.state_watcher();
+        let keeper = tokio::spawn(keep(Arc::downgrade(&shared), states));
+        Ok(Session { shared, keeper })
+    }
+
+    /// The session id.
+    pub(crate) fn id(&self) -> i64 {
+        self.shared.id
+    }
+
+    /// The negotiated session timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.shared.timeout
+    }
+
+    /// Why the session is lost, or `None` while it holds.
+    pub(crate) fn loss(&self) -> Option<SessionLoss> {
+        self.shared.loss()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.keeper.abort();
+        self.shared.lose(SessionLoss::Closed);
+    }
+}
+
+/// The keeper: a `sync` every eighth of the session timeout, each on its own (an answer moves the deadline from its
+/// own send time); ends when the session is dropped (it holds only a `Weak`) or lost.
+async fn keep(shared: Weak<Shared>, mut states: StateWatcher) {
+    let Some(every) = shared.upgrade().map(|s| s.timeout / 8) else {
+        return;
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut in_flight = FuturesUnordered::new();
+    let mut round = 0;
+    loop {
+        let Some(deadline) = shared.upgrade().map(|s| s.state.borrow().deadline) else {
+            return;
+        };
+        tokio::select! {
+            _ = tick.tick() => {
+                let Some(session) = shared.upgrade() else { return };
+                round += 1;
+                let sent = clock::now();
+                // Registered with each grant before the `sync` leaves, as the Redis keeper registers a renewal.
+                let begun = session.begin_round();
+                let client = session.client.clone();
+                let call_timeout = session.call_timeout;
+                let this_round = round;
+                in_flight.push(async move {
+                    let answer = tokio::time::timeout(call_timeout, client.sync("/")).await;
+                    (sent, this_round, begun, answer)
+                });
+            }
+            Some((sent, round, begun, answer)) = in_flight.next() => {
+                let Some(session) = shared.upgrade() else { return };
+                match answer {
+                    Ok(Ok(())) => {
+                        session.extend(sent, round);
+                        for (lease, request) in &begun {
+                            lease.confirm(*request, round);
+                        }
+                    }
+                    Ok(Err(zookeeper_client::Error::SessionExpired | zookeeper_client::Error::AuthFailed)) => {
+                        session.lose(SessionLoss::ExpiredOnServer);
+                        return;
+                    }
+                    Ok(Err(e)) => tracing::debug!(error = %e, "ZooKeeper keep-alive failed"),
+                    Err(_) => tracing::debug!("ZooKeeper keep-alive unanswered"),
+                }
+            }
+            state = states.changed() => {
+                if matches!(state, SessionState::Expired | SessionState::AuthFailed | SessionState::Closed) {
+                    if let Some(session) = shared.upgrade() {
+                        session.lose(SessionLoss::ExpiredOnServer);
+                    }
+                    return;
+                }
+            }
+            () = passed(deadline) => {
+                if let Some(session) = shared.upgrade() {
+                    session.lose(SessionLoss::Expired);
+                }
+                return;
+            }
+        }
+    }
+}

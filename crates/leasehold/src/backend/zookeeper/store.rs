@@ -1,0 +1,494 @@
+//! The ZooKeeper store behind a [`crate::Client`] connected with a `zk://` URL: the recipe's session and grants,
+//! turned into the crate's guards, leases and lock information.
+//!
+//! - **One session per client**, replaced by a new one at the first acquisition after it was lost. Every grant's
+//!   [`Lease`] follows the session: its deadline is the session's, its loss the session's loss, or its own node found
+//!   deleted (a watch on it).
+//! - **Kinds** map onto the three rules as on etcd, and the node's data is the hold as Redis stores it, so
+//!   [`inspect`](ZkStore::inspect) reports holders, kinds and descriptions as on the other stores.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use zookeeper_client::EventType;
+
+use super::kind::queue;
+use super::recipe::Grant;
+use super::session::{Session, SessionLoss, DEFAULT_TIMEOUT};
+use super::url::{check_path, Target};
+use super::ZkError;
+use crate::backend::admission::{admit, Admission, Kind};
+use crate::backend::redis::keys::LockKeys;
+use crate::backend::Wait;
+use crate::client::{Client, HoldMode, Holder, LockInfo, LockKind};
+use crate::engine::lease::{Lease, LeaseShared, LossReason};
+use crate::error::{Error, InvalidArgument};
+use crate::fence::{description_of, Fence};
+use crate::kinds::guard::Guard;
+
+/// The tracing target of this file's events.
+const TARGET: &str = "leasehold::zookeeper";
+
+/// What a client asks of its ZooKeeper sessions.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    /// The session timeout asked for (ZooKeeper may grant less or more).
+    pub(crate) timeout: Duration,
+    /// How long one connection attempt may take.
+    pub(crate) connection_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            timeout: DEFAULT_TIMEOUT,
+            connection_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A client's ZooKeeper side: where it connects, where its locks live, and its current session.
+pub(crate) struct ZkStore {
+    target: Target,
+    /// The URL as shown in errors and logs: password hidden.
+    shown: Arc<str>,
+    pub(crate) prefix: String,
+    /// `CHROOT/PREFIX`: the node every lock of the client lives under.
+    root: String,
+    options: Options,
+    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The releases running in the background (dropped guards), for [`Client::flush_releases`].
+    background: Arc<Background>,
+}
+
+#[derive(Default)]
+struct Background {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// What a guard of a ZooKeeper grant needs to release it: the session its node belongs to, and the grant.
+pub(crate) struct ZkHold {
+    shown: Arc<str>,
+    session: Arc<Session>,
+    grant: Grant,
+    background: Arc<Background>,
+}
+
+impl std::fmt::Debug for ZkStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkStore")
+            .field("url", &self.shown)
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZkStore {
+    /// Connects: opens the first session now, so that an unreachable ensemble or refused credentials fail here and
+    /// not at the first lock.
+    pub(crate) async fn connect(
+        url: &str,
+        prefix: String,
+        options: Options,
+    ) -> Result<ZkStore, Error> {
+        let target = super::url::parse_url(url).map_err(|e| InvalidArgument::BadUrl(e.to_string()))?;
+        let shown: Arc<str> = super::url::redacted(url).into();
+        let root = format!("{}/{prefix}", target.chroot);
+        check_path(&root).map_err(|_| InvalidArgument::BadPrefix(prefix.clone()))?;
+        let store = ZkStore {
+            target,
+            shown,
+            prefix,
+            root,
+            options,
+            session: tokio::sync::Mutex::new(None),
+            background: Arc::default(),
+        };
+        let session = store.session().await.map_err(|e| store.error(e))?;
+        // A session needs no permission; reading the root does, so refused credentials fail here.
+        let readable = session
+            .shared
+            .call("permission check", session.shared.client.check_stat(&store.root))
+            .await;
+        readable.map_err(|e| store.error(e))?;
+        tracing::debug!(target: TARGET, url = %store.shown, session = format_args!("{:x}", session.id()), timeout = ?session.timeout(), "ZooKeeper session opened");
+        Ok(store)
+    }
+
+    fn error(&self, e: ZkError) -> Error {
+        store_error(&self.shown, e)
+    }
+
+    /// The live session, or a new one when the last one was lost.
+    async fn session(&self) -> Result<Arc<Session>, ZkError> {
+        let mut current = self.session.lock().await;
+        if let Some(session) = current.as_ref() {
+            if session.loss().is_none() {
+                return Ok(Arc::clone(session));
+            }
+        }
+        let digest = self.target.digest.as_deref().map(str::as_bytes);
+        let session = Arc::new(
+            Session::connect(
+                &self.target.servers,
+                self.options.timeout,
+                digest,
+                self.options.connection_timeout,
+            )
+            .await?,
+        );
+        if current.is_some() {
+            tracing::info!(target: TARGET, session = format_args!("{:x}", session.id()), "the ZooKeeper session was lost; opened a new one");
+        }
+        *current = Some(Arc::clone(&session));
+        Ok(session)
+    }
+
+    /// Grants the current session follows now.
+    pub(crate) fn kept_leases(&self) -> usize {
+        self.session
+            .try_lock()
+            .ok()
+            .and_then(|s| s.as_ref().map(|s| s.shared.following()))
+            .unwrap_or(0)
+    }
+
+    /// The node of lock `name`: `ROOT/NAME`; an error when that is not a path ZooKeeper takes.
+    fn path(&self, name: &str) -> Result<String, Error> {
+        let path = format!("{}/{name}", self.root);
+        check_path(&path).map_err(|why| InvalidArgument::BadName {
+            name: name.chars().take(64).collect(),
+            why,
+        })?;
+        Ok(path)
+    }
+
+    /// Waits as `wait` says until the lock of `keys` admits `kind`, storing `hold` in the grant's node, and returns
+    /// the grant's guard.
+    pub(crate) async fn acquire(
+        &self,
+        client: &Client,
+        keys: Arc<LockKeys>,
+        kind: Kind,
+        hold: String,
+        wait: Wait,
+        fail_fast: bool,
+    ) -> Result<Guard, Error> {
+        let path = self.path(keys.name())?;
+        let waits = matches!(wait, Wait::Until(_));
+        let attempt = || async {
+            let session = self.session().await?;
+            match session.grant(&path, kind, &hold, waits).await? {
+                Some(grant) => self
+                    .hold(client, &keys, hold.clone(), session, grant)
+                    .map(Some),
+                None => Ok(None),
+            }
+        };
+        crate::backend::until_granted(keys.name(), wait, fail_fast, attempt, ZkError::passes, |e| {
+            self.error(e)
+        })
+        .await
+    }
+
+    /// The guard of a grant: a lease that follows the session from its last answered `sync`, and a watch on the
+    /// grant's node that ends the lease as [`LossReason::Gone`] when someone else deletes it. An error when the session
+    /// was lost by then: the grant is given back and the wait goes on.
+    fn hold(
+        &self,
+        client: &Client,
+        keys: &Arc<LockKeys>,
+        hold: String,
+        session: Arc<Session>,
+        grant: Grant,
+    ) -> Result<Guard, ZkError> {
+        let validity = session.shared.validity;
+        let (sent, round) = session.shared.acked();
+        let lease = LeaseShared::new(Arc::clone(keys), hold, grant.fence(), validity, sent, validity, round);
+        let following = session.shared.follow(&lease);
+        tokio::spawn(watch_node(
+            session.shared.client.clone(),
+            grant.node.clone(),
+            Arc::downgrade(&lease),
+        ));
+        let guard = Guard::on_session(
+            client.clone(),
+            Lease {
+                shared: Arc::clone(&lease),
+            },
+            crate::backend::SessionHold::ZooKeeper(ZkHold {
+                shown: Arc::clone(&self.shown),
+                session: Arc::clone(&session),
+                grant,
+                background: Arc::clone(&self.background),
+            }),
+        );
+        if !following || !guard.is_held() {
+            drop(guard);
+            return Err(ZkError::SessionLost(
+                session.loss().unwrap_or(SessionLoss::Expired),
+            ));
+        }
+        crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&lease.token), debug, lock = %keys.name(), hold = %crate::engine::trace::words(&lease.token), fence = lease.fence.get(), "granted");
+        Ok(guard)
+    }
+
+    /// The lock's state: its contenders in queue order, each admitted or waiting by the rules.
+    pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
+        let path = self.path(name)?;
+        let session = self.session().await.map_err(|e| self.error(e))?;
+        let shared = &session.shared;
+        let children = match shared.call("inspect", shared.client.list_children(&path)).await {
+            Ok(children) => children,
+            Err(ZkError::ZooKeeper {
+                source: zookeeper_client::Error::NoNode,
+                ..
+            }) => Vec::new(),
+            Err(e) => return Err(self.error(e)),
+        };
+        let contenders = queue(&children);
+        let kinds: Vec<Kind> = contenders.iter().map(|c| c.kind).collect();
+        let admitted: Vec<_> = contenders
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| admit(c.kind, &kinds[..*i]) == Admission::Granted)
+            .map(|(_, c)| c)
+            .collect();
+        let reads = futures_util::future::join_all(admitted.iter().map(|c| {
+            let node = format!("{path}/{}", c.name);
+            async move { shared.call("inspect", shared.client.get_data(&node)).await }
+        }))
+        .await;
+        let mut holders = Vec::new();
+        let mut last_fence = None;
+        let mut permits = None;
+        let mut exclusive_is_mutex = true;
+        for (contender, read) in admitted.iter().zip(reads) {
+            // A holder that left between the list and the read is no holder.
+            let Ok((data, stat)) = read else { continue };
+            let value = String::from_utf8_lossy(&data);
+            let (token, mode) = if value.contains(crate::fence::TOKEN_PREFIX) {
+                (crate::fence::token_of(&value).to_owned(), HoldMode::of(&value))
+            } else {
+                // A node leasehold did not write (kazoo's, Curator's): named by its node.
+                let mode = match contender.kind {
+                    Kind::Shared => HoldMode::Read,
+                    _ => HoldMode::Exclusive,
+                };
+                (contender.name.clone(), mode)
+            };
+            if let Kind::Permits(n) = contender.kind {
+                permits = Some(u64::from(n.get()));
+            }
+            if holders.is_empty() {
+                exclusive_is_mutex = !value.starts_with("x ");
+            }
+            last_fence = last_fence.max(Some(Fence::new(stat.czxid.unsigned_abs())));
+            holders.push(Holder {
+                description: description_of(&token).map(str::to_owned),
+                token,
+                mode,
+                remaining: None,
+            });
+        }
+        let kind = holders.first().map(|holder| match holder.mode {
+            HoldMode::Exclusive if exclusive_is_mutex => LockKind::Mutex,
+            mode => mode.kind(),
+        });
+        Ok(LockInfo {
+            name: name.to_owned(),
+            kind,
+            holder: holders.first().cloned(),
+            waiting_clients: (contenders.len() - holders.len()) as u64,
+            holders,
+            last_fence,
+            permits,
+        })
+    }
+
+    /// The held locks whose names match the glob `pattern`: every node under the root with contenders among its
+    /// children, walked breadth first.
+    pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
+        let session = self.session().await.map_err(|e| self.error(e))?;
+        let shared = &session.shared;
+        let mut names = Vec::new();
+        let mut level = vec![String::new()];
+        while !level.is_empty() {
+            let lists = futures_util::future::join_all(level.iter().map(|name| {
+                let node = if name.is_empty() {
+                    self.root.clone()
+                } else {
+                    format!("{}/{name}", self.root)
+                };
+                async move { shared.call("list", shared.client.list_children(&node)).await }
+            }))
+            .await;
+            let mut next = Vec::new();
+            for (name, list) in level.iter().zip(lists) {
+                let children = match list {
+                    Ok(children) => children,
+                    // Reaped between the two reads: nothing there.
+                    Err(ZkError::ZooKeeper {
+                        source: zookeeper_client::Error::NoNode,
+                        ..
+                    }) => continue,
+                    Err(e) => return Err(self.error(e)),
+                };
+                if !name.is_empty() && !queue(&children).is_empty() {
+                    names.push(name.clone());
+                }
+                for child in children.iter().filter(|c| super::kind::contender(c).is_none()) {
+                    next.push(if name.is_empty() {
+                        child.clone()
+                    } else {
+                        format!("{name}/{child}")
+                    });
+                }
+            }
+            level = next;
+        }
+        names.retain(|name| crate::backend::glob_match(pattern.as_bytes(), name.as_bytes()));
+        names.sort();
+        let mut held = Vec::new();
+        for chunk in names.chunks(crate::backend::HELD_LOCKS_CHUNK) {
+            let infos = futures_util::future::join_all(chunk.iter().map(|name| self.inspect(name))).await;
+            for info in infos {
+                let info = info?;
+                if info.holder.is_some() {
+                    held.push(info);
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// Deletes every contender of lock `name` (holders and waiters; not the locks nested under its name), and returns
+    /// the hold of the first, the holder, if there was one.
+    pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
+        let path = self.path(name)?;
+        let session = self.session().await.map_err(|e| self.error(e))?;
+        let shared = &session.shared;
+        let children = match shared.call("force release", shared.client.list_children(&path)).await {
+            Ok(children) => children,
+            Err(ZkError::ZooKeeper {
+                source: zookeeper_client::Error::NoNode,
+                ..
+            }) => return Ok(None),
+            Err(e) => return Err(self.error(e)),
+        };
+        let contenders = queue(&children);
+        let mut first = None;
+        for (i, contender) in contenders.iter().enumerate() {
+            let node = format!("{path}/{}", contender.name);
+            if i == 0 {
+                first = shared
+                    .call("force release", shared.client.get_data(&node))
+                    .await
+                    .ok()
+                    .map(|(data, _)| {
+                        let value = String::from_utf8_lossy(&data).into_owned();
+                        if value.contains(crate::fence::TOKEN_PREFIX) {
+                            crate::fence::token_of(&value).to_owned()
+                        } else {
+                            node.clone()
+                        }
+                    });
+            }
+            match shared.call("force release", shared.client.delete(&node, None)).await {
+                Ok(())
+                | Err(ZkError::ZooKeeper {
+                    source: zookeeper_client::Error::NoNode,
+                    ..
+                }) => {}
+                Err(e) => return Err(self.error(e)),
+            }
+        }
+        Ok(first)
+    }
+
+    /// Waits until every background release has been answered (or given up).
+    pub(crate) async fn settle(&self) {
+        loop {
+            let idle = self.background.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.background.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// Ends `lease` as [`LossReason::Gone`] when the grant's node is deleted by anyone but its own release (which ends
+/// the lease first, so this changes nothing then). The watch holds the session's client only while it is set up.
+async fn watch_node(client: zookeeper_client::Client, node: String, lease: Weak<LeaseShared>) {
+    let watched = client.check_and_watch_stat(&node).await;
+    drop(client);
+    let watcher = match watched {
+        Ok((Some(_), watcher)) => watcher,
+        // Gone already.
+        Ok((None, _)) => {
+            if let Some(lease) = lease.upgrade() {
+                lease.end(LossReason::Gone);
+            }
+            return;
+        }
+        // The session's own loss ends the lease.
+        Err(_) => return,
+    };
+    let event = watcher.changed().await;
+    if event.event_type == EventType::NodeDeleted {
+        if let Some(lease) = lease.upgrade() {
+            if lease.end(LossReason::Gone) {
+                tracing::debug!(target: TARGET, %node, "ZooKeeper lock node deleted");
+            }
+        }
+    }
+}
+
+impl ZkHold {
+    /// Whether the session the node belongs to is lost (its node is gone, or goes with the session).
+    pub(crate) fn session_lost(&self) -> bool {
+        self.session.loss().is_some()
+    }
+
+    /// Deletes the grant's node: true when it was there.
+    pub(crate) async fn release(&self) -> Result<bool, Error> {
+        self.session
+            .release(&self.grant)
+            .await
+            .map_err(|e| store_error(&self.shown, e))
+    }
+
+    /// Releases in the background (a dropped guard); without a runtime the node goes with the session.
+    pub(crate) fn release_in_background(self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.background.running.fetch_add(1, Ordering::AcqRel);
+        runtime.spawn(async move {
+            if let Err(e) = self.release().await {
+                tracing::debug!(target: TARGET, node = %self.grant.node, error = %e, "a background release failed; the node goes with the session");
+            }
+            if self.background.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                self.background.idle.notify_waiters();
+            }
+        });
+    }
+}
+
+/// The crate's error for an error of the recipe.
+pub(crate) fn store_error(url: &str, e: ZkError) -> Error {
+    match e {
+        ZkError::Entropy(why) => Error::Entropy(why),
+        e => Error::Store {
+            store: "zookeeper",
+            url: url.to_owned(),
+            source: Box::new(e),
+        },
+    }
+}
