@@ -18,6 +18,8 @@
 //! - [`etcd`]: [`EtcdServer`] (one member) and [`EtcdCluster`] (three) run private `etcd` members on free ports of
 //!   127.0.0.1 with their data in temporary directories; they kill, restart, pause and resume members on demand,
 //!   name the leader, and print the members' logs when dropped during a panic.
+//! - [`zookeeper`]: [`ZkServer`] (standalone) and [`ZkEnsemble`] (three) run private ZooKeeper servers the same way,
+//!   and show ZooKeeper's own view of sessions and ephemeral nodes; [`kazoo_python`] is a Python with the kazoo client.
 //! - [`proxy`]: [`TcpProxy`] forwards TCP between a client and Redis and can turn into a black
 //!   hole (bytes read and dropped, nothing closed) or reset every connection. This is how tests
 //!   cut a lock holder off from Redis without it noticing at once.
@@ -63,6 +65,7 @@ pub mod sequence;
 pub mod server;
 mod temp;
 pub mod tls;
+pub mod zookeeper;
 
 pub use cluster::{slot_of, RedisCluster};
 pub use etcd::{EtcdCluster, EtcdServer};
@@ -78,3 +81,4 @@ pub use sentinel::SentinelSet;
 pub use server::{assert_exclusive_sections, RedisServer};
 pub use temp::TempDir;
 pub use tls::{tls_server_binary, TestCa, TlsRedisServer};
+pub use zookeeper::{kazoo_python, ZkEnsemble, ZkServer};
