@@ -519,7 +519,8 @@ pub struct Holder {
     pub description: Option<String>,
     /// What it holds.
     pub mode: HoldMode,
-    /// The remaining lease on the server, when the key has an expiry.
+    /// The remaining lease on the server, when the key has an expiry (on etcd, the session lease's TTL; `None` on
+    /// ZooKeeper, which does not tell one client how long another's session has left).
     pub remaining: Option<Duration>,
 }
 

@@ -15,8 +15,8 @@ pub async fn the_capabilities_column_holds(store: &mut Store) {
     let many = a.semaphore("pool", 3).try_acquire_many(2).await;
     let writer = a.rw_lock("doc").write().await.unwrap();
     let downgraded = writer.downgrade().await;
-    if store.is_etcd() {
-        // Leases follow the session: no fixed lease, no extension; one key per grant: no atomic multi-permit grant
+    if store.has_sessions() {
+        // Leases follow the session: no fixed lease, no extension; one entry per grant: no atomic multi-permit grant
         // or downgrade.
         for outcome in [fixed.map(drop), many.map(drop), downgraded.map(drop)] {
             assert!(

@@ -1,5 +1,5 @@
 //! The conformance suite: the same tests, written against the public API only, on every store leasehold supports
-//! (one Redis server, one etcd member; each started once for the binary, the tests run in sequence on it, each under
+//! (one Redis server, one etcd member, one ZooKeeper server; each started once for the binary, the tests run in sequence on it, each under
 //! a lock prefix of its own). A behaviour that differs by store is in the store's own test binary, or in
 //! `caps::the_capabilities_column_holds`, which checks each store's column of the contract.
 //!
@@ -16,18 +16,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use leasehold::Client;
-use leasehold_tests::{EtcdServer, RedisServer, TcpProxy};
+use leasehold_tests::{EtcdServer, RedisServer, TcpProxy, ZkServer};
 
 /// The bound on anything a test awaits that should happen.
 pub const EVENT: Duration = Duration::from_secs(15);
 
-/// The shortest lease both stores grant (etcd's shortest lease is 2 s): the lease of the loss tests.
+/// The shortest lease every store grants (etcd's shortest lease is 2 s): the lease of the loss tests (on etcd and
+/// ZooKeeper, the session's).
 pub const SHORT: Duration = Duration::from_secs(2);
 
 /// One store under test.
 pub enum Store {
     Redis(RedisServer),
     Etcd(EtcdServer),
+    ZooKeeper(ZkServer),
 }
 
 static PREFIXES: AtomicU64 = AtomicU64::new(0);
@@ -37,11 +39,13 @@ impl Store {
         match self {
             Store::Redis(_) => "redis",
             Store::Etcd(_) => "etcd",
+            Store::ZooKeeper(_) => "zookeeper",
         }
     }
 
-    pub fn is_etcd(&self) -> bool {
-        matches!(self, Store::Etcd(_))
+    /// Whether every grant of a client lives in one session (etcd, ZooKeeper), not in a lease of its own.
+    pub fn has_sessions(&self) -> bool {
+        !matches!(self, Store::Redis(_))
     }
 
     /// The server's address, for a proxy in front of it.
@@ -49,6 +53,7 @@ impl Store {
         match self {
             Store::Redis(server) => server.addr(),
             Store::Etcd(server) => server.endpoint().parse().unwrap(),
+            Store::ZooKeeper(server) => server.addr(),
         }
     }
 
@@ -57,6 +62,7 @@ impl Store {
         match self {
             Store::Redis(_) => format!("redis://{addr}"),
             Store::Etcd(_) => format!("etcd://{addr}"),
+            Store::ZooKeeper(_) => format!("zk://{addr}"),
         }
     }
 
@@ -70,11 +76,11 @@ impl Store {
         self.client_at(self.addr(), prefix).await
     }
 
-    /// A client under `prefix` whose leases are [`SHORT`] (on etcd, its session's TTL; on Redis, give each lock
-    /// handle `.ttl(SHORT)`), through `addr`.
+    /// A client under `prefix` whose leases are [`SHORT`] (on etcd and ZooKeeper, its session's; on Redis, give each
+    /// lock handle `.ttl(SHORT)`), through `addr`.
     pub async fn client_at(&self, addr: SocketAddr, prefix: &str) -> Client {
         let mut builder = Client::builder(&self.url_at(addr)).unwrap().prefix(prefix);
-        if self.is_etcd() {
+        if self.has_sessions() {
             builder = builder.session_ttl(SHORT);
         }
         builder.connect().await.unwrap()
@@ -114,6 +120,7 @@ fn main() {
     let stores: &[leasehold_tests::sequence::Topology<Store>] = &[
         ("redis", || Store::Redis(RedisServer::start())),
         ("etcd", || Store::Etcd(EtcdServer::start())),
+        ("zookeeper", || Store::ZooKeeper(ZkServer::start())),
     ];
     // Every test uses a prefix of its own and leaves nothing behind that another test could see.
     leasehold_tests::sequence::run_on_each(stores, TESTS, |_| {});

@@ -92,9 +92,6 @@ mod tests {
             admit(permits(2), &[permits(2), permits(2)]),
             Admission::WaitForAny
         );
-        assert_eq!(
-            admit(permits(2), &[Kind::Exclusive]),
-            Admission::WaitForAny
-        );
+        assert_eq!(admit(permits(2), &[Kind::Exclusive]), Admission::WaitForAny);
     }
 }

@@ -235,7 +235,11 @@ impl Store {
         match self {
             Store::Redis(inner) => redis::kinds::lock_as(inner, handle, keys, token).await,
             #[cfg(any(feature = "etcd", feature = "zookeeper"))]
-            _ => Err(not_on(self.label(), "a nested hold by token (`lock_as`)", keys.name())),
+            _ => Err(not_on(
+                self.label(),
+                "a nested hold by token (`lock_as`)",
+                keys.name(),
+            )),
         }
     }
 
@@ -352,7 +356,10 @@ async fn on_session_store(
     let (client, fail_fast) = (handle.client, handle.fail_fast);
     match store {
         #[cfg(feature = "etcd")]
-        Store::Etcd(etcd) => etcd.acquire(client, keys, kind, hold, wait, fail_fast).await,
+        Store::Etcd(etcd) => {
+            etcd.acquire(client, keys, kind, hold, wait, fail_fast)
+                .await
+        }
         #[cfg(feature = "zookeeper")]
         Store::ZooKeeper(zk) => zk.acquire(client, keys, kind, hold, wait, fail_fast).await,
         Store::Redis(_) => Err(not_on(store.label(), "a session", keys.name())),
@@ -476,11 +483,16 @@ mod tests {
         use admission::Kind;
         assert_eq!(kind_of_tag("etcd", "x", 0, "l").unwrap(), Kind::Exclusive);
         assert_eq!(kind_of_tag("etcd", "r", 0, "l").unwrap(), Kind::Shared);
-        assert!(matches!(kind_of_tag("etcd", "s1", 3, "l").unwrap(), Kind::Permits(n) if n.get() == 3));
+        assert!(
+            matches!(kind_of_tag("etcd", "s1", 3, "l").unwrap(), Kind::Permits(n) if n.get() == 3)
+        );
         for (tag, why) in [("s2", "several permits at once"), ("n", "a nested hold")] {
             match kind_of_tag("ZooKeeper", tag, 3, "l") {
                 Err(Error::Unsupported { detail }) => {
-                    assert!(detail.contains(why) && detail.ends_with("not available on ZooKeeper"), "{detail}")
+                    assert!(
+                        detail.contains(why) && detail.ends_with("not available on ZooKeeper"),
+                        "{detail}"
+                    )
                 }
                 other => panic!("{tag}: {other:?}"),
             }

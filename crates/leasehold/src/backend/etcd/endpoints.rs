@@ -15,8 +15,8 @@ use etcd_client::{Client, ConnectOptions};
 use tonic::Code;
 
 use super::EtcdError;
-pub(crate) use crate::backend::url::redacted;
 use crate::backend::url::percent_decoded;
+pub(crate) use crate::backend::url::redacted;
 
 /// The scheme of an etcd URL, and of one over TLS.
 const SCHEME: &str = "etcd://";

@@ -4,8 +4,8 @@
 use std::fmt;
 
 use super::EtcdError;
-pub use crate::backend::admission::Kind;
 use crate::backend::admission::Admission as Rule;
+pub use crate::backend::admission::Kind;
 
 /// The longest lock path accepted, in bytes.
 pub const MAX_PATH_LEN: usize = 1024;
@@ -134,7 +134,11 @@ mod tests {
             "l/7/lh1.s.1",
             "l/7/lh2.s.0000000000000001",
         ] {
-            assert_eq!(key_kind(p, foreign.as_bytes()), Kind::Exclusive, "{foreign}");
+            assert_eq!(
+                key_kind(p, foreign.as_bytes()),
+                Kind::Exclusive,
+                "{foreign}"
+            );
         }
     }
 

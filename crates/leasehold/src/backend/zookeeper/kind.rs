@@ -45,21 +45,21 @@ pub(crate) fn contender(name: &str) -> Option<Contender> {
     let split = name.len().checked_sub(SEQUENCE_LEN)?;
     let (head, digits) = (name.get(..split)?, name.get(split..)?);
     let sequence: i32 = digits.parse().ok()?;
-    let kind = if head.ends_with("__lock__") || head.ends_with("-lock-") || head.ends_with("__WRIT__")
-    {
-        Kind::Exclusive
-    } else if head.ends_with("__rlock__") || head.ends_with("__READ__") {
-        Kind::Shared
-    } else if let Some(rest) = head.strip_suffix("__sem__") {
-        // Only leasehold writes this marker; one it cannot read counts as exclusive.
-        rest.strip_prefix(MARK)
-            .and_then(|r| r.strip_prefix('p'))
-            .and_then(|r| r.split_once('-'))
-            .and_then(|(n, _)| n.parse::<NonZeroU32>().ok())
-            .map_or(Kind::Exclusive, Kind::Permits)
-    } else {
-        return None;
-    };
+    let kind =
+        if head.ends_with("__lock__") || head.ends_with("-lock-") || head.ends_with("__WRIT__") {
+            Kind::Exclusive
+        } else if head.ends_with("__rlock__") || head.ends_with("__READ__") {
+            Kind::Shared
+        } else if let Some(rest) = head.strip_suffix("__sem__") {
+            // Only leasehold writes this marker; one it cannot read counts as exclusive.
+            rest.strip_prefix(MARK)
+                .and_then(|r| r.strip_prefix('p'))
+                .and_then(|r| r.split_once('-'))
+                .and_then(|(n, _)| n.parse::<NonZeroU32>().ok())
+                .map_or(Kind::Exclusive, Kind::Permits)
+        } else {
+            return None;
+        };
     Some(Contender {
         name: name.to_owned(),
         sequence,
@@ -99,23 +99,14 @@ mod tests {
     fn kazoo_and_curator_nodes_take_part_and_others_do_not() {
         let read = |name: &str| contender(name).map(|c| (c.kind, c.sequence));
         // kazoo's Lock, ReadLock; Curator's mutex and read-write lock.
-        assert_eq!(
-            read("3f2a9c__lock__0000000007"),
-            Some((Kind::Exclusive, 7))
-        );
+        assert_eq!(read("3f2a9c__lock__0000000007"), Some((Kind::Exclusive, 7)));
         assert_eq!(read("3f2a9c__rlock__0000000008"), Some((Kind::Shared, 8)));
-        assert_eq!(
-            read("_c_9b1e-lock-0000000009"),
-            Some((Kind::Exclusive, 9))
-        );
+        assert_eq!(read("_c_9b1e-lock-0000000009"), Some((Kind::Exclusive, 9)));
         assert_eq!(
             read("_c_9b1e-__WRIT__0000000010"),
             Some((Kind::Exclusive, 10))
         );
-        assert_eq!(
-            read("_c_9b1e-__READ__0000000011"),
-            Some((Kind::Shared, 11))
-        );
+        assert_eq!(read("_c_9b1e-__READ__0000000011"), Some((Kind::Shared, 11)));
         // A semaphore marker without a count it can read holds others back as a writer would.
         assert_eq!(
             read("lh1-px-00000000000000ab__sem__0000000012"),

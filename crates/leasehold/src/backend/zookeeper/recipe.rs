@@ -107,7 +107,8 @@ impl Cleanup {
             };
             for child in children.iter().filter(|c| c.starts_with(&self.prefix)) {
                 let node = format!("{}/{child}", self.path);
-                let deleted = tokio::time::timeout(self.pause, self.client.delete(&node, None)).await;
+                let deleted =
+                    tokio::time::timeout(self.pause, self.client.delete(&node, None)).await;
                 tracing::debug!(%node, ?deleted, "deleted an abandoned ZooKeeper lock node");
             }
         }
@@ -248,7 +249,10 @@ async fn find_own(
     prefix: &str,
 ) -> Result<Option<(String, i64)>, ZkError> {
     let children = match session
-        .call("list after a lost create", session.client.list_children(path))
+        .call(
+            "list after a lost create",
+            session.client.list_children(path),
+        )
         .await
     {
         Ok(children) => children,
@@ -258,7 +262,10 @@ async fn find_own(
     for child in children.iter().filter(|c| c.starts_with(prefix)) {
         let node = format!("{path}/{child}");
         let stat = session
-            .call("read a node after a lost create", session.client.check_stat(&node))
+            .call(
+                "read a node after a lost create",
+                session.client.check_stat(&node),
+            )
             .await?;
         if let Some(stat) = stat.filter(|s| s.ephemeral_owner == session.id) {
             return Ok(Some((child.clone(), stat.czxid)));
@@ -278,7 +285,10 @@ async fn check(
     let children = session
         .call("admission check", session.client.list_children(path))
         .await?;
-    for twin in children.iter().filter(|c| c.starts_with(prefix) && *c != name) {
+    for twin in children
+        .iter()
+        .filter(|c| c.starts_with(prefix) && *c != name)
+    {
         release(session, &format!("{path}/{twin}")).await?;
     }
     let mut contenders = queue(&children);

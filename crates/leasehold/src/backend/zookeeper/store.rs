@@ -94,7 +94,8 @@ impl ZkStore {
         prefix: String,
         options: Options,
     ) -> Result<ZkStore, Error> {
-        let target = super::url::parse_url(url).map_err(|e| InvalidArgument::BadUrl(e.to_string()))?;
+        let target =
+            super::url::parse_url(url).map_err(|e| InvalidArgument::BadUrl(e.to_string()))?;
         let shown: Arc<str> = super::url::redacted(url).into();
         let root = format!("{}/{prefix}", target.chroot);
         check_path(&root).map_err(|_| InvalidArgument::BadPrefix(prefix.clone()))?;
@@ -111,7 +112,10 @@ impl ZkStore {
         // A session needs no permission; reading the root does, so refused credentials fail here.
         let readable = session
             .shared
-            .call("permission check", session.shared.client.check_stat(&store.root))
+            .call(
+                "permission check",
+                session.shared.client.check_stat(&store.root),
+            )
             .await;
         readable.map_err(|e| store.error(e))?;
         tracing::debug!(target: TARGET, url = %store.shown, session = format_args!("{:x}", session.id()), timeout = ?session.timeout(), "ZooKeeper session opened");
@@ -188,9 +192,14 @@ impl ZkStore {
                 None => Ok(None),
             }
         };
-        crate::backend::until_granted(keys.name(), wait, fail_fast, attempt, ZkError::passes, |e| {
-            self.error(e)
-        })
+        crate::backend::until_granted(
+            keys.name(),
+            wait,
+            fail_fast,
+            attempt,
+            ZkError::passes,
+            |e| self.error(e),
+        )
         .await
     }
 
@@ -207,7 +216,15 @@ impl ZkStore {
     ) -> Result<Guard, ZkError> {
         let validity = session.shared.validity;
         let (sent, round) = session.shared.acked();
-        let lease = LeaseShared::new(Arc::clone(keys), hold, grant.fence(), validity, sent, validity, round);
+        let lease = LeaseShared::new(
+            Arc::clone(keys),
+            hold,
+            grant.fence(),
+            validity,
+            sent,
+            validity,
+            round,
+        );
         let following = session.shared.follow(&lease);
         tokio::spawn(watch_node(
             session.shared.client.clone(),
@@ -241,7 +258,10 @@ impl ZkStore {
         let path = self.path(name)?;
         let session = self.session().await.map_err(|e| self.error(e))?;
         let shared = &session.shared;
-        let children = match shared.call("inspect", shared.client.list_children(&path)).await {
+        let children = match shared
+            .call("inspect", shared.client.list_children(&path))
+            .await
+        {
             Ok(children) => children,
             Err(ZkError::ZooKeeper {
                 source: zookeeper_client::Error::NoNode,
@@ -271,7 +291,10 @@ impl ZkStore {
             let Ok((data, stat)) = read else { continue };
             let value = String::from_utf8_lossy(&data);
             let (token, mode) = if value.contains(crate::fence::TOKEN_PREFIX) {
-                (crate::fence::token_of(&value).to_owned(), HoldMode::of(&value))
+                (
+                    crate::fence::token_of(&value).to_owned(),
+                    HoldMode::of(&value),
+                )
             } else {
                 // A node leasehold did not write (kazoo's, Curator's): named by its node.
                 let mode = match contender.kind {
@@ -323,7 +346,11 @@ impl ZkStore {
                 } else {
                     format!("{}/{name}", self.root)
                 };
-                async move { shared.call("list", shared.client.list_children(&node)).await }
+                async move {
+                    shared
+                        .call("list", shared.client.list_children(&node))
+                        .await
+                }
             }))
             .await;
             let mut next = Vec::new();
@@ -340,7 +367,10 @@ impl ZkStore {
                 if !name.is_empty() && !queue(&children).is_empty() {
                     names.push(name.clone());
                 }
-                for child in children.iter().filter(|c| super::kind::contender(c).is_none()) {
+                for child in children
+                    .iter()
+                    .filter(|c| super::kind::contender(c).is_none())
+                {
                     next.push(if name.is_empty() {
                         child.clone()
                     } else {
@@ -354,7 +384,8 @@ impl ZkStore {
         names.sort();
         let mut held = Vec::new();
         for chunk in names.chunks(crate::backend::HELD_LOCKS_CHUNK) {
-            let infos = futures_util::future::join_all(chunk.iter().map(|name| self.inspect(name))).await;
+            let infos =
+                futures_util::future::join_all(chunk.iter().map(|name| self.inspect(name))).await;
             for info in infos {
                 let info = info?;
                 if info.holder.is_some() {
@@ -371,7 +402,10 @@ impl ZkStore {
         let path = self.path(name)?;
         let session = self.session().await.map_err(|e| self.error(e))?;
         let shared = &session.shared;
-        let children = match shared.call("force release", shared.client.list_children(&path)).await {
+        let children = match shared
+            .call("force release", shared.client.list_children(&path))
+            .await
+        {
             Ok(children) => children,
             Err(ZkError::ZooKeeper {
                 source: zookeeper_client::Error::NoNode,
@@ -397,7 +431,10 @@ impl ZkStore {
                         }
                     });
             }
-            match shared.call("force release", shared.client.delete(&node, None)).await {
+            match shared
+                .call("force release", shared.client.delete(&node, None))
+                .await
+            {
                 Ok(())
                 | Err(ZkError::ZooKeeper {
                     source: zookeeper_client::Error::NoNode,

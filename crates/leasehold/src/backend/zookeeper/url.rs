@@ -93,7 +93,9 @@ pub(crate) fn check_path(path: &str) -> Result<(), &'static str> {
             || ('\u{fff0}'..='\u{ffff}').contains(&c)
     };
     if path.chars().any(refused) {
-        return Err("a control character, or one ZooKeeper reserves (U+E000–U+F8FF, U+FFF0–U+FFFF)");
+        return Err(
+            "a control character, or one ZooKeeper reserves (U+E000–U+F8FF, U+FFF0–U+FFFF)",
+        );
     }
     Ok(())
 }
@@ -133,7 +135,14 @@ mod tests {
     fn paths_follow_zookeepers_rules() {
         assert!(check_path("/leasehold/orders:42").is_ok());
         assert!(check_path("/leasehold/jobs/nightly").is_ok());
-        for bad in ["leasehold", "/a/", "/a//b", "/a/./b", "/a/\u{0}", "/a/\u{fff5}"] {
+        for bad in [
+            "leasehold",
+            "/a/",
+            "/a//b",
+            "/a/./b",
+            "/a/\u{0}",
+            "/a/\u{fff5}",
+        ] {
             assert!(check_path(bad).is_err(), "{bad:?}");
         }
     }
