@@ -4,7 +4,8 @@
 //! leasehold-worker count URL NAME SECTIONS        # SECTIONS critical sections: a non-atomic counter increment
 //! leasehold-worker count-on URL DATA NAME SECTIONS  # the same, the lock on URL (a cluster), the data on DATA
 //! leasehold-worker quorum-count URL,URL,… DATA NAME SECTIONS  # the same on a quorum of independent servers
-//! leasehold-worker hold URL NAME TTL_MS           # acquire, print "acquired FENCE", then hold until killed
+//! leasehold-worker hold URL NAME TTL_MS           # acquire, print "acquired FENCE", then hold until killed (on
+//!                                             # etcd and ZooKeeper TTL_MS is the session's)
 //! leasehold-worker hold-then-write URL NAME TTL_MS  # acquire, print "acquired FENCE", wait for a stdin line,
 //!                                             # then print "held=BOOL" and try a fenced write: "write=0|1"
 //! leasehold-worker drop-at-end URL NAME current|multi  # acquire (30 s lease), print "acquired FENCE", and let `main`
@@ -273,7 +274,15 @@ async fn quorum_count(urls: &str, data: &str, name: &str, sections: u32) -> Resu
 }
 
 async fn hold(url: &str, name: &str, ttl_ms: u64, then_write: bool) -> Result<()> {
-    let locks = leasehold::Client::connect(url).await?;
+    // On a store with sessions the lease is the session's: TTL_MS sets it (whole seconds on etcd).
+    let locks = if url.starts_with("redis") || url.starts_with("unix") {
+        leasehold::Client::connect(url).await?
+    } else {
+        leasehold::Client::builder(url)?
+            .session_ttl(Duration::from_millis(ttl_ms))
+            .connect()
+            .await?
+    };
     let guard = locks
         .mutex(name)
         .ttl(Duration::from_millis(ttl_ms))

@@ -73,11 +73,13 @@ impl ZkError {
     }
 }
 
-/// Errors that say nothing about the request itself: the connection, or the server's load.
+/// Errors that say nothing about the request itself: the connection, or the server's load. The client reports a
+/// connection that broke under a request (reset, closed, silent past its timeout) as a custom error carrying the
+/// I/O error.
 pub(crate) fn is_transient(e: &zookeeper_client::Error) -> bool {
     use zookeeper_client::Error as E;
     matches!(
         e,
-        E::ConnectionLoss | E::Timeout | E::Throttled | E::NoHosts | E::SessionMoved
+        E::ConnectionLoss | E::Timeout | E::Throttled | E::NoHosts | E::SessionMoved | E::Custom(_)
     )
 }

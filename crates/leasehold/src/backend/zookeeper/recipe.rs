@@ -256,6 +256,12 @@ async fn find_own(
         .await
     {
         Ok(children) => children,
+        // No lock node yet: the create never got there. No answer: try the create again, and let a late twin be
+        // found by the check.
+        Err(ZkError::ZooKeeper {
+            source: zookeeper_client::Error::NoNode,
+            ..
+        }) => return Ok(None),
         Err(e) if e.passes() && !e.is_lost() => return Ok(None),
         Err(e) => return Err(e),
     };

@@ -1,0 +1,221 @@
+//! Servers killed, paused and restarted while locks are held and waited for; a session cut off until the server
+//! expires it; creates whose answers are lost; many grants on one session.
+
+use std::time::Duration;
+
+use leasehold_tests::{TcpProxy, XorShift, ZkEnsemble, ZkServer};
+use tokio::time::Instant;
+
+use crate::{client, eventually, fresh_prefix, renewed_after, waiters, EVENT};
+
+pub async fn the_leader_killed_under_a_held_and_a_waited_lock(ensemble: &mut ZkEnsemble) {
+    let prefix = fresh_prefix();
+    let url = ensemble.url();
+    let (a, b) = (client(&url, &prefix).await, client(&url, &prefix).await);
+    let held = a.mutex("stock").lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.mutex("stock").lock().await }
+    });
+    waiters(&a, "stock", 1).await;
+    let leader = tokio::task::block_in_place(|| ensemble.leader());
+    let killed_at = Instant::now();
+    tokio::task::block_in_place(|| ensemble.kill(leader));
+    let elected = tokio::task::block_in_place(|| ensemble.leader());
+    assert_ne!(elected, leader);
+    // The session lives on with the new leader: the holder's keep-alives are answered again before its deadline,
+    // and the waiter keeps its place.
+    renewed_after(&held.lease(), killed_at).await;
+    assert!(
+        !waiter.is_finished(),
+        "granted while held: {:?}",
+        waiter.await
+    );
+    let fence = held.fence();
+    held.release().await.unwrap();
+    let next = tokio::time::timeout(EVENT, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(next.fence() > fence);
+    next.release().await.unwrap();
+    tokio::task::block_in_place(|| ensemble.restart(leader));
+}
+
+pub async fn a_paused_server_does_not_stall_the_session(ensemble: &mut ZkEnsemble) {
+    let prefix = fresh_prefix();
+    let a = client(&ensemble.url(), &prefix).await;
+    let held = a.mutex("stall").lock().await.unwrap();
+    // A paused server answers nothing and closes nothing. The client sits on one of the three (chosen at random):
+    // each follower in turn is paused, so a client on either moves to another server before its deadline. (A
+    // paused leader is an election, which the torture covers.)
+    let leader = tokio::task::block_in_place(|| ensemble.leader());
+    for i in (0..3).filter(|&i| i != leader) {
+        let paused_at = Instant::now();
+        tokio::task::block_in_place(|| ensemble.pause(i));
+        renewed_after(&held.lease(), paused_at).await;
+        tokio::task::block_in_place(|| ensemble.resume(i));
+    }
+    held.release().await.unwrap();
+}
+
+pub async fn a_restarted_server_keeps_the_session_and_its_grants(_ensemble: &mut ZkEnsemble) {
+    let mut zk = tokio::task::block_in_place(ZkServer::start);
+    let prefix = fresh_prefix();
+    let (a, b) = (
+        client(&zk.url(), &prefix).await,
+        client(&zk.url(), &prefix).await,
+    );
+    let held = a.mutex("ledger").lock().await.unwrap();
+    let restarted_at = Instant::now();
+    // The server keeps its sessions and nodes on disk: the client reconnects to the same session.
+    tokio::task::block_in_place(|| {
+        zk.kill();
+        zk.restart();
+    });
+    renewed_after(&held.lease(), restarted_at).await;
+    assert!(b.mutex("ledger").try_lock().await.unwrap_err().is_busy());
+    held.release().await.unwrap();
+    b.mutex("ledger")
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+pub async fn the_loss_signal_fires_before_the_server_expires_the_session(
+    _ensemble: &mut ZkEnsemble,
+) {
+    let zk = tokio::task::block_in_place(ZkServer::start);
+    let proxy = TcpProxy::start(zk.addr()).await;
+    let prefix = fresh_prefix();
+    // A short session (the server grants 1 s to 10 s with its 500 ms tick), so the expiry comes soon.
+    let short = |url: String| {
+        let prefix = prefix.clone();
+        async move {
+            leasehold::Client::builder(&url)
+                .unwrap()
+                .prefix(prefix)
+                .session_ttl(Duration::from_secs(2))
+                .connect()
+                .await
+                .unwrap()
+        }
+    };
+    let a = short(format!("zk://{}", proxy.addr())).await;
+    let b = crate::client(&zk.url(), &prefix).await;
+    for round in 0..3 {
+        let held = a.mutex("expiry").lock().await.unwrap();
+        let lost = tokio::spawn({
+            let lease = held.lease();
+            async move {
+                let reason = lease.lost().await;
+                (reason, Instant::now())
+            }
+        });
+        let granted = tokio::spawn({
+            let b = b.clone();
+            async move {
+                let guard = b.mutex("expiry").lock().await.unwrap();
+                (guard, Instant::now())
+            }
+        });
+        waiters(&b, "expiry", 1).await;
+        let cut_at = Instant::now();
+        proxy.blackhole();
+        let (reason, lost_at) = tokio::time::timeout(EVENT, lost).await.unwrap().unwrap();
+        assert_eq!(reason, leasehold::LossReason::Expired);
+        // Only the server's expiry of the session deletes the holder's node and lets the waiter in.
+        let (next, granted_at) = tokio::time::timeout(EVENT, granted).await.unwrap().unwrap();
+        assert!(
+            lost_at < granted_at,
+            "round {round}: the waiter was granted {:?} before the holder was told",
+            lost_at - granted_at
+        );
+        assert!(next.fence() > held.fence());
+        println!(
+            "round {round}: cut at 0, loss signal at {:?}, next grant at {:?} (margin {:?})",
+            lost_at - cut_at,
+            granted_at - cut_at,
+            granted_at - lost_at
+        );
+        assert!(held.release().await.unwrap_err().is_lost());
+        next.release().await.unwrap();
+        proxy.restore();
+    }
+}
+
+pub async fn creates_whose_answer_is_lost_leave_one_node_each(_ensemble: &mut ZkEnsemble) {
+    let zk = tokio::task::block_in_place(ZkServer::start);
+    let proxy = TcpProxy::start(zk.addr()).await;
+    let prefix = fresh_prefix();
+    let a = client(&format!("zk://{}", proxy.addr()), &prefix).await;
+    let b = client(&zk.url(), &prefix).await;
+    let mut rng = XorShift::new(0x2f6b_c11e);
+    for i in 0..20 {
+        let name = format!("create:{i}");
+        let acquire = tokio::spawn({
+            let (a, name) = (a.clone(), name.clone());
+            async move { a.mutex(&name).lock().await }
+        });
+        // Every connection through the proxy is reset somewhere between sending the create and reading its answer
+        // (or before or after: the point is random).
+        tokio::time::sleep(rng.between(Duration::ZERO, Duration::from_millis(8))).await;
+        proxy.cut_all();
+        let guard = tokio::time::timeout(EVENT, acquire)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        // One node per grant: a second one would be a waiter behind the first.
+        let info = b.inspect(&name).await.unwrap();
+        assert_eq!(
+            (info.holders.len(), info.waiting_clients),
+            (1, 0),
+            "{name}: {info:?}"
+        );
+        assert_eq!(info.last_fence, Some(guard.fence()));
+        guard.release().await.unwrap();
+        let info = b.inspect(&name).await.unwrap();
+        assert!(
+            info.holder.is_none() && info.waiting_clients == 0,
+            "{name}: {info:?}"
+        );
+    }
+    // Nothing of the client's session is left on the server.
+    let left = tokio::task::block_in_place(|| zk.ephemerals());
+    assert!(!left.contains("create:"), "{left}");
+}
+
+pub async fn a_thousand_grants_follow_one_session(ensemble: &mut ZkEnsemble) {
+    let prefix = fresh_prefix();
+    let locks = client(&ensemble.url(), &prefix).await;
+    let mut guards = Vec::new();
+    for batch in 0..10 {
+        let mutexes: Vec<_> = (0..100)
+            .map(|i| locks.mutex(&format!("many:{batch}:{i}")))
+            .collect();
+        let acquired = futures_util::future::join_all(mutexes.iter().map(|m| m.try_lock())).await;
+        guards.extend(acquired.into_iter().map(Result::unwrap));
+    }
+    assert_eq!(locks.kept_leases(), 1000);
+    // Every grant is renewed by keep-alives sent after this instant.
+    let now = Instant::now();
+    for guard in &guards {
+        renewed_after(&guard.lease(), now).await;
+    }
+    while !guards.is_empty() {
+        let batch: Vec<_> = guards.drain(..guards.len().min(100)).collect();
+        for released in futures_util::future::join_all(batch.into_iter().map(|g| g.release())).await
+        {
+            released.unwrap();
+        }
+    }
+    eventually("every grant released", || async {
+        locks.held_locks("many:*").await.unwrap().is_empty()
+    })
+    .await;
+}
