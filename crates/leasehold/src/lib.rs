@@ -1,4 +1,4 @@
-//! A distributed lock on Redis (or etcd) that is correct under the failures that break the others: fencing tokens on every
+//! A distributed lock on Redis (or etcd, or ZooKeeper) that is correct under the failures that break the others: fencing tokens on every
 //! grant, a lease kept alive in batches and a loss signal that fires *before* the server-side expiry,
 //! event-driven waiting, and cancel-safe acquires.
 //!
@@ -45,7 +45,8 @@
 //! [`Client::connect`] takes a URL: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS, feature `tls`),
 //! `unix:///path`, `redis+cluster://host:port,host:port,…` (a Redis Cluster, by its seed nodes) or
 //! `redis+sentinel://host:port,host:port/service` (the primary that the sentinels name), or, with the `etcd`
-//! feature, `etcd://host:port,host:port,…` (an etcd cluster). [`Client::builder`] sets the lease, timeouts, prefix,
+//! feature, `etcd://host:port,host:port,…` (an etcd cluster), or, with the `zookeeper` feature,
+//! `zk://host:port,host:port,…[/chroot]` (a ZooKeeper ensemble). [`Client::builder`] sets the lease, timeouts, prefix,
 //! replicas and TLS material. A [`Quorum`] takes several clients of independent servers.
 //!
 //! # Features
@@ -56,6 +57,7 @@
 //! | `metrics` | counters and histograms through the [`metrics`](https://docs.rs/metrics) facade (see [Observing](#observing)) |
 //! | `serde` | `Serialize`/`Deserialize` for the plain data types: [`LockInfo`], [`Fence`], [`LockKind`], [`LossReason`] and friends |
 //! | `etcd` | `etcd://` URLs: every lock in an etcd cluster (see [etcd](#etcd-feature-etcd)); pulls in `etcd-client` (gRPC), whose build needs `protoc` |
+//! | `zookeeper` | `zk://` URLs: every lock in a ZooKeeper ensemble (see [ZooKeeper](#zookeeper-feature-zookeeper)); pulls in `zookeeper-client` (pure Rust) |
 //!
 //! None is on by default. Items that need a feature say so in these docs.
 //!
@@ -160,6 +162,35 @@
 //! other in both directions. A lock named `a/b` lies inside the range of a lock named `a`, whose waiters count its
 //! keys as exclusive: holding `a/b` holds `a` back (never the other way). `etcds://` speaks TLS (feature `tls` too),
 //! with the [`Builder`]'s CA and client identity as for `rediss://`.
+//!
+//! # ZooKeeper (feature `zookeeper`)
+//!
+//! [`Client::connect`] with `zk://[user:password@]host:port[,host:port…][/chroot]` puts every lock of the client in a
+//! ZooKeeper ensemble (tested on ZooKeeper 3.8.0, standalone and three servers). The same API as on etcd, with the
+//! same refusals; where each point of the contract comes from:
+//!
+//! 1. **Mutual exclusion** is ZooKeeper's: each grant is an ephemeral sequential node of the client's session under
+//!    the lock's node `/PREFIX/NAME` (under the URL's chroot), admitted by its kind's rule over the nodes ahead of it
+//!    in sequence order, as on etcd. ZooKeeper is linearizable for writes (ZAB): a leader change or the loss of a
+//!    minority of servers loses no grant. A create whose answer was lost is adopted only when its node belongs to
+//!    this session.
+//! 2. **The loss signal** fires by the send time of the session's last answered keep-alive (a `sync`, every eighth
+//!    of the session timeout) plus five eighths of the negotiated session timeout, less the drift allowance: the
+//!    leader hears of a session's activity on a follower only at its next ping, up to half a tick later (a tick is at
+//!    most half the session timeout when the ensemble's `minSessionTimeout` is its default of two ticks). ZooKeeper's
+//!    `Expired` ends every grant of the session at once, and a grant's node deleted by anyone else (a
+//!    `release --force`) ends it as [`LossReason::Gone`] (a watch on the node).
+//! 3. **The fence** is the node's `czxid`: global to the ensemble and growing, never the sequence number (per lock
+//!    node, restarted when the node is reaped, 32 bits). It goes back only after a restore of an older snapshot.
+//! 4. **A crashed holder** frees its locks one session timeout after its last request. The session timeout is
+//!    [`Builder::session_ttl`] (at least 1 s, 10 s by default) as the ensemble negotiates it: by default it clamps
+//!    to 2–20 ticks. [`LockInfo`]'s [`Holder::remaining`] is `None` on ZooKeeper, which does not tell one client how
+//!    long another's session has left.
+//! 5. **Waiting** watches the node the rule names, so a release wakes one waiter; every kind is FIFO by sequence.
+//!
+//! kazoo's `Lock`, `ReadLock` and `WriteLock` on the path `/PREFIX/NAME` share and exclude with leasehold's
+//! [`Mutex`] and [`RwLock`] called `NAME`, in both directions. Curator's nodes hold leasehold back, but Curator does
+//! not see leasehold's. Digest credentials come from the URL; TLS is not supported.
 //!
 //! # A quorum of independent primaries (Redlock)
 //!

@@ -8,15 +8,16 @@ use leasehold_tests::{kazoo_python, ZkEnsemble};
 
 use crate::{client, fresh_prefix, waiters, EVENT};
 
-/// A kazoo `Lock` on `path` in a process of its own. Modes: `hold` (acquire, print `held`, release after a line on
-/// stdin, print `released`), `try` (print `got` or `busy`, release at once), `wait` (acquire, print `held`, release).
+/// A kazoo lock (`Lock`, `ReadLock` or `WriteLock`: KIND lock, read, write) on `path` in a process of its own. Modes:
+/// `hold` (acquire, print `held`, release after a line on stdin, print `released`), `try` (print `got` or `busy`,
+/// release at once), `wait` (acquire, print `held`, release).
 const KAZOO: &str = r#"
 import sys
 from kazoo.client import KazooClient
-hosts, path, mode = sys.argv[1:4]
+hosts, path, mode, kind = sys.argv[1:5]
 zk = KazooClient(hosts=hosts, timeout=4.0)
 zk.start()
-lock = zk.Lock(path, "kazoo")
+lock = {"lock": zk.Lock, "read": zk.ReadLock, "write": zk.WriteLock}[kind](path, "kazoo")
 if mode == "hold":
     lock.acquire()
     print("held", flush=True)
@@ -41,9 +42,9 @@ struct Kazoo {
 }
 
 impl Kazoo {
-    fn start(hosts: &str, path: &str, mode: &str) -> Kazoo {
+    fn start(hosts: &str, path: &str, mode: &str, kind: &str) -> Kazoo {
         let mut child = Command::new(kazoo_python())
-            .args(["-c", KAZOO, hosts, path, mode])
+            .args(["-c", KAZOO, hosts, path, mode, kind])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -80,7 +81,7 @@ pub async fn kazoo_and_leasehold_exclude_each_other(ensemble: &mut ZkEnsemble) {
     let path = format!("/{prefix}/shared");
 
     // kazoo holds: leasehold is refused, waits behind kazoo's node, and is granted when kazoo releases.
-    let mut holder = Kazoo::start(&hosts, &path, "hold");
+    let mut holder = Kazoo::start(&hosts, &path, "hold", "lock");
     assert_eq!(holder.line().await, "held");
     assert!(a.mutex("shared").try_lock().await.unwrap_err().is_busy());
     let waiting = tokio::spawn({
@@ -97,10 +98,43 @@ pub async fn kazoo_and_leasehold_exclude_each_other(ensemble: &mut ZkEnsemble) {
         .unwrap();
 
     // leasehold holds: kazoo is refused, waits behind leasehold's node, and is granted when leasehold releases.
-    let mut tried = Kazoo::start(&hosts, &path, "try");
+    let mut tried = Kazoo::start(&hosts, &path, "try", "lock");
     assert_eq!(tried.line().await, "busy");
-    let mut waiter = Kazoo::start(&hosts, &path, "wait");
+    let mut waiter = Kazoo::start(&hosts, &path, "wait", "lock");
     waiters(&a, "shared", 1).await;
     guard.release().await.unwrap();
     assert_eq!(waiter.line().await, "held");
+}
+
+pub async fn kazoo_read_write_locks_share_and_exclude_with_leaseholds(ensemble: &mut ZkEnsemble) {
+    let prefix = fresh_prefix();
+    let hosts = ensemble.endpoints().join(",");
+    let a = client(&ensemble.url(), &prefix).await;
+    let path = format!("/{prefix}/report");
+    // A leasehold reader: kazoo's readers share with it, kazoo's writers wait for it.
+    let reader = a.rw_lock("report").read().await.unwrap();
+    assert_eq!(
+        Kazoo::start(&hosts, &path, "try", "read").line().await,
+        "got"
+    );
+    assert_eq!(
+        Kazoo::start(&hosts, &path, "try", "write").line().await,
+        "busy"
+    );
+    // A kazoo writer waiting behind it holds back a later leasehold reader, and is granted at the release.
+    let mut writer = Kazoo::start(&hosts, &path, "hold", "write");
+    waiters(&a, "report", 1).await;
+    assert!(a.rw_lock("report").try_read().await.unwrap_err().is_busy());
+    reader.release().await.unwrap();
+    assert_eq!(writer.line().await, "held");
+    assert!(a.rw_lock("report").try_write().await.unwrap_err().is_busy());
+    writer.tell();
+    assert_eq!(writer.line().await, "released");
+    a.rw_lock("report")
+        .try_write()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }

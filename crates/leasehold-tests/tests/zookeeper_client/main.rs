@@ -26,6 +26,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_thousand_grants_follow_one_session,
     processes::a_killed_waiter_leaves_the_queue_with_its_session,
     interop::kazoo_and_leasehold_exclude_each_other,
+    interop::kazoo_read_write_locks_share_and_exclude_with_leaseholds,
 ];
 
 fn main() {
