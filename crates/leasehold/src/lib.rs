@@ -190,7 +190,9 @@
 //!
 //! kazoo's `Lock`, `ReadLock` and `WriteLock` on the path `/PREFIX/NAME` share and exclude with leasehold's
 //! [`Mutex`] and [`RwLock`] called `NAME`, in both directions. Curator's nodes hold leasehold back, but Curator does
-//! not see leasehold's. Digest credentials come from the URL; TLS is not supported.
+//! not see leasehold's. Digest credentials come from the URL; TLS is not supported. [`Guard::zookeeper_write`]
+//! commits writes to the ensemble only while the grant's node exists (ZooKeeper's `multi` with a check): the
+//! store's own fenced write.
 //!
 //! # A quorum of independent primaries (Redlock)
 //!
@@ -328,6 +330,10 @@ pub use engine::ttl::{MAX_TTL, MIN_TTL};
 /// The shortest etcd session TTL ([`Builder::session_ttl`]): etcd raises shorter leases to its own minimum.
 #[cfg(feature = "etcd")]
 pub const MIN_SESSION_TTL: std::time::Duration = backend::etcd::MIN_TTL;
+
+/// A write of [`Guard::zookeeper_write`], committed only while the grant holds.
+#[cfg(feature = "zookeeper")]
+pub use backend::zookeeper::write::ZkWrite;
 
 /// The etcd session TTL unless [`Builder::session_ttl`] sets one.
 #[cfg(feature = "etcd")]

@@ -8,6 +8,7 @@
 mod faults;
 mod interop;
 mod processes;
+mod writes;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,6 +28,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     processes::a_killed_waiter_leaves_the_queue_with_its_session,
     interop::kazoo_and_leasehold_exclude_each_other,
     interop::kazoo_read_write_locks_share_and_exclude_with_leaseholds,
+    writes::guarded_writes_commit_only_while_the_grant_holds,
 ];
 
 fn main() {

@@ -221,6 +221,58 @@ impl Guard {
         self.client.store.extend(&self.lease, ttl).await
     }
 
+    /// Commits `writes` inside ZooKeeper only while this grant holds there: one transaction that first checks the
+    /// grant's node exists, so a holder whose session expired, or whose lock was force-released, is refused by
+    /// ZooKeeper itself (feature `zookeeper`). The store's own fenced write, for data that lives in the same
+    /// ensemble; the [`fence`](Lease::fence) is for data elsewhere.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] (reason [`LossReason::Gone`]) when the grant's node is gone, or the lease already ended
+    /// here; [`Error::Store`] when ZooKeeper refused one of the writes (nothing was committed) or did not answer in
+    /// time (it may have committed); [`Error::Unsupported`] on any other store.
+    ///
+    /// # Cancel safety
+    ///
+    /// The transaction may or may not commit when the future is dropped after it was sent.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), leasehold::Error> {
+    /// use leasehold::ZkWrite;
+    ///
+    /// let locks = leasehold::Client::connect("zk://127.0.0.1:2181").await?;
+    /// let guard = locks.mutex("config").lock().await?;
+    /// guard
+    ///     .zookeeper_write(&[ZkWrite::SetData {
+    ///         path: "/app/config".to_owned(),
+    ///         data: b"v2".to_vec(),
+    ///     }])
+    ///     .await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "zookeeper")]
+    pub async fn zookeeper_write(&self, writes: &[crate::ZkWrite]) -> Result<(), Error> {
+        require_runtime()?;
+        let name = self.lease.name();
+        let Some(SessionHold::ZooKeeper(hold)) = &self.session else {
+            return Err(Error::Unsupported {
+                detail: format!(
+                    "a ZooKeeper write under lock {name:?}: the lock is not on ZooKeeper"
+                ),
+            });
+        };
+        if let Some(reason) = self.lease.loss() {
+            return Err(Error::LeaseLost {
+                name: name.to_owned(),
+                reason,
+            });
+        }
+        hold.write(name, writes).await
+    }
+
     /// Runs `work` while the lease holds, and drops it the moment the lease is lost.
     ///
     /// Dropping only cancels at the work's next `.await`; blocking code inside it runs on.

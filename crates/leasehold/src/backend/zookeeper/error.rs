@@ -49,6 +49,16 @@ pub(crate) enum ZkError {
         node: String,
     },
 
+    /// Operation `index` (from 0) of a guarded write was refused; nothing of the write was committed.
+    #[error("ZooKeeper refused write {index} of a guarded write")]
+    Write {
+        /// Which write.
+        index: usize,
+        /// What ZooKeeper said.
+        #[source]
+        source: zookeeper_client::Error,
+    },
+
     /// The OS had no randomness for a grant id.
     #[error("no randomness for a grant id: {0}")]
     Entropy(String),

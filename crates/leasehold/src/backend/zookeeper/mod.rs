@@ -10,6 +10,7 @@
 //! - [`store`]: the store behind a [`Client`](crate::Client): sessions replaced after a loss, guards, `inspect`,
 //!   `held_locks`, `force_release`.
 //! - [`url`]: `zk://` URLs and ZooKeeper's path rules.
+//! - [`write`]: writes inside ZooKeeper guarded by the grant's node.
 //!
 //! # Layout, and why
 //!
@@ -45,5 +46,6 @@ pub(crate) mod recipe;
 pub(crate) mod session;
 pub(crate) mod store;
 pub(crate) mod url;
+pub(crate) mod write;
 
 pub(crate) use error::ZkError;

@@ -71,9 +71,9 @@ struct Background {
 
 /// What a guard of a ZooKeeper grant needs to release it: the session its node belongs to, and the grant.
 pub(crate) struct ZkHold {
-    shown: Arc<str>,
-    session: Arc<Session>,
-    grant: Grant,
+    pub(super) shown: Arc<str>,
+    pub(super) session: Arc<Session>,
+    pub(super) grant: Grant,
     background: Arc<Background>,
 }
 
@@ -87,8 +87,8 @@ impl std::fmt::Debug for ZkStore {
 }
 
 impl ZkStore {
-    /// Connects: opens the first session now, so that an unreachable ensemble or refused credentials fail here and
-    /// not at the first lock.
+    /// Connects: opens the first session now, so that an unreachable ensemble fails here and not at the first lock.
+    /// (ZooKeeper takes any digest credentials: a wrong password shows only where a node's ACL asks for it.)
     pub(crate) async fn connect(
         url: &str,
         prefix: String,
@@ -109,15 +109,6 @@ impl ZkStore {
             background: Arc::default(),
         };
         let session = store.session().await.map_err(|e| store.error(e))?;
-        // A session needs no permission; reading the root does, so refused credentials fail here.
-        let readable = session
-            .shared
-            .call(
-                "permission check",
-                session.shared.client.check_stat(&store.root),
-            )
-            .await;
-        readable.map_err(|e| store.error(e))?;
         tracing::debug!(target: TARGET, url = %store.shown, session = format_args!("{:x}", session.id()), timeout = ?session.timeout(), "ZooKeeper session opened");
         Ok(store)
     }
