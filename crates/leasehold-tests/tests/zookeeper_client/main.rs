@@ -5,6 +5,7 @@
 //!
 //! Run one with `cargo test --test zookeeper_client -- NAME_PART`.
 
+mod auth;
 mod faults;
 mod interop;
 mod processes;
@@ -29,6 +30,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     interop::kazoo_and_leasehold_exclude_each_other,
     interop::kazoo_read_write_locks_share_and_exclude_with_leaseholds,
     writes::guarded_writes_commit_only_while_the_grant_holds,
+    auth::credentials_in_the_url_authenticate,
 ];
 
 fn main() {
