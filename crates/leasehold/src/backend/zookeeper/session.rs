@@ -264,9 +264,12 @@ impl Session {
         digest: Option<&[u8]>,
         connection_timeout: Duration,
     ) -> Result<Session, ZkError> {
+        // The client gives up on a connection that has been silent this long and moves to another server: a quarter
+        // of the session at most, so that a server that stopped answering is left while the deadline (5/8 of it
+        // after the last answered keep-alive, sent up to 1/8 before) still stands.
         let mut connector = zookeeper_client::Client::connector()
             .with_session_timeout(timeout)
-            .with_connection_timeout(connection_timeout);
+            .with_connection_timeout(connection_timeout.min(timeout / 4));
         if let Some(credentials) = digest {
             connector = connector.with_auth("digest", credentials);
         }
