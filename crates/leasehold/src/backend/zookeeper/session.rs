@@ -264,12 +264,13 @@ impl Session {
         digest: Option<&[u8]>,
         connection_timeout: Duration,
     ) -> Result<Session, ZkError> {
-        // The client gives up on a connection that has been silent this long and moves to another server: a quarter
-        // of the session at most, so that a server that stopped answering is left while the deadline (5/8 of it
-        // after the last answered keep-alive, sent up to 1/8 before) still stands.
+        // The client gives up on a connection that has been silent this long, and on a connection attempt that takes
+        // this long, and moves to the next server: an eighth of the session at most, so that leaving a server that
+        // stopped answering, and trying one more that does not answer either, fits well inside the deadline (5/8 of
+        // the session after the last answered keep-alive, which left up to 1/8 before).
         let mut connector = zookeeper_client::Client::connector()
             .with_session_timeout(timeout)
-            .with_connection_timeout(connection_timeout.min(timeout / 4));
+            .with_connection_timeout(connection_timeout.min(timeout / 8));
         if let Some(credentials) = digest {
             connector = connector.with_auth("digest", credentials);
         }
