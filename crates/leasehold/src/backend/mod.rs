@@ -26,6 +26,8 @@ pub(crate) mod etcd;
 pub(crate) mod quorum;
 pub(crate) mod redis;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod session;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod url;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;

@@ -19,13 +19,13 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::endpoints::{is_transient, Endpoints};
 use super::EtcdError;
+use crate::backend::session::{passed, SessionState};
 use crate::engine::clock;
-use crate::engine::lease::{LeaseShared, LossReason, Request};
+use crate::engine::lease::{LeaseShared, LossReason};
 use crate::engine::ttl::drift;
 
 /// The shortest session TTL: etcd raises any shorter lease to its minimum, `ceil(1.5 × election timeout)`, which is
@@ -100,136 +100,44 @@ impl SessionOptions {
     }
 }
 
-/// What the keeper last established.
-#[derive(Debug, Clone, Copy)]
-struct State {
-    deadline: Instant,
-    /// The send time and number of the last acknowledged keep-alive (the grant is number 0).
-    acked: (Instant, i64),
-    lost: Option<SessionLoss>,
-}
-
-/// A grant whose lease follows the session's: every keep-alive is registered with it before it leaves and confirmed
-/// with it (see [`Shared::follow`]).
-struct Follower {
-    lease: Weak<LeaseShared>,
-    key: Arc<str>,
-    revision: i64,
-}
-
 /// What the session and its keeper share.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) endpoints: Endpoints,
     pub(crate) lease: i64,
     pub(crate) ttl: Duration,
-    state: watch::Sender<State>,
-    followers: std::sync::Mutex<Vec<Follower>>,
+    /// The deadline, the loss, and the grants that follow the session, each with its waiter key and revision.
+    pub(crate) state: SessionState<SessionLoss, (Arc<str>, i64)>,
     /// Whether an ownership check ([`check_keys`]) is running.
     checking: AtomicBool,
-}
-
-impl fmt::Debug for Follower {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Follower")
-            .field("key", &self.key)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Shared {
     /// Marks the lease lost (the first reason sticks), and ends the lease of every grant that follows it.
     fn lose(&self, reason: SessionLoss) {
-        self.state.send_if_modified(|state| {
-            let first = state.lost.is_none();
-            if first {
-                tracing::debug!(lease = format_args!("{:x}", self.lease), %reason, "etcd session lost");
-                state.lost = Some(reason);
-            }
-            first
-        });
-        let followers = std::mem::take(&mut *self.followers());
-        let reason = match reason {
+        let ends_as = match reason {
             SessionLoss::Revoked => LossReason::Gone,
             SessionLoss::Expired | SessionLoss::Closed => LossReason::Expired,
         };
-        for follower in followers {
-            if let Some(lease) = follower.lease.upgrade() {
-                lease.end(reason);
-            }
+        if self.state.lose(reason, ends_as) {
+            tracing::debug!(lease = format_args!("{:x}", self.lease), %reason, "etcd session lost");
         }
     }
 
-    /// Records an acknowledged keep-alive: sent at `sent`, number `round`, TTL `ttl`. Moves the deadline if that is
-    /// later, unless the lease is already lost.
+    /// Records an acknowledged keep-alive: sent at `sent`, number `round`, TTL `ttl`.
     fn extend(&self, sent: Instant, round: i64, ttl: Duration) {
-        let deadline = sent + ttl - drift(ttl);
-        self.state.send_if_modified(|state| {
-            let later = state.lost.is_none() && deadline > state.deadline;
-            if later {
-                state.deadline = deadline;
-                state.acked = (sent, round);
-            }
-            later
-        });
-    }
-
-    fn followers(&self) -> std::sync::MutexGuard<'_, Vec<Follower>> {
-        self.followers.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The send time and number of the last acknowledged keep-alive: where a new grant's lease starts from (the
-    /// request that created its key does not renew the session's lease).
-    pub(crate) fn acked(&self) -> (Instant, i64) {
-        self.state.borrow().acked
-    }
-
-    /// How many grants follow the session.
-    pub(crate) fn following(&self) -> usize {
-        self.followers().len()
+        self.state.extend(sent, round, sent + ttl - drift(ttl));
     }
 
     /// Makes `lease` (a grant of the waiter key `key`, created at `revision`) follow the session: each later
     /// keep-alive renews it as a renewal renews a Redis lease, the loss of the session ends it, and a key found gone
     /// ends it as [`LossReason::Gone`]. False (and the lease ended) when the session is already lost.
     pub(crate) fn follow(&self, lease: &Arc<LeaseShared>, key: &str, revision: i64) -> bool {
-        self.followers().push(Follower {
-            lease: Arc::downgrade(lease),
-            key: key.into(),
-            revision,
-        });
-        // Checked after registering: a loss after this point ends the lease through `lose`.
-        if self.loss().is_some() {
-            lease.end(LossReason::Expired);
-            return false;
-        }
-        true
-    }
-
-    /// Registers the keep-alive about to be sent with every following grant that is still held; drops the others.
-    fn begin_round(&self) -> Vec<(Arc<LeaseShared>, Request, Arc<str>, i64)> {
-        let mut followers = self.followers();
-        let mut begun = Vec::with_capacity(followers.len());
-        followers.retain(|follower| {
-            let Some(lease) = follower.lease.upgrade() else {
-                return false;
-            };
-            match lease.begin(self.ttl) {
-                Some(request) => {
-                    begun.push((lease, request, Arc::clone(&follower.key), follower.revision));
-                    true
-                }
-                None => false,
-            }
-        });
-        begun
+        self.state.follow(lease, (key.into(), revision))
     }
 
     pub(crate) fn loss(&self) -> Option<SessionLoss> {
-        let state = *self.state.borrow();
-        state
-            .lost
-            .or((clock::now() >= state.deadline).then_some(SessionLoss::Expired))
+        self.state.loss()
     }
 
     /// `Ok` while the lease is held; the loss as an error otherwise.
@@ -241,27 +149,7 @@ impl Shared {
     /// Resolves when the lease is lost: on the keeper's word, or when the deadline passes, whichever is first, even
     /// if the keeper is stuck.
     pub(crate) async fn lost(&self) -> SessionLoss {
-        let mut rx = self.state.subscribe();
-        loop {
-            let state = *rx.borrow_and_update();
-            if let Some(reason) = state.lost {
-                return reason;
-            }
-            tokio::select! {
-                changed = rx.changed() => if changed.is_err() {
-                    // The sender lives in `self`, so this is not reached; treat it as loss all the same.
-                    return SessionLoss::Expired;
-                },
-                () = passed(state.deadline) => return SessionLoss::Expired,
-            }
-        }
-    }
-}
-
-/// Resolves once the lease clock reaches `at`, however long the machine was suspended meanwhile.
-pub(crate) async fn passed(at: Instant) {
-    while clock::now() < at {
-        tokio::time::sleep_until(clock::timer_for(at)).await;
+        self.state.lost().await
     }
 }
 
@@ -309,17 +197,15 @@ impl Session {
             return Err(EtcdError::Protocol("lease grant"));
         }
         let granted_ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0));
-        let state = State {
-            deadline: sent + granted_ttl - drift(granted_ttl),
-            acked: (sent, 0),
-            lost: None,
-        };
         let shared = Arc::new(Shared {
             endpoints,
             lease: granted.id(),
             ttl: granted_ttl,
-            state: watch::Sender::new(state),
-            followers: std::sync::Mutex::new(Vec::new()),
+            state: SessionState::new(
+                sent,
+                sent + granted_ttl - drift(granted_ttl),
+                SessionLoss::Expired,
+            ),
             checking: AtomicBool::new(false),
         });
         let keeper = tokio::spawn(keep(Arc::downgrade(&shared)));
@@ -344,7 +230,7 @@ impl Session {
     /// The local deadline, on the lease clock: the send time of the last acknowledged keep-alive plus the TTL, less
     /// the drift allowance. etcd cannot expire the lease before it.
     pub fn deadline(&self) -> Instant {
-        self.shared.state.borrow().deadline
+        self.shared.state.deadline()
     }
 
     /// Why the lease is lost, or `None` while it is held (the deadline not yet passed and no loss reported).
@@ -380,7 +266,7 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.keeper.abort();
-        if self.shared.state.borrow().lost == Some(SessionLoss::Closed) {
+        if self.shared.state.recorded_loss() == Some(SessionLoss::Closed) {
             return;
         }
         self.shared.lose(SessionLoss::Closed);
@@ -432,11 +318,11 @@ async fn keep(shared: Weak<Shared>) {
         let Some(session) = shared.upgrade() else {
             return;
         };
-        let deadline = session.state.borrow().deadline;
+        let deadline = session.state.deadline();
         round += 1;
         let sent = clock::now();
         // Registered with each grant before the keep-alive leaves, as the Redis keeper registers a renewal.
-        let begun = session.begin_round();
+        let begun = session.state.begin_round(session.ttl);
         let ack = tokio::select! {
             ack = keep_alive_once(&session, &mut stream) => ack,
             () = passed(deadline) => {
@@ -448,7 +334,7 @@ async fn keep(shared: Weak<Shared>) {
             Ack::Renewed(ttl) => {
                 session.extend(sent, round, ttl);
                 if ttl >= session.ttl {
-                    for (lease, request, _, _) in &begun {
+                    for (lease, request, _) in &begun {
                         lease.confirm(*request, round);
                     }
                 }
@@ -457,7 +343,7 @@ async fn keep(shared: Weak<Shared>) {
                 if !begun.is_empty() && !session.checking.swap(true, Ordering::AcqRel) {
                     let checked: Vec<(Weak<LeaseShared>, Arc<str>, i64)> = begun
                         .iter()
-                        .map(|(lease, _, key, revision)| {
+                        .map(|(lease, _, (key, revision))| {
                             (Arc::downgrade(lease), Arc::clone(key), *revision)
                         })
                         .collect();
@@ -480,7 +366,7 @@ async fn keep(shared: Weak<Shared>) {
                 RETRY_PAUSE
             }
         };
-        let deadline = session.state.borrow().deadline;
+        let deadline = session.state.deadline();
         drop(session);
         tokio::select! {
             () = tokio::time::sleep(pause) => {}

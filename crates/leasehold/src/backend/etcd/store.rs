@@ -11,23 +11,22 @@
 //! - **Waiting** rides out what passes (a member down, a session lost while waiting) with backoff until the wait's
 //!   deadline, unless the lock handle is `fail_fast`; a try never retries.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
-use tokio::sync::Notify;
 
 use super::kind::{admit, key_kind, Admission};
 use super::recipe::{Grant, Released};
 use super::session::{Session, SessionOptions};
 use super::{EtcdError, Kind};
 use crate::backend::redis::keys::LockKeys;
+use crate::backend::session::{lock_info, Admitted, Background};
 use crate::backend::Wait;
-use crate::client::{Client, HoldMode, Holder, LockInfo, LockKind};
+use crate::client::{Client, LockInfo};
 use crate::engine::lease::{Lease, LeaseShared};
 use crate::error::Error;
-use crate::fence::{description_of, Fence};
+use crate::fence::Fence;
 use crate::kinds::guard::Guard;
 
 /// The tracing target of this file's events.
@@ -47,12 +46,6 @@ pub(crate) struct EtcdStore {
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// The releases running in the background (dropped guards), for [`Client::flush_releases`].
     background: Arc<Background>,
-}
-
-#[derive(Default)]
-struct Background {
-    running: AtomicUsize,
-    idle: Notify,
 }
 
 /// What a guard of an etcd grant needs to release it: the session the key lives under, and the grant.
@@ -132,7 +125,7 @@ impl EtcdStore {
         self.session
             .try_lock()
             .ok()
-            .and_then(|s| s.as_ref().map(|s| s.shared.following()))
+            .and_then(|s| s.as_ref().map(|s| s.shared.state.following()))
             .unwrap_or(0)
     }
 
@@ -187,7 +180,7 @@ impl EtcdStore {
         grant: Grant,
     ) -> Result<Guard, EtcdError> {
         let ttl = session.ttl();
-        let (sent, round) = session.shared.acked();
+        let (sent, round) = session.shared.state.acked();
         let lease = LeaseShared::new(Arc::clone(keys), hold, grant.fence(), ttl, sent, ttl, round);
         let following = session.shared.follow(&lease, grant.key(), grant.revision());
         let guard = Guard::on_session(
@@ -245,72 +238,37 @@ impl EtcdStore {
         let endpoints = &session.shared.endpoints;
         let kvs = read.kvs();
         let keys: Vec<Vec<u8>> = kvs.iter().map(|kv| kv.key().to_vec()).collect();
-        let mut holders = Vec::new();
-        let mut leases = Vec::new();
-        let mut last_fence = None;
-        let mut permits = None;
-        // A bare token is a mutex's hold; `x dl1:…` a fair mutex's (both are exclusive keys).
-        let mut exclusive_is_mutex = true;
-        for (i, kv) in kvs.iter().enumerate() {
-            let kind = key_kind(&prefix, kv.key());
-            if admit(kind, &prefix, &keys[..i]) != Admission::Granted {
-                continue;
-            }
-            let value = kv.value_str().unwrap_or_default();
-            // The hold's token without its kind's tag, as Redis reports it (`r dl1:…` is the token `dl1:…`).
-            let (token, mode) = if value.contains(crate::fence::TOKEN_PREFIX) {
-                (
-                    crate::fence::token_of(value).to_owned(),
-                    HoldMode::of(value),
-                )
-            } else {
-                // A key leasehold did not write (`etcdctl lock`'s): named by its key.
-                (
-                    kv.key_str().unwrap_or_default().to_owned(),
-                    HoldMode::Exclusive,
-                )
-            };
-            if let Kind::Permits(n) = kind {
-                permits = Some(u64::from(n.get()));
-            }
-            if holders.is_empty() {
-                exclusive_is_mutex = !value.starts_with("x ");
-            }
-            last_fence = last_fence.max(Some(Fence::new(kv.create_revision().unsigned_abs())));
-            leases.push(kv.lease());
-            holders.push(Holder {
-                description: description_of(&token).map(str::to_owned),
-                token,
-                mode,
-                remaining: None,
-            });
-        }
+        let admitted: Vec<_> = kvs
+            .iter()
+            .enumerate()
+            .filter(|(i, kv)| {
+                admit(key_kind(&prefix, kv.key()), &prefix, &keys[..*i]) == Admission::Granted
+            })
+            .map(|(_, kv)| kv)
+            .collect();
         // The time left on each holder's lease, as etcd counts it.
-        let ttls = futures_util::future::join_all(leases.iter().map(|&lease| {
+        let ttls = futures_util::future::join_all(admitted.iter().map(|kv| {
+            let lease = kv.lease();
             endpoints.call("lease time to live", move |mut c| async move {
                 c.lease_time_to_live(lease, None).await
             })
         }))
         .await;
-        for (holder, ttl) in holders.iter_mut().zip(ttls) {
-            holder.remaining = ttl
-                .ok()
-                .and_then(|t| u64::try_from(t.ttl()).ok())
-                .map(Duration::from_secs);
-        }
-        let kind = holders.first().map(|holder| match holder.mode {
-            HoldMode::Exclusive if exclusive_is_mutex => LockKind::Mutex,
-            mode => mode.kind(),
-        });
-        Ok(LockInfo {
-            name: name.to_owned(),
-            kind,
-            holder: holders.first().cloned(),
-            waiting_clients: (kvs.len() - holders.len()) as u64,
-            holders,
-            last_fence,
-            permits,
-        })
+        let admitted = admitted
+            .into_iter()
+            .zip(ttls)
+            .map(|(kv, ttl)| Admitted {
+                value: kv.value_str().unwrap_or_default().to_owned(),
+                entry: kv.key_str().unwrap_or_default().to_owned(),
+                kind: key_kind(&prefix, kv.key()),
+                fence: Fence::new(kv.create_revision().unsigned_abs()),
+                remaining: ttl
+                    .ok()
+                    .and_then(|t| u64::try_from(t.ttl()).ok())
+                    .map(Duration::from_secs),
+            })
+            .collect();
+        Ok(lock_info(name, admitted, kvs.len()))
     }
 
     /// The held locks whose names match the glob `pattern` (`*`, `?`, `[…]`, `\` as Redis's `SCAN MATCH`).
@@ -399,15 +357,7 @@ impl EtcdStore {
 
     /// Waits until every background release has been answered (or given up).
     pub(crate) async fn settle(&self) {
-        loop {
-            let idle = self.background.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.background.running.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            idle.await;
-        }
+        self.background.settle().await;
     }
 }
 
@@ -429,16 +379,10 @@ impl EtcdHold {
     /// Releases in the background (a dropped guard); without a runtime the key goes with the session's lease when
     /// the client is dropped.
     pub(crate) fn release_in_background(self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        self.background.running.fetch_add(1, Ordering::AcqRel);
-        runtime.spawn(async move {
+        let background = Arc::clone(&self.background);
+        background.spawn(async move {
             if let Err(e) = self.release().await {
                 tracing::debug!(target: TARGET, key = %self.grant.key(), error = %e, "a background release failed; the key goes with the session's lease");
-            }
-            if self.background.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                self.background.idle.notify_waiters();
             }
         });
     }

@@ -31,13 +31,13 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::watch;
 use tokio::time::Instant;
-use zookeeper_client::{SessionState, StateWatcher};
+use zookeeper_client::StateWatcher;
 
 use super::ZkError;
+use crate::backend::session::{passed, SessionState};
 use crate::engine::clock;
-use crate::engine::lease::{LeaseShared, LossReason, Request};
+use crate::engine::lease::LossReason;
 use crate::engine::ttl::drift;
 
 /// The session timeout asked for unless one is set. ZooKeeper clamps it to its bounds (by default 2 to 20 ticks:
@@ -74,15 +74,6 @@ impl fmt::Display for SessionLoss {
     }
 }
 
-/// What the keeper last established.
-#[derive(Debug, Clone, Copy)]
-struct State {
-    deadline: Instant,
-    /// The send time and number of the last answered `sync` (the connect is number 0).
-    acked: (Instant, i64),
-    lost: Option<SessionLoss>,
-}
-
 /// What the session, its keeper and its grants share.
 pub(crate) struct Shared {
     pub(crate) client: zookeeper_client::Client,
@@ -94,8 +85,8 @@ pub(crate) struct Shared {
     pub(crate) validity: Duration,
     /// The deadline of each request.
     pub(crate) call_timeout: Duration,
-    state: watch::Sender<State>,
-    followers: std::sync::Mutex<Vec<Weak<LeaseShared>>>,
+    /// The deadline, the loss, and the grants that follow the session.
+    pub(crate) state: SessionState<SessionLoss, ()>,
 }
 
 impl fmt::Debug for Shared {
@@ -110,88 +101,24 @@ impl fmt::Debug for Shared {
 impl Shared {
     /// Marks the session lost (the first reason sticks), and ends the lease of every grant that follows it.
     pub(crate) fn lose(&self, reason: SessionLoss) {
-        self.state.send_if_modified(|state| {
-            let first = state.lost.is_none();
-            if first {
-                tracing::debug!(session = format_args!("{:x}", self.id), %reason, "ZooKeeper session lost");
-                state.lost = Some(reason);
-            }
-            first
-        });
-        let followers = std::mem::take(&mut *self.followers());
-        let reason = match reason {
+        let ends_as = match reason {
             SessionLoss::ExpiredOnServer => LossReason::Gone,
             SessionLoss::Expired | SessionLoss::Closed => LossReason::Expired,
         };
-        for lease in followers.iter().filter_map(Weak::upgrade) {
-            lease.end(reason);
+        if self.state.lose(reason, ends_as) {
+            tracing::debug!(session = format_args!("{:x}", self.id), %reason, "ZooKeeper session lost");
         }
     }
 
-    /// Records a `sync` sent at `sent`, number `round`, as answered: moves the deadline if that is later, unless the
-    /// session is already lost.
+    /// Records a `sync` sent at `sent`, number `round`, as answered.
     fn extend(&self, sent: Instant, round: i64) {
-        let deadline = sent + self.validity - drift(self.validity);
-        self.state.send_if_modified(|state| {
-            let later = state.lost.is_none() && deadline > state.deadline;
-            if later {
-                state.deadline = deadline;
-                state.acked = (sent, round);
-            }
-            later
-        });
-    }
-
-    fn followers(&self) -> std::sync::MutexGuard<'_, Vec<Weak<LeaseShared>>> {
-        self.followers.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The send time and number of the last answered `sync`: where a new grant's lease starts from.
-    pub(crate) fn acked(&self) -> (Instant, i64) {
-        self.state.borrow().acked
-    }
-
-    /// How many grants follow the session.
-    pub(crate) fn following(&self) -> usize {
-        self.followers().len()
-    }
-
-    /// Makes `lease` follow the session: each later answered `sync` renews it, and the loss of the session ends it.
-    /// False (and the lease ended) when the session is already lost.
-    pub(crate) fn follow(&self, lease: &Arc<LeaseShared>) -> bool {
-        self.followers().push(Arc::downgrade(lease));
-        // Checked after registering: a loss after this point ends the lease through `lose`.
-        if self.loss().is_some() {
-            lease.end(LossReason::Expired);
-            return false;
-        }
-        true
-    }
-
-    /// Registers the `sync` about to be sent with every following grant still held; drops the others.
-    fn begin_round(&self) -> Vec<(Arc<LeaseShared>, Request)> {
-        let mut begun = Vec::new();
-        self.followers().retain(|follower| {
-            let Some(lease) = follower.upgrade() else {
-                return false;
-            };
-            match lease.begin(self.validity) {
-                Some(request) => {
-                    begun.push((lease, request));
-                    true
-                }
-                None => false,
-            }
-        });
-        begun
+        self.state
+            .extend(sent, round, sent + self.validity - drift(self.validity));
     }
 
     /// Why the session is lost, or `None` while it holds.
     pub(crate) fn loss(&self) -> Option<SessionLoss> {
-        let state = *self.state.borrow();
-        state
-            .lost
-            .or((clock::now() >= state.deadline).then_some(SessionLoss::Expired))
+        self.state.loss()
     }
 
     /// `Ok` while the session holds; the loss as an error otherwise.
@@ -200,21 +127,9 @@ impl Shared {
             .map_or(Ok(()), |loss| Err(ZkError::SessionLost(loss)))
     }
 
-    /// Resolves when the session is lost: on the keeper's word, or when the deadline passes, whichever is first.
+    /// Resolves when the session is lost, at the deadline at the latest.
     pub(crate) async fn lost(&self) -> SessionLoss {
-        let mut rx = self.state.subscribe();
-        loop {
-            let state = *rx.borrow_and_update();
-            if let Some(reason) = state.lost {
-                return reason;
-            }
-            tokio::select! {
-                changed = rx.changed() => if changed.is_err() {
-                    return SessionLoss::Expired;
-                },
-                () = passed(state.deadline) => return SessionLoss::Expired,
-            }
-        }
+        self.state.lost().await
     }
 
     /// Runs `request` under the per-call deadline; `op` names it in errors.
@@ -235,13 +150,6 @@ impl Shared {
                 after: self.call_timeout,
             }),
         }
-    }
-}
-
-/// Resolves once the lease clock reaches `at`, however long the machine was suspended meanwhile.
-async fn passed(at: Instant) {
-    while clock::now() < at {
-        tokio::time::sleep_until(clock::timer_for(at)).await;
     }
 }
 
@@ -287,18 +195,16 @@ impl Session {
             })?;
         let negotiated = client.session_timeout();
         let validity = negotiated * 5 / 8;
-        let state = State {
-            deadline: sent + validity - drift(validity),
-            acked: (sent, 0),
-            lost: None,
-        };
         let shared = Arc::new(Shared {
             id: client.session_id().0,
             timeout: negotiated,
             validity,
             call_timeout: (negotiated / 4).min(MAX_CALL_TIMEOUT),
-            state: watch::Sender::new(state),
-            followers: std::sync::Mutex::new(Vec::new()),
+            state: SessionState::new(
+                sent,
+                sent + validity - drift(validity),
+                SessionLoss::Expired,
+            ),
             client,
         });
         let states = shared.client.state_watcher();
@@ -340,7 +246,7 @@ async fn keep(shared: Weak<Shared>, mut states: StateWatcher) {
     let mut in_flight = FuturesUnordered::new();
     let mut round = 0;
     loop {
-        let Some(deadline) = shared.upgrade().map(|s| s.state.borrow().deadline) else {
+        let Some(deadline) = shared.upgrade().map(|s| s.state.deadline()) else {
             return;
         };
         tokio::select! {
@@ -349,7 +255,7 @@ async fn keep(shared: Weak<Shared>, mut states: StateWatcher) {
                 round += 1;
                 let sent = clock::now();
                 // Registered with each grant before the `sync` leaves, as the Redis keeper registers a renewal.
-                let begun = session.begin_round();
+                let begun = session.state.begin_round(session.validity);
                 let client = session.client.clone();
                 let call_timeout = session.call_timeout;
                 let this_round = round;
@@ -363,7 +269,7 @@ async fn keep(shared: Weak<Shared>, mut states: StateWatcher) {
                 match answer {
                     Ok(Ok(())) => {
                         session.extend(sent, round);
-                        for (lease, request) in &begun {
+                        for (lease, request, ()) in &begun {
                             lease.confirm(*request, round);
                         }
                     }
@@ -376,7 +282,8 @@ async fn keep(shared: Weak<Shared>, mut states: StateWatcher) {
                 }
             }
             state = states.changed() => {
-                if matches!(state, SessionState::Expired | SessionState::AuthFailed | SessionState::Closed) {
+                use zookeeper_client::SessionState as Zk;
+                if matches!(state, Zk::Expired | Zk::AuthFailed | Zk::Closed) {
                     if let Some(session) = shared.upgrade() {
                         session.lose(SessionLoss::ExpiredOnServer);
                     }

@@ -7,11 +7,9 @@
 //! - **Kinds** map onto the three rules as on etcd, and the node's data is the hold as Redis stores it, so
 //!   [`inspect`](ZkStore::inspect) reports holders, kinds and descriptions as on the other stores.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use zookeeper_client::EventType;
 
 use super::kind::queue;
@@ -21,11 +19,12 @@ use super::url::{check_path, Target};
 use super::ZkError;
 use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::redis::keys::LockKeys;
+use crate::backend::session::{lock_info, Admitted, Background};
 use crate::backend::Wait;
-use crate::client::{Client, HoldMode, Holder, LockInfo, LockKind};
+use crate::client::{Client, LockInfo};
 use crate::engine::lease::{Lease, LeaseShared, LossReason};
 use crate::error::{Error, InvalidArgument};
-use crate::fence::{description_of, Fence};
+use crate::fence::Fence;
 use crate::kinds::guard::Guard;
 
 /// The tracing target of this file's events.
@@ -61,12 +60,6 @@ pub(crate) struct ZkStore {
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// The releases running in the background (dropped guards), for [`Client::flush_releases`].
     background: Arc<Background>,
-}
-
-#[derive(Default)]
-struct Background {
-    running: AtomicUsize,
-    idle: Notify,
 }
 
 /// What a guard of a ZooKeeper grant needs to release it: the session its node belongs to, and the grant.
@@ -147,7 +140,7 @@ impl ZkStore {
         self.session
             .try_lock()
             .ok()
-            .and_then(|s| s.as_ref().map(|s| s.shared.following()))
+            .and_then(|s| s.as_ref().map(|s| s.shared.state.following()))
             .unwrap_or(0)
     }
 
@@ -206,7 +199,7 @@ impl ZkStore {
         grant: Grant,
     ) -> Result<Guard, ZkError> {
         let validity = session.shared.validity;
-        let (sent, round) = session.shared.acked();
+        let (sent, round) = session.shared.state.acked();
         let lease = LeaseShared::new(
             Arc::clone(keys),
             hold,
@@ -216,7 +209,7 @@ impl ZkStore {
             validity,
             round,
         );
-        let following = session.shared.follow(&lease);
+        let following = session.shared.state.follow(&lease, ());
         tokio::spawn(watch_node(
             session.shared.client.clone(),
             grant.node.clone(),
@@ -273,54 +266,22 @@ impl ZkStore {
             async move { shared.call("inspect", shared.client.get_data(&node)).await }
         }))
         .await;
-        let mut holders = Vec::new();
-        let mut last_fence = None;
-        let mut permits = None;
-        let mut exclusive_is_mutex = true;
-        for (contender, read) in admitted.iter().zip(reads) {
+        let admitted = admitted
+            .iter()
+            .zip(reads)
             // A holder that left between the list and the read is no holder.
-            let Ok((data, stat)) = read else { continue };
-            let value = String::from_utf8_lossy(&data);
-            let (token, mode) = if value.contains(crate::fence::TOKEN_PREFIX) {
-                (
-                    crate::fence::token_of(&value).to_owned(),
-                    HoldMode::of(&value),
-                )
-            } else {
-                // A node leasehold did not write (kazoo's, Curator's): named by its node.
-                let mode = match contender.kind {
-                    Kind::Shared => HoldMode::Read,
-                    _ => HoldMode::Exclusive,
-                };
-                (contender.name.clone(), mode)
-            };
-            if let Kind::Permits(n) = contender.kind {
-                permits = Some(u64::from(n.get()));
-            }
-            if holders.is_empty() {
-                exclusive_is_mutex = !value.starts_with("x ");
-            }
-            last_fence = last_fence.max(Some(Fence::new(stat.czxid.unsigned_abs())));
-            holders.push(Holder {
-                description: description_of(&token).map(str::to_owned),
-                token,
-                mode,
-                remaining: None,
-            });
-        }
-        let kind = holders.first().map(|holder| match holder.mode {
-            HoldMode::Exclusive if exclusive_is_mutex => LockKind::Mutex,
-            mode => mode.kind(),
-        });
-        Ok(LockInfo {
-            name: name.to_owned(),
-            kind,
-            holder: holders.first().cloned(),
-            waiting_clients: (contenders.len() - holders.len()) as u64,
-            holders,
-            last_fence,
-            permits,
-        })
+            .filter_map(|(contender, read)| {
+                let (data, stat) = read.ok()?;
+                Some(Admitted {
+                    value: String::from_utf8_lossy(&data).into_owned(),
+                    entry: contender.name.clone(),
+                    kind: contender.kind,
+                    fence: Fence::new(stat.czxid.unsigned_abs()),
+                    remaining: None,
+                })
+            })
+            .collect();
+        Ok(lock_info(name, admitted, contenders.len()))
     }
 
     /// The held locks whose names match the glob `pattern`: every node under the root with contenders among its
@@ -439,15 +400,7 @@ impl ZkStore {
 
     /// Waits until every background release has been answered (or given up).
     pub(crate) async fn settle(&self) {
-        loop {
-            let idle = self.background.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.background.running.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            idle.await;
-        }
+        self.background.settle().await;
     }
 }
 
@@ -494,16 +447,10 @@ impl ZkHold {
 
     /// Releases in the background (a dropped guard); without a runtime the node goes with the session.
     pub(crate) fn release_in_background(self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        self.background.running.fetch_add(1, Ordering::AcqRel);
-        runtime.spawn(async move {
+        let background = Arc::clone(&self.background);
+        background.spawn(async move {
             if let Err(e) = self.release().await {
                 tracing::debug!(target: TARGET, node = %self.grant.node, error = %e, "a background release failed; the node goes with the session");
-            }
-            if self.background.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                self.background.idle.notify_waiters();
             }
         });
     }

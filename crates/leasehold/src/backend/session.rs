@@ -1,0 +1,293 @@
+//! What the stores whose grants live in one session per client (etcd's lease, ZooKeeper's session) share: the
+//! session's deadline and loss, the grants that follow it, and the releases left to the background.
+//!
+//! A grant's [`LeaseShared`] follows its session: every keep-alive is registered with it before it leaves
+//! ([`SessionState::begin_round`], as the Redis keeper registers a renewal) and confirmed when answered, so the
+//! deadline arithmetic and the loss timers are the Redis leases'. A lost session ends every following lease at once.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::engine::clock;
+use crate::engine::lease::{LeaseShared, LossReason, Request};
+
+/// What the session's keeper last established.
+#[derive(Debug, Clone, Copy)]
+struct State<L> {
+    deadline: Instant,
+    /// The send time and number of the last answered keep-alive (the session's opening is number 0).
+    acked: (Instant, i64),
+    lost: Option<L>,
+}
+
+/// A session's deadline and loss (`L`: why a session is lost, as its store says it), and the grants that follow it,
+/// each with what its store keeps of it (`F`: etcd keeps the key and revision it reads back; ZooKeeper nothing).
+pub(crate) struct SessionState<L, F> {
+    state: watch::Sender<State<L>>,
+    followers: std::sync::Mutex<Vec<(Weak<LeaseShared>, F)>>,
+    /// What a passed deadline reads as.
+    expired: L,
+}
+
+impl<L, F> SessionState<L, F>
+where
+    L: Copy + PartialEq + Send + Sync + 'static,
+    F: Clone,
+{
+    /// A session opened by a request sent at `sent`, whose deadline is `deadline`; `expired` is the loss a passed
+    /// deadline reads as.
+    pub(crate) fn new(sent: Instant, deadline: Instant, expired: L) -> Self {
+        SessionState {
+            state: watch::Sender::new(State {
+                deadline,
+                acked: (sent, 0),
+                lost: None,
+            }),
+            followers: std::sync::Mutex::new(Vec::new()),
+            expired,
+        }
+    }
+
+    fn followers(&self) -> std::sync::MutexGuard<'_, Vec<(Weak<LeaseShared>, F)>> {
+        self.followers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks the session lost (the first reason sticks: true when this was it), and ends the lease of every grant
+    /// that follows it as `ends_as`.
+    pub(crate) fn lose(&self, reason: L, ends_as: LossReason) -> bool {
+        let first = self.state.send_if_modified(|state| {
+            let first = state.lost.is_none();
+            if first {
+                state.lost = Some(reason);
+            }
+            first
+        });
+        let followers = std::mem::take(&mut *self.followers());
+        for (lease, _) in followers {
+            if let Some(lease) = lease.upgrade() {
+                lease.end(ends_as);
+            }
+        }
+        first
+    }
+
+    /// Records the keep-alive sent at `sent`, number `round`, as answered: moves the deadline to `deadline` if that
+    /// is later, unless the session is already lost.
+    pub(crate) fn extend(&self, sent: Instant, round: i64, deadline: Instant) {
+        self.state.send_if_modified(|state| {
+            let later = state.lost.is_none() && deadline > state.deadline;
+            if later {
+                state.deadline = deadline;
+                state.acked = (sent, round);
+            }
+            later
+        });
+    }
+
+    /// The send time and number of the last answered keep-alive: where a new grant's lease starts from (creating
+    /// its entry renews nothing).
+    pub(crate) fn acked(&self) -> (Instant, i64) {
+        self.state.borrow().acked
+    }
+
+    /// The local deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.state.borrow().deadline
+    }
+
+    /// The loss recorded so far, not counting a passed deadline.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn recorded_loss(&self) -> Option<L> {
+        self.state.borrow().lost
+    }
+
+    /// How many grants follow the session.
+    pub(crate) fn following(&self) -> usize {
+        self.followers().len()
+    }
+
+    /// Makes `lease` follow the session, keeping `what` with it. False (and the lease ended) when the session is
+    /// already lost.
+    pub(crate) fn follow(&self, lease: &Arc<LeaseShared>, what: F) -> bool {
+        self.followers().push((Arc::downgrade(lease), what));
+        // Checked after registering: a loss after this point ends the lease through `lose`.
+        if self.loss().is_some() {
+            lease.end(LossReason::Expired);
+            return false;
+        }
+        true
+    }
+
+    /// Registers the keep-alive about to be sent (renewing `ttl`) with every following grant still held; drops the
+    /// others.
+    pub(crate) fn begin_round(&self, ttl: Duration) -> Vec<(Arc<LeaseShared>, Request, F)> {
+        let mut begun = Vec::new();
+        self.followers().retain(|(follower, what)| {
+            let Some(lease) = follower.upgrade() else {
+                return false;
+            };
+            match lease.begin(ttl) {
+                Some(request) => {
+                    begun.push((lease, request, what.clone()));
+                    true
+                }
+                None => false,
+            }
+        });
+        begun
+    }
+
+    /// Why the session is lost, or `None` while it holds (its deadline not passed, no loss recorded).
+    pub(crate) fn loss(&self) -> Option<L> {
+        let state = *self.state.borrow();
+        state
+            .lost
+            .or((clock::now() >= state.deadline).then_some(self.expired))
+    }
+
+    /// Resolves when the session is lost: on the keeper's word, or when the deadline passes, whichever is first,
+    /// even if the keeper is stuck.
+    pub(crate) async fn lost(&self) -> L {
+        let mut rx = self.state.subscribe();
+        loop {
+            let state = *rx.borrow_and_update();
+            if let Some(reason) = state.lost {
+                return reason;
+            }
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() {
+                    // The sender lives in `self`, so this is not reached; treat it as loss all the same.
+                    return self.expired;
+                },
+                () = passed(state.deadline) => return self.expired,
+            }
+        }
+    }
+}
+
+impl<L: std::fmt::Debug + Copy, F> std::fmt::Debug for SessionState<L, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = *self.state.borrow();
+        f.debug_struct("SessionState")
+            .field("deadline", &state.deadline)
+            .field("lost", &state.lost)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resolves once the lease clock reaches `at`, however long the machine was suspended meanwhile.
+pub(crate) async fn passed(at: Instant) {
+    while clock::now() < at {
+        tokio::time::sleep_until(clock::timer_for(at)).await;
+    }
+}
+
+/// The releases of dropped guards running in the background, for [`Client::flush_releases`](crate::Client).
+#[derive(Default)]
+pub(crate) struct Background {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+impl Background {
+    /// Runs `release` in the background, counted until it ends; without a runtime it is not run (the entry then goes
+    /// with its session).
+    pub(crate) fn spawn(self: &Arc<Self>, release: impl Future<Output = ()> + Send + 'static) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.running.fetch_add(1, Ordering::AcqRel);
+        let background = Arc::clone(self);
+        runtime.spawn(async move {
+            release.await;
+            if background.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                background.idle.notify_waiters();
+            }
+        });
+    }
+
+    /// Waits until every background release has ended.
+    pub(crate) async fn settle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// One admitted entry of a lock on a store with sessions, as `inspect` reads it.
+pub(crate) struct Admitted {
+    /// The entry's value: the hold as Redis stores it (`dl1:…`, `r dl1:…`, `s1 dl1:…`), or whatever another client
+    /// wrote.
+    pub(crate) value: String,
+    /// The entry's own name: what names a holder leasehold did not write.
+    pub(crate) entry: String,
+    pub(crate) kind: crate::backend::admission::Kind,
+    pub(crate) fence: crate::Fence,
+    /// The time left on its holder's session, when the store says.
+    pub(crate) remaining: Option<Duration>,
+}
+
+/// The [`LockInfo`](crate::LockInfo) of lock `name` on a store with sessions: its `admitted` entries, in queue order,
+/// of `entries` in all.
+pub(crate) fn lock_info(name: &str, admitted: Vec<Admitted>, entries: usize) -> crate::LockInfo {
+    use crate::backend::admission::Kind;
+    use crate::client::{HoldMode, Holder, LockKind};
+    let mut holders = Vec::new();
+    let mut last_fence = None;
+    let mut permits = None;
+    // A bare token is a mutex's hold; `x dl1:…` a fair mutex's (both are exclusive entries).
+    let mut exclusive_is_mutex = true;
+    for entry in admitted {
+        // The hold's token without its kind's tag, as Redis reports it (`r dl1:…` is the token `dl1:…`).
+        let (token, mode) = if entry.value.contains(crate::fence::TOKEN_PREFIX) {
+            (
+                crate::fence::token_of(&entry.value).to_owned(),
+                HoldMode::of(&entry.value),
+            )
+        } else {
+            // An entry leasehold did not write (`etcdctl lock`'s, kazoo's): named by itself.
+            let mode = match entry.kind {
+                Kind::Shared => HoldMode::Read,
+                _ => HoldMode::Exclusive,
+            };
+            (entry.entry, mode)
+        };
+        if let Kind::Permits(n) = entry.kind {
+            permits = Some(u64::from(n.get()));
+        }
+        if holders.is_empty() {
+            exclusive_is_mutex = !entry.value.starts_with("x ");
+        }
+        last_fence = last_fence.max(Some(entry.fence));
+        holders.push(Holder {
+            description: crate::fence::description_of(&token).map(str::to_owned),
+            token,
+            mode,
+            remaining: entry.remaining,
+        });
+    }
+    let kind = holders.first().map(|holder| match holder.mode {
+        HoldMode::Exclusive if exclusive_is_mutex => LockKind::Mutex,
+        mode => mode.kind(),
+    });
+    crate::LockInfo {
+        name: name.to_owned(),
+        kind,
+        holder: holders.first().cloned(),
+        waiting_clients: (entries - holders.len()) as u64,
+        holders,
+        last_fence,
+        permits,
+    }
+}
