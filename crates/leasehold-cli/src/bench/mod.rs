@@ -186,7 +186,11 @@ fn parse_scenario(name: &str) -> Result<String, String> {
 /// of a quorum.
 fn check_servers(urls: &[String]) -> anyhow::Result<()> {
     let usage = |message: &str| Err(exit::fail(exit::USAGE, message));
-    if urls.len() > 1 && urls.iter().any(|url| crate::etcd::is_etcd(url)) {
+    if urls.len() > 1
+        && urls
+            .iter()
+            .any(|url| crate::stores::Store::of(url) == crate::stores::Store::Etcd)
+    {
         return usage(
             "--store given several times with an etcd URL: one etcd URL names every member of the cluster \
              (etcd://h1:2379,h2:2379,h3:2379); a quorum is made of independent Redis servers",
@@ -272,7 +276,10 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     }
     check_servers(&args.store)?;
     let is_quorum = args.quorum.is_some() || args.store.len() >= leasehold::MIN_NODES;
-    let on_etcd = args.store.iter().any(|url| crate::etcd::is_etcd(url));
+    let on_etcd = args
+        .store
+        .iter()
+        .any(|url| crate::stores::Store::of(url) == crate::stores::Store::Etcd);
     let topology = match (is_quorum, on_etcd) {
         (true, _) => Topology::Quorum,
         (false, true) => Topology::Etcd,

@@ -109,7 +109,8 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
     }
     let url = one_server(&args)?;
     // On etcd the renewal period follows the session's lease, which the locks' own lease cannot change.
-    let session = (args.role == Role::Renew && crate::etcd::is_etcd(url))
+    let session = (args.role == Role::Renew
+        && crate::stores::Store::of(url) == crate::stores::Store::Etcd)
         .then(|| Duration::from_millis(args.ttl_ms));
     let locks = connect::client(url, session).await?;
     let result = match args.role {
