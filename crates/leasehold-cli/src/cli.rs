@@ -35,10 +35,10 @@ See `leasehold <COMMAND> --help` for each command.
 Stores: Redis (redis://, rediss://, unix://, redis+cluster://, redis+sentinel://; the default), etcd
 (etcd://host:port[,host:port...], the members of one cluster) or ZooKeeper
 (zk://[user:password@]host:port[,host:port...][/chroot], the servers of one ensemble): run, status,
-list and release work on all three, bench on Redis and etcd. On etcd, run's --ttl is the session
-lease (whole seconds, at least 2s); on ZooKeeper, the session timeout asked for (at least 1s), which
-ZooKeeper clamps to its own bounds. --replicas, --tls-* (etcds:// excepted), several --store, `permits` and `demo` are Redis-only
-and exit 2 before connecting.
+list, release and bench work on all three. On etcd, run's --ttl is the session lease (whole seconds,
+at least 2s); on ZooKeeper, the session timeout asked for (at least 1s), which ZooKeeper clamps to
+its own bounds. --replicas, --tls-* (etcds:// excepted), several --store, `permits` and `demo` are
+Redis-only and exit 2 before connecting.
 
 Environment: LEASEHOLD_STORE (or LEASEHOLD_REDIS_URL), LEASEHOLD_PREFIX, LEASEHOLD_TLS_CA, LEASEHOLD_TLS_CERT,
 LEASEHOLD_TLS_KEY and LEASEHOLD_REPLICAS stand in for their options. RUST_LOG (tracing's
@@ -177,10 +177,9 @@ const LIST_AFTER: &str = "\
 Lists the locks held right now whose names match PATTERN (a Redis glob, on etcd and ZooKeeper too: *
 for all, orders:*, job-?; default *), one per line: name, fence, remaining lease, waiting clients,
 holder. Walks the keys with SCAN (never KEYS; on etcd, one read of the keys under PREFIX/; on
-ZooKeeper, a walk of the nodes under /PREFIX), so a lock
-taken or released meanwhile may or may not appear. Control characters in names and descriptions are shown escaped (\n, \u{1b}); columns
-are aligned for wide characters. Exits 0, also when nothing is held (69 when the store cannot be
-asked).
+ZooKeeper, a walk of the nodes under /PREFIX), so a lock taken or released meanwhile may or may not
+appear. Control characters in names and descriptions are shown escaped (\n, \u{1b}); columns are
+aligned for wide characters. Exits 0, also when nothing is held (69 when the store cannot be asked).
 
 --json prints an array of the objects `leasehold status --json` prints.
 
@@ -265,6 +264,16 @@ etcd's own floor in the same run:
 The server's CPU time is then process_cpu_seconds_total of each member's /metrics page, and
 the raw round trip of the hand-offs a linearizable read.
 
+On ZooKeeper (--store zk://host:port[,host:port...][/chroot]) likewise, against ZooKeeper's floor:
+  zk-floor-1, -64, -8p     a bare ephemeral sequential node created, then deleted (8p: 8 processes on
+                           ONE name, each node waiting for the one ahead to go); uncontended-1, -64,
+                           contended-8p and fair-8p say their ratio to it (× floor)
+  floor-*, peer-*          skipped
+  renew-10k                the locks follow one session: its renewal calls are the requests the
+                           servers received (mntr's zk_packets_received; allow mntr)
+ZooKeeper reports no CPU time: the server's is that of the server processes on this machine
+(from /proc), none for a server elsewhere; the raw round trip is a read of one node.
+
 The table gives latencies in µs, the ratio to the floor as a factor, the server's CPU time
 (INFO cpu, user + system, over the measured window) per lock cycle (per renewal for renew-10k),
 and the client's CPU time per cycle (this process's, or the worker processes' together); on a
@@ -275,7 +284,8 @@ Examples:
   leasehold bench                                   # private redis-server, all scenarios, a table
   leasehold bench --duration 2s --scenarios floor-1,uncontended-1
   leasehold bench --store redis://10.0.0.5:6379 --json --plot latency.svg
-  leasehold bench --store etcd://10.0.0.7:2379 --scenarios etcd-lock-1,uncontended-1";
+  leasehold bench --store etcd://10.0.0.7:2379 --scenarios etcd-lock-1,uncontended-1
+  leasehold bench --store zk://127.0.0.1:2181 --duration 3s";
 
 const COMPLETIONS_AFTER: &str = "\
 Prints the script on stdout; install it where your shell looks for completions.
@@ -330,7 +340,8 @@ pub enum Command {
     /// One buyer process of `leasehold demo` (internal).
     #[command(hide = true)]
     DemoBuyer(crate::demo::buyer::BuyerArgs),
-    /// Measure leasehold against the store's floor (raw Redis, or etcd's own lock) on Redis (or a private one) or etcd.
+    /// Measure leasehold against the store's floor (raw Redis, etcd's own lock, bare ZooKeeper nodes) on Redis (or a
+    /// private one), etcd or ZooKeeper.
     #[command(after_help = BENCH_AFTER)]
     Bench(crate::bench::BenchArgs),
     /// One worker process of `leasehold bench` (internal).

@@ -14,7 +14,7 @@
 //! | `quorum.rs` | the same three on a quorum: every node asked, a lock held where a majority names its holder |
 //! | `demo.rs`, `demo/` | `leasehold demo`: rounds, buyer processes, the fenced store, the final table |
 //! | `docs.rs` | `leasehold completions` and `leasehold man`, generated from `cli.rs` |
-//! | `bench/` | `leasehold bench`: scenarios (Redis, a quorum, etcd), worker processes, statistics, the SVG plot |
+//! | `bench/` | `leasehold bench`: scenarios (Redis, a quorum, etcd, ZooKeeper), worker processes, statistics, the SVG plot |
 //! | `server.rs` | a private `redis-server` on a free port, killed on drop |
 //! | `progress.rs` | the progress bar |
 //! | `connect.rs` | connecting (prefix, TLS files), with errors mapped to exit statuses and passwords hidden |

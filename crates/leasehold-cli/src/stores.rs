@@ -73,6 +73,16 @@ impl Store {
         self != Store::Redis
     }
 
+    /// The store's name as the library's `Client::store_name` gives it, and the bench's JSON: `redis`, `etcd`,
+    /// `zookeeper`.
+    pub fn id(self) -> &'static str {
+        match self {
+            Store::Redis => "redis",
+            Store::Etcd => "etcd",
+            Store::ZooKeeper => "zookeeper",
+        }
+    }
+
     /// The store's name in messages.
     pub fn name(self) -> &'static str {
         match self {

@@ -1,5 +1,5 @@
-//! The command on ZooKeeper (`--store zk://…`): `run` with every kind, `status`, `list`, `release --force`, and what
-//! ZooKeeper cannot honour refused before connecting. Each test starts its own
+//! The command on ZooKeeper (`--store zk://…`): `run` with every kind, `status`, `list`, `release --force`, `bench`
+//! against ZooKeeper's floor, and what ZooKeeper cannot honour refused before connecting. Each test starts its own
 //! standalone server (`tickTime=500`: sessions of 1 to 10 s), as the etcd tests do.
 
 use std::process::Stdio;
@@ -317,6 +317,14 @@ fn what_zookeeper_cannot_honour_exits_2_before_connecting() {
             vec!["status", "--store", "zk://127.0.0.1:x", "jobs"],
             "is not a ZooKeeper URL",
         ),
+        (
+            vec!["bench", "--store", NOWHERE, "--scenarios", "floor-1"],
+            "floor-1 does not run on ZooKeeper",
+        ),
+        (
+            vec!["bench", "--scenarios", "zk-floor-1"],
+            "zk-floor-1 needs a ZooKeeper store",
+        ),
     ];
     for (args, says) in &cases {
         let (code, _, stderr) = finish(leasehold(args), SOON);
@@ -355,4 +363,61 @@ fn what_zookeeper_cannot_honour_exits_2_before_connecting() {
             .starts_with("leasehold: cannot connect to ZooKeeper at zk://127.0.0.1:1: "),
         "{stderr}"
     );
+}
+
+#[test]
+fn bench_runs_on_zookeeper_against_bare_nodes() {
+    let zk = ZkServer::start();
+    let url = zk.url();
+    let scenarios = [
+        "zk-floor-1",
+        "uncontended-1",
+        "zk-floor-8p",
+        "contended-8p",
+        "handoff",
+    ];
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "bench",
+            "--store",
+            &url,
+            "--duration",
+            "300ms",
+            "--scenarios",
+            &scenarios.join(","),
+        ]),
+        Duration::from_secs(90),
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stderr.lines().count(), scenarios.len(), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("scenario "), "{stdout}");
+    let rows: Vec<Vec<&str>> = lines[1..=scenarios.len()]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|row| row[0]).collect();
+    assert_eq!(names, scenarios, "{stdout}");
+    for row in &rows {
+        let rate: f64 = row[1].parse().unwrap();
+        assert!(rate > 0.0, "{row:?} in {stdout}");
+        // The server's CPU per cycle, read from its process: it runs on this machine.
+        assert!(row[6].parse::<f64>().is_ok(), "{row:?} in {stdout}");
+    }
+    let ratio = |name: &str| rows.iter().find(|row| row[0] == name).unwrap()[5];
+    for floor in ["zk-floor-1", "zk-floor-8p"] {
+        assert_eq!(ratio(floor), "-", "{stdout}");
+    }
+    for measured in ["uncontended-1", "contended-8p"] {
+        assert!(
+            ratio(measured).parse::<f64>().is_ok_and(|r| r > 0.0),
+            "{measured}: {stdout}"
+        );
+    }
+    assert!(
+        lines[1 + scenarios.len()]
+            .starts_with("on ZooKeeper: × floor is against zk-floor-1, -64, -8p"),
+        "{stdout}"
+    );
+    assert_eq!(lines.len(), scenarios.len() + 2, "{stdout}");
 }
