@@ -32,10 +32,13 @@ Exit status of `leasehold run`: the program's own, or 128+N when signal N ended 
   127 program not found.
 See `leasehold <COMMAND> --help` for each command.
 
-Stores: Redis (redis://, rediss://, unix://, redis+cluster://, redis+sentinel://; the default), or etcd
-(etcd://host:port[,host:port...], the members of one cluster): run, status, list, release and
-bench work on both. On etcd, run's --ttl is the session lease (whole seconds, at least 2s); --replicas,
---tls-*, several --store, `permits` and `demo` are Redis-only and exit 2 before connecting.
+Stores: Redis (redis://, rediss://, unix://, redis+cluster://, redis+sentinel://; the default), etcd
+(etcd://host:port[,host:port...], the members of one cluster) or ZooKeeper
+(zk://[user:password@]host:port[,host:port...][/chroot], the servers of one ensemble): run, status,
+list, release and bench work on all three. On etcd, run's --ttl is the session lease (whole seconds,
+at least 2s); on ZooKeeper, the session timeout asked for (at least 1s), which ZooKeeper clamps to
+its own bounds. --replicas, --tls-* (etcds:// excepted), several --store, `permits` and `demo` are
+Redis-only and exit 2 before connecting.
 
 Environment: LEASEHOLD_STORE (or LEASEHOLD_REDIS_URL), LEASEHOLD_PREFIX, LEASEHOLD_TLS_CA, LEASEHOLD_TLS_CERT,
 LEASEHOLD_TLS_KEY and LEASEHOLD_REPLICAS stand in for their options. RUST_LOG (tracing's
@@ -72,6 +75,16 @@ wait (never status 65), and a semaphore's count is not stored (each run applies 
 at most 4294967295). --replicas, --tls-* and --store given twice are Redis settings: with an etcd
 URL they exit 2 before connecting.
 
+On ZooKeeper (--store zk://[user:password@]host:port[,host:port...][/chroot]) every grant is an
+ephemeral sequential node of the command's ZooKeeper session, and --ttl is the session timeout asked
+for: at least 1s, in whole milliseconds, 30s by default. ZooKeeper clamps it to its own
+minSessionTimeout and maxSessionTimeout (by default 2 and 20 ticks: 4s to 40s with a 2s tick), and
+the session runs with the timeout it negotiated: a sync every eighth of it, and the program is
+stopped five eighths of it after the last answered one. NAME is the node /PREFIX/NAME (under the
+URL's chroot), so a kazoo Lock on that path and leasehold runs exclude each other. Kinds, order and
+--permits as on etcd. --replicas, --tls-* and --store given twice exit 2 before connecting (leasehold
+reaches ZooKeeper without TLS).
+
 Nesting: a program run under NAME may run `leasehold run NAME ...` again (the environment
 says which lock and token it runs under): the inner program runs at once under the outer
 grant, and its end does not release the outer lock. If the lock is lost, the outer run stops
@@ -92,7 +105,7 @@ Exit status:
          lock of another kind than --fair or --permits asks for (or a fair mutex or a
          semaphore, for a plain or -s/-x run), or a semaphore in use with another count
          than --permits
-  69     the store (Redis, etcd) cannot be reached at start, refuses the credentials, lacks an
+  69     the store (Redis, etcd, ZooKeeper) cannot be reached at start, refuses the credentials, lacks an
          ACL permission, or was still unreachable when --wait ran out (a wait rides out restarts
          and outages, with one warning line); or fewer than --replicas replicas acknowledged the
          grant
@@ -124,6 +137,10 @@ Examples:
   leasehold run --store etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --ttl 10s \\
       nightly-report ./report.sh
 
+  # The same on a ZooKeeper ensemble (a 10-second session timeout asked for):
+  leasehold run --store zk://10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181 --ttl 10s \\
+      nightly-report ./report.sh
+
   # Hand the fence to the store, which refuses writes older than the newest it has seen:
   leasehold run -c 'psql -v fence=\"$LEASEHOLD_FENCE\" -f sync.sql' stock-sync";
 
@@ -144,8 +161,9 @@ The top-level holder fields describe the holder whose lease ends first; \"holder
 (readers of a read-write lock, permit holders of a semaphore). permits is a semaphore's count
 while a permit is held; waiting_clients counts live waiters only.
 fence is the holder's fence while held, and the last fence granted while free (null when
-Redis no longer has it, and always on etcd, which keeps no record of past grants); on etcd
-remaining_ms is the holder's session lease in whole seconds; remaining_ms and token are null
+Redis no longer has it, and always on etcd and ZooKeeper, which keep no record of past grants); on
+etcd remaining_ms is the holder's session lease in whole seconds, and on ZooKeeper it is always null
+(ZooKeeper does not tell how long another client's session has left); remaining_ms and token are null
 while free; description is what the
 holder said about itself, and holder its fields when `leasehold run` wrote it (host, pid of
 `leasehold run`, user, start time in UTC, program and arguments); waiting_clients counts the
@@ -156,12 +174,12 @@ Examples:
   leasehold status --json nightly-report | jq -r .state";
 
 const LIST_AFTER: &str = "\
-Lists the locks held right now whose names match PATTERN (a Redis glob, on etcd too: * for all,
-orders:*, job-?; default *), one per line: name, fence, remaining lease, waiting clients, holder.
-Walks the keys with SCAN (never KEYS; on etcd, one read of the keys under PREFIX/), so a lock
-taken or released meanwhile may or may not appear. Control characters in names and descriptions are shown escaped (\n, \u{1b}); columns
-are aligned for wide characters. Exits 0, also when nothing is held (69 when the store cannot be
-asked).
+Lists the locks held right now whose names match PATTERN (a Redis glob, on etcd and ZooKeeper too: *
+for all, orders:*, job-?; default *), one per line: name, fence, remaining lease, waiting clients,
+holder. Walks the keys with SCAN (never KEYS; on etcd, one read of the keys under PREFIX/; on
+ZooKeeper, a walk of the nodes under /PREFIX), so a lock taken or released meanwhile may or may not
+appear. Control characters in names and descriptions are shown escaped (\n, \u{1b}); columns are
+aligned for wide characters. Exits 0, also when nothing is held (69 when the store cannot be asked).
 
 --json prints an array of the objects `leasehold status --json` prints.
 
@@ -173,7 +191,8 @@ Examples:
 const RELEASE_AFTER: &str = "\
 Deletes the lock whoever holds it and wakes its waiters: an operator's escape hatch for a
 lock whose holder is known to be dead. A live holder finds out at its next renewal (on etcd, at
-its session's next keep-alive), and `leasehold run` then stops its program and exits 76. Prints the owner token it removed, or
+its session's next keep-alive; on ZooKeeper at once, from the watch on its node), and `leasehold run`
+then stops its program and exits 76. Prints the owner token it removed, or
 that the lock was free.
 
 Examples:
@@ -185,11 +204,12 @@ it free. A run with another --permits then exits 65 naming both counts. This sto
 count in a semaphore in use: lowering it revokes no permit (new runs wait until the holders
 drop below it), raising it admits waiting runs at once; runs already waiting keep their
 place under the new count. On a free semaphore nothing is stored: the next run's --permits
-is the count. Give the new count to every run's --permits too. Redis only: etcd stores no count
-(each run applies its own --permits), and an etcd:// store exits 2 before connecting.
+is the count. Give the new count to every run's --permits too. Redis only: etcd and ZooKeeper store
+no count (each run applies its own --permits), and an etcd:// or zk:// store exits 2 before
+connecting.
 
 Exit status: 0 stored (or the semaphore was free), 65 NAME is another kind of lock, 69
-Redis cannot be reached, 2 usage error (an etcd:// store among them).
+Redis cannot be reached, 2 usage error (an etcd:// or zk:// store among them).
 
 Examples:
   leasehold permits exports 6";
@@ -210,7 +230,7 @@ then write back what they read minus one and record a sale. Four rounds:
 Without --store (or LEASEHOLD_STORE) it starts a private redis-server (from PATH) on a
 free port of 127.0.0.1, without persistence, and removes it when done (also on Ctrl-C). With
 --store or LEASEHOLD_STORE it uses that server and deletes its own keys afterwards. Redis only:
-an etcd:// store exits 2 before connecting.
+an etcd:// or zk:// store exits 2 before connecting.
 
 Every run shows the same numbers; only the times vary.
 
@@ -244,6 +264,16 @@ etcd's own floor in the same run:
 The server's CPU time is then process_cpu_seconds_total of each member's /metrics page, and
 the raw round trip of the hand-offs a linearizable read.
 
+On ZooKeeper (--store zk://host:port[,host:port...][/chroot]) likewise, against ZooKeeper's floor:
+  zk-floor-1, -64, -8p     a bare ephemeral sequential node created, then deleted (8p: 8 processes on
+                           ONE name, each node waiting for the one ahead to go); uncontended-1, -64,
+                           contended-8p and fair-8p say their ratio to it (× floor)
+  floor-*, peer-*          skipped
+  renew-10k                the locks follow one session: its renewal calls are the requests the
+                           servers received (mntr's zk_packets_received; allow mntr)
+ZooKeeper reports no CPU time: the server's is that of the server processes on this machine
+(from /proc), none for a server elsewhere; the raw round trip is a read of one node.
+
 The table gives latencies in µs, the ratio to the floor as a factor, the server's CPU time
 (INFO cpu, user + system, over the measured window) per lock cycle (per renewal for renew-10k),
 and the client's CPU time per cycle (this process's, or the worker processes' together); on a
@@ -254,7 +284,8 @@ Examples:
   leasehold bench                                   # private redis-server, all scenarios, a table
   leasehold bench --duration 2s --scenarios floor-1,uncontended-1
   leasehold bench --store redis://10.0.0.5:6379 --json --plot latency.svg
-  leasehold bench --store etcd://10.0.0.7:2379 --scenarios etcd-lock-1,uncontended-1";
+  leasehold bench --store etcd://10.0.0.7:2379 --scenarios etcd-lock-1,uncontended-1
+  leasehold bench --store zk://127.0.0.1:2181 --duration 3s";
 
 const COMPLETIONS_AFTER: &str = "\
 Prints the script on stdout; install it where your shell looks for completions.
@@ -271,7 +302,7 @@ Examples:
   leasehold man | man -l -
   leasehold man run > /usr/local/share/man/man1/leasehold-run.1";
 
-/// Run any program under a distributed lock on Redis or etcd.
+/// Run any program under a distributed lock on Redis, etcd or ZooKeeper.
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about, after_help = ROOT_AFTER)]
 #[command(propagate_version = true)]
@@ -309,7 +340,8 @@ pub enum Command {
     /// One buyer process of `leasehold demo` (internal).
     #[command(hide = true)]
     DemoBuyer(crate::demo::buyer::BuyerArgs),
-    /// Measure leasehold against the store's floor (raw Redis, or etcd's own lock) on Redis (or a private one) or etcd.
+    /// Measure leasehold against the store's floor (raw Redis, etcd's own lock, bare ZooKeeper nodes) on Redis (or a
+    /// private one), etcd or ZooKeeper.
     #[command(after_help = BENCH_AFTER)]
     Bench(crate::bench::BenchArgs),
     /// One worker process of `leasehold bench` (internal).
@@ -355,7 +387,8 @@ pub struct StoreArg {
                 node); Sentinel: redis+sentinel://[user:password@]host:port,host:port/service[/db] (the sentinels, \
                 then the primary's service name; rediss+sentinel:// for TLS); given 3 or more times (run, status, \
                 list, release): a quorum of independent Redis servers (Redlock). etcd: etcd://host:port[,host:port…] \
-                (the members of one cluster; no TLS yet)"
+                (the members of one cluster; etcds:// over TLS). ZooKeeper: \
+                zk://[user:password@]host:port[,host:port…][/chroot] (the servers of one ensemble)"
     )]
     pub urls: Vec<String>,
 
@@ -363,12 +396,13 @@ pub struct StoreArg {
     #[arg(long, value_name = "PREFIX", env = "LEASEHOLD_PREFIX", default_value = leasehold::DEFAULT_PREFIX)]
     pub prefix: String,
 
-    /// For rediss:// URLs: trust this CA certificate (PEM) instead of the system's trust store. Not with etcd://.
+    /// For rediss:// and etcds:// URLs: trust this CA certificate (PEM) instead of the system's trust store. Not with
+    /// etcd:// or zk://.
     #[arg(long, value_name = "FILE", env = "LEASEHOLD_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
 
-    /// For rediss:// URLs: present this client certificate (PEM) to servers that require one (with --tls-key). Not
-    /// with etcd://.
+    /// For rediss:// and etcds:// URLs: present this client certificate (PEM) to servers that require one (with
+    /// --tls-key). Not with etcd:// or zk://.
     #[arg(
         long,
         value_name = "FILE",
@@ -387,8 +421,8 @@ pub struct StoreArg {
     pub tls_key: Option<PathBuf>,
 
     /// Every grant and renewal must be acknowledged by this many replicas of the lock's primary (WAIT); a grant too
-    /// few acknowledge is released, and the command exits 69 saying how many did. Redis only: etcd commits every
-    /// grant to a majority of its members before it answers.
+    /// few acknowledge is released, and the command exits 69 saying how many did. Redis only: etcd and ZooKeeper
+    /// commit every grant to a majority before they answer.
     #[arg(
         long,
         value_name = "N",
@@ -405,7 +439,9 @@ pub struct RunArgs {
     pub store: StoreArg,
 
     /// The lease, renewed automatically while the program runs (a duration with its unit: 30s, 2m). On etcd, the
-    /// session lease the grant lives under: whole seconds, at least 2s.
+    /// session lease the grant lives under: whole seconds, at least 2s. On ZooKeeper, the session timeout asked
+    /// for: at least 1s, whole milliseconds; ZooKeeper clamps it to its min/max (by default 2 to 20 ticks) and the
+    /// session uses the timeout it negotiated.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
 
@@ -428,8 +464,8 @@ pub struct RunArgs {
     #[arg(long, short = 'x', group = "kind")]
     pub exclusive: bool,
 
-    /// Take one of N permits of the semaphore NAME: at most N runs at once across all hosts (on etcd, N is at most
-    /// 4294967295 and is not stored: each run applies its own).
+    /// Take one of N permits of the semaphore NAME: at most N runs at once across all hosts (on etcd and ZooKeeper,
+    /// N is at most 4294967295 and is not stored: each run applies its own).
     #[arg(long, value_name = "N", group = "kind", value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
     pub permits: Option<u64>,
 
@@ -510,7 +546,7 @@ pub struct ListArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Which lock names (a Redis glob, also on etcd).
+    /// Which lock names (a Redis glob, also on etcd and ZooKeeper).
     #[arg(value_name = "PATTERN", default_value = "*")]
     pub pattern: String,
 }

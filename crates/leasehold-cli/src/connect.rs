@@ -1,5 +1,5 @@
-//! Connecting to the store (Redis, or etcd for `etcd://` URLs), with the errors mapped to exit statuses and passwords
-//! kept out of messages.
+//! Connecting to the store (Redis; etcd for `etcd://` URLs, ZooKeeper for `zk://`), with the errors mapped to exit
+//! statuses and passwords kept out of messages.
 
 use std::path::Path;
 use std::time::Duration;
@@ -26,12 +26,13 @@ pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehol
 
 /// Connects a lock client to the server, prefix and TLS files of `target`. On Redis `ttl` (the lease the caller will
 /// take, if any) bounds the response timeout, so that a slow reply leaves room for a retry before a short lease runs
-/// out; on etcd it is the session's lease, which every grant of the client lives under (the library's default
-/// without it).
+/// out; on etcd it is the session's lease, which every grant of the client lives under, and on ZooKeeper the session
+/// timeout asked for, which ZooKeeper clamps to its bounds (the library's default without it).
 ///
 /// # Errors
 ///
-/// Status 2 for a malformed URL, a bad prefix, an unusable TLS file or a Redis option with an etcd URL, 69 when the
+/// Status 2 for a malformed URL, a bad prefix, an unusable TLS file or a Redis option with an etcd or ZooKeeper URL,
+/// 69 when the
 /// store cannot be reached (or the TLS handshake fails) or refuses the credentials.
 pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
     let url = match target.urls.as_slice() {
@@ -44,7 +45,7 @@ pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<l
         }
     };
     check_not_empty(url)?;
-    let etcd = crate::etcd::check_store(target)?;
+    let store = crate::stores::check_store(target)?;
     let mut builder = match leasehold::Client::builder(url) {
         Ok(builder) => builder,
         Err(leasehold::Error::InvalidArgument(leasehold::InvalidArgument::BadUrl(why))) => {
@@ -60,7 +61,7 @@ pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<l
         builder = builder
             .tls_client_identity_pem(read_pem(cert, "--tls-cert")?, read_pem(key, "--tls-key")?);
     }
-    if etcd {
+    if store.has_sessions() {
         if let Some(ttl) = ttl {
             builder = builder.session_ttl(ttl);
         }
@@ -126,11 +127,7 @@ fn read_pem(path: &Path, option: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 fn not_a_url(url: &str, why: &str) -> anyhow::Error {
-    let store = if crate::etcd::is_etcd(url) {
-        "an etcd"
-    } else {
-        "a Redis"
-    };
+    let store = crate::stores::Store::of(url).with_article();
     fail(
         exit::USAGE,
         format!("{} is not {store} URL: {why}", redact(url)),
@@ -138,13 +135,14 @@ fn not_a_url(url: &str, why: &str) -> anyhow::Error {
 }
 
 /// A store that could not be connected to, said as a Redis connection error is: `cannot connect to etcd at URL:
-/// cause`, status 69. Other errors keep their own status.
+/// cause` (or `ZooKeeper`), status 69. Other errors keep their own status.
 fn not_connected(err: leasehold::Error) -> anyhow::Error {
     match err {
         leasehold::Error::Store { store, url, source } => fail(
             exit::UNAVAILABLE,
             format!(
-                "cannot connect to {store} at {}: {}",
+                "cannot connect to {} at {}: {}",
+                crate::stores::shown(store),
                 redact(&url),
                 one_line(source.as_ref())
             ),
@@ -186,7 +184,8 @@ fn check_not_empty(url: &str) -> anyhow::Result<()> {
     if url.trim().is_empty() {
         return Err(fail(
             exit::USAGE,
-            "the store URL is empty (expected redis://host:port or etcd://host:port; see --store and LEASEHOLD_STORE)",
+            "the store URL is empty (expected redis://host:port, etcd://host:port or zk://host:port; see --store and \
+             LEASEHOLD_STORE)",
         ));
     }
     Ok(())

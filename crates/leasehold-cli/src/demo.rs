@@ -159,7 +159,7 @@ impl Outcome {
 ///
 /// 69 when `redis-server` is missing or Redis cannot be reached; others as they come.
 pub async fn demo(args: DemoArgs) -> anyhow::Result<u8> {
-    crate::etcd::check_demo(args.store.as_deref())?;
+    crate::stores::check_demo(args.store.as_deref())?;
     let mut signals = Signals::catch()?;
     tokio::select! {
         biased;

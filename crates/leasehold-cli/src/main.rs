@@ -1,4 +1,5 @@
-//! `leasehold`: run any program under a distributed lock on Redis or etcd, inspect locks, and see the oversell problem solved.
+//! `leasehold`: run any program under a distributed lock on Redis, etcd or ZooKeeper, inspect locks, and see the
+//! oversell problem solved.
 //!
 //! One module per subcommand, plus what they share:
 //!
@@ -13,11 +14,12 @@
 //! | `quorum.rs` | the same three on a quorum: every node asked, a lock held where a majority names its holder |
 //! | `demo.rs`, `demo/` | `leasehold demo`: rounds, buyer processes, the fenced store, the final table |
 //! | `docs.rs` | `leasehold completions` and `leasehold man`, generated from `cli.rs` |
-//! | `bench/` | `leasehold bench`: scenarios (Redis, a quorum, etcd), worker processes, statistics, the SVG plot |
+//! | `bench/` | `leasehold bench`: scenarios (Redis, a quorum, etcd, ZooKeeper), worker processes, statistics, the SVG plot |
 //! | `server.rs` | a private `redis-server` on a free port, killed on drop |
 //! | `progress.rs` | the progress bar |
 //! | `connect.rs` | connecting (prefix, TLS files), with errors mapped to exit statuses and passwords hidden |
-//! | `etcd.rs` | what each option means on etcd, refused before connecting when etcd cannot honour it |
+//! | `stores.rs` | which store a URL names; what each option means on etcd and ZooKeeper, refused before connecting when they cannot honour it |
+//! | `etcd.rs` | etcd's errors and tagged holders, said as Redis's are |
 //! | `duration.rs` | durations through `humantime`: `500ms`, `2m30s`, `1h30m`, `1d` |
 //! | `log.rs` | the library's outage warning as one stderr line |
 //! | `exit.rs` | exit statuses, the error that carries one, the panic hook |
@@ -43,6 +45,7 @@ mod run;
 mod server;
 mod signals;
 mod status;
+mod stores;
 
 use std::process::ExitCode;
 

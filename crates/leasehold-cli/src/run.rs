@@ -22,8 +22,8 @@ use crate::signals::{self, Signals};
 ///
 /// Every failure before the program starts, each carrying its exit status (see [`crate::exit`]).
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
-    // What etcd cannot honour is refused before anything connects.
-    crate::etcd::check_run(&args)?;
+    // What etcd or ZooKeeper cannot honour is refused before anything connects.
+    crate::stores::check_run(&args)?;
     // Caught from the start: a signal while we wait must not leave a grant behind, and one that arrives while the
     // program starts must reach the program.
     let mut signals = Signals::catch()?;
@@ -46,9 +46,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     };
     if !client.flush_releases(RELEASE_FLUSH).await && !reported {
         print_err(&format!(
-            "leasehold: warning: a release of lock {name:?} was not confirmed within {}; the lock expires within {}",
+            "leasehold: warning: a release of lock {name:?} was not confirmed within {}; {}",
             show(RELEASE_FLUSH),
-            show(args.ttl)
+            crate::stores::expiry(crate::stores::Store::of_all(&args.store.urls), args.ttl)
         ));
     }
     result
@@ -490,9 +490,9 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
         }
         Err(err) => {
             print_err(&format!(
-                "leasehold: warning: could not release lock {name:?} ({}); it expires within {}",
+                "leasehold: warning: could not release lock {name:?} ({}); {}",
                 crate::exit::one_line(&err.into()),
-                show(args.ttl)
+                crate::stores::expiry(crate::stores::Store::of_all(&args.store.urls), args.ttl)
             ));
             Ok(code)
         }
@@ -614,7 +614,8 @@ fn not_acquired(
         leasehold::Error::Store { store, url, source } => fail(
             exit::UNAVAILABLE,
             format!(
-                "{store} at {} failed while taking lock {name:?}: {}",
+                "{} at {} failed while taking lock {name:?}: {}",
+                crate::stores::shown(store),
                 connect::redact(&url),
                 crate::exit::error_line(source.as_ref())
             ),

@@ -1,5 +1,5 @@
-//! `leasehold status`, `list`, `release --force` and `permits`, on one server or cluster (Redis or etcd): look at a
-//! lock, or remove a stuck one.
+//! `leasehold status`, `list`, `release --force` and `permits`, on one server or cluster (Redis, etcd or ZooKeeper):
+//! look at a lock, or remove a stuck one.
 
 use serde_json::{json, Value};
 use unicode_width::UnicodeWidthStr as _;
@@ -15,7 +15,7 @@ use crate::exit::{self, fail};
 ///
 /// 69 when the store cannot be asked, 65 when the key is not a leasehold lock.
 pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
-    crate::etcd::check_store(&args.store)?;
+    crate::stores::check_store(&args.store)?;
     if args.store.urls.len() > 1 {
         return crate::quorum::status(&args).await;
     }
@@ -95,7 +95,10 @@ pub(crate) fn sentence(info: &leasehold::LockInfo) -> String {
 fn left_and_by(holder: &leasehold::Holder) -> (String, String) {
     let left = holder
         .remaining
-        .map_or("no expiry".to_owned(), |r| format!("{} left", show(r)));
+        // ZooKeeper does not tell one client how long another's session has left.
+        .map_or("no expiry reported".to_owned(), |r| {
+            format!("{} left", show(r))
+        });
     let by = holder
         .description
         .as_ref()
@@ -109,7 +112,7 @@ fn left_and_by(holder: &leasehold::Holder) -> (String, String) {
 ///
 /// 69 when the store cannot be asked.
 pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
-    crate::etcd::check_store(&args.store)?;
+    crate::stores::check_store(&args.store)?;
     if args.store.urls.len() > 1 {
         return crate::quorum::list(&args).await;
     }
@@ -150,7 +153,7 @@ pub(crate) fn table(held: &[leasehold::LockInfo]) -> String {
                 info.last_fence.map_or("-".to_owned(), |f| f.to_string()),
                 holder
                     .and_then(|h| h.remaining)
-                    .map_or("no expiry".to_owned(), show),
+                    .map_or("-".to_owned(), show),
                 info.waiting_clients.to_string(),
                 holder
                     .and_then(|h| h.description.as_deref())
@@ -246,7 +249,7 @@ pub(crate) fn token_id(token: &str) -> &str {
 ///
 /// 2 without `--force`, 69 when the store cannot be asked, 65 when the key is not a leasehold lock.
 pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
-    crate::etcd::check_store(&args.store)?;
+    crate::stores::check_store(&args.store)?;
     if args.store.urls.len() > 1 && args.force {
         return crate::quorum::release(&args).await;
     }
@@ -295,7 +298,7 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
 ///
 /// 65 when NAME is another kind of lock (or not a lock), 69 when Redis cannot be asked.
 pub async fn permits(args: PermitsArgs) -> anyhow::Result<u8> {
-    crate::etcd::check_permits(&args.store)?;
+    crate::stores::check_permits(&args.store)?;
     let client = connect::locks(&args.store, None).await?;
     let previous = client
         .semaphore(&args.name, args.permits)

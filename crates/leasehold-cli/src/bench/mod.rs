@@ -40,6 +40,18 @@
 //! | `renew-10k` | as on Redis: the 10,000 locks follow one session lease, so its renewal calls are the session's keep-alives |
 //!
 //! `floor-*` and `peer-*` (raw Redis, rslock) are skipped there, with a note.
+//!
+//! On ZooKeeper (`--store zk://host:port[,host:port…][/chroot]`), likewise, against ZooKeeper's floor (see
+//! [`zookeeper`]):
+//!
+//! | scenario | what runs |
+//! |---|---|
+//! | `zk-floor-1`, `zk-floor-64` | 1 or 64 tasks of one session: create an ephemeral sequential node, then delete it |
+//! | `zk-floor-8p` | 8 worker processes on ONE name: the same node, which waits for the node ahead to go (the textbook recipe's wait) |
+//! | `uncontended-1`, `-64`, `contended-8p`, `handoff`, `fair-8p`, `fair-handoff`, `rw-8p`, `semaphore-8p` | as on Redis, leasehold on ZooKeeper; the first four against the ZooKeeper floor |
+//! | `renew-10k` | as on etcd: the 10,000 locks follow one session, so its renewal calls are the requests the server received (the session's `sync`s) |
+//!
+//! The server CPU is that of the server processes on this machine (ZooKeeper reports none itself).
 
 mod etcd;
 mod plot;
@@ -49,6 +61,7 @@ mod scenario;
 mod stats;
 mod table;
 pub mod worker;
+mod zookeeper;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +71,7 @@ use clap::Args;
 
 use crate::exit;
 use crate::server::PrivateServer;
+use crate::stores::Store;
 use quorum::Nodes;
 use scenario::{Recipe, Setup};
 use stats::{OnQuorum, Outcome};
@@ -109,6 +123,23 @@ pub const ETCD_SCENARIOS: [&str; 12] = [
     "renew-10k",
 ];
 
+/// Every scenario on ZooKeeper, in the order they run: ZooKeeper's floor (a bare node created and deleted) in place of
+/// the Redis floor, and no peer.
+pub const ZK_SCENARIOS: [&str; 12] = [
+    "zk-floor-1",
+    "uncontended-1",
+    "zk-floor-64",
+    "uncontended-64",
+    "zk-floor-8p",
+    "contended-8p",
+    "handoff",
+    "fair-8p",
+    "fair-handoff",
+    "rw-8p",
+    "semaphore-8p",
+    "renew-10k",
+];
+
 /// What the bench runs on: the scenario list and the topology's rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Topology {
@@ -118,6 +149,8 @@ enum Topology {
     Quorum,
     /// An etcd cluster.
     Etcd,
+    /// A ZooKeeper ensemble.
+    ZooKeeper,
 }
 
 impl Topology {
@@ -126,6 +159,7 @@ impl Topology {
             Topology::One => &SCENARIOS,
             Topology::Quorum => &QUORUM_SCENARIOS,
             Topology::Etcd => &ETCD_SCENARIOS,
+            Topology::ZooKeeper => &ZK_SCENARIOS,
         }
     }
 }
@@ -136,7 +170,8 @@ pub struct BenchArgs {
     /// Use this Redis server (or cluster: redis+cluster://host:port,host:port,…) instead of starting a private one.
     /// Given 3 times or more: a quorum of independent servers (Redlock), with the scenarios quorum-floor-1, quorum-1,
     /// quorum-64, quorum-contended-8p, and uncontended-1 and contended-8p on the first server alone. An etcd cluster:
-    /// etcd://host:port[,host:port…], against etcd's own lock (etcd-lock-1, -64, -8p).
+    /// etcd://host:port[,host:port…], against etcd's own lock (etcd-lock-1, -64, -8p). A ZooKeeper ensemble:
+    /// zk://host:port[,host:port…][/chroot], against bare ephemeral sequential nodes (zk-floor-1, -64, -8p).
     #[arg(long = "store", visible_alias = "redis", value_name = "URL")]
     pub store: Vec<String>,
 
@@ -167,31 +202,32 @@ pub struct BenchArgs {
 }
 
 fn parse_scenario(name: &str) -> Result<String, String> {
-    if [&SCENARIOS[..], &QUORUM_SCENARIOS, &ETCD_SCENARIOS]
-        .iter()
-        .any(|list| list.contains(&name))
+    if [
+        &SCENARIOS[..],
+        &QUORUM_SCENARIOS,
+        &ETCD_SCENARIOS,
+        &ZK_SCENARIOS,
+    ]
+    .iter()
+    .any(|list| list.contains(&name))
     {
         Ok(name.to_owned())
     } else {
         Err(format!(
-            "unknown scenario {name:?}; known: {}; on a quorum: {}; on etcd: {}",
+            "unknown scenario {name:?}; known: {}; on a quorum: {}; on etcd: {}; on ZooKeeper: {}",
             SCENARIOS.join(", "),
             QUORUM_SCENARIOS.join(", "),
-            ETCD_SCENARIOS.join(", ")
+            ETCD_SCENARIOS.join(", "),
+            ZK_SCENARIOS.join(", ")
         ))
     }
 }
 
-/// A usage error unless `--store` names one server (or cluster, or etcd cluster), or the distinct independent servers
-/// of a quorum.
+/// A usage error unless `--store` names one server (or cluster, etcd cluster, ZooKeeper ensemble), or the distinct
+/// independent servers of a quorum.
 fn check_servers(urls: &[String]) -> anyhow::Result<()> {
     let usage = |message: &str| Err(exit::fail(exit::USAGE, message));
-    if urls.len() > 1 && urls.iter().any(|url| crate::etcd::is_etcd(url)) {
-        return usage(
-            "--store given several times with an etcd URL: one etcd URL names every member of the cluster \
-             (etcd://h1:2379,h2:2379,h3:2379); a quorum is made of independent Redis servers",
-        );
-    }
+    crate::stores::check_one_url(urls)?;
     match urls.len() {
         0 | 1 => return Ok(()),
         2 => return usage(
@@ -235,12 +271,21 @@ fn check_scenarios(chosen: &[String], topology: Topology) -> anyhow::Result<()> 
             "{name} does not run on a quorum; there: {}",
             QUORUM_SCENARIOS.join(", ")
         ),
-        Topology::Etcd => format!(
-            "{name} does not run on etcd (the raw-Redis floor, rslock's recipe and the quorum are Redis's); there: {}",
-            ETCD_SCENARIOS.join(", ")
+        Topology::Etcd | Topology::ZooKeeper => format!(
+            "{name} does not run on {} (the raw-Redis floor, rslock's recipe and the quorum are Redis's, each \
+             store's floor its own); there: {}",
+            if topology == Topology::Etcd {
+                "etcd"
+            } else {
+                "ZooKeeper"
+            },
+            topology.scenarios().join(", ")
         ),
-        Topology::One if ETCD_SCENARIOS.contains(&name.as_str()) => {
+        Topology::One if name.starts_with("etcd-") => {
             format!("{name} needs an etcd store: --store etcd://host:port")
+        }
+        Topology::One if name.starts_with("zk-") => {
+            format!("{name} needs a ZooKeeper store: --store zk://host:port")
         }
         Topology::One => {
             format!("{name} needs a quorum: --quorum N, or --store given 3 times or more")
@@ -254,12 +299,17 @@ const ON_ETCD: &str = "on etcd: × floor is against etcd-lock-1, -64, -8p, etcd'
                        of floor-1, -64, -8p, the raw-Redis floor); peer-1, -64, -8p (rslock's recipe, for Redis) are \
                        skipped";
 
+/// The note printed on ZooKeeper, likewise.
+const ON_ZOOKEEPER: &str = "on ZooKeeper: × floor is against zk-floor-1, -64, -8p, a bare ephemeral sequential node \
+                            created and deleted (8p: waiting for the node ahead; in place of floor-1, -64, -8p, the \
+                            raw-Redis floor); peer-1, -64, -8p (rslock's recipe, for Redis) are skipped";
+
 /// The floor scenario a leasehold scenario is set against, on each store (at most one of them runs).
 fn floors_of(name: &str) -> &'static [&'static str] {
     match name {
-        "uncontended-1" => &["floor-1", "etcd-lock-1"],
-        "uncontended-64" => &["floor-64", "etcd-lock-64"],
-        "contended-8p" | "fair-8p" => &["floor-8p", "etcd-lock-8p"],
+        "uncontended-1" => &["floor-1", "etcd-lock-1", "zk-floor-1"],
+        "uncontended-64" => &["floor-64", "etcd-lock-64", "zk-floor-64"],
+        "contended-8p" | "fair-8p" => &["floor-8p", "etcd-lock-8p", "zk-floor-8p"],
         "quorum-1" => &["quorum-floor-1"],
         _ => &[],
     }
@@ -272,11 +322,18 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     }
     check_servers(&args.store)?;
     let is_quorum = args.quorum.is_some() || args.store.len() >= leasehold::MIN_NODES;
-    let on_etcd = args.store.iter().any(|url| crate::etcd::is_etcd(url));
-    let topology = match (is_quorum, on_etcd) {
+    let store = Store::of_all(&args.store);
+    let topology = match (is_quorum, store) {
         (true, _) => Topology::Quorum,
-        (false, true) => Topology::Etcd,
-        (false, false) => Topology::One,
+        (false, Store::Etcd) => Topology::Etcd,
+        (false, Store::ZooKeeper) => Topology::ZooKeeper,
+        (false, Store::Redis) => Topology::One,
+    };
+    // What the table's × floor is against, on the stores with floors of their own.
+    let note = match store {
+        Store::Etcd => Some(ON_ETCD),
+        Store::ZooKeeper => Some(ON_ZOOKEEPER),
+        Store::Redis => None,
     };
     check_scenarios(&args.scenarios, topology)?;
     let (urls, private) = servers(&args)?;
@@ -312,8 +369,8 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
         .copied()
         .filter(|n| wanted(n))
         .collect();
-    if on_etcd && args.json {
-        exit::print_err(&format!("bench: {ON_ETCD}"));
+    if let (Some(note), true) = (note, args.json) {
+        exit::print_err(&format!("bench: {note}"));
     }
     let run = async {
         let mut outcomes: Vec<Outcome> = Vec::new();
@@ -340,17 +397,17 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 "quorum-contended-8p" => {
                     scenario::contended(&all_nodes, name, 8, Recipe::Leasehold, "mutex").await
                 }
-                "floor-1" | "etcd-lock-1" => {
+                "floor-1" | "etcd-lock-1" | "zk-floor-1" => {
                     scenario::in_process(&setup, name, 1, Recipe::Floor).await
                 }
                 "peer-1" => scenario::in_process(&setup, name, 1, Recipe::Peer).await,
                 "uncontended-1" => scenario::in_process(&setup, name, 1, Recipe::Leasehold).await,
-                "floor-64" | "etcd-lock-64" => {
+                "floor-64" | "etcd-lock-64" | "zk-floor-64" => {
                     scenario::in_process(&setup, name, 64, Recipe::Floor).await
                 }
                 "peer-64" => scenario::in_process(&setup, name, 64, Recipe::Peer).await,
                 "uncontended-64" => scenario::in_process(&setup, name, 64, Recipe::Leasehold).await,
-                "floor-8p" | "etcd-lock-8p" => {
+                "floor-8p" | "etcd-lock-8p" | "zk-floor-8p" => {
                     scenario::contended(&setup, name, 8, Recipe::Floor, "mutex").await
                 }
                 "peer-8p" => scenario::contended(&setup, name, 8, Recipe::Peer, "mutex").await,
@@ -384,7 +441,7 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 nodes: nodes.len(),
                 all_nodes: name.starts_with("quorum-"),
             });
-            outcome.on_etcd = on_etcd;
+            outcome.store = store;
             // On stderr whether it is a terminal or not (a CI log, a pipe): a long run is never silent.
             exit::print_err(&result_line(&outcome, index + 1, chosen.len()));
             if args.json {
@@ -400,8 +457,8 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     };
     if !args.json {
         print!("{}", table(&outcomes));
-        if on_etcd {
-            println!("{ON_ETCD}");
+        if let Some(note) = note {
+            println!("{note}");
         }
     }
     if let Some(path) = &args.plot {

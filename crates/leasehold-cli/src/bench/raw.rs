@@ -1,7 +1,7 @@
 //! The bench's raw store: Redis on one server or on a Redis Cluster (the connections of the floor, and what is read
-//! from the servers themselves: CPU time, script calls, the raw round trip, where keys live), or etcd (see
-//! [`super::etcd`]). On a cluster, server figures are summed over every primary; on etcd, over the members the URL
-//! names.
+//! from the servers themselves: CPU time, script calls, the raw round trip, where keys live), etcd (see
+//! [`super::etcd`]) or ZooKeeper (see [`super::zookeeper`]). On a cluster, server figures are summed over every
+//! primary; on etcd and ZooKeeper, over the servers the URL names.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,8 +15,9 @@ use leasehold::redis::cluster_routing::{
 use leasehold::redis::{self, Cmd, Pipeline, RedisFuture, Value};
 
 use super::etcd::Etcd;
+use super::zookeeper::Zk;
 
-/// Where the bench sends its raw commands: the server, cluster or etcd cluster of `--store`.
+/// Where the bench sends its raw commands: the server, cluster, etcd cluster or ZooKeeper ensemble of `--store`.
 #[derive(Clone)]
 // One per run: its size does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -24,13 +25,15 @@ pub enum Raw {
     Single(redis::Client),
     Cluster(ClusterClient),
     Etcd(Etcd),
+    ZooKeeper(Zk),
 }
 
-/// What reads a store's own figures over a measured window: a connection to the Redis server (or cluster), or the
-/// etcd members' `/metrics` pages.
+/// What reads a store's own figures over a measured window: a connection to the Redis server (or cluster), the
+/// etcd members' `/metrics` pages, or the ZooKeeper servers' processes and `mntr`.
 pub enum Meter {
     Redis(Conn),
     Etcd(Etcd),
+    ZooKeeper(Zk),
 }
 
 /// A raw connection of either kind; every command on a cluster goes to the node of its key.
@@ -56,11 +59,14 @@ pub struct Spread {
 }
 
 impl Raw {
-    /// A cluster for a `redis+cluster://` URL (reached through every node it names), etcd for an `etcd://` URL, else
-    /// one server.
+    /// A cluster for a `redis+cluster://` URL (reached through every node it names), etcd for an `etcd://` URL,
+    /// ZooKeeper for a `zk://` URL, else one server.
     pub fn open(url: &str) -> anyhow::Result<Raw> {
         if let Some(etcd) = Etcd::parse(url) {
             return Ok(Raw::Etcd(etcd));
+        }
+        if let Some(zk) = Zk::parse(url) {
+            return Ok(Raw::ZooKeeper(zk));
         }
         let Some(seeds) = leasehold::__private::cluster_seeds(url) else {
             return Ok(Raw::Single(redis::Client::open(url)?));
@@ -86,12 +92,33 @@ impl Raw {
         }
     }
 
+    /// The ZooKeeper ensemble, when the store is one.
+    pub fn zookeeper(&self) -> Option<&Zk> {
+        match self {
+            Raw::ZooKeeper(zk) => Some(zk),
+            _ => None,
+        }
+    }
+
+    /// How many servers the store's figures are summed over, when more than one: every primary of a cluster is
+    /// counted as it is read, every member or server the URL names on etcd and ZooKeeper.
+    pub fn summed(&self) -> bool {
+        match self {
+            Raw::Single(_) => false,
+            Raw::Cluster(_) => true,
+            Raw::Etcd(etcd) => etcd.members() > 1,
+            Raw::ZooKeeper(zk) => zk.servers() > 1,
+        }
+    }
+
     /// The in-process floor's connection: a `ConnectionManager` on one server.
     pub async fn manager(&self) -> anyhow::Result<Conn> {
         Ok(match self {
             Raw::Single(client) => Conn::Manager(client.get_connection_manager().await?),
             Raw::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
-            Raw::Etcd(_) => bail!("a Redis connection was asked of an etcd store"),
+            Raw::Etcd(_) | Raw::ZooKeeper(_) => {
+                bail!("a Redis connection was asked of an etcd or ZooKeeper store")
+            }
         })
     }
 
@@ -99,6 +126,7 @@ impl Raw {
     pub async fn meter(&self) -> anyhow::Result<Meter> {
         Ok(match self {
             Raw::Etcd(etcd) => Meter::Etcd(etcd.clone()),
+            Raw::ZooKeeper(zk) => Meter::ZooKeeper(zk.clone()),
             redis => Meter::Redis(redis.multiplexed().await?),
         })
     }
@@ -111,17 +139,21 @@ impl Raw {
                 Conn::Multiplexed(client.get_multiplexed_async_connection().await?)
             }
             Raw::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
-            Raw::Etcd(_) => bail!("a Redis connection was asked of an etcd store"),
+            Raw::Etcd(_) | Raw::ZooKeeper(_) => {
+                bail!("a Redis connection was asked of an etcd or ZooKeeper store")
+            }
         })
     }
 }
 
 impl Meter {
     /// The store's CPU time so far (user + system, all its threads), by node: `INFO cpu` of the server or of every
-    /// primary of a cluster; `process_cpu_seconds_total` of every etcd member.
+    /// primary of a cluster; `process_cpu_seconds_total` of every etcd member; each ZooKeeper server's process,
+    /// when it runs on this machine.
     pub async fn cpu_seconds(&mut self) -> anyhow::Result<BTreeMap<String, f64>> {
         let conn = match self {
             Meter::Etcd(etcd) => return etcd.cpu_seconds().await,
+            Meter::ZooKeeper(zk) => return zk.cpu_seconds().await,
             Meter::Redis(conn) => conn,
         };
         let mut seconds = BTreeMap::new();
@@ -140,10 +172,12 @@ impl Meter {
     }
 
     /// The renewal calls the store has counted so far: script calls (`EVALSHA` + `EVAL`) of the server or every
-    /// primary; lease renewals (keep-alives) on etcd.
+    /// primary; lease renewals (keep-alives) on etcd; every request the servers received on ZooKeeper (the
+    /// session's `sync`s and pings, while the bench runs alone there).
     pub async fn renewal_calls(&mut self) -> anyhow::Result<u64> {
         let conn = match self {
             Meter::Etcd(etcd) => return etcd.lease_renewals().await,
+            Meter::ZooKeeper(zk) => return zk.requests_received().await,
             Meter::Redis(conn) => conn,
         };
         let infos = conn.info("commandstats").await?;

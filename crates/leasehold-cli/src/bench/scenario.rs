@@ -1,5 +1,5 @@
-//! The scenarios: in-process loops against the store's floor (raw Redis, or etcd's own lock) and leasehold, and the
-//! multi-process ones that spawn `leasehold bench-worker` processes.
+//! The scenarios: in-process loops against the store's floor (raw Redis, etcd's own lock, ZooKeeper's bare nodes) and
+//! leasehold, and the multi-process ones that spawn `leasehold bench-worker` processes.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -18,7 +18,9 @@ use super::quorum::{Nodes, QuorumFloor};
 use super::raw::{Conn, Meter, Raw};
 use super::stats::{Outcome, Renewal, Samples};
 use super::worker::{unix_ms, Role};
+use super::zookeeper::{Floor as ZkFloor, Zk};
 use crate::progress::Bar;
+use crate::stores::Store;
 
 /// What a scenario needs to know about the run.
 #[derive(Clone)]
@@ -44,7 +46,8 @@ pub const RAW_RELEASE: &str =
 pub enum Recipe {
     /// The floor: `SET NX PX`, the owner-checked delete, on a redis-rs `ConnectionManager` in this process (on a
     /// multiplexed connection in the contended workers); a busy answer is retried at once. On etcd, etcd's own
-    /// `Lock`/`Unlock` RPC under a lease (see [`super::etcd`]).
+    /// `Lock`/`Unlock` RPC under a lease (see [`super::etcd`]); on ZooKeeper, a bare ephemeral sequential node created
+    /// and deleted (see [`super::zookeeper`]).
     Floor,
     /// A peer's recipe, rslock's: the floor's two commands on a redis-rs `MultiplexedConnection`; a busy answer is
     /// followed by the owner-checked delete of its own token (rslock undoes a failed round on every server) and a
@@ -69,6 +72,8 @@ enum Engine {
     Quorum(leasehold::Quorum),
     /// On etcd: etcd's `Lock` RPC under a lease of this process, then `Unlock` (boxed: etcd's client is large).
     EtcdFloor(Box<EtcdFloor>),
+    /// On ZooKeeper: an ephemeral sequential node of one session of this process, created and deleted.
+    ZkFloor(ZkFloor),
 }
 
 /// One task's lock, made before its loop: only acquire and release are measured.
@@ -78,6 +83,7 @@ enum TaskLock<'a> {
     QuorumFloor(&'a QuorumFloor),
     Quorum(leasehold::QuorumMutex),
     EtcdFloor(&'a EtcdFloor),
+    ZkFloor(&'a ZkFloor),
 }
 
 /// `tasks` tasks in this process, each on its own key, looping acquire + release; on a quorum setup, the quorum's
@@ -95,9 +101,10 @@ pub async fn in_process(
         None
     };
     let engine = Arc::new(match (&setup.quorum, recipe) {
-        (None, Recipe::Floor) => match setup.raw.etcd() {
-            Some(etcd) => Engine::EtcdFloor(Box::new(etcd.floor().await?)),
-            None => Engine::Floor(setup.raw.manager().await?),
+        (None, Recipe::Floor) => match (setup.raw.etcd(), setup.raw.zookeeper()) {
+            (Some(etcd), _) => Engine::EtcdFloor(Box::new(etcd.floor().await?)),
+            (_, Some(zk)) => Engine::ZkFloor(zk.floor().await?),
+            _ => Engine::Floor(setup.raw.manager().await?),
         },
         (None, Recipe::Peer) => Engine::Peer(setup.raw.multiplexed().await?),
         (None, Recipe::Leasehold) => {
@@ -147,7 +154,7 @@ pub async fn in_process(
         spread,
         on_quorum: None,
         node_rtts: None,
-        on_etcd: false,
+        store: Store::Redis,
     })
 }
 
@@ -173,6 +180,7 @@ async fn cycle_until(
         Engine::QuorumFloor(floor) => TaskLock::QuorumFloor(floor),
         Engine::Quorum(quorum) => TaskLock::Quorum(quorum.mutex(&key)),
         Engine::EtcdFloor(floor) => TaskLock::EtcdFloor(floor),
+        Engine::ZkFloor(floor) => TaskLock::ZkFloor(floor),
     };
     let mut n: u64 = 0;
     loop {
@@ -222,6 +230,12 @@ async fn cycle_until(
                 let held = floor.lock(&key).await?;
                 let latency = started.elapsed();
                 floor.unlock(held).await?;
+                record(&mut samples, started, measure_from, latency, count);
+            }
+            TaskLock::ZkFloor(floor) => {
+                let node = floor.create(&key).await?;
+                let latency = started.elapsed();
+                floor.delete(node).await?;
                 record(&mut samples, started, measure_from, latency, count);
             }
         }
@@ -304,6 +318,7 @@ fn worker_command(
         Role::Renew => "renew",
         Role::QuorumContend => "quorum-contend",
         Role::EtcdLockContend => "etcd-lock-contend",
+        Role::ZkFloorContend => "zk-floor-contend",
     };
     let urls = match &setup.quorum {
         Some(nodes) => nodes.urls.clone(),
@@ -386,8 +401,8 @@ async fn workers(
 
 /// The server's CPU time (user + system, all its threads, from `INFO cpu`) between `from` and `to`, measured by a
 /// task of its own; on a cluster, the sum over every primary, and how many there are; on a quorum, the sum over every
-/// node; on etcd, the sum over the members the URL names (`process_cpu_seconds_total`), and how many there are when
-/// more than one. On a server shared with other clients it counts their work too.
+/// node; on etcd, the sum over the members the URL names (`process_cpu_seconds_total`), on ZooKeeper over the server
+/// processes on this machine, and how many there are when more than one. On a server shared with other clients it counts their work too.
 fn server_cpu_window(
     setup: &Setup,
     from: Instant,
@@ -397,7 +412,7 @@ fn server_cpu_window(
         Some(nodes) => nodes.raws().to_vec(),
         None => vec![setup.raw.clone()],
     };
-    let summed = setup.raw.is_cluster() || setup.raw.etcd().is_some_and(|e| e.members() > 1);
+    let summed = setup.raw.summed();
     tokio::spawn(async move {
         let mut meters = Vec::new();
         for raw in &raws {
@@ -462,7 +477,8 @@ fn last(lines: &[Value]) -> anyhow::Result<&Value> {
 }
 
 /// `processes` processes looping on ONE lock: leasehold, or (`floor`) spinning on `SET NX PX` (on etcd, waiting in
-/// etcd's `Lock` RPC); on a quorum setup, leasehold's quorum mutex (`lock()`).
+/// etcd's `Lock` RPC; on ZooKeeper, a bare node waiting for the one ahead); on a quorum setup, leasehold's quorum
+/// mutex (`lock()`).
 pub async fn contended(
     setup: &Setup,
     scenario: &'static str,
@@ -472,6 +488,7 @@ pub async fn contended(
 ) -> anyhow::Result<Outcome> {
     let role = match (&setup.quorum, recipe) {
         (None, Recipe::Floor) if setup.raw.etcd().is_some() => Role::EtcdLockContend,
+        (None, Recipe::Floor) if setup.raw.zookeeper().is_some() => Role::ZkFloorContend,
         (None, Recipe::Floor) => Role::FloorContend,
         (None, Recipe::Peer) => Role::PeerContend,
         (None, Recipe::Leasehold) => Role::Contend,
@@ -516,7 +533,7 @@ pub async fn contended(
         spread: None,
         on_quorum: None,
         node_rtts: None,
-        on_etcd: false,
+        store: Store::Redis,
     })
 }
 
@@ -562,12 +579,12 @@ pub async fn handoff(setup: &Setup, scenario: &'static str, kind: &str) -> anyho
         spread: None,
         on_quorum: None,
         node_rtts: None,
-        on_etcd: false,
+        store: Store::Redis,
     })
 }
 
 /// The p50 of one raw round trip (`PING`) on the connection type leasehold uses, in µs; on a cluster, to the
-/// primary of the lock `name`; on etcd, a linearizable read of one key.
+/// primary of the lock `name`; on etcd, a linearizable read of one key; on ZooKeeper, a read of the root's `Stat`.
 async fn round_trip_p50(setup: &Setup, name: &str) -> anyhow::Result<f64> {
     let mut samples = Samples::default();
     let end = Instant::now() + (setup.duration / 5).max(Duration::from_millis(200));
@@ -576,6 +593,15 @@ async fn round_trip_p50(setup: &Setup, name: &str) -> anyhow::Result<f64> {
         while Instant::now() < end {
             let started = Instant::now();
             Etcd::round_trip(&mut client).await?;
+            samples.push(started.elapsed());
+        }
+        return Ok(samples.sorted().quantile_us(0.5));
+    }
+    if let Some(zk) = setup.raw.zookeeper() {
+        let client = zk.client().await?;
+        while Instant::now() < end {
+            let started = Instant::now();
+            Zk::round_trip(&client).await?;
             samples.push(started.elapsed());
         }
         return Ok(samples.sorted().quantile_us(0.5));
@@ -590,11 +616,20 @@ async fn round_trip_p50(setup: &Setup, name: &str) -> anyhow::Result<f64> {
 }
 
 /// One process holds 10,000 locks through three renewal periods of a short lease; renewal calls are counted on
-/// the server (on a cluster, summed over the primaries; on etcd, the keep-alives of the session all the locks follow).
+/// the server (on a cluster, summed over the primaries; on etcd, the keep-alives of the session all the locks follow;
+/// on ZooKeeper, every request the servers received: the session's `sync`s and pings).
 pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outcome> {
     const LOCKS: usize = 10_000;
     const PERIODS: u32 = 3;
     let period = Duration::from_secs(1);
+    // On ZooKeeper each grant sets a watch on its node in a task of its own, and the last of those 10,000 requests
+    // may reach the server after the worker holds its locks: one period passes before the count starts (the
+    // worker's own CPU time, read over its whole hold, then covers that period too).
+    let settle = if setup.raw.zookeeper().is_some() {
+        1
+    } else {
+        0
+    };
     let mut stats = setup.raw.meter().await?;
     let args = [
         "--locks".to_owned(),
@@ -604,7 +639,7 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
         "--renew-ms".to_owned(),
         period.as_millis().to_string(),
         "--periods".to_owned(),
-        PERIODS.to_string(),
+        (PERIODS + settle).to_string(),
     ];
     let mut child = worker_command(setup, scenario, Role::Renew, &args)?
         .spawn()
@@ -616,6 +651,7 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
         Some(line) => serde_json::from_str(&line)?,
         None => bail!("the renew worker stopped before holding its locks"),
     };
+    tokio::time::sleep(period * settle).await;
     let before = stats.renewal_calls().await?;
     let holding = Instant::now();
     let hold_end = holding + period * PERIODS + period / 4;
@@ -670,6 +706,6 @@ pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outc
         spread: None,
         on_quorum: None,
         node_rtts: None,
-        on_etcd: false,
+        store: Store::Redis,
     })
 }

@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use super::quorum::NodeRtts;
 use super::raw::Spread;
+use crate::stores::Store;
 
 /// Acquire latencies in nanoseconds, in arrival order until [`Samples::sorted`].
 #[derive(Debug, Default, Clone)]
@@ -86,7 +87,8 @@ pub struct Outcome {
     /// The server's CPU time (user + system) over the measured window, when it could be read; on a cluster, the
     /// sum over its primaries.
     pub server_cpu_s: Option<f64>,
-    /// On a cluster, how many primaries `server_cpu_s` sums; on etcd, how many members, when more than one.
+    /// On a cluster, how many primaries `server_cpu_s` sums; on etcd and ZooKeeper, how many servers, when more
+    /// than one.
     pub cpu_primaries: Option<usize>,
     /// The client's CPU time (user + system) over the measured window: this process's, or the worker processes'
     /// together.
@@ -99,8 +101,8 @@ pub struct Outcome {
     pub on_quorum: Option<OnQuorum>,
     /// For the uncontended scenarios of a quorum: the raw round trip to each node.
     pub node_rtts: Option<NodeRtts>,
-    /// Whether the scenario ran on etcd.
-    pub on_etcd: bool,
+    /// The store the scenario ran on.
+    pub store: Store,
 }
 
 impl Outcome {
@@ -130,7 +132,7 @@ impl Outcome {
             spread: None,
             on_quorum: None,
             node_rtts: None,
-            on_etcd: false,
+            store: Store::Redis,
         }
     }
 
@@ -223,13 +225,15 @@ impl Outcome {
         });
         // Cluster runs only: the one-server shape stays as documented.
         match self.cpu_primaries {
-            Some(members) if self.on_etcd => out["server_cpu_members"] = json!(members),
+            Some(members) if self.store.has_sessions() => {
+                out["server_cpu_members"] = json!(members)
+            }
             Some(primaries) => out["server_cpu_primaries"] = json!(primaries),
             None => {}
         }
-        // etcd runs only, likewise.
-        if self.on_etcd {
-            out["store"] = json!("etcd");
+        // etcd and ZooKeeper runs only, likewise.
+        if self.store.has_sessions() {
+            out["store"] = json!(self.store.id());
         }
         if let Some(s) = self.spread {
             out["key_spread"] = json!({
@@ -321,11 +325,13 @@ mod tests {
     fn etcd_runs_say_so_and_name_members_not_primaries() {
         let mut outcome = Outcome::measured("etcd-lock-1", &[600]);
         assert!(outcome.to_json().get("store").is_none());
-        outcome.on_etcd = true;
+        outcome.store = Store::Etcd;
         outcome.cpu_primaries = Some(3);
         let json = outcome.to_json();
         assert_eq!(json["store"], "etcd");
         assert_eq!(json["server_cpu_members"], 3);
         assert!(json.get("server_cpu_primaries").is_none(), "{json}");
+        outcome.store = Store::ZooKeeper;
+        assert_eq!(outcome.to_json()["store"], "zookeeper");
     }
 }

@@ -2,6 +2,7 @@
 //! ends.
 
 use super::stats::{Outcome, Renewal};
+use crate::stores::Store;
 
 /// On a cluster, how many requests carried a period's renewal calls (one pipeline per node, ideally).
 fn requests(r: &Renewal) -> String {
@@ -147,11 +148,17 @@ pub(super) fn table(outcomes: &[Outcome]) -> String {
     }
     match outcomes.iter().find(|o| o.cpu_primaries.is_some()) {
         Some(Outcome {
-            cpu_primaries: Some(members),
-            on_etcd: true,
+            cpu_primaries: Some(servers),
+            store,
             ..
-        }) => out.push_str(&format!(
-            "on etcd: srv µs/cycle is the CPU time of all {members} members the URL names together\n"
+        }) if store.has_sessions() => out.push_str(&format!(
+            "on {}: srv µs/cycle is the CPU time of all {servers} {} the URL names together\n",
+            store.name(),
+            if *store == Store::Etcd {
+                "members"
+            } else {
+                "servers"
+            }
         )),
         Some(Outcome {
             cpu_primaries: Some(primaries),
@@ -347,7 +354,7 @@ mod tests {
     #[test]
     fn an_etcd_table_sums_the_cpu_of_the_members() {
         let mut floor = Outcome::measured("etcd-lock-1", &[600, 700, 800]);
-        floor.on_etcd = true;
+        floor.store = Store::Etcd;
         floor.cpu_primaries = Some(3);
         floor.server_cpu_s = Some(0.003);
         let text = table(&[floor]);
@@ -357,7 +364,7 @@ mod tests {
             "on etcd: srv µs/cycle is the CPU time of all 3 members the URL names together"
         );
         let mut single = Outcome::measured("etcd-lock-1", &[600]);
-        single.on_etcd = true;
+        single.store = Store::Etcd;
         assert_eq!(table(&[single]).lines().count(), 2, "one member: no footer");
     }
 

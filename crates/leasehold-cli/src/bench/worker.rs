@@ -30,6 +30,9 @@ pub enum Role {
     /// The contended floor on etcd: etcd's own `Lock` RPC (it waits in etcd) under this process's lease, then
     /// `Unlock`.
     EtcdLockContend,
+    /// The contended floor on ZooKeeper: a bare ephemeral sequential node that waits for the node ahead of it to go,
+    /// then is deleted.
+    ZkFloorContend,
 }
 
 /// `leasehold bench-worker`.
@@ -38,7 +41,8 @@ pub struct WorkerArgs {
     /// The role.
     #[arg(value_enum)]
     pub role: Role,
-    /// The store's URL (`redis+cluster://…` for a cluster, `etcd://…` for etcd); for quorum-contend, once per node.
+    /// The store's URL (`redis+cluster://…` for a cluster, `etcd://…` for etcd, `zk://…` for ZooKeeper); for
+    /// quorum-contend, once per node.
     #[arg(long, required = true)]
     pub store: Vec<String>,
     /// The lock (or lock-name prefix) to use.
@@ -99,6 +103,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
         Role::PeerContend => Some(raw_contend(&args, true).await?),
         Role::QuorumContend => Some(quorum_contend(&args).await?),
         Role::EtcdLockContend => Some(etcd_lock_contend(&args).await?),
+        Role::ZkFloorContend => Some(zk_floor_contend(&args).await?),
         _ => None,
     };
     if let Some(mut result) = result {
@@ -108,17 +113,28 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let url = one_server(&args)?;
-    // On etcd the renewal period follows the session's lease, which the locks' own lease cannot change.
-    let session = (args.role == Role::Renew && crate::etcd::is_etcd(url))
+    // On etcd and ZooKeeper the renewal period follows the session's, which the locks' own lease cannot change.
+    let session = (args.role == Role::Renew && crate::stores::Store::of(url).has_sessions())
         .then(|| Duration::from_millis(args.ttl_ms));
     let locks = connect::client(url, session).await?;
     let result = match args.role {
-        Role::FloorContend | Role::PeerContend | Role::QuorumContend | Role::EtcdLockContend => {
-            unreachable!("handled above")
-        }
+        Role::FloorContend
+        | Role::PeerContend
+        | Role::QuorumContend
+        | Role::EtcdLockContend
+        | Role::ZkFloorContend => unreachable!("handled above"),
         Role::Contend => contend(&locks, &args).await?,
         Role::Handoff => handoff(&locks, &args).await?,
-        Role::Renew => renew(&locks, &args).await?,
+        Role::Renew => {
+            let (result, held) = renew(&locks, &args).await?;
+            println!("{result}");
+            std::io::stdout().flush()?;
+            // Released once the bench has read the store's count, which ends at that line: on etcd and ZooKeeper
+            // every release is a request of the session. Bounded, as `run` bounds its own.
+            drop(held);
+            locks.flush_releases(Duration::from_secs(5)).await;
+            return Ok(0);
+        }
     };
     let mut result = result;
     add_window_cpu(&mut result, window).await;
@@ -311,6 +327,33 @@ async fn etcd_lock_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Valu
     Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
 }
 
+/// [`Role::ZkFloorContend`]: a bare node waiting for the one ahead (cut at the end of the window, a late grant left to
+/// the session), deleted at once.
+async fn zk_floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
+    let zk = super::zookeeper::Zk::parse(one_server(args)?)
+        .context("zk-floor-contend needs a zk:// URL")?;
+    let floor = zk.floor().await?;
+    let to = Instant::now() + Duration::from_millis(args.to_ms.saturating_sub(unix_ms()));
+    let mut samples = Vec::new();
+    loop {
+        let now = unix_ms();
+        if now >= args.to_ms {
+            break;
+        }
+        let started = Instant::now();
+        let Ok(node) = tokio::time::timeout_at(to, floor.lock(&args.name)).await else {
+            break;
+        };
+        let node = node?;
+        let latency = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if now >= args.from_ms {
+            samples.push(latency);
+        }
+        floor.delete(node).await?;
+    }
+    Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
+}
+
 async fn handoff(
     locks: &leasehold::Client,
     args: &WorkerArgs,
@@ -335,7 +378,11 @@ async fn handoff(
     Ok(json!({ "turns": turns }))
 }
 
-async fn renew(locks: &leasehold::Client, args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
+/// Holds the locks through the renewal periods; returns the result line and the guards, still held.
+async fn renew(
+    locks: &leasehold::Client,
+    args: &WorkerArgs,
+) -> anyhow::Result<(serde_json::Value, Vec<leasehold::Guard>)> {
     let ttl = Duration::from_millis(args.ttl_ms);
     let every = Duration::from_millis(args.renew_ms);
     // Warm the connection, the scripts and the keeper before the memory baseline.
@@ -346,13 +393,14 @@ async fn renew(locks: &leasehold::Client, args: &WorkerArgs) -> anyhow::Result<s
         .release()
         .await?;
     let rss_before = rss_bytes()?;
-    let on_etcd = locks.store_name() == "etcd";
+    // One create per lock on the session stores, each a write the store commits before it answers: fewer at once.
+    let on_sessions = locks.store_name() != "redis";
     let started = Instant::now();
     let mut guards = Vec::with_capacity(args.locks);
     let names: Vec<String> = (0..args.locks)
         .map(|i| format!("{}:{i}", args.name))
         .collect();
-    for chunk in names.chunks(if on_etcd { 100 } else { 500 }) {
+    for chunk in names.chunks(if on_sessions { 100 } else { 500 }) {
         let batch = futures_util::future::join_all(chunk.iter().map(|name| {
             let mutex = locks.mutex(name).ttl(ttl).renew_every(every);
             async move { mutex.try_lock().await }
@@ -382,14 +430,14 @@ async fn renew(locks: &leasehold::Client, args: &WorkerArgs) -> anyhow::Result<s
         .map(|(after, before)| after - before);
     let all_held = guards.iter().all(|g| g.is_held());
     let bytes_per_lock = rss_after.saturating_sub(rss_before) as f64 / args.locks as f64;
-    drop(guards);
-    Ok(json!({
+    let result = json!({
         "acquire_s": acquire_s,
         "all_held": all_held,
         "cpu_s": cpu,
         "bytes_per_lock": bytes_per_lock,
         "cluster_requests": requests,
-    }))
+    });
+    Ok((result, guards))
 }
 
 /// Resident memory of this process, from /proc.

@@ -1,6 +1,6 @@
-//! End-to-end tests of the `leasehold` binary against real `redis-server` and `etcd` processes (one test binary, one
-//! module per concern). Every test starts its own servers on private ports, bounds every wait, and cleans up its
-//! processes.
+//! End-to-end tests of the `leasehold` binary against real `redis-server`, `etcd` and ZooKeeper processes (one test
+//! binary, one module per concern). Every test starts its own servers on private ports, bounds every wait, and cleans
+//! up its processes.
 
 mod bench;
 mod cluster;
@@ -14,6 +14,7 @@ mod run;
 mod signals;
 mod status;
 mod tls;
+mod zookeeper;
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
