@@ -630,9 +630,11 @@ impl Builder {
         self
     }
 
-    /// The length of the etcd session's lease, which every grant of the client lives under: whole seconds, at least
-    /// 2 s (etcd's shortest lease), 10 s by default. A crashed holder's locks are free this long after its last
-    /// keep-alive; the client sends one every third of it. For `etcd://` URLs only (on Redis each lock handle has its
+    /// The length of the session every grant of the client lives under, on etcd and ZooKeeper. On etcd, the lease's
+    /// TTL: whole seconds, at least 2 s (etcd's shortest lease), 10 s by default; the client sends a keep-alive every
+    /// third of it. On ZooKeeper, the session timeout asked for: at least 1 s, at most 24 days, 10 s by default; the
+    /// ensemble clamps it to its bounds (by default 2 to 20 ticks) and the negotiated value counts. A crashed holder's
+    /// locks are free this long after its last keep-alive. For `etcd://` and `zk://` URLs only (on Redis each lock handle has its
     /// own lease: [`Mutex::ttl`]); checked by [`connect`](Builder::connect).
     pub fn session_ttl(mut self, ttl: Duration) -> Builder {
         self.session_ttl = Some(ttl);
@@ -818,12 +820,12 @@ impl Builder {
                     options.timeout = timeout;
                 }
                 if options.timeout < crate::backend::zookeeper::session::MIN_TIMEOUT
-                    || options.timeout > crate::engine::ttl::MAX_TTL
+                    || options.timeout > crate::backend::zookeeper::session::MAX_TIMEOUT
                 {
                     return Err(InvalidArgument::BadDuration {
                         what: "session timeout",
                         value: options.timeout,
-                        why: "must be at least 1s",
+                        why: "must be at least 1s and at most 24 days (ZooKeeper counts it in 32-bit milliseconds)",
                     }
                     .into());
                 }

@@ -219,3 +219,25 @@ pub async fn a_thousand_grants_follow_one_session(ensemble: &mut ZkEnsemble) {
     })
     .await;
 }
+
+pub async fn an_unreachable_ensemble_fails_the_connect_at_once(_ensemble: &mut ZkEnsemble) {
+    // Nothing listens on these ports: each server is tried once, not until the (long) session timeout is up.
+    let closed = || {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("zk://127.0.0.1:{},127.0.0.1:{}", closed(), closed());
+    let started = Instant::now();
+    let refused = leasehold::Client::builder(&url)
+        .unwrap()
+        .session_ttl(Duration::from_secs(30))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(refused.is_store(), "{refused:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "failed after {:?}",
+        started.elapsed()
+    );
+}

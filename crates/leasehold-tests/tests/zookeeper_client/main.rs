@@ -26,6 +26,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::the_loss_signal_fires_before_the_server_expires_the_session,
     faults::creates_whose_answer_is_lost_leave_one_node_each,
     faults::a_thousand_grants_follow_one_session,
+    faults::an_unreachable_ensemble_fails_the_connect_at_once,
     processes::a_killed_waiter_leaves_the_queue_with_its_session,
     interop::kazoo_and_leasehold_exclude_each_other,
     interop::kazoo_read_write_locks_share_and_exclude_with_leaseholds,

@@ -27,8 +27,9 @@ pub enum LossReason {
     /// No renewal was confirmed before the validity deadline (Redis down or slow, network cut, process paused).
     /// The key may still exist on the server for a moment; nobody else can hold it before it expires there.
     Expired,
-    /// A renewal found the key gone: it expired on the server, was force-released, or Redis lost it (restart
-    /// without persistence, failover).
+    /// The store no longer had the grant: on Redis a renewal found the key gone (it expired on the server, was
+    /// force-released, or Redis lost it in a restart without persistence or a failover); on etcd and ZooKeeper the
+    /// grant's entry was deleted (a force release) or its session ended on the server.
     Gone,
     /// A renewal found the key held by another owner.
     Taken,
@@ -40,7 +41,7 @@ impl fmt::Display for LossReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             LossReason::Expired => "not renewed before its validity deadline",
-            LossReason::Gone => "the key was gone from Redis",
+            LossReason::Gone => "the lock was gone from the store",
             LossReason::Taken => "another owner holds the lock",
             LossReason::Released => "released by its holder",
         })

@@ -48,6 +48,9 @@ pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// of their own, and ZooKeeper's own ticks are rarely shorter than 500 ms anyway.
 pub(crate) const MIN_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The longest session timeout accepted: the protocol carries it as 32-bit milliseconds (24.8 days).
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 24 * 3600);
+
 /// The longest a request waits for its answer: a request to a server that died without a word is given up on this
 /// soon, long before the deadline, and the client moves to another server.
 const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -176,9 +179,12 @@ impl Session {
         // this long, and moves to the next server: an eighth of the session at most, so that leaving a server that
         // stopped answering, and trying one more that does not answer either, fits well inside the deadline (5/8 of
         // the session after the last answered keep-alive, which left up to 1/8 before).
+        // Each server is tried once, not round and round until the session timeout: an unreachable ensemble fails the
+        // connect at once (later reconnects go on trying).
         let mut connector = zookeeper_client::Client::connector()
             .with_session_timeout(timeout)
-            .with_connection_timeout(connection_timeout.min(timeout / 8));
+            .with_connection_timeout(connection_timeout.min(timeout / 8))
+            .with_fail_eagerly();
         if let Some(credentials) = digest {
             connector = connector.with_auth("digest", credentials);
         }
