@@ -133,7 +133,7 @@ fn a_program_that_ignores_sigterm_is_killed_after_the_grace() {
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 2, "{stderr}");
     assert!(
-        lines[0].contains("lost lock \"stubborn\": the key was gone"),
+        lines[0].contains("lost lock \"stubborn\": the lock was gone"),
         "{stderr}"
     );
     assert!(lines[1].contains("sent SIGKILL"), "{stderr}");

@@ -90,7 +90,7 @@ fn status_shows_free_and_held_locks_and_force_release_removes_the_holder() {
     assert_eq!(holder.code(SOON), Some(76));
     assert!(holder
         .stderr()
-        .contains("lost lock \"jobs\": the key was gone"));
+        .contains("lost lock \"jobs\": the lock was gone"));
 
     let after = status_json(&url, "jobs");
     assert_eq!(after["state"], "free");
