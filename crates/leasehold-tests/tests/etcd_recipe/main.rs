@@ -32,6 +32,9 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
 
 fn main() {
     leasehold_tests::sequence::trace_from_env();
+    if leasehold_tests::sequence::leaves_out("etcd") {
+        return;
+    }
     // Every test uses its own lock paths and leaves its sessions closed or dropped: nothing to heal.
     leasehold_tests::sequence::run_in_sequence("etcd member", TESTS, EtcdServer::start, |_| {});
 }
