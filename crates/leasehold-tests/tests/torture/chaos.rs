@@ -24,6 +24,7 @@ use nix::sys::signal::Signal;
 use crate::check::{check, Report, Rule};
 use crate::etcd::Etcd;
 use crate::history::{read_all, Fault, Stats, Window};
+use crate::members::Members;
 use crate::Topology;
 
 /// The lock's name.

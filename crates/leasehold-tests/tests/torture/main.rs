@@ -47,6 +47,7 @@ mod chaos;
 mod check;
 mod etcd;
 mod history;
+mod members;
 
 use std::fmt;
 use std::time::Duration;
