@@ -1,5 +1,6 @@
-//! The faults of a store whose servers are members of one replicated group (etcd; one member or three): the rig's
-//! slots 2 to 8 but one, which each store fills with a fault of its own ([`Etcd::fault`]).
+//! The faults of a store whose servers are members of one replicated group (etcd, ZooKeeper; one member or three):
+//! the rig's slots 2 to 8 but one, which each store fills with a fault of its own ([`Etcd::fault`],
+//! [`Zk::fault`]).
 //!
 //! Each worker reaches every member through a proxy of its own (three per worker on three members), so that the path
 //! faults cut, slow or reset one worker's way to the store without touching the others'. The member faults hit one
@@ -8,6 +9,7 @@
 //! directory.
 //!
 //! [`Etcd::fault`]: crate::etcd::Etcd::fault
+//! [`Zk::fault`]: crate::zookeeper::Zk::fault
 
 use std::net::SocketAddr;
 use std::time::Duration;
