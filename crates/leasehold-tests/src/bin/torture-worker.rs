@@ -11,10 +11,11 @@
 //! On a cluster (`LOCK_URL` is `redis+cluster://…`) the worker also holds locks in other slots (see
 //! [`hold_side_locks`]), so that its own lock's renewals travel in per-node pipelines.
 //!
-//! On etcd (`LOCK_URL` is `etcd://…`, one proxy per member) `TTL_MS` is the client's session TTL (whole seconds, at
-//! least 2 s), which every grant lives under; extensions, which etcd does not have, are left out, and the reentrant
-//! kind's nested hold is an in-process re-entry ([`leasehold::ReentrantGuard::reenter`]) instead of `lock_as`, which
-//! etcd does not have either. A semaphore grant is one permit on every store.
+//! On etcd (`LOCK_URL` is `etcd://…`, one proxy per member) and on ZooKeeper (`zk://…`, one proxy per server), the
+//! stores with sessions, `TTL_MS` is the client's session TTL (on etcd whole seconds, at least 2 s; on ZooKeeper the
+//! session timeout it asks for), which every grant lives under; extensions, which neither has, are left out, and the
+//! reentrant kind's nested hold is an in-process re-entry ([`leasehold::ReentrantGuard::reenter`]) instead of
+//! `lock_as`, which neither has either. A semaphore grant is one permit on every store.
 //!
 //! `KIND` is the lock kind: `mutex`, `fair`, `semaphore:N` (one permit per grant), `rw` (a write in three grants,
 //! reads otherwise), `reentrant` (a nested hold taken with the grant's token in three sections in ten), `quorum`
@@ -154,7 +155,7 @@ enum Locks {
 enum Held {
     One(leasehold::Guard),
     Quorum(leasehold::QuorumGuard),
-    /// A reentrant grant on etcd, kept whole so that the section can re-enter it in this process.
+    /// A reentrant grant on a store with sessions, kept whole so that the section can re-enter it in this process.
     Reentrant(leasehold::ReentrantGuard),
 }
 
@@ -173,7 +174,7 @@ impl Held {
         match self {
             Held::One(guard) => Some(guard.extend(to).await),
             Held::Quorum(guard) => Some(guard.extend(to).await),
-            // Only on etcd, which has no extensions.
+            // Only on a store with sessions, which has no extensions.
             Held::Reentrant(_) => None,
         }
     }
@@ -261,7 +262,7 @@ impl Kind {
                     .ttl(ttl)
                     .lock_timeout(wait)
                     .await;
-                if is_etcd(locks) {
+                if has_sessions(locks) {
                     return (root.map(Held::Reentrant), 'x');
                 }
                 // The only level in this process: its plain guard.
@@ -273,13 +274,18 @@ impl Kind {
     }
 }
 
-/// Whether the client talks to etcd.
-fn is_etcd(client: &leasehold::Client) -> bool {
-    client.store_name() == "etcd"
+/// Whether the client talks to a store whose grants live under the client's session (etcd, ZooKeeper).
+fn has_sessions(client: &leasehold::Client) -> bool {
+    matches!(client.store_name(), "etcd" | "zookeeper")
+}
+
+/// Whether `url` names a store with sessions (etcd, ZooKeeper).
+fn names_sessions(url: &str) -> bool {
+    url.starts_with("etcd://") || url.starts_with("zk://")
 }
 
 /// Connects, retrying while the path is cut (a respawned worker may start inside a fault). A quorum connects to its
-/// nodes lazily, so it starts whatever state they are in. On etcd `ttl` is the session's TTL.
+/// nodes lazily, so it starts whatever state they are in. On etcd and ZooKeeper `ttl` is the session's TTL.
 async fn connect(url: &str, kind: Kind, ttl: Duration, log: &Log) -> Locks {
     let timeout = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
     if let Kind::Quorum | Kind::QuorumRw = kind {
@@ -294,8 +300,8 @@ async fn connect(url: &str, kind: Kind, ttl: Duration, log: &Log) -> Locks {
     }
     loop {
         let builder = leasehold::Client::builder(url).expect("a valid URL");
-        let builder = if url.starts_with("etcd://") {
-            // The per-call deadline follows from the session TTL on etcd.
+        let builder = if names_sessions(url) {
+            // The per-call deadline follows from the session TTL on etcd and ZooKeeper.
             builder.session_ttl(ttl)
         } else {
             builder
@@ -359,8 +365,8 @@ async fn run(
     let ttl = Duration::from_millis(ttl_ms);
     let mut rng = Rng::new(seed);
     let locks = connect(lock_url, kind, ttl, &log).await;
-    // etcd grants live as long as the session: they have no extensions.
-    let extends = !matches!(&locks, Locks::One(client) if is_etcd(client));
+    // etcd and ZooKeeper grants live as long as the session: they have no extensions.
+    let extends = !matches!(&locks, Locks::One(client) if has_sessions(client));
     if let Locks::One(client) = &locks {
         if lock_url.contains("+cluster://") {
             hold_side_locks(client, &worker, ttl);
@@ -427,7 +433,7 @@ async fn run(
             })
         };
         let nest = match (&locks, kind) {
-            (Locks::One(locks), Kind::Reentrant) if !is_etcd(locks) => {
+            (Locks::One(locks), Kind::Reentrant) if !has_sessions(locks) => {
                 Some(locks.reentrant_mutex(name).ttl(ttl))
             }
             _ => None,
@@ -471,9 +477,9 @@ async fn run(
 }
 
 /// Occupancy check and fenced write (for an exclusive grant: shared ones overlap by design), a nested hold of a
-/// reentrant grant (by token with `nest`, or re-entered in this process on etcd), some work (sometimes longer than the
-/// lease, sometimes with an extension that shortens or lengthens it, where the lock has one), then leaving the store
-/// as found.
+/// reentrant grant (by token with `nest`, or re-entered in this process on a store with sessions), some work
+/// (sometimes longer than the lease, sometimes with an extension that shortens or lengthens it, where the lock has
+/// one), then leaving the store as found.
 #[allow(clippy::too_many_arguments)]
 async fn critical_section(
     guard: &Held,
@@ -511,7 +517,8 @@ async fn critical_section(
             .await?;
         log.line(format_args!("write {t} {fence} {written}"));
     }
-    // On etcd, a re-entry of the grant in this process, released before the grant (which stays held).
+    // On a store with sessions, a re-entry of the grant in this process, released before the grant (which stays
+    // held).
     if let Held::Reentrant(root) = guard {
         if rng.chance(30) {
             match root.reenter() {
@@ -580,13 +587,13 @@ async fn critical_section(
 ///
 /// On etcd the dead client's waiter key lives under its session, with the shortest TTL etcd grants (2 s, the
 /// default being 10 s): once the lock reaches it, it holds the lock until that lease runs out, as a crashed holder
-/// would.
+/// would. On ZooKeeper its waiter node lives as long as its session, of the workers' 2 s timeout, the same way.
 async fn queue_and_die(lock_url: &str, name: &str, kind: Kind) -> BoxResult<()> {
     let locks = match kind {
         Kind::Quorum | Kind::QuorumRw => {
             Locks::Quorum(leasehold::Quorum::connect(lock_url.split(',')).await?)
         }
-        _ if lock_url.starts_with("etcd://") => Locks::One(
+        _ if names_sessions(lock_url) => Locks::One(
             leasehold::Client::builder(lock_url)?
                 .session_ttl(Duration::from_secs(2))
                 .connect()

@@ -7,9 +7,9 @@
 //! failover and a migration of the lock's slot where one server is restarted from a snapshot, the loss of the lock's
 //! primary where it is killed. On a quorum each node sits behind one proxy that every worker goes through, so that
 //! cutting or slowing a proxy partitions or slows that node for everyone; the node faults hit one or two nodes at a
-//! time, never more, so that a majority always stays healthy ([`NodeFault`]). On etcd (one member or three) each
-//! worker reaches each member through a proxy of its own, as on one server, and the faults of the Redis server give
-//! way to etcd's own, one member at a time ([`Etcd::fault`]).
+//! time, never more, so that a majority always stays healthy ([`NodeFault`]). On etcd and on ZooKeeper (one member
+//! or three) each worker reaches each member through a proxy of its own, as on one server, and the faults of the
+//! Redis server give way to the store's own, one member at a time ([`Etcd::fault`], [`Zk::fault`]).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -24,6 +24,8 @@ use nix::sys::signal::Signal;
 use crate::check::{check, Report, Rule};
 use crate::etcd::Etcd;
 use crate::history::{read_all, Fault, Stats, Window};
+use crate::members::Members;
+use crate::zookeeper::Zk;
 use crate::Topology;
 
 /// The lock's name.
@@ -62,6 +64,8 @@ enum Lock {
     Quorum(Vec<RedisServer>),
     /// One etcd member, or three.
     Etcd(Etcd),
+    /// One ZooKeeper server, or an ensemble of three.
+    Zk(Zk),
 }
 
 impl Lock {
@@ -72,6 +76,7 @@ impl Lock {
             Topology::Cluster => Lock::Cluster(RedisCluster::start()),
             Topology::Quorum => Lock::Quorum((0..QUORUM_NODES).map(|_| debuggable()).collect()),
             Topology::Etcd | Topology::Etcd3 => Lock::Etcd(Etcd::start(topology)),
+            Topology::Zk | Topology::Zk3 => Lock::Zk(Zk::start(topology)),
         }
     }
 
@@ -86,13 +91,23 @@ impl Lock {
                 .collect::<Vec<_>>()
                 .join(","),
             Lock::Etcd(etcd) => etcd.url(),
+            Lock::Zk(zk) => zk.url(),
+        }
+    }
+
+    /// On etcd and ZooKeeper, the members, which each worker reaches through a proxy of its own to each.
+    fn members(&self) -> Option<&dyn Members> {
+        match self {
+            Lock::Etcd(etcd) => Some(etcd),
+            Lock::Zk(zk) => Some(zk),
+            Lock::Single(_) | Lock::Cluster(_) | Lock::Quorum(_) => None,
         }
     }
 
     /// On a cluster, the primary that serves the lock's slot.
     fn primary(&self) -> Option<usize> {
         match self {
-            Lock::Single(_) | Lock::Quorum(_) | Lock::Etcd(_) => None,
+            Lock::Single(_) | Lock::Quorum(_) | Lock::Etcd(_) | Lock::Zk(_) => None,
             Lock::Cluster(cluster) => Some(cluster.primary_of_slot(slot_of(&lock_key()))),
         }
     }
@@ -106,12 +121,14 @@ impl Lock {
             }
             Lock::Quorum(_) => unreachable!("a quorum's faults pick their nodes (NodeFault)"),
             Lock::Etcd(_) => unreachable!("etcd has faults of its own (Etcd::fault)"),
+            Lock::Zk(_) => unreachable!("ZooKeeper has faults of its own (Zk::fault)"),
         }
     }
 
-    /// Keys that would never expire, on the server, on any primary, on any node of a quorum, or on etcd (keys
-    /// without a lease).
-    fn keys_without_ttl(&self) -> Vec<String> {
+    /// Keys that would never expire, on the server, on any primary, on any node of a quorum, on etcd (keys without a
+    /// lease), or on ZooKeeper (nodes of the lock left once every session of workers whose sessions were `ttl` long
+    /// has gone).
+    async fn keys_without_ttl(&self, ttl: Duration) -> Vec<String> {
         let nodes = match self {
             Lock::Single(server) => vec![server.connection()],
             Lock::Cluster(cluster) => cluster
@@ -121,6 +138,7 @@ impl Lock {
                 .collect(),
             Lock::Quorum(nodes) => nodes.iter().map(RedisServer::connection).collect(),
             Lock::Etcd(etcd) => return etcd.keys_without_lease(),
+            Lock::Zk(zk) => return zk.nodes_without_session(NAME, ttl).await,
         };
         nodes.into_iter().flat_map(keys_without_ttl).collect()
     }
@@ -133,7 +151,7 @@ pub struct Rig {
     topology: Topology,
     store: RedisServer,
     /// One per worker, on one server; none on a cluster; one per node, shared by every worker, on a quorum; one per
-    /// worker and member on etcd, worker by worker (see [`Rig::paths`]).
+    /// worker and member on etcd and ZooKeeper, worker by worker (see [`Rig::paths`]).
     proxies: Vec<TcpProxy>,
     workers: Vec<Worker>,
     dir: TempDir,
@@ -170,11 +188,12 @@ impl Rig {
                 (Some(listener), proxies)
             }
             Lock::Cluster(_) => (None, Vec::new()),
-            Lock::Etcd(etcd) => {
+            Lock::Etcd(_) | Lock::Zk(_) => {
+                let members = lock.members().expect("etcd and ZooKeeper have members");
                 let mut proxies = Vec::new();
                 for _ in 0..workers {
-                    for member in 0..etcd.members() {
-                        proxies.push(TcpProxy::start(etcd.addr(member)).await);
+                    for member in 0..members.members() {
+                        proxies.push(TcpProxy::start(members.addr(member)).await);
                     }
                 }
                 (None, proxies)
@@ -193,9 +212,12 @@ impl Rig {
                 "rw" => "quorum-rw".to_owned(),
                 _ => panic!("a quorum has only the mutex and the read-write lock"),
             },
-            Topology::Single | Topology::Cluster | Topology::Etcd | Topology::Etcd3 => {
-                kind.to_owned()
-            }
+            Topology::Single
+            | Topology::Cluster
+            | Topology::Etcd
+            | Topology::Etcd3
+            | Topology::Zk
+            | Topology::Zk3 => kind.to_owned(),
         };
         let mut rig = Rig {
             bystander,
@@ -223,13 +245,20 @@ impl Rig {
     }
 
     /// The proxies of worker `worker`'s own path to the lock: its proxy on one server, its proxy to each member (in
-    /// member order) on etcd.
+    /// member order) on etcd and ZooKeeper.
     fn paths(&self, worker: usize) -> &[TcpProxy] {
-        let per_worker = match &self.lock {
-            Lock::Etcd(etcd) => etcd.members(),
-            _ => 1,
-        };
+        let per_worker = self.lock.members().map_or(1, |members| members.members());
         &self.proxies[worker * per_worker..(worker + 1) * per_worker]
+    }
+
+    /// [`Rig::paths`]' addresses, comma-separated: the servers of a worker's `etcd://` or `zk://` URL.
+    fn path_list(&self, worker: usize) -> String {
+        let paths: Vec<String> = self
+            .paths(worker)
+            .iter()
+            .map(|p| p.addr().to_string())
+            .collect();
+        paths.join(",")
     }
 
     fn spawn(&self, worker: usize, incarnation: usize) -> ChildGuard {
@@ -248,14 +277,8 @@ impl Rig {
                     .map(TcpProxy::url)
                     .collect::<Vec<_>>()
                     .join(","),
-                Lock::Etcd(_) => {
-                    let paths: Vec<String> = self
-                        .paths(worker)
-                        .iter()
-                        .map(|p| p.addr().to_string())
-                        .collect();
-                    format!("etcd://{}", paths.join(","))
-                }
+                Lock::Etcd(_) => format!("etcd://{}", self.path_list(worker)),
+                Lock::Zk(_) => format!("zk://{}", self.path_list(worker)),
             })
             .arg(self.store.url())
             .arg(NAME)
@@ -300,9 +323,10 @@ impl Rig {
                 + self
                     .rng
                     .between(Duration::from_secs(2), Duration::from_secs(6));
-            // Faults come at the same pace on every store (0.2 to 2 s apart), though etcd's lease is twice Redis's.
+            // Faults come at the same pace on every store (0.2 to 2 s apart), though etcd's and ZooKeeper's sessions
+            // are twice Redis's lease.
             let pace = match self.lock {
-                Lock::Etcd(_) => self.ttl / 2,
+                Lock::Etcd(_) | Lock::Zk(_) => self.ttl / 2,
                 _ => self.ttl,
             };
             while tokio::time::Instant::now() < burst.min(end) {
@@ -321,14 +345,14 @@ impl Rig {
     /// One fault, drawn from the mix of the lock's topology: the same ten slots on all of them, the faults of one
     /// server's path and restart (2, 3, 6) replaced on a cluster by a failover, a slot migration and the loss of the
     /// primary, the faults of the lock's server (2 to 8) replaced on a quorum by faults of one or two nodes, and on
-    /// etcd by faults of a worker's paths and of one member ([`Etcd::fault`]).
+    /// etcd and ZooKeeper by faults of a worker's paths and of one member ([`Etcd::fault`], [`Zk::fault`]).
     async fn one_fault(&mut self) {
         let ttl = self.ttl;
         let worker = self.rng.below(self.workers.len() as u64) as usize;
         let start = now_ns();
         let cluster = matches!(self.lock, Lock::Cluster(_));
         let quorum = matches!(self.lock, Lock::Quorum(_));
-        let etcd = matches!(self.lock, Lock::Etcd(_));
+        let replicated = self.lock.members().is_some();
         match self.rng.below(10) {
             0 => {
                 let pause = self.rng.between(ttl * 3 / 2, ttl * 3);
@@ -348,14 +372,15 @@ impl Rig {
                 self.record(Fault::Kill, Some(worker), start);
             }
             2..=8 if quorum => self.node_faults().await,
-            slot @ 2..=8 if etcd => {
-                let Lock::Etcd(etcd) = &mut self.lock else {
-                    unreachable!("etcd faults are drawn for etcd only")
-                };
+            slot @ 2..=8 if replicated => {
                 // `self.paths(worker)`, but beside the lock borrowed for the fault.
-                let per_worker = etcd.members();
+                let per_worker = self.paths(worker).len();
                 let paths = &self.proxies[worker * per_worker..(worker + 1) * per_worker];
-                let window = etcd.fault(slot, worker, paths, &mut self.rng, ttl).await;
+                let window = match &mut self.lock {
+                    Lock::Etcd(etcd) => etcd.fault(slot, worker, paths, &mut self.rng, ttl).await,
+                    Lock::Zk(zk) => zk.fault(slot, worker, paths, &mut self.rng, ttl).await,
+                    _ => unreachable!("member faults are drawn for etcd and ZooKeeper only"),
+                };
                 self.windows.push(window);
             }
             2 if cluster => self.failover().await,
@@ -438,7 +463,7 @@ impl Rig {
     fn cluster(&mut self) -> &mut RedisCluster {
         match &mut self.lock {
             Lock::Cluster(cluster) => cluster,
-            Lock::Single(_) | Lock::Quorum(_) | Lock::Etcd(_) => {
+            Lock::Single(_) | Lock::Quorum(_) | Lock::Etcd(_) | Lock::Zk(_) => {
                 unreachable!("a cluster fault drawn elsewhere")
             }
         }
@@ -602,7 +627,7 @@ impl Rig {
             Rule::of(&self.kind),
             self.topology,
         );
-        let keys_without_ttl = self.lock.keys_without_ttl();
+        let keys_without_ttl = self.lock.keys_without_ttl(self.ttl).await;
         // Kept for a violation, or whenever TORTURE_KEEP is set (to read a clean run's timings too).
         let keep = report.violations() + keys_without_ttl.len() > 0
             || std::env::var_os("TORTURE_KEEP").is_some();
@@ -616,9 +641,9 @@ impl Rig {
         }
     }
 
-    /// Copies the workers' histories and the fault windows (and on etcd the members' logs) out of the run's temporary
-    /// directory (removed when the rig is dropped), so that a violation can be read line by line afterwards. Returns
-    /// where they went.
+    /// Copies the workers' histories and the fault windows (and on etcd and ZooKeeper the servers' logs) out of the
+    /// run's temporary directory (removed when the rig is dropped), so that a violation can be read line by line
+    /// afterwards. Returns where they went.
     fn keep(&self) -> std::path::PathBuf {
         let kind = self.kind.replace(':', "-");
         let kept = std::env::temp_dir().join(format!(
@@ -636,6 +661,11 @@ impl Rig {
             if let Lock::Etcd(etcd) = &self.lock {
                 for member in 0..etcd.members() {
                     std::fs::write(kept.join(format!("etcd-{member}.log")), etcd.log(member))?;
+                }
+            }
+            if let Lock::Zk(zk) = &self.lock {
+                for server in 0..zk.members() {
+                    std::fs::write(kept.join(format!("zk-{server}.log")), zk.log(server))?;
                 }
             }
             std::fs::write(kept.join("windows.txt"), self.windows())

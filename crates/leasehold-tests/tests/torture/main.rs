@@ -11,7 +11,10 @@
 //!   or on a quorum of five independent redis-servers without persistence (topology `quorum`, Redlock), each behind
 //!   one proxy that all workers go through (the workers get the five proxy URLs; worker kind `quorum`), or on etcd:
 //!   one member (topology `etcd`) or a Raft cluster of three (`etcd3`), each worker through a proxy of its own to each
-//!   member, with a session TTL of 2 s ([`ETCD_TTL`]: every grant lives under its worker's session).
+//!   member, with a session TTL of 2 s ([`ETCD_TTL`]: every grant lives under its worker's session), or on ZooKeeper:
+//!   one standalone server (topology `zk`) or an ensemble of three (`zk3`), each worker through a proxy of its own to
+//!   each server, with a session timeout of 2 s ([`ZK_TTL`]: every grant is an ephemeral node of its worker's
+//!   session).
 //! - The scheduler (`chaos.rs`) picks faults from a seeded generator: SIGSTOP past the lease, SIGKILL and respawn,
 //!   `DEBUG SLEEP`, `CLIENT PAUSE` and `FLUSHALL` of the lock's node, deletion of the fence counter, and clients that
 //!   queue and die; on one server also blackholed and delayed proxies and crashes restarted from an older snapshot,
@@ -23,30 +26,35 @@
 //!   On etcd the faults of the Redis server give way to etcd's, one member at a time (so `etcd3` keeps a quorum):
 //!   a worker's paths blackholed (on `etcd3` sometimes to one member only), delayed or reset, a member (on `etcd3`
 //!   any, or the leader) stopped with `SIGSTOP` or killed and restarted with its data, and the history compacted.
+//!   On ZooKeeper the same, one server at a time, with a worker's session expired (its paths cut past the session
+//!   timeout) in place of the compaction.
 //!   Faults come in bursts; each burst ends with more than 16 clients that queue and die (on a quorum: die in the
 //!   middle of their rounds), and is followed by a calm spell in which a free lock must reach a waiter within the
 //!   stall bound. It records when each fault was in force.
 //! - The checker (`check.rs`) counts overlaps, fence regressions, late losses and stalls, and the test adds keys left
 //!   without a TTL on the lock's server (every primary of a cluster, every node of a quorum; on etcd, keys without a
-//!   lease). Any of them fails the test, with the seed in the message. etcd loses nothing across its faults, so it
-//!   gets none of the data-loss excuses.
+//!   lease; on ZooKeeper, lock nodes still there once every session is gone). Any of them fails the test, with the
+//!   seed in the message. etcd and ZooKeeper lose nothing across their faults, so they get none of the data-loss
+//!   excuses.
 //!
 //! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant`), each with
 //! its own servers and workers, for `TORTURE_SECONDS` each (default 12) with `TORTURE_SEED` (default: drawn from the
-//! clock), on each topology of `TORTURE_TOPOLOGY` (`single`, the default, `cluster`, `quorum`, `etcd`, `etcd3`, or a
-//! list such as `single,cluster,quorum,etcd,etcd3`); a quorum has only the mutex and the read-write lock, and skips
-//! the other kinds with a note. Three shorter tests put the cluster (`mutex,fair`: one kind of each engine), the
-//! quorum (`mutex,rw`) and one etcd member (`rw`: the exclusive and the shared rule of etcd's recipe) through it for
-//! CI, 8 s each, unless `TORTURE_TOPOLOGY` leaves them out; the other variables mean the same there. No two runs at
-//! once.
+//! clock), on each topology of `TORTURE_TOPOLOGY` (`single`, the default, `cluster`, `quorum`, `etcd`, `etcd3`, `zk`,
+//! `zk3`, or a list such as `single,cluster,quorum,etcd,etcd3,zk,zk3`); a quorum has only the mutex and the read-write
+//! lock, and skips the other kinds with a note. Four shorter tests put the cluster (`mutex,fair`: one kind of each
+//! engine), the quorum (`mutex,rw`), one etcd member and one ZooKeeper server (`rw` on each: the exclusive and the
+//! shared rule of their recipes) through it for CI, 8 s each, unless `TORTURE_TOPOLOGY` leaves them out; the other
+//! variables mean the same there. No two runs at once.
 //! `scripts/torture.sh SECONDS SEED [KINDS] [TOPOLOGY]` runs the first in release mode. A run with violations keeps its
-//! workers' histories and fault windows (on etcd also the members' logs) and prints where; `TORTURE_KEEP=1` keeps
-//! those of every run.
+//! workers' histories and fault windows (on etcd and ZooKeeper also the servers' logs) and prints where;
+//! `TORTURE_KEEP=1` keeps those of every run.
 
 mod chaos;
 mod check;
 mod etcd;
 mod history;
+mod members;
+mod zookeeper;
 
 use std::fmt;
 use std::time::Duration;
@@ -59,6 +67,9 @@ const TTL: Duration = Duration::from_secs(1);
 /// The lease on etcd: the workers' session TTL, the shortest etcd grants, so that a stopped worker, a cut path or a
 /// stopped member outlasts it often.
 const ETCD_TTL: Duration = Duration::from_secs(2);
+/// The lease on ZooKeeper: the session timeout the workers ask for, which the harness's servers grant as it is (they
+/// allow 1 to 10 s), so that a stopped worker, a cut path or a stopped server outlasts it often, as on etcd.
+const ZK_TTL: Duration = Duration::from_secs(2);
 const WORKERS: usize = 5;
 /// The kinds a run goes through by default.
 const KINDS: &str = "mutex,fair,semaphore:2,rw,reentrant";
@@ -71,6 +82,9 @@ const QUORUM_KINDS: &str = "mutex,rw";
 /// its shared one (each kind's run on etcd lasts at least 15 s: two TTLs before the first fault, a burst, the calm
 /// spell).
 const ETCD_KINDS: &str = "rw";
+/// The kinds of the ZooKeeper run in CI: the read-write lock, for the same reason as on etcd (the rules are the same,
+/// over sequential nodes).
+const ZK_KINDS: &str = "rw";
 
 /// One run at a time: two rigs side by side on a small machine would stretch each other's hand-offs past the stall
 /// bound.
@@ -89,6 +103,10 @@ pub enum Topology {
     Etcd,
     /// Three etcd members (one Raft cluster), each worker behind a fault proxy of its own to each member.
     Etcd3,
+    /// One standalone ZooKeeper server, each worker behind a fault proxy of its own.
+    Zk,
+    /// A ZooKeeper ensemble of three servers, each worker behind a fault proxy of its own to each server.
+    Zk3,
 }
 
 impl Topology {
@@ -96,7 +114,7 @@ impl Topology {
     ///
     /// # Panics
     ///
-    /// On a name other than `single`, `cluster`, `quorum`, `etcd` and `etcd3`.
+    /// On a name other than `single`, `cluster`, `quorum`, `etcd`, `etcd3`, `zk` and `zk3`.
     fn from_env() -> Option<Vec<Topology>> {
         let names = std::env::var("TORTURE_TOPOLOGY").ok()?;
         let topologies = names
@@ -109,8 +127,10 @@ impl Topology {
                 "quorum" => Topology::Quorum,
                 "etcd" => Topology::Etcd,
                 "etcd3" => Topology::Etcd3,
+                "zk" => Topology::Zk,
+                "zk3" => Topology::Zk3,
                 _ => panic!(
-                    "TORTURE_TOPOLOGY: unknown topology {name:?} (single, cluster, quorum, etcd, etcd3)"
+                    "TORTURE_TOPOLOGY: unknown topology {name:?} (single, cluster, quorum, etcd, etcd3, zk, zk3)"
                 ),
             })
             .collect();
@@ -122,6 +142,7 @@ impl Topology {
         match self {
             Topology::Single | Topology::Cluster | Topology::Quorum => TTL,
             Topology::Etcd | Topology::Etcd3 => ETCD_TTL,
+            Topology::Zk | Topology::Zk3 => ZK_TTL,
         }
     }
 }
@@ -134,6 +155,8 @@ impl fmt::Display for Topology {
             Topology::Quorum => "quorum",
             Topology::Etcd => "etcd",
             Topology::Etcd3 => "etcd3",
+            Topology::Zk => "zk",
+            Topology::Zk3 => "zk3",
         })
     }
 }
@@ -169,6 +192,15 @@ async fn the_lock_on_etcd_keeps_its_contract_under_random_faults() {
         return;
     }
     torture(&[Topology::Etcd], ETCD_KINDS, 8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_on_zookeeper_keeps_its_contract_under_random_faults() {
+    if Topology::from_env().is_some_and(|names| !names.contains(&Topology::Zk)) {
+        eprintln!("torture: the ZooKeeper run skipped (TORTURE_TOPOLOGY leaves it out)");
+        return;
+    }
+    torture(&[Topology::Zk], ZK_KINDS, 8).await;
 }
 
 /// Puts every kind through the torture on every topology in turn: `TORTURE_KINDS` or else `kinds`, for

@@ -1,0 +1,133 @@
+//! The faults of a store whose servers are members of one replicated group (etcd, ZooKeeper; one member or three):
+//! the rig's slots 2 to 8 but one, which each store fills with a fault of its own ([`Etcd::fault`],
+//! [`Zk::fault`]).
+//!
+//! Each worker reaches every member through a proxy of its own (three per worker on three members), so that the path
+//! faults cut, slow or reset one worker's way to the store without touching the others'. The member faults hit one
+//! member at a time, never more (the rig injects one fault after another), so on three members two always keep a
+//! quorum: a member (any, or the leader) stopped with `SIGSTOP`, or killed with `SIGKILL` and restarted with its data
+//! directory.
+//!
+//! [`Etcd::fault`]: crate::etcd::Etcd::fault
+//! [`Zk::fault`]: crate::zookeeper::Zk::fault
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use leasehold_tests::{TcpProxy, XorShift as Rng};
+
+use crate::history::{Fault, Window};
+
+fn now_ns() -> u64 {
+    leasehold_tests::monotonic_ns()
+}
+
+/// The members of a replicated store, as the faults reach them. Every method that waits blocks the thread (call it
+/// inside `block_in_place`).
+pub trait Members {
+    /// How many members there are.
+    fn members(&self) -> usize;
+
+    /// The client address of member `i`, for the proxies in front of it.
+    fn addr(&self, i: usize) -> SocketAddr;
+
+    /// The member that leads now (on one member, that one), once the running members agree on it.
+    fn leader(&self) -> usize;
+
+    /// Stops member `i` with `SIGSTOP`.
+    fn pause(&mut self, i: usize);
+
+    /// Continues member `i` with `SIGCONT`.
+    fn resume(&mut self, i: usize);
+
+    /// Kills member `i` with `SIGKILL`.
+    fn kill(&mut self, i: usize);
+
+    /// Starts member `i` again with its data, and waits until it serves.
+    fn restart(&mut self, i: usize);
+}
+
+/// One fault of the members' mix, for slot `slot` of the rig's ten (2 to 8 but 7: the slots of the Redis server's
+/// faults), aimed at worker `worker` (whose proxies to the members, in member order, are `paths`) where it is a fault
+/// of a worker's path, and at one member otherwise. Returns when it was in force.
+///
+/// - 2: the worker's paths blackholed for half a TTL to two TTLs: all of them (cut off from the store), or on three
+///   members one time in three the path to one member only (its client must move on to another);
+/// - 3: the worker's paths slowed, each chunk held back by up to a third of a TTL, for one to four TTLs;
+/// - 4: a member, drawn at random, stopped (`SIGSTOP`) for a fifth of a TTL to two TTLs;
+/// - 5: a member, drawn at random, killed and restarted with its data after up to two TTLs down;
+/// - 6: the leader stopped or killed as in 4 or 5 (on one member, the member);
+/// - 8: every connection of the worker's paths reset.
+pub async fn fault<M: Members>(
+    members: &mut M,
+    slot: u64,
+    worker: usize,
+    paths: &[TcpProxy],
+    rng: &mut Rng,
+    ttl: Duration,
+) -> Window {
+    let start = now_ns();
+    let (fault, target_worker, node) = match slot {
+        2 => {
+            let cut = rng.between(ttl / 2, ttl * 2);
+            let one =
+                (paths.len() > 1 && rng.chance(33)).then(|| rng.below(paths.len() as u64) as usize);
+            let cut_paths: Vec<&TcpProxy> = match one {
+                Some(member) => vec![&paths[member]],
+                None => paths.iter().collect(),
+            };
+            cut_paths.iter().for_each(|p| p.blackhole());
+            tokio::time::sleep(cut).await;
+            cut_paths.iter().for_each(|p| p.restore());
+            (Fault::Blackhole, Some(worker), one)
+        }
+        3 => {
+            let delay = rng.between(Duration::from_millis(2), ttl / 3);
+            let length = rng.between(ttl, ttl * 4);
+            paths.iter().for_each(|p| p.delay(delay));
+            tokio::time::sleep(length).await;
+            paths.iter().for_each(|p| p.delay(Duration::ZERO));
+            (Fault::Delay, Some(worker), None)
+        }
+        4..=6 => {
+            let restart = match slot {
+                4 => false,
+                5 => true,
+                _ => rng.chance(50),
+            };
+            let length = if restart {
+                rng.between(Duration::ZERO, ttl * 2)
+            } else {
+                rng.between(ttl / 5, ttl * 2)
+            };
+            let drawn = rng.below(members.members() as u64) as usize;
+            let leads = tokio::task::block_in_place(|| members.leader());
+            let member = if slot == 6 { leads } else { drawn };
+            let leader = member == leads;
+            if restart {
+                tokio::task::block_in_place(|| members.kill(member));
+                tokio::time::sleep(length).await;
+                tokio::task::block_in_place(|| members.restart(member));
+                (Fault::MemberRestart { leader }, None, Some(member))
+            } else {
+                members.pause(member);
+                tokio::time::sleep(length).await;
+                members.resume(member);
+                (Fault::MemberStop { leader }, None, Some(member))
+            }
+        }
+        8 => {
+            paths.iter().for_each(TcpProxy::cut_all);
+            (Fault::Reset, Some(worker), None)
+        }
+        _ => unreachable!("slot {slot} is not a fault of the members' mix"),
+    };
+    Window {
+        fault,
+        worker: target_worker,
+        node,
+        erased: Vec::new(),
+        start,
+        end: now_ns(),
+    }
+}

@@ -1,0 +1,205 @@
+//! The lock on ZooKeeper: one standalone server (topology `zk`) or an ensemble of three (`zk3`), and the faults of the
+//! ZooKeeper mix that the rig draws in place of the Redis server's.
+//!
+//! Each worker reaches every server through a proxy of its own (on `zk3`, three per worker). The faults are the
+//! members' mix ([`members::fault`]: a worker's paths cut, slowed or reset; a server, any or the leader, stopped with
+//! `SIGSTOP` or killed with `SIGKILL` and restarted with its data directory, one at a time, so that `zk3` keeps a
+//! quorum), and ZooKeeper's own: a worker's session expired on the server while the worker is cut off from it.
+//!
+//! None of them loses an acknowledged write. An ensemble commits every write on a majority before it answers. A
+//! standalone server runs with the harness's `forceSync=no`, which leaves out only the `fsync` of the transaction
+//! log: ZooKeeper still writes each transaction to the log file, flushed from the JVM's buffer into the kernel,
+//! before it answers (`SyncRequestProcessor::flush` calls `ZKDatabase::commit`, which flushes the log stream and
+//! forces it to disk only with `forceSync`, and then hands the requests to the processor that answers). A process
+//! killed with `SIGKILL` leaves the kernel's page cache intact; only the machine going down would lose those
+//! writes, and the rig kills processes, not the machine (as with etcd's `--unsafe-no-fsync`). So a restarted
+//! server has every node it acknowledged, and every session: it counts their timeouts afresh from its start.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use leasehold_tests::{TcpProxy, XorShift as Rng, ZkEnsemble, ZkServer};
+
+use crate::history::{Fault, Window};
+use crate::members::{self, Members};
+use crate::Topology;
+
+/// ZooKeeper's tick in the harness (`tickTime=500`, `leasehold_tests::zookeeper`): sessions expire at tick
+/// boundaries, so up to a tick after their timeout.
+pub const ZK_TICK: Duration = Duration::from_millis(500);
+
+/// The longest the workers' sessions may take to go once they are killed: the session timeout (at most 10 s in the
+/// harness) and a tick, with room for a loaded machine.
+const SESSIONS_GONE: Duration = Duration::from_secs(15);
+
+fn now_ns() -> u64 {
+    leasehold_tests::monotonic_ns()
+}
+
+/// The ZooKeeper servers the lock lives on.
+pub enum Zk {
+    One(ZkServer),
+    Three(ZkEnsemble),
+}
+
+impl Zk {
+    /// Starts the servers of a `zk` or `zk3` topology and waits until they serve.
+    pub fn start(topology: Topology) -> Zk {
+        match topology {
+            Topology::Zk => Zk::One(ZkServer::start()),
+            Topology::Zk3 => Zk::Three(ZkEnsemble::start()),
+            _ => unreachable!("{topology} is not a ZooKeeper topology"),
+        }
+    }
+
+    /// The URL that reaches every server directly (not through a proxy).
+    pub fn url(&self) -> String {
+        match self {
+            Zk::One(server) => server.url(),
+            Zk::Three(ensemble) => ensemble.url(),
+        }
+    }
+
+    /// Everything server `i` logged, across its restarts.
+    pub fn log(&self, i: usize) -> String {
+        match self {
+            Zk::One(server) => server.log(),
+            Zk::Three(ensemble) => ensemble.log(i),
+        }
+    }
+
+    /// The sessions that hold ephemeral nodes, and their nodes, as the leader's `dump` lists them.
+    fn ephemerals(&self) -> String {
+        match self {
+            Zk::One(server) => server.ephemerals(),
+            Zk::Three(ensemble) => ensemble.ephemerals(),
+        }
+    }
+
+    /// Nodes of lock `name` that no session owns, which would never go away (ZooKeeper's keys without a TTL): to be
+    /// asked once every client of the lock is gone. Waits until ZooKeeper has expired every session that held an
+    /// ephemeral node (a session timeout and a tick after its client's last word), then asks a client of its own for
+    /// the lock's contenders: any left are not ephemeral. A session that outlives [`SESSIONS_GONE`] after its client
+    /// was killed counts too, with its nodes.
+    pub async fn nodes_without_session(&self, name: &str, ttl: Duration) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + SESSIONS_GONE;
+        loop {
+            let ephemerals = tokio::task::block_in_place(|| self.ephemerals());
+            if ephemerals.starts_with("Sessions with Ephemerals (0)") {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return vec![format!(
+                    "sessions that outlived their clients by {SESSIONS_GONE:?}: {}",
+                    ephemerals.split_whitespace().collect::<Vec<_>>().join(" ")
+                )];
+            }
+            // Polled: ZooKeeper tells an outsider nothing when a session expires.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let client = leasehold::Client::builder(&self.url())
+            .expect("a zk:// URL")
+            .session_ttl(ttl)
+            .connect()
+            .await
+            .expect("a client of the rig's own connects to ZooKeeper");
+        let info = client
+            .inspect(name)
+            .await
+            .expect("ZooKeeper answers an inspection");
+        let mut left: Vec<String> = info
+            .holders
+            .iter()
+            .map(|holder| format!("{name}: a holder without a session, {}", holder.token))
+            .collect();
+        if info.waiting_clients > 0 {
+            left.push(format!(
+                "{name}: {} waiters without a session",
+                info.waiting_clients
+            ));
+        }
+        left
+    }
+
+    /// One fault of the ZooKeeper mix, for slot `slot` of the rig's ten (2 to 8: the slots of the Redis server's
+    /// faults), aimed at worker `worker` (whose proxies to the servers, in server order, are `paths`) where it is a
+    /// fault of a worker's path, and at one server otherwise: the members' mix ([`members::fault`]), and in slot 7
+    /// the worker's session expired: all of its paths blackholed for longer than the session timeout (`ttl`) and two
+    /// ticks, so that ZooKeeper expires the session whatever the worker said last. Returns when it was in force.
+    pub async fn fault(
+        &mut self,
+        slot: u64,
+        worker: usize,
+        paths: &[TcpProxy],
+        rng: &mut Rng,
+        ttl: Duration,
+    ) -> Window {
+        if slot != 7 {
+            return members::fault(self, slot, worker, paths, rng, ttl).await;
+        }
+        let start = now_ns();
+        let cut = rng.between(ttl + ZK_TICK * 2, ttl * 2 + ZK_TICK * 2);
+        paths.iter().for_each(TcpProxy::blackhole);
+        tokio::time::sleep(cut).await;
+        paths.iter().for_each(TcpProxy::restore);
+        Window {
+            fault: Fault::SessionExpiry,
+            worker: Some(worker),
+            node: None,
+            erased: Vec::new(),
+            start,
+            end: now_ns(),
+        }
+    }
+}
+
+impl Members for Zk {
+    fn members(&self) -> usize {
+        match self {
+            Zk::One(_) => 1,
+            Zk::Three(_) => 3,
+        }
+    }
+
+    fn addr(&self, i: usize) -> SocketAddr {
+        match self {
+            Zk::One(server) => server.addr(),
+            Zk::Three(ensemble) => ensemble.addr(i),
+        }
+    }
+
+    fn leader(&self) -> usize {
+        match self {
+            Zk::One(_) => 0,
+            Zk::Three(ensemble) => ensemble.leader(),
+        }
+    }
+
+    fn pause(&mut self, i: usize) {
+        match self {
+            Zk::One(server) => server.pause(),
+            Zk::Three(ensemble) => ensemble.pause(i),
+        }
+    }
+
+    fn resume(&mut self, i: usize) {
+        match self {
+            Zk::One(server) => server.resume(),
+            Zk::Three(ensemble) => ensemble.resume(i),
+        }
+    }
+
+    fn kill(&mut self, i: usize) {
+        match self {
+            Zk::One(server) => server.kill(),
+            Zk::Three(ensemble) => ensemble.kill(i),
+        }
+    }
+
+    fn restart(&mut self, i: usize) {
+        match self {
+            Zk::One(server) => server.restart(),
+            Zk::Three(ensemble) => ensemble.restart(i),
+        }
+    }
+}
