@@ -75,8 +75,12 @@ impl Drop for Pending<'_> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        // A lost session has closed its client: its nodes go with it.
+        let Ok(client) = self.session.client() else {
+            return;
+        };
         let cleanup = Cleanup {
-            client: self.session.client.clone(),
+            client,
             path: std::mem::take(&mut self.path),
             prefix: std::mem::take(&mut self.prefix),
             pause: 2 * self.session.call_timeout,
@@ -176,7 +180,7 @@ impl Session {
 async fn release(session: &Shared, node: &str) -> Result<bool, ZkError> {
     let mut tries = 0;
     loop {
-        match session.call("release", session.client.delete(node, None)).await {
+        match session.call("release", session.client()?.delete(node, None)).await {
             Ok(()) => return Ok(true),
             Err(ZkError::ZooKeeper {
                 source: zookeeper_client::Error::NoNode,
@@ -210,7 +214,7 @@ async fn create(
             .call(
                 "create",
                 session
-                    .client
+                    .client()?
                     .create(&node, value.as_bytes(), &node_options()),
             )
             .await;
@@ -224,7 +228,7 @@ async fn create(
                 session
                     .call(
                         "create the lock's node",
-                        session.client.mkdir(path, &container_options()),
+                        session.client()?.mkdir(path, &container_options()),
                     )
                     .await?;
             }
@@ -251,7 +255,7 @@ async fn find_own(
     let children = match session
         .call(
             "list after a lost create",
-            session.client.list_children(path),
+            session.client()?.list_children(path),
         )
         .await
     {
@@ -270,7 +274,7 @@ async fn find_own(
         let stat = session
             .call(
                 "read a node after a lost create",
-                session.client.check_stat(&node),
+                session.client()?.check_stat(&node),
             )
             .await?;
         if let Some(stat) = stat.filter(|s| s.ephemeral_owner == session.id) {
@@ -289,7 +293,7 @@ async fn check(
     name: &str,
 ) -> Result<Vec<Contender>, ZkError> {
     let children = session
-        .call("admission check", session.client.list_children(path))
+        .call("admission check", session.client()?.list_children(path))
         .await?;
     for twin in children
         .iter()
@@ -318,7 +322,7 @@ async fn wait_for_change(
     let watcher = match watched {
         Some(node) => {
             let (stat, watcher) = session
-                .call("watch", session.client.check_and_watch_stat(node))
+                .call("watch", session.client()?.check_and_watch_stat(node))
                 .await?;
             if stat.is_none() {
                 // Gone already: look again at once.
@@ -328,7 +332,7 @@ async fn wait_for_change(
         }
         None => {
             session
-                .call("watch", session.client.list_and_watch_children(path))
+                .call("watch", session.client()?.list_and_watch_children(path))
                 .await?
                 .1
         }

@@ -79,7 +79,10 @@ impl fmt::Display for SessionLoss {
 
 /// What the session, its keeper and its grants share.
 pub(crate) struct Shared {
-    pub(crate) client: zookeeper_client::Client,
+    /// The ZooKeeper client, until the session is lost: then it is dropped, which closes the session on the server
+    /// (and deletes its nodes) once the requests still out with clones of it are done, instead of letting the client
+    /// keep a session alive that nobody counts on any more.
+    client: std::sync::RwLock<Option<zookeeper_client::Client>>,
     /// The session id: the `ephemeralOwner` of every node of the session.
     pub(crate) id: i64,
     /// The negotiated session timeout.
@@ -110,6 +113,24 @@ impl Shared {
         };
         if self.state.lose(reason, ends_as) {
             tracing::debug!(session = format_args!("{:x}", self.id), %reason, "ZooKeeper session lost");
+        }
+        let closed = self
+            .client
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(closed);
+    }
+
+    /// The ZooKeeper client of the session (a clone: the requests made with it keep it alive until they end); the
+    /// session's loss once it is lost.
+    pub(crate) fn client(&self) -> Result<zookeeper_client::Client, ZkError> {
+        let client = self.client.read().unwrap_or_else(|e| e.into_inner());
+        match &*client {
+            Some(client) if self.loss().is_none() => Ok(client.clone()),
+            _ => Err(ZkError::SessionLost(
+                self.loss().unwrap_or(SessionLoss::Closed),
+            )),
         }
     }
 
@@ -158,7 +179,8 @@ impl Shared {
 
 /// One ZooKeeper session, kept alive in the background; every grant of the client is an ephemeral node of it.
 ///
-/// Dropping it stops the keeper; the session closes when the last clone of its ZooKeeper client is gone (which
+/// Dropping it stops the keeper and marks the session closed; the session closes on the server when the last clone
+/// of its ZooKeeper client is gone (which
 /// deletes its nodes at once), or expires on the server a session timeout later.
 #[derive(Debug)]
 pub(crate) struct Session {
@@ -211,9 +233,10 @@ impl Session {
                 sent + validity - drift(validity),
                 SessionLoss::Expired,
             ),
-            client,
+            client: std::sync::RwLock::new(Some(client.clone())),
         });
-        let states = shared.client.state_watcher();
+        let states = client.state_watcher();
+        drop(client);
         let keeper = tokio::spawn(keep(Arc::downgrade(&shared), states));
         Ok(Session { shared, keeper })
     }
@@ -262,7 +285,7 @@ async fn keep(shared: Weak<Shared>, mut states: StateWatcher) {
                 let sent = clock::now();
                 // Registered with each grant before the `sync` leaves, as the Redis keeper registers a renewal.
                 let begun = session.state.begin_round(session.validity);
-                let client = session.client.clone();
+                let Ok(client) = session.client() else { return };
                 let call_timeout = session.call_timeout;
                 let this_round = round;
                 in_flight.push(async move {

@@ -210,11 +210,9 @@ impl ZkStore {
             round,
         );
         let following = session.shared.state.follow(&lease, ());
-        tokio::spawn(watch_node(
-            session.shared.client.clone(),
-            grant.node.clone(),
-            Arc::downgrade(&lease),
-        ));
+        if let Ok(zk) = session.shared.client() {
+            tokio::spawn(watch_node(zk, grant.node.clone(), Arc::downgrade(&lease)));
+        }
         let guard = Guard::on_session(
             client.clone(),
             Lease {
@@ -242,10 +240,8 @@ impl ZkStore {
         let path = self.path(name)?;
         let session = self.session().await.map_err(|e| self.error(e))?;
         let shared = &session.shared;
-        let children = match shared
-            .call("inspect", shared.client.list_children(&path))
-            .await
-        {
+        let zk = &shared.client().map_err(|e| self.error(e))?;
+        let children = match shared.call("inspect", zk.list_children(&path)).await {
             Ok(children) => children,
             Err(ZkError::ZooKeeper {
                 source: zookeeper_client::Error::NoNode,
@@ -263,7 +259,7 @@ impl ZkStore {
             .collect();
         let reads = futures_util::future::join_all(admitted.iter().map(|c| {
             let node = format!("{path}/{}", c.name);
-            async move { shared.call("inspect", shared.client.get_data(&node)).await }
+            async move { shared.call("inspect", zk.get_data(&node)).await }
         }))
         .await;
         let admitted = admitted
@@ -289,6 +285,7 @@ impl ZkStore {
     pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
         let session = self.session().await.map_err(|e| self.error(e))?;
         let shared = &session.shared;
+        let zk = &shared.client().map_err(|e| self.error(e))?;
         let mut names = Vec::new();
         let mut level = vec![String::new()];
         while !level.is_empty() {
@@ -298,11 +295,7 @@ impl ZkStore {
                 } else {
                     format!("{}/{name}", self.root)
                 };
-                async move {
-                    shared
-                        .call("list", shared.client.list_children(&node))
-                        .await
-                }
+                async move { shared.call("list", zk.list_children(&node)).await }
             }))
             .await;
             let mut next = Vec::new();
@@ -354,10 +347,8 @@ impl ZkStore {
         let path = self.path(name)?;
         let session = self.session().await.map_err(|e| self.error(e))?;
         let shared = &session.shared;
-        let children = match shared
-            .call("force release", shared.client.list_children(&path))
-            .await
-        {
+        let zk = &shared.client().map_err(|e| self.error(e))?;
+        let children = match shared.call("force release", zk.list_children(&path)).await {
             Ok(children) => children,
             Err(ZkError::ZooKeeper {
                 source: zookeeper_client::Error::NoNode,
@@ -371,7 +362,7 @@ impl ZkStore {
             let node = format!("{path}/{}", contender.name);
             if i == 0 {
                 first = shared
-                    .call("force release", shared.client.get_data(&node))
+                    .call("force release", zk.get_data(&node))
                     .await
                     .ok()
                     .map(|(data, _)| {
@@ -383,10 +374,7 @@ impl ZkStore {
                         }
                     });
             }
-            match shared
-                .call("force release", shared.client.delete(&node, None))
-                .await
-            {
+            match shared.call("force release", zk.delete(&node, None)).await {
                 Ok(())
                 | Err(ZkError::ZooKeeper {
                     source: zookeeper_client::Error::NoNode,

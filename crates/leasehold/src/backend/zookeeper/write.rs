@@ -45,8 +45,11 @@ impl ZkHold {
                 "a ZooKeeper write under lock {name:?}: {why}"
             )))
         };
-        let mut writer = shared
-            .client
+        let client = shared.client().map_err(|_| Error::LeaseLost {
+            name: name.to_owned(),
+            reason: LossReason::Expired,
+        })?;
+        let mut writer = client
             .new_check_writer(&self.grant.node, None)
             .map_err(|e| {
                 store_error(
