@@ -191,6 +191,9 @@ async fn the_lock_on_etcd_keeps_its_contract_under_random_faults() {
         eprintln!("torture: the etcd run skipped (TORTURE_TOPOLOGY leaves it out)");
         return;
     }
+    if leasehold_tests::sequence::leaves_out("etcd") {
+        return;
+    }
     torture(&[Topology::Etcd], ETCD_KINDS, 8).await;
 }
 
@@ -198,6 +201,9 @@ async fn the_lock_on_etcd_keeps_its_contract_under_random_faults() {
 async fn the_lock_on_zookeeper_keeps_its_contract_under_random_faults() {
     if Topology::from_env().is_some_and(|names| !names.contains(&Topology::Zk)) {
         eprintln!("torture: the ZooKeeper run skipped (TORTURE_TOPOLOGY leaves it out)");
+        return;
+    }
+    if leasehold_tests::sequence::leaves_out("zookeeper") {
         return;
     }
     torture(&[Topology::Zk], ZK_KINDS, 8).await;
