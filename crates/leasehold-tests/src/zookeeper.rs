@@ -459,9 +459,29 @@ impl Servers {
         })
     }
 
+    /// Stops server `i` with `SIGSTOP`, and returns once the kernel reports it stopped: the signal is delivered
+    /// asynchronously, and a JVM that still runs for a moment would answer what a test sends it next.
     fn pause(&mut self, i: usize) {
         self.servers[i].signal(Signal::SIGSTOP);
         self.servers[i].paused = true;
+        let pid = self.servers[i].child.as_ref().map_or(0, Child::id);
+        poll_until("the paused ZooKeeper server's threads to stop", || {
+            let tasks =
+                std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| e.to_string())?;
+            for task in tasks {
+                let stat =
+                    std::fs::read_to_string(task.map_err(|e| e.to_string())?.path().join("stat"))
+                        .map_err(|e| e.to_string())?;
+                // The state follows the command's closing parenthesis: `T` is stopped.
+                let state = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next());
+                if state != Some("T") {
+                    return Err(format!("a thread in state {state:?}"));
+                }
+            }
+            Ok(())
+        });
     }
 
     fn resume(&mut self, i: usize) {
