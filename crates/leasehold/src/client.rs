@@ -58,6 +58,9 @@ pub(crate) enum Store {
     /// A ZooKeeper ensemble.
     #[cfg(feature = "zookeeper")]
     ZooKeeper(Arc<crate::backend::zookeeper::store::ZkStore>),
+    /// A PostgreSQL, MySQL or MariaDB database.
+    #[cfg(sql_stores)]
+    Sql(Arc<crate::backend::sql::store::SqlStore>),
 }
 
 impl Store {
@@ -66,7 +69,7 @@ impl Store {
     pub(crate) fn redis(&self) -> Result<&Arc<RedisStore>, Error> {
         match self {
             Store::Redis(inner) => Ok(inner),
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            #[cfg(session_stores)]
             _ => Err(Error::Unsupported {
                 detail: "a Redis operation on a client of another store".to_owned(),
             }),
@@ -74,7 +77,7 @@ impl Store {
     }
 
     /// The store, as messages name it.
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    #[cfg(session_stores)]
     pub(crate) fn label(&self) -> &'static str {
         match self {
             Store::Redis(_) => "Redis",
@@ -82,6 +85,8 @@ impl Store {
             Store::Etcd(_) => "etcd",
             #[cfg(feature = "zookeeper")]
             Store::ZooKeeper(_) => "ZooKeeper",
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => sql.db.label(),
         }
     }
 }
@@ -168,6 +173,22 @@ impl Client {
             )
             .into());
         }
+        let sql_schemes = ["postgres://", "postgresql://", "mysql://", "mariadb://"];
+        if let Some(scheme) = sql_schemes.iter().find(|s| url.starts_with(**s)) {
+            let (feature, compiled) = if scheme.starts_with("postgres") {
+                ("postgres", cfg!(feature = "postgres"))
+            } else {
+                ("mysql", cfg!(feature = "mysql"))
+            };
+            if !compiled {
+                return Err(InvalidArgument::BadUrl(format!(
+                    "{scheme} URLs need leasehold's `{feature}` feature"
+                ))
+                .into());
+            }
+            #[cfg(sql_stores)]
+            return Ok(Builder::to(Where::Sql(url.to_owned())));
+        }
         Ok(Builder::with_target(Endpoint::parse(url)?))
     }
 
@@ -193,7 +214,7 @@ impl Client {
     pub fn is_cluster(&self) -> bool {
         match &self.store {
             Store::Redis(inner) => inner.target.is_cluster(),
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            #[cfg(session_stores)]
             _ => false,
         }
     }
@@ -207,6 +228,8 @@ impl Client {
             Store::Etcd(_) => "etcd",
             #[cfg(feature = "zookeeper")]
             Store::ZooKeeper(_) => "zookeeper",
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => sql.db.name(),
         }
     }
 
@@ -262,6 +285,8 @@ impl Client {
             Store::Etcd(etcd) => etcd.inspect(keys.name()).await,
             #[cfg(feature = "zookeeper")]
             Store::ZooKeeper(zk) => zk.inspect(keys.name()).await,
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => sql.inspect(keys.name()).await,
         }
     }
 
@@ -289,6 +314,8 @@ impl Client {
             Store::Etcd(etcd) => etcd.held_locks(pattern).await,
             #[cfg(feature = "zookeeper")]
             Store::ZooKeeper(zk) => zk.held_locks(pattern).await,
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => sql.held_locks(pattern).await,
         }
     }
 
@@ -314,6 +341,8 @@ impl Client {
             Store::Etcd(etcd) => etcd.force_release(keys.name()).await,
             #[cfg(feature = "zookeeper")]
             Store::ZooKeeper(zk) => zk.force_release(keys.name()).await,
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => sql.force_release(keys.name()).await,
         }
     }
 
@@ -337,6 +366,8 @@ impl Client {
             Store::Etcd(etcd) => tokio::time::timeout(timeout, etcd.settle()).await.is_ok(),
             #[cfg(feature = "zookeeper")]
             Store::ZooKeeper(zk) => tokio::time::timeout(timeout, zk.settle()).await.is_ok(),
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => tokio::time::timeout(timeout, sql.settle()).await.is_ok(),
         }
     }
 
@@ -346,7 +377,7 @@ impl Client {
     pub fn server_warnings(&self) -> &[ServerWarning] {
         match &self.store {
             Store::Redis(inner) => &inner.warnings,
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            #[cfg(session_stores)]
             _ => &[],
         }
     }
@@ -360,6 +391,8 @@ impl Client {
             Store::Etcd(etcd) => &etcd.prefix,
             #[cfg(feature = "zookeeper")]
             Store::ZooKeeper(zk) => &zk.prefix,
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => &sql.prefix,
         }
     }
 
@@ -383,6 +416,8 @@ impl Client {
             Store::Etcd(etcd) => etcd.kept_leases(),
             #[cfg(feature = "zookeeper")]
             Store::ZooKeeper(zk) => zk.kept_leases(),
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => sql.kept_leases(),
         }
     }
 }
@@ -836,6 +871,40 @@ impl Builder {
                     store: Store::ZooKeeper(Arc::new(store)),
                 });
             }
+            #[cfg(sql_stores)]
+            Where::Sql(ref url) => {
+                self.refuse_redis_settings("a SQL URL")?;
+                #[cfg(feature = "tls")]
+                if !self.tls.is_empty() {
+                    return Err(InvalidArgument::BadTls(
+                        "TLS material was given for a SQL URL: leasehold speaks to PostgreSQL and MySQL in the clear only"
+                            .to_owned(),
+                    )
+                    .into());
+                }
+                let ttl = self
+                    .session_ttl
+                    .unwrap_or(crate::backend::sql::session::DEFAULT_TTL);
+                if ttl < crate::backend::sql::session::MIN_TTL || ttl > crate::engine::ttl::MAX_TTL
+                {
+                    return Err(InvalidArgument::BadDuration {
+                        what: "session TTL",
+                        value: ttl,
+                        why: "must be at least 1s",
+                    }
+                    .into());
+                }
+                let store = crate::backend::sql::store::SqlStore::connect(
+                    url,
+                    self.prefix,
+                    ttl,
+                    self.connection_timeout,
+                )
+                .await?;
+                return Ok(Client {
+                    store: Store::Sql(Arc::new(store)),
+                });
+            }
         };
         if self.session_ttl.is_some() {
             return Err(InvalidArgument::BadUrl(
@@ -866,7 +935,7 @@ impl Builder {
 
 impl Builder {
     /// An error naming the first Redis-only setting that was given for `url` (a store of another kind).
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    #[cfg(session_stores)]
     fn refuse_redis_settings(&self, url: &str) -> Result<(), Error> {
         let redis_only = [
             (self.conn.is_some(), "a connection of its own"),
@@ -896,6 +965,9 @@ enum Where {
     /// A ZooKeeper ensemble: the `zk://host:port[,host:port…][/chroot]` URL.
     #[cfg(feature = "zookeeper")]
     ZooKeeper(String),
+    /// A SQL database: the `postgres://`, `postgresql://`, `mysql://` or `mariadb://` URL.
+    #[cfg(sql_stores)]
+    Sql(String),
 }
 
 fn check_timeout(what: &'static str, value: Duration) -> Result<(), InvalidArgument> {

@@ -1,5 +1,6 @@
 //! The stores a lock lives in, one folder each: `redis` (one server, a Redis Cluster, or the primary that Sentinel
-//! names), `quorum` (a majority of independent Redis primaries, Redlock) and `etcd` (feature `etcd`). Each depends on
+//! names), `quorum` (a majority of independent Redis primaries, Redlock), `etcd` (feature `etcd`), `zookeeper`
+//! (feature `zookeeper`) and `sql` (features `postgres` and `mysql`). Each depends on
 //! the engine, never the other way round.
 //!
 //! This file is the seam the lock kinds reach a store through, and the only place they do: what a kind asks of a
@@ -19,15 +20,17 @@ use crate::kinds::guard::Guard;
 /// How many locks [`Client::held_locks`](crate::Client::held_locks) reads at once, on every store.
 pub(crate) const HELD_LOCKS_CHUNK: usize = 100;
 
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(session_stores)]
 pub(crate) mod admission;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod quorum;
 pub(crate) mod redis;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(session_stores)]
 pub(crate) mod session;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(sql_stores)]
+pub(crate) mod sql;
+#[cfg(session_stores)]
 pub(crate) mod url;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
@@ -64,7 +67,7 @@ pub(crate) struct Ask {
 }
 
 /// How an acquisition on a store with sessions (etcd, ZooKeeper) waits.
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(session_stores)]
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Wait {
     /// One try: busy unless admitted at once.
@@ -74,16 +77,16 @@ pub(crate) enum Wait {
 }
 
 /// The first pause after a failed attempt of a wait on a store with sessions; it doubles up to [`MAX_BACKOFF`].
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(session_stores)]
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(session_stores)]
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The wait of an acquisition on a store with sessions, around its `attempt`s (each: the session, the grant, the
 /// guard; `None` when a try found the lock busy): it rides out what `passes` (a member down, a session lost while
 /// waiting) with backoff until the wait's deadline, unless `fail_fast`; a try never retries. `store_error` makes the
 /// crate's error of the store's.
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(session_stores)]
 pub(crate) async fn until_granted<E, A>(
     name: &str,
     wait: Wait,
@@ -158,7 +161,7 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(_) => redis::acquire::try_lock(handle, keys).await,
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, None, Wait::Try).await,
         }
     }
@@ -172,7 +175,7 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(_) => redis::acquire::lock(handle, keys, deadline).await,
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, None, Wait::Until(deadline)).await,
         }
     }
@@ -186,7 +189,7 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(_) => redis::queued::try_acquire(handle, keys, ask).await,
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, Some(ask), Wait::Try).await,
         }
     }
@@ -201,7 +204,7 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(_) => redis::queued::wait(handle, keys, ask, deadline).await,
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, Some(ask), Wait::Until(deadline)).await,
         }
     }
@@ -217,7 +220,7 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(_) => redis::kinds::downgrade(guard, keys, lease).await,
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            #[cfg(session_stores)]
             _ => Err(not_on(
                 self.label(),
                 "an atomic downgrade (one entry per grant, ordered by creation)",
@@ -236,7 +239,7 @@ impl Store {
     ) -> Result<Guard, Error> {
         match self {
             Store::Redis(inner) => redis::kinds::lock_as(inner, handle, keys, token).await,
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            #[cfg(session_stores)]
             _ => Err(not_on(
                 self.label(),
                 "a nested hold by token (`lock_as`)",
@@ -253,7 +256,7 @@ impl Store {
     ) -> Result<Option<u64>, Error> {
         match self {
             Store::Redis(inner) => redis::kinds::set_permits(inner, keys, permits).await,
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            #[cfg(session_stores)]
             _ => Err(not_on(
                 self.label(),
                 "a stored permit count (each holder's entry carries the count it was granted under)",
@@ -301,7 +304,7 @@ impl Store {
 }
 
 /// The refusal of `what` on the lock `name` by `store`.
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(session_stores)]
 fn not_on(store: &str, what: &str, name: &str) -> Error {
     Error::Unsupported {
         detail: format!("lock {name:?}: {what} is not available on {store}"),
@@ -310,7 +313,7 @@ fn not_on(store: &str, what: &str, name: &str) -> Error {
 
 /// The kind a queued kind's tag asks for on a store with sessions (`x`, `r`, `w`, `s<k>`, `e`; see `set.lua`), with
 /// `permits` the semaphore's count; an error for what its recipe cannot do.
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(session_stores)]
 fn kind_of_tag(store: &str, tag: &str, permits: u64, name: &str) -> Result<admission::Kind, Error> {
     use admission::Kind;
     match tag {
@@ -332,7 +335,7 @@ fn kind_of_tag(store: &str, tag: &str, permits: u64, name: &str) -> Result<admis
 
 /// An acquisition on a store with sessions: a mutex's (no `ask`) is an exclusive entry whose value is the token; a
 /// queued kind's an entry of the kind its `ask` maps to, whose value is the hold (`<tag> <token>`, as on Redis).
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(session_stores)]
 async fn on_session_store(
     store: &Store,
     handle: &Handle<'_>,
@@ -364,6 +367,8 @@ async fn on_session_store(
         }
         #[cfg(feature = "zookeeper")]
         Store::ZooKeeper(zk) => zk.acquire(client, keys, kind, hold, wait, fail_fast).await,
+        #[cfg(sql_stores)]
+        Store::Sql(sql) => sql.acquire(client, keys, kind, hold, wait, fail_fast).await,
         Store::Redis(_) => Err(not_on(store.label(), "a session", keys.name())),
     }
 }
@@ -375,6 +380,8 @@ pub(crate) enum SessionHold {
     Etcd(etcd::store::EtcdHold),
     #[cfg(feature = "zookeeper")]
     ZooKeeper(zookeeper::store::ZkHold),
+    #[cfg(sql_stores)]
+    Sql(sql::store::SqlHold),
 }
 
 impl SessionHold {
@@ -385,6 +392,8 @@ impl SessionHold {
             SessionHold::Etcd(_) => "etcd",
             #[cfg(feature = "zookeeper")]
             SessionHold::ZooKeeper(_) => "ZooKeeper",
+            #[cfg(sql_stores)]
+            SessionHold::Sql(ref hold) => hold.session.shared.db.label(),
         }
     }
 
@@ -395,6 +404,8 @@ impl SessionHold {
             SessionHold::Etcd(ref hold) => hold.session_lost(),
             #[cfg(feature = "zookeeper")]
             SessionHold::ZooKeeper(ref hold) => hold.session_lost(),
+            #[cfg(sql_stores)]
+            SessionHold::Sql(ref hold) => hold.session_lost(),
         }
     }
 
@@ -405,6 +416,8 @@ impl SessionHold {
             SessionHold::Etcd(ref hold) => hold.release().await,
             #[cfg(feature = "zookeeper")]
             SessionHold::ZooKeeper(ref hold) => hold.release().await,
+            #[cfg(sql_stores)]
+            SessionHold::Sql(ref hold) => hold.release().await,
         }
     }
 
@@ -415,12 +428,14 @@ impl SessionHold {
             SessionHold::Etcd(hold) => hold.release_in_background(),
             #[cfg(feature = "zookeeper")]
             SessionHold::ZooKeeper(hold) => hold.release_in_background(),
+            #[cfg(sql_stores)]
+            SessionHold::Sql(hold) => hold.release_in_background(),
         }
     }
 }
 
 /// Redis's glob (`SCAN MATCH`): `*` any run, `?` one byte, `[abc]`, `[a-z]`, `[^…]`, `\x` the byte `x`.
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(session_stores)]
 pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
     match pattern.split_first() {
         None => text.is_empty(),
@@ -461,7 +476,7 @@ pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
     }
 }
 
-#[cfg(all(test, any(feature = "etcd", feature = "zookeeper")))]
+#[cfg(all(test, session_stores))]
 mod tests {
     use super::*;
 

@@ -18,6 +18,7 @@ pub(crate) fn redacted(url: &str) -> String {
 }
 
 /// `text` with its `%XX` escapes decoded; `None` for a malformed escape or a result that is not UTF-8.
+#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
 pub(crate) fn percent_decoded(text: &str) -> Option<String> {
     let mut bytes = Vec::with_capacity(text.len());
     let mut rest = text.as_bytes();

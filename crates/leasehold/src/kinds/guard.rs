@@ -59,7 +59,7 @@ impl Guard {
 
     /// The guard of a grant on a store with sessions: its lease follows the session, which keeps it (no keeper
     /// entry).
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    #[cfg(session_stores)]
     pub(crate) fn on_session(client: Client, lease: Lease, hold: SessionHold) -> Guard {
         Guard {
             lease,

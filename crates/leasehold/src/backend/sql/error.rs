@@ -1,0 +1,112 @@
+//! The SQL stores' own error type; the store turns it into the crate's [`Error::Store`](crate::Error::Store).
+
+use std::time::Duration;
+
+use super::session::SessionLoss;
+
+/// What can go wrong in a SQL store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum SqlError {
+    /// The URL is not one the driver takes.
+    #[error("invalid {store} URL: {why}")]
+    InvalidUrl {
+        /// Which dialect.
+        store: &'static str,
+        /// What is wrong with it.
+        why: String,
+    },
+
+    /// A statement was not answered within its deadline.
+    #[error("{store} {op} did not answer within {after:?}")]
+    Timeout {
+        /// Which dialect.
+        store: &'static str,
+        /// Which statement.
+        op: &'static str,
+        /// The deadline.
+        after: Duration,
+    },
+
+    /// PostgreSQL refused the statement, or the connection failed.
+    #[cfg(feature = "postgres")]
+    #[error("PostgreSQL {op} failed")]
+    Postgres {
+        /// Which statement.
+        op: &'static str,
+        /// What the driver reported.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+
+    /// MySQL refused the statement, or the connection failed.
+    #[cfg(feature = "mysql")]
+    #[error("MySQL {op} failed")]
+    MySql {
+        /// Which statement.
+        op: &'static str,
+        /// What the driver reported.
+        #[source]
+        source: mysql_async::Error,
+    },
+
+    /// The client's session ended (or may have ended, by the local deadline): its entries are gone, or may be
+    /// deleted by anyone from now on.
+    #[error("the lock session is lost: {0}")]
+    SessionLost(SessionLoss),
+
+    /// The check after a wait found the waiter's entry gone: deleted by someone else (`release --force`).
+    #[error("the queue entry of lock {name:?} was gone when its turn came")]
+    LostWhileWaiting {
+        /// The lock.
+        name: String,
+    },
+
+    /// The database answered with what the library did not write (a table changed by hand).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    #[error("{store} answered unexpectedly: {what}")]
+    Unexpected {
+        /// Which dialect.
+        store: &'static str,
+        /// What was wrong.
+        what: String,
+    },
+
+    /// The OS had no randomness for a session id.
+    #[error("no randomness for a session id: {0}")]
+    Entropy(String),
+}
+
+impl SqlError {
+    /// Whether the database did not answer, or answered that it cannot answer now: what a wait rides out.
+    pub(crate) fn passes(&self) -> bool {
+        match self {
+            SqlError::Timeout { .. }
+            | SqlError::SessionLost(_)
+            | SqlError::LostWhileWaiting { .. } => true,
+            #[cfg(feature = "postgres")]
+            SqlError::Postgres { source, .. } => super::postgres::is_transient(source),
+            #[cfg(feature = "mysql")]
+            SqlError::MySql { source, .. } => super::mysql::is_transient(source),
+            SqlError::InvalidUrl { .. } | SqlError::Unexpected { .. } | SqlError::Entropy(_) => {
+                false
+            }
+        }
+    }
+
+    /// Whether the statement failed because the session row is gone (an entry's foreign key found none).
+    pub(crate) fn session_gone(&self) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            SqlError::Postgres { source, .. } => {
+                source.code() == Some(&tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION)
+            }
+            #[cfg(feature = "mysql")]
+            SqlError::MySql {
+                source: mysql_async::Error::Server(e),
+                ..
+            } => e.code == 1452,
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! MySQL and MariaDB (feature `mysql`): the statements, through `mysql_async` (prepared once per connection, and
+//! cached), on its pool of the client's own connections in autocommit, at `READ COMMITTED` (no gap locks).
+//!
+//! - **Time** is the server's `UTC_TIMESTAMP(6)`: microseconds (ShedLock#1968 saw double grants blamed on
+//!   milliseconds), and no time zone, so no daylight-saving jump.
+//! - **Names and holds are `VARBINARY`**: a default collation folds case and accents (`Lock` and `lock`, `é` and
+//!   `e`), which would make two locks one.
+//! - **Fences** come from the lock's row in `PREFIX_lock`: `LAST_INSERT_ID(fence + 1)` in the transaction that
+//!   inserts the entry, read back from the statement's OK packet. The rows are never deleted, so a lock's fences never
+//!   restart.
+//! - **No notifications**: MySQL has no `LISTEN`. A waiter polls, from 5 ms doubling to 100 ms, and checks at the
+//!   expiry of the entry it waits for; a release by the same client wakes its waiters at once.
+//! - **Server-side deadlines**: `innodb_lock_wait_timeout` at the per-call deadline (whole seconds, at least one).
+//! - **The schema** is created on first use with `CREATE TABLE IF NOT EXISTS` (MySQL's DDL is idempotent that way
+//!   and serialises on the metadata lock); a database whose tables exist needs no DDL right.
+//!
+//! Written for MySQL 8.0+ and MariaDB 10.6+; tested on MariaDB 10.11.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Opts, OptsBuilder, Pool, Row, TxOpts, Value};
+
+use super::{kind_columns, kind_of_columns, micros, Entry, SqlError, Tables, Wakes};
+use crate::backend::admission::Kind;
+
+/// The poll interval of a waiter's `attempt`th check: 5 ms doubling to 100 ms.
+pub(crate) fn poll_interval(attempt: u32) -> Duration {
+    Duration::from_millis(5u64.saturating_mul(1 << attempt.min(5))).min(Duration::from_millis(100))
+}
+
+/// The statements of one prefix.
+struct Statements {
+    open: String,
+    renew: String,
+    holds: String,
+    close: String,
+    lock_row: String,
+    insert_entry: String,
+    entries: String,
+    release: String,
+    first_live: String,
+    delete_all: String,
+    names: String,
+    session: String,
+    entry: String,
+}
+
+impl Statements {
+    fn new(t: &Tables) -> Statements {
+        let (session, lock, entry) = (&t.session, &t.lock, &t.entry);
+        Statements {
+            open: format!(
+                "INSERT INTO {session} (id, expires_at) VALUES (?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
+            ),
+            renew: format!(
+                "UPDATE {session} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                 WHERE id = ? AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            holds: format!("SELECT hold FROM {entry} WHERE session = ?"),
+            close: format!("DELETE FROM {session} WHERE id = ?"),
+            lock_row: format!(
+                "INSERT INTO {lock} (name, fence) VALUES (?, LAST_INSERT_ID(1)) \
+                 ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
+            ),
+            insert_entry: format!(
+                "INSERT INTO {entry} (name, fence, session, kind, permits, hold) VALUES (?, ?, ?, ?, ?, ?)"
+            ),
+            entries: format!(
+                "SELECT e.fence, e.kind, e.permits, e.hold, e.session, \
+                 COALESCE(s.expires_at > UTC_TIMESTAMP(6), 0), \
+                 GREATEST(COALESCE(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), s.expires_at), 0), 0) \
+                 FROM {entry} e LEFT JOIN {session} s ON s.id = e.session \
+                 WHERE e.name = ? AND e.fence <= ? ORDER BY e.fence"
+            ),
+            release: format!("DELETE FROM {entry} WHERE name = ? AND fence = ? AND session = ?"),
+            first_live: format!(
+                "SELECT e.hold FROM {entry} e JOIN {session} s ON s.id = e.session \
+                 WHERE e.name = ? AND s.expires_at > UTC_TIMESTAMP(6) ORDER BY e.fence LIMIT 1"
+            ),
+            delete_all: format!("DELETE FROM {entry} WHERE name = ?"),
+            names: format!(
+                "SELECT DISTINCT e.name FROM {entry} e JOIN {session} s ON s.id = e.session \
+                 WHERE s.expires_at > UTC_TIMESTAMP(6)"
+            ),
+            session: session.clone(),
+            entry: entry.clone(),
+        }
+    }
+}
+
+/// The tables of a prefix, created when missing.
+fn schema(t: &Tables) -> [String; 3] {
+    let (session, lock, entry) = (&t.session, &t.lock, &t.entry);
+    [
+        format!(
+            "CREATE TABLE IF NOT EXISTS {session} (id VARBINARY(32) NOT NULL PRIMARY KEY, \
+             expires_at DATETIME(6) NOT NULL) ENGINE=InnoDB"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {lock} (name VARBINARY(512) NOT NULL PRIMARY KEY, \
+             fence BIGINT NOT NULL) ENGINE=InnoDB"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {entry} (name VARBINARY(512) NOT NULL, fence BIGINT NOT NULL, \
+             session VARBINARY(32) NOT NULL, kind CHAR(1) CHARACTER SET ascii NOT NULL, permits INT NOT NULL, \
+             hold VARBINARY(2048) NOT NULL, PRIMARY KEY (name, fence), KEY (session), \
+             FOREIGN KEY (session) REFERENCES {session} (id) ON DELETE CASCADE) ENGINE=InnoDB"
+        ),
+    ]
+}
+
+/// A MySQL or MariaDB database: the pool and the statements of the client's prefix.
+pub(crate) struct MyDb {
+    pool: Pool,
+    statements: Statements,
+    wakes: Wakes,
+}
+
+impl Drop for MyDb {
+    fn drop(&mut self) {
+        let pool = self.pool.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = pool.disconnect().await;
+            });
+        }
+    }
+}
+
+impl MyDb {
+    /// Connects to the database of `url` (`mysql://`, or `mariadb://` read as `mysql://`) and creates `prefix`'s
+    /// tables when missing.
+    pub(crate) async fn connect(
+        url: &str,
+        prefix: &str,
+        call_timeout: Duration,
+    ) -> Result<MyDb, SqlError> {
+        let url = match url.strip_prefix("mariadb://") {
+            Some(rest) => format!("mysql://{rest}"),
+            None => url.to_owned(),
+        };
+        let opts = Opts::from_url(&url).map_err(|e| SqlError::InvalidUrl {
+            store: "MySQL",
+            why: e.to_string(),
+        })?;
+        let lock_wait = call_timeout.as_secs().max(1);
+        let opts = OptsBuilder::from_opts(opts)
+            .init(vec![
+                "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".to_owned(),
+                format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),
+            ])
+            .tcp_keepalive(Some(Duration::from_secs(5)));
+        let pool = Pool::new(opts);
+        let tables = Tables::new(prefix, '`');
+        let mut conn = pool.get_conn().await.map_err(my("connect"))?;
+        for ddl in schema(&tables) {
+            conn.query_drop(ddl).await.map_err(my("create schema"))?;
+        }
+        drop(conn);
+        Ok(MyDb {
+            pool,
+            statements: Statements::new(&tables),
+            wakes: Wakes::default(),
+        })
+    }
+
+    pub(crate) fn wakes(&self) -> &Wakes {
+        &self.wakes
+    }
+
+    async fn conn(&self) -> Result<mysql_async::Conn, SqlError> {
+        self.pool.get_conn().await.map_err(my("connect"))
+    }
+
+    pub(crate) async fn open_session(&self, id: &str, ttl: Duration) -> Result<(), SqlError> {
+        let mut conn = self.conn().await?;
+        conn.exec_drop(&self.statements.open, (id, micros(ttl)))
+            .await
+            .map_err(my("open session"))
+    }
+
+    pub(crate) async fn renew(
+        &self,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<Option<Vec<String>>, SqlError> {
+        let mut conn = self.conn().await?;
+        conn.exec_drop(&self.statements.renew, (micros(ttl), id))
+            .await
+            .map_err(my("renew"))?;
+        if conn.affected_rows() == 0 {
+            return Ok(None);
+        }
+        let holds: Vec<Vec<u8>> = conn
+            .exec(&self.statements.holds, (id,))
+            .await
+            .map_err(my("renew"))?;
+        Ok(Some(holds.into_iter().map(text).collect()))
+    }
+
+    pub(crate) async fn close_session(&self, id: &str) -> Result<(), SqlError> {
+        let mut conn = self.conn().await?;
+        conn.exec_drop(&self.statements.close, (id,))
+            .await
+            .map_err(my("close session"))
+    }
+
+    pub(crate) async fn enqueue(
+        &self,
+        name: &str,
+        session: &str,
+        kind: Kind,
+        hold: &str,
+    ) -> Result<i64, SqlError> {
+        let (tag, permits) = kind_columns(kind);
+        let mut conn = self.conn().await?;
+        let mut tx = conn
+            .start_transaction(TxOpts::default())
+            .await
+            .map_err(my("enqueue"))?;
+        tx.exec_drop(&self.statements.lock_row, (name.as_bytes(),))
+            .await
+            .map_err(my("enqueue"))?;
+        let fence = tx
+            .last_insert_id()
+            .and_then(|id| i64::try_from(id).ok())
+            .ok_or(SqlError::LostWhileWaiting {
+                name: name.to_owned(),
+            })?;
+        tx.exec_drop(
+            &self.statements.insert_entry,
+            (
+                name.as_bytes(),
+                fence,
+                session,
+                tag,
+                permits,
+                hold.as_bytes(),
+            ),
+        )
+        .await
+        .map_err(my("enqueue"))?;
+        tx.commit().await.map_err(my("enqueue"))?;
+        Ok(fence)
+    }
+
+    pub(crate) async fn entries(
+        &self,
+        name: &str,
+        upto: Option<i64>,
+    ) -> Result<Vec<Entry>, SqlError> {
+        let mut conn = self.conn().await?;
+        let rows: Vec<Row> = conn
+            .exec(
+                &self.statements.entries,
+                (name.as_bytes(), upto.unwrap_or(i64::MAX)),
+            )
+            .await
+            .map_err(my("check"))?;
+        rows.into_iter()
+            .map(|row| {
+                Ok(Entry {
+                    fence: col(&row, 0)?,
+                    kind: kind_of_columns(&col::<String>(&row, 1)?, col(&row, 2)?),
+                    hold: text(col(&row, 3)?),
+                    session: text(col(&row, 4)?),
+                    live: col::<i64>(&row, 5)? != 0,
+                    left: Duration::from_micros(col::<i64>(&row, 6)?.unsigned_abs()),
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn reap(&self, name: &str, ids: &[String]) -> Result<(), SqlError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let marks = vec!["?"; ids.len()].join(", ");
+        let sql = format!(
+            "DELETE FROM {} WHERE expires_at <= UTC_TIMESTAMP(6) AND id IN ({marks})",
+            self.statements.session
+        );
+        let params: Vec<Value> = ids.iter().map(|id| Value::from(id.as_str())).collect();
+        let mut conn = self.conn().await?;
+        conn.exec_drop(sql, params).await.map_err(my("reap"))?;
+        if conn.affected_rows() > 0 {
+            self.wakes.wake(name);
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn release(
+        &self,
+        name: &str,
+        fence: i64,
+        session: &str,
+    ) -> Result<bool, SqlError> {
+        let mut conn = self.conn().await?;
+        conn.exec_drop(&self.statements.release, (name.as_bytes(), fence, session))
+            .await
+            .map_err(my("release"))?;
+        Ok(conn.affected_rows() > 0)
+    }
+
+    pub(crate) async fn delete_entries(
+        &self,
+        session: &str,
+        holds: &[String],
+    ) -> Result<(), SqlError> {
+        if holds.is_empty() {
+            return Ok(());
+        }
+        let marks = vec!["?"; holds.len()].join(", ");
+        let sql = format!(
+            "DELETE FROM {} WHERE session = ? AND hold IN ({marks})",
+            self.statements.entry
+        );
+        let mut params: Vec<Value> = vec![Value::from(session)];
+        params.extend(holds.iter().map(|h| Value::from(h.as_bytes())));
+        let mut conn = self.conn().await?;
+        conn.exec_drop(sql, params)
+            .await
+            .map_err(my("delete entries"))
+    }
+
+    pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, SqlError> {
+        let mut conn = self.conn().await?;
+        let first: Option<Vec<u8>> = conn
+            .exec_first(&self.statements.first_live, (name.as_bytes(),))
+            .await
+            .map_err(my("force release"))?;
+        conn.exec_drop(&self.statements.delete_all, (name.as_bytes(),))
+            .await
+            .map_err(my("force release"))?;
+        Ok(first.map(text))
+    }
+
+    pub(crate) async fn names(&self) -> Result<Vec<String>, SqlError> {
+        let mut conn = self.conn().await?;
+        let names: Vec<Vec<u8>> = conn
+            .exec(&self.statements.names, ())
+            .await
+            .map_err(my("list"))?;
+        Ok(names.into_iter().map(text).collect())
+    }
+}
+
+/// Column `i` of a check's `row`.
+fn col<T: mysql_async::prelude::FromValue>(row: &Row, i: usize) -> Result<T, SqlError> {
+    match row.get_opt(i) {
+        Some(Ok(value)) => Ok(value),
+        Some(Err(e)) => Err(SqlError::Unexpected {
+            store: "MySQL",
+            what: format!("column {i} of a check: {e}"),
+        }),
+        None => Err(SqlError::Unexpected {
+            store: "MySQL",
+            what: format!("a check without column {i}"),
+        }),
+    }
+}
+
+/// Bytes the library wrote as UTF-8 (names, holds, ids), read back.
+fn text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// The error of statement `op`.
+fn my(op: &'static str) -> impl Fn(mysql_async::Error) -> SqlError {
+    move |source| SqlError::MySql { op, source }
+}
+
+/// Whether a MySQL error passes: the connection failed, or the server cannot answer now (shutting down, a killed
+/// connection, a lock wait timeout, a deadlock, too many connections, a statement time limit).
+pub(crate) fn is_transient(e: &mysql_async::Error) -> bool {
+    match e {
+        mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => true,
+        mysql_async::Error::Server(e) => {
+            matches!(
+                e.code,
+                1040 | 1053 | 1205 | 1213 | 1452 | 1927 | 1969 | 2006 | 2013 | 3024
+            )
+        }
+        _ => false,
+    }
+}

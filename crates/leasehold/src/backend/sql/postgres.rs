@@ -1,0 +1,506 @@
+//! PostgreSQL (feature `postgres`): the statements, through `tokio-postgres`, each one round trip (`query_typed`:
+//! parse, bind and execute in one go), on a small pool of the client's own connections in autocommit; and one more
+//! connection that only `LISTEN`s.
+//!
+//! - **Time** is the server's `now()`, the start of the statement's transaction: every statement here is its own
+//!   transaction.
+//! - **Wake-ups.** Every statement that deletes entries also `NOTIFY`s the prefix's channel with the lock's name, in
+//!   the same transaction (delivered at commit). The listening connection wakes this client's waiters of that name;
+//!   when it reconnects it wakes them all, since a notification may have been missed meanwhile.
+//! - **Server-side deadlines.** Every connection runs with `statement_timeout` and `lock_timeout` at the per-call
+//!   deadline, so that a statement the client gave up on does not go on running (or waiting for a row lock) on the
+//!   server.
+//! - **The schema** is created on first use, in one transaction under an advisory lock (two clients creating it at
+//!   once would otherwise collide in the catalog); a database whose tables exist needs no DDL right.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{AsyncMessage, Config, NoTls};
+
+use super::{kind_columns, kind_of_columns, micros, Entry, SqlError, Tables, Wakes};
+use crate::backend::admission::Kind;
+
+/// The key of the advisory lock the schema is created under (any fixed number; "leasehold" in ASCII, trimmed).
+const SCHEMA_LOCK: i64 = 0x6c65_6173_6568_6f6c;
+
+/// The most idle connections the pool keeps.
+const MAX_IDLE: usize = 16;
+
+/// The statements of one prefix.
+struct Statements {
+    open: String,
+    renew: String,
+    close: String,
+    enqueue: String,
+    entries: String,
+    reap: String,
+    release: String,
+    delete_entries: String,
+    force_release: String,
+    names: String,
+}
+
+impl Statements {
+    fn new(t: &Tables) -> Statements {
+        let (session, lock, entry, fence, channel) =
+            (&t.session, &t.lock, &t.entry, &t.fence, &t.channel);
+        Statements {
+            open: format!(
+                "INSERT INTO {session} (id, expires_at) VALUES ($1, now() + $2 * interval '1 microsecond')"
+            ),
+            renew: format!(
+                "WITH r AS (UPDATE {session} SET expires_at = now() + $2 * interval '1 microsecond' \
+                 WHERE id = $1 AND expires_at > now() RETURNING id) \
+                 SELECT (SELECT count(*) FROM r), ARRAY(SELECT hold FROM {entry} WHERE session = $1)"
+            ),
+            close: format!(
+                "WITH n AS (SELECT DISTINCT name FROM {entry} WHERE session = $1), \
+                 d AS (DELETE FROM {session} WHERE id = $1) \
+                 SELECT pg_notify('{channel}', name) FROM n"
+            ),
+            enqueue: format!(
+                "WITH l AS (INSERT INTO {lock} AS l (name, fence) VALUES ($1, nextval('{fence}')) \
+                 ON CONFLICT (name) DO UPDATE SET fence = nextval('{fence}') RETURNING l.name, l.fence) \
+                 INSERT INTO {entry} (name, fence, session, kind, permits, hold) \
+                 SELECT name, fence, $2, $3, $4, $5 FROM l RETURNING fence"
+            ),
+            entries: format!(
+                "SELECT e.fence, e.kind, e.permits, e.hold, e.session, \
+                 COALESCE(s.expires_at > now(), false), \
+                 COALESCE(GREATEST(extract(epoch FROM s.expires_at - now()), 0), 0)::float8 \
+                 FROM {entry} e LEFT JOIN {session} s ON s.id = e.session \
+                 WHERE e.name = $1 AND e.fence <= $2 ORDER BY e.fence"
+            ),
+            reap: format!(
+                "WITH d AS (DELETE FROM {session} WHERE id = ANY($1) AND expires_at <= now() RETURNING id) \
+                 SELECT pg_notify('{channel}', $2) FROM (SELECT 1 FROM d LIMIT 1) x"
+            ),
+            release: format!(
+                "WITH d AS (DELETE FROM {entry} WHERE name = $1 AND fence = $2 AND session = $3 RETURNING name) \
+                 SELECT pg_notify('{channel}', name) FROM d"
+            ),
+            delete_entries: format!(
+                "WITH d AS (DELETE FROM {entry} WHERE session = $1 AND hold = ANY($2) RETURNING name) \
+                 SELECT pg_notify('{channel}', name) FROM (SELECT DISTINCT name FROM d) x"
+            ),
+            force_release: format!(
+                "WITH d AS (DELETE FROM {entry} WHERE name = $1 RETURNING fence, hold, session) \
+                 SELECT (SELECT d.hold FROM d JOIN {session} s ON s.id = d.session AND s.expires_at > now() \
+                 ORDER BY d.fence LIMIT 1), pg_notify('{channel}', $1)::text"
+            ),
+            names: format!(
+                "SELECT DISTINCT e.name FROM {entry} e JOIN {session} s ON s.id = e.session \
+                 WHERE s.expires_at > now()"
+            ),
+        }
+    }
+}
+
+/// The tables, sequence and index of a prefix, created when missing.
+fn schema(t: &Tables, index: &str) -> String {
+    let (session, lock, entry, fence) = (&t.session, &t.lock, &t.entry, &t.fence);
+    format!(
+        "BEGIN; \
+         SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); \
+         CREATE SEQUENCE IF NOT EXISTS {fence}; \
+         CREATE TABLE IF NOT EXISTS {session} (id text PRIMARY KEY, expires_at timestamptz NOT NULL); \
+         CREATE TABLE IF NOT EXISTS {lock} (name text COLLATE \"C\" PRIMARY KEY, fence bigint NOT NULL); \
+         CREATE TABLE IF NOT EXISTS {entry} (name text COLLATE \"C\" NOT NULL, fence bigint NOT NULL, \
+           session text NOT NULL REFERENCES {session} (id) ON DELETE CASCADE, kind text NOT NULL, \
+           permits integer NOT NULL, hold text NOT NULL, PRIMARY KEY (name, fence)); \
+         CREATE INDEX IF NOT EXISTS {index} ON {entry} (session); \
+         COMMIT;"
+    )
+}
+
+/// A PostgreSQL database: its connection settings, the pool, the statements of the client's prefix, and the
+/// listener.
+pub(crate) struct PgDb {
+    pool: Pool,
+    statements: Statements,
+    wakes: Arc<Wakes>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+impl PgDb {
+    /// Connects to the database of `url` (`postgres://` or `postgresql://`), creates `prefix`'s tables when missing,
+    /// and starts listening for wake-ups.
+    pub(crate) async fn connect(
+        url: &str,
+        prefix: &str,
+        connection_timeout: Duration,
+        call_timeout: Duration,
+    ) -> Result<PgDb, SqlError> {
+        let mut config: Config =
+            url.parse()
+                .map_err(|e: tokio_postgres::Error| SqlError::InvalidUrl {
+                    store: "PostgreSQL",
+                    why: e.to_string(),
+                })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(connection_timeout);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("leasehold");
+        }
+        let ms = call_timeout.as_millis().max(1);
+        let options = format!("-c statement_timeout={ms} -c lock_timeout={ms}");
+        let options = match config.get_options() {
+            Some(given) => format!("{given} {options}"),
+            None => options,
+        };
+        config.options(options);
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(5));
+        let tables = Tables::new(prefix, '"');
+        let pool = Pool {
+            config,
+            idle: std::sync::Mutex::new(Vec::new()),
+        };
+        {
+            let conn = pool.get().await?;
+            let present = conn
+                .query_typed(
+                    "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
+                    &[(&tables.entry, Type::TEXT), (&tables.fence, Type::TEXT)],
+                )
+                .await
+                .map_err(pg("schema"))?;
+            let present: bool = present.first().is_some_and(|row| row.get(0));
+            if !present {
+                let index = format!("\"{prefix}_entry_session\"");
+                conn.batch_execute(&schema(&tables, &index))
+                    .await
+                    .map_err(pg("create schema"))?;
+            }
+            conn.done();
+        }
+        let wakes = Arc::new(Wakes::default());
+        let listener = tokio::spawn(listen(
+            pool.config.clone(),
+            tables.channel.clone(),
+            Arc::clone(&wakes),
+        ));
+        Ok(PgDb {
+            pool,
+            statements: Statements::new(&tables),
+            wakes,
+            listener,
+        })
+    }
+
+    pub(crate) fn wakes(&self) -> &Wakes {
+        &self.wakes
+    }
+
+    async fn query(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<tokio_postgres::Row>, SqlError> {
+        let conn = self.pool.get().await?;
+        let rows = conn.query_typed(sql, params).await.map_err(pg(op))?;
+        conn.done();
+        Ok(rows)
+    }
+
+    pub(crate) async fn open_session(&self, id: &str, ttl: Duration) -> Result<(), SqlError> {
+        let ttl = micros(ttl);
+        self.query(
+            "open session",
+            &self.statements.open,
+            &[(&id, Type::TEXT), (&ttl, Type::INT8)],
+        )
+        .await
+        .map(drop)
+    }
+
+    pub(crate) async fn renew(
+        &self,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<Option<Vec<String>>, SqlError> {
+        let ttl = micros(ttl);
+        let rows = self
+            .query(
+                "renew",
+                &self.statements.renew,
+                &[(&id, Type::TEXT), (&ttl, Type::INT8)],
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let renewed: i64 = row.try_get(0).map_err(pg("renew"))?;
+        if renewed == 0 {
+            return Ok(None);
+        }
+        Ok(Some(row.try_get(1).map_err(pg("renew"))?))
+    }
+
+    pub(crate) async fn close_session(&self, id: &str) -> Result<(), SqlError> {
+        self.query(
+            "close session",
+            &self.statements.close,
+            &[(&id, Type::TEXT)],
+        )
+        .await
+        .map(drop)
+    }
+
+    pub(crate) async fn enqueue(
+        &self,
+        name: &str,
+        session: &str,
+        kind: Kind,
+        hold: &str,
+    ) -> Result<i64, SqlError> {
+        let (tag, permits) = kind_columns(kind);
+        let rows = self
+            .query(
+                "enqueue",
+                &self.statements.enqueue,
+                &[
+                    (&name, Type::TEXT),
+                    (&session, Type::TEXT),
+                    (&tag, Type::TEXT),
+                    (&permits, Type::INT4),
+                    (&hold, Type::TEXT),
+                ],
+            )
+            .await?;
+        let row = rows.first().ok_or(SqlError::LostWhileWaiting {
+            name: name.to_owned(),
+        })?;
+        row.try_get(0).map_err(pg("enqueue"))
+    }
+
+    pub(crate) async fn entries(
+        &self,
+        name: &str,
+        upto: Option<i64>,
+    ) -> Result<Vec<Entry>, SqlError> {
+        let upto = upto.unwrap_or(i64::MAX);
+        let rows = self
+            .query(
+                "check",
+                &self.statements.entries,
+                &[(&name, Type::TEXT), (&upto, Type::INT8)],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let kind: &str = row.try_get(1)?;
+                let permits: i32 = row.try_get(2)?;
+                let left: f64 = row.try_get(6)?;
+                Ok(Entry {
+                    fence: row.try_get(0)?,
+                    kind: kind_of_columns(kind, i64::from(permits)),
+                    hold: row.try_get(3)?,
+                    session: row.try_get(4)?,
+                    live: row.try_get(5)?,
+                    left: Duration::try_from_secs_f64(left).unwrap_or_default(),
+                })
+            })
+            .collect::<Result<_, tokio_postgres::Error>>()
+            .map_err(pg("check"))
+    }
+
+    pub(crate) async fn reap(&self, name: &str, ids: &[String]) -> Result<(), SqlError> {
+        self.query(
+            "reap",
+            &self.statements.reap,
+            &[(&ids, Type::TEXT_ARRAY), (&name, Type::TEXT)],
+        )
+        .await
+        .map(drop)
+    }
+
+    pub(crate) async fn release(
+        &self,
+        name: &str,
+        fence: i64,
+        session: &str,
+    ) -> Result<bool, SqlError> {
+        let rows = self
+            .query(
+                "release",
+                &self.statements.release,
+                &[
+                    (&name, Type::TEXT),
+                    (&fence, Type::INT8),
+                    (&session, Type::TEXT),
+                ],
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    pub(crate) async fn delete_entries(
+        &self,
+        session: &str,
+        holds: &[String],
+    ) -> Result<(), SqlError> {
+        self.query(
+            "delete entries",
+            &self.statements.delete_entries,
+            &[(&session, Type::TEXT), (&holds, Type::TEXT_ARRAY)],
+        )
+        .await
+        .map(drop)
+    }
+
+    pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, SqlError> {
+        let rows = self
+            .query(
+                "force release",
+                &self.statements.force_release,
+                &[(&name, Type::TEXT)],
+            )
+            .await?;
+        match rows.first() {
+            Some(row) => row.try_get(0).map_err(pg("force release")),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) async fn names(&self) -> Result<Vec<String>, SqlError> {
+        let rows = self.query("list", &self.statements.names, &[]).await?;
+        rows.iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>()
+            .map_err(pg("list"))
+    }
+}
+
+/// The error of statement `op`.
+fn pg(op: &'static str) -> impl Fn(tokio_postgres::Error) -> SqlError {
+    move |source| SqlError::Postgres { op, source }
+}
+
+/// Whether a PostgreSQL error passes: the connection failed, or the server cannot answer now (a restart, a
+/// terminated backend, a timeout, a deadlock or a lock it could not take in time, too many connections).
+pub(crate) fn is_transient(e: &tokio_postgres::Error) -> bool {
+    let Some(code) = e.code() else {
+        // No SQLSTATE: the connection failed or closed.
+        return true;
+    };
+    let class = &code.code()[..2];
+    matches!(class, "08" | "40" | "53" | "57" | "58")
+        || *code == SqlState::LOCK_NOT_AVAILABLE
+        || *code == SqlState::FOREIGN_KEY_VIOLATION
+}
+
+/// A few connections of the client's own, each used by one statement at a time (a statement may wait for a row
+/// lock, and would hold up everything pipelined behind it on a shared connection).
+struct Pool {
+    config: Config,
+    idle: std::sync::Mutex<Vec<tokio_postgres::Client>>,
+}
+
+impl Pool {
+    /// An idle connection, or a new one.
+    async fn get(&self) -> Result<Pooled<'_>, SqlError> {
+        loop {
+            let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            match idle {
+                Some(client) if !client.is_closed() => {
+                    return Ok(Pooled {
+                        pool: self,
+                        client: Some(client),
+                    })
+                }
+                Some(_) => continue,
+                None => break,
+            }
+        }
+        let (client, connection) = self.config.connect(NoTls).await.map_err(pg("connect"))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(target: "leasehold::sql", error = %e, "a PostgreSQL connection ended");
+            }
+        });
+        Ok(Pooled {
+            pool: self,
+            client: Some(client),
+        })
+    }
+}
+
+/// A connection taken from the pool. It goes back only through [`Pooled::done`], once its statement was answered:
+/// one dropped with its statement still out (a timeout, a dropped future) is closed instead.
+struct Pooled<'a> {
+    pool: &'a Pool,
+    client: Option<tokio_postgres::Client>,
+}
+
+impl Pooled<'_> {
+    fn done(mut self) {
+        if let Some(client) = self.client.take() {
+            let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.len() < MAX_IDLE && !client.is_closed() {
+                idle.push(client);
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Pooled<'_> {
+    type Target = tokio_postgres::Client;
+
+    fn deref(&self) -> &tokio_postgres::Client {
+        self.client
+            .as_ref()
+            .expect("a pooled connection is present until done")
+    }
+}
+
+/// The listener: one connection that `LISTEN`s on `channel` and wakes the waiters of each name notified; reconnects
+/// with backoff when it fails, and wakes every waiter when it is back.
+async fn listen(config: Config, channel: String, wakes: Arc<Wakes>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match config.connect(NoTls).await {
+            Ok((client, mut connection)) => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let pump = tokio::spawn(async move {
+                    let mut messages =
+                        futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                    while let Some(Ok(message)) = messages.next().await {
+                        if let AsyncMessage::Notification(n) = message {
+                            if tx.send(n.payload().to_owned()).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+                let listening = client.batch_execute(&format!("LISTEN \"{channel}\"")).await;
+                if listening.is_ok() {
+                    backoff = Duration::from_millis(50);
+                    wakes.wake_all();
+                    while let Some(name) = rx.recv().await {
+                        wakes.wake(&name);
+                    }
+                }
+                pump.abort();
+                wakes.wake_all();
+            }
+            Err(e) => {
+                tracing::debug!(target: "leasehold::sql", error = %e, "the PostgreSQL listener cannot connect");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,494 @@
+//! The SQL store behind a [`crate::Client`] connected with a `postgres://` or `mysql://` URL: the session and its
+//! entries, turned into the crate's guards, leases and lock information.
+//!
+//! - **One session per client**, replaced by a new one at the first acquisition after it was lost. Every grant's
+//!   [`Lease`] follows the session: its deadline is the session's, its loss the session's loss, or its own entry
+//!   found deleted by a renewal.
+//! - **An acquisition** inserts its entry once and keeps its place through every check: it reads the entries up to
+//!   its own, deletes the dead sessions ahead (a delete, not a skip: see [`super`]), and applies its kind's rule.
+//!   Between checks it sleeps until a wake-up for the lock (PostgreSQL's `NOTIFY`, or a release by this client), the
+//!   expiry of the entry it waits for, or on MySQL the next poll. A store error while it waits is ridden out with
+//!   backoff, keeping the entry; an acquisition abandoned or given up deletes its entry in the background.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::session::{Session, SessionLoss, Shared};
+use super::{Db, Entry, SqlError};
+use crate::backend::admission::{admit, Admission, Kind};
+use crate::backend::redis::keys::LockKeys;
+use crate::backend::session::{lock_info, passed, Admitted, Background};
+use crate::backend::Wait;
+use crate::client::{Client, LockInfo};
+use crate::engine::clock;
+use crate::engine::lease::{Lease, LeaseShared};
+use crate::error::Error;
+use crate::fence::Fence;
+use crate::kinds::guard::Guard;
+
+/// The tracing target of this file's events.
+const TARGET: &str = "leasehold::sql";
+
+/// The first pause after a store error inside a wait; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long after the entry it waits for expires a waiter checks again: the server's clock and the client's sleep
+/// round differently.
+const EXPIRY_MARGIN: Duration = Duration::from_millis(2);
+
+/// A client's SQL side: its database, its tables' prefix, and its current session.
+pub(crate) struct SqlStore {
+    pub(crate) db: Arc<Db>,
+    /// The URL as shown in errors and logs: password hidden.
+    shown: Arc<str>,
+    pub(crate) prefix: String,
+    ttl: Duration,
+    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The releases running in the background (dropped guards, abandoned entries), for [`Client::flush_releases`].
+    background: Arc<Background>,
+}
+
+/// What a guard of a SQL grant needs to release it: the session its entry belongs to, and the entry.
+pub(crate) struct SqlHold {
+    shown: Arc<str>,
+    pub(crate) session: Arc<Session>,
+    pub(crate) name: String,
+    pub(crate) fence: i64,
+    pub(crate) hold: String,
+    background: Arc<Background>,
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("url", &self.shown)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An acquisition's entry until it is granted: dropped before that (given up, or the acquisition's future dropped),
+/// it deletes the entry in the background.
+struct Pending {
+    shared: Arc<Shared>,
+    hold: Option<String>,
+}
+
+impl Pending {
+    /// The entry is granted: it stays.
+    fn keep(mut self) {
+        self.hold = None;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            self.shared.abandon(hold);
+        }
+    }
+}
+
+impl SqlStore {
+    /// Connects: creates the tables when they are missing, and opens the first session now, so that an unreachable
+    /// or refusing database fails here and not at the first lock.
+    pub(crate) async fn connect(
+        url: &str,
+        prefix: String,
+        ttl: Duration,
+        connection_timeout: Duration,
+    ) -> Result<SqlStore, Error> {
+        let shown: Arc<str> = crate::backend::url::redacted(url).into();
+        super::check_prefix(&prefix)?;
+        let call_timeout = (ttl / 4).min(super::session::MAX_CALL_TIMEOUT);
+        let db = Db::connect(url, &prefix, connection_timeout, call_timeout)
+            .await
+            .map_err(|e| store_error(db_name(url), &shown, e))?;
+        let store = SqlStore {
+            db: Arc::new(db),
+            shown,
+            prefix,
+            ttl,
+            session: tokio::sync::Mutex::new(None),
+            background: Arc::default(),
+        };
+        store.session().await.map_err(|e| store.error(e))?;
+        Ok(store)
+    }
+
+    fn error(&self, e: SqlError) -> Error {
+        store_error(self.db.name(), &self.shown, e)
+    }
+
+    /// The live session, or a new one when the last one was lost.
+    async fn session(&self) -> Result<Arc<Session>, SqlError> {
+        let mut current = self.session.lock().await;
+        if let Some(session) = current.as_ref() {
+            if session.loss().is_none() {
+                return Ok(Arc::clone(session));
+            }
+        }
+        let session = Arc::new(
+            Session::open(Arc::clone(&self.db), self.ttl, Arc::clone(&self.background)).await?,
+        );
+        if current.is_some() {
+            tracing::info!(target: TARGET, "the {} lock session was lost; opened a new one", self.db.label());
+        }
+        *current = Some(Arc::clone(&session));
+        Ok(session)
+    }
+
+    /// Grants the current session follows now.
+    pub(crate) fn kept_leases(&self) -> usize {
+        self.session
+            .try_lock()
+            .ok()
+            .and_then(|s| s.as_ref().map(|s| s.shared.state.following()))
+            .unwrap_or(0)
+    }
+
+    /// Waits as `wait` says until lock `keys` admits `kind`, storing `hold` in the grant's entry, and returns the
+    /// grant's guard.
+    pub(crate) async fn acquire(
+        &self,
+        client: &Client,
+        keys: Arc<LockKeys>,
+        kind: Kind,
+        hold: String,
+        wait: Wait,
+        fail_fast: bool,
+    ) -> Result<Guard, Error> {
+        let waits = matches!(wait, Wait::Until(_));
+        let attempt = || async {
+            let session = self.session().await?;
+            match grant(&session.shared, keys.name(), kind, &hold, waits, fail_fast).await? {
+                Some(fence) => self
+                    .hold(client, &keys, hold.clone(), session, fence)
+                    .map(Some),
+                None => Ok(None),
+            }
+        };
+        crate::backend::until_granted(
+            keys.name(),
+            wait,
+            fail_fast,
+            attempt,
+            SqlError::passes,
+            |e| self.error(e),
+        )
+        .await
+    }
+
+    /// The guard of a grant: a lease that follows the session from its last answered renewal. An error when the
+    /// session was lost by then: the entry is given back and the wait goes on.
+    fn hold(
+        &self,
+        client: &Client,
+        keys: &Arc<LockKeys>,
+        hold: String,
+        session: Arc<Session>,
+        fence: i64,
+    ) -> Result<Guard, SqlError> {
+        let ttl = session.shared.ttl;
+        let (sent, round) = session.shared.state.acked();
+        let lease = LeaseShared::new(
+            Arc::clone(keys),
+            hold.clone(),
+            Fence::new(fence.unsigned_abs()),
+            ttl,
+            sent,
+            ttl,
+            round,
+        );
+        let following = session.shared.state.follow(&lease, hold.clone());
+        let guard = Guard::on_session(
+            client.clone(),
+            Lease {
+                shared: Arc::clone(&lease),
+            },
+            crate::backend::SessionHold::Sql(SqlHold {
+                shown: Arc::clone(&self.shown),
+                session: Arc::clone(&session),
+                name: keys.name().to_owned(),
+                fence,
+                hold,
+                background: Arc::clone(&self.background),
+            }),
+        );
+        if !following || !guard.is_held() {
+            drop(guard);
+            return Err(SqlError::SessionLost(
+                session.loss().unwrap_or(SessionLoss::Expired),
+            ));
+        }
+        crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&lease.token), debug, lock = %keys.name(), hold = %crate::engine::trace::words(&lease.token), fence = lease.fence.get(), "granted");
+        Ok(guard)
+    }
+
+    /// The lock's state: its live entries in queue order, each admitted or waiting by the rules.
+    pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
+        let entries = self
+            .call("inspect", self.db.entries(name, None))
+            .await
+            .map_err(|e| self.error(e))?;
+        let live: Vec<&Entry> = entries.iter().filter(|e| e.live).collect();
+        let kinds: Vec<Kind> = live.iter().map(|e| e.kind).collect();
+        let admitted = live
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| admit(e.kind, &kinds[..*i]) == Admission::Granted)
+            .map(|(_, e)| Admitted {
+                value: e.hold.clone(),
+                entry: e.fence.to_string(),
+                kind: e.kind,
+                fence: Fence::new(e.fence.unsigned_abs()),
+                remaining: Some(e.left),
+            })
+            .collect();
+        Ok(lock_info(name, admitted, live.len()))
+    }
+
+    /// The held locks whose names match the glob `pattern`.
+    pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
+        let mut names = self
+            .call("list", self.db.names())
+            .await
+            .map_err(|e| self.error(e))?;
+        names.retain(|name| crate::backend::glob_match(pattern.as_bytes(), name.as_bytes()));
+        names.sort();
+        let mut held = Vec::new();
+        for chunk in names.chunks(crate::backend::HELD_LOCKS_CHUNK) {
+            let infos =
+                futures_util::future::join_all(chunk.iter().map(|name| self.inspect(name))).await;
+            for info in infos {
+                let info = info?;
+                if info.holder.is_some() {
+                    held.push(info);
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// Deletes every entry of lock `name` (holders and waiters), and returns the token of the first live one, the
+    /// holder, if there was one.
+    pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
+        let first = self
+            .call("force release", self.db.force_release(name))
+            .await
+            .map_err(|e| self.error(e))?;
+        self.db.wakes().wake(name);
+        Ok(first.map(|hold| crate::fence::token_of(&hold).to_owned()))
+    }
+
+    /// Waits until every background release has been answered (or given up).
+    pub(crate) async fn settle(&self) {
+        self.background.settle().await;
+    }
+
+    /// Runs `statement` under the per-call deadline of this store's sessions.
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        statement: impl std::future::Future<Output = Result<T, SqlError>>,
+    ) -> Result<T, SqlError> {
+        let after = (self.ttl / 4).min(super::session::MAX_CALL_TIMEOUT);
+        tokio::time::timeout(after, statement)
+            .await
+            .unwrap_or(Err(SqlError::Timeout {
+                store: self.db.label(),
+                op,
+                after,
+            }))
+    }
+}
+
+/// One acquisition in session `shared`: inserts the entry, then checks until the rule admits it (`Some(fence)`), or,
+/// for a try (`waits` false), until the first check says it is busy (`None`, the entry deleted again).
+async fn grant(
+    shared: &Arc<Shared>,
+    name: &str,
+    kind: Kind,
+    hold: &str,
+    waits: bool,
+    fail_fast: bool,
+) -> Result<Option<i64>, SqlError> {
+    let db = &shared.db;
+    shared.check_alive()?;
+    shared.know(hold);
+    let pending = Pending {
+        shared: Arc::clone(shared),
+        hold: Some(hold.to_owned()),
+    };
+    let fence = match shared
+        .call("enqueue", db.enqueue(name, &shared.id, kind, hold))
+        .await
+    {
+        Ok(fence) => fence,
+        Err(e) if e.session_gone() => {
+            shared.lose(SessionLoss::ExpiredOnServer);
+            return Err(SqlError::SessionLost(SessionLoss::ExpiredOnServer));
+        }
+        Err(e) => return Err(e),
+    };
+    let mut backoff = FIRST_BACKOFF;
+    let mut polls = 0;
+    loop {
+        shared.check_alive()?;
+        let mut wake = db.wakes().subscribe(name);
+        let sleep = match check(shared, name, kind, fence).await {
+            Ok(Check::Granted) => {
+                pending.keep();
+                return Ok(Some(fence));
+            }
+            Ok(Check::Again) => continue,
+            Ok(Check::Busy(_)) if !waits => {
+                if shared
+                    .call("release", db.release(name, fence, &shared.id))
+                    .await
+                    .is_ok()
+                {
+                    let hold = pending.hold.clone();
+                    pending.keep();
+                    if let Some(hold) = hold {
+                        shared.forget(&hold);
+                    }
+                }
+                return Ok(None);
+            }
+            Ok(Check::Busy(left)) => {
+                backoff = FIRST_BACKOFF;
+                let poll = db.poll(polls);
+                polls += 1;
+                let until = left.map(|left| left + EXPIRY_MARGIN);
+                match (until, poll) {
+                    (Some(a), Some(b)) => a.min(b),
+                    (Some(a), None) | (None, Some(a)) => a,
+                    (None, None) => shared.ttl,
+                }
+                .min(shared.ttl)
+            }
+            Err(e)
+                if e.passes()
+                    && waits
+                    && !fail_fast
+                    && !matches!(
+                        e,
+                        SqlError::LostWhileWaiting { .. } | SqlError::SessionLost(_)
+                    ) =>
+            {
+                tracing::debug!(target: TARGET, lock = %name, error = %e, "a check failed while waiting; the entry keeps its place");
+                let pause = backoff;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                pause
+            }
+            Err(e) => return Err(e),
+        };
+        let at = clock::now() + sleep;
+        tokio::select! {
+            _ = wake.changed() => {}
+            () = passed(at) => {}
+            _ = shared.state.lost() => {}
+        }
+    }
+}
+
+/// What one check found.
+enum Check {
+    Granted,
+    /// Dead sessions ahead were deleted: check again at once.
+    Again,
+    /// Not admitted; the entry it waits for expires in this long (`None`: not known).
+    Busy(Option<Duration>),
+}
+
+/// Reads lock `name`'s entries up to the acquisition's own (`fence`), deletes the dead sessions among them, and
+/// applies `kind`'s rule to the live ones ahead.
+async fn check(
+    shared: &Arc<Shared>,
+    name: &str,
+    kind: Kind,
+    fence: i64,
+) -> Result<Check, SqlError> {
+    let db = &shared.db;
+    let entries = shared.call("check", db.entries(name, Some(fence))).await?;
+    let Some((mine, ahead)) = entries.split_last().filter(|(mine, _)| mine.fence == fence) else {
+        return Err(SqlError::LostWhileWaiting {
+            name: name.to_owned(),
+        });
+    };
+    if !mine.live {
+        return Err(SqlError::SessionLost(SessionLoss::ExpiredOnServer));
+    }
+    let mut dead: Vec<String> = ahead
+        .iter()
+        .filter(|e| !e.live)
+        .map(|e| e.session.clone())
+        .collect();
+    if !dead.is_empty() {
+        dead.sort();
+        dead.dedup();
+        shared.call("reap", db.reap(name, &dead)).await?;
+        return Ok(Check::Again);
+    }
+    let kinds: Vec<Kind> = ahead.iter().map(|e| e.kind).collect();
+    Ok(match admit(kind, &kinds) {
+        Admission::Granted => Check::Granted,
+        Admission::WaitFor(i) => Check::Busy(ahead.get(i).map(|e| e.left)),
+        Admission::WaitForAny => Check::Busy(ahead.iter().map(|e| e.left).min()),
+    })
+}
+
+impl SqlHold {
+    /// Whether the session the entry belongs to is lost (its entry is gone, or may be deleted by anyone).
+    pub(crate) fn session_lost(&self) -> bool {
+        self.session.loss().is_some()
+    }
+
+    /// Deletes the grant's entry: true when it was there.
+    pub(crate) async fn release(&self) -> Result<bool, Error> {
+        let shared = &self.session.shared;
+        let released = shared
+            .call(
+                "release",
+                shared.db.release(&self.name, self.fence, &shared.id),
+            )
+            .await
+            .map_err(|e| store_error(shared.db.name(), &self.shown, e))?;
+        shared.db.wakes().wake(&self.name);
+        shared.forget(&self.hold);
+        Ok(released)
+    }
+
+    /// Releases in the background (a dropped guard); without a runtime the entry goes with the session.
+    pub(crate) fn release_in_background(self) {
+        let background = Arc::clone(&self.background);
+        background.spawn(async move {
+            if let Err(e) = self.release().await {
+                tracing::debug!(target: TARGET, lock = %self.name, error = %e, "a background release failed; the entry goes with the session");
+            }
+        });
+    }
+}
+
+/// The store a URL names, as errors name it.
+fn db_name(url: &str) -> &'static str {
+    if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        "mysql"
+    } else {
+        "postgres"
+    }
+}
+
+/// The crate's error for an error of a SQL store.
+pub(crate) fn store_error(store: &'static str, url: &str, e: SqlError) -> Error {
+    match e {
+        SqlError::Entropy(why) => Error::Entropy(why),
+        e => Error::Store {
+            store,
+            url: url.to_owned(),
+            source: Box::new(e),
+        },
+    }
+}
