@@ -350,6 +350,18 @@ pub use kinds::semaphore::{Semaphore, MAX_PERMITS};
 /// Re-exported so that callers can name the connection and error types without a second `redis` dependency.
 pub use redis;
 
+/// Re-exported for [`Guard::commit_postgres`]: the transaction it commits is this crate's.
+#[cfg(feature = "postgres")]
+pub use tokio_postgres;
+
+/// Re-exported for [`Guard::commit_mysql`]: the transaction it commits is this crate's.
+#[cfg(feature = "mysql")]
+pub use mysql_async;
+
+/// The statement of [`Guard::sql_commit_check`], for a transaction on a driver of your own.
+#[cfg(sql_stores)]
+pub use backend::sql::fenced::SqlCommitCheck;
+
 /// Not a public interface, and not stable: the etcd lock recipe below [`Client`]'s etcd store (feature `etcd`), for
 /// leasehold's own tests of the recipe.
 #[cfg(feature = "etcd")]

@@ -71,6 +71,12 @@ impl Guard {
         }
     }
 
+    /// What a grant on a store with sessions holds to release it.
+    #[cfg(sql_stores)]
+    pub(crate) fn session_hold(&self) -> Option<&SessionHold> {
+        self.session.as_ref()
+    }
+
     /// The client the grant was made through.
     pub(crate) fn client(&self) -> &Client {
         &self.client

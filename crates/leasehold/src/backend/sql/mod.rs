@@ -37,6 +37,7 @@
 //!   raced it wins. A delete waits for a row lock: this is what makes the fenced transaction hold ([`store`]).
 
 pub(crate) mod error;
+pub(crate) mod fenced;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
@@ -239,6 +240,17 @@ impl Db {
     /// The names of the locks with an entry of a live session.
     pub(crate) async fn names(&self) -> Result<Vec<String>, SqlError> {
         dispatch!(self, names())
+    }
+
+    /// The statement a fenced transaction runs before its commit: it finds the grant's entry live on the server's
+    /// clock and locks it against deletion until the transaction ends (parameters: name, fence, session).
+    pub(crate) fn commit_check(&self) -> &str {
+        match self {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(db) => db.commit_check(),
+            #[cfg(feature = "mysql")]
+            Db::MySql(db) => db.commit_check(),
+        }
     }
 
     /// The wake-ups of this store's waiters.

@@ -44,6 +44,7 @@ struct Statements {
     names: String,
     session: String,
     entry: String,
+    commit_check: String,
 }
 
 impl Statements {
@@ -82,6 +83,11 @@ impl Statements {
             names: format!(
                 "SELECT DISTINCT e.name FROM {entry} e JOIN {session} s ON s.id = e.session \
                  WHERE s.expires_at > UTC_TIMESTAMP(6)"
+            ),
+            commit_check: format!(
+                "SELECT 1 FROM {entry} e JOIN {session} s ON s.id = e.session \
+                 WHERE e.name = ? AND e.fence = ? AND e.session = ? AND s.expires_at > UTC_TIMESTAMP(6) \
+                 LOCK IN SHARE MODE"
             ),
             session: session.clone(),
             entry: entry.clone(),
@@ -167,6 +173,11 @@ impl MyDb {
 
     pub(crate) fn wakes(&self) -> &Wakes {
         &self.wakes
+    }
+
+    /// The statement a fenced transaction runs before its commit (parameters: name, fence, session).
+    pub(crate) fn commit_check(&self) -> &str {
+        &self.statements.commit_check
     }
 
     async fn conn(&self) -> Result<mysql_async::Conn, SqlError> {

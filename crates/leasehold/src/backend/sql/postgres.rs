@@ -42,6 +42,7 @@ struct Statements {
     delete_entries: String,
     force_release: String,
     names: String,
+    commit_check: String,
 }
 
 impl Statements {
@@ -95,6 +96,11 @@ impl Statements {
             names: format!(
                 "SELECT DISTINCT e.name FROM {entry} e JOIN {session} s ON s.id = e.session \
                  WHERE s.expires_at > now()"
+            ),
+            commit_check: format!(
+                "SELECT 1 FROM {entry} e JOIN {session} s ON s.id = e.session \
+                 WHERE e.name = $1 AND e.fence = $2 AND e.session = $3 AND s.expires_at > clock_timestamp() \
+                 FOR SHARE OF e"
             ),
         }
     }
@@ -201,6 +207,11 @@ impl PgDb {
 
     pub(crate) fn wakes(&self) -> &Wakes {
         &self.wakes
+    }
+
+    /// The statement a fenced transaction runs before its commit (parameters: name, fence, session).
+    pub(crate) fn commit_check(&self) -> &str {
+        &self.statements.commit_check
     }
 
     async fn query(
