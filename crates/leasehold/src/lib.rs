@@ -46,7 +46,8 @@
 //! `unix:///path`, `redis+cluster://host:port,host:port,…` (a Redis Cluster, by its seed nodes) or
 //! `redis+sentinel://host:port,host:port/service` (the primary that the sentinels name), or, with the `etcd`
 //! feature, `etcd://host:port,host:port,…` (an etcd cluster), or, with the `zookeeper` feature,
-//! `zk://host:port,host:port,…[/chroot]` (a ZooKeeper ensemble). [`Client::builder`] sets the lease, timeouts, prefix,
+//! `zk://host:port,host:port,…[/chroot]` (a ZooKeeper ensemble), or, with the `postgres` or `mysql` feature,
+//! `postgres://user@host/db` or `mysql://user@host/db` (lease tables in that database). [`Client::builder`] sets the lease, timeouts, prefix,
 //! replicas and TLS material. A [`Quorum`] takes several clients of independent servers.
 //!
 //! # Features
@@ -58,6 +59,8 @@
 //! | `serde` | `Serialize`/`Deserialize` for the plain data types: [`LockInfo`], [`Fence`], [`LockKind`], [`LossReason`] and friends |
 //! | `etcd` | `etcd://` URLs: every lock in an etcd cluster (see [etcd](#etcd-feature-etcd)); pulls in `etcd-client` (gRPC), whose build needs `protoc` |
 //! | `zookeeper` | `zk://` URLs: every lock in a ZooKeeper ensemble (see [ZooKeeper](#zookeeper-feature-zookeeper)); pulls in `zookeeper-client` (pure Rust) |
+//! | `postgres` | `postgres://` URLs: every lock in lease tables of a PostgreSQL database, and the fenced transaction (see [PostgreSQL, MySQL and MariaDB](#postgresql-mysql-and-mariadb-features-postgres-mysql)); pulls in `tokio-postgres` |
+//! | `mysql` | `mysql://` and `mariadb://` URLs: the same in MySQL or MariaDB; pulls in `mysql_async` |
 //!
 //! None is on by default. Items that need a feature say so in these docs.
 //!
@@ -193,6 +196,55 @@
 //! not see leasehold's. Digest credentials come from the URL; TLS is not supported. [`Guard::zookeeper_write`]
 //! commits writes to the ensemble only while the grant's node exists (ZooKeeper's `multi` with a check): the
 //! store's own fenced write.
+//!
+//! # PostgreSQL, MySQL and MariaDB (features `postgres`, `mysql`)
+//!
+//! [`Client::connect`] with `postgres://user:password@host:port/db` (or `postgresql://`; feature `postgres`) or
+//! `mysql://user:password@host:port/db` (or `mariadb://`; feature `mysql`) puts every lock of the client in lease
+//! tables of that database, for teams whose only shared store is their database. The same API as on etcd and
+//! ZooKeeper, with the same refusals; tested on PostgreSQL 15 and MariaDB 10.11, written for PostgreSQL 12+, MySQL 8.0+
+//! and MariaDB 10.6+. Where each point of the contract comes from:
+//!
+//! 1. **Mutual exclusion** is the database's: every grant and waiter is a row of `PREFIX_entry`, admitted by its kind's
+//!    rule over the live rows ahead of it in fence order, as on etcd. A row is live while its client's session row in
+//!    `PREFIX_session` has an `expires_at` in the future **on the server's clock** (`now()`, `UTC_TIMESTAMP(6)`): no
+//!    statement reads the client's clock. Another client takes over a dead session's locks only by deleting the
+//!    session (and its rows), in a statement that re-checks the expiry on the row's newest version, so a renewal that
+//!    raced it wins. Every statement is autocommit on the client's own connections, never in a transaction of yours.
+//! 2. **The loss signal** fires by the send time of the session's last answered renewal plus the session TTL, less
+//!    the drift allowance: the server computes the new expiry from its clock when the renewal starts, after it was
+//!    sent. One `UPDATE` of one row per client renews every grant of the client, every quarter of the TTL, and the
+//!    same statement reads the client's rows back, so a grant whose row was deleted (`release --force`) ends as
+//!    [`LossReason::Gone`].
+//! 3. **The fence** is the entry's: from the global sequence `PREFIX_fence` on PostgreSQL, from the lock's row in
+//!    `PREFIX_lock` (`LAST_INSERT_ID(fence + 1)`) on MySQL. It is taken under the lock's row lock in the transaction
+//!    that inserts the entry, so one lock's fences are issued and committed in order; neither source ever goes back
+//!    (lock rows are never deleted). A restore of an older backup, or a failover to an asynchronous replica that had
+//!    not received the last grants, can lose grants and fences: the contract asks for synchronous replication or one
+//!    primary.
+//! 4. **A crashed holder** frees its locks one session TTL after its last renewal ([`Builder::session_ttl`]: at least
+//!    1 s, 10 s by default). [`Holder::remaining`] is the holder's session time left, on the server's clock.
+//! 5. **Waiting** is FIFO by fence for every kind. On PostgreSQL a release `NOTIFY`s in its own transaction and one
+//!    `LISTEN` connection per client wakes the waiters of that lock; a waiter also checks again when the entry it
+//!    waits for expires (expiry sends no notification). MySQL has no notification: waiters poll, from 5 ms doubling
+//!    to 100 ms, and a release by the same client wakes them at once.
+//!
+//! The tables are created on first use (`CREATE … IF NOT EXISTS`, on PostgreSQL in one transaction under an advisory
+//! lock), so the client's database user needs the right to create tables once; a user without it works on tables an
+//! operator created with the statements in DESIGN.md ("The SQL stores"). Lock names are byte strings: `Lock`, `lock`
+//! and `LOCK`, `café` and `cafe` are different locks on both (`COLLATE "C"`, `VARBINARY`). The session row is
+//! deleted when the client is dropped. TLS is not supported yet; advisory locks and `GET_LOCK` are not used, since
+//! they have no server-side deadline, so no loss signal could fire before the server releases them.
+//!
+//! ## The fenced transaction
+//!
+//! A database offers what no other store can: a write of yours committed in the same database as the lock, only
+//! while the grant is live. [`Guard::commit_postgres`] and [`Guard::commit_mysql`] take your open transaction (on your
+//! own connection, any isolation level), run one check as its last statement, and commit, or roll back and return
+//! [`Error::LeaseLost`]. The check finds the grant's entry with its session unexpired on the server's clock *at that
+//! moment*, and locks the entry in share mode; a takeover must delete the entry, so it waits for your commit. Your
+//! writes therefore never land after another holder was granted, however long your transaction ran, or your process
+//! was paused. [`Guard::sql_commit_check`] gives the statement and its parameters for another driver.
 //!
 //! # A quorum of independent primaries (Redlock)
 //!

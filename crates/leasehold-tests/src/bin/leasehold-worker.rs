@@ -7,7 +7,9 @@
 //! leasehold-worker hold URL NAME TTL_MS           # acquire, print "acquired FENCE", then hold until killed (on
 //!                                             # etcd and ZooKeeper TTL_MS is the session's)
 //! leasehold-worker hold-then-write URL NAME TTL_MS  # acquire, print "acquired FENCE", wait for a stdin line,
-//!                                             # then print "held=BOOL" and try a fenced write: "write=0|1"
+//!                                             # then print "held=BOOL" and try a fenced write: "write=0|1" (in a
+//!                                             # SQL database, a fenced transaction inserting 'stale-writer' into
+//!                                             # the table fenced_writes)
 //! leasehold-worker drop-at-end URL NAME current|multi  # acquire (30 s lease), print "acquired FENCE", and let `main`
 //!                                             # return with the guard still alive, as user code does
 //! leasehold-worker script-source NAME             # print a script as the library loads it (scripts/profile-server.sh)
@@ -297,6 +299,12 @@ async fn hold(url: &str, name: &str, ttl_ms: u64, then_write: bool) -> Result<()
     let mut line = String::new();
     tokio::task::spawn_blocking(move || std::io::stdin().lock().read_line(&mut line)).await??;
     println!("held={}", guard.is_held());
+    if !url.starts_with("redis") && !url.starts_with("unix") {
+        let written = sql_fenced_write(url, &guard).await?;
+        println!("write={}", u8::from(written));
+        std::io::stdout().flush()?;
+        return Ok(());
+    }
     let mut store = redis::Client::open(url)?
         .get_multiplexed_async_connection()
         .await?;
@@ -310,6 +318,33 @@ async fn hold(url: &str, name: &str, ttl_ms: u64, then_write: bool) -> Result<()
     std::io::stdout().flush()?;
     drop(guard);
     Ok(())
+}
+
+/// A fenced transaction on the SQL database of `url` (the lock's own), inserting `stale-writer` into `fenced_writes`:
+/// whether it committed. Any refusal of the commit counts as not written.
+async fn sql_fenced_write(url: &str, guard: &leasehold::Guard) -> Result<bool> {
+    if url.starts_with("postgres") {
+        use leasehold::tokio_postgres;
+        let (mut db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        let tx = db.transaction().await?;
+        tx.execute(
+            "INSERT INTO fenced_writes (writer) VALUES ('stale-writer')",
+            &[],
+        )
+        .await?;
+        return Ok(guard.commit_postgres(tx).await.is_ok());
+    }
+    use leasehold::mysql_async::prelude::Queryable;
+    let url = url.replacen("mariadb://", "mysql://", 1);
+    let pool = leasehold::mysql_async::Pool::new(url.as_str());
+    let mut db = pool.get_conn().await?;
+    let mut tx = db
+        .start_transaction(leasehold::mysql_async::TxOpts::default())
+        .await?;
+    tx.query_drop("INSERT INTO fenced_writes (writer) VALUES ('stale-writer')")
+        .await?;
+    Ok(guard.commit_mysql(tx).await.is_ok())
 }
 
 /// Increments `test:inside` and keeps its maximum in `test:max`.
