@@ -67,6 +67,17 @@ pub(crate) fn new_token(description: Option<&str>) -> Result<String, crate::Erro
     Ok(token)
 }
 
+/// `hold` with its token's 128 random bits drawn again (its tag and description kept): a new identity for another
+/// attempt of the same acquisition, whose earlier attempt's entry may still be on its way to deletion.
+#[cfg(sql_stores)]
+pub(crate) fn redrawn(hold: &str) -> Result<String, crate::Error> {
+    let start = hold.find(TOKEN_PREFIX).unwrap_or(0);
+    let token = &hold[start..];
+    let description = description_of(token);
+    let fresh = new_token(description)?;
+    Ok(format!("{}{fresh}", &hold[..start]))
+}
+
 /// The owner token inside `hold`: a hold is the token itself (a mutex) or `"<tag> <token>"` (a queued kind's entry
 /// in its set of holds; tags never contain the token prefix).
 pub(crate) fn token_of(hold: &str) -> &str {
@@ -125,6 +136,20 @@ pub(crate) fn check_description(description: &str) -> Result<(), crate::InvalidA
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(sql_stores)]
+    #[test]
+    fn a_redrawn_hold_keeps_its_tag_and_description() {
+        let hold = format!("r {}", new_token(Some("host=a pid=1")).unwrap());
+        let again = redrawn(&hold).unwrap();
+        assert!(again.starts_with("r dl1:"));
+        assert_eq!(description_of(token_of(&again)), Some("host=a pid=1"));
+        assert_ne!(token_id(&again), token_id(&hold));
+        let bare = new_token(None).unwrap();
+        let again = redrawn(&bare).unwrap();
+        assert!(again.starts_with(TOKEN_PREFIX) && again != bare);
+        assert_eq!(description_of(&again), None);
+    }
 
     #[test]
     fn tokens_are_prefixed_hex_and_distinct() {

@@ -160,12 +160,17 @@ impl SqlStore {
         fail_fast: bool,
     ) -> Result<Guard, Error> {
         let waits = matches!(wait, Wait::Until(_));
+        // Each attempt's entry has a hold of its own: an earlier attempt's entry may still be on its way to
+        // deletion (by its hold) when the next is inserted.
+        let attempts = std::sync::atomic::AtomicUsize::new(0);
         let attempt = || async {
+            let hold = match attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
+                0 => hold.clone(),
+                _ => crate::fence::redrawn(&hold).map_err(|e| SqlError::Entropy(e.to_string()))?,
+            };
             let session = self.session().await?;
             match grant(&session.shared, keys.name(), kind, &hold, waits, fail_fast).await? {
-                Some(fence) => self
-                    .hold(client, &keys, hold.clone(), session, fence)
-                    .map(Some),
+                Some(fence) => self.hold(client, &keys, hold, session, fence).map(Some),
                 None => Ok(None),
             }
         };
@@ -419,6 +424,7 @@ async fn check(
         });
     };
     if !mine.live {
+        shared.lose(SessionLoss::ExpiredOnServer);
         return Err(SqlError::SessionLost(SessionLoss::ExpiredOnServer));
     }
     let mut dead: Vec<String> = ahead
