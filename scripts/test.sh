@@ -13,6 +13,9 @@ scripts/ensure-etcd.sh
 # ZooKeeper (Java) for the ZooKeeper harness, and kazoo (PyPI) for the interop test.
 scripts/ensure-zookeeper.sh
 scripts/ensure-kazoo.sh >/dev/null
+# PostgreSQL and MariaDB for their harnesses (private servers, run as the postgres and mysql users).
+scripts/ensure-postgres.sh
+scripts/ensure-mariadb.sh
 valkey="$(scripts/ensure-valkey.sh)"
 
 cargo fmt --all -- --check

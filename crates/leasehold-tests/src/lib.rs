@@ -20,6 +20,11 @@
 //!   name the leader, and print the members' logs when dropped during a panic.
 //! - [`zookeeper`]: [`ZkServer`] (standalone) and [`ZkEnsemble`] (three) run private ZooKeeper servers the same way,
 //!   and show ZooKeeper's own view of sessions and ephemeral nodes; [`kazoo_python`] is a Python with the kazoo client.
+//! - [`postgres`]: [`PgServer`] runs a private PostgreSQL server (as the `postgres` user when the tests run as root)
+//!   with a database `leasehold`; it kills, restarts, stops, pauses and resumes it (all its processes), and runs SQL
+//!   through `psql`.
+//! - [`mariadb`]: [`MariaDbServer`] does the same with a private MariaDB server (as the `mysql` user), running SQL
+//!   through the `mariadb` client.
 //! - [`proxy`]: [`TcpProxy`] forwards TCP between a client and Redis and can turn into a black
 //!   hole (bytes read and dropped, nothing closed) or reset every connection. This is how tests
 //!   cut a lock holder off from Redis without it noticing at once.
@@ -55,6 +60,8 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod mariadb;
+pub mod postgres;
 pub mod process;
 pub mod program;
 pub mod proxy;
@@ -69,6 +76,8 @@ pub mod zookeeper;
 
 pub use cluster::{slot_of, RedisCluster};
 pub use etcd::{EtcdCluster, EtcdServer};
+pub use mariadb::MariaDbServer;
+pub use postgres::PgServer;
 pub use process::{send_signal, ChildGuard};
 pub use program::{
     is_default_server, server_binary, server_binary_path, server_version, Flavour, ServerVersion,

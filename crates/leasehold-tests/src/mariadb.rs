@@ -1,0 +1,489 @@
+//! A private MariaDB server for tests: [`MariaDbServer`], run from Debian's `mariadb-server` (10.11 on bookworm:
+//! `/usr/sbin/mariadbd`, with `mariadb-install-db` and the `mariadb` client; `scripts/ensure-mariadb.sh` installs
+//! them).
+//!
+//! The server gets fresh system tables (`mariadb-install-db --auth-root-authentication-method=normal`, which makes
+//! `root@127.0.0.1` with no password), listens on a free port of 127.0.0.1 and on a Unix socket next to its data,
+//! and holds a database `leasehold`. Every method is synchronous, like [`PgServer`](crate::PgServer)'s: readiness is
+//! polled with the `mariadb` client, and tests read and change the server through [`MariaDbServer::sql`] (or a client
+//! of their own, [`MariaDbServer::mariadb_command`]), so the harness needs no Rust MySQL client.
+//!
+//! # How it runs
+//!
+//! - **As the `mysql` user**, when the tests run as root, through `setpriv`, as [`PgServer`](crate::PgServer) runs
+//!   PostgreSQL, and for the same reasons: `setpriv` execs, so the pid the harness holds is the server's, and it sets
+//!   a parent-death signal that survives (`mariadbd --user` would drop it when it changes ids). The server is spawned
+//!   from a thread that lives as long as the test process, so that it dies with the process and only then.
+//! - **In memory.** The data directory, the socket and the pid file are in `/dev/shm` when there is one (and in the
+//!   [`TempDir`] that holds the log otherwise). MariaDB syncs its DDL log and its Aria system tables whatever it is
+//!   told (`mariadb-install-db` makes about 950 `fdatasync` calls): on a disk that other builds kept busy it took
+//!   3.5–4.7 s instead of 0.4 s. Its `tmpdir` is there too, of its own: a starting server deletes every `#sql*` file
+//!   in its `tmpdir`, so with a shared `/tmp` one test's server deleted the temporary tables of another's
+//!   `mariadb-install-db`, which failed.
+//! - **No option files** (`--no-defaults`, for the server and the client alike): what a machine's `/etc/mysql` says
+//!   does not leak into the tests. The character set is `utf8mb4` with `utf8mb4_general_ci`, as Debian's
+//!   configuration has it (the compiled-in default is `latin1`).
+//! - **Light and fast, but safe against a kill.** A 32 MiB buffer pool, a 16 MiB redo log, no doublewrite buffer, no
+//!   performance schema, no binary log, `max_connections=200`. `innodb_flush_log_at_trx_commit=2`: the redo log is
+//!   written at every commit but flushed to disk once a second, so a `SIGKILL` ([`kill`](MariaDbServer::kill)) loses
+//!   no committed transaction (with `0` it would lose up to a second of them, and a fence could go backwards); only a
+//!   power cut could.
+//! - It is one process: [`pause`](MariaDbServer::pause) stops it with `SIGSTOP` and returns once every one of its
+//!   threads is stopped.
+//!
+//! # Readiness and start-up times
+//!
+//! A server is ready once `SELECT 1` through the `mariadb` client succeeds (then, on the first start, it creates the
+//! database `leasehold`). Measured on two cores (Debian 12, MariaDB 10.11.19): [`MariaDbServer::start`],
+//! `mariadb-install-db` included, returns after 0.41–0.63 s, and after 0.7–0.95 s while three other servers start
+//! too (the server itself answers about 0.1 s after it was spawned). After a [`kill`](MariaDbServer::kill),
+//! [`restart`](MariaDbServer::restart) returns after 0.08–0.36 s, InnoDB's crash recovery included.
+//!
+//! # Logs
+//!
+//! `mariadb-install-db`'s output and the server's stderr (its error log: no `--log-error` is given) go to one file,
+//! appended to across restarts; it is printed to stderr when the value is dropped during a panic. Its warnings that
+//! it "could not increase number of max_open_files" and that the `root@<host name>` entry is "ignored in
+//! --skip-name-resolve mode" are harmless.
+
+use std::fs::OpenOptions;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::postgres::{
+    as_server_user, give_to, server_dir_for, spawn_for_process_life, wait_stopped,
+};
+use crate::server::{free_port, read_lossy, START_ATTEMPTS};
+use crate::{send_signal, TempDir};
+
+/// Debian's server program (package `mariadb-server-core`).
+const MARIADBD: &str = "/usr/sbin/mariadbd";
+/// The user the server runs as when the tests run as root.
+const MARIADB_USER: &str = "mysql";
+/// The database the server is created with, the one [`MariaDbServer::url`] names.
+const DATABASE: &str = "leasehold";
+/// The settings of both `mariadb-install-db` (which passes them on to the server it bootstraps with, so that the redo
+/// log is created at its size) and the server (see the module docs).
+const SETTINGS: &[&str] = &[
+    "--skip-name-resolve",
+    "--skip-log-bin",
+    "--performance-schema=OFF",
+    "--character-set-server=utf8mb4",
+    "--collation-server=utf8mb4_general_ci",
+    "--max-connections=200",
+    "--innodb-buffer-pool-size=32M",
+    "--innodb-log-file-size=16M",
+    "--innodb-doublewrite=0",
+    "--innodb-flush-log-at-trx-commit=2",
+];
+/// How long a server may take to answer after it was spawned (measured: 0.1–0.2 s).
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often readiness is polled: MariaDB does not announce it to an outsider.
+const POLL: Duration = Duration::from_millis(10);
+/// How long [`MariaDbServer::stop`] waits for a normal shutdown.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a restart retries while the server's port is still taken.
+const RESTART_PORT_WAIT: Duration = Duration::from_secs(5);
+/// The client's connect timeout in seconds, which also bounds the wait for the server's greeting: so a connection to
+/// a paused server fails after it.
+const CONNECT_TIMEOUT: &str = "2";
+/// What the server logs, before exiting, when its port is taken.
+const ADDR_IN_USE: &str = "Address already in use";
+/// `mariadb-install-db`'s output and the server's stderr, appended to across restarts.
+const LOG_FILE: &str = "mariadb.log";
+
+/// A MariaDB server on a private port of 127.0.0.1, with fresh system tables in a temporary directory and a database
+/// `leasehold`, run by the `mysql` user when the tests run as root.
+///
+/// Dropping the value kills the server with `SIGKILL` (it is one process: nothing is left behind), reaps it and
+/// removes its directories; if the thread is panicking, its log is printed to stderr first. All methods block the
+/// calling thread; those that wait panic with a message when MariaDB cannot be run or does not answer within 20
+/// seconds. See the [module docs](self) for how it runs.
+///
+/// # Examples
+///
+/// ```no_run
+/// use leasehold_tests::MariaDbServer;
+///
+/// let mut db = MariaDbServer::start();
+/// let url = db.url(); // mysql://root@127.0.0.1:PORT/leasehold
+/// db.sql("CREATE TABLE t (n int) ENGINE=InnoDB; INSERT INTO t VALUES (1)");
+/// db.kill();
+/// db.restart(); // same port, same data
+/// assert_eq!(db.sql("SELECT n FROM t"), "1");
+/// ```
+#[derive(Debug)]
+pub struct MariaDbServer {
+    /// `None` while killed or stopped.
+    child: Option<Child>,
+    port: u16,
+    /// Holds the log. Kept across restarts.
+    dir: TempDir,
+    /// The data directory, the socket and the pid file, in memory if possible (see the module docs), belonging to the
+    /// user the server runs as. Kept across restarts, removed on drop.
+    server_dir: PathBuf,
+    /// Whether the server is stopped with `SIGSTOP`.
+    paused: bool,
+}
+
+impl MariaDbServer {
+    /// Creates the system tables, starts a server on a free port, waits until it answers and creates the database
+    /// `leasehold`. On a taken port, starts it again on another, a few times over.
+    ///
+    /// # Panics
+    ///
+    /// If MariaDB cannot be found (run `scripts/ensure-mariadb.sh`) or run, `mariadb-install-db` fails, or the
+    /// server does not answer within 20 seconds.
+    pub fn start() -> MariaDbServer {
+        let dir = TempDir::new("mariadb");
+        let server_dir = server_dir_for(&dir);
+        let mut server = MariaDbServer {
+            child: None,
+            port: 0,
+            dir,
+            server_dir,
+            paused: false,
+        };
+        server.install_db();
+        for _ in 0..START_ATTEMPTS {
+            server.port = free_port();
+            match server.spawn_and_wait() {
+                Ok(()) => {
+                    server.sql_in("", &format!("CREATE DATABASE {DATABASE}"));
+                    return server;
+                }
+                Err(true) => continue,
+                // Dropping `server` while panicking prints the log.
+                Err(false) => panic!("MariaDB exited before it answered"),
+            }
+        }
+        panic!("MariaDB found its port taken {START_ATTEMPTS} times in a row");
+    }
+
+    /// `mysql://root@127.0.0.1:PORT/leasehold` (no password).
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/{DATABASE}", self.port)
+    }
+
+    /// `127.0.0.1:PORT`, for a [`TcpProxy`](crate::TcpProxy) in front of the server.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// The server's TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id, or `None` while it is killed or stopped.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server with `SIGKILL` and reaps it. Does nothing if it is not running. Works on a paused server
+    /// too.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    /// Kills the server if it runs, starts it again on the same port with the same data, and waits until it answers.
+    /// After a [`kill`](Self::kill), InnoDB recovers from its redo log first: every committed transaction is there.
+    ///
+    /// # Panics
+    ///
+    /// If it does not answer within 20 seconds.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + RESTART_PORT_WAIT;
+        loop {
+            match self.spawn_and_wait() {
+                Ok(()) => return,
+                Err(true) if Instant::now() < deadline => {
+                    // A back-off between retries, not a synchronisation: nothing signals when a port becomes free.
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(_) => panic!("MariaDB did not restart on port {}", self.port),
+            }
+        }
+    }
+
+    /// Shuts the server down cleanly (`SIGTERM`, a normal shutdown: connections are closed, InnoDB flushes its
+    /// pages) and reaps it. Does nothing if it is not running; resumes it first if it is paused.
+    /// [`restart`](Self::restart) starts it again.
+    ///
+    /// # Panics
+    ///
+    /// If it has not exited after 10 seconds (it is then killed).
+    pub fn stop(&mut self) {
+        let Some(pid) = self.pid() else { return };
+        if self.paused {
+            self.resume();
+        }
+        let _ = send_signal(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while let Some(child) = &mut self.child {
+            if child.try_wait().expect("try_wait on mariadbd").is_some() {
+                self.child = None;
+                return;
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                panic!("MariaDB did not shut down within {STOP_TIMEOUT:?}");
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Stops the server with `SIGSTOP`, and returns once the kernel reports every one of its threads stopped (a
+    /// signal is delivered asynchronously). Open connections hear nothing from then on, and a new connection hangs
+    /// after the kernel accepted it: a [`try_sql`](Self::try_sql) fails after its 2-second connect timeout.
+    ///
+    /// # Panics
+    ///
+    /// If it is not running.
+    pub fn pause(&mut self) {
+        let pid = self.running_pid("pause");
+        send_signal(pid, Signal::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP to MariaDB: {e}"));
+        self.paused = true;
+        wait_stopped(pid, "the paused MariaDB server");
+    }
+
+    /// Continues a paused server with `SIGCONT`.
+    ///
+    /// # Panics
+    ///
+    /// If it is not running.
+    pub fn resume(&mut self) {
+        let pid = self.running_pid("resume");
+        send_signal(pid, Signal::SIGCONT).unwrap_or_else(|e| panic!("SIGCONT to MariaDB: {e}"));
+        self.paused = false;
+    }
+
+    /// Everything `mariadb-install-db` and the server logged so far, across restarts.
+    pub fn log(&self) -> String {
+        read_lossy(self.dir.path().join(LOG_FILE), 0)
+    }
+
+    /// Runs `stmt` (one or more statements, separated by `;`) in the database `leasehold` through the `mariadb`
+    /// client in batch mode (`-N -B`) as `root`, and returns what it printed, without the final newline: the rows one
+    /// a line, their columns separated by tabs, with tabs, newlines and backslashes in values escaped (`\t`, `\n`,
+    /// `\\`) and SQL `NULL` as `NULL`; nothing for a statement that returns no rows. Tests use it to read tables and to
+    /// break connections (`KILL CONNECTION id`, with the ids of `information_schema.PROCESSLIST`).
+    ///
+    /// # Panics
+    ///
+    /// If the client fails, with its stderr: the SQL is wrong, or the server cannot be reached (a connection to a
+    /// paused server gives up after 2 seconds).
+    pub fn sql(&self, stmt: &str) -> String {
+        self.sql_in(DATABASE, stmt)
+    }
+
+    /// [`sql`](Self::sql), for a test that expects it to fail.
+    ///
+    /// # Errors
+    ///
+    /// What the client printed on stderr when it failed, as `ERROR 2013 (HY000): Lost connection to server at
+    /// 'handshake: reading initial communication packet', system error: 110` when the server is paused, or `ERROR
+    /// 1146 (42S02) at line 1: Table 'leasehold.t' doesn't exist`.
+    pub fn try_sql(&self, stmt: &str) -> Result<String, String> {
+        self.try_sql_in(DATABASE, stmt)
+    }
+
+    /// [`sql`](Self::sql) in `database`, or in none if it is empty.
+    fn sql_in(&self, database: &str, stmt: &str) -> String {
+        self.try_sql_in(database, stmt)
+            .unwrap_or_else(|e| panic!("the mariadb client failed on {stmt:?}: {e}"))
+    }
+
+    /// A `mariadb` client command connected to the database `leasehold` as `root` (with no option files, and the
+    /// 2-second connect timeout), for a session of the test's own: add arguments (`-N -B`, `-n` to have every result
+    /// written at once to a pipe, `-e`), pipes, and spawn it.
+    pub fn mariadb_command(&self) -> Command {
+        self.mariadb_command_in(DATABASE)
+    }
+
+    /// [`mariadb_command`](Self::mariadb_command) in `database`, or in none if it is empty.
+    fn mariadb_command_in(&self, database: &str) -> Command {
+        let mut command = Command::new("mariadb");
+        // `--no-defaults` must come first.
+        command
+            .args(["--no-defaults", "--default-character-set=utf8mb4"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-P",
+                &self.port.to_string(),
+                "-u",
+                "root",
+            ])
+            .arg(format!("--connect-timeout={CONNECT_TIMEOUT}"));
+        if !database.is_empty() {
+            command.args(["-D", database]);
+        }
+        command
+    }
+
+    fn try_sql_in(&self, database: &str, stmt: &str) -> Result<String, String> {
+        let output = self
+            .mariadb_command_in(database)
+            .args(["-N", "-B", "-e"])
+            .arg(stmt)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run the mariadb client: {e}"));
+        if output.status.success() {
+            let mut stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            if stdout.ends_with('\n') {
+                stdout.pop();
+            }
+            Ok(stdout)
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr)
+                .trim_end()
+                .to_owned())
+        }
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.server_dir.join("data")
+    }
+
+    /// The server's own directory for temporary tables. Not `/tmp`: a server that starts deletes every `#sql*` file
+    /// in its `tmpdir`, so it would delete those of a server already running there (the bootstrap of another test's
+    /// `mariadb-install-db` failed so: "Unknown table 'mysql.tmp_user_nopasswd…'").
+    fn tmp_dir(&self) -> PathBuf {
+        self.server_dir.join("tmp")
+    }
+
+    fn tmp_dir_arg(&self) -> String {
+        format!("--tmpdir={}", self.tmp_dir().display())
+    }
+
+    fn open_log(&self) -> std::fs::File {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(LOG_FILE))
+            .expect("cannot create the MariaDB log file")
+    }
+
+    fn log_len(&self) -> u64 {
+        std::fs::metadata(self.dir.path().join(LOG_FILE)).map_or(0, |m| m.len())
+    }
+
+    /// Creates the data directory and its system tables, as the server's user.
+    fn install_db(&self) {
+        assert!(
+            Path::new(MARIADBD).is_file(),
+            "no {MARIADBD}: run scripts/ensure-mariadb.sh"
+        );
+        let server_dir = &self.server_dir;
+        give_to(server_dir, MARIADB_USER);
+        give_to(&self.tmp_dir(), MARIADB_USER);
+        let log = self.open_log();
+        // A shell script, found on PATH; `--no-defaults` must come first.
+        let status = as_server_user(MARIADB_USER, Path::new("mariadb-install-db"))
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", self.data_dir().display()))
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .arg(self.tmp_dir_arg())
+            .args(SETTINGS)
+            .current_dir(server_dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("cannot share the MariaDB log file"))
+            .stderr(log)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run mariadb-install-db through setpriv: {e}"));
+        assert!(
+            status.success(),
+            "mariadb-install-db failed ({status}):\n{}",
+            self.log()
+        );
+    }
+
+    /// Spawns the server on [`port`](Self::port) and waits until it answers; `Err(addr_in_use)` if it exited first.
+    fn spawn_and_wait(&mut self) -> Result<(), bool> {
+        debug_assert!(self.child.is_none());
+        let log_start = self.log_len();
+        let log = self.open_log();
+        let server_dir = &self.server_dir;
+        let mut command = as_server_user(MARIADB_USER, Path::new(MARIADBD));
+        command
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", self.data_dir().display()))
+            .arg(format!(
+                "--socket={}",
+                server_dir.join("mariadbd.sock").display()
+            ))
+            .arg(format!(
+                "--pid-file={}",
+                server_dir.join("mariadbd.pid").display()
+            ))
+            .arg(format!("--port={}", self.port))
+            .arg("--bind-address=127.0.0.1")
+            .arg(self.tmp_dir_arg())
+            .args(SETTINGS)
+            .current_dir(server_dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("cannot share the MariaDB log file"))
+            .stderr(log);
+        let child = spawn_for_process_life(command)
+            .unwrap_or_else(|e| panic!("cannot run {MARIADBD} through setpriv: {e}"));
+        self.child = Some(child);
+        self.paused = false;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let child = self.child.as_mut().expect("the server was just spawned");
+            if child.try_wait().expect("try_wait on mariadbd").is_some() {
+                self.child = None;
+                let log = read_lossy(self.dir.path().join(LOG_FILE), log_start);
+                return Err(log.contains(ADDR_IN_USE));
+            }
+            match self.try_sql_in("", "SELECT 1") {
+                Ok(_) => return Ok(()),
+                Err(why) => assert!(
+                    Instant::now() < deadline,
+                    "MariaDB did not answer within {READY_TIMEOUT:?}: {why}"
+                ),
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn running_pid(&self, what: &str) -> u32 {
+        self.pid()
+            .unwrap_or_else(|| panic!("cannot {what} MariaDB: it is not running"))
+    }
+}
+
+impl Drop for MariaDbServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let state = if self.paused {
+                " (paused)"
+            } else if self.child.is_none() {
+                " (not running)"
+            } else {
+                ""
+            };
+            eprint!(
+                "--- MariaDB log (port {}){state} ---\n{}",
+                self.port,
+                self.log()
+            );
+            eprintln!("--- end of MariaDB log ---");
+        }
+        // SIGKILL works on a stopped process too.
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.server_dir);
+        // `dir` is removed when the field is dropped, after this.
+    }
+}

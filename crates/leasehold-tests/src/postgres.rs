@@ -1,0 +1,808 @@
+//! A private PostgreSQL server for tests: [`PgServer`], run from the newest `/usr/lib/postgresql/<version>/bin`
+//! (Debian's layout; 15 on bookworm: `scripts/ensure-postgres.sh` installs it).
+//!
+//! The server gets a fresh cluster (`initdb -A trust -U postgres --no-sync -E UTF8 --locale=C.UTF-8`), listens on a
+//! free port of 127.0.0.1 and on a Unix socket next to its cluster, and holds a database `leasehold`. Every method
+//! is synchronous, like [`ZkServer`](crate::ZkServer)'s: readiness is polled with `pg_isready`, and tests read and
+//! change the server through [`PgServer::psql`] (or a `psql` of their own, [`PgServer::psql_command`]), so the
+//! harness needs no Rust PostgreSQL client.
+//!
+//! # How it runs
+//!
+//! - **As the `postgres` user.** PostgreSQL refuses to run as root, so when the tests run as root, `initdb` and
+//!   `postgres` run through `setpriv --reuid=postgres --regid=postgres --init-groups`, in a directory the harness
+//!   gives to that user. `setpriv` execs (`runuser` forks, and stays in between): the pid the harness holds is the
+//!   postmaster's, so it can signal, pause and reap the server itself. `pg_ctl` is not used, since it detaches.
+//! - **Dying with the tests.** `setpriv --pdeathsig SIGKILL` has the kernel kill the postmaster when its parent
+//!   dies. That parent is the *thread* that spawned it, so servers are spawned from one thread that lives as long as
+//!   the test process: a server restarted from a short-lived thread (a `spawn_blocking` task, a fault-injecting
+//!   thread) would otherwise die with that thread. The postmaster's children notice its death and exit.
+//! - **In memory.** The cluster and the socket are in `/dev/shm` when there is one (and in the [`TempDir`] that
+//!   holds the log otherwise): on a disk that other builds keep busy, `initdb` took 2.1 s instead of 0.8 s.
+//! - **Fast, but safe against a kill.** `fsync=off` and `full_page_writes=off` (nothing here needs to survive a power
+//!   cut or a torn page). `synchronous_commit` stays `on`: with `fsync=off` it costs a `write(2)` and no flush,
+//!   while with it `off` a commit acknowledged up to 0.6 s before a [`kill`](PgServer::kill) would be lost on
+//!   restart, and a fence could go backwards. Also `max_connections=200`, `shared_buffers=32MB`, and
+//!   `dynamic_shared_memory_type=mmap` (the segments of parallel queries are files of the cluster, not of
+//!   `/dev/shm`, so that a killed server leaves none behind).
+//! - **A server is a process tree.** The postmaster forks a process per connection and a few helpers (checkpointer,
+//!   WAL writer…). So [`pause`](PgServer::pause) stops every one of them (stopping the postmaster alone would leave
+//!   the open sessions served), and [`kill`](PgServer::kill) kills every one of them, as a crash of the machine
+//!   would.
+//!
+//! # Readiness and start-up times
+//!
+//! A server is ready once `pg_isready` says it accepts connections and a query through `psql` succeeds (on the first
+//! start, `CREATE DATABASE leasehold`). Measured on two cores (Debian 12, PostgreSQL 15.18): [`PgServer::start`],
+//! `initdb` included, returns after 0.48–0.70 s, and after 0.8–1.7 s while three other servers start too (most of
+//! it is `initdb`: the server itself accepts connections 0.03–0.1 s after it was spawned). After a
+//! [`kill`](PgServer::kill), [`restart`](PgServer::restart) returns after 0.07–0.17 s, crash recovery included.
+//!
+//! # Logs
+//!
+//! `initdb`'s output and the server's stderr go to one file, appended to across restarts; it is printed to stderr
+//! when the value is dropped during a panic.
+
+use std::fs::OpenOptions;
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, OnceLock};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::server::{free_port, read_lossy, START_ATTEMPTS};
+use crate::{send_signal, TempDir};
+
+/// Where Debian installs each PostgreSQL version's programs, one directory per version.
+const PG_ROOT: &str = "/usr/lib/postgresql";
+/// A memory file system for the servers' files (see the module docs).
+const SHM: &str = "/dev/shm";
+/// The user the server runs as when the tests run as root.
+const PG_USER: &str = "postgres";
+/// The database the server is created with, the one [`PgServer::url`] names.
+const DATABASE: &str = "leasehold";
+/// The server's settings (see the module docs).
+const SETTINGS: &[&str] = &[
+    "listen_addresses=127.0.0.1",
+    "fsync=off",
+    "full_page_writes=off",
+    "max_connections=200",
+    "shared_buffers=32MB",
+    // A killed server leaves its dynamic segments behind: as files of the cluster, they go with its directory.
+    "dynamic_shared_memory_type=mmap",
+];
+/// How long a server may take to accept connections after it was spawned (measured: 0.05–0.2 s).
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often readiness is polled: PostgreSQL does not announce it to an outsider.
+const POLL: Duration = Duration::from_millis(10);
+/// How long [`PgServer::stop`] waits for a fast shutdown, and dropping the value for an immediate one.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a restart retries while the server's port is still taken.
+const RESTART_PORT_WAIT: Duration = Duration::from_secs(5);
+/// `psql`'s connect timeout (`PGCONNECT_TIMEOUT`), which bounds a connection to a paused server. libpq's smallest.
+const CONNECT_TIMEOUT: &str = "2";
+/// What the server logs, before exiting, when its port is taken.
+const ADDR_IN_USE: &str = "Address already in use";
+/// `initdb`'s output and the server's stderr, appended to across restarts.
+const LOG_FILE: &str = "postgres.log";
+
+/// A PostgreSQL server on a private port of 127.0.0.1, with a fresh cluster in a temporary directory and a database
+/// `leasehold`, run by the `postgres` user when the tests run as root.
+///
+/// Dropping the value shuts the server down (an immediate shutdown, `SIGQUIT`, after which the postmaster has reaped
+/// all its children; `SIGKILL` to all of them if that takes over 10 seconds), reaps it and removes its directories
+/// (and the shared memory segment that a killed server leaves); if
+/// the thread is panicking, its log is printed to stderr first. All methods block the calling thread; those that
+/// wait panic with a message when PostgreSQL cannot be run or does not become ready within 20 seconds. See the
+/// [module docs](self) for how it runs.
+///
+/// # Examples
+///
+/// ```no_run
+/// use leasehold_tests::PgServer;
+///
+/// let mut pg = PgServer::start();
+/// let url = pg.url(); // postgres://postgres@127.0.0.1:PORT/leasehold
+/// pg.psql("CREATE TABLE t (n int); INSERT INTO t VALUES (1)");
+/// pg.kill();
+/// pg.restart(); // same port, same data
+/// assert_eq!(pg.psql("SELECT n FROM t"), "1");
+/// ```
+#[derive(Debug)]
+pub struct PgServer {
+    /// The postmaster; `None` while killed or stopped.
+    child: Option<Child>,
+    port: u16,
+    /// Holds the log. Kept across restarts.
+    dir: TempDir,
+    /// The cluster (`data/`) and the socket, in memory if possible (see the module docs), belonging to the user the
+    /// server runs as. Kept across restarts, removed on drop.
+    server_dir: PathBuf,
+    /// Whether the server's processes are stopped with `SIGSTOP`.
+    paused: bool,
+}
+
+impl PgServer {
+    /// Creates a cluster, starts a server on a free port, waits until it answers queries and creates the database
+    /// `leasehold`. On a taken port, starts it again on another, a few times over.
+    ///
+    /// # Panics
+    ///
+    /// If PostgreSQL cannot be found (run `scripts/ensure-postgres.sh`) or run, `initdb` fails, or the server does
+    /// not become ready within 20 seconds.
+    pub fn start() -> PgServer {
+        let dir = TempDir::new("postgres");
+        let server_dir = server_dir_for(&dir);
+        let mut server = PgServer {
+            child: None,
+            port: 0,
+            dir,
+            server_dir,
+            paused: false,
+        };
+        server.initdb();
+        for _ in 0..START_ATTEMPTS {
+            server.port = free_port();
+            match server.spawn_and_wait() {
+                Ok(()) => {
+                    server.psql_in("postgres", &format!("CREATE DATABASE {DATABASE}"));
+                    return server;
+                }
+                Err(true) => continue,
+                // Dropping `server` while panicking prints the log.
+                Err(false) => panic!("PostgreSQL exited before it was ready"),
+            }
+        }
+        panic!("PostgreSQL found its port taken {START_ATTEMPTS} times in a row");
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/leasehold` (trust authentication: no password).
+    pub fn url(&self) -> String {
+        format!("postgres://{PG_USER}@127.0.0.1:{}/{DATABASE}", self.port)
+    }
+
+    /// `127.0.0.1:PORT`, for a [`TcpProxy`](crate::TcpProxy) in front of the server.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// The server's TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The postmaster's process id, or `None` while the server is killed or stopped.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server with `SIGKILL`, the postmaster and every process it forked (sessions, checkpointer, WAL
+    /// writer…), as a crash of its machine would, and returns once all of them are gone. Does nothing if it is not
+    /// running. Works on a paused server too.
+    ///
+    /// # Panics
+    ///
+    /// If a process of the server still runs 10 seconds after its `SIGKILL`.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = child.id();
+            // Stopped, the postmaster can neither fork a new child nor reap an old one (whose pid could then be
+            // reused): its children stay exactly those listed here.
+            let _ = send_signal(pid, Signal::SIGSTOP);
+            wait_stopped(pid, "the killed postmaster");
+            let children = children_of(pid);
+            for &process in &children {
+                let _ = send_signal(process, Signal::SIGKILL);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            // A restart must not begin while one of them is still attached to the old shared memory: the new
+            // postmaster would refuse to start.
+            assert!(
+                wait_gone(&children, STOP_TIMEOUT),
+                "PostgreSQL's processes {children:?} outlived a SIGKILL"
+            );
+        }
+        self.paused = false;
+    }
+
+    /// Kills the server if it runs, starts it again on the same port with the same cluster, and waits until it
+    /// answers queries. After a [`kill`](Self::kill), PostgreSQL recovers from its WAL first: every committed
+    /// transaction is there.
+    ///
+    /// # Panics
+    ///
+    /// If it does not become ready within 20 seconds.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + RESTART_PORT_WAIT;
+        loop {
+            match self.spawn_and_wait() {
+                Ok(()) => return,
+                Err(true) if Instant::now() < deadline => {
+                    // A back-off between retries, not a synchronisation: nothing signals when a port becomes free.
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(_) => panic!("PostgreSQL did not restart on port {}", self.port),
+            }
+        }
+    }
+
+    /// Shuts the server down cleanly, as `pg_ctl stop` does by default (a fast shutdown, `SIGINT`: sessions are
+    /// ended, a checkpoint written), and reaps it. Does nothing if it is not running; resumes it first if it is
+    /// paused. [`restart`](Self::restart) starts it again.
+    ///
+    /// # Panics
+    ///
+    /// If it has not exited after 10 seconds (it is then killed).
+    pub fn stop(&mut self) {
+        let Some(pid) = self.pid() else { return };
+        self.resume_if_paused();
+        let _ = send_signal(pid, Signal::SIGINT);
+        if !self.wait_exit(STOP_TIMEOUT) {
+            self.kill();
+            panic!("PostgreSQL did not shut down within {STOP_TIMEOUT:?}");
+        }
+    }
+
+    /// Stops the server with `SIGSTOP`, the postmaster and every process it forked, and returns once the kernel
+    /// reports all of them stopped (a signal is delivered asynchronously). Open sessions hear nothing from then on,
+    /// and a new connection hangs after the kernel accepted it: a [`try_psql`](Self::try_psql) fails after its
+    /// 2-second connect timeout.
+    ///
+    /// # Panics
+    ///
+    /// If it is not running.
+    pub fn pause(&mut self) {
+        let pid = self.running_pid("pause");
+        // The postmaster first: stopped, it forks nothing more, so the list of children below is complete.
+        send_signal(pid, Signal::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP to PostgreSQL: {e}"));
+        wait_stopped(pid, "the paused postmaster");
+        let children = children_of(pid);
+        for &process in &children {
+            // A child that has just exited (and waits for the stopped postmaster to reap it) is fine.
+            let _ = send_signal(process, Signal::SIGSTOP);
+        }
+        for &process in &children {
+            wait_stopped(process, "a paused PostgreSQL process");
+        }
+        self.paused = true;
+    }
+
+    /// Continues a paused server with `SIGCONT`, its children and then the postmaster.
+    ///
+    /// # Panics
+    ///
+    /// If it is not running.
+    pub fn resume(&mut self) {
+        self.running_pid("resume");
+        self.resume_if_paused();
+    }
+
+    /// Everything `initdb` and the server logged so far, across restarts.
+    pub fn log(&self) -> String {
+        read_lossy(self.dir.path().join(LOG_FILE), 0)
+    }
+
+    /// Runs `sql` (one or more statements) in the database `leasehold` through `psql -At` as the `postgres` superuser,
+    /// and returns what it printed, without the final newline: the rows one a line, their columns separated by `|`,
+    /// nothing for a statement that returns no rows. Tests use it to read tables and to break sessions, e.g.
+    /// `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '…'`.
+    ///
+    /// # Panics
+    ///
+    /// If `psql` fails, with its stderr: the SQL is wrong, or the server cannot be reached (a connection to a paused
+    /// server gives up after 2 seconds).
+    pub fn psql(&self, sql: &str) -> String {
+        self.psql_in(DATABASE, sql)
+    }
+
+    /// [`psql`](Self::psql), for a test that expects it to fail.
+    ///
+    /// # Errors
+    ///
+    /// What `psql` printed on stderr when it failed, as `psql: error: connection to server at "127.0.0.1", port
+    /// PORT failed: timeout expired` when the server is paused, or `ERROR:  relation "t" does not exist`.
+    pub fn try_psql(&self, sql: &str) -> Result<String, String> {
+        self.try_psql_in(DATABASE, sql)
+    }
+
+    /// A `psql` command connected to the database `leasehold` as `postgres` (and with the 2-second connect timeout),
+    /// for a session of the test's own: add arguments (`-At`, `-c`), pipes and an application name (`PGAPPNAME`),
+    /// and spawn it.
+    ///
+    /// # Panics
+    ///
+    /// If PostgreSQL cannot be found (run `scripts/ensure-postgres.sh`).
+    pub fn psql_command(&self) -> Command {
+        self.psql_command_in(DATABASE)
+    }
+
+    fn psql_command_in(&self, database: &str) -> Command {
+        let mut command = Command::new(bin_dir().join("psql"));
+        command
+            .env("PGCONNECT_TIMEOUT", CONNECT_TIMEOUT)
+            // No ~/.psqlrc: the output must be what the statements return and nothing else.
+            .args(["-X", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", PG_USER, "-d", database]);
+        command
+    }
+
+    fn psql_in(&self, database: &str, sql: &str) -> String {
+        self.try_psql_in(database, sql)
+            .unwrap_or_else(|e| panic!("psql failed on {sql:?}: {e}"))
+    }
+
+    fn try_psql_in(&self, database: &str, sql: &str) -> Result<String, String> {
+        let output = self
+            .psql_command_in(database)
+            .args(["-At", "-v", "ON_ERROR_STOP=1", "-c"])
+            .arg(sql)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
+        if output.status.success() {
+            let mut stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            if stdout.ends_with('\n') {
+                stdout.pop();
+            }
+            Ok(stdout)
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr)
+                .trim_end()
+                .to_owned())
+        }
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.server_dir.join("data")
+    }
+
+    fn open_log(&self) -> std::fs::File {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(LOG_FILE))
+            .expect("cannot create the PostgreSQL log file")
+    }
+
+    fn log_len(&self) -> u64 {
+        std::fs::metadata(self.dir.path().join(LOG_FILE)).map_or(0, |m| m.len())
+    }
+
+    /// Creates the cluster, as the server's user.
+    fn initdb(&self) {
+        let server_dir = &self.server_dir;
+        give_to(server_dir, PG_USER);
+        let log = self.open_log();
+        let status = as_server_user(PG_USER, &bin_dir().join("initdb"))
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(["-A", "trust", "-U", PG_USER, "--no-sync", "-E", "UTF8"])
+            .arg("--locale=C.UTF-8")
+            .current_dir(server_dir)
+            .stdin(Stdio::null())
+            .stdout(
+                log.try_clone()
+                    .expect("cannot share the PostgreSQL log file"),
+            )
+            .stderr(log)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run initdb through setpriv: {e}"));
+        assert!(
+            status.success(),
+            "initdb failed ({status}):\n{}",
+            self.log()
+        );
+    }
+
+    /// Spawns the server on [`port`](Self::port) and waits until it answers a query; `Err(addr_in_use)` if it
+    /// exited first.
+    fn spawn_and_wait(&mut self) -> Result<(), bool> {
+        debug_assert!(self.child.is_none());
+        let log_start = self.log_len();
+        let log = self.open_log();
+        let mut command = as_server_user(PG_USER, &bin_dir().join("postgres"));
+        command
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(&self.server_dir);
+        for setting in SETTINGS {
+            command.args(["-c", setting]);
+        }
+        command
+            .current_dir(&self.server_dir)
+            .stdin(Stdio::null())
+            .stdout(
+                log.try_clone()
+                    .expect("cannot share the PostgreSQL log file"),
+            )
+            .stderr(log);
+        let child = spawn_for_process_life(command)
+            .unwrap_or_else(|e| panic!("cannot run postgres through setpriv: {e}"));
+        self.child = Some(child);
+        self.paused = false;
+        self.wait_ready(log_start)?;
+        // `pg_isready` only says the server accepts connections; a query says it serves.
+        self.psql_in("postgres", "SELECT 1");
+        Ok(())
+    }
+
+    /// Polls `pg_isready` until the server accepts connections; `Err(addr_in_use)` if it exited first.
+    fn wait_ready(&mut self, log_start: u64) -> Result<(), bool> {
+        let port = self.port.to_string();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let child = self.child.as_mut().expect("the server was just spawned");
+            if child.try_wait().expect("try_wait on postgres").is_some() {
+                self.child = None;
+                let log = read_lossy(self.dir.path().join(LOG_FILE), log_start);
+                return Err(log.contains(ADDR_IN_USE));
+            }
+            let ready = Command::new(bin_dir().join("pg_isready"))
+                // As `postgres`: as root it would make the server log that there is no role `root`.
+                .args([
+                    "-q",
+                    "-t",
+                    "2",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-U",
+                    PG_USER,
+                ])
+                .args(["-d", "postgres"])
+                .stdin(Stdio::null())
+                .status()
+                .unwrap_or_else(|e| panic!("cannot run pg_isready: {e}"));
+            if ready.success() {
+                return Ok(());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "PostgreSQL did not accept connections within {READY_TIMEOUT:?}"
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Waits at most `timeout` for the postmaster to exit, and reaps it if it did.
+    fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while let Some(child) = &mut self.child {
+            // An error would say it is not our child (any more): nothing to wait for either.
+            if !matches!(child.try_wait(), Ok(None)) {
+                self.child = None;
+                self.paused = false;
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(POLL);
+        }
+        true
+    }
+
+    fn running_pid(&self, what: &str) -> u32 {
+        self.pid()
+            .unwrap_or_else(|| panic!("cannot {what} PostgreSQL: it is not running"))
+    }
+
+    /// Removes the System V shared memory segment that a killed server left (a tiny one, by which a postmaster tells
+    /// whether processes of an earlier one still run). A restart would remove it, a server shut down removed it
+    /// itself; this is for a server killed and then dropped. Its id is on line 7 of the lock file, which only a
+    /// server that did not shut down leaves behind.
+    fn remove_leftover_segment(&self) {
+        let lock_file =
+            std::fs::read_to_string(self.data_dir().join("postmaster.pid")).unwrap_or_default();
+        let id = lock_file
+            .lines()
+            .nth(6)
+            .and_then(|line| line.split_whitespace().nth(1));
+        if let Some(id) = id.filter(|id| id.parse::<u64>().is_ok()) {
+            let _ = Command::new("ipcrm")
+                .args(["-m", id])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+
+    /// Shuts the server down at once, paused or not: an immediate shutdown (`SIGQUIT`), after which the postmaster
+    /// has had every child exit and reaped it, so that none is left for init to reap; `SIGKILL` to all of them if
+    /// that takes too long. Never panics: it runs in `drop`, where a panic during a panic would abort the test binary,
+    /// and the test's report with it.
+    fn quit(&mut self) {
+        let Some(pid) = self.pid() else { return };
+        let children = children_of(pid);
+        if self.paused {
+            for &process in &children {
+                let _ = send_signal(process, Signal::SIGCONT);
+            }
+            let _ = send_signal(pid, Signal::SIGCONT);
+            self.paused = false;
+        }
+        let _ = send_signal(pid, Signal::SIGQUIT);
+        if self.wait_exit(STOP_TIMEOUT) && wait_gone(&children, STOP_TIMEOUT) {
+            return;
+        }
+        for &process in &children {
+            let _ = send_signal(process, Signal::SIGKILL);
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn resume_if_paused(&mut self) {
+        if !self.paused {
+            return;
+        }
+        let pid = self.running_pid("resume");
+        for process in children_of(pid) {
+            let _ = send_signal(process, Signal::SIGCONT);
+        }
+        send_signal(pid, Signal::SIGCONT).unwrap_or_else(|e| panic!("SIGCONT to PostgreSQL: {e}"));
+        self.paused = false;
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let state = if self.paused {
+                " (paused)"
+            } else if self.child.is_none() {
+                " (not running)"
+            } else {
+                ""
+            };
+            eprint!(
+                "--- PostgreSQL log (port {}){state} ---\n{}",
+                self.port,
+                self.log()
+            );
+            eprintln!("--- end of PostgreSQL log ---");
+        }
+        self.quit();
+        self.remove_leftover_segment();
+        let _ = std::fs::remove_dir_all(&self.server_dir);
+        // `dir` is removed when the field is dropped, after this.
+    }
+}
+
+/// The newest `/usr/lib/postgresql/<version>/bin` that holds a `postgres`, looked for once per process.
+///
+/// # Panics
+///
+/// If there is none.
+fn bin_dir() -> &'static Path {
+    static BIN_DIR: OnceLock<PathBuf> = OnceLock::new();
+    BIN_DIR.get_or_init(|| {
+        let versions = std::fs::read_dir(PG_ROOT).into_iter().flatten().flatten();
+        versions
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                // `15`, `16`; before 10, `9.6`.
+                let version: Vec<u32> = name
+                    .split('.')
+                    .map(|n| n.parse().ok())
+                    .collect::<Option<_>>()?;
+                let bin = entry.path().join("bin");
+                bin.join("postgres").is_file().then_some((version, bin))
+            })
+            .max()
+            .map(|(_, bin)| bin)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no PostgreSQL under {PG_ROOT}/<version>/bin: run scripts/ensure-postgres.sh"
+                )
+            })
+    })
+}
+
+/// Where a server whose log is in `dir` keeps its files: a directory of the same name in `/dev/shm` when there is
+/// one, `server/` inside `dir` otherwise. Not created yet.
+pub(crate) fn server_dir_for(dir: &TempDir) -> PathBuf {
+    let shm = Path::new(SHM);
+    match dir.path().file_name() {
+        // The name is unique among those that [`TempDir`] makes, which are all that the harness makes there.
+        Some(name) if shm.is_dir() => shm.join(name),
+        _ => dir.path().join("server"),
+    }
+}
+
+/// Whether the tests run as root, who must hand the servers to their own users. The owner of `/proc/self` is the
+/// process's effective uid (nix's `geteuid` needs a feature the harness does not otherwise use).
+pub(crate) fn is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Creates `dir` (mode 0700) and, when the tests run as root, gives it to `user`, whose server keeps its files
+/// there: the [`TempDir`] above it stays root's, and readable, which is all the server needs of it.
+///
+/// # Panics
+///
+/// If the directory cannot be created or given away.
+pub(crate) fn give_to(dir: &Path, user: &str) {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    if !is_root() {
+        return;
+    }
+    let status = Command::new("chown")
+        .arg(format!("{user}:{user}"))
+        .arg(dir)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run chown: {e}"));
+    assert!(
+        status.success(),
+        "cannot give {} to the user {user} (does it exist? scripts/ensure-postgres.sh and \
+         scripts/ensure-mariadb.sh create the servers' users)",
+        dir.display()
+    );
+}
+
+/// A command that runs `program` as `user` when the tests run as root (as themselves otherwise), killed by the kernel
+/// when its parent thread dies. `setpriv` changes the ids and the signal and then execs `program`: the child's pid
+/// is `program`'s, and the signal survives the exec (it would not survive a change of ids after it, which is why a
+/// server's own `--user` switch is not used).
+pub(crate) fn as_server_user(user: &str, program: &Path) -> Command {
+    let mut command = Command::new("setpriv");
+    if is_root() {
+        command.args(["--reuid", user, "--regid", user, "--init-groups"]);
+    }
+    command.args(["--pdeathsig", "SIGKILL", "--"]).arg(program);
+    command
+}
+
+/// What [`spawn_for_process_life`] asks its thread: a command, and where to send the spawned child.
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Spawns `command` from a thread that lives as long as the test process. A parent-death signal
+/// ([`as_server_user`]) fires when the *thread* that spawned the child exits, not the process: a server spawned
+/// (or restarted) from a test's thread, a `spawn_blocking` task or a fault-injecting thread would be killed when that
+/// thread ends. Spawned from here, it is killed when the test process ends, however it ends.
+///
+/// # Errors
+///
+/// As [`Command::spawn`].
+pub(crate) fn spawn_for_process_life(command: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<mpsc::Sender<SpawnRequest>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (requests, incoming) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("leasehold-tests-spawner".to_owned())
+            .spawn(move || {
+                // Never ends: the sender lives in a static.
+                for (mut command, reply) in incoming {
+                    let _ = reply.send(command.spawn());
+                }
+            })
+            .expect("cannot start the spawner thread");
+        requests
+    });
+    let (reply, child) = mpsc::channel();
+    spawner
+        .send((command, reply))
+        .expect("the spawner thread is gone");
+    child.recv().expect("the spawner thread is gone")
+}
+
+/// The state letter of process (or thread) `pid` (`R`, `S`, `T` stopped, `Z` zombie…), from `stat` under `proc`
+/// (`/proc` or `/proc/PID/task`); `None` if there is no such process.
+fn state_in(proc: &Path, pid: &str) -> Option<char> {
+    let stat = std::fs::read_to_string(proc.join(pid).join("stat")).ok()?;
+    // The state follows the command's closing parenthesis (the command may hold any character but that last `)`).
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// The pids of the processes whose parent is `parent`.
+pub(crate) fn children_of(parent: u32) -> Vec<u32> {
+    let parent = parent.to_string();
+    let processes = std::fs::read_dir("/proc").expect("cannot read /proc");
+    processes
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            (fields.nth(1)? == parent).then_some(pid)
+        })
+        .collect()
+}
+
+/// Returns once every thread of process `pid` is stopped (or the process is gone or a zombie: nothing of it runs),
+/// since `SIGSTOP` is delivered asynchronously and a process still running for a moment would answer what a test
+/// sends it next.
+///
+/// # Panics
+///
+/// If that does not happen within 20 seconds; `what` names the process.
+pub(crate) fn wait_stopped(pid: u32, what: &str) {
+    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let running = std::fs::read_dir(&tasks)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|task| {
+                let state = task
+                    .file_name()
+                    .to_str()
+                    .and_then(|tid| state_in(&tasks, tid));
+                !matches!(state, None | Some('T' | 't' | 'Z' | 'X'))
+            });
+        let Some(task) = running else { return };
+        assert!(
+            Instant::now() < deadline,
+            "{what} (pid {pid}) still has thread {:?} running {READY_TIMEOUT:?} after SIGSTOP",
+            task.file_name()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits at most `timeout` until none of `pids` runs any more (each is gone, or a zombie that init has yet to
+/// reap); whether that happened.
+pub(crate) fn wait_gone(pids: &[u32], timeout: Duration) -> bool {
+    let proc = Path::new("/proc");
+    let deadline = Instant::now() + timeout;
+    loop {
+        let alive = pids
+            .iter()
+            .any(|pid| !matches!(state_in(proc, &pid.to_string()), None | Some('Z' | 'X')));
+        if !alive {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_postgresql_is_found() {
+        let bin = bin_dir();
+        assert!(bin.starts_with(PG_ROOT), "{}", bin.display());
+        assert!(bin.join("psql").is_file(), "{}", bin.display());
+    }
+
+    #[test]
+    fn children_and_states_are_read_from_proc() {
+        let me = std::process::id();
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        assert!(children_of(me).contains(&child.id()));
+        send_signal(child.id(), Signal::SIGSTOP).unwrap();
+        wait_stopped(child.id(), "sleep");
+        assert_eq!(
+            state_in(Path::new("/proc"), &child.id().to_string()),
+            Some('T')
+        );
+        child.kill().unwrap();
+        assert!(wait_gone(&[child.id()], Duration::from_secs(5)));
+        child.wait().unwrap();
+        assert!(!children_of(me).contains(&child.id()));
+    }
+}
