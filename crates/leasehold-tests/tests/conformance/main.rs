@@ -1,5 +1,6 @@
 //! The conformance suite: the same tests, written against the public API only, on every store leasehold supports
-//! (one Redis server, one etcd member, one ZooKeeper server; each started once for the binary, the tests run in sequence on it, each under
+//! (one Redis server, one etcd member, one ZooKeeper server, one PostgreSQL and one MariaDB server; each started once
+//! for the binary, the tests run in sequence on it, each under
 //! a lock prefix of its own). A behaviour that differs by store is in the store's own test binary, or in
 //! `caps::the_capabilities_column_holds`, which checks each store's column of the contract.
 //!
@@ -16,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use leasehold::Client;
-use leasehold_tests::{EtcdServer, RedisServer, TcpProxy, ZkServer};
+use leasehold_tests::{EtcdServer, MariaDbServer, PgServer, RedisServer, TcpProxy, ZkServer};
 
 /// The bound on anything a test awaits that should happen.
 pub const EVENT: Duration = Duration::from_secs(15);
@@ -30,6 +31,8 @@ pub enum Store {
     Redis(RedisServer),
     Etcd(EtcdServer),
     ZooKeeper(ZkServer),
+    Postgres(PgServer),
+    MySql(MariaDbServer),
 }
 
 static PREFIXES: AtomicU64 = AtomicU64::new(0);
@@ -40,10 +43,13 @@ impl Store {
             Store::Redis(_) => "redis",
             Store::Etcd(_) => "etcd",
             Store::ZooKeeper(_) => "zookeeper",
+            Store::Postgres(_) => "postgres",
+            Store::MySql(_) => "mysql",
         }
     }
 
-    /// Whether every grant of a client lives in one session (etcd, ZooKeeper), not in a lease of its own.
+    /// Whether every grant of a client lives in one session (etcd, ZooKeeper, the SQL stores), not in a lease of its
+    /// own.
     pub fn has_sessions(&self) -> bool {
         !matches!(self, Store::Redis(_))
     }
@@ -54,6 +60,8 @@ impl Store {
             Store::Redis(server) => server.addr(),
             Store::Etcd(server) => server.endpoint().parse().unwrap(),
             Store::ZooKeeper(server) => server.addr(),
+            Store::Postgres(server) => server.addr(),
+            Store::MySql(server) => server.addr(),
         }
     }
 
@@ -63,6 +71,8 @@ impl Store {
             Store::Redis(_) => format!("redis://{addr}"),
             Store::Etcd(_) => format!("etcd://{addr}"),
             Store::ZooKeeper(_) => format!("zk://{addr}"),
+            Store::Postgres(_) => format!("postgres://postgres@{addr}/leasehold"),
+            Store::MySql(_) => format!("mysql://root@{addr}/leasehold"),
         }
     }
 
@@ -121,6 +131,8 @@ fn main() {
         ("redis", || Store::Redis(RedisServer::start())),
         ("etcd", || Store::Etcd(EtcdServer::start())),
         ("zookeeper", || Store::ZooKeeper(ZkServer::start())),
+        ("postgres", || Store::Postgres(PgServer::start())),
+        ("mysql", || Store::MySql(MariaDbServer::start())),
     ];
     // Every test uses a prefix of its own and leaves nothing behind that another test could see.
     leasehold_tests::sequence::run_on_each(stores, TESTS, |_| {});

@@ -151,7 +151,11 @@ impl MyDb {
             why: e.to_string(),
         })?;
         let lock_wait = call_timeout.as_secs().max(1);
+        // mysql_async would move a connection to 127.0.0.1 onto the server's Unix socket (`prefer_socket`), a path
+        // the URL does not name: only when the URL asks for it.
+        let prefer_socket = url.contains("prefer_socket=true");
         let opts = OptsBuilder::from_opts(opts)
+            .prefer_socket(prefer_socket)
             .init(vec![
                 "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".to_owned(),
                 format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),

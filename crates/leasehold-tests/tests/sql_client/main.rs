@@ -1,0 +1,179 @@
+//! The SQL stores under their own faults, on one PostgreSQL and one MariaDB server (each started once for the binary,
+//! the tests in sequence on it): the server restarted under held and waited locks, the client's connections killed
+//! server-side, a holder frozen past its lease, the caller's transaction outliving the lease, names a default
+//! collation would fold together, and wake-ups across clients.
+//!
+//! Run one test on one store with `cargo test --test sql_client -- mysql::faults::NAME`.
+
+mod faults;
+mod names;
+mod transactions;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use leasehold::{Client, Lease};
+use leasehold_tests::{MariaDbServer, PgServer};
+
+/// The bound on anything a test awaits that should happen.
+pub const EVENT: Duration = Duration::from_secs(20);
+
+/// The session TTL of the tests' clients.
+pub const TTL: Duration = Duration::from_secs(2);
+
+/// One database under test.
+pub enum Db {
+    Postgres(PgServer),
+    MySql(MariaDbServer),
+}
+
+static PREFIXES: AtomicU64 = AtomicU64::new(0);
+
+impl Db {
+    /// The server's address, for a proxy in front of it.
+    pub fn addr(&self) -> SocketAddr {
+        match self {
+            Db::Postgres(server) => server.addr(),
+            Db::MySql(server) => server.addr(),
+        }
+    }
+
+    /// The URL of the server's `leasehold` database at `addr` (the server's own address, or a proxy's).
+    pub fn url_at(&self, addr: SocketAddr) -> String {
+        match self {
+            Db::Postgres(_) => format!("postgres://postgres@{addr}/leasehold"),
+            Db::MySql(_) => format!("mysql://root@{addr}/leasehold"),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        self.url_at(self.addr())
+    }
+
+    /// Runs `sql` through the server's command-line client; its output.
+    pub fn sql(&self, sql: &str) -> String {
+        match self {
+            Db::Postgres(server) => server.psql(sql),
+            Db::MySql(server) => server.sql(sql),
+        }
+    }
+
+    /// Kills every connection of the server but the command-line client's own (leasehold's pool, its listener):
+    /// `pg_terminate_backend`, `KILL CONNECTION`.
+    pub fn kill_connections(&self) -> usize {
+        match self {
+            Db::Postgres(server) => server
+                .psql(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                )
+                .trim()
+                .parse()
+                .unwrap(),
+            Db::MySql(server) => {
+                let ids = server.sql(
+                    "SELECT id FROM information_schema.processlist \
+                     WHERE id <> CONNECTION_ID() AND command <> 'Daemon' AND user <> 'system user'",
+                );
+                let ids: Vec<&str> = ids.split_whitespace().collect();
+                for id in &ids {
+                    // Gone already (it ended meanwhile) is fine.
+                    let _ = server.try_sql(&format!("KILL CONNECTION {id}"));
+                }
+                ids.len()
+            }
+        }
+    }
+
+    /// Kills the server (`SIGKILL`) and starts it again on the same port with the same data.
+    pub fn crash_and_restart(&mut self) {
+        match self {
+            Db::Postgres(server) => {
+                server.kill();
+                server.restart();
+            }
+            Db::MySql(server) => {
+                server.kill();
+                server.restart();
+            }
+        }
+    }
+
+    /// A prefix no other test uses: the namespace (the tables) of one test's locks.
+    pub fn fresh_prefix(&self) -> String {
+        format!("sqlc{}", PREFIXES.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// A client under `prefix` with a session of [`TTL`], at `url`.
+pub async fn client(url: &str, prefix: &str) -> Client {
+    Client::builder(url)
+        .unwrap()
+        .prefix(prefix)
+        .session_ttl(TTL)
+        .connect()
+        .await
+        .unwrap()
+}
+
+type TestFn = leasehold_tests::sequence::SharedTest<Db>;
+
+const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
+    faults::a_crashed_server_keeps_held_and_waited_locks_apart,
+    faults::connections_killed_server_side_are_replaced,
+    faults::a_frozen_holder_is_lost_before_another_is_granted,
+    faults::a_release_wakes_another_clients_waiter,
+    transactions::a_transaction_commits_while_the_grant_is_live,
+    transactions::a_transaction_outliving_the_lease_cannot_commit,
+    names::names_a_collation_folds_stay_apart,
+];
+
+fn main() {
+    leasehold_tests::sequence::trace_from_env();
+    let dbs: &[leasehold_tests::sequence::Topology<Db>] = &[
+        ("postgres", || Db::Postgres(PgServer::start())),
+        ("mysql", || Db::MySql(MariaDbServer::start())),
+    ];
+    leasehold_tests::sequence::run_on_each(dbs, TESTS, |db| {
+        // A failed test may leave the server killed or paused.
+        match db {
+            Db::Postgres(server) => {
+                server.resume();
+                if server.pid().is_none() {
+                    server.restart();
+                }
+            }
+            Db::MySql(server) => {
+                server.resume();
+                if server.pid().is_none() {
+                    server.restart();
+                }
+            }
+        }
+    });
+}
+
+/// Polls `check` until it holds, for at most [`EVENT`].
+pub async fn eventually<F, Fut>(what: &str, check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    leasehold_tests::sequence::eventually(what, EVENT, check).await;
+}
+
+/// Waits until `lease` was renewed by a renewal sent after `after`, failing if it is lost meanwhile.
+pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
+    let drift = TTL / 100 + Duration::from_millis(2);
+    eventually("a renewal answered after the fault", || async {
+        assert!(lease.is_held(), "the lease was lost: {:?}", lease.loss());
+        lease.valid_until() >= after + TTL - drift
+    })
+    .await;
+}
+
+/// Waits until lock `name` has `n` waiters, as `inspect` counts them.
+pub async fn waiters(client: &Client, name: &str, n: u64) {
+    leasehold_tests::sequence::waiters(client, name, n, EVENT).await;
+}
