@@ -123,9 +123,44 @@ pub struct PgServer {
     server_dir: PathBuf,
     /// Whether the server's processes are stopped with `SIGSTOP`.
     paused: bool,
+    /// Settings beyond [`SETTINGS`] (TLS, for [`start_tls`](Self::start_tls)).
+    extra: Vec<String>,
 }
 
 impl PgServer {
+    /// As [`start`](Self::start), with TLS on (`ssl=on`): the server presents `ca`'s server certificate (valid for
+    /// `127.0.0.1`), copied into its directory for its user, and still accepts clients in the clear.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), and if the certificate cannot be copied.
+    pub fn start_tls(ca: &crate::TestCa) -> PgServer {
+        PgServer::start_with(|server_dir| {
+            let (cert, key) = (server_dir.join("server.crt"), server_dir.join("server.key"));
+            for (from, to) in [(&ca.server.cert_path, &cert), (&ca.server.key_path, &key)] {
+                std::fs::copy(from, to).unwrap_or_else(|e| {
+                    panic!("cannot copy {} to {}: {e}", from.display(), to.display())
+                });
+                // PostgreSQL refuses a key that others can read.
+                std::fs::set_permissions(to, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                    .expect("cannot restrict the key's mode");
+                if is_root() {
+                    let status = Command::new("chown")
+                        .arg(PG_USER)
+                        .arg(to)
+                        .status()
+                        .expect("cannot run chown");
+                    assert!(status.success(), "chown {} failed", to.display());
+                }
+            }
+            vec![
+                "ssl=on".to_owned(),
+                format!("ssl_cert_file={}", cert.display()),
+                format!("ssl_key_file={}", key.display()),
+            ]
+        })
+    }
+
     /// Creates a cluster, starts a server on a free port, waits until it answers queries and creates the database
     /// `leasehold`. On a taken port, starts it again on another, a few times over.
     ///
@@ -134,6 +169,11 @@ impl PgServer {
     /// If PostgreSQL cannot be found (run `scripts/ensure-postgres.sh`) or run, `initdb` fails, or the server does
     /// not become ready within 20 seconds.
     pub fn start() -> PgServer {
+        PgServer::start_with(|_| Vec::new())
+    }
+
+    /// [`start`](Self::start), with the settings `extra` makes once the server's directory exists.
+    fn start_with(extra: impl FnOnce(&Path) -> Vec<String>) -> PgServer {
         let dir = TempDir::new("postgres");
         let server_dir = server_dir_for(&dir);
         let mut server = PgServer {
@@ -142,8 +182,10 @@ impl PgServer {
             dir,
             server_dir,
             paused: false,
+            extra: Vec::new(),
         };
         server.initdb();
+        server.extra = extra(&server.server_dir);
         for _ in 0..START_ATTEMPTS {
             server.port = free_port();
             match server.spawn_and_wait() {
@@ -411,7 +453,11 @@ impl PgServer {
             .arg(self.data_dir())
             .args(["-p", &self.port.to_string(), "-k"])
             .arg(&self.server_dir);
-        for setting in SETTINGS {
+        for setting in SETTINGS
+            .iter()
+            .copied()
+            .chain(self.extra.iter().map(String::as_str))
+        {
             command.args(["-c", setting]);
         }
         command

@@ -875,13 +875,9 @@ impl Builder {
             Where::Sql(ref url) => {
                 self.refuse_redis_settings("a SQL URL")?;
                 #[cfg(feature = "tls")]
-                if !self.tls.is_empty() {
-                    return Err(InvalidArgument::BadTls(
-                        "TLS material was given for a SQL URL: leasehold speaks to PostgreSQL and MySQL in the clear only"
-                            .to_owned(),
-                    )
-                    .into());
-                }
+                let tls = self.tls.clone();
+                #[cfg(not(feature = "tls"))]
+                let tls = ();
                 let ttl = self
                     .session_ttl
                     .unwrap_or(crate::backend::sql::session::DEFAULT_TTL);
@@ -899,6 +895,7 @@ impl Builder {
                     self.prefix,
                     ttl,
                     self.connection_timeout,
+                    &tls,
                 )
                 .await?;
                 return Ok(Client {

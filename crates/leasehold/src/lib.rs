@@ -233,7 +233,9 @@
 //! lock), so the client's database user needs the right to create tables once; a user without it works on tables an
 //! operator created with the statements in DESIGN.md ("The SQL stores"). Lock names are byte strings: `Lock`, `lock`
 //! and `LOCK`, `café` and `cafe` are different locks on both (`COLLATE "C"`, `VARBINARY`). The session row is
-//! deleted when the client is dropped. TLS is not supported yet; advisory locks and `GET_LOCK` are not used, since
+//! deleted when the client is dropped. On PostgreSQL, `sslmode=require` in the URL (feature `tls` too) carries every
+//! connection over TLS, verified against the [`Builder`]'s CA (the system's trust store without one), with its client
+//! identity when given; other `sslmode`s stay in the clear. TLS to MySQL is not supported yet. Advisory locks and `GET_LOCK` are not used, since
 //! they have no server-side deadline, so no loss signal could fire before the server releases them.
 //!
 //! ## The fenced transaction

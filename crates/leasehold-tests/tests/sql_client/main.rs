@@ -1,12 +1,13 @@
 //! The SQL stores under their own faults, on one PostgreSQL and one MariaDB server (each started once for the binary,
 //! the tests in sequence on it): the server restarted under held and waited locks, the client's connections killed
 //! server-side, a holder frozen past its lease, the caller's transaction outliving the lease, names a default
-//! collation would fold together, and wake-ups across clients.
+//! collation would fold together, wake-ups across clients, and TLS.
 //!
 //! Run one test on one store with `cargo test --test sql_client -- mysql::faults::NAME`.
 
 mod faults;
 mod names;
+mod tls;
 mod transactions;
 
 use std::net::SocketAddr;
@@ -127,6 +128,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     transactions::a_transaction_commits_while_the_grant_is_live,
     transactions::a_transaction_outliving_the_lease_cannot_commit,
     names::names_a_collation_folds_stay_apart,
+    tls::sslmode_require_verifies_and_encrypts_every_connection,
 ];
 
 fn main() {

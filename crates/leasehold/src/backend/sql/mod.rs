@@ -40,6 +40,8 @@ pub(crate) mod error;
 pub(crate) mod fenced;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
+#[cfg(all(feature = "tls", feature = "postgres"))]
+pub(crate) mod pg_tls;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod session;
@@ -53,6 +55,13 @@ use tokio::sync::watch;
 pub(crate) use error::SqlError;
 
 use crate::backend::admission::Kind;
+
+/// The TLS material of the [`Builder`](crate::Builder) (its CA and client identity), for `sslmode=require` on
+/// PostgreSQL; nothing without the `tls` feature.
+#[cfg(feature = "tls")]
+pub(crate) type TlsMaterial = crate::backend::redis::tls::TlsSettings;
+#[cfg(not(feature = "tls"))]
+pub(crate) type TlsMaterial = ();
 
 /// One entry of a lock as a check or `inspect` reads it, with its session's state on the server's clock.
 #[derive(Debug, Clone)]
@@ -116,16 +125,25 @@ impl Db {
         prefix: &str,
         connection_timeout: Duration,
         call_timeout: Duration,
+        tls: &TlsMaterial,
     ) -> Result<Db, SqlError> {
         let connecting = async {
             #[cfg(feature = "postgres")]
             if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-                return postgres::PgDb::connect(url, prefix, connection_timeout, call_timeout)
+                return postgres::PgDb::connect(url, prefix, connection_timeout, call_timeout, tls)
                     .await
                     .map(Db::Postgres);
             }
             #[cfg(feature = "mysql")]
             if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+                #[cfg(feature = "tls")]
+                if !tls.is_empty() {
+                    return Err(SqlError::InvalidUrl {
+                        store: "MySQL",
+                        why: "TLS is not supported on MySQL yet: leasehold speaks to MySQL in the clear"
+                            .to_owned(),
+                    });
+                }
                 return mysql::MyDb::connect(url, prefix, call_timeout)
                     .await
                     .map(Db::MySql);

@@ -146,6 +146,7 @@ impl PgDb {
         prefix: &str,
         connection_timeout: Duration,
         call_timeout: Duration,
+        tls: &super::TlsMaterial,
     ) -> Result<PgDb, SqlError> {
         let mut config: Config =
             url.parse()
@@ -168,9 +169,11 @@ impl PgDb {
         config.options(options);
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(5));
+        let connector = Connector::for_url(&config, tls)?;
         let tables = Tables::new(prefix, '"');
         let pool = Pool {
             config,
+            connector,
             idle: std::sync::Mutex::new(Vec::new()),
         };
         {
@@ -194,6 +197,7 @@ impl PgDb {
         let wakes = Arc::new(Wakes::default());
         let listener = tokio::spawn(listen(
             pool.config.clone(),
+            pool.connector.clone(),
             tables.channel.clone(),
             Arc::clone(&wakes),
         ));
@@ -417,6 +421,7 @@ pub(crate) fn is_transient(e: &tokio_postgres::Error) -> bool {
 /// lock, and would hold up everything pipelined behind it on a shared connection).
 struct Pool {
     config: Config,
+    connector: Connector,
     idle: std::sync::Mutex<Vec<tokio_postgres::Client>>,
 }
 
@@ -436,12 +441,11 @@ impl Pool {
                 None => break,
             }
         }
-        let (client, connection) = self.config.connect(NoTls).await.map_err(pg("connect"))?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(target: "leasehold::sql", error = %e, "a PostgreSQL connection ended");
-            }
-        });
+        let client = self
+            .connector
+            .open(&self.config)
+            .await
+            .map_err(pg("connect"))?;
         Ok(Pooled {
             pool: self,
             client: Some(client),
@@ -477,36 +481,100 @@ impl std::ops::Deref for Pooled<'_> {
     }
 }
 
+/// How the client's connections are made: in the clear, or (features `tls` and `postgres`, `sslmode=require`) over
+/// verified TLS.
+#[derive(Clone)]
+enum Connector {
+    Plain,
+    #[cfg(feature = "tls")]
+    Tls(super::pg_tls::MakeRustls),
+}
+
+impl Connector {
+    /// The connector `config`'s `sslmode` asks for: TLS only for `require`, and only with TLS `material` checked.
+    fn for_url(config: &Config, material: &super::TlsMaterial) -> Result<Connector, SqlError> {
+        let required = config.get_ssl_mode() == tokio_postgres::config::SslMode::Require;
+        #[cfg(feature = "tls")]
+        {
+            if required {
+                return super::pg_tls::MakeRustls::new(material)
+                    .map(Connector::Tls)
+                    .map_err(|e| SqlError::InvalidUrl {
+                        store: "PostgreSQL",
+                        why: e.to_string(),
+                    });
+            }
+            if !material.is_empty() {
+                return Err(SqlError::InvalidUrl {
+                    store: "PostgreSQL",
+                    why: "TLS certificates were given for a URL without sslmode=require".to_owned(),
+                });
+            }
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            let _ = material;
+            if required {
+                return Err(SqlError::InvalidUrl {
+                    store: "PostgreSQL",
+                    why: "sslmode=require needs leasehold's `tls` feature".to_owned(),
+                });
+            }
+        }
+        Ok(Connector::Plain)
+    }
+
+    /// A new connection, its I/O driven by a task of its own.
+    async fn open(&self, config: &Config) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        fn drive<F>(connection: F)
+        where
+            F: std::future::Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
+        {
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(target: "leasehold::sql", error = %e, "a PostgreSQL connection ended");
+                }
+            });
+        }
+        match self {
+            Connector::Plain => {
+                let (client, connection) = config.connect(NoTls).await?;
+                drive(connection);
+                Ok(client)
+            }
+            #[cfg(feature = "tls")]
+            Connector::Tls(tls) => {
+                let (client, connection) = config.connect(tls.clone()).await?;
+                drive(connection);
+                Ok(client)
+            }
+        }
+    }
+}
+
 /// The listener: one connection that `LISTEN`s on `channel` and wakes the waiters of each name notified; reconnects
 /// with backoff when it fails, and wakes every waiter when it is back.
-async fn listen(config: Config, channel: String, wakes: Arc<Wakes>) {
+async fn listen(config: Config, connector: Connector, channel: String, wakes: Arc<Wakes>) {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match config.connect(NoTls).await {
-            Ok((client, mut connection)) => {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                let pump = tokio::spawn(async move {
-                    let mut messages =
-                        futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-                    while let Some(Ok(message)) = messages.next().await {
-                        if let AsyncMessage::Notification(n) = message {
-                            if tx.send(n.payload().to_owned()).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                });
-                let listening = client.batch_execute(&format!("LISTEN \"{channel}\"")).await;
-                if listening.is_ok() {
-                    backoff = Duration::from_millis(50);
-                    wakes.wake_all();
-                    while let Some(name) = rx.recv().await {
-                        wakes.wake(&name);
-                    }
+        let listened = match &connector {
+            Connector::Plain => match config.connect(NoTls).await {
+                Ok((client, connection)) => {
+                    Ok(listen_on(client, connection, &channel, &wakes).await)
                 }
-                pump.abort();
-                wakes.wake_all();
-            }
+                Err(e) => Err(e),
+            },
+            #[cfg(feature = "tls")]
+            Connector::Tls(tls) => match config.connect(tls.clone()).await {
+                Ok((client, connection)) => {
+                    Ok(listen_on(client, connection, &channel, &wakes).await)
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match listened {
+            Ok(true) => backoff = Duration::from_millis(50),
+            Ok(false) => {}
             Err(e) => {
                 tracing::debug!(target: "leasehold::sql", error = %e, "the PostgreSQL listener cannot connect");
             }
@@ -514,4 +582,41 @@ async fn listen(config: Config, channel: String, wakes: Arc<Wakes>) {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
+}
+
+/// Listens on one connection until it ends: whether `LISTEN` was answered.
+async fn listen_on<S, T>(
+    client: tokio_postgres::Client,
+    mut connection: tokio_postgres::Connection<S, T>,
+    channel: &str,
+    wakes: &Wakes,
+) -> bool
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let pump = tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notification(n) = message {
+                if tx.send(n.payload().to_owned()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let listening = client
+        .batch_execute(&format!("LISTEN \"{channel}\""))
+        .await
+        .is_ok();
+    if listening {
+        wakes.wake_all();
+        while let Some(name) = rx.recv().await {
+            wakes.wake(&name);
+        }
+    }
+    pump.abort();
+    wakes.wake_all();
+    listening
 }

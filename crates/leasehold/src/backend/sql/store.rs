@@ -98,11 +98,12 @@ impl SqlStore {
         prefix: String,
         ttl: Duration,
         connection_timeout: Duration,
+        tls: &super::TlsMaterial,
     ) -> Result<SqlStore, Error> {
         let shown: Arc<str> = crate::backend::url::redacted(url).into();
         super::check_prefix(&prefix)?;
         let call_timeout = (ttl / 4).min(super::session::MAX_CALL_TIMEOUT);
-        let db = Db::connect(url, &prefix, connection_timeout, call_timeout)
+        let db = Db::connect(url, &prefix, connection_timeout, call_timeout, tls)
             .await
             .map_err(|e| store_error(db_name(url), &shown, e))?;
         let store = SqlStore {
@@ -491,6 +492,9 @@ fn db_name(url: &str) -> &'static str {
 pub(crate) fn store_error(store: &'static str, url: &str, e: SqlError) -> Error {
     match e {
         SqlError::Entropy(why) => Error::Entropy(why),
+        SqlError::InvalidUrl { store, why } => {
+            crate::InvalidArgument::BadUrl(format!("{url} ({store}): {why}")).into()
+        }
         e => Error::Store {
             store,
             url: url.to_owned(),
