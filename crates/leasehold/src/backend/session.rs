@@ -291,3 +291,30 @@ pub(crate) fn lock_info(name: &str, admitted: Vec<Admitted>, entries: usize) -> 
         permits,
     }
 }
+
+/// The held locks among `names` that match the glob `pattern`, sorted by name, each read by `inspect`: a chunk of
+/// names at once, as on Redis (one round of round trips per chunk, not per lock); free locks are left out.
+pub(crate) async fn held_among<F, Fut>(
+    mut names: Vec<String>,
+    pattern: &str,
+    inspect: F,
+) -> Result<Vec<crate::LockInfo>, crate::Error>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<crate::LockInfo, crate::Error>>,
+{
+    names.retain(|name| crate::backend::glob_match(pattern.as_bytes(), name.as_bytes()));
+    names.sort();
+    names.dedup();
+    let mut held = Vec::new();
+    for chunk in names.chunks(crate::backend::HELD_LOCKS_CHUNK) {
+        let infos = futures_util::future::join_all(chunk.iter().cloned().map(&inspect)).await;
+        for info in infos {
+            let info = info?;
+            if info.holder.is_some() {
+                held.push(info);
+            }
+        }
+    }
+    Ok(held)
+}

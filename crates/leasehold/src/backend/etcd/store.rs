@@ -290,29 +290,16 @@ impl EtcdStore {
             })
             .await
             .map_err(|e| store_error(&self.shown, e))?;
-        let mut names: Vec<String> = read
+        let names: Vec<String> = read
             .kvs()
             .iter()
             .filter_map(|kv| lock_name(kv.key_str().ok()?.strip_prefix(&root)?))
-            .filter(|name| crate::backend::glob_match(pattern.as_bytes(), name.as_bytes()))
             .map(str::to_owned)
             .collect();
-        names.sort();
-        names.dedup();
-        // A chunk of locks read at once, as on Redis: one round of round trips per chunk, not per lock.
-        let mut held = Vec::new();
-        for chunk in names.chunks(crate::backend::HELD_LOCKS_CHUNK) {
-            let infos =
-                futures_util::future::join_all(chunk.iter().map(|name| self.inspect(name))).await;
-            for info in infos {
-                match info {
-                    Ok(info) if info.holder.is_some() => held.push(info),
-                    Ok(_) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        Ok(held)
+        crate::backend::session::held_among(names, pattern, |name| async move {
+            self.inspect(&name).await
+        })
+        .await
     }
 
     /// Deletes every key of lock `name` (holders and waiters; not the keys of locks nested under its name), and

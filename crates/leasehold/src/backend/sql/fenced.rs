@@ -116,10 +116,6 @@ impl Guard {
                 return Err(e);
             }
         };
-        if let Err(e) = self.still_held() {
-            let _ = transaction.rollback().await;
-            return Err(e);
-        }
         let user_error = |source: tokio_postgres::Error| Error::Store {
             store: "postgres",
             url: "(the caller's transaction)".to_owned(),
@@ -186,10 +182,6 @@ impl Guard {
                 return Err(e);
             }
         };
-        if let Err(e) = self.still_held() {
-            let _ = transaction.rollback().await;
-            return Err(e);
-        }
         let user_error = |source: mysql_async::Error| Error::Store {
             store: "mysql",
             url: "(the caller's transaction)".to_owned(),
@@ -214,7 +206,8 @@ impl Guard {
         }
     }
 
-    /// The commit check, when the lock is in a database of `store` (`"postgres"`, `"mysql"`).
+    /// The commit check, when the lock is in a database of `store` (`"postgres"`, `"mysql"`) and its lease has not
+    /// ended here.
     fn check_on(&self, store: &str) -> Result<SqlCommitCheck, Error> {
         let hold = self.sql_hold("a fenced transaction")?;
         let db = &hold.session.shared.db;
@@ -227,6 +220,7 @@ impl Guard {
                 ),
             });
         }
+        self.still_held()?;
         self.sql_commit_check().ok_or_else(|| self.gone())
     }
 

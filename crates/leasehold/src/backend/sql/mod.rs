@@ -127,6 +127,8 @@ impl Db {
         call_timeout: Duration,
         tls: &TlsMaterial,
     ) -> Result<Db, SqlError> {
+        // Only PostgreSQL speaks TLS; without it (or `tls`) the material is `()` or refused.
+        let _ = &tls;
         let connecting = async {
             #[cfg(feature = "postgres")]
             if url.starts_with("postgres://") || url.starts_with("postgresql://") {

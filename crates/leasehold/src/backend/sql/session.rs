@@ -158,15 +158,20 @@ impl Shared {
         op: &'static str,
         statement: impl std::future::Future<Output = Result<T, SqlError>>,
     ) -> Result<T, SqlError> {
-        match tokio::time::timeout(self.call_timeout, statement).await {
-            Ok(answer) => answer,
-            Err(_) => Err(SqlError::Timeout {
-                store: self.db.label(),
-                op,
-                after: self.call_timeout,
-            }),
-        }
+        within(self.db.label(), op, self.call_timeout, statement).await
     }
+}
+
+/// `statement`'s answer, or a timeout of `store`'s `op` after `after`.
+pub(crate) async fn within<T>(
+    store: &'static str,
+    op: &'static str,
+    after: Duration,
+    statement: impl std::future::Future<Output = Result<T, SqlError>>,
+) -> Result<T, SqlError> {
+    tokio::time::timeout(after, statement)
+        .await
+        .unwrap_or(Err(SqlError::Timeout { store, op, after }))
 }
 
 /// One session, kept alive in the background; every grant and waiter of the client is an entry of it.

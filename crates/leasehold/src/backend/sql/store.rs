@@ -257,24 +257,14 @@ impl SqlStore {
 
     /// The held locks whose names match the glob `pattern`.
     pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
-        let mut names = self
+        let names = self
             .call("list", self.db.names())
             .await
             .map_err(|e| self.error(e))?;
-        names.retain(|name| crate::backend::glob_match(pattern.as_bytes(), name.as_bytes()));
-        names.sort();
-        let mut held = Vec::new();
-        for chunk in names.chunks(crate::backend::HELD_LOCKS_CHUNK) {
-            let infos =
-                futures_util::future::join_all(chunk.iter().map(|name| self.inspect(name))).await;
-            for info in infos {
-                let info = info?;
-                if info.holder.is_some() {
-                    held.push(info);
-                }
-            }
-        }
-        Ok(held)
+        crate::backend::session::held_among(names, pattern, |name| async move {
+            self.inspect(&name).await
+        })
+        .await
     }
 
     /// Deletes every entry of lock `name` (holders and waiters), and returns the token of the first live one, the
@@ -300,13 +290,7 @@ impl SqlStore {
         statement: impl std::future::Future<Output = Result<T, SqlError>>,
     ) -> Result<T, SqlError> {
         let after = (self.ttl / 4).min(super::session::MAX_CALL_TIMEOUT);
-        tokio::time::timeout(after, statement)
-            .await
-            .unwrap_or(Err(SqlError::Timeout {
-                store: self.db.label(),
-                op,
-                after,
-            }))
+        super::session::within(self.db.label(), op, after, statement).await
     }
 }
 

@@ -325,20 +325,10 @@ impl ZkStore {
             }
             level = next;
         }
-        names.retain(|name| crate::backend::glob_match(pattern.as_bytes(), name.as_bytes()));
-        names.sort();
-        let mut held = Vec::new();
-        for chunk in names.chunks(crate::backend::HELD_LOCKS_CHUNK) {
-            let infos =
-                futures_util::future::join_all(chunk.iter().map(|name| self.inspect(name))).await;
-            for info in infos {
-                let info = info?;
-                if info.holder.is_some() {
-                    held.push(info);
-                }
-            }
-        }
-        Ok(held)
+        crate::backend::session::held_among(names, pattern, |name| async move {
+            self.inspect(&name).await
+        })
+        .await
     }
 
     /// Deletes every contender of lock `name` (holders and waiters; not the locks nested under its name), and returns
