@@ -274,6 +274,20 @@ On ZooKeeper (--store zk://host:port[,host:port...][/chroot]) likewise, against 
 ZooKeeper reports no CPU time: the server's is that of the server processes on this machine
 (from /proc), none for a server elsewhere; the raw round trip is a read of one node.
 
+On PostgreSQL (--store postgres://user@host:port/database) likewise, against its advisory lock:
+  pg-floor-1, -64, -8p     SELECT pg_advisory_lock(key) + pg_advisory_unlock(key), the key a
+                           64-bit hash of the name, each task on a connection of its own (8p: 8
+                           processes on ONE name, waiting in pg_advisory_lock); uncontended-1,
+                           -64, contended-8p and fair-8p say their ratio to it (× floor)
+  floor-*, peer-*          skipped
+  renew-10k                renewal calls are the transactions the server ran (pg_stat_database)
+On MySQL or MariaDB (--store mysql://user@host:port/database, or mariadb://) likewise:
+  my-floor-1, -64, -8p     SELECT GET_LOCK(name, 10) + RELEASE_LOCK(name), each task on a
+                           connection of its own (8p: waiting in GET_LOCK); the same ratios
+  renew-10k                renewal calls are the statements the server received (Questions)
+Neither reports its CPU time: the server's is read from /proc as on ZooKeeper (PostgreSQL's with
+its backends); the raw round trip is SELECT 1 on PostgreSQL, a ping on MySQL.
+
 The table gives latencies in µs, the ratio to the floor as a factor, the server's CPU time
 (INFO cpu, user + system, over the measured window) per lock cycle (per renewal for renew-10k),
 and the client's CPU time per cycle (this process's, or the worker processes' together); on a
@@ -285,7 +299,8 @@ Examples:
   leasehold bench --duration 2s --scenarios floor-1,uncontended-1
   leasehold bench --store redis://10.0.0.5:6379 --json --plot latency.svg
   leasehold bench --store etcd://10.0.0.7:2379 --scenarios etcd-lock-1,uncontended-1
-  leasehold bench --store zk://127.0.0.1:2181 --duration 3s";
+  leasehold bench --store zk://127.0.0.1:2181 --duration 3s
+  leasehold bench --store postgres://postgres@127.0.0.1/postgres --duration 3s";
 
 const COMPLETIONS_AFTER: &str = "\
 Prints the script on stdout; install it where your shell looks for completions.

@@ -18,6 +18,10 @@
 //! | `leasehold demo` | refused: its stock and its fenced store are Redis scripts | refused, likewise |
 //!
 //! Every refusal exits 2 (usage) with one line, before a connection is attempted.
+//!
+//! PostgreSQL (`postgres://`, `postgresql://`) and MySQL or MariaDB (`mysql://`, `mariadb://`) are named too. The
+//! library keeps their locks in lease tables, each grant with a lease of its own as on Redis, so the options are
+//! checked as on Redis, except that one URL names the server (several `--store` are refused).
 
 use std::time::Duration;
 
@@ -34,6 +38,10 @@ pub enum Store {
     Etcd,
     /// `zk://`.
     ZooKeeper,
+    /// `postgres://` or `postgresql://`.
+    Postgres,
+    /// `mysql://` or `mariadb://`.
+    MySql,
 }
 
 /// The most permits a semaphore has on etcd and on ZooKeeper (the count is a 32-bit number in each grant's key or
@@ -55,6 +63,10 @@ impl Store {
             Store::Etcd
         } else if url.starts_with("zk://") {
             Store::ZooKeeper
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Store::Postgres
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            Store::MySql
         } else {
             Store::Redis
         }
@@ -70,16 +82,18 @@ impl Store {
 
     /// Whether every grant lives under a session of the client (etcd, ZooKeeper) rather than a lease of its own.
     pub fn has_sessions(self) -> bool {
-        self != Store::Redis
+        matches!(self, Store::Etcd | Store::ZooKeeper)
     }
 
     /// The store's name as the library's `Client::store_name` gives it, and the bench's JSON: `redis`, `etcd`,
-    /// `zookeeper`.
+    /// `zookeeper`, `postgres`, `mysql`.
     pub fn id(self) -> &'static str {
         match self {
             Store::Redis => "redis",
             Store::Etcd => "etcd",
             Store::ZooKeeper => "zookeeper",
+            Store::Postgres => "postgres",
+            Store::MySql => "mysql",
         }
     }
 
@@ -89,15 +103,19 @@ impl Store {
             Store::Redis => "Redis",
             Store::Etcd => "etcd",
             Store::ZooKeeper => "ZooKeeper",
+            Store::Postgres => "PostgreSQL",
+            Store::MySql => "MySQL/MariaDB",
         }
     }
 
-    /// "a Redis", "an etcd", "a ZooKeeper": before "URL", "store".
+    /// "a Redis", "an etcd", "a ZooKeeper", "a PostgreSQL", "a MySQL/MariaDB": before "URL", "store".
     pub fn with_article(self) -> &'static str {
         match self {
             Store::Redis => "a Redis",
             Store::Etcd => "an etcd",
             Store::ZooKeeper => "a ZooKeeper",
+            Store::Postgres => "a PostgreSQL",
+            Store::MySql => "a MySQL/MariaDB",
         }
     }
 
@@ -107,28 +125,35 @@ impl Store {
             Store::Etcd => {
                 "one etcd URL names every member of the cluster (etcd://h1:2379,h2:2379,h3:2379)"
             }
+            Store::Postgres => {
+                "one postgres:// URL names the server (postgres://user@host:5432/database)"
+            }
+            Store::MySql => "one mysql:// URL names the server (mysql://user@host:3306/database)",
             _ => "one zk:// URL names every server of the ensemble (zk://h1:2181,h2:2181,h3:2181)",
         }
     }
 }
 
 /// The store's name as messages say it, from the library's name for it (`Client::store_name`, the `store` of
-/// `Error::Store`): `zookeeper` is said `ZooKeeper`.
+/// `Error::Store`): `zookeeper` is said `ZooKeeper`, `postgres` `PostgreSQL`, `mysql` `MySQL/MariaDB`.
 pub fn shown(library_name: &str) -> &str {
     match library_name {
         "zookeeper" => Store::ZooKeeper.name(),
+        "postgres" => Store::Postgres.name(),
+        "mysql" => Store::MySql.name(),
         other => other,
     }
 }
 
-/// A usage error when `urls` mix an etcd or ZooKeeper URL with others: one such URL names every server.
+/// A usage error when `urls` mix an etcd, ZooKeeper, PostgreSQL or MySQL URL with others: one such URL names every
+/// server.
 ///
 /// # Errors
 ///
 /// Status 2, saying how one URL names them all.
 pub fn check_one_url(urls: &[String]) -> anyhow::Result<Store> {
     let store = Store::of_all(urls);
-    if store.has_sessions() && urls.len() > 1 {
+    if store != Store::Redis && urls.len() > 1 {
         return Err(usage(format!(
             "--store given {} times with {} URL: {}; a quorum is made of independent Redis servers",
             urls.len(),
@@ -217,7 +242,7 @@ pub fn check_run(args: &RunArgs) -> anyhow::Result<()> {
 /// Status 2, saying what the store takes.
 pub fn check_session_ttl(store: Store, ttl: Duration) -> anyhow::Result<()> {
     match store {
-        Store::Redis => Ok(()),
+        Store::Redis | Store::Postgres | Store::MySql => Ok(()),
         Store::Etcd if ttl < leasehold::MIN_SESSION_TTL || ttl.subsec_nanos() != 0 => {
             Err(usage(format!(
                 "--ttl {}: on etcd the lease is the session's, which etcd grants in whole seconds of at least {} \
@@ -261,13 +286,13 @@ pub fn check_permits(target: &StoreArg) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `leasehold demo` on etcd or ZooKeeper: refused, its stock and fenced store live in Redis.
+/// `leasehold demo` on another store than Redis: refused, its stock and fenced store live in Redis.
 ///
 /// # Errors
 ///
-/// Status 2 when `url` names etcd or ZooKeeper.
+/// Status 2 when `url` names etcd, ZooKeeper, PostgreSQL or MySQL.
 pub fn check_demo(url: Option<&str>) -> anyhow::Result<()> {
-    if url.is_some_and(|url| Store::of(url).has_sessions()) {
+    if url.is_some_and(|url| Store::of(url) != Store::Redis) {
         return Err(usage(
             "the demo runs on Redis (its stock and its fenced store are Redis scripts): drop --store (and \
              LEASEHOLD_STORE) for a private redis-server, or give a redis:// URL",
@@ -302,6 +327,10 @@ mod tests {
         assert_eq!(Store::of("etcd://h:2379"), Store::Etcd);
         assert_eq!(Store::of("etcds://h:2379"), Store::Etcd);
         assert_eq!(Store::of("zk://h:2181/apps"), Store::ZooKeeper);
+        assert_eq!(Store::of("postgres://u@h/db"), Store::Postgres);
+        assert_eq!(Store::of("postgresql://u@h/db"), Store::Postgres);
+        assert_eq!(Store::of("mysql://u@h/db"), Store::MySql);
+        assert_eq!(Store::of("mariadb://u@h/db"), Store::MySql);
         for redis in [
             "redis://h",
             "rediss://h",
@@ -318,6 +347,12 @@ mod tests {
             exit::USAGE
         );
         assert_eq!(shown("zookeeper"), "ZooKeeper");
+        assert_eq!(shown("postgres"), "PostgreSQL");
+        let two = ["postgres://a/db".to_owned(), "postgres://b/db".to_owned()];
+        assert_eq!(
+            exit::code_of(&check_one_url(&two).unwrap_err()),
+            exit::USAGE
+        );
         assert_eq!(shown("etcd"), "etcd");
     }
 

@@ -52,9 +52,35 @@
 //! | `renew-10k` | as on etcd: the 10,000 locks follow one session, so its renewal calls are the requests the server received (the session's `sync`s) |
 //!
 //! The server CPU is that of the server processes on this machine (ZooKeeper reports none itself).
+//!
+//! On PostgreSQL (`--store postgres://user@host:port/database`, or `postgresql://`), likewise, against its session
+//! advisory lock (see [`postgres`]):
+//!
+//! | scenario | what runs |
+//! |---|---|
+//! | `pg-floor-1`, `pg-floor-64` | 1 or 64 tasks, each on a connection of its own: `SELECT pg_advisory_lock(key)`, then `pg_advisory_unlock(key)`, the key a 64-bit hash of the name |
+//! | `pg-floor-8p` | 8 worker processes on ONE name: `pg_advisory_lock` waits in the server until the holder unlocks |
+//! | `uncontended-1`, `-64`, `contended-8p`, `handoff`, `fair-8p`, `fair-handoff`, `rw-8p`, `semaphore-8p` | as on Redis, leasehold on PostgreSQL; the first four against the PostgreSQL floor |
+//! | `renew-10k` | as on Redis; its renewal calls are the transactions the server ran (`pg_stat_database`) |
+//!
+//! On MySQL or MariaDB (`--store mysql://user@host:port/database`, or `mariadb://`), likewise, against their named
+//! lock (see [`mysql`]):
+//!
+//! | scenario | what runs |
+//! |---|---|
+//! | `my-floor-1`, `my-floor-64` | 1 or 64 tasks, each on a connection of its own: `SELECT GET_LOCK(name, 10)`, then `RELEASE_LOCK(name)` |
+//! | `my-floor-8p` | 8 worker processes on ONE name: `GET_LOCK` waits in the server until the holder releases |
+//! | `uncontended-1`, `-64`, `contended-8p`, `handoff`, `fair-8p`, `fair-handoff`, `rw-8p`, `semaphore-8p` | as on Redis, leasehold on MySQL; the first four against the MySQL floor |
+//! | `renew-10k` | as on Redis; its renewal calls are the statements the server received (`Questions`) |
+//!
+//! Neither reports its CPU time: it is that of the server on this machine (PostgreSQL's with its backends), from
+//! `/proc` (see [`local`]).
 
 mod etcd;
+mod local;
+mod mysql;
 mod plot;
+mod postgres;
 mod quorum;
 mod raw;
 mod scenario;
@@ -140,6 +166,38 @@ pub const ZK_SCENARIOS: [&str; 12] = [
     "renew-10k",
 ];
 
+/// Every scenario on PostgreSQL, in the order they run: its session advisory lock as the floor, and no peer.
+pub const PG_SCENARIOS: [&str; 12] = [
+    "pg-floor-1",
+    "uncontended-1",
+    "pg-floor-64",
+    "uncontended-64",
+    "pg-floor-8p",
+    "contended-8p",
+    "handoff",
+    "fair-8p",
+    "fair-handoff",
+    "rw-8p",
+    "semaphore-8p",
+    "renew-10k",
+];
+
+/// Every scenario on MySQL or MariaDB, in the order they run: its named lock (`GET_LOCK`) as the floor, and no peer.
+pub const MY_SCENARIOS: [&str; 12] = [
+    "my-floor-1",
+    "uncontended-1",
+    "my-floor-64",
+    "uncontended-64",
+    "my-floor-8p",
+    "contended-8p",
+    "handoff",
+    "fair-8p",
+    "fair-handoff",
+    "rw-8p",
+    "semaphore-8p",
+    "renew-10k",
+];
+
 /// What the bench runs on: the scenario list and the topology's rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Topology {
@@ -151,6 +209,10 @@ enum Topology {
     Etcd,
     /// A ZooKeeper ensemble.
     ZooKeeper,
+    /// A PostgreSQL server.
+    Postgres,
+    /// A MySQL or MariaDB server.
+    MySql,
 }
 
 impl Topology {
@@ -160,6 +222,8 @@ impl Topology {
             Topology::Quorum => &QUORUM_SCENARIOS,
             Topology::Etcd => &ETCD_SCENARIOS,
             Topology::ZooKeeper => &ZK_SCENARIOS,
+            Topology::Postgres => &PG_SCENARIOS,
+            Topology::MySql => &MY_SCENARIOS,
         }
     }
 }
@@ -171,7 +235,10 @@ pub struct BenchArgs {
     /// Given 3 times or more: a quorum of independent servers (Redlock), with the scenarios quorum-floor-1, quorum-1,
     /// quorum-64, quorum-contended-8p, and uncontended-1 and contended-8p on the first server alone. An etcd cluster:
     /// etcd://host:port[,host:port…], against etcd's own lock (etcd-lock-1, -64, -8p). A ZooKeeper ensemble:
-    /// zk://host:port[,host:port…][/chroot], against bare ephemeral sequential nodes (zk-floor-1, -64, -8p).
+    /// zk://host:port[,host:port…][/chroot], against bare ephemeral sequential nodes (zk-floor-1, -64, -8p). A
+    /// PostgreSQL server: postgres://user@host:port/database, against its advisory lock (pg-floor-1, -64, -8p). A
+    /// MySQL or MariaDB server: mysql:// or mariadb://user@host:port/database, against GET_LOCK (my-floor-1, -64,
+    /// -8p).
     #[arg(long = "store", visible_alias = "redis", value_name = "URL")]
     pub store: Vec<String>,
 
@@ -207,6 +274,8 @@ fn parse_scenario(name: &str) -> Result<String, String> {
         &QUORUM_SCENARIOS,
         &ETCD_SCENARIOS,
         &ZK_SCENARIOS,
+        &PG_SCENARIOS,
+        &MY_SCENARIOS,
     ]
     .iter()
     .any(|list| list.contains(&name))
@@ -214,11 +283,14 @@ fn parse_scenario(name: &str) -> Result<String, String> {
         Ok(name.to_owned())
     } else {
         Err(format!(
-            "unknown scenario {name:?}; known: {}; on a quorum: {}; on etcd: {}; on ZooKeeper: {}",
+            "unknown scenario {name:?}; known: {}; on a quorum: {}; on etcd: {}; on ZooKeeper: {}; on PostgreSQL: {}; \
+             on MySQL: {}",
             SCENARIOS.join(", "),
             QUORUM_SCENARIOS.join(", "),
             ETCD_SCENARIOS.join(", "),
-            ZK_SCENARIOS.join(", ")
+            ZK_SCENARIOS.join(", "),
+            PG_SCENARIOS.join(", "),
+            MY_SCENARIOS.join(", ")
         ))
     }
 }
@@ -271,13 +343,14 @@ fn check_scenarios(chosen: &[String], topology: Topology) -> anyhow::Result<()> 
             "{name} does not run on a quorum; there: {}",
             QUORUM_SCENARIOS.join(", ")
         ),
-        Topology::Etcd | Topology::ZooKeeper => format!(
+        Topology::Etcd | Topology::ZooKeeper | Topology::Postgres | Topology::MySql => format!(
             "{name} does not run on {} (the raw-Redis floor, rslock's recipe and the quorum are Redis's, each \
              store's floor its own); there: {}",
-            if topology == Topology::Etcd {
-                "etcd"
-            } else {
-                "ZooKeeper"
+            match topology {
+                Topology::Etcd => "etcd",
+                Topology::ZooKeeper => "ZooKeeper",
+                Topology::Postgres => "PostgreSQL",
+                _ => "MySQL/MariaDB",
             },
             topology.scenarios().join(", ")
         ),
@@ -287,6 +360,12 @@ fn check_scenarios(chosen: &[String], topology: Topology) -> anyhow::Result<()> 
         Topology::One if name.starts_with("zk-") => {
             format!("{name} needs a ZooKeeper store: --store zk://host:port")
         }
+        Topology::One if name.starts_with("pg-") => format!(
+            "{name} needs a PostgreSQL store: --store postgres://user@host:port/database"
+        ),
+        Topology::One if name.starts_with("my-") => format!(
+            "{name} needs a MySQL or MariaDB store: --store mysql://user@host:port/database (or mariadb://)"
+        ),
         Topology::One => {
             format!("{name} needs a quorum: --quorum N, or --store given 3 times or more")
         }
@@ -304,15 +383,84 @@ const ON_ZOOKEEPER: &str = "on ZooKeeper: × floor is against zk-floor-1, -64, -
                             created and deleted (8p: waiting for the node ahead; in place of floor-1, -64, -8p, the \
                             raw-Redis floor); peer-1, -64, -8p (rslock's recipe, for Redis) are skipped";
 
+/// The note printed on PostgreSQL, likewise.
+const ON_POSTGRES: &str = "on PostgreSQL: × floor is against pg-floor-1, -64, -8p, a session advisory lock taken and \
+                           released on a connection per task (8p: waiting in pg_advisory_lock; in place of floor-1, \
+                           -64, -8p, the raw-Redis floor); peer-1, -64, -8p (rslock's recipe, for Redis) are skipped";
+
+/// The note printed on MySQL and MariaDB, likewise.
+const ON_MYSQL: &str = "on MySQL/MariaDB: × floor is against my-floor-1, -64, -8p, a named lock (GET_LOCK) taken and \
+                        released on a connection per task (8p: waiting in GET_LOCK; in place of floor-1, -64, -8p, \
+                        the raw-Redis floor); peer-1, -64, -8p (rslock's recipe, for Redis) are skipped";
+
 /// The floor scenario a leasehold scenario is set against, on each store (at most one of them runs).
 fn floors_of(name: &str) -> &'static [&'static str] {
     match name {
-        "uncontended-1" => &["floor-1", "etcd-lock-1", "zk-floor-1"],
-        "uncontended-64" => &["floor-64", "etcd-lock-64", "zk-floor-64"],
-        "contended-8p" | "fair-8p" => &["floor-8p", "etcd-lock-8p", "zk-floor-8p"],
+        "uncontended-1" => &[
+            "floor-1",
+            "etcd-lock-1",
+            "zk-floor-1",
+            "pg-floor-1",
+            "my-floor-1",
+        ],
+        "uncontended-64" => &[
+            "floor-64",
+            "etcd-lock-64",
+            "zk-floor-64",
+            "pg-floor-64",
+            "my-floor-64",
+        ],
+        "contended-8p" | "fair-8p" => &[
+            "floor-8p",
+            "etcd-lock-8p",
+            "zk-floor-8p",
+            "pg-floor-8p",
+            "my-floor-8p",
+        ],
         "quorum-1" => &["quorum-floor-1"],
         _ => &[],
     }
+}
+
+/// Whether scenario `name` is a floor (the store's own primitive, on the store's own client) rather than leasehold.
+fn is_floor(name: &str) -> bool {
+    floors_of("uncontended-1")
+        .iter()
+        .chain(floors_of("uncontended-64"))
+        .chain(floors_of("contended-8p"))
+        .any(|floor| *floor == name)
+}
+
+/// Fails early, with the usual exit statuses, when a server cannot be used: connects the library's client to each
+/// of `urls`. The PostgreSQL and MySQL floors run on the store's own driver, so there the floor's connection is tried
+/// too, and the library's client only when a scenario of `chosen` runs leasehold.
+async fn check_reachable(urls: &[String], store: Store, chosen: &[&str]) -> anyhow::Result<()> {
+    let on_sql = matches!(store, Store::Postgres | Store::MySql);
+    for url in urls {
+        if on_sql {
+            let shown = crate::connect::redact(url);
+            // The driver's own words, under the bench's.
+            let raw = raw::Raw::open(url).map_err(|err| {
+                let why = err.root_cause();
+                exit::fail(
+                    exit::USAGE,
+                    format!("{shown} is not {} URL: {why}", store.with_article()),
+                )
+            })?;
+            raw.reach().await.map_err(|err| {
+                let why = err.root_cause();
+                exit::fail(
+                    exit::UNAVAILABLE,
+                    format!("cannot connect to {} at {shown}: {why}", store.name()),
+                )
+            })?;
+            if chosen.iter().all(|name| is_floor(name)) {
+                continue;
+            }
+        }
+        crate::connect::client(url, None).await?;
+    }
+    Ok(())
 }
 
 /// Runs the benchmark and prints its results.
@@ -327,20 +475,28 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
         (true, _) => Topology::Quorum,
         (false, Store::Etcd) => Topology::Etcd,
         (false, Store::ZooKeeper) => Topology::ZooKeeper,
+        (false, Store::Postgres) => Topology::Postgres,
+        (false, Store::MySql) => Topology::MySql,
         (false, Store::Redis) => Topology::One,
     };
     // What the table's × floor is against, on the stores with floors of their own.
     let note = match store {
         Store::Etcd => Some(ON_ETCD),
         Store::ZooKeeper => Some(ON_ZOOKEEPER),
+        Store::Postgres => Some(ON_POSTGRES),
+        Store::MySql => Some(ON_MYSQL),
         Store::Redis => None,
     };
     check_scenarios(&args.scenarios, topology)?;
+    let wanted = |name: &str| args.scenarios.is_empty() || args.scenarios.iter().any(|s| s == name);
+    let chosen: Vec<&'static str> = topology
+        .scenarios()
+        .iter()
+        .copied()
+        .filter(|n| wanted(n))
+        .collect();
     let (urls, private) = servers(&args)?;
-    // Fail early, with the usual exit status, when a server cannot be used.
-    for url in &urls {
-        crate::connect::client(url, None).await?;
-    }
+    check_reachable(&urls, store, &chosen).await?;
     let nodes = if is_quorum {
         Some(Arc::new(Nodes::open(&urls)?))
     } else {
@@ -362,13 +518,6 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
         ..setup.clone()
     };
     let rtt_time = (setup.duration / 5).max(Duration::from_millis(200));
-    let wanted = |name: &str| args.scenarios.is_empty() || args.scenarios.iter().any(|s| s == name);
-    let chosen: Vec<&'static str> = topology
-        .scenarios()
-        .iter()
-        .copied()
-        .filter(|n| wanted(n))
-        .collect();
     if let (Some(note), true) = (note, args.json) {
         exit::print_err(&format!("bench: {note}"));
     }
@@ -397,17 +546,17 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 "quorum-contended-8p" => {
                     scenario::contended(&all_nodes, name, 8, Recipe::Leasehold, "mutex").await
                 }
-                "floor-1" | "etcd-lock-1" | "zk-floor-1" => {
+                "floor-1" | "etcd-lock-1" | "zk-floor-1" | "pg-floor-1" | "my-floor-1" => {
                     scenario::in_process(&setup, name, 1, Recipe::Floor).await
                 }
                 "peer-1" => scenario::in_process(&setup, name, 1, Recipe::Peer).await,
                 "uncontended-1" => scenario::in_process(&setup, name, 1, Recipe::Leasehold).await,
-                "floor-64" | "etcd-lock-64" | "zk-floor-64" => {
+                "floor-64" | "etcd-lock-64" | "zk-floor-64" | "pg-floor-64" | "my-floor-64" => {
                     scenario::in_process(&setup, name, 64, Recipe::Floor).await
                 }
                 "peer-64" => scenario::in_process(&setup, name, 64, Recipe::Peer).await,
                 "uncontended-64" => scenario::in_process(&setup, name, 64, Recipe::Leasehold).await,
-                "floor-8p" | "etcd-lock-8p" | "zk-floor-8p" => {
+                "floor-8p" | "etcd-lock-8p" | "zk-floor-8p" | "pg-floor-8p" | "my-floor-8p" => {
                     scenario::contended(&setup, name, 8, Recipe::Floor, "mutex").await
                 }
                 "peer-8p" => scenario::contended(&setup, name, 8, Recipe::Peer, "mutex").await,
@@ -470,4 +619,34 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
     }
     drop(private);
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_store_sets_leasehold_against_its_own_floor_run_before() {
+        let lists: [&[&str]; 5] = [
+            &SCENARIOS,
+            &ETCD_SCENARIOS,
+            &ZK_SCENARIOS,
+            &PG_SCENARIOS,
+            &MY_SCENARIOS,
+        ];
+        for list in lists {
+            let at = |name: &str| list.iter().position(|n| *n == name).unwrap();
+            for name in ["uncontended-1", "uncontended-64", "contended-8p", "fair-8p"] {
+                let floors: Vec<&str> = floors_of(name)
+                    .iter()
+                    .copied()
+                    .filter(|floor| list.contains(floor))
+                    .collect();
+                assert_eq!(floors.len(), 1, "{name} in {list:?}");
+                assert!(at(floors[0]) < at(name), "{name} in {list:?}");
+            }
+        }
+        assert!(is_floor("pg-floor-8p") && is_floor("my-floor-1") && is_floor("floor-64"));
+        assert!(!is_floor("uncontended-1") && !is_floor("renew-10k"));
+    }
 }

@@ -1,7 +1,8 @@
 //! The bench's raw store: Redis on one server or on a Redis Cluster (the connections of the floor, and what is read
 //! from the servers themselves: CPU time, script calls, the raw round trip, where keys live), etcd (see
-//! [`super::etcd`]) or ZooKeeper (see [`super::zookeeper`]). On a cluster, server figures are summed over every
-//! primary; on etcd and ZooKeeper, over the servers the URL names.
+//! [`super::etcd`]), ZooKeeper (see [`super::zookeeper`]), PostgreSQL (see [`super::postgres`]) or MySQL and MariaDB
+//! (see [`super::mysql`]). On a cluster, server figures are summed over every primary; on etcd, ZooKeeper and
+//! PostgreSQL, over the servers the URL names.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,9 +16,12 @@ use leasehold::redis::cluster_routing::{
 use leasehold::redis::{self, Cmd, Pipeline, RedisFuture, Value};
 
 use super::etcd::Etcd;
+use super::mysql::{self, MySql};
+use super::postgres::{self, Pg};
 use super::zookeeper::Zk;
 
-/// Where the bench sends its raw commands: the server, cluster, etcd cluster or ZooKeeper ensemble of `--store`.
+/// Where the bench sends its raw commands: the server, cluster, etcd cluster, ZooKeeper ensemble, PostgreSQL or MySQL
+/// server of `--store`.
 #[derive(Clone)]
 // One per run: its size does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -26,14 +30,19 @@ pub enum Raw {
     Cluster(ClusterClient),
     Etcd(Etcd),
     ZooKeeper(Zk),
+    Postgres(Pg),
+    MySql(MySql),
 }
 
 /// What reads a store's own figures over a measured window: a connection to the Redis server (or cluster), the
-/// etcd members' `/metrics` pages, or the ZooKeeper servers' processes and `mntr`.
+/// etcd members' `/metrics` pages, the ZooKeeper servers' processes and `mntr`, or the SQL server's processes and a
+/// connection for its statistics.
 pub enum Meter {
     Redis(Conn),
     Etcd(Etcd),
     ZooKeeper(Zk),
+    Postgres(postgres::Meter),
+    MySql(mysql::Meter),
 }
 
 /// A raw connection of either kind; every command on a cluster goes to the node of its key.
@@ -60,13 +69,20 @@ pub struct Spread {
 
 impl Raw {
     /// A cluster for a `redis+cluster://` URL (reached through every node it names), etcd for an `etcd://` URL,
-    /// ZooKeeper for a `zk://` URL, else one server.
+    /// ZooKeeper for a `zk://` URL, PostgreSQL for `postgres://` and `postgresql://`, MySQL for `mysql://` and
+    /// `mariadb://`, else one server.
     pub fn open(url: &str) -> anyhow::Result<Raw> {
         if let Some(etcd) = Etcd::parse(url) {
             return Ok(Raw::Etcd(etcd));
         }
         if let Some(zk) = Zk::parse(url) {
             return Ok(Raw::ZooKeeper(zk));
+        }
+        if let Some(pg) = Pg::parse(url)? {
+            return Ok(Raw::Postgres(pg));
+        }
+        if let Some(mysql) = MySql::parse(url)? {
+            return Ok(Raw::MySql(mysql));
         }
         let Some(seeds) = leasehold::__private::cluster_seeds(url) else {
             return Ok(Raw::Single(redis::Client::open(url)?));
@@ -100,14 +116,42 @@ impl Raw {
         }
     }
 
+    /// The PostgreSQL server, when the store is one.
+    pub fn postgres(&self) -> Option<&Pg> {
+        match self {
+            Raw::Postgres(pg) => Some(pg),
+            _ => None,
+        }
+    }
+
+    /// The MySQL or MariaDB server, when the store is one.
+    pub fn mysql(&self) -> Option<&MySql> {
+        match self {
+            Raw::MySql(mysql) => Some(mysql),
+            _ => None,
+        }
+    }
+
+    /// Connects once to a PostgreSQL or MySQL server, as the floor does (the other stores are tried through the
+    /// library's client).
+    pub async fn reach(&self) -> anyhow::Result<()> {
+        match self {
+            Raw::Postgres(pg) => drop(pg.connect().await?),
+            Raw::MySql(mysql) => mysql.connect().await?.disconnect().await?,
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// How many servers the store's figures are summed over, when more than one: every primary of a cluster is
-    /// counted as it is read, every member or server the URL names on etcd and ZooKeeper.
+    /// counted as it is read, every member or server the URL names on etcd, ZooKeeper and PostgreSQL.
     pub fn summed(&self) -> bool {
         match self {
-            Raw::Single(_) => false,
+            Raw::Single(_) | Raw::MySql(_) => false,
             Raw::Cluster(_) => true,
             Raw::Etcd(etcd) => etcd.members() > 1,
             Raw::ZooKeeper(zk) => zk.servers() > 1,
+            Raw::Postgres(pg) => pg.servers() > 1,
         }
     }
 
@@ -116,9 +160,7 @@ impl Raw {
         Ok(match self {
             Raw::Single(client) => Conn::Manager(client.get_connection_manager().await?),
             Raw::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
-            Raw::Etcd(_) | Raw::ZooKeeper(_) => {
-                bail!("a Redis connection was asked of an etcd or ZooKeeper store")
-            }
+            _ => bail!("a Redis connection was asked of another store"),
         })
     }
 
@@ -127,6 +169,8 @@ impl Raw {
         Ok(match self {
             Raw::Etcd(etcd) => Meter::Etcd(etcd.clone()),
             Raw::ZooKeeper(zk) => Meter::ZooKeeper(zk.clone()),
+            Raw::Postgres(pg) => Meter::Postgres(pg.meter().await?),
+            Raw::MySql(mysql) => Meter::MySql(mysql.meter().await?),
             redis => Meter::Redis(redis.multiplexed().await?),
         })
     }
@@ -139,9 +183,7 @@ impl Raw {
                 Conn::Multiplexed(client.get_multiplexed_async_connection().await?)
             }
             Raw::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
-            Raw::Etcd(_) | Raw::ZooKeeper(_) => {
-                bail!("a Redis connection was asked of an etcd or ZooKeeper store")
-            }
+            _ => bail!("a Redis connection was asked of another store"),
         })
     }
 }
@@ -149,11 +191,13 @@ impl Raw {
 impl Meter {
     /// The store's CPU time so far (user + system, all its threads), by node: `INFO cpu` of the server or of every
     /// primary of a cluster; `process_cpu_seconds_total` of every etcd member; each ZooKeeper server's process,
-    /// when it runs on this machine.
+    /// the PostgreSQL server's processes, the MySQL server's, when they run on this machine.
     pub async fn cpu_seconds(&mut self) -> anyhow::Result<BTreeMap<String, f64>> {
         let conn = match self {
             Meter::Etcd(etcd) => return etcd.cpu_seconds().await,
             Meter::ZooKeeper(zk) => return zk.cpu_seconds().await,
+            Meter::Postgres(pg) => return pg.cpu_seconds(),
+            Meter::MySql(mysql) => return mysql.cpu_seconds(),
             Meter::Redis(conn) => conn,
         };
         let mut seconds = BTreeMap::new();
@@ -173,11 +217,14 @@ impl Meter {
 
     /// The renewal calls the store has counted so far: script calls (`EVALSHA` + `EVAL`) of the server or every
     /// primary; lease renewals (keep-alives) on etcd; every request the servers received on ZooKeeper (the
-    /// session's `sync`s and pings, while the bench runs alone there).
+    /// session's `sync`s and pings), PostgreSQL (transactions) and MySQL (`Questions`), while the bench runs alone
+    /// there.
     pub async fn renewal_calls(&mut self) -> anyhow::Result<u64> {
         let conn = match self {
             Meter::Etcd(etcd) => return etcd.lease_renewals().await,
             Meter::ZooKeeper(zk) => return zk.requests_received().await,
+            Meter::Postgres(pg) => return pg.transactions().await,
+            Meter::MySql(mysql) => return mysql.questions().await,
             Meter::Redis(conn) => conn,
         };
         let infos = conn.info("commandstats").await?;

@@ -1,5 +1,6 @@
-//! The scenarios: in-process loops against the store's floor (raw Redis, etcd's own lock, ZooKeeper's bare nodes) and
-//! leasehold, and the multi-process ones that spawn `leasehold bench-worker` processes.
+//! The scenarios: in-process loops against the store's floor (raw Redis, etcd's own lock, ZooKeeper's bare nodes,
+//! PostgreSQL's advisory lock, MySQL's `GET_LOCK`) and leasehold, and the multi-process ones that spawn
+//! `leasehold bench-worker` processes.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -14,6 +15,8 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::time::Instant;
 
 use super::etcd::{Etcd, Floor as EtcdFloor};
+use super::mysql::{self, MySql};
+use super::postgres::{self, Pg};
 use super::quorum::{Nodes, QuorumFloor};
 use super::raw::{Conn, Meter, Raw};
 use super::stats::{Outcome, Renewal, Samples};
@@ -47,7 +50,9 @@ pub enum Recipe {
     /// The floor: `SET NX PX`, the owner-checked delete, on a redis-rs `ConnectionManager` in this process (on a
     /// multiplexed connection in the contended workers); a busy answer is retried at once. On etcd, etcd's own
     /// `Lock`/`Unlock` RPC under a lease (see [`super::etcd`]); on ZooKeeper, a bare ephemeral sequential node created
-    /// and deleted (see [`super::zookeeper`]).
+    /// and deleted (see [`super::zookeeper`]); on PostgreSQL, `pg_advisory_lock` + `pg_advisory_unlock` (see
+    /// [`super::postgres`]); on MySQL, `GET_LOCK` + `RELEASE_LOCK` (see [`super::mysql`]), each task on a connection
+    /// of its own.
     Floor,
     /// A peer's recipe, rslock's: the floor's two commands on a redis-rs `MultiplexedConnection`; a busy answer is
     /// followed by the owner-checked delete of its own token (rslock undoes a failed round on every server) and a
@@ -74,6 +79,10 @@ enum Engine {
     EtcdFloor(Box<EtcdFloor>),
     /// On ZooKeeper: an ephemeral sequential node of one session of this process, created and deleted.
     ZkFloor(ZkFloor),
+    /// On PostgreSQL: a session advisory lock taken and released, on a connection per task.
+    PgFloor(postgres::Floor),
+    /// On MySQL: a named lock (`GET_LOCK`) taken and released, on a connection per task.
+    MyFloor(mysql::Floor),
 }
 
 /// One task's lock, made before its loop: only acquire and release are measured.
@@ -84,6 +93,8 @@ enum TaskLock<'a> {
     Quorum(leasehold::QuorumMutex),
     EtcdFloor(&'a EtcdFloor),
     ZkFloor(&'a ZkFloor),
+    PgFloor(&'a postgres::Session),
+    MyFloor(&'a mysql::Session),
 }
 
 /// `tasks` tasks in this process, each on its own key, looping acquire + release; on a quorum setup, the quorum's
@@ -101,10 +112,13 @@ pub async fn in_process(
         None
     };
     let engine = Arc::new(match (&setup.quorum, recipe) {
-        (None, Recipe::Floor) => match (setup.raw.etcd(), setup.raw.zookeeper()) {
-            (Some(etcd), _) => Engine::EtcdFloor(Box::new(etcd.floor().await?)),
-            (_, Some(zk)) => Engine::ZkFloor(zk.floor().await?),
-            _ => Engine::Floor(setup.raw.manager().await?),
+        (None, Recipe::Floor) => match &setup.raw {
+            Raw::Etcd(etcd) => Engine::EtcdFloor(Box::new(etcd.floor().await?)),
+            Raw::ZooKeeper(zk) => Engine::ZkFloor(zk.floor().await?),
+            // One connection per task, all open before the warm-up starts.
+            Raw::Postgres(pg) => Engine::PgFloor(pg.floor(tasks).await?),
+            Raw::MySql(mysql) => Engine::MyFloor(mysql.floor(tasks).await?),
+            Raw::Single(_) | Raw::Cluster(_) => Engine::Floor(setup.raw.manager().await?),
         },
         (None, Recipe::Peer) => Engine::Peer(setup.raw.multiplexed().await?),
         (None, Recipe::Leasehold) => {
@@ -181,6 +195,8 @@ async fn cycle_until(
         Engine::Quorum(quorum) => TaskLock::Quorum(quorum.mutex(&key)),
         Engine::EtcdFloor(floor) => TaskLock::EtcdFloor(floor),
         Engine::ZkFloor(floor) => TaskLock::ZkFloor(floor),
+        Engine::PgFloor(floor) => TaskLock::PgFloor(floor.session(task)),
+        Engine::MyFloor(floor) => TaskLock::MyFloor(floor.session(task)),
     };
     let mut n: u64 = 0;
     loop {
@@ -236,6 +252,18 @@ async fn cycle_until(
                 let node = floor.create(&key).await?;
                 let latency = started.elapsed();
                 floor.delete(node).await?;
+                record(&mut samples, started, measure_from, latency, count);
+            }
+            TaskLock::PgFloor(session) => {
+                session.lock(&key).await?;
+                let latency = started.elapsed();
+                session.unlock(&key).await?;
+                record(&mut samples, started, measure_from, latency, count);
+            }
+            TaskLock::MyFloor(session) => {
+                session.lock(&key).await?;
+                let latency = started.elapsed();
+                session.unlock(&key).await?;
                 record(&mut samples, started, measure_from, latency, count);
             }
         }
@@ -319,6 +347,8 @@ fn worker_command(
         Role::QuorumContend => "quorum-contend",
         Role::EtcdLockContend => "etcd-lock-contend",
         Role::ZkFloorContend => "zk-floor-contend",
+        Role::PgFloorContend => "pg-floor-contend",
+        Role::MyFloorContend => "my-floor-contend",
     };
     let urls = match &setup.quorum {
         Some(nodes) => nodes.urls.clone(),
@@ -401,8 +431,10 @@ async fn workers(
 
 /// The server's CPU time (user + system, all its threads, from `INFO cpu`) between `from` and `to`, measured by a
 /// task of its own; on a cluster, the sum over every primary, and how many there are; on a quorum, the sum over every
-/// node; on etcd, the sum over the members the URL names (`process_cpu_seconds_total`), on ZooKeeper over the server
-/// processes on this machine, and how many there are when more than one. On a server shared with other clients it counts their work too.
+/// node; on etcd, the sum over the members the URL names (`process_cpu_seconds_total`), on ZooKeeper and PostgreSQL
+/// over the server processes on this machine (on PostgreSQL with their children, the backends), and how many there
+/// are when more than one; on MySQL the server process's. On a server shared with other clients it counts their work
+/// too.
 fn server_cpu_window(
     setup: &Setup,
     from: Instant,
@@ -477,8 +509,8 @@ fn last(lines: &[Value]) -> anyhow::Result<&Value> {
 }
 
 /// `processes` processes looping on ONE lock: leasehold, or (`floor`) spinning on `SET NX PX` (on etcd, waiting in
-/// etcd's `Lock` RPC; on ZooKeeper, a bare node waiting for the one ahead); on a quorum setup, leasehold's quorum
-/// mutex (`lock()`).
+/// etcd's `Lock` RPC; on ZooKeeper, a bare node waiting for the one ahead; on PostgreSQL, waiting in
+/// `pg_advisory_lock`; on MySQL, in `GET_LOCK`); on a quorum setup, leasehold's quorum mutex (`lock()`).
 pub async fn contended(
     setup: &Setup,
     scenario: &'static str,
@@ -487,9 +519,13 @@ pub async fn contended(
     kind: &str,
 ) -> anyhow::Result<Outcome> {
     let role = match (&setup.quorum, recipe) {
-        (None, Recipe::Floor) if setup.raw.etcd().is_some() => Role::EtcdLockContend,
-        (None, Recipe::Floor) if setup.raw.zookeeper().is_some() => Role::ZkFloorContend,
-        (None, Recipe::Floor) => Role::FloorContend,
+        (None, Recipe::Floor) => match setup.raw {
+            Raw::Etcd(_) => Role::EtcdLockContend,
+            Raw::ZooKeeper(_) => Role::ZkFloorContend,
+            Raw::Postgres(_) => Role::PgFloorContend,
+            Raw::MySql(_) => Role::MyFloorContend,
+            Raw::Single(_) | Raw::Cluster(_) => Role::FloorContend,
+        },
         (None, Recipe::Peer) => Role::PeerContend,
         (None, Recipe::Leasehold) => Role::Contend,
         (Some(_), Recipe::Leasehold) if kind == "mutex" => Role::QuorumContend,
@@ -584,7 +620,8 @@ pub async fn handoff(setup: &Setup, scenario: &'static str, kind: &str) -> anyho
 }
 
 /// The p50 of one raw round trip (`PING`) on the connection type leasehold uses, in µs; on a cluster, to the
-/// primary of the lock `name`; on etcd, a linearizable read of one key; on ZooKeeper, a read of the root's `Stat`.
+/// primary of the lock `name`; on etcd, a linearizable read of one key; on ZooKeeper, a read of the root's `Stat`; on
+/// PostgreSQL, `SELECT 1`; on MySQL, `COM_PING`.
 async fn round_trip_p50(setup: &Setup, name: &str) -> anyhow::Result<f64> {
     let mut samples = Samples::default();
     let end = Instant::now() + (setup.duration / 5).max(Duration::from_millis(200));
@@ -606,6 +643,24 @@ async fn round_trip_p50(setup: &Setup, name: &str) -> anyhow::Result<f64> {
         }
         return Ok(samples.sorted().quantile_us(0.5));
     }
+    if let Some(pg) = setup.raw.postgres() {
+        let client = pg.connect().await?;
+        while Instant::now() < end {
+            let started = Instant::now();
+            Pg::round_trip(&client).await?;
+            samples.push(started.elapsed());
+        }
+        return Ok(samples.sorted().quantile_us(0.5));
+    }
+    if let Some(mysql) = setup.raw.mysql() {
+        let mut conn = mysql.connect().await?;
+        while Instant::now() < end {
+            let started = Instant::now();
+            MySql::round_trip(&mut conn).await?;
+            samples.push(started.elapsed());
+        }
+        return Ok(samples.sorted().quantile_us(0.5));
+    }
     let mut conn = setup.raw.manager().await?;
     while Instant::now() < end {
         let started = Instant::now();
@@ -617,15 +672,17 @@ async fn round_trip_p50(setup: &Setup, name: &str) -> anyhow::Result<f64> {
 
 /// One process holds 10,000 locks through three renewal periods of a short lease; renewal calls are counted on
 /// the server (on a cluster, summed over the primaries; on etcd, the keep-alives of the session all the locks follow;
-/// on ZooKeeper, every request the servers received: the session's `sync`s and pings).
+/// on ZooKeeper, every request the servers received: the session's `sync`s and pings; on PostgreSQL, the transactions
+/// of every database; on MySQL, the statements the server received, `Questions`).
 pub async fn renew(setup: &Setup, scenario: &'static str) -> anyhow::Result<Outcome> {
     const LOCKS: usize = 10_000;
     const PERIODS: u32 = 3;
     let period = Duration::from_secs(1);
     // On ZooKeeper each grant sets a watch on its node in a task of its own, and the last of those 10,000 requests
-    // may reach the server after the worker holds its locks: one period passes before the count starts (the
-    // worker's own CPU time, read over its whole hold, then covers that period too).
-    let settle = if setup.raw.zookeeper().is_some() {
+    // may reach the server after the worker holds its locks; on PostgreSQL a backend reports its transactions up to a
+    // second after it ran them, and the last grants' would count as renewals: one period passes before the count
+    // starts (the worker's own CPU time, read over its whole hold, then covers that period too).
+    let settle = if setup.raw.zookeeper().is_some() || setup.raw.postgres().is_some() {
         1
     } else {
         0

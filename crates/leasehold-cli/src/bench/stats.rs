@@ -87,7 +87,7 @@ pub struct Outcome {
     /// The server's CPU time (user + system) over the measured window, when it could be read; on a cluster, the
     /// sum over its primaries.
     pub server_cpu_s: Option<f64>,
-    /// On a cluster, how many primaries `server_cpu_s` sums; on etcd and ZooKeeper, how many servers, when more
+    /// On a cluster, how many primaries `server_cpu_s` sums; on the other stores, how many servers, when more
     /// than one.
     pub cpu_primaries: Option<usize>,
     /// The client's CPU time (user + system) over the measured window: this process's, or the worker processes'
@@ -225,14 +225,14 @@ impl Outcome {
         });
         // Cluster runs only: the one-server shape stays as documented.
         match self.cpu_primaries {
-            Some(members) if self.store.has_sessions() => {
+            Some(members) if self.store != Store::Redis => {
                 out["server_cpu_members"] = json!(members)
             }
             Some(primaries) => out["server_cpu_primaries"] = json!(primaries),
             None => {}
         }
-        // etcd and ZooKeeper runs only, likewise.
-        if self.store.has_sessions() {
+        // Runs on the other stores only (etcd, ZooKeeper, PostgreSQL, MySQL), likewise.
+        if self.store != Store::Redis {
             out["store"] = json!(self.store.id());
         }
         if let Some(s) = self.spread {
@@ -333,5 +333,9 @@ mod tests {
         assert!(json.get("server_cpu_primaries").is_none(), "{json}");
         outcome.store = Store::ZooKeeper;
         assert_eq!(outcome.to_json()["store"], "zookeeper");
+        outcome.store = Store::Postgres;
+        assert_eq!(outcome.to_json()["store"], "postgres");
+        outcome.store = Store::MySql;
+        assert_eq!(outcome.to_json()["store"], "mysql");
     }
 }

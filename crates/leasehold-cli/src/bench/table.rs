@@ -151,7 +151,7 @@ pub(super) fn table(outcomes: &[Outcome]) -> String {
             cpu_primaries: Some(servers),
             store,
             ..
-        }) if store.has_sessions() => out.push_str(&format!(
+        }) if *store != Store::Redis => out.push_str(&format!(
             "on {}: srv µs/cycle is the CPU time of all {servers} {} the URL names together\n",
             store.name(),
             if *store == Store::Etcd {

@@ -33,6 +33,12 @@ pub enum Role {
     /// The contended floor on ZooKeeper: a bare ephemeral sequential node that waits for the node ahead of it to go,
     /// then is deleted.
     ZkFloorContend,
+    /// The contended floor on PostgreSQL: `pg_advisory_lock` (it waits in the server) on this process's connection,
+    /// then `pg_advisory_unlock`.
+    PgFloorContend,
+    /// The contended floor on MySQL and MariaDB: `GET_LOCK` (it waits in the server) on this process's connection,
+    /// then `RELEASE_LOCK`.
+    MyFloorContend,
 }
 
 /// `leasehold bench-worker`.
@@ -41,8 +47,8 @@ pub struct WorkerArgs {
     /// The role.
     #[arg(value_enum)]
     pub role: Role,
-    /// The store's URL (`redis+cluster://…` for a cluster, `etcd://…` for etcd, `zk://…` for ZooKeeper); for
-    /// quorum-contend, once per node.
+    /// The store's URL (`redis+cluster://…` for a cluster, `etcd://…` for etcd, `zk://…` for ZooKeeper,
+    /// `postgres://…`, `mysql://…`); for quorum-contend, once per node.
     #[arg(long, required = true)]
     pub store: Vec<String>,
     /// The lock (or lock-name prefix) to use.
@@ -104,6 +110,8 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
         Role::QuorumContend => Some(quorum_contend(&args).await?),
         Role::EtcdLockContend => Some(etcd_lock_contend(&args).await?),
         Role::ZkFloorContend => Some(zk_floor_contend(&args).await?),
+        Role::PgFloorContend => Some(pg_floor_contend(&args).await?),
+        Role::MyFloorContend => Some(my_floor_contend(&args).await?),
         _ => None,
     };
     if let Some(mut result) = result {
@@ -122,7 +130,9 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
         | Role::PeerContend
         | Role::QuorumContend
         | Role::EtcdLockContend
-        | Role::ZkFloorContend => unreachable!("handled above"),
+        | Role::ZkFloorContend
+        | Role::PgFloorContend
+        | Role::MyFloorContend => unreachable!("handled above"),
         Role::Contend => contend(&locks, &args).await?,
         Role::Handoff => handoff(&locks, &args).await?,
         Role::Renew => {
@@ -306,25 +316,12 @@ async fn etcd_lock_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Valu
     let etcd = super::etcd::Etcd::parse(one_server(args)?)
         .context("etcd-lock-contend needs an etcd:// URL")?;
     let floor = etcd.floor().await?;
-    let to = Instant::now() + Duration::from_millis(args.to_ms.saturating_sub(unix_ms()));
-    let mut samples = Vec::new();
-    loop {
-        let now = unix_ms();
-        if now >= args.to_ms {
-            break;
-        }
-        let started = Instant::now();
-        let Ok(held) = tokio::time::timeout_at(to, floor.lock(&args.name)).await else {
-            break;
-        };
-        let held = held?;
-        let latency = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        if now >= args.from_ms {
-            samples.push(latency);
-        }
-        floor.unlock(held).await?;
-    }
-    Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
+    floor_contend(
+        args,
+        async || floor.lock(&args.name).await,
+        async |held| floor.unlock(held).await,
+    )
+    .await
 }
 
 /// [`Role::ZkFloorContend`]: a bare node waiting for the one ahead (cut at the end of the window, a late grant left to
@@ -333,6 +330,49 @@ async fn zk_floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value
     let zk = super::zookeeper::Zk::parse(one_server(args)?)
         .context("zk-floor-contend needs a zk:// URL")?;
     let floor = zk.floor().await?;
+    floor_contend(
+        args,
+        async || floor.lock(&args.name).await,
+        async |node| floor.delete(node).await,
+    )
+    .await
+}
+
+/// [`Role::PgFloorContend`]: waits in `pg_advisory_lock` (cut at the end of the window: the process then ends, and
+/// its connection with it) and unlocks at once.
+async fn pg_floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
+    let pg = super::postgres::Pg::parse(one_server(args)?)?
+        .context("pg-floor-contend needs a postgres:// URL")?;
+    let session = pg.session().await?;
+    floor_contend(
+        args,
+        async || session.lock(&args.name).await,
+        async |()| session.unlock(&args.name).await,
+    )
+    .await
+}
+
+/// [`Role::MyFloorContend`]: waits in `GET_LOCK` (cut at the end of the window, likewise) and releases at once.
+async fn my_floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value> {
+    let mysql = super::mysql::MySql::parse(one_server(args)?)?
+        .context("my-floor-contend needs a mysql:// or mariadb:// URL")?;
+    let session = mysql.session().await?;
+    floor_contend(
+        args,
+        async || session.lock(&args.name).await,
+        async |()| session.unlock(&args.name).await,
+    )
+    .await
+}
+
+/// The contended loop of a store's own floor: `lock` (which waits in the store while another process holds the
+/// name) and `unlock` of what it returned, until the end of the window. A wait still running then is cut: the
+/// process ends, and what it was waiting for is left to the store (the lease, the session, the connection).
+async fn floor_contend<H>(
+    args: &WorkerArgs,
+    lock: impl AsyncFn() -> anyhow::Result<H>,
+    unlock: impl AsyncFn(H) -> anyhow::Result<()>,
+) -> anyhow::Result<serde_json::Value> {
     let to = Instant::now() + Duration::from_millis(args.to_ms.saturating_sub(unix_ms()));
     let mut samples = Vec::new();
     loop {
@@ -341,15 +381,15 @@ async fn zk_floor_contend(args: &WorkerArgs) -> anyhow::Result<serde_json::Value
             break;
         }
         let started = Instant::now();
-        let Ok(node) = tokio::time::timeout_at(to, floor.lock(&args.name)).await else {
+        let Ok(held) = tokio::time::timeout_at(to, lock()).await else {
             break;
         };
-        let node = node?;
+        let held = held?;
         let latency = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         if now >= args.from_ms {
             samples.push(latency);
         }
-        floor.delete(node).await?;
+        unlock(held).await?;
     }
     Ok(json!({ "acquisitions": samples.len(), "samples_ns": samples }))
 }

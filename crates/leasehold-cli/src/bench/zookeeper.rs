@@ -8,9 +8,9 @@
 //! goes. One session per process, opened before the measured window.
 //!
 //! ZooKeeper reports no CPU time of its own (`mntr` has none), so the server's CPU time is read from `/proc` for a
-//! server on this machine: the process that listens on the URL's port. A server elsewhere shows none. The requests
-//! a server received (`renew-10k`'s renewal calls) are `zk_packets_received` of its `mntr`, which the server must
-//! allow (`4lw.commands.whitelist`).
+//! server on this machine: the process that listens on the URL's port (see [`super::local`]). A server elsewhere shows
+//! none. The requests a server received (`renew-10k`'s renewal calls) are `zk_packets_received` of its `mntr`, which
+//! the server must allow (`4lw.commands.whitelist`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,6 +18,8 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use zookeeper_client::{Acls, Client, CreateMode};
+
+use super::local::{self, Processes};
 
 /// The scheme of ZooKeeper URLs.
 const SCHEME: &str = "zk://";
@@ -107,13 +109,7 @@ impl Zk {
     /// The CPU time so far (user + system) of each server process on this machine that listens on a port the URL
     /// names, by server; an error when there is none (a server elsewhere, or no permission to see it).
     pub async fn cpu_seconds(&self) -> anyhow::Result<BTreeMap<String, f64>> {
-        let mut seconds = BTreeMap::new();
-        for server in &self.servers {
-            let pid = local_listener(server)
-                .with_context(|| format!("no process of this machine listens on {server}"))?;
-            seconds.insert(server.clone(), process_cpu_seconds(pid)?);
-        }
-        Ok(seconds)
+        local::cpu_seconds(&self.servers, Processes::One)
     }
 
     /// The requests the servers have received so far (`zk_packets_received` of their `mntr`), summed.
@@ -195,64 +191,6 @@ impl Floor {
     }
 }
 
-/// The process of this machine that listens on the TCP port of `server` (`host:port`, the host on loopback), from
-/// `/proc/net/tcp` and `/proc/net/tcp6` and the processes' open files.
-fn local_listener(server: &str) -> Option<u32> {
-    let (host, port) = server.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let loopback = host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    if !loopback {
-        return None;
-    }
-    let port: u16 = port.parse().ok()?;
-    // A listening socket's line: `sl local_address rem_address st … inode`, the address as HEX_IP:HEX_PORT and the
-    // state 0A for LISTEN.
-    let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .filter_map(|table| std::fs::read_to_string(table).ok())
-        .flat_map(|text| text.lines().skip(1).map(str::to_owned).collect::<Vec<_>>())
-        .find_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let local_port = u16::from_str_radix(fields.get(1)?.rsplit_once(':')?.1, 16).ok()?;
-            (local_port == port && *fields.get(3)? == "0A")
-                .then(|| fields.get(9).map(|i| i.to_string()))?
-        })?;
-    let socket = format!("socket:[{inode}]");
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let fds = std::fs::read_dir(entry.path().join("fd")).ok()?;
-            fds.flatten()
-                .any(|fd| {
-                    std::fs::read_link(fd.path())
-                        .is_ok_and(|target| target.as_os_str() == socket.as_str())
-                })
-                .then_some(pid)
-        })
-}
-
-/// User plus system CPU time of process `pid` so far, from `/proc/PID/stat` (fields 14 and 15, in clock ticks of
-/// 1/100 s: Linux reports them in `USER_HZ`, which is 100 on every architecture).
-fn process_cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // The command name, in parentheses, may hold spaces: the fields are counted after its closing one.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
-    match (ticks(11), ticks(12)) {
-        (Some(user), Some(system)) => Ok((user + system) as f64 / 100.0),
-        _ => bail!("/proc/{pid}/stat has no CPU times"),
-    }
-}
-
 /// The answer of the server at `server` to the four-letter word `word`, up to the server closing the connection.
 async fn four_letter_word(server: &str, word: &str) -> anyhow::Result<String> {
     let ask = async {
@@ -306,16 +244,5 @@ mod tests {
         let plain = Zk::parse("zk://127.0.0.1:2181").unwrap();
         assert_eq!((plain.chroot.as_str(), plain.digest), ("", None));
         assert!(Zk::parse("etcd://127.0.0.1:2379").is_none());
-    }
-
-    #[test]
-    fn a_server_elsewhere_has_no_local_process() {
-        assert_eq!(local_listener("10.0.0.1:2181"), None);
-        assert_eq!(local_listener("no-port"), None);
-    }
-
-    #[test]
-    fn this_process_has_cpu_time() {
-        assert!(process_cpu_seconds(std::process::id()).unwrap() >= 0.0);
     }
 }
