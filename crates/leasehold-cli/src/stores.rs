@@ -19,9 +19,13 @@
 //!
 //! Every refusal exits 2 (usage) with one line, before a connection is attempted.
 //!
-//! PostgreSQL (`postgres://`, `postgresql://`) and MySQL or MariaDB (`mysql://`, `mariadb://`) are named too. The
-//! library keeps their locks in lease tables, each grant with a lease of its own as on Redis, so the options are
-//! checked as on Redis, except that one URL names the server (several `--store` are refused).
+//!
+//! PostgreSQL (`postgres://`, `postgresql://`) and MySQL or MariaDB (`mysql://`, `mariadb://`) keep every grant under a
+//! session of the command's client too (a session row of the library's lease tables), so they refuse the same Redis
+//! settings with the same words: `--ttl` is the session's TTL (at least 1s, `30s` by default, a renewal every quarter
+//! of it), `--permits` counts one permit per grant, `permits` and `demo` are refused, one URL names the server.
+//! `--tls-ca`, `--tls-cert` and `--tls-key` go with a `postgres://` URL that says `sslmode=require`; MySQL is reached
+//! without TLS.
 
 use std::time::Duration;
 
@@ -52,6 +56,10 @@ const MAX_SESSION_PERMITS: u64 = u32::MAX as u64;
 /// second its keeper's `sync`s, every eighth of it, would be a load of their own.
 const MIN_ZK_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The shortest session TTL of the SQL stores (the library's `Builder::session_ttl` refuses less): its keeper renews
+/// every quarter of it, and each renewal is a write.
+const MIN_SQL_TTL: Duration = Duration::from_secs(1);
+
 /// The longest ZooKeeper session timeout asked for: the protocol carries it as a signed 32-bit count of milliseconds
 /// (24.8 days); a round number below that.
 const MAX_ZK_TIMEOUT: Duration = Duration::from_secs(24 * 24 * 3600);
@@ -80,9 +88,10 @@ impl Store {
             .unwrap_or(Store::Redis)
     }
 
-    /// Whether every grant lives under a session of the client (etcd, ZooKeeper) rather than a lease of its own.
+    /// Whether every grant lives under a session of the client (etcd, ZooKeeper, PostgreSQL, MySQL) rather than a
+    /// lease of its own.
     pub fn has_sessions(self) -> bool {
-        matches!(self, Store::Etcd | Store::ZooKeeper)
+        self != Store::Redis
     }
 
     /// The store's name as the library's `Client::store_name` gives it, and the bench's JSON: `redis`, `etcd`,
@@ -180,6 +189,9 @@ pub fn check_store(target: &StoreArg) -> anyhow::Result<Store> {
             Store::Etcd => {
                 "etcd commits every grant to a majority of its members before it answers"
             }
+            Store::Postgres | Store::MySql => {
+                "the database's own replication decides (synchronous replication keeps a grant through a failover)"
+            }
             _ => "ZooKeeper commits every write to a majority of the ensemble before it answers",
         };
         return Err(usage(format!(
@@ -187,6 +199,8 @@ pub fn check_store(target: &StoreArg) -> anyhow::Result<Store> {
              store",
             match store {
                 Store::Etcd => "an etcd://",
+                Store::Postgres => "a postgres://",
+                Store::MySql => "a mysql://",
                 _ => "a zk://",
             }
         )));
@@ -196,18 +210,25 @@ pub fn check_store(target: &StoreArg) -> anyhow::Result<Store> {
         (target.tls_cert.is_some(), "--tls-cert"),
         (target.tls_key.is_some(), "--tls-key"),
     ];
-    let over_tls = target.urls.iter().any(|url| url.starts_with("etcds://"));
+    let over_tls = target.urls.iter().any(|url| {
+        url.starts_with("etcds://")
+            || (Store::of(url) == Store::Postgres && url.contains("sslmode=require"))
+    });
     if let (Some((_, option)), false) = (tls.iter().find(|(given, _)| *given), over_tls) {
         let why = match store {
             Store::Etcd => {
                 format!("etcd:// is reached without TLS; give etcds:// or drop {option}")
             }
+            Store::Postgres => {
+                format!("PostgreSQL is reached over TLS only with sslmode=require in the URL; add it or drop {option}")
+            }
+            Store::MySql => format!("leasehold reaches MySQL without TLS; drop {option}"),
             _ => format!(
                 "leasehold reaches ZooKeeper without TLS (there is no zks://); drop {option}"
             ),
         };
         return Err(usage(format!(
-            "{option} is for rediss:// and etcds:// URLs: {why}"
+            "{option} is for rediss://, etcds:// and postgres://…?sslmode=require URLs: {why}"
         )));
     }
     Ok(store)
@@ -235,14 +256,22 @@ pub fn check_run(args: &RunArgs) -> anyhow::Result<()> {
 }
 
 /// A usage error unless `ttl` can be the session of `store`: on etcd a lease of whole seconds, at least 2s; on
-/// ZooKeeper a timeout of whole milliseconds, at least 1s (which ZooKeeper then clamps to its own bounds).
+/// ZooKeeper a timeout of whole milliseconds, at least 1s (which ZooKeeper then clamps to its own bounds); on the SQL
+/// stores a TTL of at least 1s.
 ///
 /// # Errors
 ///
 /// Status 2, saying what the store takes.
 pub fn check_session_ttl(store: Store, ttl: Duration) -> anyhow::Result<()> {
     match store {
-        Store::Redis | Store::Postgres | Store::MySql => Ok(()),
+        Store::Redis => Ok(()),
+        Store::Postgres | Store::MySql if ttl < MIN_SQL_TTL => Err(usage(format!(
+            "--ttl {}: on {} it is the session's TTL, at least {} (a renewal goes out every quarter of it)",
+            show(ttl),
+            store.name(),
+            show(MIN_SQL_TTL)
+        ))),
+        Store::Postgres | Store::MySql => Ok(()),
         Store::Etcd if ttl < leasehold::MIN_SESSION_TTL || ttl.subsec_nanos() != 0 => {
             Err(usage(format!(
                 "--ttl {}: on etcd the lease is the session's, which etcd grants in whole seconds of at least {} \
@@ -367,6 +396,16 @@ mod tests {
             Duration::from_millis(10),
         ] {
             let err = check_session_ttl(Store::Etcd, bad).unwrap_err();
+            assert_eq!(exit::code_of(&err), exit::USAGE);
+        }
+    }
+
+    #[test]
+    fn sql_session_ttls_are_at_least_one_second() {
+        for store in [Store::Postgres, Store::MySql] {
+            assert!(store.has_sessions());
+            assert!(check_session_ttl(store, Duration::from_millis(1500)).is_ok());
+            let err = check_session_ttl(store, Duration::from_millis(999)).unwrap_err();
             assert_eq!(exit::code_of(&err), exit::USAGE);
         }
     }

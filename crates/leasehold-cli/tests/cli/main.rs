@@ -12,6 +12,7 @@ mod lease;
 mod quorum;
 mod run;
 mod signals;
+mod sql;
 mod status;
 mod tls;
 mod zookeeper;

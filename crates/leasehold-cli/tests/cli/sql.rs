@@ -1,0 +1,245 @@
+//! The command on PostgreSQL and MariaDB (`--store postgres://…`, `mysql://…`): `run` with every kind, `status`,
+//! `list`, `release --force`, `bench` against each store's floor (an advisory lock, `GET_LOCK`), and what the SQL
+//! stores cannot honour refused before connecting. Each test starts its own server.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use leasehold_tests::{MariaDbServer, PgServer, TempDir};
+use serde_json::Value;
+
+use crate::{finish, leasehold, one_error_line, Running, SOON};
+
+/// Starts `leasehold run ARGS… NAME` with a program that prints `held FENCE TOKEN` and then waits for stdin to close;
+/// returns once it holds the lock, with the line's token.
+fn holder(url: &str, options: &[&str], name: &str) -> (Running, String) {
+    let mut args = vec!["run", "--store", url];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&[
+        name,
+        "--",
+        "sh",
+        "-c",
+        "echo held $LEASEHOLD_FENCE $LEASEHOLD_TOKEN; read line; exit 0",
+    ]);
+    let mut command = leasehold(&args);
+    command.stdin(Stdio::piped());
+    let running = Running::start(command);
+    let line = running.line(SOON);
+    let token = line
+        .strip_prefix("held ")
+        .and_then(|rest| rest.split_once(' '))
+        .unwrap_or_else(|| panic!("{line}"))
+        .1
+        .to_owned();
+    (running, token)
+}
+
+fn status_json(url: &str, name: &str) -> Value {
+    let (code, stdout, stderr) =
+        finish(leasehold(&["status", "--json", "--store", url, name]), SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// `run`, `status`, `list` and `release --force` on the database at `url`.
+fn runs_exclude_and_are_listed(url: &str) {
+    let (mut first, token) = holder(url, &["--ttl", "4s"], "nightly");
+    let (code, _, stderr) = finish(
+        leasehold(&["run", "-n", "--store", url, "nightly", "--", "true"]),
+        SOON,
+    );
+    assert_eq!(code, Some(75), "{stderr}");
+    let status = status_json(url, "nightly");
+    assert_eq!(status["state"], "held", "{status}");
+    assert_eq!(status["kind"], "mutex", "{status}");
+    assert_eq!(status["token"], token.as_str(), "{status}");
+    assert_eq!(status["holder"]["pid"], first.pid(), "{status}");
+    // The time left is the holder's session's, on the server's clock.
+    assert!(
+        status["remaining_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms > 0 && ms <= 4000),
+        "{status}"
+    );
+    let (code, stdout, _) = finish(leasehold(&["list", "--json", "--store", url]), SOON);
+    assert_eq!(code, Some(0));
+    let listed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{stdout}");
+
+    // A reader and a permit run beside each other's kind on other names; a second reader shares.
+    let (mut reader, _) = holder(url, &["--shared"], "report");
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "run", "-n", "--shared", "--store", url, "report", "--", "echo", "shared",
+        ]),
+        SOON,
+    );
+    assert_eq!((code, stdout.as_str()), (Some(0), "shared"), "{stderr}");
+    let (mut permit, _) = holder(url, &["--permits", "2"], "pool");
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "run",
+            "-n",
+            "--permits",
+            "2",
+            "--store",
+            url,
+            "pool",
+            "--",
+            "echo",
+            "second permit",
+        ]),
+        SOON,
+    );
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(0), "second permit"),
+        "{stderr}"
+    );
+
+    // A force release stops the holder's program: its next renewal finds its entry gone.
+    let (code, stdout, stderr) = finish(
+        leasehold(&["release", "--force", "--store", url, "nightly"]),
+        SOON,
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.starts_with("removed lock \"nightly\""), "{stdout}");
+    assert_eq!(first.code(Duration::from_secs(10)), Some(76));
+    assert!(
+        first
+            .stderr()
+            .starts_with("leasehold: lost lock \"nightly\": "),
+        "{}",
+        first.stderr()
+    );
+    reader.close_stdin();
+    permit.close_stdin();
+    assert_eq!(reader.code(SOON), Some(0));
+    assert_eq!(permit.code(SOON), Some(0));
+    let (code, stdout, _) = finish(leasehold(&["list", "--store", url]), SOON);
+    assert_eq!(code, Some(0));
+    assert!(!stdout.contains("nightly"), "{stdout}");
+}
+
+#[test]
+fn runs_on_postgresql_exclude_and_are_listed() {
+    let server = PgServer::start();
+    runs_exclude_and_are_listed(&server.url());
+}
+
+#[test]
+fn runs_on_mariadb_exclude_and_are_listed() {
+    let server = MariaDbServer::start();
+    runs_exclude_and_are_listed(&server.url());
+}
+
+#[test]
+fn what_the_sql_stores_cannot_honour_exits_2_before_connecting() {
+    let dir = TempDir::new("sql-refusals");
+    let pem = dir.path().join("ca.pem");
+    std::fs::write(&pem, "not used").unwrap();
+    let pem = pem.to_str().unwrap();
+    for (nowhere, name) in [
+        ("postgres://u@127.0.0.1:1/db", "PostgreSQL"),
+        ("mysql://u@127.0.0.1:1/db", "MySQL/MariaDB"),
+    ] {
+        let run = |options: &[&'static str]| {
+            let mut args = vec!["run", "--store", nowhere];
+            args.extend_from_slice(options);
+            args.extend_from_slice(&["jobs", "--", "true"]);
+            args
+        };
+        let cases: Vec<(Vec<&str>, String)> = vec![
+            (run(&["--ttl", "500ms"]), "at least 1s".to_owned()),
+            (
+                run(&["--replicas", "1"]),
+                "--replicas is a Redis setting".to_owned(),
+            ),
+            (
+                run(&["--store", nowhere]),
+                "URL names the server".to_owned(),
+            ),
+            (
+                vec![
+                    "run", "--store", nowhere, "--tls-ca", pem, "jobs", "--", "true",
+                ],
+                "--tls-ca".to_owned(),
+            ),
+            (
+                vec!["permits", "--store", nowhere, "jobs", "4"],
+                format!("{name} stores none"),
+            ),
+            (
+                vec!["demo", "--store", nowhere],
+                "the demo runs on Redis".to_owned(),
+            ),
+        ];
+        for (args, says) in &cases {
+            let (code, _, stderr) = finish(leasehold(args), SOON);
+            assert_eq!(code, Some(2), "{args:?}: {stderr}");
+            let line = one_error_line(&stderr);
+            assert!(line.contains(says.as_str()), "{args:?}: {line}");
+            assert!(!line.contains("cannot connect"), "{args:?}: {line}");
+        }
+        // What the store can honour goes on to connect; nothing listens there: exit 69.
+        let (code, _, stderr) = finish(leasehold(&run(&["--ttl", "1s"])), SOON);
+        assert_eq!(code, Some(69), "{stderr}");
+    }
+}
+
+/// `bench` on the database at `url`: the store's floor and leasehold's scenarios, with a ratio to the floor.
+fn bench_runs_against_the_floor(url: &str, floor: &str, said: &str) {
+    let scenarios = [
+        format!("{floor}-1"),
+        "uncontended-1".to_owned(),
+        format!("{floor}-8p"),
+        "contended-8p".to_owned(),
+        "handoff".to_owned(),
+    ];
+    let (code, stdout, stderr) = finish(
+        leasehold(&[
+            "bench",
+            "--store",
+            url,
+            "--duration",
+            "300ms",
+            "--scenarios",
+            &scenarios.join(","),
+        ]),
+        Duration::from_secs(90),
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("scenario "), "{stdout}");
+    let rows: Vec<Vec<&str>> = lines[1..=scenarios.len()]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|row| row[0]).collect();
+    assert_eq!(names, scenarios, "{stdout}");
+    for row in &rows {
+        let rate: f64 = row[1].parse().unwrap();
+        assert!(rate > 0.0, "{row:?} in {stdout}");
+    }
+    let ratio = |name: &str| rows.iter().find(|row| row[0] == name).unwrap()[5];
+    for measured in ["uncontended-1", "contended-8p"] {
+        assert!(
+            ratio(measured).parse::<f64>().is_ok_and(|r| r > 0.0),
+            "{measured}: {stdout}"
+        );
+    }
+    assert!(stdout.contains(said), "{stdout}");
+}
+
+#[test]
+fn bench_runs_on_postgresql_against_advisory_locks() {
+    let server = PgServer::start();
+    bench_runs_against_the_floor(&server.url(), "pg-floor", "on PostgreSQL");
+}
+
+#[test]
+fn bench_runs_on_mariadb_against_get_lock() {
+    let server = MariaDbServer::start();
+    bench_runs_against_the_floor(&server.url(), "my-floor", "on MySQL");
+}
