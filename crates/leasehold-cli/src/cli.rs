@@ -33,12 +33,14 @@ Exit status of `leasehold run`: the program's own, or 128+N when signal N ended 
 See `leasehold <COMMAND> --help` for each command.
 
 Stores: Redis (redis://, rediss://, unix://, redis+cluster://, redis+sentinel://; the default), etcd
-(etcd://host:port[,host:port...], the members of one cluster) or ZooKeeper
-(zk://[user:password@]host:port[,host:port...][/chroot], the servers of one ensemble): run, status,
-list, release and bench work on all three. On etcd, run's --ttl is the session lease (whole seconds,
-at least 2s); on ZooKeeper, the session timeout asked for (at least 1s), which ZooKeeper clamps to
-its own bounds. --replicas, --tls-* (etcds:// excepted), several --store, `permits` and `demo` are
-Redis-only and exit 2 before connecting.
+(etcd://host:port[,host:port...], the members of one cluster), ZooKeeper
+(zk://[user:password@]host:port[,host:port...][/chroot], the servers of one ensemble), PostgreSQL
+(postgres://user[:password]@host[:port]/database) or MySQL/MariaDB (mysql:// or mariadb://): run,
+status, list, release and bench work on all of them. On etcd, run's --ttl is the session lease (whole
+seconds, at least 2s); on ZooKeeper, the session timeout asked for (at least 1s), which ZooKeeper
+clamps to its own bounds; on PostgreSQL and MySQL the session's TTL (at least 1s). --replicas,
+--tls-* (etcds:// and postgres://...?sslmode=require excepted), several --store, `permits` and
+`demo` are Redis-only and exit 2 before connecting.
 
 Environment: LEASEHOLD_STORE (or LEASEHOLD_REDIS_URL), LEASEHOLD_PREFIX, LEASEHOLD_TLS_CA, LEASEHOLD_TLS_CERT,
 LEASEHOLD_TLS_KEY and LEASEHOLD_REPLICAS stand in for their options. RUST_LOG (tracing's
@@ -84,6 +86,13 @@ stopped five eighths of it after the last answered one. NAME is the node /PREFIX
 URL's chroot), so a kazoo Lock on that path and leasehold runs exclude each other. Kinds, order and
 --permits as on etcd. --replicas, --tls-* and --store given twice exit 2 before connecting (leasehold
 reaches ZooKeeper without TLS).
+
+On PostgreSQL and MySQL/MariaDB (--store postgres://user@host/database, mysql://user@host/database)
+every grant is a row of the library's lease tables (leasehold_entry, created on first use) under a
+session row of the command's client, and --ttl is that session's TTL: at least 1s, 30s by default,
+renewed every quarter of it with its expiry on the database server's clock. Kinds, order and
+--permits as on etcd. The fence comes from a sequence (PostgreSQL) or the lock's own row (MySQL).
+--tls-* go with postgres://...?sslmode=require (verified TLS); MySQL is reached without TLS.
 
 Nesting: a program run under NAME may run `leasehold run NAME ...` again (the environment
 says which lock and token it runs under): the inner program runs at once under the outer
@@ -403,7 +412,9 @@ pub struct StoreArg {
                 then the primary's service name; rediss+sentinel:// for TLS); given 3 or more times (run, status, \
                 list, release): a quorum of independent Redis servers (Redlock). etcd: etcd://host:port[,host:port…] \
                 (the members of one cluster; etcds:// over TLS). ZooKeeper: \
-                zk://[user:password@]host:port[,host:port…][/chroot] (the servers of one ensemble)"
+                zk://[user:password@]host:port[,host:port…][/chroot] (the servers of one ensemble). PostgreSQL: \
+                postgres://user[:password]@host[:port]/database (?sslmode=require for TLS). MySQL or MariaDB: \
+                mysql://user[:password]@host[:port]/database (or mariadb://)"
     )]
     pub urls: Vec<String>,
 
@@ -411,13 +422,13 @@ pub struct StoreArg {
     #[arg(long, value_name = "PREFIX", env = "LEASEHOLD_PREFIX", default_value = leasehold::DEFAULT_PREFIX)]
     pub prefix: String,
 
-    /// For rediss:// and etcds:// URLs: trust this CA certificate (PEM) instead of the system's trust store. Not with
-    /// etcd:// or zk://.
+    /// For rediss://, etcds:// and postgres://…?sslmode=require URLs: trust this CA certificate (PEM) instead of the
+    /// system's trust store. Not with etcd://, zk:// or mysql://.
     #[arg(long, value_name = "FILE", env = "LEASEHOLD_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
 
-    /// For rediss:// and etcds:// URLs: present this client certificate (PEM) to servers that require one (with
-    /// --tls-key). Not with etcd:// or zk://.
+    /// For rediss://, etcds:// and postgres://…?sslmode=require URLs: present this client certificate (PEM) to
+    /// servers that require one (with --tls-key). Not with etcd://, zk:// or mysql://.
     #[arg(
         long,
         value_name = "FILE",

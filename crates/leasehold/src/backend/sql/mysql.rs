@@ -8,8 +8,9 @@
 //! - **Fences** come from the lock's row in `PREFIX_lock`: `LAST_INSERT_ID(fence + 1)` in the transaction that
 //!   inserts the entry, read back from the statement's OK packet. The rows are never deleted, so a lock's fences never
 //!   restart.
-//! - **No notifications**: MySQL has no `LISTEN`. A waiter polls, from 5 ms doubling to 100 ms, and checks at the
-//!   expiry of the entry it waits for; a release by the same client wakes its waiters at once.
+//! - **No notifications**: MySQL has no `LISTEN`. A waiter polls: every 5 ms when it is next in line (every entry
+//!   ahead holds the lock), doubling to 50 ms further back; it also checks at the expiry of the entry it waits for,
+//!   and a release by the same client wakes its waiters at once.
 //! - **Server-side deadlines**: `innodb_lock_wait_timeout` at the per-call deadline (whole seconds, at least one).
 //! - **The schema** is created on first use with `CREATE TABLE IF NOT EXISTS` (MySQL's DDL is idempotent that way
 //!   and serialises on the metadata lock); a database whose tables exist needs no DDL right.
@@ -24,9 +25,10 @@ use mysql_async::{Opts, OptsBuilder, Pool, Row, TxOpts, Value};
 use super::{kind_columns, kind_of_columns, micros, Entry, SqlError, Tables, Wakes};
 use crate::backend::admission::Kind;
 
-/// The poll interval of a waiter's `attempt`th check: 5 ms doubling to 100 ms.
+/// The poll interval of a waiter's `attempt`th check in a row behind waiters (0: it is next in line, every entry
+/// ahead holds the lock): 5 ms next in line, doubling to 50 ms further back.
 pub(crate) fn poll_interval(attempt: u32) -> Duration {
-    Duration::from_millis(5u64.saturating_mul(1 << attempt.min(5))).min(Duration::from_millis(100))
+    Duration::from_millis(5u64 << attempt.min(4)).min(Duration::from_millis(50))
 }
 
 /// The statements of one prefix.

@@ -80,9 +80,12 @@ impl Statements {
                 "WITH d AS (DELETE FROM {session} WHERE id = ANY($1) AND expires_at <= now() RETURNING id) \
                  SELECT pg_notify('{channel}', $2) FROM (SELECT 1 FROM d LIMIT 1) x"
             ),
+            // Every release notifies, waiters or not: whether a waiter is behind cannot be known in the same
+            // statement (one that enqueues after the statement's snapshot, and checks before its commit, would sleep
+            // until this entry's expiry).
             release: format!(
                 "WITH d AS (DELETE FROM {entry} WHERE name = $1 AND fence = $2 AND session = $3 RETURNING name) \
-                 SELECT pg_notify('{channel}', name) FROM d"
+                 SELECT pg_notify('{channel}', name)::text FROM d"
             ),
             delete_entries: format!(
                 "WITH d AS (DELETE FROM {entry} WHERE session = $1 AND hold = ANY($2) RETURNING name) \
@@ -224,8 +227,8 @@ impl PgDb {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<tokio_postgres::Row>, SqlError> {
-        let conn = self.pool.get().await?;
-        let rows = conn.query_typed(sql, params).await.map_err(pg(op))?;
+        let mut conn = self.pool.get().await?;
+        let rows = conn.run(op, sql, params).await.map_err(pg(op))?;
         conn.done();
         Ok(rows)
     }
@@ -422,7 +425,14 @@ pub(crate) fn is_transient(e: &tokio_postgres::Error) -> bool {
 struct Pool {
     config: Config,
     connector: Connector,
-    idle: std::sync::Mutex<Vec<tokio_postgres::Client>>,
+    idle: std::sync::Mutex<Vec<Conn>>,
+}
+
+/// One connection, and the statements prepared on it (each is parsed and planned once per connection, not per call:
+/// most of the server's work for a statement this small).
+struct Conn {
+    client: tokio_postgres::Client,
+    prepared: std::collections::HashMap<&'static str, tokio_postgres::Statement>,
 }
 
 impl Pool {
@@ -431,10 +441,10 @@ impl Pool {
         loop {
             let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
             match idle {
-                Some(client) if !client.is_closed() => {
+                Some(conn) if !conn.client.is_closed() => {
                     return Ok(Pooled {
                         pool: self,
-                        client: Some(client),
+                        conn: Some(conn),
                     })
                 }
                 Some(_) => continue,
@@ -448,7 +458,10 @@ impl Pool {
             .map_err(pg("connect"))?;
         Ok(Pooled {
             pool: self,
-            client: Some(client),
+            conn: Some(Conn {
+                client,
+                prepared: std::collections::HashMap::new(),
+            }),
         })
     }
 }
@@ -457,15 +470,42 @@ impl Pool {
 /// one dropped with its statement still out (a timeout, a dropped future) is closed instead.
 struct Pooled<'a> {
     pool: &'a Pool,
-    client: Option<tokio_postgres::Client>,
+    conn: Option<Conn>,
 }
 
 impl Pooled<'_> {
+    fn conn(&mut self) -> &mut Conn {
+        self.conn
+            .as_mut()
+            .expect("a pooled connection is present until done")
+    }
+
+    /// Runs the statement `op`, `sql`, prepared on this connection the first time.
+    async fn run(
+        &mut self,
+        op: &'static str,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let conn = self.conn();
+        let statement = match conn.prepared.get(op) {
+            Some(statement) => statement.clone(),
+            None => {
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let statement = conn.client.prepare_typed(sql, &types).await?;
+                conn.prepared.insert(op, statement.clone());
+                statement
+            }
+        };
+        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+        conn.client.query(&statement, &values).await
+    }
+
     fn done(mut self) {
-        if let Some(client) = self.client.take() {
+        if let Some(conn) = self.conn.take() {
             let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-            if idle.len() < MAX_IDLE && !client.is_closed() {
-                idle.push(client);
+            if idle.len() < MAX_IDLE && !conn.client.is_closed() {
+                idle.push(conn);
             }
         }
     }
@@ -475,9 +515,11 @@ impl std::ops::Deref for Pooled<'_> {
     type Target = tokio_postgres::Client;
 
     fn deref(&self) -> &tokio_postgres::Client {
-        self.client
+        &self
+            .conn
             .as_ref()
             .expect("a pooled connection is present until done")
+            .client
     }
 }
 

@@ -333,7 +333,7 @@ async fn grant(
                 return Ok(Some(fence));
             }
             Ok(Check::Again) => continue,
-            Ok(Check::Busy(_)) if !waits => {
+            Ok(Check::Busy { .. }) if !waits => {
                 if shared
                     .call("release", db.release(name, fence, &shared.id))
                     .await
@@ -347,10 +347,11 @@ async fn grant(
                 }
                 return Ok(None);
             }
-            Ok(Check::Busy(left)) => {
+            Ok(Check::Busy { left, next }) => {
                 backoff = FIRST_BACKOFF;
+                // Next in line, a waiter polls at its fastest (a release admits it); behind others, it backs off.
+                polls = if next { 0 } else { polls + 1 };
                 let poll = db.poll(polls);
-                polls += 1;
                 let until = left.map(|left| left + EXPIRY_MARGIN);
                 match (until, poll) {
                     (Some(a), Some(b)) => a.min(b),
@@ -389,8 +390,12 @@ enum Check {
     Granted,
     /// Dead sessions ahead were deleted: check again at once.
     Again,
-    /// Not admitted; the entry it waits for expires in this long (`None`: not known).
-    Busy(Option<Duration>),
+    /// Not admitted; the entry it waits for expires in this long (`None`: not known). `next`: every entry ahead holds
+    /// the lock, so the next release may admit this one.
+    Busy {
+        left: Option<Duration>,
+        next: bool,
+    },
 }
 
 /// Reads lock `name`'s entries up to the acquisition's own (`fence`), deletes the dead sessions among them, and
@@ -424,10 +429,17 @@ async fn check(
         return Ok(Check::Again);
     }
     let kinds: Vec<Kind> = ahead.iter().map(|e| e.kind).collect();
+    let next = (0..kinds.len()).all(|i| admit(kinds[i], &kinds[..i]) == Admission::Granted);
     Ok(match admit(kind, &kinds) {
         Admission::Granted => Check::Granted,
-        Admission::WaitFor(i) => Check::Busy(ahead.get(i).map(|e| e.left)),
-        Admission::WaitForAny => Check::Busy(ahead.iter().map(|e| e.left).min()),
+        Admission::WaitFor(i) => Check::Busy {
+            left: ahead.get(i).map(|e| e.left),
+            next,
+        },
+        Admission::WaitForAny => Check::Busy {
+            left: ahead.iter().map(|e| e.left).min(),
+            next,
+        },
     })
 }
 
