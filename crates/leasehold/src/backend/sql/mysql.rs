@@ -156,7 +156,13 @@ impl MyDb {
         // mysql_async would move a connection to 127.0.0.1 onto the server's Unix socket (`prefer_socket`), a path
         // the URL does not name: only when the URL asks for it.
         let prefer_socket = url.contains("prefer_socket=true");
+        // No reset when a connection goes back to the pool (mysql_async's default): it would cost a round trip per
+        // statement, drop the cache of prepared statements, and undo the session settings below. The library never
+        // leaves anything behind on a connection: its only transaction is mysql_async's `Transaction`, which rolls
+        // itself back when dropped.
+        let pool_opts = opts.pool_opts().clone().with_reset_connection(false);
         let opts = OptsBuilder::from_opts(opts)
+            .pool_opts(pool_opts)
             .prefer_socket(prefer_socket)
             .init(vec![
                 "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".to_owned(),
