@@ -287,7 +287,7 @@ fn what_etcd_cannot_honour_exits_2_before_connecting() {
             vec![
                 "run", "--store", NOWHERE, "--tls-ca", pem, "jobs", "--", "true",
             ],
-            "--tls-ca is for rediss:// and etcds:// URLs",
+            "--tls-ca is for rediss://, etcds:// and postgres://…?sslmode=require URLs",
         ),
         (
             vec!["status", "--store", NOWHERE, "--replicas", "2", "jobs"],
