@@ -151,6 +151,38 @@ pub async fn a_release_wakes_another_clients_waiter(db: &mut Db) {
     }
 }
 
+pub async fn a_waiter_whose_connections_went_silent_still_hears_the_release(db: &mut Db) {
+    // Sessions of a minute: the waiter's only other way to learn of the release is the holder's expiry, past EVENT.
+    let prefix = db.fresh_prefix();
+    let proxy = leasehold_tests::TcpProxy::start(db.addr()).await;
+    let long = |url: String, prefix: String| async move {
+        Client::builder(&url)
+            .unwrap()
+            .prefix(prefix)
+            .session_ttl(Duration::from_secs(60))
+            .connect()
+            .await
+            .unwrap()
+    };
+    let a = long(db.url(), prefix.clone()).await;
+    let b = long(db.url_at(proxy.addr()), prefix).await;
+    let held = a.mutex("silent").lock().await.unwrap();
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move { b.mutex("silent").lock_timeout(EVENT).await }
+    });
+    waiters(&a, "silent", 1).await;
+    // Every connection the waiter has goes silent (nothing closed: no error tells it); new ones get through.
+    proxy.blackhole();
+    proxy.restore();
+    held.release().await.unwrap();
+    let next = waiting
+        .await
+        .unwrap()
+        .expect("the waiter heard of the release, though its connections went silent");
+    next.release().await.unwrap();
+}
+
 /// Inserts `writer` into `fenced_writes` in a transaction committed through `guard`.
 pub async fn fenced_insert(
     db: &Db,

@@ -125,6 +125,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::connections_killed_server_side_are_replaced,
     faults::a_frozen_holder_is_lost_before_another_is_granted,
     faults::a_release_wakes_another_clients_waiter,
+    faults::a_waiter_whose_connections_went_silent_still_hears_the_release,
     transactions::a_transaction_commits_while_the_grant_is_live,
     transactions::a_transaction_outliving_the_lease_cannot_commit,
     names::names_a_collation_folds_stay_apart,

@@ -203,6 +203,7 @@ impl PgDb {
             pool.connector.clone(),
             tables.channel.clone(),
             Arc::clone(&wakes),
+            call_timeout,
         ));
         Ok(PgDb {
             pool,
@@ -596,20 +597,26 @@ impl Connector {
 
 /// The listener: one connection that `LISTEN`s on `channel` and wakes the waiters of each name notified; reconnects
 /// with backoff when it fails, and wakes every waiter when it is back.
-async fn listen(config: Config, connector: Connector, channel: String, wakes: Arc<Wakes>) {
+async fn listen(
+    config: Config,
+    connector: Connector,
+    channel: String,
+    wakes: Arc<Wakes>,
+    ping: Duration,
+) {
     let mut backoff = Duration::from_millis(50);
     loop {
         let listened = match &connector {
             Connector::Plain => match config.connect(NoTls).await {
                 Ok((client, connection)) => {
-                    Ok(listen_on(client, connection, &channel, &wakes).await)
+                    Ok(listen_on(client, connection, &channel, &wakes, ping).await)
                 }
                 Err(e) => Err(e),
             },
             #[cfg(feature = "tls")]
             Connector::Tls(tls) => match config.connect(tls.clone()).await {
                 Ok((client, connection)) => {
-                    Ok(listen_on(client, connection, &channel, &wakes).await)
+                    Ok(listen_on(client, connection, &channel, &wakes, ping).await)
                 }
                 Err(e) => Err(e),
             },
@@ -626,12 +633,15 @@ async fn listen(config: Config, connector: Connector, channel: String, wakes: Ar
     }
 }
 
-/// Listens on one connection until it ends: whether `LISTEN` was answered.
+/// Listens on one connection until it ends, or until a ping (every `ping`) goes unanswered for as long: a connection
+/// whose path went silent would otherwise look alive until TCP gives up on it, and its waiters would hear of releases
+/// only at the expiry of what they wait for. Returns whether `LISTEN` was answered.
 async fn listen_on<S, T>(
     client: tokio_postgres::Client,
     mut connection: tokio_postgres::Connection<S, T>,
     channel: &str,
     wakes: &Wakes,
+    ping: Duration,
 ) -> bool
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -648,14 +658,29 @@ where
             }
         }
     });
-    let listening = client
-        .batch_execute(&format!("LISTEN \"{channel}\""))
-        .await
-        .is_ok();
+    let listen = format!("LISTEN \"{channel}\"");
+    let listening = matches!(
+        tokio::time::timeout(ping, client.batch_execute(&listen)).await,
+        Ok(Ok(()))
+    );
     if listening {
         wakes.wake_all();
-        while let Some(name) = rx.recv().await {
-            wakes.wake(&name);
+        let mut tick = tokio::time::interval(ping);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                name = rx.recv() => match name {
+                    Some(name) => wakes.wake(&name),
+                    None => break,
+                },
+                _ = tick.tick() => {
+                    let answered = tokio::time::timeout(ping, client.simple_query("")).await;
+                    if !matches!(answered, Ok(Ok(_))) {
+                        tracing::debug!(target: "leasehold::sql", "the PostgreSQL listener's connection went silent; reconnecting");
+                        break;
+                    }
+                }
+            }
         }
     }
     pump.abort();
