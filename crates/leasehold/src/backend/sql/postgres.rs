@@ -229,7 +229,15 @@ impl PgDb {
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<tokio_postgres::Row>, SqlError> {
         let mut conn = self.pool.get().await?;
-        let rows = conn.run(op, sql, params).await.map_err(pg(op))?;
+        let rows = match conn.run(op, sql, params).await {
+            Ok(rows) => rows,
+            // The server refused the statement: the connection itself is fine.
+            Err(e) if e.code().is_some() && !conn.is_closed() => {
+                conn.done();
+                return Err(pg(op)(e));
+            }
+            Err(e) => return Err(pg(op)(e)),
+        };
         conn.done();
         Ok(rows)
     }
@@ -508,6 +516,19 @@ impl Pooled<'_> {
             if idle.len() < MAX_IDLE && !conn.client.is_closed() {
                 idle.push(conn);
             }
+        }
+    }
+}
+
+impl Drop for Pooled<'_> {
+    /// A connection dropped before its statement was answered (a timeout, a failed connection, a dropped future) is
+    /// closed, and so is every idle one: they went out on the same path, and one that went silent (a path that drops
+    /// everything without closing) would otherwise hold up the next statement for a whole call deadline, and the next.
+    fn drop(&mut self) {
+        if self.conn.take().is_some() {
+            let idle =
+                std::mem::take(&mut *self.pool.idle.lock().unwrap_or_else(|e| e.into_inner()));
+            drop(idle);
         }
     }
 }
