@@ -11,11 +11,12 @@
 //! On a cluster (`LOCK_URL` is `redis+cluster://…`) the worker also holds locks in other slots (see
 //! [`hold_side_locks`]), so that its own lock's renewals travel in per-node pipelines.
 //!
-//! On etcd (`LOCK_URL` is `etcd://…`, one proxy per member) and on ZooKeeper (`zk://…`, one proxy per server), the
-//! stores with sessions, `TTL_MS` is the client's session TTL (on etcd whole seconds, at least 2 s; on ZooKeeper the
-//! session timeout it asks for), which every grant lives under; extensions, which neither has, are left out, and the
-//! reentrant kind's nested hold is an in-process re-entry ([`leasehold::ReentrantGuard::reenter`]) instead of
-//! `lock_as`, which neither has either. A semaphore grant is one permit on every store.
+//! On etcd (`LOCK_URL` is `etcd://…`, one proxy per member), on ZooKeeper (`zk://…`, one proxy per server) and on
+//! the SQL stores (`postgres://…`, `mysql://…`, through one proxy), the stores with sessions, `TTL_MS` is the client's
+//! session TTL (on etcd whole seconds, at least 2 s; on ZooKeeper the session timeout it asks for; on SQL at least
+//! 1 s), which every grant lives under; extensions, which none of them has, are left out, and the reentrant kind's
+//! nested hold is an in-process re-entry ([`leasehold::ReentrantGuard::reenter`]) instead of `lock_as`, which none of
+//! them has either. A semaphore grant is one permit on every store.
 //!
 //! `KIND` is the lock kind: `mutex`, `fair`, `semaphore:N` (one permit per grant), `rw` (a write in three grants,
 //! reads otherwise), `reentrant` (a nested hold taken with the grant's token in three sections in ten), `quorum`
@@ -274,18 +275,31 @@ impl Kind {
     }
 }
 
-/// Whether the client talks to a store whose grants live under the client's session (etcd, ZooKeeper).
+/// Whether the client talks to a store whose grants live under the client's session (etcd, ZooKeeper, PostgreSQL,
+/// MySQL).
 fn has_sessions(client: &leasehold::Client) -> bool {
-    matches!(client.store_name(), "etcd" | "zookeeper")
+    matches!(
+        client.store_name(),
+        "etcd" | "zookeeper" | "postgres" | "mysql"
+    )
 }
 
-/// Whether `url` names a store with sessions (etcd, ZooKeeper).
+/// Whether `url` names a store with sessions (etcd, ZooKeeper, PostgreSQL, MySQL).
 fn names_sessions(url: &str) -> bool {
-    url.starts_with("etcd://") || url.starts_with("zk://")
+    [
+        "etcd://",
+        "zk://",
+        "postgres://",
+        "postgresql://",
+        "mysql://",
+        "mariadb://",
+    ]
+    .iter()
+    .any(|scheme| url.starts_with(scheme))
 }
 
 /// Connects, retrying while the path is cut (a respawned worker may start inside a fault). A quorum connects to its
-/// nodes lazily, so it starts whatever state they are in. On etcd and ZooKeeper `ttl` is the session's TTL.
+/// nodes lazily, so it starts whatever state they are in. On the stores with sessions `ttl` is the session's TTL.
 async fn connect(url: &str, kind: Kind, ttl: Duration, log: &Log) -> Locks {
     let timeout = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_millis(250));
     if let Kind::Quorum | Kind::QuorumRw = kind {
@@ -301,7 +315,7 @@ async fn connect(url: &str, kind: Kind, ttl: Duration, log: &Log) -> Locks {
     loop {
         let builder = leasehold::Client::builder(url).expect("a valid URL");
         let builder = if names_sessions(url) {
-            // The per-call deadline follows from the session TTL on etcd and ZooKeeper.
+            // The per-call deadline follows from the session TTL on the stores with sessions.
             builder.session_ttl(ttl)
         } else {
             builder
@@ -365,7 +379,7 @@ async fn run(
     let ttl = Duration::from_millis(ttl_ms);
     let mut rng = Rng::new(seed);
     let locks = connect(lock_url, kind, ttl, &log).await;
-    // etcd and ZooKeeper grants live as long as the session: they have no extensions.
+    // The grants of the stores with sessions live as long as the session: they have no extensions.
     let extends = !matches!(&locks, Locks::One(client) if has_sessions(client));
     if let Locks::One(client) = &locks {
         if lock_url.contains("+cluster://") {
@@ -587,7 +601,8 @@ async fn critical_section(
 ///
 /// On etcd the dead client's waiter key lives under its session, with the shortest TTL etcd grants (2 s, the
 /// default being 10 s): once the lock reaches it, it holds the lock until that lease runs out, as a crashed holder
-/// would. On ZooKeeper its waiter node lives as long as its session, of the workers' 2 s timeout, the same way.
+/// would. On ZooKeeper its waiter node lives as long as its session, of the workers' 2 s timeout, the same way, and
+/// on the SQL stores its entry as long as its session row, of the workers' 2 s TTL.
 async fn queue_and_die(lock_url: &str, name: &str, kind: Kind) -> BoxResult<()> {
     let locks = match kind {
         Kind::Quorum | Kind::QuorumRw => {

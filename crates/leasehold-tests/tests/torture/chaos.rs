@@ -9,7 +9,8 @@
 //! cutting or slowing a proxy partitions or slows that node for everyone; the node faults hit one or two nodes at a
 //! time, never more, so that a majority always stays healthy ([`NodeFault`]). On etcd and on ZooKeeper (one member
 //! or three) each worker reaches each member through a proxy of its own, as on one server, and the faults of the
-//! Redis server give way to the store's own, one member at a time ([`Etcd::fault`], [`Zk::fault`]).
+//! Redis server give way to the store's own, one member at a time ([`Etcd::fault`], [`Zk::fault`]). On a SQL server
+//! (PostgreSQL, MariaDB) the same with one member, and the SQL stores' own faults ([`Sql::fault`]).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -25,6 +26,7 @@ use crate::check::{check, Report, Rule};
 use crate::etcd::Etcd;
 use crate::history::{read_all, Fault, Stats, Window};
 use crate::members::Members;
+use crate::sql::Sql;
 use crate::zookeeper::Zk;
 use crate::Topology;
 
@@ -66,10 +68,12 @@ enum Lock {
     Etcd(Etcd),
     /// One ZooKeeper server, or an ensemble of three.
     Zk(Zk),
+    /// One PostgreSQL or MariaDB server.
+    Sql(Sql),
 }
 
 impl Lock {
-    fn start(topology: Topology) -> Lock {
+    fn start(topology: Topology, workers: usize) -> Lock {
         let debuggable = || RedisServer::start_with(&["--enable-debug-command", "local"]);
         match topology {
             Topology::Single => Lock::Single(debuggable()),
@@ -77,6 +81,7 @@ impl Lock {
             Topology::Quorum => Lock::Quorum((0..QUORUM_NODES).map(|_| debuggable()).collect()),
             Topology::Etcd | Topology::Etcd3 => Lock::Etcd(Etcd::start(topology)),
             Topology::Zk | Topology::Zk3 => Lock::Zk(Zk::start(topology)),
+            Topology::Pg | Topology::Mysql => Lock::Sql(Sql::start(topology, workers)),
         }
     }
 
@@ -92,14 +97,17 @@ impl Lock {
                 .join(","),
             Lock::Etcd(etcd) => etcd.url(),
             Lock::Zk(zk) => zk.url(),
+            Lock::Sql(sql) => sql.url(),
         }
     }
 
-    /// On etcd and ZooKeeper, the members, which each worker reaches through a proxy of its own to each.
+    /// On etcd, ZooKeeper and a SQL server, the members (the SQL server is one), which each worker reaches through a
+    /// proxy of its own to each.
     fn members(&self) -> Option<&dyn Members> {
         match self {
             Lock::Etcd(etcd) => Some(etcd),
             Lock::Zk(zk) => Some(zk),
+            Lock::Sql(sql) => Some(sql),
             Lock::Single(_) | Lock::Cluster(_) | Lock::Quorum(_) => None,
         }
     }
@@ -107,7 +115,7 @@ impl Lock {
     /// On a cluster, the primary that serves the lock's slot.
     fn primary(&self) -> Option<usize> {
         match self {
-            Lock::Single(_) | Lock::Quorum(_) | Lock::Etcd(_) | Lock::Zk(_) => None,
+            Lock::Single(_) | Lock::Quorum(_) | Lock::Etcd(_) | Lock::Zk(_) | Lock::Sql(_) => None,
             Lock::Cluster(cluster) => Some(cluster.primary_of_slot(slot_of(&lock_key()))),
         }
     }
@@ -122,12 +130,14 @@ impl Lock {
             Lock::Quorum(_) => unreachable!("a quorum's faults pick their nodes (NodeFault)"),
             Lock::Etcd(_) => unreachable!("etcd has faults of its own (Etcd::fault)"),
             Lock::Zk(_) => unreachable!("ZooKeeper has faults of its own (Zk::fault)"),
+            Lock::Sql(_) => unreachable!("a SQL server has faults of its own (Sql::fault)"),
         }
     }
 
     /// Keys that would never expire, on the server, on any primary, on any node of a quorum, on etcd (keys without a
-    /// lease), or on ZooKeeper (nodes of the lock left once every session of workers whose sessions were `ttl` long
-    /// has gone).
+    /// lease), on ZooKeeper (nodes of the lock left once every session of workers whose sessions were `ttl` long
+    /// has gone), or on a SQL server (sessions still live once their clients have been killed for longer than a
+    /// session lives).
     async fn keys_without_ttl(&self, ttl: Duration) -> Vec<String> {
         let nodes = match self {
             Lock::Single(server) => vec![server.connection()],
@@ -139,6 +149,7 @@ impl Lock {
             Lock::Quorum(nodes) => nodes.iter().map(RedisServer::connection).collect(),
             Lock::Etcd(etcd) => return etcd.keys_without_lease(),
             Lock::Zk(zk) => return zk.nodes_without_session(NAME, ttl).await,
+            Lock::Sql(sql) => return sql.sessions_outliving_clients().await,
         };
         nodes.into_iter().flat_map(keys_without_ttl).collect()
     }
@@ -151,7 +162,7 @@ pub struct Rig {
     topology: Topology,
     store: RedisServer,
     /// One per worker, on one server; none on a cluster; one per node, shared by every worker, on a quorum; one per
-    /// worker and member on etcd and ZooKeeper, worker by worker (see [`Rig::paths`]).
+    /// worker and member on etcd, ZooKeeper and a SQL server, worker by worker (see [`Rig::paths`]).
     proxies: Vec<TcpProxy>,
     workers: Vec<Worker>,
     dir: TempDir,
@@ -173,7 +184,7 @@ impl Rig {
         seed: u64,
         kind: &str,
     ) -> Rig {
-        let lock = tokio::task::block_in_place(|| Lock::start(topology));
+        let lock = tokio::task::block_in_place(|| Lock::start(topology, workers));
         let store = RedisServer::start();
         let (bystander, proxies) = match &lock {
             Lock::Single(server) => {
@@ -188,8 +199,10 @@ impl Rig {
                 (Some(listener), proxies)
             }
             Lock::Cluster(_) => (None, Vec::new()),
-            Lock::Etcd(_) | Lock::Zk(_) => {
-                let members = lock.members().expect("etcd and ZooKeeper have members");
+            Lock::Etcd(_) | Lock::Zk(_) | Lock::Sql(_) => {
+                let members = lock
+                    .members()
+                    .expect("etcd, ZooKeeper and a SQL server have members");
                 let mut proxies = Vec::new();
                 for _ in 0..workers {
                     for member in 0..members.members() {
@@ -217,7 +230,9 @@ impl Rig {
             | Topology::Etcd
             | Topology::Etcd3
             | Topology::Zk
-            | Topology::Zk3 => kind.to_owned(),
+            | Topology::Zk3
+            | Topology::Pg
+            | Topology::Mysql => kind.to_owned(),
         };
         let mut rig = Rig {
             bystander,
@@ -244,8 +259,8 @@ impl Rig {
         rig
     }
 
-    /// The proxies of worker `worker`'s own path to the lock: its proxy on one server, its proxy to each member (in
-    /// member order) on etcd and ZooKeeper.
+    /// The proxies of worker `worker`'s own path to the lock: its proxy on one server (Redis or SQL), its proxy to
+    /// each member (in member order) on etcd and ZooKeeper.
     fn paths(&self, worker: usize) -> &[TcpProxy] {
         let per_worker = self.lock.members().map_or(1, |members| members.members());
         &self.proxies[worker * per_worker..(worker + 1) * per_worker]
@@ -279,6 +294,7 @@ impl Rig {
                     .join(","),
                 Lock::Etcd(_) => format!("etcd://{}", self.path_list(worker)),
                 Lock::Zk(_) => format!("zk://{}", self.path_list(worker)),
+                Lock::Sql(sql) => sql.worker_url(worker, self.paths(worker)[0].addr()),
             })
             .arg(self.store.url())
             .arg(NAME)
@@ -323,10 +339,10 @@ impl Rig {
                 + self
                     .rng
                     .between(Duration::from_secs(2), Duration::from_secs(6));
-            // Faults come at the same pace on every store (0.2 to 2 s apart), though etcd's and ZooKeeper's sessions
-            // are twice Redis's lease.
+            // Faults come at the same pace on every store (0.2 to 2 s apart), though the sessions of etcd, ZooKeeper
+            // and the SQL stores are twice Redis's lease.
             let pace = match self.lock {
-                Lock::Etcd(_) | Lock::Zk(_) => self.ttl / 2,
+                Lock::Etcd(_) | Lock::Zk(_) | Lock::Sql(_) => self.ttl / 2,
                 _ => self.ttl,
             };
             while tokio::time::Instant::now() < burst.min(end) {
@@ -345,7 +361,8 @@ impl Rig {
     /// One fault, drawn from the mix of the lock's topology: the same ten slots on all of them, the faults of one
     /// server's path and restart (2, 3, 6) replaced on a cluster by a failover, a slot migration and the loss of the
     /// primary, the faults of the lock's server (2 to 8) replaced on a quorum by faults of one or two nodes, and on
-    /// etcd and ZooKeeper by faults of a worker's paths and of one member ([`Etcd::fault`], [`Zk::fault`]).
+    /// etcd, ZooKeeper and a SQL server by faults of a worker's paths and of one member ([`Etcd::fault`],
+    /// [`Zk::fault`], [`Sql::fault`]).
     async fn one_fault(&mut self) {
         let ttl = self.ttl;
         let worker = self.rng.below(self.workers.len() as u64) as usize;
@@ -379,7 +396,8 @@ impl Rig {
                 let window = match &mut self.lock {
                     Lock::Etcd(etcd) => etcd.fault(slot, worker, paths, &mut self.rng, ttl).await,
                     Lock::Zk(zk) => zk.fault(slot, worker, paths, &mut self.rng, ttl).await,
-                    _ => unreachable!("member faults are drawn for etcd and ZooKeeper only"),
+                    Lock::Sql(sql) => sql.fault(slot, worker, paths, &mut self.rng, ttl).await,
+                    _ => unreachable!("member faults are drawn for etcd, ZooKeeper and SQL only"),
                 };
                 self.windows.push(window);
             }
@@ -463,7 +481,7 @@ impl Rig {
     fn cluster(&mut self) -> &mut RedisCluster {
         match &mut self.lock {
             Lock::Cluster(cluster) => cluster,
-            Lock::Single(_) | Lock::Quorum(_) | Lock::Etcd(_) | Lock::Zk(_) => {
+            Lock::Single(_) | Lock::Quorum(_) | Lock::Etcd(_) | Lock::Zk(_) | Lock::Sql(_) => {
                 unreachable!("a cluster fault drawn elsewhere")
             }
         }
@@ -641,8 +659,8 @@ impl Rig {
         }
     }
 
-    /// Copies the workers' histories and the fault windows (and on etcd and ZooKeeper the servers' logs) out of the
-    /// run's temporary directory (removed when the rig is dropped), so that a violation can be read line by line
+    /// Copies the workers' histories and the fault windows (and on etcd, ZooKeeper and SQL the servers' logs) out of
+    /// the run's temporary directory (removed when the rig is dropped), so that a violation can be read line by line
     /// afterwards. Returns where they went.
     fn keep(&self) -> std::path::PathBuf {
         let kind = self.kind.replace(':', "-");
@@ -667,6 +685,10 @@ impl Rig {
                 for server in 0..zk.members() {
                     std::fs::write(kept.join(format!("zk-{server}.log")), zk.log(server))?;
                 }
+            }
+            if let Lock::Sql(sql) = &self.lock {
+                let (file, log) = sql.log();
+                std::fs::write(kept.join(file), log)?;
             }
             std::fs::write(kept.join("windows.txt"), self.windows())
         });

@@ -49,6 +49,18 @@
 //!   faults) loses a grant. Fences are `czxid`s, which only grow.
 //! - The recovery allowance is ZooKeeper's: a node whose client cannot delete it stays until ZooKeeper expires the
 //!   session it belongs to ([`recovery`]).
+//!
+//! **On PostgreSQL and MySQL** (topologies `pg` and `mysql`) the same holds, with the SQL stores' reasons:
+//!
+//! - No excuse: the server answers a commit once its log record is in the kernel (PostgreSQL's `synchronous_commit`,
+//!   InnoDB's `innodb_flush_log_at_trx_commit=2` in the harness), which a `SIGKILL` of the server leaves intact (the
+//!   rig kills processes, not the machine), and recovery replays it: none of the faults ([`Fault::MemberStop`],
+//!   [`Fault::MemberRestart`], [`Fault::SessionExpiry`], [`Fault::ConnectionsKilled`], nor the worker and path
+//!   faults) loses a grant. Fences come from a WAL-logged sequence (PostgreSQL: a crash skips values, never repeats
+//!   one) or the lock's committed row (MySQL), so they only grow.
+//! - The stall bound is PostgreSQL's `NOTIFY` on one side and MySQL's polling on the other ([`stall_bound`]), and the
+//!   recovery allowance is the sessions' own: an entry whose client cannot delete it stays until its session row
+//!   expires on the server's clock ([`recovery`]).
 
 use std::time::Duration;
 
@@ -63,6 +75,10 @@ pub const STALL_BOUND: Duration = Duration::from_millis(200);
 /// The longest pause of a quorum waiter between two rounds before its jitter: `QuorumMutex::lock_timeout` waits the
 /// shortest remaining lease a busy node reported, clamped to at least one round and at most this (quorum.rs).
 pub const QUORUM_PAUSE_CAP: Duration = Duration::from_secs(1);
+
+/// The longest pause of a MySQL waiter between two checks: `poll_interval` (backend/sql/mysql.rs) doubles from 5 ms
+/// to this.
+pub const MYSQL_POLL_CAP: Duration = Duration::from_millis(100);
 
 /// The stall bound of a topology. On one server and on a cluster a release wakes the next waiter: [`STALL_BOUND`].
 ///
@@ -80,6 +96,16 @@ pub const QUORUM_PAUSE_CAP: Duration = Duration::from_secs(1);
 /// ahead once more and is granted: a few round trips, so [`STALL_BOUND`] too. The same on ZooKeeper: the delete of a
 /// node fires the watch of the waiter behind it (on `exists` of that node; a permit waiter's, on the lock's children),
 /// which lists the children once more and is granted.
+///
+/// On PostgreSQL a release deletes the entry and `NOTIFY`s the lock's name in the same transaction; every client's
+/// listening connection hears it at the commit and wakes its waiters of that name, and the waiter whose turn it is
+/// checks once (one statement) and is granted: [`STALL_BOUND`] too. MySQL has no notification: a waiter checks again
+/// after its poll interval, 5 ms doubling to [`MYSQL_POLL_CAP`], so the release is seen at most 100 ms after it
+/// committed, and the check that sees it grants: [`MYSQL_POLL_CAP`] + [`STALL_BOUND`], 300 ms. (On both, a waiter also
+/// checks again 2 ms after the expiry of the entry it waits for: only a fault leaves a dead entry in the queue.) The
+/// PostgreSQL bound assumes what the library promises, that a listening connection that failed is replaced: one that
+/// went silent without closing (a cut path) is not noticed, its client's waiters then hear of a release only at that
+/// re-check, up to a TTL later, and the checker rightly counts the wait as a stall.
 pub fn stall_bound(topology: Topology) -> Duration {
     match topology {
         Topology::Single
@@ -87,7 +113,9 @@ pub fn stall_bound(topology: Topology) -> Duration {
         | Topology::Etcd
         | Topology::Etcd3
         | Topology::Zk
-        | Topology::Zk3 => STALL_BOUND,
+        | Topology::Zk3
+        | Topology::Pg => STALL_BOUND,
+        Topology::Mysql => MYSQL_POLL_CAP + STALL_BOUND,
         Topology::Quorum => {
             let node = leasehold::DEFAULT_NODE_TIMEOUT;
             node + (QUORUM_PAUSE_CAP + node * 2) + STALL_BOUND
@@ -139,10 +167,32 @@ pub const CALM: Duration = Duration::from_secs(8);
 /// ZooKeeper" never came within 1.9 s of it. A path slowed past the per-call timeout keeps the lock from everyone
 /// while it lasts (its worker's nodes land, its sessions outlive the client's deadline): that is the fault's own time,
 /// and the allowance runs from its end.
+///
+/// On PostgreSQL and MySQL (`ttl` the session TTL `t`, 2 s) an entry whose client cannot delete it (killed, stopped,
+/// cut off, queued and dead, or of a session its client gave up at its local deadline while the server was stopped,
+/// down or slow to it) stays until its session row expires on the server's clock: exactly `t` after the start of the
+/// last renewal that ran (`expires_at = now() + t`, `now()` the statement's start). That renewal ran before the
+/// fault's end, but for two: a stopped server runs the renewals that queued up in its sockets when it resumes (the
+/// window's end), and one of a session that had not expired by then renews it, though its client may have given it
+/// up; a slowed path delivers a renewal sent before the window's end up to its delay (at most `t/3`) later. So every
+/// such row has expired `t + t/3` after the window. The waiter behind it checks again 2 ms after that expiry (each
+/// check returns the time left on the server's clock; a MySQL waiter also polls at most [`MYSQL_POLL_CAP`] apart),
+/// deletes the dead session (on PostgreSQL with a `NOTIFY` that wakes every waiter) and is granted at the next check.
+/// Meanwhile a waiter whose checks failed in the fault checks again within its back-off (at most 1 s), one whose
+/// session the fault cost queues again in a new session within the same back-off, a pooled connection left dead by a
+/// cut path (the proxy never closes it) costs one statement's deadline (`t/4`), and PostgreSQL's listening
+/// connection, once it sees its connection fail (a restart, a kill), reconnects within its own 1 s back-off and
+/// wakes every waiter of its client. The longest chain,
+/// `t + t/3`, then the re-check (at most 100 ms) and one more back-off if a failure came last (1 s), is 3.8 s with a
+/// 2 s TTL; with 1 s for a loaded machine (the database server, five workers and the store's Redis on two cores):
+/// `t + t/3 + 2 s` for every fault (4.7 s, below [`CALM`]). A slowed path keeps the lock from everyone while it
+/// lasts, as on ZooKeeper (its worker's inserts and renewals land, their answers come too late): the fault's own
+/// time.
 pub fn recovery(fault: Fault, ttl: Duration, topology: Topology) -> u64 {
     let allowance = match (topology, fault) {
         (Topology::Etcd | Topology::Etcd3, _) => ttl * 2 + Duration::from_secs(2),
         (Topology::Zk | Topology::Zk3, _) => ttl + ZK_TICK + Duration::from_secs(3),
+        (Topology::Pg | Topology::Mysql, _) => ttl + ttl / 3 + Duration::from_secs(2),
         (
             _,
             Fault::Stop | Fault::Kill | Fault::QueueAndDie | Fault::Blackhole | Fault::PrimaryLost,
@@ -776,6 +826,91 @@ mod tests {
         );
         assert_eq!(report.stalls.len(), 1, "{report:?}");
         assert!(report.stalls[0].contains("fence 30"), "{report:?}");
+    }
+
+    #[test]
+    fn on_sql_no_fault_excuses_an_overlap_or_a_late_loss() {
+        let mut a = grant(0, 10, 0, 100);
+        a.lost = Some((400 * MS, "Expired".into()));
+        let grants = [a, grant(1, 20, 50, 200)];
+        let faults = [
+            Fault::MemberRestart { leader: true },
+            Fault::MemberStop { leader: true },
+            Fault::SessionExpiry,
+            Fault::ConnectionsKilled,
+            Fault::Reset,
+            Fault::Blackhole,
+            Fault::Delay,
+        ];
+        for topology in [Topology::Pg, Topology::Mysql] {
+            for fault in faults {
+                let windows = [Window {
+                    node: Some(0),
+                    ..window(fault, Some(0), 40, 45)
+                }];
+                let report =
+                    super::check(&grants, &windows, crate::SQL_TTL, Rule::Exclusive, topology);
+                assert_eq!(
+                    (
+                        report.overlaps.len(),
+                        report.excused_overlaps.len(),
+                        report.late_losses.len()
+                    ),
+                    (1, 0, 1),
+                    "{fault:?} loses nothing on {topology}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn on_sql_a_fault_explains_a_gap_until_a_session_row_expired_and_a_waiter_checked_again() {
+        let allowance = recovery(
+            Fault::MemberStop { leader: true },
+            crate::SQL_TTL,
+            Topology::Pg,
+        );
+        assert_eq!(allowance / MS, 4_666);
+        assert_eq!(
+            allowance,
+            recovery(Fault::ConnectionsKilled, crate::SQL_TTL, Topology::Mysql)
+        );
+        assert!(
+            u128::from(allowance) < CALM.as_nanos(),
+            "a calm spell outlasts the allowance, so that the tight bound applies in it"
+        );
+        // A stop of the server until 3 000: a gap that begins within the allowance is explained however long; a gap
+        // of 400 ms that begins after it is a stall, on both stores.
+        let stop = [window(Fault::MemberStop { leader: true }, None, 90, 3_000)];
+        let grants = [
+            grant(0, 10, 0, 100),
+            grant(1, 20, 7_500, 7_800),
+            grant(2, 30, 8_200, 8_300),
+        ];
+        for topology in [Topology::Pg, Topology::Mysql] {
+            let report = super::check(&grants, &stop, crate::SQL_TTL, Rule::Exclusive, topology);
+            assert_eq!(report.stalls.len(), 1, "{topology}: {report:?}");
+            assert!(report.stalls[0].contains("fence 30"), "{report:?}");
+        }
+    }
+
+    #[test]
+    fn a_mysql_waiter_is_held_to_its_polling_promise() {
+        assert_eq!(stall_bound(Topology::Pg), STALL_BOUND);
+        assert_eq!(stall_bound(Topology::Mysql), Duration::from_millis(300));
+        let after = |gap: u64| [grant(0, 10, 0, 100), grant(1, 20, 100 + gap, 200 + gap)];
+        let stalls = |gap, topology| {
+            super::check(&after(gap), &[], crate::SQL_TTL, Rule::Exclusive, topology)
+                .stalls
+                .len()
+        };
+        assert_eq!(stalls(250, Topology::Mysql), 0);
+        assert_eq!(
+            stalls(250, Topology::Pg),
+            1,
+            "a hand-off on PostgreSQL is notified, not polled"
+        );
+        assert_eq!(stalls(350, Topology::Mysql), 1);
     }
 
     fn with_mode(mut g: Grant, mode: char) -> Grant {

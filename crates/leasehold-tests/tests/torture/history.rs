@@ -86,21 +86,27 @@ pub enum Fault {
     /// Every connection of a worker's path reset at once (the proxy's `cut_all`): the worker hears of it at once and
     /// connects again.
     Reset,
-    /// `SIGSTOP` of an etcd member or a ZooKeeper server ([`Window::node`]; `leader`: it led when stopped), then
-    /// `SIGCONT`: it answers nothing meanwhile (a stopped leader is replaced by an election among the others), and its
-    /// clock runs on.
+    /// `SIGSTOP` of an etcd member, a ZooKeeper server or the SQL server (every process of a PostgreSQL server)
+    /// ([`Window::node`]; `leader`: it led when stopped, as the only server does), then `SIGCONT`: it answers nothing
+    /// meanwhile (a stopped leader is replaced by an election among the others), and its clock runs on.
     MemberStop { leader: bool },
-    /// `kill -9` of an etcd member or a ZooKeeper server ([`Window::node`]; `leader`: it led when killed), and a
-    /// restart with its data directory once it was down for a while; on three members the other two keep a quorum
-    /// meanwhile. Both stores keep what they acknowledged: nothing is lost.
+    /// `kill -9` of an etcd member, a ZooKeeper server or the SQL server ([`Window::node`]; `leader`: it led when
+    /// killed), and a restart with its data directory once it was down for a while; on three members the other two
+    /// keep a quorum meanwhile. Every one of these stores keeps what it acknowledged: nothing is lost.
     MemberRestart { leader: bool },
     /// etcd's history compacted up to its current revision: a watch from an older revision is cancelled. Nothing is
     /// lost but history.
     Compact,
     /// A worker's paths to every ZooKeeper server blackholed for longer than its session timeout and two ticks:
     /// ZooKeeper expires the session (its nodes go with it) while the client is cut off, and the client hears
-    /// `SessionExpired` once it gets through again. Nothing is lost that the session did not own.
+    /// `SessionExpired` once it gets through again. On a SQL server the same with the session row: the worker's path
+    /// blackholed for longer than its TTL after its last renewal, so that the row expires on the server's clock (and
+    /// the next waiter deletes it with its entries). Nothing is lost that the session did not own.
     SessionExpiry,
+    /// Every connection of one worker killed by the SQL server (`pg_terminate_backend`, `KILL CONNECTION`): its
+    /// statements in flight fail at once (whether they committed is unknown to it), and its pool and, on PostgreSQL,
+    /// its `LISTEN`ing connection connect again. Nothing is lost.
+    ConnectionsKilled,
 }
 
 impl Fault {
@@ -117,8 +123,8 @@ pub struct Window {
     pub fault: Fault,
     /// The worker it targeted, for faults of one worker.
     pub worker: Option<usize>,
-    /// The quorum node it targeted, for faults of one node of a quorum; the etcd member or ZooKeeper server, for a
-    /// fault of one member (or of a worker's path to one member only).
+    /// The quorum node it targeted, for faults of one node of a quorum; the etcd member, ZooKeeper server or SQL
+    /// server, for a fault of one member (or of a worker's path to one member only).
     pub node: Option<usize>,
     /// For a fault that loses data on one quorum node: the owner tokens (a mutex's, or a read-write lock's holds)
     /// that node held when its data went. A quorum grant held on a bare majority that included the node is left on

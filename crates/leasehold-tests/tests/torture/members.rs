@@ -1,6 +1,6 @@
-//! The faults of a store whose servers are members of one replicated group (etcd, ZooKeeper; one member or three):
-//! the rig's slots 2 to 8 but one, which each store fills with a fault of its own ([`Etcd::fault`],
-//! [`Zk::fault`]).
+//! The faults of a store whose servers are members of one replicated group (etcd, ZooKeeper; one member or three),
+//! or that is one server (PostgreSQL, MariaDB: one member): the rig's slots 2 to 8 but one, which each store fills
+//! with a fault of its own ([`Etcd::fault`], [`Zk::fault`]; a SQL server fills two, [`Sql::fault`]).
 //!
 //! Each worker reaches every member through a proxy of its own (three per worker on three members), so that the path
 //! faults cut, slow or reset one worker's way to the store without touching the others'. The member faults hit one
@@ -10,6 +10,7 @@
 //!
 //! [`Etcd::fault`]: crate::etcd::Etcd::fault
 //! [`Zk::fault`]: crate::zookeeper::Zk::fault
+//! [`Sql::fault`]: crate::sql::Sql::fault
 
 use std::net::SocketAddr;
 use std::time::Duration;
