@@ -45,7 +45,13 @@ pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);
 
 /// The longest any one statement may take, client side and (as `statement_timeout`, `max_statement_time`) server
 /// side, unless a quarter of the TTL is shorter.
-pub(crate) const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The deadline of each statement of a store whose sessions last `ttl`: a quarter of it, at most
+/// [`MAX_CALL_TIMEOUT`].
+pub(crate) fn call_timeout(ttl: Duration) -> Duration {
+    (ttl / 4).min(MAX_CALL_TIMEOUT)
+}
 
 /// Why a session is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,7 +198,7 @@ impl Session {
         background: Arc<Background>,
     ) -> Result<Session, SqlError> {
         let id = super::new_session_id()?;
-        let call_timeout = (ttl / 4).min(MAX_CALL_TIMEOUT);
+        let call_timeout = call_timeout(ttl);
         let sent = clock::now();
         match tokio::time::timeout(call_timeout.max(ttl / 2), db.open_session(&id, ttl)).await {
             Ok(opened) => opened?,

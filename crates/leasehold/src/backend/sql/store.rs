@@ -102,7 +102,7 @@ impl SqlStore {
     ) -> Result<SqlStore, Error> {
         let shown: Arc<str> = crate::backend::url::redacted(url).into();
         super::check_prefix(&prefix)?;
-        let call_timeout = (ttl / 4).min(super::session::MAX_CALL_TIMEOUT);
+        let call_timeout = super::session::call_timeout(ttl);
         let db = Db::connect(url, &prefix, connection_timeout, call_timeout, tls)
             .await
             .map_err(|e| store_error(db_name(url), &shown, e))?;
@@ -289,7 +289,7 @@ impl SqlStore {
         op: &'static str,
         statement: impl std::future::Future<Output = Result<T, SqlError>>,
     ) -> Result<T, SqlError> {
-        let after = (self.ttl / 4).min(super::session::MAX_CALL_TIMEOUT);
+        let after = super::session::call_timeout(self.ttl);
         super::session::within(self.db.label(), op, after, statement).await
     }
 }
