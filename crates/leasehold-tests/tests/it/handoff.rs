@@ -216,6 +216,35 @@ async fn a_waiter_that_died_within_its_liveness_window_costs_at_most_its_claim()
     guard.release().await.unwrap();
 }
 
+/// How long the first waiter in `name`'s queue stays live without another attempt, by the server's clock (both queue
+/// layouts keep "<alive until, server ms> …" per waiter).
+async fn first_waiter_live_for(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> Duration {
+    let (first, time): (Option<String>, (u64, u64)) = redis::pipe()
+        .cmd("LINDEX")
+        .arg(format!("leasehold:{{{name}}}:queue"))
+        .arg(0)
+        .cmd("TIME")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let Some(first) = first else {
+        return Duration::ZERO;
+    };
+    let entry: Option<String> = redis::cmd("HGET")
+        .arg(format!("leasehold:{{{name}}}:waiters"))
+        .arg(first)
+        .query_async(conn)
+        .await
+        .unwrap();
+    let alive_until: u64 = entry
+        .as_deref()
+        .and_then(|entry| entry.split(' ').next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or(0);
+    let now_ms = time.0 * 1000 + time.1 / 1000;
+    Duration::from_millis(alive_until.saturating_sub(now_ms))
+}
+
 /// With `holder` holding the lock `name` and the waiter process `frozen` (asking for a 30 s lease) on its way into the
 /// queue: queues `next` behind it, then freezes that process while its entry is live (it looks again every second,
 /// and liveness lasts 3 s) and its connection open, so that the release cannot tell it from a live waiter, and
@@ -234,9 +263,21 @@ async fn wait_behind_a_frozen_process(
         (Instant::now(), guard)
     });
     wait_for_queue_len(server, name, 2).await;
-    // Frozen just before the release: its last attempt (a heartbeat at most 1 s ago) keeps it live for the 3 s
-    // liveness window, so the release hands it the lock however slow the machine was until now.
-    frozen.signal(Signal::SIGSTOP).unwrap();
+    // Frozen just before the release, while its last attempt keeps it live for long enough that the release, a few
+    // milliseconds later, cannot tell it from a live waiter. Read, not assumed: on a loaded machine its heartbeat (due
+    // every second) can come late, and a release then rightly passes it over.
+    let mut conn = redis_conn(server).await;
+    within(Duration::from_secs(20), "the waiter frozen while live", async {
+        loop {
+            frozen.signal(Signal::SIGSTOP).unwrap();
+            if first_waiter_live_for(&mut conn, name).await > Duration::from_millis(1000) {
+                return;
+            }
+            frozen.signal(Signal::SIGCONT).unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
 
     let released = Instant::now();
     holder.release().await.unwrap();

@@ -13,7 +13,12 @@ pub async fn guarded_writes_commit_only_while_the_grant_holds(ensemble: &mut ZkE
         .await
         .unwrap();
     let data = format!("/{prefix}-data");
-    let read = || async { raw.get_data(&data).await.map(|(bytes, _)| bytes) };
+    // A read through another session may reach a follower that has not applied the write yet (ZooKeeper's reads are
+    // not linearizable across sessions; a loaded machine shows it): `sync` first brings that server up to the leader.
+    let read = || async {
+        raw.sync(&data).await?;
+        raw.get_data(&data).await.map(|(bytes, _)| bytes)
+    };
 
     let guard = a.mutex("config").lock().await.unwrap();
     guard
