@@ -97,7 +97,10 @@ renewed every quarter of it with its expiry on the database server's clock. Kind
 Nesting: a program run under NAME may run `leasehold run NAME ...` again (the environment
 says which lock and token it runs under): the inner program runs at once under the outer
 grant, and its end does not release the outer lock. If the lock is lost, the outer run stops
-its whole process group, the inner run and its program with it.
+its whole process group, the inner run and its program with it. Only a grant that covers the
+inner run is shared: an exclusive one (plain, --exclusive, --fair) covers every kind, a
+--shared one covers --shared, a --permits N one covers --permits N (where the store records
+N: Redis). Any other pair exits 65 at once, since waiting would wait for the outer grant.
 
 The lease is renewed every third of --ttl while the program runs. If it is lost (renewal
 not confirmed in time, key gone or taken), the program's whole process group gets SIGTERM
@@ -113,7 +116,7 @@ Exit status:
   65     the lock's key holds something leasehold did not write (left untouched), or a
          lock of another kind than --fair or --permits asks for (or a fair mutex or a
          semaphore, for a plain or -s/-x run), or a semaphore in use with another count
-         than --permits
+         than --permits, or a nested run that its outer run's grant does not cover
   69     the store (Redis, etcd, ZooKeeper) cannot be reached at start, refuses the credentials, lacks an
          ACL permission, or was still unreachable when --wait ran out (a wait rides out restarts
          and outages, with one warning line); or fewer than --replicas replicas acknowledged the

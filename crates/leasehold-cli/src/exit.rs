@@ -5,7 +5,7 @@
 //! | the program's | `run`: the program's own exit status |
 //! | 128 + N | `run`: the program was ended by signal N (or `leasehold` was, while it waited for the lock) |
 //! | 2 | usage error; or a `redis://` URL naming a Redis Cluster node the client could not recognise |
-//! | 65 | the lock's key holds something leasehold did not write, a lock of another kind, or a semaphore in use with another permit count |
+//! | 65 | the lock's key holds something leasehold did not write, a lock of another kind, a semaphore in use with another permit count, or a nested run its outer grant does not cover |
 //! | 69 | the store (Redis, etcd) cannot be reached or refuses us; `demo`: `redis-server` is missing |
 //! | 70 | internal error (a bug) |
 //! | 75 | `run`: the lock was not acquired (`--conflict-exit-code`) |

@@ -517,6 +517,10 @@ fn spawn(command: &[OsString], env: &[(&str, String)]) -> anyhow::Result<Program
 /// runs at once under the outer run's grant, taking nothing, so the nested run neither deadlocks nor frees the outer
 /// lock when it ends. The outer run keeps the lease and, if it is lost, stops its whole process group, this run and
 /// its program with it. `None`: not nested, take the lock as usual.
+///
+/// Only a grant that covers what this run asks for is shared (see [`covers`]); under any other it fails at once with
+/// 65: taking the lock would wait for the outer grant itself, and running would break the promise of the kind asked
+/// for (a plain run inside each of two `--shared` runs would run two "exclusive" programs at once).
 async fn nested(
     args: &RunArgs,
     client: &leasehold::Client,
@@ -537,12 +541,24 @@ async fn nested(
         return Ok(None);
     };
     let info = crate::etcd::holders_as_on_redis(info);
-    if !info
+    let Some(outer) = info
         .holders
         .iter()
-        .any(|h| h.token.split(' ').next() == Some(id))
-    {
+        .find(|h| h.token.split(' ').next() == Some(id))
+    else {
         return Ok(None);
+    };
+    if !covers(outer.mode, info.permits, args) {
+        return Err(fail(
+            exit::NOT_A_LOCK,
+            format!(
+                "cannot nest {} in the {} that holds lock {:?} around it: that grant does not cover it, and taking \
+                 the lock would wait for the outer grant itself",
+                asked(args),
+                outer_grant(outer.mode, info.permits),
+                args.name
+            ),
+        ));
     }
     let fence = std::env::var("LEASEHOLD_FENCE").unwrap_or_default();
     let env = [
@@ -563,6 +579,42 @@ async fn nested(
         }
     };
     Ok(Some(child::exit_code(status)))
+}
+
+/// Whether an outer grant of `outer` (on a semaphore that stores `permits`, if any) covers what `inner` asks for: an
+/// exclusive grant (a mutex, a fair mutex, a write lock) covers every kind, a read share covers `--shared`, a permit
+/// covers `--permits` of the count the semaphore stores (where the store records none, nothing).
+fn covers(outer: leasehold::HoldMode, permits: Option<u64>, inner: &RunArgs) -> bool {
+    use leasehold::HoldMode;
+    match outer {
+        HoldMode::Exclusive | HoldMode::Write | HoldMode::Reentrant | HoldMode::Nested => true,
+        HoldMode::Read => inner.shared,
+        HoldMode::Permits(_) => inner.permits.is_some() && inner.permits == permits,
+        _ => false,
+    }
+}
+
+/// The kind a run asks for, in the words of its options.
+fn asked(args: &RunArgs) -> String {
+    match args.permits {
+        Some(n) => format!("a --permits {n} run"),
+        None if args.shared => "a --shared run".to_owned(),
+        None if args.exclusive => "an --exclusive run".to_owned(),
+        None if args.fair => "a --fair run".to_owned(),
+        None => "a plain run".to_owned(),
+    }
+}
+
+/// An outer grant of `mode`, in the words of the options that take it.
+fn outer_grant(mode: leasehold::HoldMode, permits: Option<u64>) -> String {
+    match (mode, permits) {
+        (leasehold::HoldMode::Read, _) => "read share (--shared)".to_owned(),
+        (leasehold::HoldMode::Permits(_), Some(n)) => format!("permit (--permits {n})"),
+        (leasehold::HoldMode::Permits(_), None) => {
+            "permit (--permits; the store records no count)".to_owned()
+        }
+        (mode, _) => format!("{mode} grant"),
+    }
 }
 
 fn interrupted(sig: Signal, name: &str) -> anyhow::Error {
