@@ -215,11 +215,10 @@ fn unquote(text: &str) -> Option<(String, usize)> {
 }
 
 /// Writes `line` and a newline to stderr, long lock names cut (see [`show_name`]). Unlike `eprintln!` it never
-/// panics: a closed stderr loses the line, nothing more.
+/// panics, and never blocks: the line is queued for stderr's writer thread (see [`crate::stderr`]); a closed stderr
+/// loses the line, nothing more.
 pub fn print_err(line: &str) {
-    let line = cut_names(line);
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{line}");
+    crate::stderr::write(format!("{}\n", cut_names(line)));
 }
 
 /// Writes `text` to stdout and flushes. A closed stdout is not worth an error: nobody would read it.
@@ -272,6 +271,7 @@ pub fn install_panic_hook() {
             .unwrap_or_default();
         let what = what.split_whitespace().collect::<Vec<_>>().join(" ");
         print_err(&format!("leasehold: internal error: {what}{place}"));
+        crate::stderr::flush(crate::stderr::EXIT_FLUSH);
         for entry in lock_doomed().drain(..) {
             // SIGKILL: nothing of ours is left to wait for a graceful exit.
             let _ = match entry {

@@ -22,6 +22,7 @@
 //! | `etcd.rs` | etcd's errors and tagged holders, said as Redis's are |
 //! | `duration.rs` | durations through `humantime`: `500ms`, `2m30s`, `1h30m`, `1d` |
 //! | `log.rs` | the library's outage warning as one stderr line |
+//! | `stderr.rs` | our stderr through a bounded queue and a writer thread: a blocked stderr never blocks supervision |
 //! | `exit.rs` | exit statuses, the error that carries one, the panic hook |
 // One narrowly scoped exception, in child.rs: the parent-death signal set in the child before exec.
 #![deny(unsafe_code)]
@@ -45,6 +46,7 @@ mod run;
 mod server;
 mod signals;
 mod status;
+mod stderr;
 mod stores;
 
 use std::process::ExitCode;
@@ -62,6 +64,8 @@ fn main() -> ExitCode {
         Ok(Parsed::Done(code)) => code,
         Err(err) => report(&err),
     };
+    // Bounded: a stderr nobody reads must not keep us from exiting (see `stderr.rs`).
+    stderr::flush(stderr::EXIT_FLUSH);
     ExitCode::from(code)
 }
 

@@ -244,3 +244,62 @@ fn a_waiting_run_survives_a_redis_restart_and_the_holder_that_lost_its_lock_exit
     assert_eq!(holder.code(SOON), Some(76));
     assert!(holder.stderr().contains("lost lock \"job\""));
 }
+
+// Issue 33, item 3. Multi-threaded: the proxy's tasks must keep running while the test body blocks on processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_stderr_nobody_reads_still_stops_its_program_before_the_next_holder_starts() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr()).await;
+    let dir = TempDir::new("cli-stderr");
+    let log = dir.path().join("events");
+    // A pipe the test never reads: the program fills it (`yes`), and every later write to it blocks.
+    let (_unread, stderr) = nix::unistd::pipe().unwrap();
+    let program = format!(
+        r#"trap 'echo "term $$" >> {log}; exit 143' TERM; echo started; yes spam >&2 & wait"#,
+        log = log.display()
+    );
+    let mut first = leasehold(&[
+        "run",
+        "--redis",
+        &proxy.url(),
+        "--ttl",
+        "3s",
+        "blocked",
+        "--",
+        "sh",
+        "-c",
+        &program,
+    ]);
+    first.env("RUST_LOG", "debug").stderr(Stdio::from(stderr));
+    let mut first = Running::start_with(first, false);
+    assert_eq!(first.line(SOON), "started");
+
+    let second_program = format!(r#"echo "second" >> {}"#, log.display());
+    let mut second = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "blocked",
+        "--",
+        "sh",
+        "-c",
+        &second_program,
+    ]));
+    await_waiter(&server, "blocked");
+    proxy.blackhole();
+
+    assert_eq!(
+        second.code(Duration::from_secs(15)),
+        Some(0),
+        "{}",
+        second.stderr()
+    );
+    let events = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = events.lines().collect();
+    assert!(
+        lines.len() == 2 && lines[0].starts_with("term ") && lines[1] == "second",
+        "the program must get SIGTERM before the next holder's program starts, stderr blocked or not:\n{events}"
+    );
+    // Its stderr still blocked, leasehold exits all the same, saying (to nobody) that it lost the lock.
+    assert_eq!(first.code(SOON), Some(76));
+}
