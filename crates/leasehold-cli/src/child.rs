@@ -86,6 +86,11 @@ impl Program {
         })
     }
 
+    /// The program's process group.
+    pub fn group(&self) -> Pid {
+        self.group
+    }
+
     /// Waits for the program to exit, and gives the terminal back to `leasehold` if it had it.
     ///
     /// # Errors

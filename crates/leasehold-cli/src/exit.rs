@@ -9,7 +9,7 @@
 //! | 69 | the store (Redis, etcd) cannot be reached or refuses us; `demo`: `redis-server` is missing |
 //! | 70 | internal error (a bug) |
 //! | 75 | `run`: the lock was not acquired (`--conflict-exit-code`) |
-//! | 76 | `run`: the lock was lost while the program ran |
+//! | 76 | `run`: the lock was lost, or its lease ran out unrenewed, while the program ran |
 //! | 126 | `run`: the program exists but cannot be executed |
 //! | 127 | `run`: the program cannot be found |
 
@@ -31,7 +31,7 @@ pub const UNAVAILABLE: u8 = 69;
 pub const INTERNAL: u8 = 70;
 /// The default status when the lock was not acquired (sysexits' `EX_TEMPFAIL`, as `flock -E` users expect).
 pub const CONFLICT: u8 = 75;
-/// The lock was lost while the program ran.
+/// The lock was lost, or its lease ran out unrenewed, while the program ran.
 pub const LOST: u8 = 76;
 /// The program cannot be found (as in shells).
 pub const CANNOT_RUN: u8 = 127;

@@ -13,7 +13,9 @@ use crate::child::{self, Event, Program, Termination};
 use crate::cli::RunArgs;
 use crate::connect;
 use crate::duration::show;
+use crate::enforce::Enforcer;
 use crate::exit::{self, fail, print_err};
+use crate::schedule::Schedule;
 use crate::signals::{self, Signals};
 
 /// Runs `leasehold run` and returns the exit status.
@@ -22,8 +24,10 @@ use crate::signals::{self, Signals};
 ///
 /// Every failure before the program starts, each carrying its exit status (see [`crate::exit`]).
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
-    // What etcd or ZooKeeper cannot honour is refused before anything connects.
+    // What etcd or ZooKeeper cannot honour is refused before anything connects, and so is a lease too short for
+    // --kill-after.
     crate::stores::check_run(&args)?;
+    Schedule::of(&args)?;
     // Caught from the start: a signal while we wait must not leave a grant behind, and one that arrives while the
     // program starts must reach the program.
     let mut signals = Signals::catch()?;
@@ -412,59 +416,120 @@ impl Held {
     }
 }
 
-/// Runs the program under `guard`: stops it the moment the lease is lost, releases the lock when it exits.
+/// How often, at least, the supervision loop reads the lease's deadline again and passes it on to the enforcer.
+const MAX_REFRESH: Duration = Duration::from_secs(1);
+
+/// How the program's run ended, for [`supervise`].
+enum Outcome {
+    /// It exited (reaped).
+    Exited(std::process::ExitStatus),
+    /// It must stop, for this reason: the lease was lost, or is running out unrenewed.
+    Stop(String),
+    /// Waiting for it failed.
+    Failed(std::io::Error),
+}
+
+/// Runs the program under `guard`: stops it so that it is gone by the lease's deadline (see [`crate::schedule`]),
+/// with the enforcer process as a second pair of hands (see [`crate::enforce`]); releases the lock when it exits.
 async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow::Result<u8> {
     let name = args.name.as_str();
+    let schedule = Schedule::of(args)?;
+    let lease = guard.lease().clone();
 
     let env = [
         ("LEASEHOLD_NAME", name.to_owned()),
-        ("LEASEHOLD_TOKEN", guard.lease().token().to_owned()),
-        ("LEASEHOLD_FENCE", guard.lease().fence().get().to_string()),
+        ("LEASEHOLD_TOKEN", lease.token().to_owned()),
+        ("LEASEHOLD_FENCE", lease.fence().get().to_string()),
     ];
     let shown = program_name(&args.command);
+    // Started first, so that the program never runs without it; when it cannot start, nothing runs.
+    let mut enforcer = match Enforcer::start(schedule.kill_in(lease.remaining())) {
+        Ok(enforcer) => enforcer,
+        Err(err) => {
+            let _ = guard.release().await;
+            return Err(fail(
+                exit::INTERNAL,
+                format!("cannot start the enforcer process ({err}); nothing was run"),
+            ));
+        }
+    };
     let mut program = match spawn(&args.command, &env) {
         Ok(program) => program,
         Err(err) => {
             // Nothing ran: give the lock back at once rather than after a lease.
+            enforcer.stand_down();
             let _ = guard.release().await;
             return Err(err);
         }
     };
+    enforcer.watch(program.group());
 
-    let lost = guard.lease().lost();
+    let lost = lease.lost();
     tokio::pin!(lost);
-    let status = loop {
+    // When the program must have had SIGKILL, on tokio's clock; each renewal moves it forward.
+    let mut kill_at;
+    let outcome = loop {
+        let remaining = lease.remaining();
+        let kill_in = schedule.kill_in(remaining);
+        kill_at = Instant::now() + kill_in;
+        enforcer.kill_in(kill_in);
+        let term_in = schedule.term_in(remaining);
+        if term_in.is_zero() {
+            break match lease.loss() {
+                Some(reason) => Outcome::Stop(reason.to_string()),
+                None => Outcome::Stop(format!(
+                    "not renewed in time (its lease ends in {})",
+                    show(remaining)
+                )),
+            };
+        }
         tokio::select! {
             // Loss first: when the program exits just as the lease is lost, we cannot tell whether it finished
             // under the lock, so we say it did not.
             biased;
-            reason = &mut lost => {
-                // The signal goes out before anything else: the lease is still valid on the server for at least
-                // the drift allowance, and no other holder may start while the program runs unwarned.
-                program.stop();
-                print_err(&format!(
-                    "leasehold: lost lock {name:?}: {reason}; stopping {shown} (SIGTERM, then SIGKILL after {})",
-                    show(args.kill_after)
-                ));
-                if program.finish_stop(args.kill_after, signals).await == Termination::Killed {
-                    let grace = show(args.kill_after);
-                    print_err(&format!("leasehold: {shown} was still running {grace} after SIGTERM; sent SIGKILL"));
-                }
-                // The lease is gone; the release would only be refused.
-                drop(guard);
-                return Ok(exit::LOST);
-            }
+            reason = &mut lost => break Outcome::Stop(reason.to_string()),
+            // Read the deadline again: at SIGTERM time, and often enough for the enforcer's copy to stay fresh.
+            () = tokio::time::sleep(term_in.min(kill_in / 4).min(MAX_REFRESH)) => {}
             event = program.next_event() => match event {
-                Ok(Event::Exited(status)) => break Ok(status),
+                Ok(Event::Exited(status)) => break Outcome::Exited(status),
                 Ok(Event::Stopped) => program.suspend_with_it(),
-                Err(err) => break Err(err),
+                Err(err) => break Outcome::Failed(err),
             },
             sig = signals.recv() => program.forward(sig),
         }
     };
-    let status = match status {
-        Ok(status) => status,
-        Err(err) => {
+    let status = match outcome {
+        Outcome::Exited(status) => {
+            enforcer.stand_down();
+            status
+        }
+        Outcome::Stop(why) => {
+            // The signal goes out before anything else, and SIGKILL follows by the deadline at the latest: no other
+            // holder may start while the program runs.
+            program.stop();
+            let grace = schedule
+                .kill_after
+                .min(kill_at.saturating_duration_since(Instant::now()));
+            enforcer.kill_in(grace);
+            print_err(&format!(
+                "leasehold: lost lock {name:?}: {why}; stopping {shown} (SIGTERM, then SIGKILL after {})",
+                show(grace)
+            ));
+            if program.finish_stop(grace, signals).await == Termination::Killed {
+                print_err(&format!(
+                    "leasehold: {shown} was still running {} after SIGTERM; sent SIGKILL",
+                    show(grace)
+                ));
+            }
+            enforcer.stand_down();
+            // A lease still held (its renewal came back after SIGTERM) is given back; a lost one would only be
+            // refused.
+            if lease.is_held() {
+                let _ = guard.release().await;
+            }
+            return Ok(exit::LOST);
+        }
+        Outcome::Failed(err) => {
             drop(program);
             return Err(anyhow::Error::from(err).context(format!("waiting for {shown}")));
         }
