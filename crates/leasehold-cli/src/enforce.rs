@@ -7,7 +7,8 @@
 //! own (a signal to `leasehold`'s job does not stop it), and keeps telling it over a pipe by when the program must be
 //! dead: the instant [`crate::schedule`] sends SIGKILL, as a reading of a clock every process shares. When that
 //! instant passes without a newer one, the enforcer kills the group and exits. It never writes anything and never
-//! blocks on anything but its pipe.
+//! blocks on anything but its pipe. The program's child process names its group on the pipe itself, between `fork`
+//! and `exec` (see `child.rs`), so the program never runs while the enforcer does not know whom to kill.
 //!
 //! It ends with the program: told that the program was reaped, it exits; its pipe closed without that (`leasehold`
 //! died), it kills the group first and then exits (the pipe's end of file is its parent-death signal, and one that
@@ -15,7 +16,7 @@
 //! Linux, which counts the time the machine was suspended as the lease clock does, `CLOCK_MONOTONIC` elsewhere.
 
 use std::io::{self, Write as _};
-use std::os::fd::AsFd as _;
+use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
 use std::os::unix::process::CommandExt as _;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
@@ -71,9 +72,15 @@ impl Enforcer {
         Ok(Enforcer { child, pipe })
     }
 
-    /// Names the program's process group.
+    /// The write end of the pipe, for the program's child process to name its group before `exec` (see
+    /// [`group_message`]).
+    pub fn fd(&self) -> RawFd {
+        self.pipe.as_raw_fd()
+    }
+
+    /// Names the program's process group (again: the program's child process named it before `exec` on Linux).
     pub fn watch(&mut self, group: Pid) {
-        self.send(GROUP, u64::try_from(group.as_raw()).unwrap_or(0));
+        let _ = self.pipe.write(&group_message(group));
     }
 
     /// The program must be dead by `kill_in` from now.
@@ -89,13 +96,24 @@ impl Enforcer {
     }
 
     fn send(&mut self, kind: u64, value: u64) {
-        let mut message = [0u8; MESSAGE];
-        message[..8].copy_from_slice(&kind.to_le_bytes());
-        message[8..].copy_from_slice(&value.to_le_bytes());
+        let message = message(kind, value);
         // A full pipe (an enforcer that stopped reading) or a gone enforcer loses the message: the enforcer then
         // acts on an earlier, sooner deadline, or not at all, and `run` still supervises the program itself.
         let _ = self.pipe.write(&message);
     }
+}
+
+fn message(kind: u64, value: u64) -> [u8; MESSAGE] {
+    let mut message = [0u8; MESSAGE];
+    message[..8].copy_from_slice(&kind.to_le_bytes());
+    message[8..].copy_from_slice(&value.to_le_bytes());
+    message
+}
+
+/// The message naming `group` as the program's process group. Async-signal-safe (no allocation, no lock): the
+/// program's child process sends it between `fork` and `exec`.
+pub fn group_message(group: Pid) -> [u8; MESSAGE] {
+    message(GROUP, u64::try_from(group.as_raw()).unwrap_or(0))
 }
 
 /// This very binary: `/proc/self/exe` on Linux (still the same file after a package upgrade replaced it on disk).
@@ -125,15 +143,13 @@ pub fn enforce(args: &EnforceArgs) -> u8 {
     let stdin = io::stdin();
     loop {
         let left = Duration::from_nanos(kill_by).saturating_sub(now());
-        if left.is_zero() {
-            return kill(group);
-        }
-        if let Some(group) = group {
-            if killpg(group, None) == Err(Errno::ESRCH) {
-                return 0;
-            }
-        }
-        let sleep = left.min(MAX_SLEEP);
+        // Until the group is named there is nothing to kill: wait for its name, and act on it at once if late.
+        let sleep = match group {
+            Some(_) if left.is_zero() => return kill(group),
+            Some(group) if killpg(group, None) == Err(Errno::ESRCH) => return 0,
+            Some(_) => left.min(MAX_SLEEP),
+            None => MAX_SLEEP,
+        };
         let timeout = PollTimeout::try_from(sleep.as_millis()).unwrap_or(PollTimeout::MAX);
         let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, timeout) {

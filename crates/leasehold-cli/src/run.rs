@@ -433,7 +433,7 @@ enum Outcome {
 /// with the enforcer process as a second pair of hands (see [`crate::enforce`]); releases the lock when it exits.
 async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow::Result<u8> {
     let name = args.name.as_str();
-    let schedule = Schedule::of(args)?;
+    let configured = Schedule::of(args)?;
     let lease = guard.lease().clone();
 
     let env = [
@@ -443,7 +443,8 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
     ];
     let shown = program_name(&args.command);
     // Started first, so that the program never runs without it; when it cannot start, nothing runs.
-    let mut enforcer = match Enforcer::start(schedule.kill_in(lease.remaining())) {
+    let remaining = lease.remaining();
+    let mut enforcer = match Enforcer::start(configured.within(remaining).kill_in(remaining)) {
         Ok(enforcer) => enforcer,
         Err(err) => {
             let _ = guard.release().await;
@@ -453,7 +454,7 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
             ));
         }
     };
-    let mut program = match spawn(&args.command, &env) {
+    let mut program = match spawn(&args.command, &env, Some(&enforcer)) {
         Ok(program) => program,
         Err(err) => {
             // Nothing ran: give the lock back at once rather than after a lease.
@@ -468,8 +469,15 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
     tokio::pin!(lost);
     // When the program must have had SIGKILL, on tokio's clock; each renewal moves it forward.
     let mut kill_at;
+    // The longest the lease was seen to last: the lease as granted, when that is less than --ttl said.
+    let mut longest = Duration::ZERO;
+    let mut schedule = configured;
     let outcome = loop {
         let remaining = lease.remaining();
+        if remaining > longest {
+            longest = remaining;
+            schedule = configured.within(longest);
+        }
         let kill_in = schedule.kill_in(remaining);
         kill_at = Instant::now() + kill_in;
         enforcer.kill_in(kill_in);
@@ -566,8 +574,12 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
 
 /// Starts the program with `env` added; a program that cannot start is 127 (not found) or 126 (not executable), as
 /// the shells and flock say.
-fn spawn(command: &[OsString], env: &[(&str, String)]) -> anyhow::Result<Program> {
-    Program::spawn(command, env).map_err(|err| {
+fn spawn(
+    command: &[OsString],
+    env: &[(&str, String)],
+    enforcer: Option<&Enforcer>,
+) -> anyhow::Result<Program> {
+    Program::spawn(command, env, enforcer.map(Enforcer::fd)).map_err(|err| {
         let code = if err.kind() == std::io::ErrorKind::NotFound {
             exit::CANNOT_RUN
         } else {
@@ -632,7 +644,7 @@ async fn nested(
         ("LEASEHOLD_FENCE", fence),
     ];
     let shown = program_name(&args.command);
-    let mut program = spawn(&args.command, &env)?;
+    let mut program = spawn(&args.command, &env, None)?;
     let status = loop {
         tokio::select! {
             event = program.next_event() => match event {

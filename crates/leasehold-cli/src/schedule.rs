@@ -10,7 +10,8 @@
 //! The deadline is the lease's conservative one ([`leasehold::Lease::remaining`]: already short of the server's
 //! expiry by the drift allowance). Healthy renewals keep the remaining lease above half of it on every store (Redis
 //! and etcd renew every third of the lease, SQL every quarter, ZooKeeper syncs every eighth of its session and keeps
-//! five eighths of it), so SIGTERM can only leave when renewals have failed for a while, never on a healthy run.
+//! five eighths of it), so SIGTERM can only leave when renewals have failed for a while, never on a healthy run. A
+//! lease granted shorter than `--ttl` says gets the rule applied to the lease as granted ([`Schedule::within`]).
 
 use std::time::Duration;
 
@@ -66,6 +67,17 @@ impl Schedule {
             }
         };
         Ok(Schedule { kill_after, margin })
+    }
+
+    /// The schedule for a lease seen to last `lease` at most: the same rule with the lease as granted, when that is
+    /// shorter than `--ttl` said (a hand-off's claim of at most 2s on Redis, until the keeper extends it at once; a
+    /// ZooKeeper session negotiated shorter than asked for). Without it, such a grant would get SIGTERM on arrival.
+    pub fn within(&self, lease: Duration) -> Schedule {
+        let margin = self.margin.min(lease / 10);
+        Schedule {
+            kill_after: self.kill_after.min((lease / 2).saturating_sub(margin)),
+            margin,
+        }
     }
 
     /// From `remaining` (what is left of the lease), how long until the program must have had SIGKILL.
@@ -143,5 +155,23 @@ mod tests {
         );
         assert_eq!(plan.term_in(Duration::from_secs(6)), Duration::ZERO);
         assert_eq!(plan.kill_in(Duration::from_millis(500)), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_lease_granted_shorter_than_the_ttl_gets_the_same_rule() {
+        let plan = Schedule {
+            kill_after: Duration::from_secs(5),
+            margin: Duration::from_secs(1),
+        };
+        let claim = plan.within(Duration::from_secs(2));
+        assert_eq!(claim.margin, Duration::from_millis(200));
+        assert_eq!(claim.kill_after, Duration::from_millis(800));
+        // A claim just granted is not stopped at once: its extension is on its way.
+        assert!(!claim.term_in(Duration::from_millis(1900)).is_zero());
+        let full = plan.within(Duration::from_secs(30));
+        assert_eq!(
+            (full.kill_after, full.margin),
+            (plan.kill_after, plan.margin)
+        );
     }
 }
