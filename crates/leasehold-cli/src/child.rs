@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::{self, IsTerminal as _};
+use std::os::fd::RawFd;
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -51,12 +52,17 @@ impl Program {
     /// Starts `command` (program and arguments) directly, without a shell, with `env` added to its environment,
     /// in a new process group; stdin, stdout and stderr are inherited. When `leasehold` is the foreground job of the
     /// terminal on stdin, the terminal is handed to the program's group, so that it can read from it and gets the
-    /// terminal's Ctrl-C and Ctrl-Z itself (see [`next_event`](Program::next_event)).
+    /// terminal's Ctrl-C and Ctrl-Z itself (see [`next_event`](Program::next_event)). With `enforcer` (the write end
+    /// of the enforcer's pipe), the child names its group to the enforcer before it runs anything (Linux).
     ///
     /// # Errors
     ///
     /// The error of `exec`: not found, not executable, …
-    pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Program> {
+    pub fn spawn(
+        command: &[OsString],
+        env: &[(&str, String)],
+        enforcer: Option<RawFd>,
+    ) -> io::Result<Program> {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no program given"))?;
@@ -67,7 +73,7 @@ impl Program {
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .process_group(0);
-        die_with_parent(&mut command);
+        die_with_parent(&mut command, enforcer);
         let child = command.spawn()?;
         let pid = child
             .id()
@@ -84,6 +90,11 @@ impl Program {
             status: None,
             terminal,
         })
+    }
+
+    /// The program's process group.
+    pub fn group(&self) -> Pid {
+        self.group
     }
 
     /// Waits for the program to exit, and gives the terminal back to `leasehold` if it had it.
@@ -299,12 +310,17 @@ impl Terminal {
 /// the kernel sends it SIGKILL the moment its parent dies (`PR_SET_PDEATHSIG`). The parent is the thread that
 /// spawned it; `leasehold` runs on one thread (a current-thread runtime), which lives as long as the process.
 /// Elsewhere the program can outlive a killed `leasehold` (documented in the README's limits).
+///
+/// With `enforcer` (the write end of the enforcer's pipe, see `enforce.rs`), the child also names its process group
+/// to the enforcer before `exec`: a `leasehold` stopped right after the fork cannot leave the enforcer without a
+/// group to kill.
 #[cfg(target_os = "linux")]
-fn die_with_parent(command: &mut tokio::process::Command) {
+fn die_with_parent(command: &mut tokio::process::Command, enforcer: Option<RawFd>) {
     let parent = nix::unistd::getpid();
     // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe calls are allowed.
-    // It makes two system calls through nix (prctl and getppid), which allocate nothing and take no locks, and
-    // returns an io::Error built from an errno value (no allocation for `from_raw_os_error`).
+    // It makes system calls through nix (prctl, getppid, getpid, write), which allocate nothing and take no locks,
+    // builds the enforcer's message on the stack, and returns an io::Error built from an errno value (no allocation
+    // for `from_raw_os_error`). The enforcer's descriptor stays open in the parent, and so in the child, until exec.
     #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(move || {
@@ -314,13 +330,17 @@ fn die_with_parent(command: &mut tokio::process::Command) {
             if nix::unistd::getppid() != parent {
                 return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
             }
+            if let Some(fd) = enforcer {
+                let message = crate::enforce::group_message(nix::unistd::getpid());
+                let _ = nix::unistd::write(std::os::fd::BorrowedFd::borrow_raw(fd), &message);
+            }
             Ok(())
         });
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn die_with_parent(_command: &mut tokio::process::Command) {}
+fn die_with_parent(_command: &mut tokio::process::Command, _enforcer: Option<RawFd>) {}
 
 #[cfg(test)]
 mod tests {

@@ -97,12 +97,22 @@ renewed every quarter of it with its expiry on the database server's clock. Kind
 Nesting: a program run under NAME may run `leasehold run NAME ...` again (the environment
 says which lock and token it runs under): the inner program runs at once under the outer
 grant, and its end does not release the outer lock. If the lock is lost, the outer run stops
-its whole process group, the inner run and its program with it.
+its whole process group, the inner run and its program with it. Only a grant that covers the
+inner run is shared: an exclusive one (plain, --exclusive, --fair) covers every kind, a
+--shared one covers --shared, a --permits N one covers --permits N (where the store records
+N: Redis). Any other pair exits 65 at once, since waiting would wait for the outer grant.
 
-The lease is renewed every third of --ttl while the program runs. If it is lost (renewal
-not confirmed in time, key gone or taken), the program's whole process group gets SIGTERM
-before the lease can expire in the store, then SIGKILL after --kill-after; leasehold reports the
-loss and exits 76. Every catchable signal that would end leasehold (SIGINT, SIGTERM, SIGHUP,
+The lease is renewed every third of --ttl while the program runs, and the program is gone by
+the lease's deadline, before the lease can expire in the store: when renewals have not been
+confirmed by --kill-after plus a margin (a tenth of the lease, at most 1s) before the deadline,
+the program's whole process group gets SIGTERM, and SIGKILL --kill-after later, the margin
+before the deadline; a key found gone or taken gets SIGTERM at once (SIGKILL after --kill-after,
+by the deadline at the latest). leasehold reports the loss and exits 76. --kill-after is thus at
+most half the lease less the margin: 5s by default, less when the lease is too short for 5s;
+a longer one exits 2. A second process, the enforcer (leasehold itself, in a process group of
+its own), gets every new deadline from leasehold and SIGKILLs the program's group when none
+came in time, so a stopped or stuck leasehold (SIGSTOP, a debugger, a stalled stderr) cannot
+leave its program running beside the next holder. Every catchable signal that would end leasehold (SIGINT, SIGTERM, SIGHUP,
 SIGQUIT, SIGUSR1, SIGUSR2, ...) is passed on to the program instead; the lock is released when
 the program exits. If leasehold is killed, the program is killed with it (Linux).
 
@@ -113,14 +123,14 @@ Exit status:
   65     the lock's key holds something leasehold did not write (left untouched), or a
          lock of another kind than --fair or --permits asks for (or a fair mutex or a
          semaphore, for a plain or -s/-x run), or a semaphore in use with another count
-         than --permits
+         than --permits, or a nested run that its outer run's grant does not cover
   69     the store (Redis, etcd, ZooKeeper) cannot be reached at start, refuses the credentials, lacks an
          ACL permission, or was still unreachable when --wait ran out (a wait rides out restarts
          and outages, with one warning line); or fewer than --replicas replicas acknowledged the
          grant
   70     internal error (a bug in leasehold; please report it)
   75     the lock was not acquired (--nonblock, --wait); see --conflict-exit-code
-  76     the lock was lost while the program ran
+  76     the lock was lost (or its lease ran out unrenewed) while the program ran
   126    the program exists but cannot be executed (permissions, not an executable)
   127    the program cannot be found
 
@@ -371,6 +381,9 @@ pub enum Command {
     /// One worker process of `leasehold bench` (internal).
     #[command(hide = true)]
     BenchWorker(crate::bench::worker::WorkerArgs),
+    /// The enforcer of `leasehold run` (internal): kills the program when `run` stops renewing its deadline.
+    #[command(hide = true)]
+    Enforce(crate::enforce::EnforceArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
     #[command(after_help = COMPLETIONS_AFTER)]
     Completions(CompletionsArgs),
@@ -507,9 +520,11 @@ pub struct RunArgs {
     #[arg(long, short = 'E', value_name = "N", default_value_t = exit::CONFLICT)]
     pub conflict_exit_code: u8,
 
-    /// On lock loss, how long to wait between SIGTERM and SIGKILL (a duration with its unit: 5s, 500ms).
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration::parse, allow_hyphen_values = true)]
-    pub kill_after: Duration,
+    /// How long before SIGKILL the program gets SIGTERM when the lease runs out (a duration with its unit: 5s,
+    /// 500ms). SIGKILL lands before the lease's deadline, so at most half the lease less a margin (a tenth of it, at
+    /// most 1s); longer is a usage error. [default: 5s, or that most when the lease is too short for 5s]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
+    pub kill_after: Option<Duration>,
 
     /// Run this shell command with `/bin/sh -c` instead of a PROGRAM (as `flock -c` does).
     #[arg(

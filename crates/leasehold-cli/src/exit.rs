@@ -5,11 +5,11 @@
 //! | the program's | `run`: the program's own exit status |
 //! | 128 + N | `run`: the program was ended by signal N (or `leasehold` was, while it waited for the lock) |
 //! | 2 | usage error; or a `redis://` URL naming a Redis Cluster node the client could not recognise |
-//! | 65 | the lock's key holds something leasehold did not write, a lock of another kind, or a semaphore in use with another permit count |
+//! | 65 | the lock's key holds something leasehold did not write, a lock of another kind, a semaphore in use with another permit count, or a nested run its outer grant does not cover |
 //! | 69 | the store (Redis, etcd) cannot be reached or refuses us; `demo`: `redis-server` is missing |
 //! | 70 | internal error (a bug) |
 //! | 75 | `run`: the lock was not acquired (`--conflict-exit-code`) |
-//! | 76 | `run`: the lock was lost while the program ran |
+//! | 76 | `run`: the lock was lost, or its lease ran out unrenewed, while the program ran |
 //! | 126 | `run`: the program exists but cannot be executed |
 //! | 127 | `run`: the program cannot be found |
 
@@ -31,7 +31,7 @@ pub const UNAVAILABLE: u8 = 69;
 pub const INTERNAL: u8 = 70;
 /// The default status when the lock was not acquired (sysexits' `EX_TEMPFAIL`, as `flock -E` users expect).
 pub const CONFLICT: u8 = 75;
-/// The lock was lost while the program ran.
+/// The lock was lost, or its lease ran out unrenewed, while the program ran.
 pub const LOST: u8 = 76;
 /// The program cannot be found (as in shells).
 pub const CANNOT_RUN: u8 = 127;
@@ -215,11 +215,10 @@ fn unquote(text: &str) -> Option<(String, usize)> {
 }
 
 /// Writes `line` and a newline to stderr, long lock names cut (see [`show_name`]). Unlike `eprintln!` it never
-/// panics: a closed stderr loses the line, nothing more.
+/// panics, and never blocks: the line is queued for stderr's writer thread (see [`crate::stderr`]); a closed stderr
+/// loses the line, nothing more.
 pub fn print_err(line: &str) {
-    let line = cut_names(line);
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{line}");
+    crate::stderr::write(format!("{}\n", cut_names(line)));
 }
 
 /// Writes `text` to stdout and flushes. A closed stdout is not worth an error: nobody would read it.
@@ -272,6 +271,7 @@ pub fn install_panic_hook() {
             .unwrap_or_default();
         let what = what.split_whitespace().collect::<Vec<_>>().join(" ");
         print_err(&format!("leasehold: internal error: {what}{place}"));
+        crate::stderr::flush(crate::stderr::EXIT_FLUSH);
         for entry in lock_doomed().drain(..) {
             // SIGKILL: nothing of ours is left to wait for a graceful exit.
             let _ = match entry {

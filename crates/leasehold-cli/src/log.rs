@@ -34,7 +34,8 @@ pub fn install() {
             // The builder's own level (INFO by default) would cut first: let the filter decide.
             let subscriber = tracing_subscriber::fmt()
                 .with_max_level(Level::TRACE)
-                .with_writer(std::io::stderr)
+                // Queued, never written from the runtime's thread: see `crate::stderr`.
+                .with_writer(crate::stderr::Event::default)
                 .finish()
                 .with(filter);
             let _ = tracing::subscriber::set_global_default(subscriber);

@@ -8,6 +8,8 @@
 //! | `cli.rs` | the command line (clap), help texts, usage errors as one line |
 //! | `run.rs` | `leasehold run`: lock, run, stop the program on loss, release |
 //! | `child.rs` | the program's process group, its signals, its terminal, its exit status |
+//! | `schedule.rs` | when the program gets SIGTERM and SIGKILL: gone by its lease's deadline |
+//! | `enforce.rs` | the enforcer process: kills the program when `run` stops renewing its deadline (stopped, stuck) |
 //! | `signals.rs` | every catchable terminating signal, caught (and passed on to the program) |
 //! | `holder.rs` | the holder description `run` attaches and `status`/`list` read back |
 //! | `status.rs` | `leasehold status`, `leasehold list` and `leasehold release --force` |
@@ -22,6 +24,7 @@
 //! | `etcd.rs` | etcd's errors and tagged holders, said as Redis's are |
 //! | `duration.rs` | durations through `humantime`: `500ms`, `2m30s`, `1h30m`, `1d` |
 //! | `log.rs` | the library's outage warning as one stderr line |
+//! | `stderr.rs` | our stderr through a bounded queue and a writer thread: a blocked stderr never blocks supervision |
 //! | `exit.rs` | exit statuses, the error that carries one, the panic hook |
 // One narrowly scoped exception, in child.rs: the parent-death signal set in the child before exec.
 #![deny(unsafe_code)]
@@ -35,6 +38,7 @@ mod connect;
 mod demo;
 mod docs;
 mod duration;
+mod enforce;
 mod etcd;
 mod exit;
 mod holder;
@@ -42,9 +46,11 @@ mod log;
 mod progress;
 mod quorum;
 mod run;
+mod schedule;
 mod server;
 mod signals;
 mod status;
+mod stderr;
 mod stores;
 
 use std::process::ExitCode;
@@ -58,10 +64,16 @@ fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     log::install();
     let code = match cli::parse(std::env::args_os()) {
-        Ok(Parsed::Run(cli)) => execute(cli.command),
+        // No runtime for the enforcer: a loop on a pipe and a clock (see `enforce.rs`).
+        Ok(Parsed::Run(cli)) => match cli.command {
+            Command::Enforce(args) => return ExitCode::from(enforce::enforce(&args)),
+            command => execute(command),
+        },
         Ok(Parsed::Done(code)) => code,
         Err(err) => report(&err),
     };
+    // Bounded: a stderr nobody reads must not keep us from exiting (see `stderr.rs`).
+    stderr::flush(stderr::EXIT_FLUSH);
     ExitCode::from(code)
 }
 
@@ -90,6 +102,7 @@ fn execute(command: Command) -> u8 {
             Command::BenchWorker(args) => bench::worker::worker(args).await,
             Command::Completions(args) => docs::completions(&args),
             Command::Man(args) => docs::man(&args),
+            Command::Enforce(args) => Ok(enforce::enforce(&args)),
         }
     });
     // Background work (a release retried after the program ended, a reconnect) is not waited for.

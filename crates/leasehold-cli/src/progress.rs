@@ -1,6 +1,7 @@
-//! A one-line progress bar on stderr, drawn only when stderr is a terminal.
+//! A one-line progress bar on stderr, drawn only when stderr is a terminal (through [`crate::stderr`]'s queue, in
+//! order with every other line).
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 
 const WIDTH: u64 = 30;
 
@@ -33,23 +34,18 @@ impl Bar {
         let done = u64::try_from(done.max(0)).unwrap_or(0).min(total);
         let filled = usize::try_from(done * WIDTH / total).unwrap_or(0);
         let empty = usize::try_from(WIDTH).unwrap_or(0) - filled;
-        let mut err = std::io::stderr().lock();
-        let _ = write!(
-            err,
+        crate::stderr::write(format!(
             "\r\x1b[2K{} [{}{}] {note}",
             self.label,
             "#".repeat(filled),
             "-".repeat(empty)
-        );
-        let _ = err.flush();
+        ));
     }
 
     /// Erases the bar, leaving the line free for whatever is printed next.
     pub fn clear(&mut self) {
         if self.shown {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2K");
-            let _ = err.flush();
+            crate::stderr::write("\r\x1b[2K");
         }
     }
 
@@ -57,9 +53,7 @@ impl Bar {
     pub fn finish(&mut self, done: i64, total: i64, note: &str) {
         self.show(done, total, note);
         if self.shown {
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(err);
-            let _ = err.flush();
+            crate::stderr::write("\n");
         }
     }
 }

@@ -13,7 +13,9 @@ use crate::child::{self, Event, Program, Termination};
 use crate::cli::RunArgs;
 use crate::connect;
 use crate::duration::show;
+use crate::enforce::Enforcer;
 use crate::exit::{self, fail, print_err};
+use crate::schedule::Schedule;
 use crate::signals::{self, Signals};
 
 /// Runs `leasehold run` and returns the exit status.
@@ -22,8 +24,10 @@ use crate::signals::{self, Signals};
 ///
 /// Every failure before the program starts, each carrying its exit status (see [`crate::exit`]).
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
-    // What etcd or ZooKeeper cannot honour is refused before anything connects.
+    // What etcd or ZooKeeper cannot honour is refused before anything connects, and so is a lease too short for
+    // --kill-after.
     crate::stores::check_run(&args)?;
+    Schedule::of(&args)?;
     // Caught from the start: a signal while we wait must not leave a grant behind, and one that arrives while the
     // program starts must reach the program.
     let mut signals = Signals::catch()?;
@@ -412,59 +416,128 @@ impl Held {
     }
 }
 
-/// Runs the program under `guard`: stops it the moment the lease is lost, releases the lock when it exits.
+/// How often, at least, the supervision loop reads the lease's deadline again and passes it on to the enforcer.
+const MAX_REFRESH: Duration = Duration::from_secs(1);
+
+/// How the program's run ended, for [`supervise`].
+enum Outcome {
+    /// It exited (reaped).
+    Exited(std::process::ExitStatus),
+    /// It must stop, for this reason: the lease was lost, or is running out unrenewed.
+    Stop(String),
+    /// Waiting for it failed.
+    Failed(std::io::Error),
+}
+
+/// Runs the program under `guard`: stops it so that it is gone by the lease's deadline (see [`crate::schedule`]),
+/// with the enforcer process as a second pair of hands (see [`crate::enforce`]); releases the lock when it exits.
 async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow::Result<u8> {
     let name = args.name.as_str();
+    let configured = Schedule::of(args)?;
+    let lease = guard.lease().clone();
 
     let env = [
         ("LEASEHOLD_NAME", name.to_owned()),
-        ("LEASEHOLD_TOKEN", guard.lease().token().to_owned()),
-        ("LEASEHOLD_FENCE", guard.lease().fence().get().to_string()),
+        ("LEASEHOLD_TOKEN", lease.token().to_owned()),
+        ("LEASEHOLD_FENCE", lease.fence().get().to_string()),
     ];
     let shown = program_name(&args.command);
-    let mut program = match spawn(&args.command, &env) {
+    // Started first, so that the program never runs without it; when it cannot start, nothing runs.
+    let remaining = lease.remaining();
+    let mut enforcer = match Enforcer::start(configured.within(remaining).kill_in(remaining)) {
+        Ok(enforcer) => enforcer,
+        Err(err) => {
+            let _ = guard.release().await;
+            return Err(fail(
+                exit::INTERNAL,
+                format!("cannot start the enforcer process ({err}); nothing was run"),
+            ));
+        }
+    };
+    let mut program = match spawn(&args.command, &env, Some(&enforcer)) {
         Ok(program) => program,
         Err(err) => {
             // Nothing ran: give the lock back at once rather than after a lease.
+            enforcer.stand_down();
             let _ = guard.release().await;
             return Err(err);
         }
     };
+    enforcer.watch(program.group());
 
-    let lost = guard.lease().lost();
+    let lost = lease.lost();
     tokio::pin!(lost);
-    let status = loop {
+    // When the program must have had SIGKILL, on tokio's clock; each renewal moves it forward.
+    let mut kill_at;
+    // The longest the lease was seen to last: the lease as granted, when that is less than --ttl said.
+    let mut longest = Duration::ZERO;
+    let mut schedule = configured;
+    let outcome = loop {
+        let remaining = lease.remaining();
+        if remaining > longest {
+            longest = remaining;
+            schedule = configured.within(longest);
+        }
+        let kill_in = schedule.kill_in(remaining);
+        kill_at = Instant::now() + kill_in;
+        enforcer.kill_in(kill_in);
+        let term_in = schedule.term_in(remaining);
+        if term_in.is_zero() {
+            break match lease.loss() {
+                Some(reason) => Outcome::Stop(reason.to_string()),
+                None => Outcome::Stop(format!(
+                    "not renewed in time (its lease ends in {})",
+                    show(remaining)
+                )),
+            };
+        }
         tokio::select! {
             // Loss first: when the program exits just as the lease is lost, we cannot tell whether it finished
             // under the lock, so we say it did not.
             biased;
-            reason = &mut lost => {
-                // The signal goes out before anything else: the lease is still valid on the server for at least
-                // the drift allowance, and no other holder may start while the program runs unwarned.
-                program.stop();
-                print_err(&format!(
-                    "leasehold: lost lock {name:?}: {reason}; stopping {shown} (SIGTERM, then SIGKILL after {})",
-                    show(args.kill_after)
-                ));
-                if program.finish_stop(args.kill_after, signals).await == Termination::Killed {
-                    let grace = show(args.kill_after);
-                    print_err(&format!("leasehold: {shown} was still running {grace} after SIGTERM; sent SIGKILL"));
-                }
-                // The lease is gone; the release would only be refused.
-                drop(guard);
-                return Ok(exit::LOST);
-            }
+            reason = &mut lost => break Outcome::Stop(reason.to_string()),
+            // Read the deadline again: at SIGTERM time, and often enough for the enforcer's copy to stay fresh.
+            () = tokio::time::sleep(term_in.min(kill_in / 4).min(MAX_REFRESH)) => {}
             event = program.next_event() => match event {
-                Ok(Event::Exited(status)) => break Ok(status),
+                Ok(Event::Exited(status)) => break Outcome::Exited(status),
                 Ok(Event::Stopped) => program.suspend_with_it(),
-                Err(err) => break Err(err),
+                Err(err) => break Outcome::Failed(err),
             },
             sig = signals.recv() => program.forward(sig),
         }
     };
-    let status = match status {
-        Ok(status) => status,
-        Err(err) => {
+    let status = match outcome {
+        Outcome::Exited(status) => {
+            enforcer.stand_down();
+            status
+        }
+        Outcome::Stop(why) => {
+            // The signal goes out before anything else, and SIGKILL follows by the deadline at the latest: no other
+            // holder may start while the program runs.
+            program.stop();
+            let grace = schedule
+                .kill_after
+                .min(kill_at.saturating_duration_since(Instant::now()));
+            enforcer.kill_in(grace);
+            print_err(&format!(
+                "leasehold: lost lock {name:?}: {why}; stopping {shown} (SIGTERM, then SIGKILL after {})",
+                show(grace)
+            ));
+            if program.finish_stop(grace, signals).await == Termination::Killed {
+                print_err(&format!(
+                    "leasehold: {shown} was still running {} after SIGTERM; sent SIGKILL",
+                    show(grace)
+                ));
+            }
+            enforcer.stand_down();
+            // A lease still held (its renewal came back after SIGTERM) is given back; a lost one would only be
+            // refused.
+            if lease.is_held() {
+                let _ = guard.release().await;
+            }
+            return Ok(exit::LOST);
+        }
+        Outcome::Failed(err) => {
             drop(program);
             return Err(anyhow::Error::from(err).context(format!("waiting for {shown}")));
         }
@@ -501,8 +574,12 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
 
 /// Starts the program with `env` added; a program that cannot start is 127 (not found) or 126 (not executable), as
 /// the shells and flock say.
-fn spawn(command: &[OsString], env: &[(&str, String)]) -> anyhow::Result<Program> {
-    Program::spawn(command, env).map_err(|err| {
+fn spawn(
+    command: &[OsString],
+    env: &[(&str, String)],
+    enforcer: Option<&Enforcer>,
+) -> anyhow::Result<Program> {
+    Program::spawn(command, env, enforcer.map(Enforcer::fd)).map_err(|err| {
         let code = if err.kind() == std::io::ErrorKind::NotFound {
             exit::CANNOT_RUN
         } else {
@@ -517,6 +594,10 @@ fn spawn(command: &[OsString], env: &[(&str, String)]) -> anyhow::Result<Program
 /// runs at once under the outer run's grant, taking nothing, so the nested run neither deadlocks nor frees the outer
 /// lock when it ends. The outer run keeps the lease and, if it is lost, stops its whole process group, this run and
 /// its program with it. `None`: not nested, take the lock as usual.
+///
+/// Only a grant that covers what this run asks for is shared (see [`covers`]); under any other it fails at once with
+/// 65: taking the lock would wait for the outer grant itself, and running would break the promise of the kind asked
+/// for (a plain run inside each of two `--shared` runs would run two "exclusive" programs at once).
 async fn nested(
     args: &RunArgs,
     client: &leasehold::Client,
@@ -537,12 +618,24 @@ async fn nested(
         return Ok(None);
     };
     let info = crate::etcd::holders_as_on_redis(info);
-    if !info
+    let Some(outer) = info
         .holders
         .iter()
-        .any(|h| h.token.split(' ').next() == Some(id))
-    {
+        .find(|h| h.token.split(' ').next() == Some(id))
+    else {
         return Ok(None);
+    };
+    if !covers(outer.mode, info.permits, args) {
+        return Err(fail(
+            exit::NOT_A_LOCK,
+            format!(
+                "cannot nest {} in the {} that holds lock {:?} around it: that grant does not cover it, and taking \
+                 the lock would wait for the outer grant itself",
+                asked(args),
+                outer_grant(outer.mode, info.permits),
+                args.name
+            ),
+        ));
     }
     let fence = std::env::var("LEASEHOLD_FENCE").unwrap_or_default();
     let env = [
@@ -551,7 +644,7 @@ async fn nested(
         ("LEASEHOLD_FENCE", fence),
     ];
     let shown = program_name(&args.command);
-    let mut program = spawn(&args.command, &env)?;
+    let mut program = spawn(&args.command, &env, None)?;
     let status = loop {
         tokio::select! {
             event = program.next_event() => match event {
@@ -563,6 +656,42 @@ async fn nested(
         }
     };
     Ok(Some(child::exit_code(status)))
+}
+
+/// Whether an outer grant of `outer` (on a semaphore that stores `permits`, if any) covers what `inner` asks for: an
+/// exclusive grant (a mutex, a fair mutex, a write lock) covers every kind, a read share covers `--shared`, a permit
+/// covers `--permits` of the count the semaphore stores (where the store records none, nothing).
+fn covers(outer: leasehold::HoldMode, permits: Option<u64>, inner: &RunArgs) -> bool {
+    use leasehold::HoldMode;
+    match outer {
+        HoldMode::Exclusive | HoldMode::Write | HoldMode::Reentrant | HoldMode::Nested => true,
+        HoldMode::Read => inner.shared,
+        HoldMode::Permits(_) => inner.permits.is_some() && inner.permits == permits,
+        _ => false,
+    }
+}
+
+/// The kind a run asks for, in the words of its options.
+fn asked(args: &RunArgs) -> String {
+    match args.permits {
+        Some(n) => format!("a --permits {n} run"),
+        None if args.shared => "a --shared run".to_owned(),
+        None if args.exclusive => "an --exclusive run".to_owned(),
+        None if args.fair => "a --fair run".to_owned(),
+        None => "a plain run".to_owned(),
+    }
+}
+
+/// An outer grant of `mode`, in the words of the options that take it.
+fn outer_grant(mode: leasehold::HoldMode, permits: Option<u64>) -> String {
+    match (mode, permits) {
+        (leasehold::HoldMode::Read, _) => "read share (--shared)".to_owned(),
+        (leasehold::HoldMode::Permits(_), Some(n)) => format!("permit (--permits {n})"),
+        (leasehold::HoldMode::Permits(_), None) => {
+            "permit (--permits; the store records no count)".to_owned()
+        }
+        (mode, _) => format!("{mode} grant"),
+    }
 }
 
 fn interrupted(sig: Signal, name: &str) -> anyhow::Error {

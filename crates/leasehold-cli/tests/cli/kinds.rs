@@ -195,12 +195,14 @@ fn a_nested_run_of_the_same_lock_runs_at_once_and_leaves_the_outer_lock_held() {
     let server = RedisServer::start();
     let url = server.url();
     let bin = crate::LEASEHOLD;
-    // The outer program runs the same lock again, then says whether the lock is still held after the inner run.
-    let script = format!(
-        "{bin} run --redis {url} --wait 2s job -- sh -c 'echo inner $LEASEHOLD_FENCE'; \
-         echo inner-exit $?; {bin} status --redis {url} job"
-    );
+    // The outer program runs the same lock again (as the same kind), then says whether the lock is still held after
+    // the inner run.
     for flags in [&[][..], &["--permits", "2"][..], &["--fair"][..]] {
+        let script = format!(
+            "{bin} run --redis {url} {} --wait 2s job -- sh -c 'echo inner $LEASEHOLD_FENCE'; \
+             echo inner-exit $?; {bin} status --redis {url} job",
+            flags.join(" ")
+        );
         let mut args = vec!["run", "--redis", url.as_str()];
         args.extend_from_slice(flags);
         args.extend_from_slice(&["job", "--", "sh", "-c", &script]);
@@ -217,6 +219,55 @@ fn a_nested_run_of_the_same_lock_runs_at_once_and_leaves_the_outer_lock_held() {
             !lock_exists(&server, "job"),
             "released when the outer run ended"
         );
+    }
+}
+
+/// A nested run goes on under the outer grant only when that grant covers what it asks for: an exclusive grant covers
+/// every kind, a read share covers `--shared`, permits cover `--permits` of the same count. Any other pair fails at
+/// once with 65 and one line (waiting would wait for its own outer grant; running would break the inner kind's
+/// promise, as two `--shared` runs each running a plain run inside did).
+#[test]
+fn a_nested_run_nests_only_under_an_outer_grant_that_covers_its_kind() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let bin = crate::LEASEHOLD;
+    let cases: &[(&[&str], &[&str], bool)] = &[
+        (&["--shared"], &[], false),
+        (&["--shared"], &["--exclusive"], false),
+        (&["--shared"], &["--permits", "2"], false),
+        (&["--permits", "2"], &[], false),
+        (&["--permits", "2"], &["--permits", "3"], false),
+        (&["--permits", "2"], &["--shared"], false),
+        (&["--shared"], &["--shared"], true),
+        (&["--permits", "2"], &["--permits", "2"], true),
+        (&[], &["--shared"], true),
+        (&["--exclusive"], &[], true),
+        (&["--exclusive"], &["--shared"], true),
+        (&["--fair"], &["--fair"], true),
+    ];
+    for (outer, inner, nests) in cases {
+        let script = format!(
+            "{bin} run --redis {url} {} --wait 2s job -- sh -c 'echo inner'; echo inner-exit $?",
+            inner.join(" ")
+        );
+        let mut args = vec!["run", "--redis", url.as_str()];
+        args.extend_from_slice(outer);
+        args.extend_from_slice(&["job", "--", "sh", "-c", &script]);
+        let (code, stdout, stderr) = finish(leasehold(&args), SOON);
+        let pair = format!("{inner:?} inside {outer:?}");
+        assert_eq!(code, Some(0), "{pair}: {stderr}");
+        if *nests {
+            assert_eq!(stdout, "inner\ninner-exit 0", "{pair}: {stderr}");
+            assert_eq!(stderr, "", "{pair}");
+        } else {
+            assert_eq!(stdout, "inner-exit 65", "{pair}: {stderr}");
+            let line = one_error_line(&stderr);
+            assert!(
+                line.contains("cannot nest") && line.contains("lock \"job\""),
+                "{pair}: {line}"
+            );
+        }
+        assert!(!lock_exists(&server, "job"), "{pair}: released");
     }
 }
 

@@ -5,7 +5,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::{await_group_gone, await_waiter, leasehold, Running, SOON};
-use leasehold_tests::{RedisServer, TcpProxy, TempDir};
+use leasehold_tests::{send_signal, RedisServer, TcpProxy, TempDir};
+use nix::sys::signal::Signal;
 
 /// The program of a holder that logs its start (`first PID FENCE`) and its SIGTERM (`term PID`) to `log`.
 fn logging_holder(log: &std::path::Path) -> String {
@@ -243,4 +244,181 @@ fn a_waiting_run_survives_a_redis_restart_and_the_holder_that_lost_its_lock_exit
     );
     assert_eq!(holder.code(SOON), Some(76));
     assert!(holder.stderr().contains("lost lock \"job\""));
+}
+
+/// The state of process `pid` as `/proc/PID/stat` gives it (`S`, `R`, `Z`, …), or `gone`, as a shell snippet that
+/// prints `second STATE`: the next holder's program says whether the first one still lives when it starts.
+fn second_reports_state_of(pid: i32) -> String {
+    format!(r#"s=$(cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null); echo "second ${{s:-gone}}""#)
+}
+
+/// A state `second_reports_state_of` printed for a program that no longer runs: reaped, or killed and not yet reaped
+/// (a zombie, while its stopped parent cannot reap it).
+fn is_dead(line: &str) -> bool {
+    matches!(line, "second gone" | "second Z")
+}
+
+// Issue 33, item 3. Multi-threaded: the proxy's tasks must keep running while the test body blocks on processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_stderr_nobody_reads_still_stops_its_program_before_the_next_holder_starts() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr()).await;
+    let dir = TempDir::new("cli-stderr");
+    let log = dir.path().join("events");
+    // A pipe the test never reads: the program fills it (`yes`), and every later write to it blocks.
+    let (_unread, stderr) = nix::unistd::pipe().unwrap();
+    let program = format!(
+        r#"trap 'echo "term $$" >> {log}; exit 143' TERM; echo started; yes spam >&2 & wait"#,
+        log = log.display()
+    );
+    let mut first = leasehold(&[
+        "run",
+        "--redis",
+        &proxy.url(),
+        "--ttl",
+        "3s",
+        "blocked",
+        "--",
+        "sh",
+        "-c",
+        &program,
+    ]);
+    first.env("RUST_LOG", "debug").stderr(Stdio::from(stderr));
+    let mut first = Running::start_with(first, false);
+    assert_eq!(first.line(SOON), "started");
+
+    let second_program = format!(r#"echo "second" >> {}"#, log.display());
+    let mut second = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "blocked",
+        "--",
+        "sh",
+        "-c",
+        &second_program,
+    ]));
+    await_waiter(&server, "blocked");
+    proxy.blackhole();
+
+    assert_eq!(
+        second.code(Duration::from_secs(15)),
+        Some(0),
+        "{}",
+        second.stderr()
+    );
+    let events = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = events.lines().collect();
+    assert!(
+        lines.len() == 2 && lines[0].starts_with("term ") && lines[1] == "second",
+        "the program must get SIGTERM before the next holder's program starts, stderr blocked or not:\n{events}"
+    );
+    // Its stderr still blocked, leasehold exits all the same, saying (to nobody) that it lost the lock.
+    assert_eq!(first.code(SOON), Some(76));
+}
+
+// Issue 33, item 4: a SIGSTOPped `leasehold` cannot stop its program itself; the program must be dead all the same
+// before the lease can have expired.
+#[test]
+fn the_program_of_a_stopped_leasehold_is_dead_before_the_next_holder_s_program_starts() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut first = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &url,
+        "--ttl",
+        "2s",
+        "frozen",
+        "--",
+        "sh",
+        "-c",
+        "echo $$; while :; do sleep 0.05; done",
+    ]));
+    let pid: i32 = first.line(SOON).parse().unwrap();
+    let mut second = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &url,
+        "frozen",
+        "--",
+        "sh",
+        "-c",
+        &second_reports_state_of(pid),
+    ]));
+    await_waiter(&server, "frozen");
+
+    send_signal(first.pid(), Signal::SIGSTOP).unwrap();
+    let seen = second.line(SOON);
+    send_signal(first.pid(), Signal::SIGCONT).unwrap();
+    assert!(is_dead(&seen), "the first program still ran: {seen}");
+    assert_eq!(second.code(SOON), Some(0), "{}", second.stderr());
+    assert_eq!(first.code(SOON), Some(76), "{}", first.stderr());
+    await_group_gone(pid);
+}
+
+// Issue 33, item 4: the SIGKILL after --kill-after lands by the lease's deadline, not --kill-after past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_traps_sigterm_is_dead_before_the_next_holder_s_program_starts() {
+    let server = RedisServer::start();
+    let proxy = TcpProxy::start(server.addr()).await;
+    let mut first = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &proxy.url(),
+        "--ttl",
+        "3s",
+        "--kill-after",
+        "1s",
+        "stubborn",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; echo $$; while :; do sleep 0.05; done",
+    ]));
+    let pid: i32 = first.line(SOON).parse().unwrap();
+    let mut second = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "stubborn",
+        "--",
+        "sh",
+        "-c",
+        &second_reports_state_of(pid),
+    ]));
+    await_waiter(&server, "stubborn");
+    proxy.blackhole();
+
+    let seen = second.line(Duration::from_secs(15));
+    assert!(is_dead(&seen), "the first program still ran: {seen}");
+    assert_eq!(second.code(SOON), Some(0), "{}", second.stderr());
+    assert_eq!(first.code(SOON), Some(76));
+    let stderr = first.stderr();
+    assert!(stderr.contains("sent SIGKILL"), "{stderr}");
+    await_group_gone(pid);
+}
+
+/// SIGTERM must leave --kill-after (and a margin) before the lease's deadline, while renewals still keep the lease:
+/// a lease too short for that is refused before anything connects.
+#[test]
+fn a_kill_after_too_long_for_the_lease_is_refused() {
+    let (code, _, stderr) = crate::finish(
+        leasehold(&[
+            "run",
+            "--redis",
+            "redis://127.0.0.1:1",
+            "--ttl",
+            "2s",
+            "--kill-after",
+            "5s",
+            "short",
+            "--",
+            "true",
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    let line = crate::one_error_line(&stderr);
+    assert!(line.contains("--kill-after"), "{line}");
 }
