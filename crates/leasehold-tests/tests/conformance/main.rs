@@ -114,6 +114,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     basics::a_dropped_guard_frees_the_lock,
     basics::a_cancelled_wait_leaves_nothing_behind,
     basics::run_hands_the_lease_to_the_work_and_releases,
+    basics::a_waiter_that_gave_up_in_an_exited_process_blocks_nobody,
     kinds::readers_share_and_a_writer_excludes,
     kinds::a_waiting_writer_holds_back_later_readers,
     kinds::a_semaphore_admits_its_permits,

@@ -45,7 +45,8 @@ pub(crate) struct SqlStore {
     pub(crate) prefix: String,
     ttl: Duration,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
-    /// The releases running in the background (dropped guards, abandoned entries), for [`Client::flush_releases`].
+    /// The releases running in the background (dropped guards, abandoned entries, dropped sessions), for
+    /// [`Client::flush_releases`] and [`Client::close`].
     background: Arc<Background>,
 }
 
@@ -281,6 +282,19 @@ impl SqlStore {
     /// Waits until every background release has been answered (or given up).
     pub(crate) async fn settle(&self) {
         self.background.settle().await;
+    }
+
+    /// Closes the current session (its row and every entry of the client are deleted), then waits for the background
+    /// releases: true when the delete was answered.
+    pub(crate) async fn close(&self) -> bool {
+        let closed =
+            crate::backend::session::close_current(
+                &self.session,
+                |s| async move { s.close().await },
+            )
+            .await;
+        self.settle().await;
+        closed.is_ok()
     }
 
     /// Runs `statement` under the per-call deadline of this store's sessions.
