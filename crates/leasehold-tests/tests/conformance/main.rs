@@ -119,6 +119,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     kinds::a_waiting_writer_holds_back_later_readers,
     kinds::a_semaphore_admits_its_permits,
     kinds::a_reentrant_mutex_reenters_and_excludes_others,
+    kinds::a_semaphore_refuses_a_count_that_disagrees_with_its_holders,
+    kinds::a_permit_is_not_granted_behind_an_exclusive_holder,
     loss::a_force_release_ends_the_holders_lease,
     loss::a_cut_off_holder_is_told_before_another_is_granted,
     loss::run_drops_the_work_when_the_lease_is_lost,

@@ -206,6 +206,12 @@ impl Session {
                     pending.armed = false;
                     return Ok(Some(grant));
                 }
+                // Refused: the key is deleted in the background (`pending`).
+                Admission::WrongPermits(stored) => {
+                    return Err(EtcdError::WrongPermits {
+                        stored: stored.get(),
+                    })
+                }
                 // A try that is not admitted at once takes its key back (the drop of `pending` does it again in the
                 // background if this delete is not answered).
                 _ if !wait => {

@@ -163,8 +163,11 @@ impl EtcdStore {
                 || e.is_timeout()
                 || matches!(e, EtcdError::Etcd { source, .. } if super::endpoints::is_transient(source))
         };
-        crate::backend::until_granted(keys.name(), wait, fail_fast, attempt, passes, |e| {
-            store_error(&self.shown, e)
+        crate::backend::until_granted(keys.name(), wait, fail_fast, attempt, passes, |e| match e {
+            EtcdError::WrongPermits { stored } => {
+                crate::backend::admission::wrong_permits(keys.name(), kind, stored)
+            }
+            e => store_error(&self.shown, e),
         })
         .await
     }

@@ -182,7 +182,12 @@ impl SqlStore {
             fail_fast,
             attempt,
             SqlError::passes,
-            |e| self.error(e),
+            |e| match e {
+                SqlError::WrongPermits { stored } => {
+                    crate::backend::admission::wrong_permits(keys.name(), kind, stored)
+                }
+                e => self.error(e),
+            },
         )
         .await
     }
@@ -454,6 +459,12 @@ async fn check(
             left: ahead.iter().map(|e| e.left).min(),
             next,
         },
+        // Refused: the entry is deleted in the background (the acquisition's `Pending`).
+        Admission::WrongPermits(stored) => {
+            return Err(SqlError::WrongPermits {
+                stored: stored.get(),
+            })
+        }
     })
 }
 

@@ -170,6 +170,12 @@ impl Session {
                     pending.armed = false;
                     return Ok(Some(grant));
                 }
+                // Refused: the node is deleted in the background (`pending`).
+                Admission::WrongPermits(stored) => {
+                    return Err(ZkError::WrongPermits {
+                        stored: stored.get(),
+                    })
+                }
                 _ if !wait => {
                     release(session, &grant.node).await?;
                     pending.armed = false;

@@ -184,7 +184,12 @@ impl ZkStore {
             fail_fast,
             attempt,
             ZkError::passes,
-            |e| self.error(e),
+            |e| match e {
+                ZkError::WrongPermits { stored } => {
+                    crate::backend::admission::wrong_permits(keys.name(), kind, stored)
+                }
+                e => self.error(e),
+            },
         )
         .await
     }
