@@ -73,8 +73,8 @@ command's etcd client, and --ttl is that lease: whole seconds, at least 2s (etcd
 by default; a keep-alive goes out every third of it. NAME lives under the etcd keys PREFIX/NAME/, so
 `etcdctl lock PREFIX/NAME` and leasehold runs exclude each other. Every kind serves its waiters in
 order of arrival. A name is not tied to one kind there: runs of different kinds exclude each other and
-wait (never status 65), and a semaphore's count is not stored (each run applies its own --permits,
-at most 4294967295). --replicas, --tls-* and --store given twice are Redis settings: with an etcd
+wait (never status 65), and a semaphore's count is not stored, but a run whose --permits differs
+from that of a run ahead of it exits 65 naming both counts, as on Redis (N at most 4294967295). --replicas, --tls-* and --store given twice are Redis settings: with an etcd
 URL they exit 2 before connecting.
 
 On ZooKeeper (--store zk://[user:password@]host:port[,host:port...][/chroot]) every grant is an
@@ -224,8 +224,8 @@ count in a semaphore in use: lowering it revokes no permit (new runs wait until 
 drop below it), raising it admits waiting runs at once; runs already waiting keep their
 place under the new count. On a free semaphore nothing is stored: the next run's --permits
 is the count. Give the new count to every run's --permits too. Redis only: etcd and ZooKeeper store
-no count (each run applies its own --permits), and an etcd:// or zk:// store exits 2 before
-connecting.
+no count (a run whose --permits differs from a run ahead of it exits 65), and an etcd:// or zk://
+store exits 2 before connecting.
 
 Exit status: 0 stored (or the semaphore was free), 65 NAME is another kind of lock, 69
 Redis cannot be reached, 2 usage error (an etcd:// or zk:// store among them).
@@ -504,7 +504,7 @@ pub struct RunArgs {
     pub exclusive: bool,
 
     /// Take one of N permits of the semaphore NAME: at most N runs at once across all hosts (on etcd and ZooKeeper,
-    /// N is at most 4294967295 and is not stored: each run applies its own).
+    /// N is at most 4294967295 and is not stored; a run whose N differs from a run's ahead of it exits 65).
     #[arg(long, value_name = "N", group = "kind", value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
     pub permits: Option<u64>,
 

@@ -79,6 +79,22 @@ pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<l
     Ok(builder.connect().await?)
 }
 
+/// How long a command may take, at its end, to close its client's session (see [`closing`]).
+pub const CLOSE_BOUND: Duration = Duration::from_secs(2);
+
+/// Runs `work` with `client`, then closes the client (at most [`CLOSE_BOUND`]): on etcd, ZooKeeper and the SQL stores
+/// its session ends on the server at once (etcd's lease revoked, ZooKeeper's session closed, the SQL session row
+/// deleted) instead of a TTL later, so that `status`, `list`, `release` and `permits` leave nothing behind. A close that
+/// is not answered in time is left to the session's expiry, unsaid: nothing of these commands' own is in it.
+pub async fn closing<T>(
+    client: &leasehold::Client,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let result = work.await;
+    client.close(CLOSE_BOUND).await;
+    result
+}
+
 /// A quorum of the independent servers of `target` (`--store` given 3 or more times).
 ///
 /// # Errors

@@ -40,15 +40,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
     let result = run_with(&args, &client, &mut signals).await;
-    // Every way out, also an interrupted acquire whose grant may have landed after we gave up on it, waits (bounded)
-    // until the releases it left running in the background are answered: the runtime ends right after.
+    // Every way out, also an interrupted acquire whose grant may have landed after we gave up on it, closes the
+    // client (bounded): the session ends on the server with every entry it still has (a wait given up included), and
+    // the releases left running in the background are answered; the runtime ends right after.
     // Said only on a way out that has not already reported the trouble: a failed release of the program's own grant
     // was, and so was Redis being out of reach (the releases of attempts lost in that outage may stay unconfirmed).
     let reported = match &result {
         Ok(_) => true,
         Err(err) => exit::code_of(err) == exit::UNAVAILABLE,
     };
-    if !client.flush_releases(RELEASE_FLUSH).await && !reported {
+    if !client.close(RELEASE_FLUSH).await && !reported {
         print_err(&format!(
             "leasehold: warning: a release of lock {name:?} was not confirmed within {}; {}",
             show(RELEASE_FLUSH),

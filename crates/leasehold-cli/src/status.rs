@@ -20,24 +20,27 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
         return crate::quorum::status(&args).await;
     }
     let client = connect::locks(&args.store, None).await?;
-    let info = crate::etcd::holders_as_on_redis(client.inspect(&args.name).await?);
-    let warnings: Vec<String> = client
-        .server_warnings()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    for warning in &warnings {
-        exit::print_err(&format!("leasehold: warning: {warning}"));
-    }
-    let text = if args.json {
-        let mut object = to_json(&info);
-        object["warnings"] = json!(warnings);
-        object.to_string()
-    } else {
-        sentence(&info)
-    };
-    print_line(&text);
-    Ok(0)
+    connect::closing(&client, async {
+        let info = crate::etcd::holders_as_on_redis(client.inspect(&args.name).await?);
+        let warnings: Vec<String> = client
+            .server_warnings()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        for warning in &warnings {
+            exit::print_err(&format!("leasehold: warning: {warning}"));
+        }
+        let text = if args.json {
+            let mut object = to_json(&info);
+            object["warnings"] = json!(warnings);
+            object.to_string()
+        } else {
+            sentence(&info)
+        };
+        print_line(&text);
+        Ok(0)
+    })
+    .await
 }
 
 /// The sentence `status` prints for one server's view of a lock.
@@ -117,23 +120,26 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
         return crate::quorum::list(&args).await;
     }
     let client = connect::locks(&args.store, None).await?;
-    let held: Vec<leasehold::LockInfo> = client
-        .held_locks(&args.pattern)
-        .await?
-        .into_iter()
-        .map(crate::etcd::holders_as_on_redis)
-        .collect();
-    if args.json {
-        let all: Vec<Value> = held.iter().map(to_json).collect();
-        print_line(&Value::Array(all).to_string());
-        return Ok(0);
-    }
-    if held.is_empty() {
-        print_line(&format!("no held locks match {:?}", args.pattern));
-        return Ok(0);
-    }
-    exit::print_out(&table(&held));
-    Ok(0)
+    connect::closing(&client, async {
+        let held: Vec<leasehold::LockInfo> = client
+            .held_locks(&args.pattern)
+            .await?
+            .into_iter()
+            .map(crate::etcd::holders_as_on_redis)
+            .collect();
+        if args.json {
+            let all: Vec<Value> = held.iter().map(to_json).collect();
+            print_line(&Value::Array(all).to_string());
+            return Ok(0);
+        }
+        if held.is_empty() {
+            print_line(&format!("no held locks match {:?}", args.pattern));
+            return Ok(0);
+        }
+        exit::print_out(&table(&held));
+        Ok(0)
+    })
+    .await
 }
 
 /// The table `list` prints: one line per lock, columns aligned as a terminal shows them.
@@ -263,33 +269,36 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
         ));
     }
     let client = connect::locks(&args.store, None).await?;
-    // Read first only to say more about what goes; the removal itself does not depend on it.
-    let before = crate::etcd::holders_as_on_redis(client.inspect(&args.name).await?);
-    let removed = client.force_release(&args.name).await?;
-    let text = match removed {
-        Some(token) => {
-            let token = crate::etcd::token_as_on_redis(&token);
-            let same = before.holder.as_ref().is_some_and(|h| h.token == token);
-            let fence = before
-                .last_fence
-                .filter(|_| same)
-                .map_or(String::new(), |f| format!(" (fence {f})"));
-            let by = before
-                .holder
-                .as_ref()
-                .filter(|_| same)
-                .and_then(|h| h.description.as_ref())
-                .map_or(String::new(), |d| format!(", held by {d}"));
-            format!(
-                "removed lock {:?}: token {}{fence}{by}; its holder loses the lock at its next renewal",
-                args.name,
-                token_id(token)
-            )
-        }
-        None => format!("lock {:?} was free; nothing removed", args.name),
-    };
-    print_line(&text);
-    Ok(0)
+    connect::closing(&client, async {
+        // Read first only to say more about what goes; the removal itself does not depend on it.
+        let before = crate::etcd::holders_as_on_redis(client.inspect(&args.name).await?);
+        let removed = client.force_release(&args.name).await?;
+        let text = match removed {
+            Some(token) => {
+                let token = crate::etcd::token_as_on_redis(&token);
+                let same = before.holder.as_ref().is_some_and(|h| h.token == token);
+                let fence = before
+                    .last_fence
+                    .filter(|_| same)
+                    .map_or(String::new(), |f| format!(" (fence {f})"));
+                let by = before
+                    .holder
+                    .as_ref()
+                    .filter(|_| same)
+                    .and_then(|h| h.description.as_ref())
+                    .map_or(String::new(), |d| format!(", held by {d}"));
+                format!(
+                    "removed lock {:?}: token {}{fence}{by}; its holder loses the lock at its next renewal",
+                    args.name,
+                    token_id(token)
+                )
+            }
+            None => format!("lock {:?} was free; nothing removed", args.name),
+        };
+        print_line(&text);
+        Ok(0)
+    })
+    .await
 }
 
 /// Runs `leasehold permits`: stores a new permit count in a semaphore in use and says what it replaced.
@@ -300,26 +309,29 @@ pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
 pub async fn permits(args: PermitsArgs) -> anyhow::Result<u8> {
     crate::stores::check_permits(&args.store)?;
     let client = connect::locks(&args.store, None).await?;
-    let previous = client
-        .semaphore(&args.name, args.permits)
-        .set_permits()
-        .await?;
-    let text = if args.json {
-        json!({ "name": args.name, "permits": args.permits, "previous": previous }).to_string()
-    } else {
-        match previous {
-            Some(before) => format!(
-                "semaphore {:?} now has {} permits (it had {before})",
-                args.name, args.permits
-            ),
-            None => format!(
-                "semaphore {:?} is free: nothing stored, the next run's --permits is its count",
-                args.name
-            ),
-        }
-    };
-    print_line(&text);
-    Ok(0)
+    connect::closing(&client, async {
+        let previous = client
+            .semaphore(&args.name, args.permits)
+            .set_permits()
+            .await?;
+        let text = if args.json {
+            json!({ "name": args.name, "permits": args.permits, "previous": previous }).to_string()
+        } else {
+            match previous {
+                Some(before) => format!(
+                    "semaphore {:?} now has {} permits (it had {before})",
+                    args.name, args.permits
+                ),
+                None => format!(
+                    "semaphore {:?} is free: nothing stored, the next run's --permits is its count",
+                    args.name
+                ),
+            }
+        };
+        print_line(&text);
+        Ok(0)
+    })
+    .await
 }
 
 pub(crate) fn print_line(text: &str) {

@@ -371,6 +371,41 @@ impl Client {
         }
     }
 
+    /// Ends the client's work with the store before a program exits, within `timeout`: on etcd, ZooKeeper and the
+    /// SQL stores it closes the client's session (etcd's lease revoked, ZooKeeper's session closed, the SQL session
+    /// row deleted), which deletes every entry the client still has at once, the entries of acquisitions that were
+    /// given up or dropped included; then it waits for the releases running in the background, as
+    /// [`flush_releases`](Self::flush_releases) does. On Redis it is `flush_releases`. Returns whether all of it was
+    /// answered in time; what was not is left to the session's expiry (its TTL) or the leases'.
+    ///
+    /// Every guard of the client still held loses its lease (as [`LossReason::Expired`](crate::LossReason)). The
+    /// client stays usable: the next acquisition opens a new session. The `leasehold` command calls it on every way
+    /// out, so that a run that gave up waiting leaves nothing behind (tested by `conformance`
+    /// `basics::a_waiter_that_gave_up_in_an_exited_process_blocks_nobody` and the CLI's
+    /// `session_cleanup::a_waiter_that_gave_up_blocks_nobody_and_no_session_stays_on_*`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the session open (the next acquisition uses a new one) or half closed; its
+    /// expiry ends it.
+    pub async fn close(&self, timeout: Duration) -> bool {
+        let closed = async {
+            match &self.store {
+                Store::Redis(inner) => {
+                    inner.orphans.settle().await;
+                    true
+                }
+                #[cfg(feature = "etcd")]
+                Store::Etcd(etcd) => etcd.close().await,
+                #[cfg(feature = "zookeeper")]
+                Store::ZooKeeper(zk) => zk.close().await,
+                #[cfg(sql_stores)]
+                Store::Sql(sql) => sql.close().await,
+            }
+        };
+        tokio::time::timeout(timeout, closed).await.unwrap_or(false)
+    }
+
     /// What the client found, when it connected, that weakens the [safety contract](crate#safety-contract) on this
     /// server (each is also logged with `tracing::warn!`): today, a `maxmemory-policy` that may evict a held lock.
     /// Empty when all is well, or when the server would not say (an ACL user without `INFO`).

@@ -11,6 +11,7 @@ mod kinds;
 mod lease;
 mod quorum;
 mod run;
+mod session_cleanup;
 mod signals;
 mod sql;
 mod status;

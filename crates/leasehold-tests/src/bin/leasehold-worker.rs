@@ -22,6 +22,9 @@
 //! leasehold-worker read-loop URL NAME             # reads (5 ms each) until killed; prints "reading" once
 //! leasehold-worker kind-hold URL NAME KIND TTL_MS  # takes a read share (KIND read), the write lock (write) or a
 //!                                             # permit of N (permits:N), prints "acquired FENCE", holds until killed
+//! leasehold-worker give-up URL PREFIX NAME TTL_MS WAIT_MS  # wait WAIT_MS for the mutex NAME (on etcd, ZooKeeper and
+//!                                             # SQL a session of TTL_MS), print "gave up" when the wait times out,
+//!                                             # then `flush_releases` (10 s at most) and let `main` return
 //! leasehold-worker cycles URL leasehold|peer N   # N lock + release cycles on one lock, one task (the client's work
 //!                                             # per cycle, counted by scripts/profile-client.sh)
 //! ```
@@ -145,6 +148,12 @@ async fn dispatch(args: Vec<String>) -> ExitCode {
             Ok(n) => cycles(url, recipe, n).await,
             Err(e) => Err(e.into()),
         },
+        ["give-up", url, prefix, name, ttl_ms, wait_ms] => {
+            match (ttl_ms.parse(), wait_ms.parse()) {
+                (Ok(ttl), Ok(wait)) => give_up(url, prefix, name, ttl, wait).await,
+                _ => return usage(),
+            }
+        }
         ["kind-hold", url, name, kind, ttl_ms] => match ttl_ms.parse() {
             Ok(ms) => kind_hold(url, name, kind, ms).await,
             Err(_) => return usage(),
@@ -162,7 +171,7 @@ async fn dispatch(args: Vec<String>) -> ExitCode {
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: leasehold-worker count|hold|hold-then-write|drop-at-end|fair-wait|sem-count|rw-mix|read-loop|kind-hold URL NAME ... | cycles URL leasehold|peer N"
+        "usage: leasehold-worker count|hold|hold-then-write|drop-at-end|fair-wait|sem-count|rw-mix|read-loop|kind-hold URL NAME ... | give-up URL PREFIX NAME TTL_MS WAIT_MS | cycles URL leasehold|peer N"
     );
     ExitCode::from(2)
 }
@@ -271,6 +280,29 @@ async fn quorum_count(urls: &str, data: &str, name: &str, sections: u32) -> Resu
         let guard = mutex.lock_timeout(Duration::from_secs(60)).await?;
         section(&mut redis, &me, guard.fence()).await?;
         guard.release().await?;
+    }
+    Ok(())
+}
+
+/// A waiter that gives up: what a program does whose wait times out and which then ends, calling `flush_releases` on
+/// its way out as the docs ask.
+async fn give_up(url: &str, prefix: &str, name: &str, ttl_ms: u64, wait_ms: u64) -> Result<()> {
+    let mut builder = leasehold::Client::builder(url)?.prefix(prefix);
+    if !url.starts_with("redis") && !url.starts_with("unix") {
+        builder = builder.session_ttl(Duration::from_millis(ttl_ms));
+    }
+    let locks = builder.connect().await?;
+    match locks
+        .mutex(name)
+        .lock_timeout(Duration::from_millis(wait_ms))
+        .await
+    {
+        Err(e) if e.is_timeout() => println!("gave up"),
+        Err(e) => return Err(e.into()),
+        Ok(_) => return Err("granted while the test holds the lock".into()),
+    }
+    if !locks.flush_releases(Duration::from_secs(10)).await {
+        return Err("the background releases were not answered within 10 s".into());
     }
     Ok(())
 }

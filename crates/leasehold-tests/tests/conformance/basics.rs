@@ -139,3 +139,42 @@ pub async fn run_hands_the_lease_to_the_work_and_releases(store: &mut Store) {
     assert!(fence.get() > 0);
     assert!(!a.mutex("job").is_locked().await.unwrap());
 }
+
+/// A session long enough that a waiter's entry left behind would block the next waiter for far longer than
+/// [`PROMPTLY`] (ZooKeeper clamps it to its own maximum, 10 s in the harness).
+const LONG_SESSION: Duration = Duration::from_secs(30);
+
+/// Well within every store's session, even clamped: the bound on what must happen at once after a release.
+const PROMPTLY: Duration = Duration::from_secs(5);
+
+pub async fn a_waiter_that_gave_up_in_an_exited_process_blocks_nobody(store: &mut Store) {
+    let prefix = store.fresh_prefix();
+    let (a, b) = (store.client(&prefix).await, store.client(&prefix).await);
+    let held = a.mutex("gate").lock().await.unwrap();
+    // Another process waits a second, gives up, and exits (as `leasehold run --wait 1` does).
+    let url = store.url_at(store.addr());
+    let ttl = LONG_SESSION.as_millis().to_string();
+    let worker = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold-worker"))
+        .args(["give-up", &url, &prefix, "gate", &ttl, "1000"])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(EVENT, worker).await.unwrap().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "gave up");
+    // Its entry is gone: the next waiter is the only one, and is granted at the release.
+    let waiter = tokio::spawn(async move { b.mutex("gate").lock_timeout(EVENT).await });
+    leasehold_tests::sequence::waiters(&a, "gate", 1, PROMPTLY).await;
+    let released = tokio::time::Instant::now();
+    held.release().await.unwrap();
+    let granted = tokio::time::timeout(PROMPTLY, waiter)
+        .await
+        .unwrap_or_else(|_| panic!("not granted within {PROMPTLY:?} of the release"))
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < PROMPTLY);
+    granted.release().await.unwrap();
+}

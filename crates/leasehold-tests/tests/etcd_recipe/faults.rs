@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::__etcd::{EtcdError, Kind, Released};
+use leasehold::__etcd::{EtcdError, Kind, Released, Session, SessionOptions};
 use leasehold_tests::{monotonic_ns, ChildGuard, EtcdServer};
 use nix::sys::signal::Signal;
 
@@ -153,4 +153,48 @@ pub async fn a_stopped_holder_loses_its_session_before_another_client_is_granted
     let status = tokio::task::block_in_place(|| holder.wait_timeout(EVENT));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
     other.release(grant).await.unwrap();
+}
+
+/// The session's deadline counts from each keep-alive's send time, not its answer's arrival: behind a proxy that
+/// delays every chunk by `D` each way, a keep-alive answered at `R` renewed the lease on the server at `R − D` at the
+/// latest, so the deadline it gives is at most `R − D + TTL` (the send time is `R − 2D`, less the drift allowance).
+/// A deadline counted from the answer (`R + TTL − drift`) is later than that by `D − drift`.
+pub async fn the_deadline_counts_from_the_keep_alives_send_time(etcd: &mut EtcdServer) {
+    const D: Duration = Duration::from_millis(250);
+    let proxy = leasehold_tests::TcpProxy::start(etcd.addr()).await;
+    let options = SessionOptions::default().ttl(Duration::from_secs(3));
+    let session = Session::connect(&format!("etcd://{}", proxy.addr()), options)
+        .await
+        .unwrap();
+    let ttl = session.ttl();
+    proxy.delay(D);
+    let mut last = session.deadline();
+    // The first change may come from a keep-alive sent before the delay: only the ones after it are judged.
+    let mut changes = 0;
+    let mut judged = 0;
+    within("three delayed keep-alives", async {
+        while judged < 3 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let deadline = session.deadline();
+            // Read after the deadline: the keep-alive that moved it was answered before now.
+            let answered_by = tokio::time::Instant::now();
+            if deadline == last {
+                continue;
+            }
+            last = deadline;
+            changes += 1;
+            if changes == 1 {
+                continue;
+            }
+            assert!(
+                deadline <= answered_by - D + ttl,
+                "a deadline {:?} past the answer, more than the TTL less one delay ({:?})",
+                deadline - answered_by,
+                ttl - D
+            );
+            judged += 1;
+        }
+    })
+    .await;
+    assert!(session.loss().is_none(), "{:?}", session.loss());
 }

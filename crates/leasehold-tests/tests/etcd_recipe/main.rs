@@ -26,6 +26,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::the_final_check_catches_a_lease_revoked_while_waiting,
     faults::a_dropped_acquire_leaves_no_key_behind,
     faults::a_stopped_holder_loses_its_session_before_another_client_is_granted,
+    faults::the_deadline_counts_from_the_keep_alives_send_time,
     interop::etcdctl_lock_excludes_leasehold,
     interop::leasehold_excludes_etcdctl_lock,
 ];

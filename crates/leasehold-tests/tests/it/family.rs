@@ -514,3 +514,53 @@ async fn a_queued_kind_releases_cleanly_after_a_mutex_of_the_same_name() {
         );
     }
 }
+
+/// A plain mutex and a read-write lock taken and given back over and over on one name (what a plain `leasehold run`
+/// beside `--shared` runs does): each must find the other as [`Error::WrongKind`] or busy, never as a key leasehold did
+/// not write. The refusing script classifies the key itself; a later read found it gone whenever the other kind was
+/// released in between, and said "it holds the string \"\"" (issue 33).
+#[tokio::test]
+async fn a_mutex_and_a_read_write_lock_on_one_name_never_see_each_other_as_foreign() {
+    const ROUNDS: usize = 1500;
+    let server = RedisServer::start();
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let locks = connect(&server).await;
+        tasks.push(tokio::spawn(async move {
+            let mut other_kind = 0;
+            for _ in 0..ROUNDS {
+                let outcome = if i % 2 == 0 {
+                    match locks.mutex("cfg").try_lock().await {
+                        Ok(guard) => guard.release().await.map(|()| false),
+                        Err(Error::WrongKind { found, .. }) => {
+                            assert_eq!(found, leasehold::LockKind::ReadWrite);
+                            Ok(true)
+                        }
+                        Err(e) => Err(e),
+                    }
+                } else {
+                    match locks.rw_lock("cfg").try_read().await {
+                        Ok(guard) => guard.release().await.map(|()| false),
+                        Err(Error::WrongKind { found, .. }) => {
+                            assert_eq!(found, leasehold::LockKind::Mutex);
+                            Ok(true)
+                        }
+                        Err(e) => Err(e),
+                    }
+                };
+                match outcome {
+                    Ok(seen) => other_kind += usize::from(seen),
+                    Err(e) if e.is_busy() => {}
+                    Err(e) => panic!("task {i}: {e} ({e:?})"),
+                }
+            }
+            other_kind
+        }));
+    }
+    let mut other_kind = 0;
+    for task in tasks {
+        other_kind += task.await.unwrap();
+    }
+    // The two kinds did meet on the name.
+    assert!(other_kind > 0);
+}

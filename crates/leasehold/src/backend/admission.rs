@@ -28,14 +28,22 @@ pub(crate) enum Admission {
     WaitFor(usize),
     /// Not yet: wait until any entry ahead is gone, then look again.
     WaitForAny,
+    /// Never, as asked: a permit request whose count differs from the count of a permit entry ahead (this one's).
+    /// The request is refused, as Redis refuses it ([`Error::WrongPermits`](crate::Error::WrongPermits)).
+    WrongPermits(NonZeroU32),
 }
 
 /// Applies `kind`'s rule to the kinds of the entries ahead of a waiter (`ahead`, oldest first).
 ///
 /// Exclusive and shared waiters name one entry to watch (the one just ahead, the last writer ahead), so a release
 /// wakes one waiter, or the readers behind one writer, and never a herd. A permit waiter watches them all: which of
-/// the entries ahead goes first is unknown, and any one of them going may admit it. Mixed permit counts are not
-/// checked: each waiter applies its own `n`.
+/// the entries ahead goes first is unknown, and any one of them going may admit it.
+///
+/// A semaphore's count is the same for everyone, as on Redis: a permit request behind a permit entry of another count
+/// is refused ([`Admission::WrongPermits`], with the oldest such count). Entries ahead only ever leave, so a waiter
+/// that passed this on its first check never meets it later; and two requests that disagree are ordered by the queue,
+/// so the later one is refused whatever their timing (tested by `conformance`
+/// `kinds::a_semaphore_refuses_a_count_that_disagrees_with_its_holders`).
 pub(crate) fn admit(kind: Kind, ahead: &[Kind]) -> Admission {
     match kind {
         Kind::Exclusive => match ahead.len() {
@@ -47,6 +55,13 @@ pub(crate) fn admit(kind: Kind, ahead: &[Kind]) -> Admission {
             Some(writer) => Admission::WaitFor(writer),
         },
         Kind::Permits(n) => {
+            let other = ahead.iter().find_map(|k| match k {
+                Kind::Permits(m) if *m != n => Some(*m),
+                _ => None,
+            });
+            if let Some(stored) = other {
+                return Admission::WrongPermits(stored);
+            }
             let all_permits = ahead.iter().all(|k| matches!(k, Kind::Permits(_)));
             let fewer = u32::try_from(ahead.len()).is_ok_and(|len| len < n.get());
             if all_permits && fewer {
@@ -55,6 +70,18 @@ pub(crate) fn admit(kind: Kind, ahead: &[Kind]) -> Admission {
                 Admission::WaitForAny
             }
         }
+    }
+}
+
+/// The crate's error for a request of lock `name` as `kind` refused with [`Admission::WrongPermits`]`(stored)`.
+pub(crate) fn wrong_permits(name: &str, kind: Kind, stored: u32) -> crate::Error {
+    crate::Error::WrongPermits {
+        name: name.to_owned(),
+        asked: match kind {
+            Kind::Permits(n) => u64::from(n.get()),
+            Kind::Exclusive | Kind::Shared => 1,
+        },
+        stored: u64::from(stored),
     }
 }
 
@@ -93,5 +120,18 @@ mod tests {
             Admission::WaitForAny
         );
         assert_eq!(admit(permits(2), &[Kind::Exclusive]), Admission::WaitForAny);
+    }
+
+    #[test]
+    fn permits_behind_another_count_are_refused() {
+        let two = NonZeroU32::new(2).unwrap();
+        assert_eq!(
+            admit(permits(3), &[permits(2), permits(2)]),
+            Admission::WrongPermits(two)
+        );
+        assert_eq!(
+            admit(permits(1), &[Kind::Exclusive, permits(2)]),
+            Admission::WrongPermits(two)
+        );
     }
 }

@@ -101,7 +101,7 @@ where
     }
 
     /// The loss recorded so far, not counting a passed deadline.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "etcd", sql_stores)), allow(dead_code))]
     pub(crate) fn recorded_loss(&self) -> Option<L> {
         self.state.borrow().lost
     }
@@ -187,16 +187,18 @@ pub(crate) async fn passed(at: Instant) {
     }
 }
 
-/// The releases of dropped guards running in the background, for [`Client::flush_releases`](crate::Client).
-#[derive(Default)]
+/// The clean-ups running in the background, for [`Client::flush_releases`](crate::Client) and
+/// [`Client::close`](crate::Client::close): the releases of dropped guards, and the deletes of the entries of abandoned
+/// acquisitions (a waiter that gave up, or whose future was dropped).
+#[derive(Debug, Default)]
 pub(crate) struct Background {
     running: AtomicUsize,
     idle: Notify,
 }
 
 impl Background {
-    /// Runs `release` in the background, counted until it ends; without a runtime it is not run (the entry then goes
-    /// with its session).
+    /// Runs `release` (a release, or the clean-up of an abandoned acquisition) in the background, counted until it
+    /// ends; without a runtime it is not run (the entry then goes with its session).
     pub(crate) fn spawn(self: &Arc<Self>, release: impl Future<Output = ()> + Send + 'static) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -222,6 +224,23 @@ impl Background {
             }
             idle.await;
         }
+    }
+}
+
+/// Takes the client's current session out of `current`, so that the next acquisition opens a new one, and ends it with
+/// `close` (etcd's lease revoked, ZooKeeper's session closed, the SQL session row deleted: every entry of the session
+/// goes at once). `Ok` when there was none.
+pub(crate) async fn close_current<S, E, Fut>(
+    current: &tokio::sync::Mutex<Option<Arc<S>>>,
+    close: impl FnOnce(Arc<S>) -> Fut,
+) -> Result<(), E>
+where
+    Fut: Future<Output = Result<(), E>>,
+{
+    let session = current.lock().await.take();
+    match session {
+        Some(session) => close(session).await,
+        None => Ok(()),
     }
 }
 

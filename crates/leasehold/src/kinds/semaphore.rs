@@ -30,6 +30,11 @@ pub const MAX_PERMITS: u64 = 1 << 40;
 /// heartbeats are judged by that. So two processes that disagree on the count find out at once, and the limit always
 /// holds.
 ///
+/// On etcd, ZooKeeper and the SQL stores no capacity is stored, but each grant's entry carries its count, and a
+/// request behind an entry of another count (holding or waiting) is refused with the same [`Error::WrongPermits`]
+/// (its entry deleted), so the limit holds there too (`conformance`
+/// `kinds::a_semaphore_refuses_a_count_that_disagrees_with_its_holders`).
+///
 /// The capacity lives as long as a live permit does: it is forgotten with the last permit given back (or lapsed), and
 /// the next grant stores its own count. To change the count of a semaphore in use, call
 /// [`set_permits`](Semaphore::set_permits) on a handle with the new count, then give the new count to the other

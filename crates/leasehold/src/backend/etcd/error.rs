@@ -63,6 +63,14 @@ pub enum EtcdError {
         key: String,
     },
 
+    /// A permit request whose count differs from that of a permit key ahead of it: a semaphore's count is the same
+    /// for everyone. Its key is deleted.
+    #[error("the semaphore is in use with {stored} permits")]
+    WrongPermits {
+        /// The count of the oldest permit key ahead.
+        stored: u32,
+    },
+
     /// The OS had no randomness for a grant id.
     #[error("no randomness for a grant id: {0}")]
     Entropy(String),

@@ -73,6 +73,8 @@ pub(crate) enum Admission {
     WaitFor(Vec<u8>),
     /// Not yet: wait until any key under the prefix is deleted, then look again.
     WaitForAny,
+    /// Refused: a permit key ahead has this other count.
+    WrongPermits(std::num::NonZeroU32),
 }
 
 /// Applies `kind`'s rule ([`crate::backend::admission::admit`]) to the keys ahead of a waiter (`ahead`: every key
@@ -83,6 +85,7 @@ pub(crate) fn admit(kind: Kind, prefix: &str, ahead: &[Vec<u8>]) -> Admission {
         Rule::Granted => Admission::Granted,
         Rule::WaitFor(i) => Admission::WaitFor(ahead[i].clone()),
         Rule::WaitForAny => Admission::WaitForAny,
+        Rule::WrongPermits(stored) => Admission::WrongPermits(stored),
     }
 }
 

@@ -46,8 +46,8 @@
 //!
 //! Exclusive: no key ahead; it watches the key just ahead. Shared: every key ahead is a reader; it watches the last
 //! writer ahead (a waiting writer holds back later readers). Permits(N): every key ahead is a permit and fewer than
-//! N are; it watches the whole prefix, since any key ahead leaving may admit it. Mixing permit counts on one path is
-//! not checked: each waiter applies its own N.
+//! N are; it watches the whole prefix, since any key ahead leaving may admit it. A permit key behind a permit key of
+//! another count is refused (`EtcdError::WrongPermits`), as Redis refuses a count that disagrees with the stored one.
 //!
 //! # The loss deadline
 //!

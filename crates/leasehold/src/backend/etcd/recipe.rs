@@ -14,6 +14,7 @@
 //! 4. **Release** (one `Txn`): delete our key if it still has our lease and create revision, so a stale release
 //!    never deletes a successor's key.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
@@ -74,12 +75,15 @@ pub enum Released {
     AlreadyGone,
 }
 
-/// A waiter key that may exist in etcd: deleted in the background if the acquire that wrote it ends without a
-/// grant (dropped, or failed).
+/// A waiter key that may exist in etcd: deleted in the background (counted in the client's
+/// [`Background`](crate::backend::session::Background), so that `flush_releases` and `close` wait for it) if the
+/// acquire that wrote it ends without a grant (dropped, or failed).
 struct Pending<'a> {
-    session: &'a Shared,
+    session: &'a Arc<Shared>,
     key: String,
     armed: bool,
+    /// Whether the enqueue was answered on its first try: no other try of it can land after the clean-up's delete.
+    settled: bool,
 }
 
 impl Drop for Pending<'_> {
@@ -87,53 +91,52 @@ impl Drop for Pending<'_> {
         if !self.armed {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
+        let cleanup = Cleanup {
+            session: Arc::clone(self.session),
+            key: std::mem::take(&mut self.key),
+            again: !self.settled,
         };
-        // The task must not borrow the session; the endpoints are cheap to clone per member.
-        let cleanup = Cleanup::new(self.session, std::mem::take(&mut self.key));
-        runtime.spawn(cleanup.run());
+        self.session.background.spawn(cleanup.run());
     }
 }
 
-/// Deletes a waiter key nobody will use, twice: at once, and again after two call timeouts, in case the enqueue that
-/// wrote it was still in flight the first time. Past that, the session's lease bounds how long the key can block
-/// others: until the session is closed or dropped (which revokes the lease), or its TTL after the process died.
+/// Deletes a waiter key nobody will use: at once, and, when a try of the enqueue that wrote it may still be on its
+/// way (`again`), once more after two call timeouts unless the session ends first (its keys go with its lease). Past
+/// that, the session's lease bounds how long the key can block others: until the session is closed or dropped (which
+/// revokes the lease), or its TTL after the process died.
 struct Cleanup {
-    clients: Vec<etcd_client::Client>,
+    session: Arc<Shared>,
     key: String,
-    lease: i64,
-    pause: Duration,
+    again: bool,
 }
 
 impl Cleanup {
-    fn new(session: &Shared, key: String) -> Cleanup {
-        Cleanup {
-            clients: session.endpoints.clients(),
-            key,
-            lease: session.lease,
-            pause: 2 * session.endpoints.call_timeout(),
+    async fn run(self) {
+        let pause = 2 * self.session.endpoints.call_timeout();
+        self.delete(pause / 2).await;
+        if !self.again {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause) => self.delete(pause / 2).await,
+            _ = self.session.lost() => {}
         }
     }
 
-    async fn run(self) {
-        for round in 0..2 {
-            if round == 1 {
-                tokio::time::sleep(self.pause).await;
-            }
-            for mut client in self.clients.iter().cloned() {
-                let delete = Txn::new()
-                    .when([Compare::lease(
-                        self.key.as_str(),
-                        CompareOp::Equal,
-                        self.lease,
-                    )])
-                    .and_then([TxnOp::delete(self.key.as_str(), None)]);
-                match tokio::time::timeout(self.pause / 2, client.txn(delete)).await {
-                    Ok(Ok(_)) => break,
-                    outcome => {
-                        tracing::debug!(key = %self.key, ?outcome, "deleting an abandoned etcd waiter key failed")
-                    }
+    /// One delete of the key if it still lives under the session's lease, tried on each member in turn.
+    async fn delete(&self, timeout: Duration) {
+        for mut client in self.session.endpoints.clients() {
+            let delete = Txn::new()
+                .when([Compare::lease(
+                    self.key.as_str(),
+                    CompareOp::Equal,
+                    self.session.lease,
+                )])
+                .and_then([TxnOp::delete(self.key.as_str(), None)]);
+            match tokio::time::timeout(timeout, client.txn(delete)).await {
+                Ok(Ok(_)) => return,
+                outcome => {
+                    tracing::debug!(key = %self.key, ?outcome, "deleting an abandoned etcd waiter key failed")
                 }
             }
         }
@@ -154,8 +157,9 @@ impl Session {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future (or any error) deletes the waiter key in the background, at once and once more after two
-    /// call timeouts (see `Cleanup`); at worst the key stays until the session's lease ends.
+    /// Dropping the future (or any error) deletes the waiter key in the background, at once, and once more after two
+    /// call timeouts when a retried enqueue may still land (see `Cleanup`); at worst the key stays until the session's
+    /// lease ends. [`Session::close`] revokes the lease, which deletes it at once.
     pub async fn acquire(&self, path: &str, kind: Kind) -> Result<Grant, EtcdError> {
         self.grant(path, kind, "leasehold", true)
             .await?
@@ -177,11 +181,13 @@ impl Session {
         session.check_alive()?;
         let key = waiter_key(&prefix, session.lease, kind, grant_id()?);
         let mut pending = Pending {
-            session,
+            session: &self.shared,
             key: key.clone(),
             armed: true,
+            settled: false,
         };
-        let (revision, first) = enqueue(session, &prefix, &key, value).await?;
+        let (revision, first, tries) = enqueue(session, &prefix, &key, value).await?;
+        pending.settled = tries == 1;
         let grant = Grant {
             key,
             revision,
@@ -199,6 +205,12 @@ impl Session {
                 Admission::Granted => {
                     pending.armed = false;
                     return Ok(Some(grant));
+                }
+                // Refused: the key is deleted in the background (`pending`).
+                Admission::WrongPermits(stored) => {
+                    return Err(EtcdError::WrongPermits {
+                        stored: stored.get(),
+                    })
                 }
                 // A try that is not admitted at once takes its key back (the drop of `pending` does it again in the
                 // background if this delete is not answered).
@@ -283,18 +295,20 @@ fn owned(key: &str, lease: i64, revision: i64) -> [Compare; 2] {
     ]
 }
 
-/// Writes the waiter key unless it exists (a retry finds its own key), and returns its create revision and whether
-/// it is the oldest key of the lock.
+/// Writes the waiter key unless it exists (a retry finds its own key), and returns its create revision, whether it is
+/// the oldest key of the lock, and how many tries the write took.
 async fn enqueue(
     session: &Shared,
     prefix: &str,
     key: &str,
     value: &str,
-) -> Result<(i64, bool), EtcdError> {
+) -> Result<(i64, bool, u32), EtcdError> {
     let lease = session.lease;
+    let mut tries = 0;
     let response = session
         .endpoints
         .call("enqueue", |mut c| {
+            tries += 1;
             let oldest = GetOptions::new()
                 .with_prefix()
                 .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -324,7 +338,7 @@ async fn enqueue(
     }
     let revision = mine.create_revision();
     let first = oldest.first().map(|kv| kv.create_revision()) == Some(revision);
-    Ok((revision, first))
+    Ok((revision, first, tries))
 }
 
 /// A put under a lease etcd no longer has fails with "requested lease not found": the session is lost.

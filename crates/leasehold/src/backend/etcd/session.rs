@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::endpoints::{is_transient, Endpoints};
 use super::EtcdError;
-use crate::backend::session::{passed, SessionState};
+use crate::backend::session::{passed, Background, SessionState};
 use crate::engine::clock;
 use crate::engine::lease::{LeaseShared, LossReason};
 use crate::engine::ttl::drift;
@@ -74,6 +74,8 @@ pub struct SessionOptions {
     pub call_timeout: Option<Duration>,
     /// For `etcds://` URLs: the CA to trust instead of the system's, and a client identity.
     pub(crate) tls: super::endpoints::EtcdTls,
+    /// Where the clean-ups of abandoned acquisitions run: the client's, shared by all its sessions.
+    pub(crate) background: Arc<Background>,
 }
 
 impl Default for SessionOptions {
@@ -82,6 +84,7 @@ impl Default for SessionOptions {
             ttl: DEFAULT_TTL,
             call_timeout: None,
             tls: super::endpoints::EtcdTls::default(),
+            background: Arc::default(),
         }
     }
 }
@@ -110,6 +113,8 @@ pub(crate) struct Shared {
     pub(crate) state: SessionState<SessionLoss, (Arc<str>, i64)>,
     /// Whether an ownership check ([`check_keys`]) is running.
     checking: AtomicBool,
+    /// Where the clean-ups of this session's abandoned acquisitions run.
+    pub(crate) background: Arc<Background>,
 }
 
 impl Shared {
@@ -207,6 +212,7 @@ impl Session {
                 SessionLoss::Expired,
             ),
             checking: AtomicBool::new(false),
+            background: options.background,
         });
         let keeper = tokio::spawn(keep(Arc::downgrade(&shared)));
         Ok(Session { shared, keeper })
@@ -257,6 +263,12 @@ impl Session {
     ///
     /// Dropping the future leaves the revoke to the session's drop, in the background.
     pub async fn close(self) -> Result<(), EtcdError> {
+        self.revoke().await
+    }
+
+    /// [`close`](Self::close) for a session others may still share (a client's, which its guards hold too): every
+    /// grant of the session ends.
+    pub(crate) async fn revoke(&self) -> Result<(), EtcdError> {
         self.keeper.abort();
         self.shared.lose(SessionLoss::Closed);
         revoke(&self.shared).await
@@ -270,14 +282,12 @@ impl Drop for Session {
             return;
         }
         self.shared.lose(SessionLoss::Closed);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let shared = Arc::clone(&self.shared);
-            runtime.spawn(async move {
-                if let Err(e) = revoke(&shared).await {
-                    tracing::debug!(error = %e, "revoking a dropped etcd session failed; its lease expires after its TTL");
-                }
-            });
-        }
+        let shared = Arc::clone(&self.shared);
+        self.shared.background.spawn(async move {
+            if let Err(e) = revoke(&shared).await {
+                tracing::debug!(error = %e, "revoking a dropped etcd session failed; its lease expires after its TTL");
+            }
+        });
     }
 }
 

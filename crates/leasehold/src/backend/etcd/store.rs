@@ -44,7 +44,8 @@ pub(crate) struct EtcdStore {
     pub(crate) prefix: String,
     options: SessionOptions,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
-    /// The releases running in the background (dropped guards), for [`Client::flush_releases`].
+    /// The clean-ups running in the background (dropped guards, abandoned acquisitions, dropped sessions), for
+    /// [`Client::flush_releases`] and [`Client::close`]; every session of the client runs its own there too.
     background: Arc<Background>,
 }
 
@@ -100,9 +101,9 @@ impl EtcdStore {
             url: url.to_owned(),
             shown: shown.into(),
             prefix,
+            background: Arc::clone(&options.background),
             options,
             session: tokio::sync::Mutex::new(Some(Arc::new(session))),
-            background: Arc::default(),
         })
     }
 
@@ -162,8 +163,11 @@ impl EtcdStore {
                 || e.is_timeout()
                 || matches!(e, EtcdError::Etcd { source, .. } if super::endpoints::is_transient(source))
         };
-        crate::backend::until_granted(keys.name(), wait, fail_fast, attempt, passes, |e| {
-            store_error(&self.shown, e)
+        crate::backend::until_granted(keys.name(), wait, fail_fast, attempt, passes, |e| match e {
+            EtcdError::WrongPermits { stored } => {
+                crate::backend::admission::wrong_permits(keys.name(), kind, stored)
+            }
+            e => store_error(&self.shown, e),
         })
         .await
     }
@@ -345,6 +349,22 @@ impl EtcdStore {
     /// Waits until every background release has been answered (or given up).
     pub(crate) async fn settle(&self) {
         self.background.settle().await;
+    }
+
+    /// Revokes the current session's lease (every key of the client goes with it), then waits for the background
+    /// releases: true when the revoke was answered.
+    pub(crate) async fn close(&self) -> bool {
+        let closed =
+            crate::backend::session::close_current(
+                &self.session,
+                |s| async move { s.revoke().await },
+            )
+            .await;
+        if let Err(e) = &closed {
+            tracing::debug!(target: TARGET, error = %e, "revoking the etcd session failed; its lease expires after its TTL");
+        }
+        self.settle().await;
+        closed.is_ok()
     }
 }
 

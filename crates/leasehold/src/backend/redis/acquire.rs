@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
 use crate::backend::redis::conn::{ReplicaAcks, Sent};
-use crate::backend::redis::foreign::{explain_foreign, foreign, not_a_lock};
+use crate::backend::redis::foreign::{explain_foreign, foreign, held_as, not_a_lock};
 use crate::backend::redis::grant::{new_guard, short_of, take_hand_off, unreplicated, Expiry};
 use crate::backend::redis::keys::{millis, LockKeys};
 use crate::backend::redis::release::release_in_background;
@@ -342,6 +342,7 @@ async fn attempt(
             ))
         }
         -1 => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
+        -3 => Err(held_as(&keys.lock, value)),
         _ => Err(Error::NotALock {
             key: keys.fence().to_string(),
             detail: "the fence counter is not a number".to_owned(),

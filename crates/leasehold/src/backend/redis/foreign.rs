@@ -97,6 +97,21 @@ pub(crate) async fn explain_foreign(conn: &Conn, key: &str, err: Error) -> Error
     }
 }
 
+/// A script's refusal of the lock key `key` because it holds a leasehold lock of another kind, `kind` (the byte the
+/// script classified it as, in the same step: `held_as` in grant.lua): [`Error::WrongKind`]. Classified by the script,
+/// not by a later read: a lock of the other kind released between the refusal and the read would read as gone, and was
+/// reported as a key leasehold did not write (issue 33: a plain run beside `--shared` runs exited 65).
+pub(crate) fn held_as(key: &str, kind: i64) -> Error {
+    let found = match u8::try_from(kind).map(char::from) {
+        Ok('m') => LockKind::Mutex,
+        Ok('r') => LockKind::ReadWrite,
+        Ok('s') => LockKind::Semaphore,
+        Ok('e') => LockKind::Reentrant,
+        _ => LockKind::Fair,
+    };
+    wrong_kind(key, found)
+}
+
 /// The error for the lock key `key` holding a lock of kind `found`.
 fn wrong_kind(key: &str, found: LockKind) -> Error {
     let name = key

@@ -15,7 +15,7 @@ use crate::backend::redis::acquire::{
 };
 use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
 use crate::backend::redis::conn::{ReplicaAcks, Sent};
-use crate::backend::redis::foreign::{explain_foreign, foreign, not_a_lock};
+use crate::backend::redis::foreign::{explain_foreign, foreign, held_as, not_a_lock};
 use crate::backend::redis::grant::{new_guard, take_hand_off, unreplicated, Expiry};
 use crate::backend::redis::keys::{millis, LockKeys};
 use crate::backend::redis::release::{add_lock_keys, release_in_background};
@@ -250,7 +250,8 @@ async fn attempt(
             asked: ask.limit,
             stored: u64::try_from(value).unwrap_or(0),
         }),
-        // -1, -3: the name holds a lock of another kind, or something leasehold did not write.
+        -3 => Err(held_as(&keys.lock, value)),
+        // -1: the name holds something leasehold did not write.
         _ => Err(explain_foreign(&inner.conn, &keys.lock, foreign(&keys.lock, "")).await),
     }
 }

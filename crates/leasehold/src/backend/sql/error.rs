@@ -62,6 +62,13 @@ pub(crate) enum SqlError {
         name: String,
     },
 
+    /// A permit request whose count differs from that of a permit entry ahead of it. Its entry is deleted.
+    #[error("the semaphore is in use with {stored} permits")]
+    WrongPermits {
+        /// The count of the oldest permit entry ahead.
+        stored: u32,
+    },
+
     /// The database answered with what the library did not write (a table changed by hand).
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     #[error("{store} answered unexpectedly: {what}")]
@@ -88,9 +95,10 @@ impl SqlError {
             SqlError::Postgres { source, .. } => super::postgres::is_transient(source),
             #[cfg(feature = "mysql")]
             SqlError::MySql { source, .. } => super::mysql::is_transient(source),
-            SqlError::InvalidUrl { .. } | SqlError::Unexpected { .. } | SqlError::Entropy(_) => {
-                false
-            }
+            SqlError::InvalidUrl { .. }
+            | SqlError::Unexpected { .. }
+            | SqlError::Entropy(_)
+            | SqlError::WrongPermits { .. } => false,
         }
     }
 

@@ -227,18 +227,36 @@ impl Session {
     pub(crate) fn loss(&self) -> Option<SessionLoss> {
         self.shared.loss()
     }
+
+    /// Closes the session: stops the keeper, ends every grant, and deletes the session's row and entries.
+    pub(crate) async fn close(&self) -> Result<(), SqlError> {
+        self.keeper.abort();
+        self.shared.lose(SessionLoss::Closed);
+        close_row(&self.shared).await
+    }
+}
+
+/// Deletes the session's row and entries; the session then counts as closed on the server too.
+async fn close_row(shared: &Shared) -> Result<(), SqlError> {
+    let closed = shared
+        .call("close session", shared.db.close_session(&shared.id))
+        .await;
+    if let Err(e) = &closed {
+        tracing::debug!(target: "leasehold::sql", session = %shared.id, error = %e, "closing the session failed; it expires on the server");
+    }
+    closed
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
         self.keeper.abort();
+        if self.shared.state.recorded_loss() == Some(SessionLoss::Closed) {
+            return;
+        }
         self.shared.lose(SessionLoss::Closed);
         let shared = Arc::clone(&self.shared);
         self.shared.background.spawn(async move {
-            let closed = shared.call("close session", shared.db.close_session(&shared.id)).await;
-            if let Err(e) = closed {
-                tracing::debug!(target: "leasehold::sql", session = %shared.id, error = %e, "closing the session failed; it expires on the server");
-            }
+            let _ = close_row(&shared).await;
         });
     }
 }

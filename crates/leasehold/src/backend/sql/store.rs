@@ -45,7 +45,8 @@ pub(crate) struct SqlStore {
     pub(crate) prefix: String,
     ttl: Duration,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
-    /// The releases running in the background (dropped guards, abandoned entries), for [`Client::flush_releases`].
+    /// The releases running in the background (dropped guards, abandoned entries, dropped sessions), for
+    /// [`Client::flush_releases`] and [`Client::close`].
     background: Arc<Background>,
 }
 
@@ -181,7 +182,12 @@ impl SqlStore {
             fail_fast,
             attempt,
             SqlError::passes,
-            |e| self.error(e),
+            |e| match e {
+                SqlError::WrongPermits { stored } => {
+                    crate::backend::admission::wrong_permits(keys.name(), kind, stored)
+                }
+                e => self.error(e),
+            },
         )
         .await
     }
@@ -281,6 +287,19 @@ impl SqlStore {
     /// Waits until every background release has been answered (or given up).
     pub(crate) async fn settle(&self) {
         self.background.settle().await;
+    }
+
+    /// Closes the current session (its row and every entry of the client are deleted), then waits for the background
+    /// releases: true when the delete was answered.
+    pub(crate) async fn close(&self) -> bool {
+        let closed =
+            crate::backend::session::close_current(
+                &self.session,
+                |s| async move { s.close().await },
+            )
+            .await;
+        self.settle().await;
+        closed.is_ok()
     }
 
     /// Runs `statement` under the per-call deadline of this store's sessions.
@@ -440,6 +459,12 @@ async fn check(
             left: ahead.iter().map(|e| e.left).min(),
             next,
         },
+        // Refused: the entry is deleted in the background (the acquisition's `Pending`).
+        Admission::WrongPermits(stored) => {
+            return Err(SqlError::WrongPermits {
+                stored: stored.get(),
+            })
+        }
     })
 }
 

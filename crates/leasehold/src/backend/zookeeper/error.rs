@@ -59,6 +59,13 @@ pub(crate) enum ZkError {
         source: zookeeper_client::Error,
     },
 
+    /// A permit request whose count differs from that of a permit node ahead of it. Its node is deleted.
+    #[error("the semaphore is in use with {stored} permits")]
+    WrongPermits {
+        /// The count of the oldest permit node ahead.
+        stored: u32,
+    },
+
     /// The OS had no randomness for a grant id.
     #[error("no randomness for a grant id: {0}")]
     Entropy(String),

@@ -17,6 +17,7 @@
 //! growing, so successive holders of a lock get growing fences. Never the sequence number, which is per parent,
 //! restarts when the container is reaped, and overflows at 2³¹.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use zookeeper_client::{Acls, CreateMode, EventType};
@@ -58,13 +59,17 @@ fn container_options() -> zookeeper_client::CreateOptions<'static> {
     CreateMode::Container.with_acls(Acls::anyone_all())
 }
 
-/// The nodes of one acquisition that may exist: deleted in the background if it ends without a grant (dropped, or
-/// failed).
+/// The nodes of one acquisition that may exist: deleted in the background (counted in the client's
+/// [`Background`](crate::backend::session::Background), so that `flush_releases` and `close` wait for it) if it ends
+/// without a grant (dropped, or failed).
 struct Pending<'a> {
-    session: &'a Shared,
+    session: &'a Arc<Shared>,
     path: String,
     prefix: String,
     armed: bool,
+    /// Whether the create was answered on its first try: no other create of the acquisition can land after the
+    /// clean-up's delete.
+    settled: bool,
 }
 
 impl Drop for Pending<'_> {
@@ -72,49 +77,58 @@ impl Drop for Pending<'_> {
         if !self.armed {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         // A lost session has closed its client: its nodes go with it.
         let Ok(client) = self.session.client() else {
             return;
         };
         let cleanup = Cleanup {
+            session: Arc::clone(self.session),
             client,
             path: std::mem::take(&mut self.path),
             prefix: std::mem::take(&mut self.prefix),
-            pause: 2 * self.session.call_timeout,
+            again: !self.settled,
         };
-        runtime.spawn(cleanup.run());
+        self.session.background.spawn(cleanup.run());
     }
 }
 
-/// Deletes the nodes of an abandoned acquisition, twice: at once, and again after two call timeouts, in case a
-/// create was still on its way the first time. Past that, the session bounds how long a node can block others.
+/// Deletes the nodes of an abandoned acquisition: at once, and, when a create may still be on its way (`again`), once
+/// more after two call timeouts unless the session ends first (its nodes go with it). Past that, the session bounds
+/// how long a node can block others.
 struct Cleanup {
+    session: Arc<Shared>,
     client: zookeeper_client::Client,
     path: String,
     prefix: String,
-    pause: Duration,
+    again: bool,
 }
 
 impl Cleanup {
     async fn run(self) {
-        for round in 0..2 {
-            if round == 1 {
-                tokio::time::sleep(self.pause).await;
-            }
-            let Ok(Ok(children)) =
-                tokio::time::timeout(self.pause, self.client.list_children(&self.path)).await
-            else {
-                continue;
-            };
-            for child in children.iter().filter(|c| c.starts_with(&self.prefix)) {
-                let node = format!("{}/{child}", self.path);
-                let deleted =
-                    tokio::time::timeout(self.pause, self.client.delete(&node, None)).await;
-                tracing::debug!(%node, ?deleted, "deleted an abandoned ZooKeeper lock node");
-            }
+        let pause = 2 * self.session.call_timeout;
+        self.delete(pause).await;
+        if !self.again {
+            return;
+        }
+        let session = Arc::clone(&self.session);
+        tokio::select! {
+            () = tokio::time::sleep(pause) => self.delete(pause).await,
+            // Without this clone of the client, a closed session can end on the server.
+            _ = session.lost() => drop(self),
+        }
+    }
+
+    /// One pass: deletes every child of the acquisition.
+    async fn delete(&self, timeout: Duration) {
+        let Ok(Ok(children)) =
+            tokio::time::timeout(timeout, self.client.list_children(&self.path)).await
+        else {
+            return;
+        };
+        for child in children.iter().filter(|c| c.starts_with(&self.prefix)) {
+            let node = format!("{}/{child}", self.path);
+            let deleted = tokio::time::timeout(timeout, self.client.delete(&node, None)).await;
+            tracing::debug!(%node, ?deleted, "deleted an abandoned ZooKeeper lock node");
         }
     }
 }
@@ -136,12 +150,14 @@ impl Session {
         session.check_alive()?;
         let prefix = node_prefix(kind, grant_id()?);
         let mut pending = Pending {
-            session,
+            session: &self.shared,
             path: path.to_owned(),
             prefix: prefix.clone(),
             armed: true,
+            settled: false,
         };
-        let (name, czxid) = create(session, path, &prefix, value).await?;
+        let (name, czxid, retried) = create(session, path, &prefix, value).await?;
+        pending.settled = !retried;
         let grant = Grant {
             node: format!("{path}/{name}"),
             czxid,
@@ -153,6 +169,12 @@ impl Session {
                 Admission::Granted => {
                     pending.armed = false;
                     return Ok(Some(grant));
+                }
+                // Refused: the node is deleted in the background (`pending`).
+                Admission::WrongPermits(stored) => {
+                    return Err(ZkError::WrongPermits {
+                        stored: stored.get(),
+                    })
                 }
                 _ if !wait => {
                     release(session, &grant.node).await?;
@@ -200,15 +222,17 @@ fn grant_id() -> Result<u64, ZkError> {
     Ok(u64::from_le_bytes(bytes))
 }
 
-/// Creates the grant's node under `path` (and `path` itself when it is missing); returns its name and `czxid`.
+/// Creates the grant's node under `path` (and `path` itself when it is missing); returns its name, its `czxid`, and
+/// whether a create whose answer was lost was tried again (that one may still land).
 async fn create(
     session: &Shared,
     path: &str,
     prefix: &str,
     value: &str,
-) -> Result<(String, i64), ZkError> {
+) -> Result<(String, i64, bool), ZkError> {
     let node = format!("{path}/{prefix}");
     let mut parents_made = 0;
+    let mut lost_answers = 0;
     loop {
         let created = session
             .call(
@@ -219,7 +243,9 @@ async fn create(
             )
             .await;
         match created {
-            Ok((stat, sequence)) => return Ok((format!("{prefix}{sequence}"), stat.czxid)),
+            Ok((stat, sequence)) => {
+                return Ok((format!("{prefix}{sequence}"), stat.czxid, lost_answers > 0))
+            }
             Err(ZkError::ZooKeeper {
                 source: zookeeper_client::Error::NoNode,
                 ..
@@ -233,8 +259,9 @@ async fn create(
                     .await?;
             }
             Err(e) if e.passes() && !e.is_lost() => {
-                if let Some(found) = find_own(session, path, prefix).await? {
-                    return Ok(found);
+                lost_answers += 1;
+                if let Some((name, czxid)) = find_own(session, path, prefix).await? {
+                    return Ok((name, czxid, true));
                 }
                 session.check_alive()?;
                 tokio::time::sleep(RETRY_PAUSE).await;

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use zookeeper_client::StateWatcher;
 
 use super::ZkError;
-use crate::backend::session::{passed, SessionState};
+use crate::backend::session::{passed, Background, SessionState};
 use crate::engine::clock;
 use crate::engine::lease::LossReason;
 use crate::engine::ttl::drift;
@@ -93,6 +93,8 @@ pub(crate) struct Shared {
     pub(crate) call_timeout: Duration,
     /// The deadline, the loss, and the grants that follow the session.
     pub(crate) state: SessionState<SessionLoss, ()>,
+    /// Where the clean-ups of this session's abandoned acquisitions run: the client's.
+    pub(crate) background: Arc<Background>,
 }
 
 impl fmt::Debug for Shared {
@@ -190,12 +192,13 @@ pub(crate) struct Session {
 
 impl Session {
     /// Opens a session on the servers of `connect` (ZooKeeper's connect string), asking for `timeout`, with digest
-    /// credentials when given.
+    /// credentials when given; its abandoned acquisitions are cleaned up in `background`.
     pub(crate) async fn connect(
         connect: &str,
         timeout: Duration,
         digest: Option<&[u8]>,
         connection_timeout: Duration,
+        background: Arc<Background>,
     ) -> Result<Session, ZkError> {
         // The client gives up on a connection that has been silent this long, and on a connection attempt that takes
         // this long, and moves to the next server: an eighth of the session at most, so that leaving a server that
@@ -234,6 +237,7 @@ impl Session {
                 SessionLoss::Expired,
             ),
             client: std::sync::RwLock::new(Some(client.clone())),
+            background,
         });
         let states = client.state_watcher();
         drop(client);
@@ -254,6 +258,22 @@ impl Session {
     /// Why the session is lost, or `None` while it holds.
     pub(crate) fn loss(&self) -> Option<SessionLoss> {
         self.shared.loss()
+    }
+
+    /// Closes the session: stops the keeper, ends every grant, drops the client, and waits until the client has told
+    /// the server (which deletes every node of the session at once). Clones of the client still out (a watch on a
+    /// node still held) keep the session open until they end; call it under a deadline.
+    pub(crate) async fn close(&self) {
+        self.keeper.abort();
+        let states = self.shared.client().ok().map(|c| c.state_watcher());
+        self.shared.lose(SessionLoss::Closed);
+        let Some(mut states) = states else {
+            // Already lost: the client was dropped then.
+            return;
+        };
+        while !states.peek_state().is_terminated() {
+            states.changed().await;
+        }
     }
 }
 

@@ -58,7 +58,8 @@ pub(crate) struct ZkStore {
     root: String,
     options: Options,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
-    /// The releases running in the background (dropped guards), for [`Client::flush_releases`].
+    /// The clean-ups running in the background (dropped guards, abandoned acquisitions), for
+    /// [`Client::flush_releases`] and [`Client::close`].
     background: Arc<Background>,
 }
 
@@ -125,6 +126,7 @@ impl ZkStore {
                 self.options.timeout,
                 digest,
                 self.options.connection_timeout,
+                Arc::clone(&self.background),
             )
             .await?,
         );
@@ -182,7 +184,12 @@ impl ZkStore {
             fail_fast,
             attempt,
             ZkError::passes,
-            |e| self.error(e),
+            |e| match e {
+                ZkError::WrongPermits { stored } => {
+                    crate::backend::admission::wrong_permits(keys.name(), kind, stored)
+                }
+                e => self.error(e),
+            },
         )
         .await
     }
@@ -379,6 +386,17 @@ impl ZkStore {
     /// Waits until every background release has been answered (or given up).
     pub(crate) async fn settle(&self) {
         self.background.settle().await;
+    }
+
+    /// Closes the current session (every node of the client goes with it), then waits for the background releases.
+    pub(crate) async fn close(&self) -> bool {
+        let closed = crate::backend::session::close_current(&self.session, |s| async move {
+            s.close().await;
+            Ok::<(), ZkError>(())
+        })
+        .await;
+        self.settle().await;
+        closed.is_ok()
     }
 }
 

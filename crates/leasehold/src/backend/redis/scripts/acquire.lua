@@ -28,6 +28,8 @@
 --          2, fence, ms    a release had handed the lock to the previous token; `ms` left on it
 --          0, pttl, 0      busy: held by another owner; pttl is its time left in ms (-1: no expiry)
 --          -1, 0, 0        the lock key holds something leasehold did not write (nothing changed)
+--          -3, kind, 0     the lock key holds a leasehold lock of another kind (`held_as` in grant.lua; nothing
+--                          changed)
 --          -2, 0, 0        the fence key holds something that is not a number (nothing was granted)
 local now = clock_us()
 local reply = {now}
@@ -47,6 +49,10 @@ local function attempt(lock, fence_key, queue, waiters, token, ttl, mode, claim,
     end
     local holder = redis.pcall('GET', lock)
     if type(holder) ~= 'string' then
+        local other = held_as(lock)
+        if other then
+            return -3, other, 0
+        end
         return -1, 0, 0
     end
     if holder == token or (prev ~= '' and holder == prev) then

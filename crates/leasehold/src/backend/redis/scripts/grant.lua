@@ -8,9 +8,36 @@
 --             up) is overtaken by the clock, so fences keep increasing as long as the server clock does not step
 --             back. Returns the fence (a decimal string), or nil when the counter holds something that is not a
 --             fence (then nothing is granted and the counter is left as it was).
+-- held_as(lock)
+--             the kind of leasehold lock the key `lock` holds, as one byte for a reply: 'm' a mutex (a string),
+--             otherwise the family of the first hold's tag ('x' fair mutex, 'r' read-write lock, 's' semaphore, 'e'
+--             reentrant mutex); nil when the key holds something leasehold did not write. A script that refuses a key
+--             says this in the same step, so the refusal cannot be explained by a later state (a lock of another
+--             kind released in between reads as gone, or as what took its place).
 --
 -- The clock and the fence stay decimal strings: converting numbers (strtod, %.17g) costs more than the rest of a
 -- grant. Decimal strings without leading zeros compare as numbers by length, then bytes.
+local function held_as(lock)
+    local kind = redis.call('TYPE', lock).ok
+    if kind == 'string' then
+        if string.sub(redis.call('GET', lock), 1, 4) == 'dl1:' then
+            return string.byte('m')
+        end
+    elseif kind == 'zset' then
+        local first = redis.call('ZRANGEBYSCORE', lock, 0, '+inf', 'LIMIT', 0, 1)[1]
+        if first and string.find(first, ' dl1:', 1, true) then
+            local c = string.sub(first, 1, 1)
+            if c == 'w' then
+                c = 'r'
+            elseif c == 'n' then
+                c = 'e'
+            end
+            return string.byte(c)
+        end
+    end
+    return nil
+end
+
 local function clock_us()
     local t = redis.call('TIME')
     return t[1] .. string.sub('00000' .. t[2], -6)

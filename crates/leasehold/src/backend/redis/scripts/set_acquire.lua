@@ -25,7 +25,8 @@
 -- Returns  "now code_1 value_1 ms_1 ..." (one string, as acquire.lua): 1 granted (fence, ms left), 2 granted to
 --          the previous hold (fence, ms left), 0 busy (ms until the first hold's lease ends, or -1 when none does but
 --          the queue is not empty), -1 the key is not a set of holds, -2 the fence counter is not a number, -3 the
---          lock is held as another kind (a mutex name used as a semaphore, say), -5 the permit count disagrees with
+--          lock is held as another kind (a mutex name used as a semaphore, say; value: that kind, see `held_as` in
+--          grant.lua), -5 the permit count disagrees with
 --          the semaphore's stored capacity (value: the capacity; nothing held, no queue entry left). A retried
 --          request answers the lock's latest fence, which is at least its own.
 local now = clock_us()
@@ -52,6 +53,10 @@ local function attempt(lock, fence_key, queue, waiters, hold, ttl, mode, claim, 
         if mine ~= '' then
             local score = redis.pcall('ZSCORE', lock, mine)
             if type(score) == 'table' then
+                local other = held_as(lock)
+                if other then
+                    return -3, other, 0
+                end
                 return -1, 0, 0
             end
             if score and tonumber(score) >= now_ms then
@@ -69,7 +74,7 @@ local function attempt(lock, fence_key, queue, waiters, hold, ttl, mode, claim, 
     local tag = string.match(hold, '^%S+')
     local first = first_hold(lock, now_ms)
     if first and family(string.match(first, '^%S+')) ~= family(tag) then
-        return -3, 0, 0
+        return -3, string.byte(family(string.match(first, '^%S+'))), 0
     end
     purge(lock, now_ms)
     -- A waiter already queued is judged by the count its entry carries: the count it queued with, or the one
