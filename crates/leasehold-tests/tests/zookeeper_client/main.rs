@@ -27,6 +27,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::creates_whose_answer_is_lost_leave_one_node_each,
     faults::a_thousand_grants_follow_one_session,
     faults::an_unreachable_ensemble_fails_the_connect_at_once,
+    faults::the_loss_signal_fires_within_six_eighths_of_the_session_after_a_cut,
+    faults::fences_grow_across_a_reaped_and_recreated_lock_node,
     processes::a_killed_waiter_leaves_the_queue_with_its_session,
     interop::kazoo_and_leasehold_exclude_each_other,
     interop::kazoo_read_write_locks_share_and_exclude_with_leaseholds,
