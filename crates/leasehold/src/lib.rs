@@ -182,7 +182,8 @@
 //!    leader hears of a session's activity on a follower only at its next ping, up to half a tick later (a tick is at
 //!    most half the session timeout when the ensemble's `minSessionTimeout` is its default of two ticks). ZooKeeper's
 //!    `Expired` ends every grant of the session at once, and a grant's node deleted by anyone else (a
-//!    `release --force`) ends it as [`LossReason::Gone`] (a watch on the node).
+//!    `release --force`, a `zkCli delete`) ends it as [`LossReason::Gone`]: at once through a watch on the node, and
+//!    at the latest after the next answered keep-alive, which reads every grant's node back.
 //! 3. **The fence** is the node's `czxid`: global to the ensemble and growing, never the sequence number (per lock
 //!    node, restarted when the node is reaped, 32 bits). It goes back only after a restore of an older snapshot.
 //! 4. **A crashed holder** frees its locks one session timeout after its last request. The session timeout is

@@ -6,6 +6,7 @@
 //! Run one with `cargo test --test zookeeper_client -- NAME_PART`.
 
 mod auth;
+mod deletion;
 mod faults;
 mod interop;
 mod processes;
@@ -29,6 +30,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::an_unreachable_ensemble_fails_the_connect_at_once,
     faults::the_loss_signal_fires_within_six_eighths_of_the_session_after_a_cut,
     faults::fences_grow_across_a_reaped_and_recreated_lock_node,
+    deletion::a_set_on_the_grants_node_does_not_hide_its_delete,
+    deletion::a_delete_while_the_holders_connection_is_reset_reaches_it,
     processes::a_killed_waiter_leaves_the_queue_with_its_session,
     interop::kazoo_and_leasehold_exclude_each_other,
     interop::kazoo_read_write_locks_share_and_exclude_with_leaseholds,
