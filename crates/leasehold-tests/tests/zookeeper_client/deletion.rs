@@ -46,9 +46,7 @@ pub async fn a_set_on_the_grants_node_does_not_hide_its_delete(_ensemble: &mut Z
     told_gone(held.lease(), TIMEOUT / 2, "a delete after a set").await;
 }
 
-pub async fn a_delete_while_the_holders_connection_is_reset_reaches_it(
-    _ensemble: &mut ZkEnsemble,
-) {
+pub async fn a_delete_while_the_holders_connection_is_reset_reaches_it(_ensemble: &mut ZkEnsemble) {
     let zk = tokio::task::block_in_place(ZkServer::start);
     let proxy = TcpProxy::start(zk.addr()).await;
     let prefix = fresh_prefix();

@@ -35,6 +35,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     processes::a_killed_waiter_leaves_the_queue_with_its_session,
     interop::kazoo_and_leasehold_exclude_each_other,
     interop::kazoo_read_write_locks_share_and_exclude_with_leaseholds,
+    interop::kazoo_locks_wait_for_leasehold_permits,
+    interop::a_kazoo_semaphore_is_not_seen_by_leasehold,
     writes::guarded_writes_commit_only_while_the_grant_holds,
     auth::credentials_in_the_url_authenticate,
 ];

@@ -388,17 +388,17 @@ async fn read_keys(session: &Shared, keys: &[(Arc<str>, i64)]) -> Option<Vec<boo
         })
         .await
         .ok()?;
-    let verdicts = keys
-        .iter()
-        .zip(read.op_responses())
-        .map(|((_, revision), response)| match response {
-            etcd_client::TxnOpResponse::Get(get) => get.kvs().first().is_some_and(|kv| {
-                kv.create_revision() == *revision && kv.lease() == session.lease
-            }),
-            // Not a read's answer: no verdict against the grant.
-            _ => true,
-        })
-        .collect();
+    let verdicts =
+        keys.iter()
+            .zip(read.op_responses())
+            .map(|((_, revision), response)| match response {
+                etcd_client::TxnOpResponse::Get(get) => get.kvs().first().is_some_and(|kv| {
+                    kv.create_revision() == *revision && kv.lease() == session.lease
+                }),
+                // Not a read's answer: no verdict against the grant.
+                _ => true,
+            })
+            .collect();
     Some(verdicts)
 }
 
