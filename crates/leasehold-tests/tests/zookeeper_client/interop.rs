@@ -72,8 +72,10 @@ impl Kazoo {
         tokio::task::block_in_place(|| self.child.wait()).unwrap();
     }
 
-    fn tell(&mut self) {
+    /// Tells a `hold` kazoo to release, and waits until it has.
+    async fn release(&mut self) {
         writeln!(self.child.stdin.as_mut().unwrap()).unwrap();
+        assert_eq!(self.line().await, "released");
     }
 }
 
@@ -100,8 +102,7 @@ pub async fn kazoo_and_leasehold_exclude_each_other(ensemble: &mut ZkEnsemble) {
         async move { a.mutex("shared").lock().await }
     });
     waiters(&a, "shared", 1).await;
-    holder.tell();
-    assert_eq!(holder.line().await, "released");
+    holder.release().await;
     let guard = tokio::time::timeout(EVENT, waiting)
         .await
         .unwrap()
@@ -136,8 +137,7 @@ pub async fn kazoo_read_write_locks_share_and_exclude_with_leaseholds(ensemble: 
     assert_eq!(kazoo_reader.line().await, "held");
     let reader = a.rw_lock("report").try_read().await.unwrap();
     assert!(a.rw_lock("report").try_write().await.unwrap_err().is_busy());
-    kazoo_reader.tell();
-    assert_eq!(kazoo_reader.line().await, "released");
+    kazoo_reader.release().await;
     // A leasehold reader: every kazoo lock waits for it, a `ReadLock` too (it waits for every `__lock__` node ahead).
     assert_eq!(
         kazoo_tries(&hosts, &path, &["lock", "read", "write"]).await,
@@ -150,8 +150,7 @@ pub async fn kazoo_read_write_locks_share_and_exclude_with_leaseholds(ensemble: 
     reader.release().await.unwrap();
     assert_eq!(writer.line().await, "held");
     assert!(a.rw_lock("report").try_write().await.unwrap_err().is_busy());
-    writer.tell();
-    assert_eq!(writer.line().await, "released");
+    writer.release().await;
     a.rw_lock("report")
         .try_write()
         .await
@@ -195,8 +194,7 @@ pub async fn kazoo_locks_wait_for_leasehold_permits(ensemble: &mut ZkEnsemble) {
         .await
         .unwrap_err()
         .is_busy());
-    holder.tell();
-    assert_eq!(holder.line().await, "released");
+    holder.release().await;
 }
 
 pub async fn a_kazoo_semaphore_is_not_seen_by_leasehold(ensemble: &mut ZkEnsemble) {
@@ -215,6 +213,5 @@ pub async fn a_kazoo_semaphore_is_not_seen_by_leasehold(ensemble: &mut ZkEnsembl
         .release()
         .await
         .unwrap();
-    holder.tell();
-    assert_eq!(holder.line().await, "released");
+    holder.release().await;
 }
