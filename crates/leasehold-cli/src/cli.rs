@@ -71,7 +71,7 @@ have no flock counterpart: using a name as another kind with them fails with sta
 On etcd (--store etcd://host:port[,host:port...]) every grant lives under the session lease of the
 command's etcd client, and --ttl is that lease: whole seconds, at least 2s (etcd grants no other), 30s
 by default; a keep-alive goes out every third of it. NAME lives under the etcd keys PREFIX/NAME/, so
-`etcdctl lock PREFIX/NAME` and leasehold runs exclude each other. Every kind serves its waiters in
+`etcdctl lock PREFIX/NAME` and leasehold runs of every kind exclude each other. Every kind serves its waiters in
 order of arrival. A name is not tied to one kind there: runs of different kinds exclude each other and
 wait (never status 65), and a semaphore's count is not stored, but a run whose --permits differs
 from that of a run ahead of it exits 65 naming both counts, as on Redis (N at most 4294967295). --replicas, --tls-* and --store given twice are Redis settings: with an etcd
@@ -83,8 +83,9 @@ for: at least 1s, in whole milliseconds, 30s by default. ZooKeeper clamps it to 
 minSessionTimeout and maxSessionTimeout (by default 2 and 20 ticks: 4s to 40s with a 2s tick), and
 the session runs with the timeout it negotiated: a sync every eighth of it, and the program is
 stopped five eighths of it after the last answered one. NAME is the node /PREFIX/NAME (under the
-URL's chroot), so a kazoo Lock on that path and leasehold runs exclude each other. Kinds, order and
---permits as on etcd. --replicas, --tls-* and --store given twice exit 2 before connecting (leasehold
+URL's chroot): kazoo's Lock, ReadLock and WriteLock on that path wait for every leasehold run (a
+--shared or --permits one too) and runs wait for them; Curator's recipes do not see leasehold's
+nodes (the README's ZooKeeper section has the table). Kinds, order and --permits as on etcd. --replicas, --tls-* and --store given twice exit 2 before connecting (leasehold
 reaches ZooKeeper without TLS).
 
 On PostgreSQL and MySQL/MariaDB (--store postgres://user@host/database, mysql://user@host/database)

@@ -10,7 +10,7 @@
 //! | `--wait`, `--nonblock`, `--quiet`, `--conflict-exit-code`, `--kill-after`, `--command` | as on Redis | as on Redis |
 //! | `--fair`, `--shared`, `--exclusive` | as on Redis (every lock serves its waiters in order of arrival) | likewise |
 //! | `--permits N` | one of N permits, N at most 2^32 − 1; no count is stored, so runs that give another N are not refused: each applies its own | likewise |
-//! | `--prefix` | lock NAME lives under the etcd keys `PREFIX/NAME/`, so `etcdctl lock PREFIX/NAME` excludes it | lock NAME is the node `/PREFIX/NAME` (under the URL's chroot), so a kazoo `Lock` on that path excludes it |
+//! | `--prefix` | lock NAME lives under the etcd keys `PREFIX/NAME/`, so `etcdctl lock PREFIX/NAME` excludes it, whatever its kind | lock NAME is the node `/PREFIX/NAME` (under the URL's chroot), so kazoo's `Lock`, `ReadLock` and `WriteLock` on that path exclude it, whatever its kind (Curator's recipes do not: README's table) |
 //! | `--replicas` | refused: a Redis setting (etcd commits a grant to a majority before it answers) | refused, likewise |
 //! | `--tls-ca`, `--tls-cert`, `--tls-key` | for `etcds://` as for `rediss://`; refused with `etcd://` | refused: leasehold reaches ZooKeeper in the clear only |
 //! | a nested run (`LEASEHOLD_NAME`, `LEASEHOLD_TOKEN`) | as on Redis | as on Redis |

@@ -687,6 +687,21 @@ impl ZkServer {
     pub fn session_count(&self) -> usize {
         self.servers.session_count()
     }
+
+    /// How many watches the server holds (`zk_watch_count` of `mntr`): a test waits for a client's watch to be set
+    /// before it changes the watched node.
+    ///
+    /// # Panics
+    ///
+    /// If the server does not answer, or its `mntr` has no `zk_watch_count`.
+    pub fn watch_count(&self) -> usize {
+        let mntr = self.servers.servers[0]
+            .ask("mntr")
+            .unwrap_or_else(|e| panic!("ZooKeeper's mntr: {e}"));
+        metric(&mntr, "zk_watch_count")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no zk_watch_count in ZooKeeper's mntr:\n{mntr}"))
+    }
 }
 
 /// An ensemble of three ZooKeeper servers on private ports of 127.0.0.1, each with its data in a temporary directory.

@@ -161,8 +161,8 @@
 //! with), [`WriteGuard::downgrade`] (which then releases the write grant) and nested holds by token
 //! ([`ReentrantMutex::lock_as`]). A handle's [`Mutex::ttl`] and [`Mutex::renew_every`] do not apply: the session's
 //! TTL does. Names do not claim a kind on etcd (no [`Error::WrongKind`]): kinds on one name exclude each other by
-//! their rules. `etcdctl lock PREFIX/NAME` (Go's `concurrency.Mutex`) and a [`Mutex`] called `NAME` exclude each
-//! other in both directions. A lock named `a/b` lies inside the range of a lock named `a`, whose waiters count its
+//! their rules. `etcdctl lock PREFIX/NAME` (Go's `concurrency.Mutex`) and a lock of any kind called `NAME`
+//! exclude each other in both directions (it waits for every older key under `PREFIX/NAME/`). A lock named `a/b` lies inside the range of a lock named `a`, whose waiters count its
 //! keys as exclusive: holding `a/b` holds `a` back (never the other way). `etcds://` speaks TLS (feature `tls` too),
 //! with the [`Builder`]'s CA and client identity as for `rediss://`.
 //!
@@ -182,7 +182,8 @@
 //!    leader hears of a session's activity on a follower only at its next ping, up to half a tick later (a tick is at
 //!    most half the session timeout when the ensemble's `minSessionTimeout` is its default of two ticks). ZooKeeper's
 //!    `Expired` ends every grant of the session at once, and a grant's node deleted by anyone else (a
-//!    `release --force`) ends it as [`LossReason::Gone`] (a watch on the node).
+//!    `release --force`, a `zkCli delete`) ends it as [`LossReason::Gone`]: at once through a watch on the node, and
+//!    at the latest after the next answered keep-alive, which reads every grant's node back.
 //! 3. **The fence** is the node's `czxid`: global to the ensemble and growing, never the sequence number (per lock
 //!    node, restarted when the node is reaped, 32 bits). It goes back only after a restore of an older snapshot.
 //! 4. **A crashed holder** frees its locks one session timeout after its last request. The session timeout is
@@ -191,9 +192,18 @@
 //!    long another's session has left.
 //! 5. **Waiting** watches the node the rule names, so a release wakes one waiter; every kind is FIFO by sequence.
 //!
-//! kazoo's `Lock`, `ReadLock` and `WriteLock` on the path `/PREFIX/NAME` share and exclude with leasehold's
-//! [`Mutex`] and [`RwLock`] called `NAME`, in both directions. Curator's nodes hold leasehold back, but Curator does
-//! not see leasehold's. Digest credentials come from the URL; TLS is not supported. [`Guard::zookeeper_write`]
+//! Other clients on the path `/PREFIX/NAME` (tested with kazoo: `zookeeper_client` `interop::*`):
+//!
+//! | recipe | waits for leasehold's holders | leasehold waits for its holders |
+//! |---|---|---|
+//! | kazoo `Lock`, `WriteLock` | of every kind | every kind |
+//! | kazoo `ReadLock` | of every kind (it does not share with a leasehold reader ahead of it) | every kind but a reader |
+//! | kazoo `Semaphore` | of every kind (it counts every child as a lease) | **no** |
+//! | Curator `InterProcessMutex`, `InterProcessReadWriteLock` | **no** (it sorts leasehold's nodes after its own) | its writers: every kind; its readers: every kind but a reader |
+//! | Curator `InterProcessSemaphoreV2` | **no** | **no** |
+//!
+//! Every leasehold node ends in `__lock__`, the marker kazoo's locks wait for; kazoo reads nothing else of a name, so
+//! a leasehold reader is waited for by kazoo's `ReadLock` too rather than let a kazoo `Lock` in beside it. Digest credentials come from the URL; TLS is not supported. [`Guard::zookeeper_write`]
 //! commits writes to the ensemble only while the grant's node exists (ZooKeeper's `multi` with a check): the
 //! store's own fenced write.
 //!

@@ -241,3 +241,60 @@ pub async fn an_unreachable_ensemble_fails_the_connect_at_once(_ensemble: &mut Z
         started.elapsed()
     );
 }
+
+pub async fn the_loss_signal_fires_within_six_eighths_of_the_session_after_a_cut(
+    _ensemble: &mut ZkEnsemble,
+) {
+    // The deadline is 5t/8 after the send of the last answered keep-alive (see `session.rs`), which left at most t/8
+    // before the cut: the loss comes by 6t/8 after it. Counting on all of `t` would bring it at 7t/8 to t.
+    let zk = tokio::task::block_in_place(ZkServer::start);
+    let proxy = TcpProxy::start(zk.addr()).await;
+    let prefix = fresh_prefix();
+    let session = crate::TIMEOUT;
+    let a = client(&format!("zk://{}", proxy.addr()), &prefix).await;
+    for round in 0..2 {
+        // A lock of its own each round: the last round's node waits for the server to expire its session.
+        let held = a.mutex(&format!("cut:{round}")).lock().await.unwrap();
+        proxy.blackhole();
+        let cut_at = Instant::now();
+        let reason = tokio::time::timeout(EVENT, held.lease().lost())
+            .await
+            .unwrap();
+        let after = cut_at.elapsed();
+        assert_eq!(reason, leasehold::LossReason::Expired);
+        println!("round {round}: loss signal {after:?} after the cut");
+        assert!(
+            after <= session * 6 / 8,
+            "round {round}: the loss came {after:?} after the cut, later than 6/8 of the {session:?} session"
+        );
+        proxy.restore();
+    }
+}
+
+pub async fn fences_grow_across_a_reaped_and_recreated_lock_node(ensemble: &mut ZkEnsemble) {
+    let prefix = fresh_prefix();
+    let a = client(&ensemble.url(), &prefix).await;
+    let raw = zookeeper_client::Client::connect(&ensemble.endpoints().join(","))
+        .await
+        .unwrap();
+    let path = format!("/{prefix}/reaped");
+    let mut last = None;
+    for round in 0..3 {
+        for _ in 0..3 {
+            let guard = a.mutex("reaped").lock().await.unwrap();
+            assert!(
+                Some(guard.fence()) > last,
+                "round {round}: fence {:?} after {last:?}",
+                guard.fence()
+            );
+            last = Some(guard.fence());
+            guard.release().await.unwrap();
+        }
+        // The lock's node deleted, as ZooKeeper reaps an empty container (or `zkCli deleteall` does): the next
+        // grant's node is created in a new one, whose sequence starts again at 0.
+        match raw.delete(&path, None).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) => panic!("deleting {path}: {e}"),
+        }
+    }
+}

@@ -1,5 +1,7 @@
-//! kazoo (the Python ZooKeeper client) and leasehold on one lock: kazoo's `Lock` writes `<uuid>__lock__<seq>` under
-//! the lock's path, leasehold's mutex `lh1-<grant>__lock__<seq>`, and each waits for the other's earlier node.
+//! kazoo (the Python ZooKeeper client) and leasehold on one lock, a case per cell of the table in README ("On
+//! ZooKeeper"): kazoo's `Lock` and `WriteLock` write `<uuid>__lock__<seq>` under the lock's path, its `ReadLock`
+//! `<uuid>__rlock__<seq>`; every leasehold node ends in `__lock__` (`lh1-<grant>__lock__<seq>`, `lh1-s-…` for a
+//! reader, `lh1-p<N>-…` for a permit), so each of kazoo's locks waits for every leasehold holder ahead of it.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -8,16 +10,20 @@ use leasehold_tests::{kazoo_python, ZkEnsemble};
 
 use crate::{client, fresh_prefix, waiters, EVENT};
 
-/// A kazoo lock (`Lock`, `ReadLock` or `WriteLock`: KIND lock, read, write) on `path` in a process of its own. Modes:
-/// `hold` (acquire, print `held`, release after a line on stdin, print `released`), `try` (print `got` or `busy`,
-/// release at once), `wait` (acquire, print `held`, release).
+/// A kazoo lock (`Lock`, `ReadLock`, `WriteLock` or a `Semaphore` of one lease: KIND lock, read, write, sem) on `path`
+/// in a process of its own. Modes:
+/// `hold` (acquire, print `held`, release after a line on stdin, print `released`), `try` (release at once if
+/// granted, then print `got` or `busy`), `wait` (acquire, print `held`, release).
 const KAZOO: &str = r#"
 import sys
 from kazoo.client import KazooClient
 hosts, path, mode, kind = sys.argv[1:5]
 zk = KazooClient(hosts=hosts, timeout=4.0)
 zk.start()
-lock = {"lock": zk.Lock, "read": zk.ReadLock, "write": zk.WriteLock}[kind](path, "kazoo")
+if kind == "sem":
+    lock = zk.Semaphore(path, "kazoo", max_leases=1)
+else:
+    lock = {"lock": zk.Lock, "read": zk.ReadLock, "write": zk.WriteLock}[kind](path, "kazoo")
 if mode == "hold":
     lock.acquire()
     print("held", flush=True)
@@ -26,9 +32,9 @@ if mode == "hold":
     print("released", flush=True)
 elif mode == "try":
     got = lock.acquire(blocking=False)
-    print("got" if got else "busy", flush=True)
     if got:
         lock.release()
+    print("got" if got else "busy", flush=True)
 elif mode == "wait":
     lock.acquire()
     print("held", flush=True)
@@ -61,8 +67,15 @@ impl Kazoo {
             .unwrap()
     }
 
-    fn tell(&mut self) {
+    /// Waits until kazoo has ended: its lock released, its session closed.
+    fn ended(mut self) {
+        tokio::task::block_in_place(|| self.child.wait()).unwrap();
+    }
+
+    /// Tells a `hold` kazoo to release, and waits until it has.
+    async fn release(&mut self) {
         writeln!(self.child.stdin.as_mut().unwrap()).unwrap();
+        assert_eq!(self.line().await, "released");
     }
 }
 
@@ -89,8 +102,7 @@ pub async fn kazoo_and_leasehold_exclude_each_other(ensemble: &mut ZkEnsemble) {
         async move { a.mutex("shared").lock().await }
     });
     waiters(&a, "shared", 1).await;
-    holder.tell();
-    assert_eq!(holder.line().await, "released");
+    holder.release().await;
     let guard = tokio::time::timeout(EVENT, waiting)
         .await
         .unwrap()
@@ -106,20 +118,30 @@ pub async fn kazoo_and_leasehold_exclude_each_other(ensemble: &mut ZkEnsemble) {
     assert_eq!(waiter.line().await, "held");
 }
 
+/// What a kazoo `try` of each of `kinds` on `path` answers.
+async fn kazoo_tries(hosts: &str, path: &str, kinds: &[&str]) -> Vec<String> {
+    let mut answers = Vec::new();
+    for kind in kinds {
+        answers.push(Kazoo::start(hosts, path, "try", kind).line().await);
+    }
+    answers
+}
+
 pub async fn kazoo_read_write_locks_share_and_exclude_with_leaseholds(ensemble: &mut ZkEnsemble) {
     let prefix = fresh_prefix();
     let hosts = ensemble.endpoints().join(",");
     let a = client(&ensemble.url(), &prefix).await;
     let path = format!("/{prefix}/report");
-    // A leasehold reader: kazoo's readers share with it, kazoo's writers wait for it.
-    let reader = a.rw_lock("report").read().await.unwrap();
+    // A kazoo reader: leasehold's readers share with it, its writers wait for it.
+    let mut kazoo_reader = Kazoo::start(&hosts, &path, "hold", "read");
+    assert_eq!(kazoo_reader.line().await, "held");
+    let reader = a.rw_lock("report").try_read().await.unwrap();
+    assert!(a.rw_lock("report").try_write().await.unwrap_err().is_busy());
+    kazoo_reader.release().await;
+    // A leasehold reader: every kazoo lock waits for it, a `ReadLock` too (it waits for every `__lock__` node ahead).
     assert_eq!(
-        Kazoo::start(&hosts, &path, "try", "read").line().await,
-        "got"
-    );
-    assert_eq!(
-        Kazoo::start(&hosts, &path, "try", "write").line().await,
-        "busy"
+        kazoo_tries(&hosts, &path, &["lock", "read", "write"]).await,
+        ["busy", "busy", "busy"]
     );
     // A kazoo writer waiting behind it holds back a later leasehold reader, and is granted at the release.
     let mut writer = Kazoo::start(&hosts, &path, "hold", "write");
@@ -128,8 +150,7 @@ pub async fn kazoo_read_write_locks_share_and_exclude_with_leaseholds(ensemble: 
     reader.release().await.unwrap();
     assert_eq!(writer.line().await, "held");
     assert!(a.rw_lock("report").try_write().await.unwrap_err().is_busy());
-    writer.tell();
-    assert_eq!(writer.line().await, "released");
+    writer.release().await;
     a.rw_lock("report")
         .try_write()
         .await
@@ -137,4 +158,60 @@ pub async fn kazoo_read_write_locks_share_and_exclude_with_leaseholds(ensemble: 
         .release()
         .await
         .unwrap();
+}
+
+pub async fn kazoo_locks_wait_for_leasehold_permits(ensemble: &mut ZkEnsemble) {
+    let prefix = fresh_prefix();
+    let hosts = ensemble.endpoints().join(",");
+    let a = client(&ensemble.url(), &prefix).await;
+    let path = format!("/{prefix}/slots");
+    // A semaphore of one permit is a one-holder lock: every kazoo recipe waits for it (a kazoo `Semaphore` counts
+    // every child of the path as a lease).
+    let permit = a.semaphore("slots", 1).try_acquire().await.unwrap();
+    assert_eq!(
+        kazoo_tries(&hosts, &path, &["lock", "read", "write", "sem"]).await,
+        ["busy", "busy", "busy", "busy"]
+    );
+    // A kazoo `Lock` waiting behind it is granted at the release.
+    let mut waiter = Kazoo::start(&hosts, &path, "wait", "lock");
+    waiters(&a, "slots", 1).await;
+    permit.release().await.unwrap();
+    assert_eq!(waiter.line().await, "held");
+    waiter.ended();
+    // A permit of several: kazoo's locks wait for it as well.
+    let permit = a.semaphore("slots", 3).try_acquire().await.unwrap();
+    assert_eq!(
+        kazoo_tries(&hosts, &path, &["lock", "write"]).await,
+        ["busy", "busy"]
+    );
+    permit.release().await.unwrap();
+    // The other way: a permit waits for a kazoo `Lock` holder.
+    let mut holder = Kazoo::start(&hosts, &path, "hold", "lock");
+    assert_eq!(holder.line().await, "held");
+    assert!(a
+        .semaphore("slots", 1)
+        .try_acquire()
+        .await
+        .unwrap_err()
+        .is_busy());
+    holder.release().await;
+}
+
+pub async fn a_kazoo_semaphore_is_not_seen_by_leasehold(ensemble: &mut ZkEnsemble) {
+    // The limit the README states: a kazoo `Semaphore`'s lease is a plain child of the path, with no sequence, which
+    // leasehold cannot tell from a nested lock's node; so leasehold grants beside it.
+    let prefix = fresh_prefix();
+    let hosts = ensemble.endpoints().join(",");
+    let a = client(&ensemble.url(), &prefix).await;
+    let path = format!("/{prefix}/leases");
+    let mut holder = Kazoo::start(&hosts, &path, "hold", "sem");
+    assert_eq!(holder.line().await, "held");
+    a.mutex("leases")
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    holder.release().await;
 }

@@ -6,6 +6,7 @@
 //! Run one with `cargo test --test zookeeper_client -- NAME_PART`.
 
 mod auth;
+mod deletion;
 mod faults;
 mod interop;
 mod processes;
@@ -27,9 +28,15 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::creates_whose_answer_is_lost_leave_one_node_each,
     faults::a_thousand_grants_follow_one_session,
     faults::an_unreachable_ensemble_fails_the_connect_at_once,
+    faults::the_loss_signal_fires_within_six_eighths_of_the_session_after_a_cut,
+    faults::fences_grow_across_a_reaped_and_recreated_lock_node,
+    deletion::a_set_on_the_grants_node_does_not_hide_its_delete,
+    deletion::a_delete_while_the_holders_connection_is_reset_reaches_it,
     processes::a_killed_waiter_leaves_the_queue_with_its_session,
     interop::kazoo_and_leasehold_exclude_each_other,
     interop::kazoo_read_write_locks_share_and_exclude_with_leaseholds,
+    interop::kazoo_locks_wait_for_leasehold_permits,
+    interop::a_kazoo_semaphore_is_not_seen_by_leasehold,
     writes::guarded_writes_commit_only_while_the_grant_holds,
     auth::credentials_in_the_url_authenticate,
 ];

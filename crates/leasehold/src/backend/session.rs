@@ -4,9 +4,14 @@
 //! A grant's [`LeaseShared`] follows its session: every keep-alive is registered with it before it leaves
 //! ([`SessionState::begin_round`], as the Redis keeper registers a renewal) and confirmed when answered, so the
 //! deadline arithmetic and the loss timers are the Redis leases'. A lost session ends every following lease at once.
+//!
+//! A keep-alive renews the session, not each grant's entry, which anyone may delete (`release --force`, `etcdctl
+//! del`, `zkCli delete`) while the session lives on. So after each answered keep-alive the store reads the entries of
+//! the grants it renewed ([`SessionState::check_entries`]), and a grant whose entry is gone or not its own any more
+//! ends as [`LossReason::Gone`].
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -32,6 +37,21 @@ pub(crate) struct SessionState<L, F> {
     followers: std::sync::Mutex<Vec<(Weak<LeaseShared>, F)>>,
     /// What a passed deadline reads as.
     expired: L,
+    /// Whether an entry check ([`SessionState::check_entries`]) is running.
+    checking: Arc<AtomicBool>,
+}
+
+/// The most entries one read of [`SessionState::check_entries`] carries (etcd's default `--max-txn-ops` is 128;
+/// ZooKeeper's multi-read has no count limit, but its packet must fit `jute.maxbuffer`, 1 MB by default).
+pub(crate) const CHECK_BATCH: usize = 100;
+
+/// Clears the running flag when an entry check ends, however it ends.
+struct CheckDone(Arc<AtomicBool>);
+
+impl Drop for CheckDone {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl<L, F> SessionState<L, F>
@@ -50,6 +70,7 @@ where
             }),
             followers: std::sync::Mutex::new(Vec::new()),
             expired,
+            checking: Arc::default(),
         }
     }
 
@@ -140,6 +161,54 @@ where
             }
         });
         begun
+    }
+
+    /// The second check, after an answered keep-alive: reads what the store keeps of each grant in `begun` (the
+    /// round's grants) in batches of [`CHECK_BATCH`], all batches at once, and ends as [`LossReason::Gone`] the lease
+    /// of each grant whose entry `read` finds gone or not its own. `read` answers a batch with one verdict per entry,
+    /// in order (true: still the grant's), or `None` when it got no answer: the keep-alives decide meanwhile, and the
+    /// next round reads again.
+    ///
+    /// Runs in the background, off the keep-alive loop (with thousands of grants the reads take a while, and the next
+    /// keep-alive must not wait for them), one check at a time: a round that finds one running skips its own.
+    pub(crate) fn check_entries<R, Fut>(&self, begun: &[(Arc<LeaseShared>, Request, F)], read: R)
+    where
+        F: std::fmt::Debug + Send + Sync + 'static,
+        R: Fn(Vec<F>) -> Fut + Send + 'static,
+        Fut: Future<Output = Option<Vec<bool>>> + Send,
+    {
+        if begun.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.checking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let done = CheckDone(Arc::clone(&self.checking));
+        let grants: Vec<(Weak<LeaseShared>, F)> = begun
+            .iter()
+            .map(|(lease, _, what)| (Arc::downgrade(lease), what.clone()))
+            .collect();
+        runtime.spawn(async move {
+            let reads = grants.chunks(CHECK_BATCH).map(|chunk| {
+                let entries = chunk.iter().map(|(_, what)| what.clone()).collect();
+                let answer = read(entries);
+                async move { (chunk, answer.await) }
+            });
+            for (chunk, answer) in futures_util::future::join_all(reads).await {
+                let Some(verdicts) = answer else { continue };
+                for ((lease, what), ours) in chunk.iter().zip(verdicts) {
+                    if let (false, Some(lease)) = (ours, lease.upgrade()) {
+                        if lease.end(LossReason::Gone) {
+                            tracing::debug!(entry = ?what, "a grant's entry is gone");
+                        }
+                    }
+                }
+            }
+            drop(done);
+        });
     }
 
     /// Why the session is lost, or `None` while it holds (its deadline not passed, no loss recorded).

@@ -14,7 +14,6 @@
 //! the next member instead, and the deadline bounds how long that may take.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -111,8 +110,6 @@ pub(crate) struct Shared {
     pub(crate) ttl: Duration,
     /// The deadline, the loss, and the grants that follow the session, each with its waiter key and revision.
     pub(crate) state: SessionState<SessionLoss, (Arc<str>, i64)>,
-    /// Whether an ownership check ([`check_keys`]) is running.
-    checking: AtomicBool,
     /// Where the clean-ups of this session's abandoned acquisitions run.
     pub(crate) background: Arc<Background>,
 }
@@ -211,7 +208,6 @@ impl Session {
                 sent + granted_ttl - drift(granted_ttl),
                 SessionLoss::Expired,
             ),
-            checking: AtomicBool::new(false),
             background: options.background,
         });
         let keeper = tokio::spawn(keep(Arc::downgrade(&shared)));
@@ -348,21 +344,11 @@ async fn keep(shared: Weak<Shared>) {
                         lease.confirm(*request, round);
                     }
                 }
-                // Off the keep-alive loop: with thousands of grants the reads take a while, and the next keep-alive
-                // must not wait for them. One check at a time; a round that finds one running skips its own.
-                if !begun.is_empty() && !session.checking.swap(true, Ordering::AcqRel) {
-                    let checked: Vec<(Weak<LeaseShared>, Arc<str>, i64)> = begun
-                        .iter()
-                        .map(|(lease, _, (key, revision))| {
-                            (Arc::downgrade(lease), Arc::clone(key), *revision)
-                        })
-                        .collect();
-                    let session = Arc::clone(&session);
-                    tokio::spawn(async move {
-                        check_keys(&session, &checked).await;
-                        session.checking.store(false, Ordering::Release);
-                    });
-                }
+                let reader = Arc::clone(&session);
+                session.state.check_entries(&begun, move |keys| {
+                    let session = Arc::clone(&reader);
+                    async move { read_keys(&session, &keys).await }
+                });
                 session.ttl / 3
             }
             Ack::Gone => {
@@ -390,28 +376,17 @@ async fn keep(shared: Weak<Shared>) {
     }
 }
 
-/// The most waiter keys one ownership read carries (etcd's default `--max-txn-ops` is 128).
-const CHECK_BATCH: usize = 100;
-
-/// Reads the waiter key of every following grant, and ends as [`LossReason::Gone`] the lease of each whose key is
-/// gone or was re-created (deleted by `release --force` or `etcdctl del`): the keep-alive alone cannot tell.
-async fn check_keys(session: &Shared, grants: &[(Weak<LeaseShared>, Arc<str>, i64)]) {
-    // The batches at once: a round of 10,000 grants is 100 reads, in the time of a few.
-    let reads = grants
-        .chunks(CHECK_BATCH)
-        .map(|chunk| check_batch(session, chunk));
-    futures_util::future::join_all(reads).await;
-}
-
-/// One transaction of [`check_keys`]: reads the keys of `chunk` and ends the leases whose key is not theirs.
-async fn check_batch(session: &Shared, chunk: &[(Weak<LeaseShared>, Arc<str>, i64)]) {
+/// The second check ([`SessionState::check_entries`]): reads the waiter keys of `keys` (each with the create
+/// revision of its grant) in one transaction; a key is still its grant's when it exists, was created at that
+/// revision, and is under this session's lease (not deleted by `release --force` or `etcdctl del`, nor re-created).
+/// `None` when unanswered.
+async fn read_keys(session: &Shared, keys: &[(Arc<str>, i64)]) -> Option<Vec<bool>> {
     let read = session
         .endpoints
         .call("ownership read", |mut c| {
             let txn = etcd_client::Txn::new().and_then(
-                chunk
-                    .iter()
-                    .map(|(_, key, _)| {
+                keys.iter()
+                    .map(|(key, _)| {
                         etcd_client::TxnOp::get(
                             &**key,
                             Some(etcd_client::GetOptions::new().with_keys_only()),
@@ -421,23 +396,20 @@ async fn check_batch(session: &Shared, chunk: &[(Weak<LeaseShared>, Arc<str>, i6
             );
             async move { c.txn(txn).await }
         })
-        .await;
-    // Unanswered: the keep-alives decide; the next round reads again.
-    let Ok(read) = read else {
-        return;
-    };
-    for ((lease, key, revision), response) in chunk.iter().zip(read.op_responses()) {
-        if let etcd_client::TxnOpResponse::Get(get) = response {
-            let ours = get
-                .kvs()
-                .first()
-                .is_some_and(|kv| kv.create_revision() == *revision && kv.lease() == session.lease);
-            if let (false, Some(lease)) = (ours, lease.upgrade()) {
-                tracing::debug!(%key, "etcd waiter key gone");
-                lease.end(LossReason::Gone);
-            }
-        }
-    }
+        .await
+        .ok()?;
+    let verdicts =
+        keys.iter()
+            .zip(read.op_responses())
+            .map(|((_, revision), response)| match response {
+                etcd_client::TxnOpResponse::Get(get) => get.kvs().first().is_some_and(|kv| {
+                    kv.create_revision() == *revision && kv.lease() == session.lease
+                }),
+                // Not a read's answer: no verdict against the grant.
+                _ => true,
+            })
+            .collect();
+    Some(verdicts)
 }
 
 /// Sends one keep-alive and reads its answer, opening the stream first if there is none (opening sends one).

@@ -8,22 +8,27 @@ use crate::backend::admission::Kind;
 /// Marks a node as leasehold's, in this layout's version.
 const MARK: &str = "lh1-";
 
+/// After [`MARK`]: a reader's node.
+const SHARED: &str = "s-";
+
 /// The digits ZooKeeper appends to a sequential node's name (`%010d` of a signed 32-bit counter).
 const SEQUENCE_LEN: usize = 10;
 
-/// The name a grant's node is created with; ZooKeeper appends the sequence.
+/// The name a grant's node is created with; ZooKeeper appends the sequence. Every kind ends its name in `__lock__`,
+/// the marker kazoo's `Lock`, `ReadLock` and `WriteLock` all wait for (kazoo reads nothing else of a name: see
+/// `mod.rs`), and says its kind in the part before, which only leasehold reads:
 ///
-/// - exclusive: `lh1-<grant>__lock__`, which kazoo's `Lock` and `WriteLock` also write and count;
-/// - shared: `lh1-<grant>__rlock__`, which kazoo's `ReadLock` also writes;
-/// - one of N permits: `lh1-p<N>-<grant>__sem__`.
+/// - exclusive: `lh1-<grant>__lock__`, as kazoo's `Lock` and `WriteLock` write;
+/// - shared: `lh1-s-<grant>__lock__`;
+/// - one of N permits: `lh1-p<N>-<grant>__lock__`.
 ///
 /// `<grant>` is 16 hex digits, random per acquisition: the protection that lets a create whose answer was lost find
 /// its node again.
 pub(crate) fn node_prefix(kind: Kind, grant: u64) -> String {
     match kind {
         Kind::Exclusive => format!("{MARK}{grant:016x}__lock__"),
-        Kind::Shared => format!("{MARK}{grant:016x}__rlock__"),
-        Kind::Permits(n) => format!("{MARK}p{n}-{grant:016x}__sem__"),
+        Kind::Shared => format!("{MARK}{SHARED}{grant:016x}__lock__"),
+        Kind::Permits(n) => format!("{MARK}p{n}-{grant:016x}__lock__"),
     }
 }
 
@@ -45,26 +50,33 @@ pub(crate) fn contender(name: &str) -> Option<Contender> {
     let split = name.len().checked_sub(SEQUENCE_LEN)?;
     let (head, digits) = (name.get(..split)?, name.get(split..)?);
     let sequence: i32 = digits.parse().ok()?;
-    let kind =
-        if head.ends_with("__lock__") || head.ends_with("-lock-") || head.ends_with("__WRIT__") {
-            Kind::Exclusive
-        } else if head.ends_with("__rlock__") || head.ends_with("__READ__") {
-            Kind::Shared
-        } else if let Some(rest) = head.strip_suffix("__sem__") {
-            // Only leasehold writes this marker; one it cannot read counts as exclusive.
-            rest.strip_prefix(MARK)
-                .and_then(|r| r.strip_prefix('p'))
-                .and_then(|r| r.split_once('-'))
-                .and_then(|(n, _)| n.parse::<NonZeroU32>().ok())
-                .map_or(Kind::Exclusive, Kind::Permits)
-        } else {
-            return None;
-        };
+    let kind = if let Some(head) = head.strip_suffix("__lock__") {
+        leasehold_kind(head).unwrap_or(Kind::Exclusive)
+    } else if head.ends_with("-lock-") || head.ends_with("__WRIT__") {
+        Kind::Exclusive
+    } else if head.ends_with("__rlock__") || head.ends_with("__READ__") {
+        Kind::Shared
+    } else {
+        return None;
+    };
     Some(Contender {
         name: name.to_owned(),
         sequence,
         kind,
     })
+}
+
+/// The kind a leasehold node's name says before its marker (`lh1-s-…`, `lh1-p<N>-…`); `None` for an exclusive
+/// node's, and for a name leasehold did not write.
+fn leasehold_kind(head: &str) -> Option<Kind> {
+    let rest = head.strip_prefix(MARK)?;
+    if rest.starts_with(SHARED) {
+        return Some(Kind::Shared);
+    }
+    rest.strip_prefix('p')
+        .and_then(|r| r.split_once('-'))
+        .and_then(|(n, _)| n.parse::<NonZeroU32>().ok())
+        .map(Kind::Permits)
 }
 
 /// The contenders among `children`, in queue order.
@@ -96,6 +108,22 @@ mod tests {
     }
 
     #[test]
+    fn every_kind_carries_the_marker_kazoos_locks_wait_for() {
+        // kazoo's `Lock`, `ReadLock` and `WriteLock` count a child when `__lock__` is just before its sequence.
+        for kind in [Kind::Exclusive, Kind::Shared, permits(1), permits(3)] {
+            assert!(node_prefix(kind, 0xab).ends_with("__lock__"), "{kind:?}");
+        }
+        assert_eq!(
+            node_prefix(Kind::Shared, 0xab),
+            "lh1-s-00000000000000ab__lock__"
+        );
+        assert_eq!(
+            node_prefix(permits(1), 0xab),
+            "lh1-p1-00000000000000ab__lock__"
+        );
+    }
+
+    #[test]
     fn kazoo_and_curator_nodes_take_part_and_others_do_not() {
         let read = |name: &str| contender(name).map(|c| (c.kind, c.sequence));
         // kazoo's Lock, ReadLock; Curator's mutex and read-write lock.
@@ -107,9 +135,9 @@ mod tests {
             Some((Kind::Exclusive, 10))
         );
         assert_eq!(read("_c_9b1e-__READ__0000000011"), Some((Kind::Shared, 11)));
-        // A semaphore marker without a count it can read holds others back as a writer would.
+        // A kind leasehold cannot read holds others back as a writer would.
         assert_eq!(
-            read("lh1-px-00000000000000ab__sem__0000000012"),
+            read("lh1-px-00000000000000ab__lock__0000000012"),
             Some((Kind::Exclusive, 12))
         );
         // A nested lock's node, a node without a sequence, a short name.

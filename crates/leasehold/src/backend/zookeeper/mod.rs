@@ -19,20 +19,23 @@
 //! its parents are containers, which ZooKeeper deletes once they are empty. Each grant is a child of it:
 //!
 //! ```text
-//! /leasehold/orders:42/lh1-<grant>__lock__0000000007     exclusive (a mutex, a fair mutex, a writer, a reentrant root)
-//! /leasehold/orders:42/lh1-<grant>__rlock__0000000008    shared (a reader)
-//! /leasehold/orders:42/lh1-p<N>-<grant>__sem__0000000009 one of N permits
+//! /leasehold/orders:42/lh1-<grant>__lock__0000000007      exclusive (a mutex, a fair mutex, a writer, a reentrant root)
+//! /leasehold/orders:42/lh1-s-<grant>__lock__0000000008    shared (a reader)
+//! /leasehold/orders:42/lh1-p<N>-<grant>__lock__0000000009 one of N permits
 //! ```
 //!
-//! - **Interop with kazoo.** kazoo's `Lock` (and `WriteLock`) writes `<uuid>__lock__<seq>` and counts the children
-//!   whose names carry `__lock__` and a sequence; its `ReadLock` writes `__rlock__` and waits for the `__lock__`
-//!   nodes ahead. leasehold reads those markers the same way in both directions, so a leasehold mutex and a kazoo
-//!   `Lock` on the same path exclude each other, and leasehold's readers and writers share with kazoo's. A kazoo
-//!   `Semaphore` is another recipe entirely (a lease node per holder) and does not meet leasehold's.
+//! - **Interop with kazoo.** kazoo's locks count a child when one of their markers is right before its sequence, and
+//!   read nothing else of its name: `Lock` and `ReadLock` wait for `__lock__` nodes ahead, `WriteLock` for `__lock__`
+//!   and `__rlock__` ones; `Lock`/`WriteLock` write `<uuid>__lock__<seq>`, `ReadLock` `<uuid>__rlock__<seq>`. Every
+//!   leasehold node ends in `__lock__`, so each of kazoo's locks waits for every leasehold holder ahead of it, and
+//!   leasehold reads kazoo's markers as exclusive and shared. The price: a kazoo `ReadLock` waits for a leasehold
+//!   reader too (kazoo's `Lock` reads the same marker, and must not be let in beside one). A kazoo `Semaphore` counts
+//!   every child of the path as a lease, so it waits for leasehold's nodes; its own leases are plain children,
+//!   which leasehold cannot tell from a nested lock's node: one way only.
 //! - **Curator, one way only.** leasehold counts Curator's nodes (`-lock-`, `__WRIT__`, `__READ__` before the
 //!   sequence) as writers and readers, so it waits for Curator's holders. Curator does not see leasehold's: it sorts
-//!   children by the text after `lock-`, and leasehold's names have none. Do not share a path with a Curator
-//!   `InterProcessMutex`.
+//!   children by the text after its marker, and leasehold's names have none (kazoo's needs the place), so they sort
+//!   after Curator's. Do not share a path with a Curator recipe. The whole table is in README, "ZooKeeper".
 //! - **The grant id** (64 random bits) protects the node: a create whose answer was lost finds its node again by it,
 //!   and adopts it only when the node's `ephemeralOwner` is this session (CURATOR-604 is Curator adopting without
 //!   that check).

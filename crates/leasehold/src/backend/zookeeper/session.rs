@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
-use zookeeper_client::StateWatcher;
+use zookeeper_client::{MultiReadResult, StateWatcher};
 
 use super::ZkError;
 use crate::backend::session::{passed, Background, SessionState};
@@ -91,8 +91,8 @@ pub(crate) struct Shared {
     pub(crate) validity: Duration,
     /// The deadline of each request.
     pub(crate) call_timeout: Duration,
-    /// The deadline, the loss, and the grants that follow the session.
-    pub(crate) state: SessionState<SessionLoss, ()>,
+    /// The deadline, the loss, and the grants that follow the session, each with its node and the node's `czxid`.
+    pub(crate) state: SessionState<SessionLoss, (Arc<str>, i64)>,
     /// Where the clean-ups of this session's abandoned acquisitions run: the client's.
     pub(crate) background: Arc<Background>,
 }
@@ -318,9 +318,14 @@ async fn keep(shared: Weak<Shared>, mut states: StateWatcher) {
                 match answer {
                     Ok(Ok(())) => {
                         session.extend(sent, round);
-                        for (lease, request, ()) in &begun {
+                        for (lease, request, _) in &begun {
                             lease.confirm(*request, round);
                         }
+                        let reader = Arc::clone(&session);
+                        session.state.check_entries(&begun, move |nodes| {
+                            let session = Arc::clone(&reader);
+                            async move { read_nodes(&session, &nodes).await }
+                        });
                     }
                     Ok(Err(zookeeper_client::Error::SessionExpired | zookeeper_client::Error::AuthFailed)) => {
                         session.lose(SessionLoss::ExpiredOnServer);
@@ -347,4 +352,30 @@ async fn keep(shared: Weak<Shared>, mut states: StateWatcher) {
             }
         }
     }
+}
+
+/// The second check ([`SessionState::check_entries`]): reads the grants' `nodes` (each with its `czxid`) in one
+/// multi-read; a node is still its grant's when it exists with that `czxid` (not deleted by `release --force` or
+/// `zkCli delete`, nor re-created). The deletion watch on each node tells sooner; this catches what a watch can miss.
+/// `None` when unanswered.
+async fn read_nodes(session: &Shared, nodes: &[(Arc<str>, i64)]) -> Option<Vec<bool>> {
+    let client = session.client().ok()?;
+    let mut reader = client.new_multi_reader();
+    for (node, _) in nodes {
+        reader.add_get_data(node).ok()?;
+    }
+    let results = session.call("existence read", reader.commit()).await.ok()?;
+    let verdicts = nodes
+        .iter()
+        .zip(results)
+        .map(|((_, czxid), result)| match result {
+            MultiReadResult::Data { stat, .. } => stat.czxid == *czxid,
+            MultiReadResult::Error {
+                err: zookeeper_client::Error::NoNode,
+            } => false,
+            // Another error is no verdict against the grant.
+            _ => true,
+        })
+        .collect();
+    Some(verdicts)
 }

@@ -3,7 +3,7 @@
 //!
 //! - **One session per client**, replaced by a new one at the first acquisition after it was lost. Every grant's
 //!   [`Lease`] follows the session: its deadline is the session's, its loss the session's loss, or its own node found
-//!   deleted (a watch on it).
+//!   deleted (a watch on it, and a read of every grant's node after each answered keep-alive).
 //! - **Kinds** map onto the three rules as on etcd, and the node's data is the hold as Redis stores it, so
 //!   [`inspect`](ZkStore::inspect) reports holders, kinds and descriptions as on the other stores.
 
@@ -14,7 +14,7 @@ use zookeeper_client::EventType;
 
 use super::kind::queue;
 use super::recipe::Grant;
-use super::session::{Session, SessionLoss, DEFAULT_TIMEOUT};
+use super::session::{Session, SessionLoss, Shared, DEFAULT_TIMEOUT};
 use super::url::{check_path, Target};
 use super::ZkError;
 use crate::backend::admission::{admit, Admission, Kind};
@@ -216,10 +216,15 @@ impl ZkStore {
             validity,
             round,
         );
-        let following = session.shared.state.follow(&lease, ());
-        if let Ok(zk) = session.shared.client() {
-            tokio::spawn(watch_node(zk, grant.node.clone(), Arc::downgrade(&lease)));
-        }
+        let following = session
+            .shared
+            .state
+            .follow(&lease, (grant.node.as_str().into(), grant.czxid));
+        tokio::spawn(watch_node(
+            Arc::downgrade(&session.shared),
+            grant.node.clone(),
+            Arc::downgrade(&lease),
+        ));
         let guard = Guard::on_session(
             client.clone(),
             Lease {
@@ -401,29 +406,48 @@ impl ZkStore {
 }
 
 /// Ends `lease` as [`LossReason::Gone`] when the grant's node is deleted by anyone but its own release (which ends
-/// the lease first, so this changes nothing then). The watch holds the session's client only while it is set up.
-async fn watch_node(client: zookeeper_client::Client, node: String, lease: Weak<LeaseShared>) {
-    let watched = client.check_and_watch_stat(&node).await;
-    drop(client);
-    let watcher = match watched {
-        Ok((Some(_), watcher)) => watcher,
-        // Gone already.
-        Ok((None, _)) => {
-            if let Some(lease) = lease.upgrade() {
-                lease.end(LossReason::Gone);
-            }
+/// the lease first, so this changes nothing then). A ZooKeeper watch fires once, on any change: after a `set` on the
+/// node (or a session event) it is set again, and a setup call that got no answer (a connection lost: the session
+/// lives on) is tried again, until the lease ends or the session is lost (which ends the lease itself). The existence
+/// read after each keep-alive (`session.rs`) catches whatever falls between. Holds the session only while it sets the
+/// watch up.
+async fn watch_node(session: Weak<Shared>, node: String, lease: Weak<LeaseShared>) {
+    loop {
+        if lease.upgrade().is_none_or(|lease| lease.is_ended()) {
             return;
         }
-        // The session's own loss ends the lease.
-        Err(_) => return,
-    };
-    let event = watcher.changed().await;
-    if event.event_type == EventType::NodeDeleted {
+        let Some(shared) = session.upgrade() else {
+            return;
+        };
+        let Ok(client) = shared.client() else {
+            return;
+        };
+        let watched = shared
+            .call("watch the grant's node", client.check_and_watch_stat(&node))
+            .await;
+        let pause = shared.timeout / 16;
+        drop((client, shared));
+        match watched {
+            Ok((Some(_), watcher)) => {
+                if watcher.changed().await.event_type != EventType::NodeDeleted {
+                    // Its data changed, or the session's state did: set the watch again.
+                    continue;
+                }
+            }
+            // Gone already.
+            Ok((None, _)) => {}
+            Err(e) => {
+                tracing::debug!(target: TARGET, %node, error = %e, "setting the watch on a ZooKeeper lock node failed; trying again");
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+        }
         if let Some(lease) = lease.upgrade() {
             if lease.end(LossReason::Gone) {
                 tracing::debug!(target: TARGET, %node, "ZooKeeper lock node deleted");
             }
         }
+        return;
     }
 }
 
