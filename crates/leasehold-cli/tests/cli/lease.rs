@@ -246,6 +246,14 @@ fn a_waiting_run_survives_a_redis_restart_and_the_holder_that_lost_its_lock_exit
     assert!(holder.stderr().contains("lost lock \"job\""));
 }
 
+/// `leasehold run --redis URL OPTIONS NAME -- sh -c PROGRAM`.
+fn run_sh(url: &str, options: &[&str], name: &str, program: &str) -> std::process::Command {
+    let mut args = vec!["run", "--redis", url];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&[name, "--", "sh", "-c", program]);
+    leasehold(&args)
+}
+
 /// The state of process `pid` as `/proc/PID/stat` gives it (`S`, `R`, `Z`, …), or `gone`, as a shell snippet that
 /// prints `second STATE`: the next holder's program says whether the first one still lives when it starts.
 fn second_reports_state_of(pid: i32) -> String {
@@ -271,33 +279,13 @@ async fn a_run_whose_stderr_nobody_reads_still_stops_its_program_before_the_next
         r#"trap 'echo "term $$" >> {log}; exit 143' TERM; echo started; yes spam >&2 & wait"#,
         log = log.display()
     );
-    let mut first = leasehold(&[
-        "run",
-        "--redis",
-        &proxy.url(),
-        "--ttl",
-        "3s",
-        "blocked",
-        "--",
-        "sh",
-        "-c",
-        &program,
-    ]);
+    let mut first = run_sh(&proxy.url(), &["--ttl", "3s"], "blocked", &program);
     first.env("RUST_LOG", "debug").stderr(Stdio::from(stderr));
     let mut first = Running::start_with(first, false);
     assert_eq!(first.line(SOON), "started");
 
     let second_program = format!(r#"echo "second" >> {}"#, log.display());
-    let mut second = Running::start(leasehold(&[
-        "run",
-        "--redis",
-        &server.url(),
-        "blocked",
-        "--",
-        "sh",
-        "-c",
-        &second_program,
-    ]));
+    let mut second = Running::start(run_sh(&server.url(), &[], "blocked", &second_program));
     await_waiter(&server, "blocked");
     proxy.blackhole();
 
@@ -323,29 +311,14 @@ async fn a_run_whose_stderr_nobody_reads_still_stops_its_program_before_the_next
 fn the_program_of_a_stopped_leasehold_is_dead_before_the_next_holder_s_program_starts() {
     let server = RedisServer::start();
     let url = server.url();
-    let mut first = Running::start(leasehold(&[
-        "run",
-        "--redis",
+    let mut first = Running::start(run_sh(
         &url,
-        "--ttl",
-        "2s",
+        &["--ttl", "2s"],
         "frozen",
-        "--",
-        "sh",
-        "-c",
         "echo $$; while :; do sleep 0.05; done",
-    ]));
+    ));
     let pid: i32 = first.line(SOON).parse().unwrap();
-    let mut second = Running::start(leasehold(&[
-        "run",
-        "--redis",
-        &url,
-        "frozen",
-        "--",
-        "sh",
-        "-c",
-        &second_reports_state_of(pid),
-    ]));
+    let mut second = Running::start(run_sh(&url, &[], "frozen", &second_reports_state_of(pid)));
     await_waiter(&server, "frozen");
 
     send_signal(first.pid(), Signal::SIGSTOP).unwrap();
@@ -362,31 +335,19 @@ fn the_program_of_a_stopped_leasehold_is_dead_before_the_next_holder_s_program_s
 async fn a_program_that_traps_sigterm_is_dead_before_the_next_holder_s_program_starts() {
     let server = RedisServer::start();
     let proxy = TcpProxy::start(server.addr()).await;
-    let mut first = Running::start(leasehold(&[
-        "run",
-        "--redis",
+    let mut first = Running::start(run_sh(
         &proxy.url(),
-        "--ttl",
-        "3s",
-        "--kill-after",
-        "1s",
+        &["--ttl", "3s", "--kill-after", "1s"],
         "stubborn",
-        "--",
-        "sh",
-        "-c",
         "trap '' TERM; echo $$; while :; do sleep 0.05; done",
-    ]));
+    ));
     let pid: i32 = first.line(SOON).parse().unwrap();
-    let mut second = Running::start(leasehold(&[
-        "run",
-        "--redis",
+    let mut second = Running::start(run_sh(
         &server.url(),
+        &[],
         "stubborn",
-        "--",
-        "sh",
-        "-c",
         &second_reports_state_of(pid),
-    ]));
+    ));
     await_waiter(&server, "stubborn");
     proxy.blackhole();
 

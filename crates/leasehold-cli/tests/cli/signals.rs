@@ -145,9 +145,22 @@ fn has_ended(pid: u32) -> bool {
     }
 }
 
+/// A shell snippet that prints the pid of the enforcer (`leasehold enforce`, see `enforce.rs`) of the `leasehold` that
+/// runs it: the other child of its parent.
+const PRINT_ENFORCER: &str = "ps -o pid=,args= --ppid $PPID | awk '/ enforce /{print $1}'";
+
+/// Waits until `pid` has ended (see [`has_ended`]); nothing announces it, so `/proc` is polled.
+fn await_ended(pid: u32, what: &str) {
+    let deadline = std::time::Instant::now() + SOON;
+    while !has_ended(pid) {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(10)); // polling /proc: no event to await
+    }
+}
+
 #[cfg(target_os = "linux")]
 #[test]
-fn a_program_does_not_outlive_a_killed_leasehold() {
+fn a_program_does_not_outlive_a_killed_leasehold_nor_does_its_enforcer() {
     let server = RedisServer::start();
     let mut run = Running::start(leasehold(&[
         "run",
@@ -157,21 +170,34 @@ fn a_program_does_not_outlive_a_killed_leasehold() {
         "--",
         "sh",
         "-c",
-        "echo $$; exec sleep 60",
+        &format!("echo $$; {PRINT_ENFORCER}; exec sleep 60"),
     ]));
     let program: u32 = run.line(SOON).parse().unwrap();
-    assert!(!has_ended(program));
-    // SIGKILL cannot be caught or passed on: only the kernel can end the program now.
+    let enforcer: u32 = run.line(SOON).parse().unwrap();
+    assert!(!has_ended(program) && !has_ended(enforcer));
+    // SIGKILL cannot be caught or passed on: only the kernel (and the enforcer) can end the program now.
     send_signal(run.pid(), Signal::SIGKILL).unwrap();
-    let deadline = std::time::Instant::now() + SOON;
-    while !has_ended(program) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the program outlived a SIGKILLed leasehold"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10)); // polling /proc: no event to await
-    }
+    await_ended(program, "the program outlived a SIGKILLed leasehold");
+    await_ended(enforcer, "the enforcer outlived a SIGKILLed leasehold");
     let _ = run.code(SOON);
+}
+
+#[test]
+fn the_enforcer_ends_with_the_run() {
+    let server = RedisServer::start();
+    let mut run = Running::start(leasehold(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "short",
+        "--",
+        "sh",
+        "-c",
+        PRINT_ENFORCER,
+    ]));
+    let enforcer: u32 = run.line(SOON).parse().unwrap();
+    assert_eq!(run.code(SOON), Some(0), "{}", run.stderr());
+    await_ended(enforcer, "the enforcer outlived its run");
 }
 
 // Multi-threaded: the proxy's tasks must keep running while the test body blocks on processes.
