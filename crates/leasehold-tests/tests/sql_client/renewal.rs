@@ -1,0 +1,114 @@
+//! The session's renewal: it never moves the session's expiry back, whatever order renewals land in, and it never
+//! brings back a session that has expired on the server's clock.
+
+use std::time::Duration;
+
+use leasehold_tests::TcpProxy;
+
+use crate::admin::{on_table, Admin};
+use crate::{client_with, Db, EVENT};
+
+/// A session TTL whose per-statement deadline (a quarter of it, at most 2 s, as PostgreSQL's `lock_timeout`) leaves
+/// the test time to act while a renewal of the library's waits for the test's lock.
+const LONG: Duration = Duration::from_secs(8);
+
+/// `d` in microseconds.
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap()
+}
+
+pub async fn a_renewal_applied_late_never_moves_the_expiry_back(db: &mut Db) {
+    let prefix = db.fresh_prefix();
+    let proxy = TcpProxy::start(db.addr()).await;
+    let a = client_with(&db.url_at(proxy.addr()), &prefix, LONG).await;
+    let b = client_with(&db.url(), &prefix, LONG).await;
+    let held = a.mutex("late").lock().await.unwrap();
+    let lease = held.lease();
+    let id = held.sql_commit_check().unwrap().session;
+    let renewal = on_table(db, "UPDATE", &prefix, "session");
+    let (mut operator, mut watcher) = (Admin::connect(db).await, Admin::connect(db).await);
+    // An operator's lock on the session table (a migration's `ALTER TABLE`, a backup's): the next renewal waits for
+    // it, and keeps the time it started at.
+    match db {
+        Db::Postgres(_) => {
+            operator
+                .run(&format!(
+                    "BEGIN; LOCK TABLE \"{prefix}_session\" IN EXCLUSIVE MODE"
+                ))
+                .await
+        }
+        Db::MySql(_) => {
+            operator
+                .run(&format!("LOCK TABLES `{prefix}_session` WRITE"))
+                .await
+        }
+    }
+    watcher
+        .until_running(
+            &renewal,
+            true,
+            |n| n >= 1,
+            "a renewal waits for the table lock",
+        )
+        .await;
+    // A later renewal lands first: written on the operator's connection (which may, under its lock), as the library's
+    // next renewal, started after the one waiting, would write it.
+    operator.set_expiry(&prefix, &id, micros(LONG)).await;
+    let later = operator.expiry(&prefix, &id).await.unwrap();
+    operator
+        .run(match db {
+            Db::Postgres(_) => "COMMIT",
+            Db::MySql(_) => "UNLOCK TABLES",
+        })
+        .await;
+    // The renewal that waited lands now, with its older start.
+    watcher
+        .until_running(&renewal, false, |n| n == 0, "the waiting renewal landed")
+        .await;
+    let after = watcher.expiry(&prefix, &id).await.unwrap();
+    assert!(
+        after >= later,
+        "a renewal that landed late moved the session's expiry back by {} µs",
+        later - after
+    );
+    assert!(lease.is_held(), "{:?}", lease.loss());
+    // Cut off, the holder renews no more: its loss fires before the server lets another client in.
+    let waiting = tokio::spawn(async move { b.mutex("late").lock_timeout(EVENT).await });
+    proxy.blackhole();
+    let next = waiting.await.unwrap().unwrap();
+    assert!(
+        !lease.is_held(),
+        "another client was granted while the holder still held"
+    );
+    next.release().await.unwrap();
+}
+
+pub async fn a_session_expired_on_the_server_is_not_renewed(db: &mut Db) {
+    let prefix = db.fresh_prefix();
+    let a = client_with(&db.url(), &prefix, LONG).await;
+    let held = a.mutex("expired").lock().await.unwrap();
+    let lease = held.lease();
+    let id = held.sql_commit_check().unwrap().session;
+    let mut admin = Admin::connect(db).await;
+    // The session has expired on the server's clock (as after a pause of its client longer than the TTL), and its
+    // client does not know: its next renewal must not bring it back.
+    admin.set_expiry(&prefix, &id, -1_000_000).await;
+    let believed = lease.valid_until();
+    tokio::time::timeout(EVENT, lease.lost())
+        .await
+        .expect("the lease ended");
+    assert!(
+        tokio::time::Instant::now() < believed,
+        "the lease ended at its local deadline, not at the renewal that found the session expired"
+    );
+    let alive = match db {
+        Db::Postgres(_) => format!(
+            "SELECT count(*) FROM \"{prefix}_session\" WHERE id = '{id}' AND expires_at > clock_timestamp()"
+        ),
+        Db::MySql(_) => format!(
+            "SELECT count(*) FROM `{prefix}_session` WHERE id = '{id}' AND expires_at > UTC_TIMESTAMP(6)"
+        ),
+    };
+    assert_eq!(admin.number(&alive).await, 0, "the session came back");
+    drop(held);
+}
