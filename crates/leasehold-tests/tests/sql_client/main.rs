@@ -6,10 +6,12 @@
 //! Run one test on one store with `cargo test --test sql_client -- mysql::faults::NAME`.
 
 mod admin;
+mod commit_check;
 mod faults;
 mod fences;
 mod names;
 mod renewal;
+mod takeover;
 mod tls;
 mod transactions;
 
@@ -140,6 +142,9 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     renewal::a_renewal_applied_late_never_moves_the_expiry_back,
     renewal::a_session_expired_on_the_server_is_not_renewed,
     fences::a_cached_fence_sequence_still_gives_one_holder_and_rising_fences,
+    takeover::a_renewal_committed_while_the_reaper_waits_wins,
+    commit_check::a_transaction_checked_after_the_expiry_is_refused,
+    commit_check::the_commit_check_holds_a_takeover_off_until_the_commit,
     tls::sslmode_require_verifies_and_encrypts_every_connection,
 ];
 
