@@ -1,6 +1,6 @@
 //! A superuser's connection of the test's own, beside the library's, to do what an operator or another client does to
-//! the lease tables in the middle of a statement of the library's: lock a table or a row, write a session's expiry,
-//! and watch what the server's other connections wait for.
+//! the lease tables in the middle of a statement of the library's (lock a table or a row, write a session's expiry),
+//! to watch what the server's other connections wait for, and to run the caller's own transactions.
 
 use leasehold::mysql_async::prelude::Queryable;
 use leasehold::{mysql_async, tokio_postgres};

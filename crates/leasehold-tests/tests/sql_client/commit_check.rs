@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use leasehold::mysql_async::prelude::Queryable;
-use leasehold::tokio_postgres::types::Type;
-use leasehold::{mysql_async, tokio_postgres, Error};
+use leasehold::tokio_postgres::types::{ToSql, Type};
+use leasehold::{mysql_async, tokio_postgres, Error, Guard, SqlCommitCheck};
 
 use crate::admin::{on_table, Admin};
 use crate::{client_with, Db, EVENT};
@@ -29,35 +29,11 @@ pub async fn a_transaction_checked_after_the_expiry_is_refused(db: &mut Db) {
     let mut admin = Admin::connect(db).await;
     // The transaction begins while the session is live; the session then expires on the server's clock (its client,
     // renewing every 30 s, does not know), and only then does the transaction ask to commit.
-    let committed = match db {
-        Db::Postgres(_) => {
-            let (mut conn, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(connection);
-            let tx = conn.transaction().await.unwrap();
-            tx.execute("INSERT INTO checked_writes (writer) VALUES ('late')", &[])
-                .await
-                .unwrap();
-            admin.set_expiry(&prefix, &id, 0).await;
-            assert!(lease.is_held(), "{:?}", lease.loss());
-            held.commit_postgres(tx).await
-        }
-        Db::MySql(_) => {
-            let pool = mysql_async::Pool::new(url.as_str());
-            let mut conn = pool.get_conn().await.unwrap();
-            let mut tx = conn
-                .start_transaction(mysql_async::TxOpts::default())
-                .await
-                .unwrap();
-            tx.query_drop("INSERT INTO checked_writes (writer) VALUES ('late')")
-                .await
-                .unwrap();
-            admin.set_expiry(&prefix, &id, 0).await;
-            assert!(lease.is_held(), "{:?}", lease.loss());
-            held.commit_mysql(tx).await
-        }
-    };
+    let mut conn = Admin::connect(db).await;
+    let tx = writing(&mut conn, "late").await;
+    admin.set_expiry(&prefix, &id, 0).await;
+    assert!(lease.is_held(), "{:?}", lease.loss());
+    let committed = tx.commit_under(&held).await;
     assert!(
         matches!(committed, Err(Error::LeaseLost { .. })),
         "a transaction checked after the session expired: {committed:?}"
@@ -78,62 +54,13 @@ pub async fn the_commit_check_holds_a_takeover_off_until_the_commit(db: &mut Db)
     // with it) must wait for the transaction.
     let delete = on_table(db, "DELETE FROM", &prefix, "session");
     let takeover = format!("{delete} WHERE id = '{id}'");
-    let take = || {
-        tokio::spawn(async move {
-            taker.run(&takeover).await;
-        })
-    };
-    match db {
-        Db::Postgres(_) => {
-            let (mut conn, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(connection);
-            let tx = conn.transaction().await.unwrap();
-            tx.execute("INSERT INTO checked_writes (writer) VALUES ('holder')", &[])
-                .await
-                .unwrap();
-            let rows = tx
-                .query_typed(
-                    &check.statement,
-                    &[
-                        (&check.name, Type::TEXT),
-                        (&check.fence, Type::INT8),
-                        (&check.session, Type::TEXT),
-                    ],
-                )
-                .await
-                .unwrap();
-            assert_eq!(rows.len(), 1, "the check found the live grant");
-            let taking = take();
-            wait_held_off(&mut watcher, &delete, &taking).await;
-            tx.commit().await.unwrap();
-            tokio::time::timeout(EVENT, taking).await.unwrap().unwrap();
-        }
-        Db::MySql(_) => {
-            let pool = mysql_async::Pool::new(url.as_str());
-            let mut conn = pool.get_conn().await.unwrap();
-            let mut tx = conn
-                .start_transaction(mysql_async::TxOpts::default())
-                .await
-                .unwrap();
-            tx.query_drop("INSERT INTO checked_writes (writer) VALUES ('holder')")
-                .await
-                .unwrap();
-            let row: Option<i64> = tx
-                .exec_first(
-                    &check.statement,
-                    (check.name.as_bytes(), check.fence, check.session.as_str()),
-                )
-                .await
-                .unwrap();
-            assert_eq!(row, Some(1), "the check found the live grant");
-            let taking = take();
-            wait_held_off(&mut watcher, &delete, &taking).await;
-            tx.commit().await.unwrap();
-            tokio::time::timeout(EVENT, taking).await.unwrap().unwrap();
-        }
-    }
+    let mut conn = Admin::connect(db).await;
+    let mut tx = writing(&mut conn, "holder").await;
+    assert!(tx.check(&check).await, "the check found the live grant");
+    let taking = tokio::spawn(async move { taker.run(&takeover).await });
+    wait_held_off(&mut watcher, &delete, &taking).await;
+    tx.commit().await;
+    tokio::time::timeout(EVENT, taking).await.unwrap().unwrap();
     assert_eq!(db.sql("SELECT writer FROM checked_writes").trim(), "holder");
     assert!(watcher.expiry(&prefix, &id).await.is_none(), "taken over");
     drop(held);
@@ -159,5 +86,75 @@ async fn wait_held_off(watcher: &mut Admin, delete: &str, taking: &tokio::task::
             );
         }
         tokio::time::sleep(watcher.poll()).await;
+    }
+}
+
+/// A transaction of the caller's, on a connection of its own.
+enum UserTx<'a> {
+    Postgres(tokio_postgres::Transaction<'a>),
+    MySql(mysql_async::Transaction<'a>),
+}
+
+/// A transaction on `conn` that has inserted `writer` into `checked_writes`.
+async fn writing<'a>(conn: &'a mut Admin, writer: &str) -> UserTx<'a> {
+    let insert = format!("INSERT INTO checked_writes (writer) VALUES ('{writer}')");
+    match conn {
+        Admin::Postgres(client) => {
+            let tx = client.transaction().await.unwrap();
+            tx.batch_execute(&insert).await.unwrap();
+            UserTx::Postgres(tx)
+        }
+        Admin::MySql(conn) => {
+            let mut tx = conn
+                .start_transaction(mysql_async::TxOpts::default())
+                .await
+                .unwrap();
+            tx.query_drop(insert).await.unwrap();
+            UserTx::MySql(tx)
+        }
+    }
+}
+
+impl UserTx<'_> {
+    /// Runs the grant's commit `check` as a driver of the caller's own would: whether it found the grant live.
+    async fn check(&mut self, check: &SqlCommitCheck) -> bool {
+        match self {
+            UserTx::Postgres(tx) => {
+                let params: [(&(dyn ToSql + Sync), Type); 3] = [
+                    (&check.name, Type::TEXT),
+                    (&check.fence, Type::INT8),
+                    (&check.session, Type::TEXT),
+                ];
+                !tx.query_typed(&check.statement, &params)
+                    .await
+                    .unwrap()
+                    .is_empty()
+            }
+            UserTx::MySql(tx) => {
+                let row: Option<i64> = tx
+                    .exec_first(
+                        &check.statement,
+                        (check.name.as_bytes(), check.fence, check.session.as_str()),
+                    )
+                    .await
+                    .unwrap();
+                row.is_some()
+            }
+        }
+    }
+
+    async fn commit(self) {
+        match self {
+            UserTx::Postgres(tx) => tx.commit().await.unwrap(),
+            UserTx::MySql(tx) => tx.commit().await.unwrap(),
+        }
+    }
+
+    /// Commits through `guard`'s fenced commit.
+    async fn commit_under(self, guard: &Guard) -> Result<(), Error> {
+        match self {
+            UserTx::Postgres(tx) => guard.commit_postgres(tx).await,
+            UserTx::MySql(tx) => guard.commit_mysql(tx).await,
+        }
     }
 }
