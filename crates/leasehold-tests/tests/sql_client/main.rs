@@ -141,6 +141,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     names::names_a_collation_folds_stay_apart,
     renewal::a_renewal_applied_late_never_moves_the_expiry_back,
     renewal::a_session_expired_on_the_server_is_not_renewed,
+    renewal::renewals_landing_out_of_order_let_nobody_in_before_the_loss,
     fences::a_cached_fence_sequence_still_gives_one_holder_and_rising_fences,
     takeover::a_renewal_committed_while_the_reaper_waits_wins,
     commit_check::a_transaction_checked_after_the_expiry_is_refused,

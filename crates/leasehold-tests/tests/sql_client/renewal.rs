@@ -112,3 +112,105 @@ pub async fn a_session_expired_on_the_server_is_not_renewed(db: &mut Db) {
     assert_eq!(admin.number(&alive).await, 0, "the session came back");
     drop(held);
 }
+
+pub async fn renewals_landing_out_of_order_let_nobody_in_before_the_loss(db: &mut Db) {
+    // On PostgreSQL a renewal held up this long is cancelled by its `statement_timeout` (a quarter of the TTL) before
+    // the next one starts; the statement-level test above covers the rule there.
+    if let Db::Postgres(_) = db {
+        return;
+    }
+    let prefix = db.fresh_prefix();
+    let proxy = TcpProxy::start(db.addr()).await;
+    // The only client under the prefix for now: every renewal of its session table is the holder's.
+    let a = crate::client(&db.url_at(proxy.addr()), &prefix).await;
+    let held = a.mutex("order").lock().await.unwrap();
+    let lease = held.lease();
+    let renewal = on_table(db, "UPDATE", &prefix, "session");
+    let (mut operator, mut watcher) = (Admin::connect(db).await, Admin::connect(db).await);
+    // A renewal waits for an operator's lock on the session table; the server thread running it is then stopped
+    // (as a busy server's scheduler may stall it) while the lock is given back, so that the next renewal, started
+    // later, lands and is answered first.
+    operator
+        .run(&format!("LOCK TABLES `{prefix}_session` WRITE"))
+        .await;
+    watcher
+        .until_running(
+            &renewal,
+            true,
+            |n| n >= 1,
+            "a renewal waits for the table lock",
+        )
+        .await;
+    // The oldest, if more than one waits by now.
+    let thread = watcher
+        .number(&format!(
+            "SELECT TID FROM information_schema.PROCESSLIST WHERE LOCATE('{renewal}', INFO) > 0 \
+             AND ID <> CONNECTION_ID() ORDER BY TIME_MS DESC LIMIT 1"
+        ))
+        .await;
+    let stalled = StoppedThread::stop(i32::try_from(thread).unwrap()).await;
+    let before = lease.valid_until();
+    operator.run("UNLOCK TABLES").await;
+    crate::eventually("a later renewal was answered", || async {
+        assert!(lease.is_held(), "{:?}", lease.loss());
+        lease.valid_until() > before
+    })
+    .await;
+    // The holder is cut off (it renews no more), and the stalled renewal lands, with its earlier start.
+    proxy.blackhole();
+    stalled.resume();
+    watcher
+        .until_running(&renewal, false, |n| n == 0, "the stalled renewal landed")
+        .await;
+    let b = crate::client(&db.url(), &prefix).await;
+    let next = b.mutex("order").lock_timeout(EVENT).await.unwrap();
+    assert!(
+        !lease.is_held(),
+        "another client was granted {:?} before the holder's loss",
+        lease.valid_until() - tokio::time::Instant::now()
+    );
+    next.release().await.unwrap();
+}
+
+/// One thread of the server stopped with `ptrace` (`SIGSTOP` would stop every thread), until [`resume`] or drop.
+///
+/// [`resume`]: StoppedThread::resume
+struct StoppedThread {
+    resume: std::sync::mpsc::Sender<()>,
+}
+
+impl StoppedThread {
+    /// Stops thread `tid` (of any process the test may trace), and returns once it is stopped.
+    async fn stop(tid: i32) -> StoppedThread {
+        use nix::sys::ptrace;
+        use nix::sys::wait::{waitpid, WaitPidFlag};
+        use nix::unistd::Pid;
+        let (stopped, is_stopped) = tokio::sync::oneshot::channel();
+        let (resume, on_resume) = std::sync::mpsc::channel::<()>();
+        // The tracer is a thread, not a process: the same one must stop, wait for and release the tracee.
+        std::thread::spawn(move || {
+            let tid = Pid::from_raw(tid);
+            let traced = ptrace::seize(tid, ptrace::Options::empty())
+                .and_then(|()| ptrace::interrupt(tid))
+                .and_then(|()| waitpid(tid, Some(WaitPidFlag::__WALL)).map(drop));
+            let ok = traced.is_ok();
+            let _ = stopped.send(traced.map_err(|e| format!("ptrace of thread {tid}: {e}")));
+            if ok {
+                let _ = on_resume.recv();
+                ptrace::detach(tid, None).unwrap();
+            }
+        });
+        is_stopped.await.unwrap().unwrap();
+        StoppedThread { resume }
+    }
+
+    fn resume(self) {
+        drop(self);
+    }
+}
+
+impl Drop for StoppedThread {
+    fn drop(&mut self) {
+        let _ = self.resume.send(());
+    }
+}
