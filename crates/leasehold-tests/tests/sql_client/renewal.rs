@@ -114,11 +114,6 @@ pub async fn a_session_expired_on_the_server_is_not_renewed(db: &mut Db) {
 }
 
 pub async fn renewals_landing_out_of_order_let_nobody_in_before_the_loss(db: &mut Db) {
-    // On PostgreSQL a renewal held up this long is cancelled by its `statement_timeout` (a quarter of the TTL) before
-    // the next one starts; the statement-level test above covers the rule there.
-    if let Db::Postgres(_) = db {
-        return;
-    }
     let prefix = db.fresh_prefix();
     let proxy = TcpProxy::start(db.addr()).await;
     // The only client under the prefix for now: every renewal of its session table is the holder's.
@@ -127,12 +122,20 @@ pub async fn renewals_landing_out_of_order_let_nobody_in_before_the_loss(db: &mu
     let lease = held.lease();
     let renewal = on_table(db, "UPDATE", &prefix, "session");
     let (mut operator, mut watcher) = (Admin::connect(db).await, Admin::connect(db).await);
-    // A renewal waits for an operator's lock on the session table; the server thread running it is then stopped
-    // (as a busy server's scheduler may stall it) while the lock is given back, so that the next renewal, started
-    // later, lands and is answered first.
-    operator
-        .run(&format!("LOCK TABLES `{prefix}_session` WRITE"))
-        .await;
+    // A renewal waits for an operator's lock on the session table; what runs it on the server (a MariaDB thread, a
+    // PostgreSQL backend) is then stopped (as a busy server's scheduler may stall it) while the lock is given back,
+    // so that the next renewal, started later, lands and is answered first.
+    let (lock, unlock) = match db {
+        Db::Postgres(_) => (
+            format!("BEGIN; LOCK TABLE \"{prefix}_session\" IN EXCLUSIVE MODE"),
+            "COMMIT",
+        ),
+        Db::MySql(_) => (
+            format!("LOCK TABLES `{prefix}_session` WRITE"),
+            "UNLOCK TABLES",
+        ),
+    };
+    operator.run(&lock).await;
     watcher
         .until_running(
             &renewal,
@@ -142,25 +145,39 @@ pub async fn renewals_landing_out_of_order_let_nobody_in_before_the_loss(db: &mu
         )
         .await;
     // The oldest, if more than one waits by now.
-    let thread = watcher
-        .number(&format!(
-            "SELECT TID FROM information_schema.PROCESSLIST WHERE LOCATE('{renewal}', INFO) > 0 \
-             AND ID <> CONNECTION_ID() ORDER BY TIME_MS DESC LIMIT 1"
-        ))
-        .await;
-    let stalled = StoppedThread::stop(i32::try_from(thread).unwrap()).await;
+    let stalled = match db {
+        Db::Postgres(_) => {
+            let pid = watcher
+                .number(&format!(
+                    "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' \
+                     AND strpos(query, $${renewal}$$) > 0 ORDER BY query_start LIMIT 1"
+                ))
+                .await;
+            Stalled::process(i32::try_from(pid).unwrap())
+        }
+        Db::MySql(_) => {
+            let thread = watcher
+                .number(&format!(
+                    "SELECT TID FROM information_schema.PROCESSLIST WHERE LOCATE('{renewal}', INFO) > 0 \
+                     AND ID <> CONNECTION_ID() ORDER BY TIME_MS DESC LIMIT 1"
+                ))
+                .await;
+            Stalled::thread(i32::try_from(thread).unwrap()).await
+        }
+    };
     let before = lease.valid_until();
-    operator.run("UNLOCK TABLES").await;
+    operator.run(unlock).await;
     crate::eventually("a later renewal was answered", || async {
         assert!(lease.is_held(), "{:?}", lease.loss());
         lease.valid_until() > before
     })
     .await;
-    // The holder is cut off (it renews no more), and the stalled renewal lands, with its earlier start.
+    // The holder is cut off (it renews no more), and the stalled renewal goes on with its earlier start: it lands on
+    // MariaDB; on PostgreSQL its `statement_timeout` (a quarter of the TTL) has passed, and it is cancelled.
     proxy.blackhole();
-    stalled.resume();
+    drop(stalled);
     watcher
-        .until_running(&renewal, false, |n| n == 0, "the stalled renewal landed")
+        .until_running(&renewal, false, |n| n == 0, "the stalled renewal is over")
         .await;
     let b = crate::client(&db.url(), &prefix).await;
     let next = b.mutex("order").lock_timeout(EVENT).await.unwrap();
@@ -172,16 +189,23 @@ pub async fn renewals_landing_out_of_order_let_nobody_in_before_the_loss(db: &mu
     next.release().await.unwrap();
 }
 
-/// One thread of the server stopped with `ptrace` (`SIGSTOP` would stop every thread), until [`resume`] or drop.
-///
-/// [`resume`]: StoppedThread::resume
-struct StoppedThread {
-    resume: std::sync::mpsc::Sender<()>,
+/// What runs a statement on the server, stopped until dropped: one MariaDB thread (stopped with `ptrace`: `SIGSTOP`
+/// would stop every thread), or a PostgreSQL backend process (`SIGSTOP`).
+enum Stalled {
+    Thread(std::sync::mpsc::Sender<()>),
+    Process(nix::unistd::Pid),
 }
 
-impl StoppedThread {
-    /// Stops thread `tid` (of any process the test may trace), and returns once it is stopped.
-    async fn stop(tid: i32) -> StoppedThread {
+impl Stalled {
+    /// Stops process `pid`.
+    fn process(pid: i32) -> Stalled {
+        let pid = nix::unistd::Pid::from_raw(pid);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        Stalled::Process(pid)
+    }
+
+    /// Stops thread `tid` (of a process the test may trace), and returns once it is stopped.
+    async fn thread(tid: i32) -> Stalled {
         use nix::sys::ptrace;
         use nix::sys::wait::{waitpid, WaitPidFlag};
         use nix::unistd::Pid;
@@ -201,16 +225,19 @@ impl StoppedThread {
             }
         });
         is_stopped.await.unwrap().unwrap();
-        StoppedThread { resume }
-    }
-
-    fn resume(self) {
-        drop(self);
+        Stalled::Thread(resume)
     }
 }
 
-impl Drop for StoppedThread {
+impl Drop for Stalled {
     fn drop(&mut self) {
-        let _ = self.resume.send(());
+        match self {
+            Stalled::Thread(resume) => {
+                let _ = resume.send(());
+            }
+            Stalled::Process(pid) => {
+                let _ = nix::sys::signal::kill(*pid, nix::sys::signal::Signal::SIGCONT);
+            }
+        }
     }
 }

@@ -28,7 +28,7 @@
 //! (its per-call deadline) still runs on the server, and waiting for each answer without a deadline would let one
 //! renewal held up hold up every later one. Tested by
 //! `sql_client`'s `renewal::a_renewal_applied_late_never_moves_the_expiry_back`, on both stores, and end to end by
-//! `renewal::renewals_landing_out_of_order_let_nobody_in_before_the_loss` on MariaDB.
+//! `renewal::renewals_landing_out_of_order_let_nobody_in_before_the_loss`.
 //!
 //! A renewal that finds the row expired or gone renews nothing (its `WHERE` fails: tested by
 //! `renewal::a_session_expired_on_the_server_is_not_renewed`), so a session never comes back from the dead: the
