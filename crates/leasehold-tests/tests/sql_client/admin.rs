@@ -43,6 +43,27 @@ impl Admin {
         }
     }
 
+    /// Locks `prefix`'s `table` against every other connection's writes, as a migration or a backup does, until
+    /// [`unlock_table`](Self::unlock_table) (this connection may still write it).
+    pub async fn lock_table(&mut self, prefix: &str, table: &str) {
+        let sql = match self {
+            Admin::Postgres(_) => {
+                format!("BEGIN; LOCK TABLE \"{prefix}_{table}\" IN EXCLUSIVE MODE")
+            }
+            Admin::MySql(_) => format!("LOCK TABLES `{prefix}_{table}` WRITE"),
+        };
+        self.run(&sql).await;
+    }
+
+    /// Gives back the lock of [`lock_table`](Self::lock_table).
+    pub async fn unlock_table(&mut self) {
+        let sql = match self {
+            Admin::Postgres(_) => "COMMIT",
+            Admin::MySql(_) => "UNLOCK TABLES",
+        };
+        self.run(sql).await;
+    }
+
     /// The first column of the first row of `sql`, as text (`None`: no row, or SQL `NULL`).
     pub async fn text(&mut self, sql: &str) -> Option<String> {
         match self {

@@ -12,6 +12,27 @@ use crate::{client_with, Db, EVENT};
 /// the test time to act while a renewal of the library's waits for the test's lock.
 const LONG: Duration = Duration::from_secs(8);
 
+/// Locks `prefix`'s session table on `operator`'s connection and waits until a renewal waits for it: the start of
+/// the renewal statement, as the server shows it.
+async fn a_renewal_waits(
+    db: &Db,
+    prefix: &str,
+    operator: &mut Admin,
+    watcher: &mut Admin,
+) -> String {
+    let renewal = on_table(db, "UPDATE", prefix, "session");
+    operator.lock_table(prefix, "session").await;
+    watcher
+        .until_running(
+            &renewal,
+            true,
+            |n| n >= 1,
+            "a renewal waits for the table lock",
+        )
+        .await;
+    renewal
+}
+
 /// `d` in microseconds.
 fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap()
@@ -25,42 +46,15 @@ pub async fn a_renewal_applied_late_never_moves_the_expiry_back(db: &mut Db) {
     let held = a.mutex("late").lock().await.unwrap();
     let lease = held.lease();
     let id = held.sql_commit_check().unwrap().session;
-    let renewal = on_table(db, "UPDATE", &prefix, "session");
     let (mut operator, mut watcher) = (Admin::connect(db).await, Admin::connect(db).await);
     // An operator's lock on the session table (a migration's `ALTER TABLE`, a backup's): the next renewal waits for
     // it, and keeps the time it started at.
-    match db {
-        Db::Postgres(_) => {
-            operator
-                .run(&format!(
-                    "BEGIN; LOCK TABLE \"{prefix}_session\" IN EXCLUSIVE MODE"
-                ))
-                .await
-        }
-        Db::MySql(_) => {
-            operator
-                .run(&format!("LOCK TABLES `{prefix}_session` WRITE"))
-                .await
-        }
-    }
-    watcher
-        .until_running(
-            &renewal,
-            true,
-            |n| n >= 1,
-            "a renewal waits for the table lock",
-        )
-        .await;
+    let renewal = a_renewal_waits(db, &prefix, &mut operator, &mut watcher).await;
     // A later renewal lands first: written on the operator's connection (which may, under its lock), as the library's
     // next renewal, started after the one waiting, would write it.
     operator.set_expiry(&prefix, &id, micros(LONG)).await;
     let later = operator.expiry(&prefix, &id).await.unwrap();
-    operator
-        .run(match db {
-            Db::Postgres(_) => "COMMIT",
-            Db::MySql(_) => "UNLOCK TABLES",
-        })
-        .await;
+    operator.unlock_table().await;
     // The renewal that waited lands now, with its older start.
     watcher
         .until_running(&renewal, false, |n| n == 0, "the waiting renewal landed")
@@ -120,30 +114,11 @@ pub async fn renewals_landing_out_of_order_let_nobody_in_before_the_loss(db: &mu
     let a = crate::client(&db.url_at(proxy.addr()), &prefix).await;
     let held = a.mutex("order").lock().await.unwrap();
     let lease = held.lease();
-    let renewal = on_table(db, "UPDATE", &prefix, "session");
     let (mut operator, mut watcher) = (Admin::connect(db).await, Admin::connect(db).await);
     // A renewal waits for an operator's lock on the session table; what runs it on the server (a MariaDB thread, a
     // PostgreSQL backend) is then stopped (as a busy server's scheduler may stall it) while the lock is given back,
     // so that the next renewal, started later, lands and is answered first.
-    let (lock, unlock) = match db {
-        Db::Postgres(_) => (
-            format!("BEGIN; LOCK TABLE \"{prefix}_session\" IN EXCLUSIVE MODE"),
-            "COMMIT",
-        ),
-        Db::MySql(_) => (
-            format!("LOCK TABLES `{prefix}_session` WRITE"),
-            "UNLOCK TABLES",
-        ),
-    };
-    operator.run(&lock).await;
-    watcher
-        .until_running(
-            &renewal,
-            true,
-            |n| n >= 1,
-            "a renewal waits for the table lock",
-        )
-        .await;
+    let renewal = a_renewal_waits(db, &prefix, &mut operator, &mut watcher).await;
     // The oldest, if more than one waits by now.
     let stalled = match db {
         Db::Postgres(_) => {
@@ -166,7 +141,7 @@ pub async fn renewals_landing_out_of_order_let_nobody_in_before_the_loss(db: &mu
         }
     };
     let before = lease.valid_until();
-    operator.run(unlock).await;
+    operator.unlock_table().await;
     crate::eventually("a later renewal was answered", || async {
         assert!(lease.is_held(), "{:?}", lease.loss());
         lease.valid_until() > before
