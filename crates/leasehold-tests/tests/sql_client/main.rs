@@ -5,8 +5,13 @@
 //!
 //! Run one test on one store with `cargo test --test sql_client -- mysql::faults::NAME`.
 
+mod admin;
+mod commit_check;
 mod faults;
+mod fences;
 mod names;
+mod renewal;
+mod takeover;
 mod tls;
 mod transactions;
 
@@ -109,10 +114,15 @@ impl Db {
 
 /// A client under `prefix` with a session of [`TTL`], at `url`.
 pub async fn client(url: &str, prefix: &str) -> Client {
+    client_with(url, prefix, TTL).await
+}
+
+/// A client under `prefix` with a session of `ttl`, at `url`.
+pub async fn client_with(url: &str, prefix: &str, ttl: Duration) -> Client {
     Client::builder(url)
         .unwrap()
         .prefix(prefix)
-        .session_ttl(TTL)
+        .session_ttl(ttl)
         .connect()
         .await
         .unwrap()
@@ -129,6 +139,13 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     transactions::a_transaction_commits_while_the_grant_is_live,
     transactions::a_transaction_outliving_the_lease_cannot_commit,
     names::names_a_collation_folds_stay_apart,
+    renewal::a_renewal_applied_late_never_moves_the_expiry_back,
+    renewal::a_session_expired_on_the_server_is_not_renewed,
+    renewal::renewals_landing_out_of_order_let_nobody_in_before_the_loss,
+    fences::a_cached_fence_sequence_still_gives_one_holder_and_rising_fences,
+    takeover::a_renewal_committed_while_the_reaper_waits_wins,
+    commit_check::a_transaction_checked_after_the_expiry_is_refused,
+    commit_check::the_commit_check_holds_a_takeover_off_until_the_commit,
     tls::sslmode_require_verifies_and_encrypts_every_connection,
 ];
 

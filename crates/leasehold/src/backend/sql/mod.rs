@@ -29,7 +29,9 @@
 //! - **Fences.** An entry's fence orders the queue and is the grant's fence. It is taken while the lock's row in
 //!   `leasehold_lock` is locked, in the same transaction as the entry's insert, so fences of one lock are issued and
 //!   committed in order: a waiter's check, made after its own insert committed, sees every entry with a smaller
-//!   fence. On PostgreSQL the fence comes from the global sequence `leasehold_fence`; on MySQL from the lock's row,
+//!   fence. The fence is the lock row's last fence plus one at least: on PostgreSQL `GREATEST(fence + 1,
+//!   nextval('leasehold_fence'))` (a sequence's numbers are unique but not in order across connections once it is
+//!   `CACHE`d, so the row decides the order and the sequence only keeps a re-created row from starting over); on MySQL
 //!   `LAST_INSERT_ID(fence + 1)`. Both are durable and never go back: the lock rows are never deleted, and a sequence
 //!   never repeats a value.
 //! - **Takeover is a delete.** A dead session's entries are not skipped but deleted first (with the session row;

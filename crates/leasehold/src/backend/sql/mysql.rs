@@ -56,8 +56,9 @@ impl Statements {
             open: format!(
                 "INSERT INTO {session} (id, expires_at) VALUES (?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
             ),
+            // Never lowers the expiry: a renewal that started earlier may land after a later one (see `session`).
             renew: format!(
-                "UPDATE {session} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+                "UPDATE {session} SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
                  WHERE id = ? AND expires_at > UTC_TIMESTAMP(6)"
             ),
             holds: format!("SELECT hold FROM {entry} WHERE session = ?"),
@@ -161,8 +162,11 @@ impl MyDb {
         // leaves anything behind on a connection: its only transaction is mysql_async's `Transaction`, which rolls
         // itself back when dropped.
         let pool_opts = opts.pool_opts().clone().with_reset_connection(false);
+        // `CLIENT_FOUND_ROWS`: a renewal counts the session row it matched, also when it left its expiry as it was
+        // (a later renewal landed first).
         let opts = OptsBuilder::from_opts(opts)
             .pool_opts(pool_opts)
+            .client_found_rows(true)
             .prefer_socket(prefer_socket)
             .init(vec![
                 "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".to_owned(),

@@ -53,8 +53,10 @@ impl Statements {
             open: format!(
                 "INSERT INTO {session} (id, expires_at) VALUES ($1, now() + $2 * interval '1 microsecond')"
             ),
+            // Never lowers the expiry: a renewal that started earlier may land after a later one (see `session`).
             renew: format!(
-                "WITH r AS (UPDATE {session} SET expires_at = now() + $2 * interval '1 microsecond' \
+                "WITH r AS (UPDATE {session} \
+                 SET expires_at = GREATEST(expires_at, now() + $2 * interval '1 microsecond') \
                  WHERE id = $1 AND expires_at > now() RETURNING id) \
                  SELECT (SELECT count(*) FROM r), ARRAY(SELECT hold FROM {entry} WHERE session = $1)"
             ),
@@ -63,9 +65,12 @@ impl Statements {
                  d AS (DELETE FROM {session} WHERE id = $1) \
                  SELECT pg_notify('{channel}', name) FROM n"
             ),
+            // The fence is the lock's last one plus one at least, under the lock row's lock: the sequence's numbers
+            // are not in order across connections (`CACHE` hands each connection a block of its own).
             enqueue: format!(
                 "WITH l AS (INSERT INTO {lock} AS l (name, fence) VALUES ($1, nextval('{fence}')) \
-                 ON CONFLICT (name) DO UPDATE SET fence = nextval('{fence}') RETURNING l.name, l.fence) \
+                 ON CONFLICT (name) DO UPDATE SET fence = GREATEST(l.fence + 1, EXCLUDED.fence) \
+                 RETURNING l.name, l.fence) \
                  INSERT INTO {entry} (name, fence, session, kind, permits, hold) \
                  SELECT name, fence, $2, $3, $4, $5 FROM l RETURNING fence"
             ),

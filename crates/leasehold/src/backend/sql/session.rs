@@ -4,20 +4,37 @@
 //!
 //! # The deadline
 //!
-//! The keeper renews the row every quarter of the TTL `t` with one statement, `UPDATE … SET expires_at = now() + t
-//! WHERE id = … AND expires_at > now()`, sent without waiting for the one before. The server evaluates `now()` when
-//! the statement starts, which is after the client sent it at `S`: so the row's new expiry is at least `S + t` on the
-//! server's clock, and nobody can delete the session (the only way another client takes its locks) before then. The
-//! deadline of an answered renewal is therefore
+//! The keeper renews the row every quarter of the TTL `t` with one statement, `UPDATE … SET expires_at =
+//! GREATEST(expires_at, now() + t) WHERE id = … AND expires_at > now()`, sent without waiting for the one before. The
+//! server evaluates `now()` when the statement starts, which is after the client sent it at `S`: so the renewal leaves
+//! the row's expiry at least `S + t` on the server's clock, and since no renewal lowers it (`GREATEST`), so does every
+//! renewal that lands after it, in whatever order. Nobody can delete the session (the only way another client takes
+//! its locks) before then. The deadline of an answered renewal is therefore
 //!
 //! ```text
 //! S + t − drift        (drift: 1 % + 2 ms of t, as for every lease)
 //! ```
 //!
 //! on the lease clock: the server's clock and the client's must run at the same rate within that drift, as on Redis;
-//! neither needs to agree with the other on the time. A renewal that finds the row expired or gone renews nothing
-//! (its `WHERE` fails), so a session never comes back from the dead: the keeper then ends the session and every grant
-//! that follows it.
+//! neither needs to agree with the other on the time.
+//!
+//! **Why `GREATEST`.** A renewal may start, then wait (for a lock on the table: an operator's `ALTER TABLE`, a
+//! backup's `FLUSH TABLES WITH READ LOCK`; for the row), and land after the next one, which started later and was
+//! answered first. Writing its own `now() + t` it would move the expiry back below the deadline the client counts
+//! from the later renewal: another client could take over before the loss signal fires. MySQL bounds only row-lock
+//! waits (`innodb_lock_wait_timeout`), not metadata-lock waits; PostgreSQL's `statement_timeout` (the per-call
+//! deadline, as long as the renewal period at most) bounds how long a renewal runs, not the order renewals land in (the
+//! earlier one may have been slower to arrive). Serialising the renewals would not do: a renewal the client gave up on
+//! (its per-call deadline) still runs on the server, and waiting for each answer without a deadline would let one
+//! renewal held up hold up every later one. Tested by
+//! `sql_client`'s `renewal::a_renewal_applied_late_never_moves_the_expiry_back`, on both stores, and end to end by
+//! `renewal::renewals_landing_out_of_order_let_nobody_in_before_the_loss`.
+//!
+//! A renewal that finds the row expired or gone renews nothing (its `WHERE` fails: tested by
+//! `renewal::a_session_expired_on_the_server_is_not_renewed`), so a session never comes back from the dead: the
+//! keeper then ends the session and every grant that follows it. One that started before the expiry and waited past
+//! it still renews: its client counts from its send time, before its start, and a takeover, which deletes the
+//! session, serialises with it on the row and re-checks the expiry the renewal wrote.
 //!
 //! The same statement returns the holds of the session's entries: a grant whose entry is missing was deleted by
 //! someone else (`release --force`), and its lease ends as [`LossReason::Gone`]; an entry no acquisition of the client
