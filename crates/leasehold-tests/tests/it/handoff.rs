@@ -218,7 +218,10 @@ async fn a_waiter_that_died_within_its_liveness_window_costs_at_most_its_claim()
 
 /// How long the first waiter in `name`'s queue stays live without another attempt, by the server's clock (both queue
 /// layouts keep "<alive until, server ms> …" per waiter).
-async fn first_waiter_live_for(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> Duration {
+async fn first_waiter_live_for(
+    conn: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+) -> Duration {
     let (first, time): (Option<String>, (u64, u64)) = redis::pipe()
         .cmd("LINDEX")
         .arg(format!("leasehold:{{{name}}}:queue"))
@@ -267,16 +270,20 @@ async fn wait_behind_a_frozen_process(
     // milliseconds later, cannot tell it from a live waiter. Read, not assumed: on a loaded machine its heartbeat (due
     // every second) can come late, and a release then rightly passes it over.
     let mut conn = redis_conn(server).await;
-    within(Duration::from_secs(20), "the waiter frozen while live", async {
-        loop {
-            frozen.signal(Signal::SIGSTOP).unwrap();
-            if first_waiter_live_for(&mut conn, name).await > Duration::from_millis(1000) {
-                return;
+    within(
+        Duration::from_secs(20),
+        "the waiter frozen while live",
+        async {
+            loop {
+                frozen.signal(Signal::SIGSTOP).unwrap();
+                if first_waiter_live_for(&mut conn, name).await > Duration::from_millis(1000) {
+                    return;
+                }
+                frozen.signal(Signal::SIGCONT).unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            frozen.signal(Signal::SIGCONT).unwrap();
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
+        },
+    )
     .await;
 
     let released = Instant::now();
