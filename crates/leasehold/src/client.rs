@@ -145,8 +145,11 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a malformed URL.
+    /// [`Error::InvalidArgument`] for a malformed URL; [`InvalidArgument::UnknownScheme`] for a scheme leasehold does
+    /// not know, listing those it does and naming the nearest (`postgress://` → `postgres://`; `http://`, as
+    /// `etcdctl --endpoints` writes an etcd member, → `etcd://`).
     pub fn builder(url: &str) -> Result<Builder, Error> {
+        crate::backend::scheme::check(url)?;
         if url.starts_with("etcd://") || url.starts_with("etcds://") {
             #[cfg(feature = "etcd")]
             {

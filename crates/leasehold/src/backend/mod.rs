@@ -26,6 +26,7 @@ pub(crate) mod admission;
 pub(crate) mod etcd;
 pub(crate) mod quorum;
 pub(crate) mod redis;
+pub(crate) mod scheme;
 #[cfg(session_stores)]
 pub(crate) mod session;
 #[cfg(sql_stores)]

@@ -7,12 +7,10 @@ pub(crate) fn redacted(url: &str) -> String {
         return url.to_owned();
     };
     match rest.rsplit_once('@') {
-        Some((credentials, hosts)) => {
-            let name = credentials
-                .split_once(':')
-                .map_or(credentials, |(name, _)| name);
-            format!("{scheme}://{name}:***@{hosts}")
-        }
+        Some((credentials, hosts)) => match credentials.split_once(':') {
+            Some((name, _)) => format!("{scheme}://{name}:***@{hosts}"),
+            None => url.to_owned(),
+        },
         None => url.to_owned(),
     }
 }
