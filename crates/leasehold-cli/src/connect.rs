@@ -1,4 +1,5 @@
-//! Connecting to the store (Redis; etcd for `etcd://` URLs, ZooKeeper for `zk://`), with the errors mapped to exit
+//! Connecting to the store (Redis; etcd for `etcd://` URLs, ZooKeeper for `zk://`, PostgreSQL for `postgres://`,
+//! MySQL/MariaDB for `mysql://` and `mariadb://`), with the errors mapped to exit
 //! statuses and passwords kept out of messages.
 
 use std::path::Path;
@@ -31,7 +32,7 @@ pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehol
 ///
 /// # Errors
 ///
-/// Status 2 for a malformed URL, a bad prefix, an unusable TLS file or a Redis option with an etcd or ZooKeeper URL,
+/// Status 2 for a malformed URL, a bad prefix, an unusable TLS file or a Redis option with another store's URL,
 /// 69 when the
 /// store cannot be reached (or the TLS handshake fails) or refuses the credentials.
 pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
@@ -213,8 +214,8 @@ fn check_not_empty(url: &str) -> anyhow::Result<()> {
     if url.trim().is_empty() {
         return Err(fail(
             exit::USAGE,
-            "the store URL is empty (expected redis://host:port, etcd://host:port or zk://host:port; see --store and \
-             LEASEHOLD_STORE)",
+            "the store URL is empty (expected redis://host:port, etcd://host:port, zk://host:port, \
+             postgres://user@host/db or mysql://user@host/db; see --store and LEASEHOLD_STORE)",
         ));
     }
     Ok(())

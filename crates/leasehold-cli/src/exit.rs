@@ -6,7 +6,7 @@
 //! | 128 + N | `run`: the program was ended by signal N (or `leasehold` was, while it waited for the lock) |
 //! | 2 | usage error; or a `redis://` URL naming a Redis Cluster node the client could not recognise |
 //! | 65 | the lock's key holds something leasehold did not write, a lock of another kind, a semaphore in use with another permit count, or a nested run its outer grant does not cover |
-//! | 69 | the store (Redis, etcd) cannot be reached or refuses us; `demo`: `redis-server` is missing |
+//! | 69 | the store (Redis, etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB) cannot be reached or refuses us; `demo`: `redis-server` is missing |
 //! | 70 | internal error (a bug) |
 //! | 75 | `run`: the lock was not acquired (`--conflict-exit-code`) |
 //! | 76 | `run`: the lock was lost, or its lease ran out unrenewed, while the program ran |
@@ -25,7 +25,7 @@ pub const USAGE: u8 = 2;
 /// The lock's key exists but was not written by leasehold, holds a lock of another kind, or a semaphore in use with
 /// another permit count (sysexits' `EX_DATAERR`).
 pub const NOT_A_LOCK: u8 = 65;
-/// The store (Redis, etcd) cannot be reached or refuses the credentials (sysexits' `EX_UNAVAILABLE`).
+/// The store (Redis, etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB) cannot be reached or refuses the credentials (sysexits' `EX_UNAVAILABLE`).
 pub const UNAVAILABLE: u8 = 69;
 /// A bug in leasehold (sysexits' `EX_SOFTWARE`).
 pub const INTERNAL: u8 = 70;

@@ -150,7 +150,11 @@ fn what_the_sql_stores_cannot_honour_exits_2_before_connecting() {
             args.extend_from_slice(&["jobs", "--", "true"]);
             args
         };
+        let sql_prefix_rule =
+            "is not allowed: on PostgreSQL and MySQL/MariaDB it names the lease tables: ASCII \
+                               letters, digits and `_`, not starting with a digit, 1 to 40 bytes";
         let cases: Vec<(Vec<&str>, String)> = vec![
+            (run(&["--prefix", "a{b}"]), sql_prefix_rule.to_owned()),
             (run(&["--ttl", "500ms"]), "at least 1s".to_owned()),
             (
                 run(&["--prefix", "my-locks"]),

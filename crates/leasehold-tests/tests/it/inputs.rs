@@ -103,12 +103,7 @@ async fn bad_client_settings_map_to_invalid_argument() {
             other => panic!("{what}: expected InvalidArgument, got {other:?}"),
         }
     }
-    for url in [
-        "",
-        "not a url",
-        "http://127.0.0.1:6379",
-        "redis://:99999999",
-    ] {
+    for url in ["", "not a url", "redis://:99999999"] {
         match leasehold::Client::connect(url).await {
             Err(Error::InvalidArgument(InvalidArgument::BadUrl(_))) => {}
             other => panic!("{url:?}: expected BadUrl, got {other:?}"),
