@@ -201,6 +201,22 @@ fn what_the_sql_stores_cannot_honour_exits_2_before_connecting() {
     }
 }
 
+#[test]
+fn a_refused_mariadb_password_is_said_once() {
+    let server = MariaDbServer::start();
+    server.sql("CREATE USER 'locker'@'%' IDENTIFIED BY 'right'");
+    let url = format!("mysql://locker:wrong@127.0.0.1:{}/leasehold", server.port());
+    let (code, _, stderr) = finish(leasehold(&["status", "--store", &url, "jobs"]), SOON);
+    assert_eq!(code, Some(69), "{stderr}");
+    let line = one_error_line(&stderr);
+    assert_eq!(line.matches("ERROR 1045").count(), 1, "{line}");
+    assert_eq!(line.matches("Access denied").count(), 1, "{line}");
+    assert!(
+        !line.contains("Server error") && !line.contains("wrong"),
+        "{line}"
+    );
+}
+
 /// `bench` on the database at `url`: the store's floor and leasehold's scenarios, with a ratio to the floor.
 fn bench_runs_against_the_floor(url: &str, floor: &str, said: &str) {
     let scenarios = [
