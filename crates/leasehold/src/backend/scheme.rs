@@ -31,16 +31,18 @@ const OTHER_NAMES: &[(&str, &str)] = &[
     ("pg", "postgres"),
 ];
 
+/// The features a scheme may need, and whether this build has each.
+const FEATURES: &[(&str, bool)] = &[
+    ("tls", cfg!(feature = "tls")),
+    ("etcd", cfg!(feature = "etcd")),
+    ("zookeeper", cfg!(feature = "zookeeper")),
+    ("postgres", cfg!(feature = "postgres")),
+    ("mysql", cfg!(feature = "mysql")),
+];
+
 /// Whether this build has `feature`.
 fn compiled(feature: &str) -> bool {
-    match feature {
-        "tls" => cfg!(feature = "tls"),
-        "etcd" => cfg!(feature = "etcd"),
-        "zookeeper" => cfg!(feature = "zookeeper"),
-        "postgres" => cfg!(feature = "postgres"),
-        "mysql" => cfg!(feature = "mysql"),
-        _ => false,
-    }
+    FEATURES.iter().any(|(name, on)| *name == feature && *on)
 }
 
 /// An error when `url` has a scheme (`name://`) that leasehold does not know; `Ok` for a known scheme or a URL
@@ -98,13 +100,13 @@ fn known() -> String {
     let mut text = format!("this build takes {}", taken.join(", "));
     for (features, schemes) in missing {
         let schemes: Vec<String> = schemes.iter().map(|s| format!("{s}://")).collect();
-        let noun = if features.contains(" and ") {
-            "features"
+        let words = if features.contains(" and ") {
+            "features add"
         } else {
-            "feature"
+            "feature adds"
         };
         text.push_str(&format!(
-            "; leasehold's {features} {noun} add {}",
+            "; leasehold's {features} {words} {}",
             schemes.join(", ")
         ));
     }
@@ -153,6 +155,27 @@ mod tests {
             "localhost:6379",
         ] {
             assert!(check(url).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
+    fn every_scheme_is_listed_as_taken_or_with_the_feature_it_needs() {
+        let text = known();
+        let (taken, rest) = text.split_once(';').unwrap_or((&text, ""));
+        for (scheme, features) in SCHEMES {
+            let form = format!(" {scheme}://");
+            let missing: Vec<&&str> = features.iter().filter(|f| !compiled(f)).collect();
+            if missing.is_empty() {
+                assert!(taken.contains(&form), "{scheme}: {text}");
+            } else {
+                assert!(
+                    !taken.contains(&form) && rest.contains(&form),
+                    "{scheme}: {text}"
+                );
+                for feature in missing {
+                    assert!(rest.contains(&format!("`{feature}`")), "{scheme}: {text}");
+                }
+            }
         }
     }
 
