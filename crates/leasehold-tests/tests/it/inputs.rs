@@ -264,20 +264,28 @@ fn a_url_that_does_not_parse_says_why_and_lists_the_accepted_forms() {
             other => panic!("{url:?}: expected BadUrl, got {other:?}"),
         };
         assert!(message.contains(why), "{url:?}: {message}");
-        for form in [
-            "redis://",
-            "rediss://",
-            "unix://",
-            "redis+cluster://",
-            "redis+sentinel://",
-        ] {
-            assert!(
-                message.contains(form),
-                "{url:?} does not list {form}: {message}"
-            );
-        }
-        assert!(!message.contains("hunter2"), "{message}");
+        assert_lists_forms(url, &message, &REDIS_FORMS);
     }
+}
+
+/// Redis's URL forms, as URL errors list them.
+const REDIS_FORMS: [&str; 5] = [
+    "redis://",
+    "rediss://",
+    "unix://",
+    "redis+cluster://",
+    "redis+sentinel://",
+];
+
+/// Asserts that `message`, the error for `url`, lists each of `forms` and hides the password `hunter2`.
+fn assert_lists_forms(url: &str, message: &str, forms: &[&str]) {
+    for form in forms {
+        assert!(
+            message.contains(form),
+            "{url:?} does not list {form}: {message}"
+        );
+    }
+    assert!(!message.contains("hunter2"), "{message}");
 }
 
 #[test]
@@ -309,12 +317,8 @@ fn a_wrong_scheme_lists_every_store_s_schemes_and_names_the_nearest() {
         assert_eq!((said.as_str(), *suggested), (scheme, nearest), "{url}");
         let message = err.to_string();
         // This test binary is built with every store's feature.
-        for form in [
-            "redis://",
-            "rediss://",
-            "unix://",
-            "redis+cluster://",
-            "redis+sentinel://",
+        assert_lists_forms(url, &message, &REDIS_FORMS);
+        let others = [
             "etcd://",
             "etcds://",
             "zk://",
@@ -322,14 +326,9 @@ fn a_wrong_scheme_lists_every_store_s_schemes_and_names_the_nearest() {
             "postgresql://",
             "mysql://",
             "mariadb://",
-        ] {
-            assert!(
-                message.contains(form),
-                "{url:?} does not list {form}: {message}"
-            );
-        }
+        ];
+        assert_lists_forms(url, &message, &others);
         assert!(!message.contains("feature"), "{message}");
-        assert!(!message.contains("hunter2"), "{message}");
         if let Some(nearest) = nearest {
             assert!(
                 message.contains(&format!("did you mean {nearest}://?")),
