@@ -376,8 +376,8 @@ pub enum Command {
     /// One buyer process of `leasehold demo` (internal).
     #[command(hide = true)]
     DemoBuyer(crate::demo::buyer::BuyerArgs),
-    /// Measure leasehold against the store's floor (raw Redis, etcd's own lock, bare ZooKeeper nodes, advisory locks,
-    /// GET_LOCK) on Redis (or a private one), etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB.
+    /// Measure leasehold on Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB against the store's floor (raw Redis
+    /// or a private one, etcd's own lock, bare ZooKeeper nodes, advisory locks, GET_LOCK).
     #[command(after_help = BENCH_AFTER)]
     Bench(crate::bench::BenchArgs),
     /// One worker process of `leasehold bench` (internal).
