@@ -125,7 +125,7 @@ Exit status:
          lock of another kind than --fair or --permits asks for (or a fair mutex or a
          semaphore, for a plain or -s/-x run), or a semaphore in use with another count
          than --permits, or a nested run that its outer run's grant does not cover
-  69     the store (Redis, etcd, ZooKeeper) cannot be reached at start, refuses the credentials, lacks an
+  69     the store (Redis, etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB) cannot be reached at start, refuses the credentials, lacks an
          ACL permission, or was still unreachable when --wait ran out (a wait rides out restarts
          and outages, with one warning line); or fewer than --replicas replicas acknowledged the
          grant
@@ -181,8 +181,9 @@ The top-level holder fields describe the holder whose lease ends first; \"holder
 (readers of a read-write lock, permit holders of a semaphore). permits is a semaphore's count
 while a permit is held; waiting_clients counts live waiters only.
 fence is the holder's fence while held, and the last fence granted while free (null when
-Redis no longer has it, and always on etcd and ZooKeeper, which keep no record of past grants); on
-etcd remaining_ms is the holder's session lease in whole seconds, and on ZooKeeper it is always null
+Redis no longer has it, and always on etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB, which report no
+past grant); on etcd remaining_ms is the holder's session lease in whole seconds, on PostgreSQL and
+MySQL/MariaDB the time left to the holder's session row, and on ZooKeeper it is always null
 (ZooKeeper does not tell how long another client's session has left); remaining_ms and token are null
 while free; description is what the
 holder said about itself, and holder its fields when `leasehold run` wrote it (host, pid of
@@ -194,7 +195,7 @@ Examples:
   leasehold status --json nightly-report | jq -r .state";
 
 const LIST_AFTER: &str = "\
-Lists the locks held right now whose names match PATTERN (a Redis glob, on etcd and ZooKeeper too: *
+Lists the locks held right now whose names match PATTERN (a Redis glob, on the other stores too: *
 for all, orders:*, job-?; default *), one per line: name, fence, remaining lease, waiting clients,
 holder. Walks the keys with SCAN (never KEYS; on etcd, one read of the keys under PREFIX/; on
 ZooKeeper, a walk of the nodes under /PREFIX), so a lock taken or released meanwhile may or may not
@@ -224,9 +225,9 @@ it free. A run with another --permits then exits 65 naming both counts. This sto
 count in a semaphore in use: lowering it revokes no permit (new runs wait until the holders
 drop below it), raising it admits waiting runs at once; runs already waiting keep their
 place under the new count. On a free semaphore nothing is stored: the next run's --permits
-is the count. Give the new count to every run's --permits too. Redis only: etcd and ZooKeeper store
-no count (a run whose --permits differs from a run ahead of it exits 65), and an etcd:// or zk://
-store exits 2 before connecting.
+is the count. Give the new count to every run's --permits too. Redis only: etcd, ZooKeeper,
+PostgreSQL and MySQL/MariaDB store no count (a run whose --permits differs from a run ahead of it
+exits 65), and their URLs exit 2 before connecting.
 
 Exit status: 0 stored (or the semaphore was free), 65 NAME is another kind of lock, 69
 Redis cannot be reached, 2 usage error (an etcd:// or zk:// store among them).
@@ -337,7 +338,7 @@ Examples:
   leasehold man | man -l -
   leasehold man run > /usr/local/share/man/man1/leasehold-run.1";
 
-/// Run any program under a distributed lock on Redis, etcd or ZooKeeper.
+/// Run any program under a distributed lock on Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB.
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, about, after_help = ROOT_AFTER)]
 #[command(propagate_version = true)]
@@ -375,8 +376,8 @@ pub enum Command {
     /// One buyer process of `leasehold demo` (internal).
     #[command(hide = true)]
     DemoBuyer(crate::demo::buyer::BuyerArgs),
-    /// Measure leasehold against the store's floor (raw Redis, etcd's own lock, bare ZooKeeper nodes) on Redis (or a
-    /// private one), etcd or ZooKeeper.
+    /// Measure leasehold on Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB against the store's floor (raw Redis
+    /// or a private one, etcd's own lock, bare ZooKeeper nodes, advisory locks, GET_LOCK).
     #[command(after_help = BENCH_AFTER)]
     Bench(crate::bench::BenchArgs),
     /// One worker process of `leasehold bench` (internal).
@@ -462,7 +463,8 @@ pub struct StoreArg {
 
     /// Every grant and renewal must be acknowledged by this many replicas of the lock's primary (WAIT); a grant too
     /// few acknowledge is released, and the command exits 69 saying how many did. Redis only: etcd and ZooKeeper
-    /// commit every grant to a majority before they answer.
+    /// commit every grant to a majority before they answer, and on PostgreSQL and MySQL/MariaDB the database's own
+    /// replication decides.
     #[arg(
         long,
         value_name = "N",
@@ -504,8 +506,9 @@ pub struct RunArgs {
     #[arg(long, short = 'x', group = "kind")]
     pub exclusive: bool,
 
-    /// Take one of N permits of the semaphore NAME: at most N runs at once across all hosts (on etcd and ZooKeeper,
-    /// N is at most 4294967295 and is not stored; a run whose N differs from a run's ahead of it exits 65).
+    /// Take one of N permits of the semaphore NAME: at most N runs at once across all hosts (on etcd, ZooKeeper,
+    /// PostgreSQL and MySQL/MariaDB, N is at most 4294967295 and is not stored; a run whose N differs from a run's
+    /// ahead of it exits 65).
     #[arg(long, value_name = "N", group = "kind", value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
     pub permits: Option<u64>,
 
@@ -588,7 +591,7 @@ pub struct ListArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Which lock names (a Redis glob, also on etcd and ZooKeeper).
+    /// Which lock names (a Redis glob, also on etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB).
     #[arg(value_name = "PATTERN", default_value = "*")]
     pub pattern: String,
 }

@@ -1,4 +1,5 @@
-//! Connecting to the store (Redis; etcd for `etcd://` URLs, ZooKeeper for `zk://`), with the errors mapped to exit
+//! Connecting to the store (Redis; etcd for `etcd://` URLs, ZooKeeper for `zk://`, PostgreSQL for `postgres://`,
+//! MySQL/MariaDB for `mysql://` and `mariadb://`), with the errors mapped to exit
 //! statuses and passwords kept out of messages.
 
 use std::path::Path;
@@ -31,7 +32,7 @@ pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehol
 ///
 /// # Errors
 ///
-/// Status 2 for a malformed URL, a bad prefix, an unusable TLS file or a Redis option with an etcd or ZooKeeper URL,
+/// Status 2 for a malformed URL, a bad prefix, an unusable TLS file or a Redis option with another store's URL,
 /// 69 when the
 /// store cannot be reached (or the TLS handshake fails) or refuses the credentials.
 pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
@@ -51,6 +52,9 @@ pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<l
         Err(leasehold::Error::InvalidArgument(leasehold::InvalidArgument::BadUrl(why))) => {
             return Err(not_a_url(url, &why))
         }
+        Err(leasehold::Error::InvalidArgument(
+            why @ leasehold::InvalidArgument::UnknownScheme { .. },
+        )) => return Err(unknown_scheme(url, &why)),
         Err(err) => return Err(err.into()),
     };
     builder = builder.prefix(target.prefix.clone());
@@ -150,6 +154,12 @@ fn not_a_url(url: &str, why: &str) -> anyhow::Error {
     )
 }
 
+/// A URL of no store leasehold knows: `URL: the scheme "…" is not one leasehold knows (did you mean …?); this build
+/// takes …`, status 2. Not "not a Redis URL": the URL may have meant any store.
+fn unknown_scheme(url: &str, why: &leasehold::InvalidArgument) -> anyhow::Error {
+    fail(exit::USAGE, format!("{}: {why}", redact(url)))
+}
+
 /// A store that could not be connected to, said as a Redis connection error is: `cannot connect to etcd at URL:
 /// cause` (or `ZooKeeper`), status 69. Other errors keep their own status.
 fn not_connected(err: leasehold::Error) -> anyhow::Error {
@@ -174,10 +184,14 @@ fn not_connected(err: leasehold::Error) -> anyhow::Error {
 /// As [`client`].
 pub async fn plain(url: &str) -> anyhow::Result<leasehold::redis::aio::MultiplexedConnection> {
     check_not_empty(url)?;
-    if let Err(leasehold::Error::InvalidArgument(leasehold::InvalidArgument::BadUrl(why))) =
-        leasehold::Client::builder(url)
-    {
-        return Err(not_a_url(url, &why));
+    match leasehold::Client::builder(url) {
+        Err(leasehold::Error::InvalidArgument(leasehold::InvalidArgument::BadUrl(why))) => {
+            return Err(not_a_url(url, &why))
+        }
+        Err(leasehold::Error::InvalidArgument(
+            why @ leasehold::InvalidArgument::UnknownScheme { .. },
+        )) => return Err(unknown_scheme(url, &why)),
+        _ => {}
     }
     let redis =
         leasehold::redis::Client::open(url).map_err(|err| not_a_url(url, &err.to_string()))?;
@@ -200,8 +214,8 @@ fn check_not_empty(url: &str) -> anyhow::Result<()> {
     if url.trim().is_empty() {
         return Err(fail(
             exit::USAGE,
-            "the store URL is empty (expected redis://host:port, etcd://host:port or zk://host:port; see --store and \
-             LEASEHOLD_STORE)",
+            "the store URL is empty (expected redis://host:port, etcd://host:port, zk://host:port, \
+             postgres://user@host/db or mysql://user@host/db; see --store and LEASEHOLD_STORE)",
         ));
     }
     Ok(())
@@ -212,8 +226,8 @@ fn one_line(err: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// `url` with its secrets replaced by `***`, for messages: the password of the user part
-/// (`redis://user:***@host`, `redis://:***@host`; a user part without a colon is hidden whole, as some clients take
-/// it for a password) and every query parameter named `pass` or `password` (`unix:///r.sock?db=1&pass=***`, the
+/// (`redis://user:***@host`, `redis://:***@host`; in a Redis URL a user part without a colon is hidden whole, as some
+/// Redis clients take it for a password, while any other URL shows its user name: `postgres://app@db`) and every query parameter named `pass` or `password` (`unix:///r.sock?db=1&pass=***`, the
 /// form redis-rs reads for Unix sockets). Works on text that is not a valid URL too: that is when it is printed.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -228,7 +242,8 @@ pub fn redact(url: &str) -> String {
     if let Some(userinfo) = userinfo {
         match userinfo.split_once(':') {
             Some((user, _)) => out.push_str(&format!("{user}:***@")),
-            None => out.push_str("***@"),
+            None if is_redis_scheme(scheme) => out.push_str("***@"),
+            None => out.push_str(&format!("{userinfo}@")),
         }
     }
     out.push_str(path);
@@ -261,6 +276,12 @@ fn split_userinfo(rest: &str) -> (Option<&str>, &str) {
     }
 }
 
+/// Whether `scheme` is one of Redis's (`redis`, `rediss`, `redis+cluster`…, `unix`).
+fn is_redis_scheme(scheme: &str) -> bool {
+    let scheme = scheme.to_ascii_lowercase();
+    scheme.starts_with("redis") || scheme == "unix"
+}
+
 fn is_secret(key: &str) -> bool {
     key.eq_ignore_ascii_case("pass") || key.eq_ignore_ascii_case("password")
 }
@@ -281,6 +302,8 @@ mod tests {
         );
         assert_eq!(redact("redis://:s3cret@h"), "redis://:***@h");
         assert_eq!(redact("redis://s3cret@h:6379"), "redis://***@h:6379");
+        assert_eq!(redact("postgress://app@db/x"), "postgress://app@db/x");
+        assert_eq!(redact("mysql://app:pw@db/x"), "mysql://app:***@db/x");
         assert_eq!(
             redact("rediss://app:s3cret@redis.internal:6380/0?insecure"),
             "rediss://app:***@redis.internal:6380/0?insecure"

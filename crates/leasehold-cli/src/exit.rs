@@ -6,7 +6,7 @@
 //! | 128 + N | `run`: the program was ended by signal N (or `leasehold` was, while it waited for the lock) |
 //! | 2 | usage error; or a `redis://` URL naming a Redis Cluster node the client could not recognise |
 //! | 65 | the lock's key holds something leasehold did not write, a lock of another kind, a semaphore in use with another permit count, or a nested run its outer grant does not cover |
-//! | 69 | the store (Redis, etcd) cannot be reached or refuses us; `demo`: `redis-server` is missing |
+//! | 69 | the store (Redis, etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB) cannot be reached or refuses us; `demo`: `redis-server` is missing |
 //! | 70 | internal error (a bug) |
 //! | 75 | `run`: the lock was not acquired (`--conflict-exit-code`) |
 //! | 76 | `run`: the lock was lost, or its lease ran out unrenewed, while the program ran |
@@ -25,7 +25,7 @@ pub const USAGE: u8 = 2;
 /// The lock's key exists but was not written by leasehold, holds a lock of another kind, or a semaphore in use with
 /// another permit count (sysexits' `EX_DATAERR`).
 pub const NOT_A_LOCK: u8 = 65;
-/// The store (Redis, etcd) cannot be reached or refuses the credentials (sysexits' `EX_UNAVAILABLE`).
+/// The store (Redis, etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB) cannot be reached or refuses the credentials (sysexits' `EX_UNAVAILABLE`).
 pub const UNAVAILABLE: u8 = 69;
 /// A bug in leasehold (sysexits' `EX_SOFTWARE`).
 pub const INTERNAL: u8 = 70;
@@ -111,13 +111,15 @@ pub fn error_line(err: &(dyn std::error::Error + 'static)) -> String {
     chain_line(std::iter::successors(Some(err), |e| e.source()))
 }
 
-/// Joins the texts of an error chain with `: `, each on one line. leasehold's errors never repeat their cause; a
-/// `RedisError` does (it prints the text of the error under it, which is also its source), so a `RedisError` with a
-/// source is left out and its source speaks for it. An error of etcd's client (the last of its chain) is said by
-/// [`crate::etcd::client_error_line`], without the `Debug` dump its own text holds.
+/// Joins the texts of an error chain with `: `, each on one line. leasehold's errors never repeat their cause; some
+/// clients' errors do: a `RedisError` prints the text of the error under it, which is also its source, and
+/// `mysql_async` ends its text with its source's (`Input/output error: …`, ``Server error: `ERROR 1045 …'``). Such an
+/// error is left out and its source speaks for it (see [`repeats_its_source`]). An error of etcd's client (the last of
+/// its chain) is said by [`crate::etcd::client_error_line`], without the `Debug` dump its own text holds.
 fn chain_line<'a>(causes: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>) -> String {
     causes
         .filter(|cause| !(cause.is::<leasehold::redis::RedisError>() && cause.source().is_some()))
+        .filter(|cause| !repeats_its_source(*cause))
         .map(|cause| {
             let text = match cause.downcast_ref::<etcd_client::Error>() {
                 Some(etcd) => crate::etcd::client_error_line(etcd),
@@ -128,6 +130,26 @@ fn chain_line<'a>(causes: impl Iterator<Item = &'a (dyn std::error::Error + 'sta
         .filter(|text| !text.is_empty())
         .collect::<Vec<_>>()
         .join(": ")
+}
+
+/// Whether `err`'s text ends with its source's, after `: ` or in quotes (`mysql_async`'s `Input/output error: {0}` and
+/// ``Server error: `{0}'``): then the source says it all. A text that merely ends with the same words (`connection
+/// refused` over `refused`) is a cause of its own.
+fn repeats_its_source(err: &(dyn std::error::Error + 'static)) -> bool {
+    let Some(source) = err.source() else {
+        return false;
+    };
+    let (text, under) = (err.to_string(), source.to_string());
+    if under.is_empty() {
+        return false;
+    }
+    let unquoted = text.trim_end_matches(['\'', '`', '"']);
+    let in_quotes = unquoted.len() < text.len();
+    match unquoted.strip_suffix(under.as_str()) {
+        Some(before) if in_quotes => before.ends_with(['`', '\'', '"']),
+        Some(before) => before.ends_with(": ") || before.is_empty(),
+        None => false,
+    }
 }
 
 /// Longer names than this are cut in messages.
@@ -347,6 +369,45 @@ mod tests {
             "scenario floor-1: connection refused: refused"
         );
         assert_eq!(one_line(&fail(CONFLICT, "")), "");
+    }
+
+    /// Each store client's errors, wrapped as a SQL, etcd or ZooKeeper connection error is: every cause once.
+    #[test]
+    fn store_clients_errors_say_each_cause_once() {
+        let refused = || std::io::Error::from_raw_os_error(nix::libc::ECONNREFUSED);
+        let said = |err: anyhow::Error| one_line(&err.context("MySQL connect failed"));
+
+        let io = mysql_async::Error::Io(mysql_async::IoError::Io(refused()));
+        assert_eq!(
+            said(io.into()),
+            "MySQL connect failed: Connection refused (os error 111)"
+        );
+        let denied = mysql_async::Error::Server(mysql_async::ServerError {
+            code: 1045,
+            state: "28000".to_owned(),
+            message: "Access denied for user 'u'@'localhost' (using password: YES)".to_owned(),
+        });
+        assert_eq!(
+            said(denied.into()),
+            "MySQL connect failed: ERROR 1045 (28000): Access denied for user 'u'@'localhost' (using password: YES)"
+        );
+        let closed = mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed);
+        assert_eq!(
+            said(closed.into()),
+            "MySQL connect failed: Connection to the server is closed."
+        );
+
+        let postgres = tokio_postgres::Error::__private_api_timeout();
+        assert_eq!(error_line(&postgres), "timeout waiting for server");
+
+        let etcd = etcd_client::Error::IoError(refused());
+        assert_eq!(
+            error_line(&etcd),
+            "io error: Connection refused (os error 111)"
+        );
+
+        let zk = zookeeper_client::Error::NoHosts;
+        assert_eq!(error_line(&zk), "no available hosts");
     }
 
     #[test]

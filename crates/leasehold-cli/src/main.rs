@@ -1,4 +1,4 @@
-//! `leasehold`: run any program under a distributed lock on Redis, etcd or ZooKeeper, inspect locks, and see the
+//! `leasehold`: run any program under a distributed lock on Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB, inspect locks, and see the
 //! oversell problem solved.
 //!
 //! One module per subcommand, plus what they share:
@@ -16,11 +16,11 @@
 //! | `quorum.rs` | the same three on a quorum: every node asked, a lock held where a majority names its holder |
 //! | `demo.rs`, `demo/` | `leasehold demo`: rounds, buyer processes, the fenced store, the final table |
 //! | `docs.rs` | `leasehold completions` and `leasehold man`, generated from `cli.rs` |
-//! | `bench/` | `leasehold bench`: scenarios (Redis, a quorum, etcd, ZooKeeper), worker processes, statistics, the SVG plot |
+//! | `bench/` | `leasehold bench`: scenarios (Redis, a quorum, etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB), worker processes, statistics, the SVG plot |
 //! | `server.rs` | a private `redis-server` on a free port, killed on drop |
 //! | `progress.rs` | the progress bar |
 //! | `connect.rs` | connecting (prefix, TLS files), with errors mapped to exit statuses and passwords hidden |
-//! | `stores.rs` | which store a URL names; what each option means on etcd and ZooKeeper, refused before connecting when they cannot honour it |
+//! | `stores.rs` | which store a URL names; what each option means on etcd, ZooKeeper and the SQL stores, refused before connecting when they cannot honour it |
 //! | `etcd.rs` | etcd's errors and tagged holders, said as Redis's are |
 //! | `duration.rs` | durations through `humantime`: `500ms`, `2m30s`, `1h30m`, `1d` |
 //! | `log.rs` | the library's outage warning as one stderr line |

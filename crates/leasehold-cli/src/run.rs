@@ -24,7 +24,7 @@ use crate::signals::{self, Signals};
 ///
 /// Every failure before the program starts, each carrying its exit status (see [`crate::exit`]).
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
-    // What etcd or ZooKeeper cannot honour is refused before anything connects, and so is a lease too short for
+    // What a store with sessions (etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB) cannot honour is refused before anything connects, and so is a lease too short for
     // --kill-after.
     crate::stores::check_run(&args)?;
     Schedule::of(&args)?;

@@ -1,4 +1,4 @@
-//! `leasehold status`, `list`, `release --force` and `permits`, on one server or cluster (Redis, etcd or ZooKeeper):
+//! `leasehold status`, `list`, `release --force` and `permits`, on one server or cluster (Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB):
 //! look at a lock, or remove a stuck one.
 
 use serde_json::{json, Value};

@@ -173,11 +173,12 @@ pub fn check_one_url(urls: &[String]) -> anyhow::Result<Store> {
     Ok(store)
 }
 
-/// The store `target` names; a usage error when it is etcd or ZooKeeper and also carries what only Redis has.
+/// The store `target` names; a usage error when it is etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB and also carries
+/// what only Redis has.
 ///
 /// # Errors
 ///
-/// Status 2 for an etcd or ZooKeeper URL given with other `--store` URLs, `--replicas`, or TLS files (on etcd, unless
+/// Status 2 for such a URL given with other `--store` URLs, `--replicas`, or TLS files (on etcd, unless
 /// the URL is `etcds://`).
 pub fn check_store(target: &StoreArg) -> anyhow::Result<Store> {
     let store = check_one_url(&target.urls)?;
@@ -234,7 +235,8 @@ pub fn check_store(target: &StoreArg) -> anyhow::Result<Store> {
     Ok(store)
 }
 
-/// Checks the options of `leasehold run` against an etcd or ZooKeeper store (nothing to check on Redis).
+/// Checks the options of `leasehold run` against a store with sessions: etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB
+/// (nothing to check on Redis).
 ///
 /// # Errors
 ///
@@ -298,11 +300,11 @@ pub fn check_session_ttl(store: Store, ttl: Duration) -> anyhow::Result<()> {
     }
 }
 
-/// `leasehold permits` on etcd or ZooKeeper: refused, there is no stored count.
+/// `leasehold permits` on etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB: refused, there is no stored count.
 ///
 /// # Errors
 ///
-/// Status 2 on an etcd or ZooKeeper store, and for what [`check_store`] refuses.
+/// Status 2 on such a store, and for what [`check_store`] refuses.
 pub fn check_permits(target: &StoreArg) -> anyhow::Result<()> {
     let store = check_store(target)?;
     if store.has_sessions() {

@@ -145,8 +145,11 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a malformed URL.
+    /// [`Error::InvalidArgument`] for a malformed URL; [`InvalidArgument::UnknownScheme`] for a scheme leasehold does
+    /// not know, listing those it does and naming the nearest (`postgress://` → `postgres://`; `http://`, as
+    /// `etcdctl --endpoints` writes an etcd member, → `etcd://`).
     pub fn builder(url: &str) -> Result<Builder, Error> {
+        crate::backend::scheme::check(url)?;
         if url.starts_with("etcd://") || url.starts_with("etcds://") {
             #[cfg(feature = "etcd")]
             {
@@ -219,8 +222,8 @@ impl Client {
         }
     }
 
-    /// Which store the client talks to: `"redis"` (one server, a Cluster or Sentinel's primary), `"etcd"` or
-    /// `"zookeeper"`.
+    /// Which store the client talks to: `"redis"` (one server, a Cluster or Sentinel's primary), `"etcd"`,
+    /// `"zookeeper"`, `"postgres"` or `"mysql"` (MySQL or MariaDB).
     pub fn store_name(&self) -> &'static str {
         match &self.store {
             Store::Redis(_) => "redis",
@@ -418,7 +421,7 @@ impl Client {
     }
 
     /// The key prefix of this client's locks (on etcd, lock `N` lives under `PREFIX/N/`; on ZooKeeper it is the node
-    /// `/PREFIX/N`).
+    /// `/PREFIX/N`; on PostgreSQL and MySQL/MariaDB it names the lease tables).
     pub fn prefix(&self) -> &str {
         match &self.store {
             Store::Redis(inner) => &inner.prefix,
@@ -442,7 +445,8 @@ impl Client {
         self.redis().ok()?.cluster_pipelines()
     }
 
-    /// Leases the keeper renews right now (on etcd and ZooKeeper, the grants that follow the session).
+    /// Leases the keeper renews right now (on etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB, the grants that follow
+    /// the session).
     #[doc(hidden)]
     pub fn kept_leases(&self) -> usize {
         match &self.store {
@@ -700,19 +704,24 @@ impl Builder {
         self
     }
 
-    /// The length of the session every grant of the client lives under, on etcd and ZooKeeper. On etcd, the lease's
+    /// The length of the session every grant of the client lives under, on etcd, ZooKeeper, PostgreSQL and
+    /// MySQL/MariaDB. On etcd, the lease's
     /// TTL: whole seconds, at least 2 s (etcd's shortest lease), 10 s by default; the client sends a keep-alive every
     /// third of it. On ZooKeeper, the session timeout asked for: at least 1 s, at most 24 days, 10 s by default; the
     /// ensemble clamps it to its bounds (by default 2 to 20 ticks) and the negotiated value counts. A crashed holder's
-    /// locks are free this long after its last keep-alive. For `etcd://` and `zk://` URLs only (on Redis each lock handle has its
-    /// own lease: [`Mutex::ttl`]); checked by [`connect`](Builder::connect).
+    /// On PostgreSQL and MySQL/MariaDB, the session row's TTL: at least 1 s, 10 s by default, renewed every quarter of
+    /// it. A crashed holder's locks are free this long after its last keep-alive. For every URL but Redis's (on Redis
+    /// each lock handle has its own lease: [`Mutex::ttl`]); checked by [`connect`](Builder::connect).
     pub fn session_ttl(mut self, ttl: Duration) -> Builder {
         self.session_ttl = Some(ttl);
         self
     }
 
-    /// The namespace of every key and channel: a lock `N` lives at `PREFIX:{N}` on Redis, under `PREFIX/N/` on etcd. Non-empty, at most 64 bytes, no
-    /// braces. Defaults to `leasehold`.
+    /// The namespace of every key and channel: a lock `N` lives at `PREFIX:{N}` on Redis, under `PREFIX/N/` on etcd,
+    /// at the node `/PREFIX/N` on ZooKeeper, and in the tables `PREFIX_session`, `PREFIX_lock` and `PREFIX_entry` on
+    /// PostgreSQL and MySQL/MariaDB. Non-empty, at most 64 bytes, no braces; on the SQL stores it names tables, so
+    /// ASCII letters, digits and `_`, not starting with a digit, at most 40 bytes. Defaults to `leasehold`. A prefix
+    /// the store refuses is [`InvalidArgument::BadPrefix`], which states that store's rule.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Builder {
         self.prefix = prefix.into();
         self
@@ -826,6 +835,11 @@ impl Builder {
     /// Cancel safe: nothing is left behind.
     pub async fn connect(self) -> Result<Client, Error> {
         require_runtime()?;
+        // The SQL rule first: it is the narrower one, and the one a refused prefix must be told.
+        #[cfg(sql_stores)]
+        if matches!(self.target, Where::Sql(_)) {
+            crate::backend::sql::check_prefix(&self.prefix)?;
+        }
         check_prefix(&self.prefix)?;
         check_timeout("connection timeout", self.connection_timeout)?;
         check_timeout("response timeout", self.response_timeout)?;
@@ -940,7 +954,7 @@ impl Builder {
         };
         if self.session_ttl.is_some() {
             return Err(InvalidArgument::BadUrl(
-                "a session TTL was given for a Redis URL: it is an etcd and ZooKeeper setting (on Redis each lock has its own lease)"
+                "a session TTL was given for a Redis URL: it is a setting of the stores with sessions: etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB (on Redis each lock has its own lease)"
                     .to_owned(),
             )
             .into());

@@ -421,10 +421,17 @@ pub enum InvalidArgument {
         /// The rule it broke.
         why: &'static str,
     },
-    /// The key prefix must be non-empty, at most 64 bytes, and free of `{` and `}` (the braces are the lock's
-    /// hash tag).
-    #[error("key prefix {0:?} is not allowed: non-empty, at most 64 bytes, no braces")]
-    BadPrefix(String),
+    /// The key prefix breaks the store's rule, which `rule` states: on Redis and etcd non-empty, at most 64 bytes,
+    /// and free of `{` and `}` (the braces are the lock's hash tag); on PostgreSQL and MySQL/MariaDB it names the
+    /// lease tables, so ASCII letters, digits and `_`, not starting with a digit, at most 40 bytes; on ZooKeeper it
+    /// must also make a valid node path.
+    #[error("key prefix {prefix:?} is not allowed: {rule}")]
+    BadPrefix {
+        /// The prefix given.
+        prefix: String,
+        /// The rule it broke, for this store.
+        rule: String,
+    },
     /// A lease must lie within [`MIN_TTL`](crate::MIN_TTL)..=[`MAX_TTL`](crate::MAX_TTL).
     #[error("lease {} is outside {}..={}", human(*.ttl), human(*.min), human(*.max))]
     BadTtl {
@@ -473,6 +480,17 @@ pub enum InvalidArgument {
     /// password).
     #[error("redis URL is not valid: {0}")]
     BadUrl(String),
+    /// The URL's scheme is none leasehold knows (`postgress://`, or `http://` as `etcdctl --endpoints` writes an etcd
+    /// member). The message lists the schemes this build takes and those a cargo feature would add.
+    #[error("the scheme {scheme:?} is not one leasehold knows{}; {known}", did_you_mean(*.nearest))]
+    UnknownScheme {
+        /// The scheme written (before `://`), cut to 32 characters.
+        scheme: String,
+        /// The known scheme nearest to it, if one is near.
+        nearest: Option<&'static str>,
+        /// The schemes this build takes, and those a feature would add.
+        known: String,
+    },
     /// A holder description must be 1 to [`MAX_DESCRIPTION_LEN`](crate::MAX_DESCRIPTION_LEN) bytes of text
     /// without control characters.
     #[error("holder description {description:?} is not allowed: {why}")]
@@ -486,6 +504,13 @@ pub enum InvalidArgument {
     /// certificates given for a URL without TLS (`redis://` instead of `rediss://`).
     #[error("TLS settings are not usable: {0}")]
     BadTls(String),
+}
+
+/// ` (did you mean postgres://?)`, or nothing.
+fn did_you_mean(nearest: Option<&str>) -> String {
+    nearest
+        .map(|scheme| format!(" (did you mean {scheme}://?)"))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! A distributed lock on Redis (or etcd, or ZooKeeper) that is correct under the failures that break the others: fencing tokens on every
+//! A distributed lock on Redis (or etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB) that is correct under the failures that break the others: fencing tokens on every
 //! grant, a lease kept alive in batches and a loss signal that fires *before* the server-side expiry,
 //! event-driven waiting, and cancel-safe acquires.
 //!
@@ -48,13 +48,16 @@
 //! feature, `etcd://host:port,host:port,…` (an etcd cluster), or, with the `zookeeper` feature,
 //! `zk://host:port,host:port,…[/chroot]` (a ZooKeeper ensemble), or, with the `postgres` or `mysql` feature,
 //! `postgres://user@host/db` or `mysql://user@host/db` (lease tables in that database). [`Client::builder`] sets the lease, timeouts, prefix,
-//! replicas and TLS material. A [`Quorum`] takes several clients of independent servers.
+//! replicas and TLS material. A scheme it does not know is [`InvalidArgument::UnknownScheme`], which lists the schemes
+//! this build takes, those a feature would add, and the nearest to what was written (`postgress://` → `postgres://`,
+//! `http://` as `etcdctl --endpoints` writes it → `etcd://`; tested by
+//! `inputs::a_wrong_scheme_lists_every_store_s_schemes_and_names_the_nearest`). A [`Quorum`] takes several clients of independent servers.
 //!
 //! # Features
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `tls` | `rediss://` URLs through rustls (ring backend), a private CA and a client identity on the [`Builder`] |
+//! | `tls` | TLS through rustls (ring backend), a private CA and a client identity on the [`Builder`]: `rediss://` (and `rediss+cluster://`, `rediss+sentinel://`), `etcds://` with `etcd`, `sslmode=require` on `postgres://` with `postgres` |
 //! | `metrics` | counters and histograms through the [`metrics`](https://docs.rs/metrics) facade (see [Observing](#observing)) |
 //! | `serde` | `Serialize`/`Deserialize` for the plain data types: [`LockInfo`], [`Fence`], [`LockKind`], [`LossReason`] and friends |
 //! | `etcd` | `etcd://` URLs: every lock in an etcd cluster (see [etcd](#etcd-feature-etcd)); pulls in `etcd-client` (gRPC), whose build needs `protoc` |

@@ -121,7 +121,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let url = one_server(&args)?;
-    // On etcd and ZooKeeper the renewal period follows the session's, which the locks' own lease cannot change.
+    // On the stores with sessions (all but Redis) the renewal period follows the session's, which the locks' own lease cannot change.
     let session = (args.role == Role::Renew && crate::stores::Store::of(url).has_sessions())
         .then(|| Duration::from_millis(args.ttl_ms));
     let locks = connect::client(url, session).await?;
@@ -139,8 +139,8 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<u8> {
             let (result, held) = renew(&locks, &args).await?;
             println!("{result}");
             std::io::stdout().flush()?;
-            // Released once the bench has read the store's count, which ends at that line: on etcd and ZooKeeper
-            // every release is a request of the session. Bounded, as `run` bounds its own.
+            // Released once the bench has read the store's count, which ends at that line: on every store but
+            // Redis every release is a request of the session. Bounded, as `run` bounds its own.
             drop(held);
             locks.flush_releases(Duration::from_secs(5)).await;
             return Ok(0);

@@ -282,6 +282,43 @@ fn help_names_every_exit_status_and_the_help_subcommand_works() {
 }
 
 #[test]
+fn a_wrong_scheme_names_the_nearest_and_every_store() {
+    let cases = [
+        (
+            "postgress://app:hunter2@127.0.0.1:1/db",
+            "leasehold: postgress://app:***@127.0.0.1:1/db: the scheme \"postgress\" is not one leasehold knows (did \
+             you mean postgres://?); this build takes",
+        ),
+        (
+            "postgress://app@127.0.0.1:1/db",
+            "leasehold: postgress://app@127.0.0.1:1/db: the scheme \"postgress\" is not one leasehold knows (did you \
+             mean postgres://?); this build takes",
+        ),
+        (
+            "http://127.0.0.1:2379",
+            "leasehold: http://127.0.0.1:2379: the scheme \"http\" is not one leasehold knows (did you mean \
+             etcd://?); this build takes",
+        ),
+    ];
+    for (url, starts) in cases {
+        for command in [
+            vec!["status", "--store", url, "jobs"],
+            vec!["run", "--store", url, "jobs", "--", "true"],
+        ] {
+            let (code, _, stderr) = finish(leasehold(&command), SOON);
+            assert_eq!(code, Some(2), "{command:?}: {stderr}");
+            let line = one_error_line(&stderr);
+            assert!(line.starts_with(starts), "{command:?}: {line}");
+            assert!(line.ends_with("mysql://, mariadb://"), "{line}");
+            assert!(
+                !line.contains("not a Redis URL") && !line.contains("hunter2"),
+                "{line}"
+            );
+        }
+    }
+}
+
+#[test]
 fn an_empty_store_url_says_so() {
     let (code, _, stderr) = finish(
         leasehold(&["run", "--store", "", "jobs", "--", "true"]),

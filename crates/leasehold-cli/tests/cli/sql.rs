@@ -150,8 +150,18 @@ fn what_the_sql_stores_cannot_honour_exits_2_before_connecting() {
             args.extend_from_slice(&["jobs", "--", "true"]);
             args
         };
+        let sql_prefix_rule =
+            "is not allowed: on PostgreSQL and MySQL/MariaDB it names the lease tables: ASCII \
+                               letters, digits and `_`, not starting with a digit, 1 to 40 bytes";
         let cases: Vec<(Vec<&str>, String)> = vec![
+            (run(&["--prefix", "a{b}"]), sql_prefix_rule.to_owned()),
             (run(&["--ttl", "500ms"]), "at least 1s".to_owned()),
+            (
+                run(&["--prefix", "my-locks"]),
+                "key prefix \"my-locks\" is not allowed: on PostgreSQL and MySQL/MariaDB it names the lease tables: \
+                 ASCII letters, digits and `_`, not starting with a digit, 1 to 40 bytes"
+                    .to_owned(),
+            ),
             (
                 run(&["--replicas", "1"]),
                 "--replicas is a Redis setting".to_owned(),
@@ -182,10 +192,29 @@ fn what_the_sql_stores_cannot_honour_exits_2_before_connecting() {
             assert!(line.contains(says.as_str()), "{args:?}: {line}");
             assert!(!line.contains("cannot connect"), "{args:?}: {line}");
         }
-        // What the store can honour goes on to connect; nothing listens there: exit 69.
+        // What the store can honour goes on to connect; nothing listens there: exit 69, the cause said once.
         let (code, _, stderr) = finish(leasehold(&run(&["--ttl", "1s"])), SOON);
         assert_eq!(code, Some(69), "{stderr}");
+        let line = one_error_line(&stderr);
+        assert_eq!(line.matches("Connection refused").count(), 1, "{line}");
+        assert!(!line.contains("Input/output error"), "{line}");
     }
+}
+
+#[test]
+fn a_refused_mariadb_password_is_said_once() {
+    let server = MariaDbServer::start();
+    server.sql("CREATE USER 'locker'@'%' IDENTIFIED BY 'right'");
+    let url = format!("mysql://locker:wrong@127.0.0.1:{}/leasehold", server.port());
+    let (code, _, stderr) = finish(leasehold(&["status", "--store", &url, "jobs"]), SOON);
+    assert_eq!(code, Some(69), "{stderr}");
+    let line = one_error_line(&stderr);
+    assert_eq!(line.matches("ERROR 1045").count(), 1, "{line}");
+    assert_eq!(line.matches("Access denied").count(), 1, "{line}");
+    assert!(
+        !line.contains("Server error") && !line.contains("wrong"),
+        "{line}"
+    );
 }
 
 /// `bench` on the database at `url`: the store's floor and leasehold's scenarios, with a ratio to the floor.

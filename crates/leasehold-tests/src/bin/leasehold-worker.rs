@@ -5,7 +5,7 @@
 //! leasehold-worker count-on URL DATA NAME SECTIONS  # the same, the lock on URL (a cluster), the data on DATA
 //! leasehold-worker quorum-count URL,URL,… DATA NAME SECTIONS  # the same on a quorum of independent servers
 //! leasehold-worker hold URL NAME TTL_MS           # acquire, print "acquired FENCE", then hold until killed (on
-//!                                             # etcd and ZooKeeper TTL_MS is the session's)
+//!                                             # etcd, ZooKeeper and SQL TTL_MS is the session's)
 //! leasehold-worker hold-then-write URL NAME TTL_MS  # acquire, print "acquired FENCE", wait for a stdin line,
 //!                                             # then print "held=BOOL" and try a fenced write: "write=0|1" (in a
 //!                                             # SQL database, a fenced transaction inserting 'stale-writer' into

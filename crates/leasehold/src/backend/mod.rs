@@ -26,6 +26,7 @@ pub(crate) mod admission;
 pub(crate) mod etcd;
 pub(crate) mod quorum;
 pub(crate) mod redis;
+pub(crate) mod scheme;
 #[cfg(session_stores)]
 pub(crate) mod session;
 #[cfg(sql_stores)]
@@ -66,7 +67,7 @@ pub(crate) struct Ask {
     pub(crate) limit: u64,
 }
 
-/// How an acquisition on a store with sessions (etcd, ZooKeeper) waits.
+/// How an acquisition on a store with sessions (etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB) waits.
 #[cfg(session_stores)]
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Wait {

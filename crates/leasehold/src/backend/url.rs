@@ -1,18 +1,16 @@
 //! What the URLs of the stores other than Redis share: credentials that may be percent-encoded, and a password that
 //! messages never show.
 
-/// `url` with its password replaced by `***`, for messages and logs.
+/// `url` with its password replaced by `***`, for messages and logs; a user name is shown (`postgres://app@db`).
 pub(crate) fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
     match rest.rsplit_once('@') {
-        Some((credentials, hosts)) => {
-            let name = credentials
-                .split_once(':')
-                .map_or(credentials, |(name, _)| name);
-            format!("{scheme}://{name}:***@{hosts}")
-        }
+        Some((credentials, hosts)) => match credentials.split_once(':') {
+            Some((name, _)) => format!("{scheme}://{name}:***@{hosts}"),
+            None => url.to_owned(),
+        },
         None => url.to_owned(),
     }
 }
@@ -33,4 +31,20 @@ pub(crate) fn percent_decoded(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_password_is_hidden() {
+        assert_eq!(
+            redacted("postgres://app:s3cret@db:5432/locks"),
+            "postgres://app:***@db:5432/locks"
+        );
+        assert_eq!(redacted("mysql://app@db/locks"), "mysql://app@db/locks");
+        assert_eq!(redacted("zk://:s3cret@h:2181"), "zk://:***@h:2181");
+        assert_eq!(redacted("etcd://h1:2379,h2:2379"), "etcd://h1:2379,h2:2379");
+    }
 }

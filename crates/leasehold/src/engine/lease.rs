@@ -28,8 +28,8 @@ pub enum LossReason {
     /// The key may still exist on the server for a moment; nobody else can hold it before it expires there.
     Expired,
     /// The store no longer had the grant: on Redis a renewal found the key gone (it expired on the server, was
-    /// force-released, or Redis lost it in a restart without persistence or a failover); on etcd and ZooKeeper the
-    /// grant's entry was deleted (a force release) or its session ended on the server.
+    /// force-released, or Redis lost it in a restart without persistence or a failover); on etcd, ZooKeeper, PostgreSQL and
+    /// MySQL/MariaDB the grant's entry was deleted (a force release) or its session ended on the server.
     Gone,
     /// A renewal found the key held by another owner.
     Taken,

@@ -1,6 +1,6 @@
 //! The guard of one grant: release, extend, and running work until the lease is lost. What a release or an extension
-//! sends is its store's (`backend/redis/release.rs` on Redis; on etcd and ZooKeeper a grant's entry is deleted through
-//! its session).
+//! sends is its store's (`backend/redis/release.rs` on Redis; on etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB a grant's
+//! entry is deleted through its session).
 
 use std::fmt;
 use std::future::Future;
@@ -36,7 +36,7 @@ pub struct Guard {
     /// For a grant a wait took through an attempt's reply: the token's route, kept until the grant ends so that a
     /// hand-off message still on its way is not mistaken for a grant nobody wants (see `wake.rs`).
     route: Option<u128>,
-    /// For a grant on a store with sessions (etcd, ZooKeeper): its entry and session, which release it.
+    /// For a grant on a store with sessions (etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB): its entry and session, which release it.
     session: Option<SessionHold>,
 }
 

@@ -185,7 +185,10 @@ pub(crate) fn check_name(name: &str) -> Result<(), InvalidArgument> {
 
 pub(crate) fn check_prefix(prefix: &str) -> Result<(), InvalidArgument> {
     if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN || prefix.contains(['{', '}']) {
-        return Err(InvalidArgument::BadPrefix(prefix.to_owned()));
+        return Err(InvalidArgument::BadPrefix {
+            prefix: prefix.to_owned(),
+            rule: "non-empty, at most 64 bytes, no braces".to_owned(),
+        });
     }
     Ok(())
 }

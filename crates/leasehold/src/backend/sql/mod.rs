@@ -379,7 +379,13 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<(), crate::InvalidArgument> {
     if fits {
         Ok(())
     } else {
-        Err(crate::InvalidArgument::BadPrefix(prefix.to_owned()))
+        Err(crate::InvalidArgument::BadPrefix {
+            prefix: prefix.to_owned(),
+            rule: format!(
+                "on PostgreSQL and MySQL/MariaDB it names the lease tables: ASCII letters, digits and `_`, not \
+                 starting with a digit, 1 to {MAX_PREFIX} bytes"
+            ),
+        })
     }
 }
 

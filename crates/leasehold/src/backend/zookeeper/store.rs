@@ -92,7 +92,10 @@ impl ZkStore {
             super::url::parse_url(url).map_err(|e| InvalidArgument::BadUrl(e.to_string()))?;
         let shown: Arc<str> = super::url::redacted(url).into();
         let root = format!("{}/{prefix}", target.chroot);
-        check_path(&root).map_err(|_| InvalidArgument::BadPrefix(prefix.clone()))?;
+        check_path(&root).map_err(|why| InvalidArgument::BadPrefix {
+            prefix: prefix.clone(),
+            rule: format!("on ZooKeeper it makes the node path {root:?}, which has {why}"),
+        })?;
         let store = ZkStore {
             target,
             shown,
