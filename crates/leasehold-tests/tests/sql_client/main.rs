@@ -9,6 +9,7 @@ mod faults;
 mod names;
 mod tls;
 mod transactions;
+mod wake_ups;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,6 +127,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_frozen_holder_is_lost_before_another_is_granted,
     faults::a_release_wakes_another_clients_waiter,
     faults::a_waiter_whose_connections_went_silent_still_hears_the_release,
+    wake_ups::a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release,
     transactions::a_transaction_commits_while_the_grant_is_live,
     transactions::a_transaction_outliving_the_lease_cannot_commit,
     names::names_a_collation_folds_stay_apart,

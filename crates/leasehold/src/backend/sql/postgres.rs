@@ -618,6 +618,12 @@ impl Connector {
 
 /// The listener: one connection that `LISTEN`s on `channel` and wakes the waiters of each name notified; reconnects
 /// with backoff when it fails, and wakes every waiter when it is back.
+///
+/// Each connection attempt has `ping` (the per-call deadline) to be answered, start-up included: `tokio-postgres`'s
+/// connect timeout covers only the socket, and a path that went silent after accepting it (a proxy, a firewall)
+/// would leave the listener waiting for the server's first answer for ever, and every waiter of the client deaf to
+/// releases until the expiry of what it waits for (the `pg` torture's remaining stalls; tested by `sql_client`'s
+/// `a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release`).
 async fn listen(
     config: Config,
     connector: Connector,
@@ -628,19 +634,9 @@ async fn listen(
     let mut backoff = Duration::from_millis(50);
     loop {
         let listened = match &connector {
-            Connector::Plain => match config.connect(NoTls).await {
-                Ok((client, connection)) => {
-                    Ok(listen_on(client, connection, &channel, &wakes, ping).await)
-                }
-                Err(e) => Err(e),
-            },
+            Connector::Plain => listen_with(&config, NoTls, &channel, &wakes, ping).await,
             #[cfg(feature = "tls")]
-            Connector::Tls(tls) => match config.connect(tls.clone()).await {
-                Ok((client, connection)) => {
-                    Ok(listen_on(client, connection, &channel, &wakes, ping).await)
-                }
-                Err(e) => Err(e),
-            },
+            Connector::Tls(tls) => listen_with(&config, tls.clone(), &channel, &wakes, ping).await,
         };
         match listened {
             Ok(true) => backoff = Duration::from_millis(50),
@@ -652,6 +648,26 @@ async fn listen(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
+}
+
+/// Connects through `tls` within `ping`, then listens on that connection until it ends ([`listen_on`]); whether
+/// `LISTEN` was answered, or why the connection was not made.
+async fn listen_with<T>(
+    config: &Config,
+    tls: T,
+    channel: &str,
+    wakes: &Wakes,
+    ping: Duration,
+) -> Result<bool, String>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
+    T::Stream: Send + 'static,
+{
+    let (client, connection) = match tokio::time::timeout(ping, config.connect(tls)).await {
+        Ok(connected) => connected.map_err(|e| e.to_string())?,
+        Err(_) => return Err(format!("not answered within {ping:?}")),
+    };
+    Ok(listen_on(client, connection, channel, wakes, ping).await)
 }
 
 /// Listens on one connection until it ends, or until a ping (every `ping`) goes unanswered for as long: a connection
