@@ -6,6 +6,7 @@
 //! Run one test on one store with `cargo test --test sql_client -- mysql::faults::NAME`.
 
 mod faults;
+mod least_privilege;
 mod names;
 mod tls;
 mod transactions;
@@ -51,6 +52,16 @@ impl Db {
 
     pub fn url(&self) -> String {
         self.url_at(self.addr())
+    }
+
+    /// The URL of the server's `leasehold` database for the login `user` (no password: the test servers trust
+    /// 127.0.0.1).
+    pub fn url_as(&self, user: &str) -> String {
+        let addr = self.addr();
+        match self {
+            Db::Postgres(_) => format!("postgres://{user}@{addr}/leasehold"),
+            Db::MySql(_) => format!("mysql://{user}@{addr}/leasehold"),
+        }
     }
 
     /// Runs `sql` through the server's command-line client; its output.
@@ -128,6 +139,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_release_wakes_another_clients_waiter,
     faults::a_waiter_whose_connections_went_silent_still_hears_the_release,
     wake_ups::a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release,
+    least_privilege::a_user_with_the_documented_grants_locks_waits_and_releases,
     transactions::a_transaction_commits_while_the_grant_is_live,
     transactions::a_transaction_outliving_the_lease_cannot_commit,
     names::names_a_collation_folds_stay_apart,
