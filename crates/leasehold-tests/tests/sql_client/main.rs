@@ -5,9 +5,11 @@
 //!
 //! Run one test on one store with `cargo test --test sql_client -- mysql::faults::NAME`.
 
+mod clean_up;
 mod faults;
 mod least_privilege;
 mod names;
+mod reads;
 mod tls;
 mod transactions;
 mod wake_ups;
@@ -140,6 +142,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_waiter_whose_connections_went_silent_still_hears_the_release,
     wake_ups::a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release,
     least_privilege::a_user_with_the_documented_grants_locks_waits_and_releases,
+    reads::reads_write_nothing_and_need_only_select,
+    clean_up::a_crashed_clients_rows_go_though_nobody_waits_for_its_locks,
     transactions::a_transaction_commits_while_the_grant_is_live,
     transactions::a_transaction_outliving_the_lease_cannot_commit,
     names::names_a_collation_folds_stay_apart,

@@ -38,6 +38,7 @@ struct Statements {
     renew: String,
     holds: String,
     close: String,
+    reap_expired: String,
     lock_row: String,
     insert_entry: String,
     entries: String,
@@ -63,6 +64,12 @@ impl Statements {
             ),
             holds: format!("SELECT hold FROM {entry} WHERE session = ?"),
             close: format!("DELETE FROM {session} WHERE id = ?"),
+            // A locking read at READ COMMITTED: a row a renewal holds is read again once it committed, and skipped if
+            // renewed. `ORDER BY id` makes the `LIMIT` deterministic, for statement-based replication.
+            reap_expired: format!(
+                "DELETE FROM {session} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+                 ORDER BY id LIMIT ?"
+            ),
             lock_row: format!(
                 "INSERT INTO {lock} (name, fence) VALUES (?, LAST_INSERT_ID(1)) \
                  ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
@@ -328,6 +335,13 @@ impl MyDb {
             self.wakes.wake(name);
         }
         Ok(())
+    }
+
+    pub(crate) async fn reap_expired(&self, grace: Duration, limit: u32) -> Result<(), SqlError> {
+        let mut conn = self.conn().await?;
+        conn.exec_drop(&self.statements.reap_expired, (micros(grace), limit))
+            .await
+            .map_err(my("reap expired"))
     }
 
     pub(crate) async fn release(

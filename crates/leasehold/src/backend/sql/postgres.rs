@@ -38,6 +38,7 @@ struct Statements {
     enqueue: String,
     entries: String,
     reap: String,
+    reap_expired: String,
     release: String,
     delete_entries: String,
     force_release: String,
@@ -79,6 +80,15 @@ impl Statements {
             reap: format!(
                 "WITH d AS (DELETE FROM {session} WHERE id = ANY($1) AND expires_at <= now() RETURNING id) \
                  SELECT pg_notify('{channel}', $2) FROM (SELECT 1 FROM d LIMIT 1) x"
+            ),
+            // The subquery picks the candidates in the statement's snapshot; the delete's own condition is evaluated
+            // again on the newest version of each row (a renewal that committed meanwhile makes it false).
+            reap_expired: format!(
+                "WITH d AS (DELETE FROM {session} WHERE id IN (SELECT id FROM {session} \
+                 WHERE expires_at < now() - $1 * interval '1 microsecond' LIMIT $2) \
+                 AND expires_at < now() - $1 * interval '1 microsecond' RETURNING id) \
+                 SELECT pg_notify('{channel}', n.name) FROM (SELECT DISTINCT e.name FROM {entry} e JOIN d \
+                 ON e.session = d.id) n"
             ),
             // Every release notifies, waiters or not: whether a waiter is behind cannot be known in the same
             // statement (one that enqueues after the statement's snapshot, and checks before its commit, would sleep
@@ -349,6 +359,18 @@ impl PgDb {
             "reap",
             &self.statements.reap,
             &[(&ids, Type::TEXT_ARRAY), (&name, Type::TEXT)],
+        )
+        .await
+        .map(drop)
+    }
+
+    pub(crate) async fn reap_expired(&self, grace: Duration, limit: u32) -> Result<(), SqlError> {
+        let grace = micros(grace);
+        let limit = i64::from(limit);
+        self.query(
+            "reap expired",
+            &self.statements.reap_expired,
+            &[(&grace, Type::INT8), (&limit, Type::INT8)],
         )
         .await
         .map(drop)
