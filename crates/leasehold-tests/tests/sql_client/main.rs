@@ -1,7 +1,9 @@
 //! The SQL stores under their own faults, on one PostgreSQL and one MariaDB server (each started once for the binary,
 //! the tests in sequence on it): the server restarted under held and waited locks, the client's connections killed
 //! server-side, a holder frozen past its lease, the caller's transaction outliving the lease, names a default
-//! collation would fold together, wake-ups across clients, and TLS.
+//! collation would fold together, wake-ups across clients (also after the waiter's listener reconnected into a
+//! partition), a user with only the documented grants, reads that write nothing, a crashed client's rows cleaned up,
+//! and TLS.
 //!
 //! Run one test on one store with `cargo test --test sql_client -- mysql::faults::NAME`.
 
@@ -127,6 +129,19 @@ pub async fn client(url: &str, prefix: &str) -> Client {
         .unwrap()
         .prefix(prefix)
         .session_ttl(TTL)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// A client under `prefix` with sessions of a minute, at `url`: its waiters' only other way to learn of a release is
+/// the holder's expiry, past [`EVENT`]. Its listener pings every 2 s (the per-call deadline), its keeper renews every
+/// 15 s.
+pub async fn long_session_client(url: &str, prefix: &str) -> Client {
+    Client::builder(url)
+        .unwrap()
+        .prefix(prefix)
+        .session_ttl(Duration::from_secs(60))
         .connect()
         .await
         .unwrap()

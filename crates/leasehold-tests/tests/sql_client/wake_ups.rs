@@ -1,22 +1,6 @@
 //! Wake-ups that must reach a waiter after its path to the server failed and came back.
 
-use std::time::Duration;
-
-use leasehold::Client;
-
-use crate::{waiters, Db, EVENT};
-
-/// A client of sessions of a minute: its waiters' only other way to learn of a release is the holder's expiry, past
-/// [`EVENT`]. Its listener pings every 2 s (the per-call deadline) and its keeper renews every 15 s.
-async fn long_session_client(url: &str, prefix: &str) -> Client {
-    Client::builder(url)
-        .unwrap()
-        .prefix(prefix)
-        .session_ttl(Duration::from_secs(60))
-        .connect()
-        .await
-        .unwrap()
-}
+use crate::{long_session_client, waiters, Db, EVENT};
 
 /// The listener's connection goes silent, the listener notices (its ping goes unanswered) and reconnects while the
 /// path is still down: that new connection is accepted by the proxy but never reaches the server, so its start-up
