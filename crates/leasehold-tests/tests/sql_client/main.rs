@@ -125,10 +125,15 @@ impl Db {
 
 /// A client under `prefix` with a session of [`TTL`], at `url`.
 pub async fn client(url: &str, prefix: &str) -> Client {
+    client_with_ttl(url, prefix, TTL).await
+}
+
+/// A client under `prefix` with sessions of `ttl`, at `url`.
+async fn client_with_ttl(url: &str, prefix: &str, ttl: Duration) -> Client {
     Client::builder(url)
         .unwrap()
         .prefix(prefix)
-        .session_ttl(TTL)
+        .session_ttl(ttl)
         .connect()
         .await
         .unwrap()
@@ -138,13 +143,7 @@ pub async fn client(url: &str, prefix: &str) -> Client {
 /// the holder's expiry, past [`EVENT`]. Its listener pings every 2 s (the per-call deadline), its keeper renews every
 /// 15 s.
 pub async fn long_session_client(url: &str, prefix: &str) -> Client {
-    Client::builder(url)
-        .unwrap()
-        .prefix(prefix)
-        .session_ttl(Duration::from_secs(60))
-        .connect()
-        .await
-        .unwrap()
+    client_with_ttl(url, prefix, Duration::from_secs(60)).await
 }
 
 type TestFn = leasehold_tests::sequence::SharedTest<Db>;
