@@ -69,6 +69,8 @@ const BUF_SIZE: usize = 16 * 1024;
 pub struct TcpProxy {
     addr: SocketAddr,
     mode: watch::Sender<Mode>,
+    /// How many connections the proxy has accepted so far.
+    accepted: watch::Receiver<u64>,
     accept_task: JoinHandle<()>,
 }
 
@@ -145,10 +147,12 @@ impl TcpProxy {
             .local_addr()
             .expect("a bound listener has an address");
         let (mode, _) = watch::channel(Mode::default());
-        let accept_task = tokio::spawn(accept_loop(listener, upstream, mode.subscribe()));
+        let (count, accepted) = watch::channel(0);
+        let accept_task = tokio::spawn(accept_loop(listener, upstream, mode.subscribe(), count));
         TcpProxy {
             addr,
             mode,
+            accepted,
             accept_task,
         }
     }
@@ -224,6 +228,22 @@ impl TcpProxy {
         self.mode.send_modify(|mode| mode.delay = delay);
     }
 
+    /// How many connections the proxy has accepted so far.
+    pub fn accepted(&self) -> u64 {
+        *self.accepted.borrow()
+    }
+
+    /// Waits until the proxy has accepted `n` connections in all.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    pub async fn accepted_at_least(&self, n: u64) {
+        let mut accepted = self.accepted.clone();
+        // `Err`: the accept loop is gone, and no connection will come.
+        let _ = accepted.wait_for(|count| *count >= n).await;
+    }
+
     /// Whether [`blackhole`](Self::blackhole) is in force for new connections.
     pub fn is_blackholed(&self) -> bool {
         self.mode.borrow().blackholed
@@ -238,7 +258,12 @@ impl Drop for TcpProxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, upstream: SocketAddr, mode: watch::Receiver<Mode>) {
+async fn accept_loop(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    mode: watch::Receiver<Mode>,
+    count: watch::Sender<u64>,
+) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -248,6 +273,7 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, mode: watch::R
                 if let Ok((client, _)) = accepted {
                     let birth = Birth::of(&mode.borrow());
                     connections.spawn(serve(client, upstream, birth, mode.clone()));
+                    count.send_modify(|n| *n += 1);
                 }
             }
             // Reap finished connections so the set does not grow without bound.

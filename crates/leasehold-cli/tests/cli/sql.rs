@@ -134,6 +134,36 @@ fn runs_on_mariadb_exclude_and_are_listed() {
     runs_exclude_and_are_listed(&server.url());
 }
 
+/// `status` and `list` on the database at `url` leave no session row: they read, and open no session. `sessions`
+/// counts the rows of `leasehold_session`.
+fn reads_leave_no_row(url: &str, sessions: impl Fn() -> String) {
+    // The first command creates the tables.
+    let (code, _, stderr) = finish(leasehold(&["status", "--store", url, "nightly"]), SOON);
+    assert_eq!(code, Some(0), "{stderr}");
+    for _ in 0..2 {
+        status_json(url, "nightly");
+        let (code, _, stderr) = finish(leasehold(&["list", "--store", url]), SOON);
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+    assert_eq!(sessions().trim(), "0", "status and list left session rows");
+}
+
+#[test]
+fn status_and_list_on_postgresql_leave_no_row() {
+    let server = PgServer::start();
+    reads_leave_no_row(&server.url(), || {
+        server.psql("SELECT count(*) FROM leasehold_session")
+    });
+}
+
+#[test]
+fn status_and_list_on_mariadb_leave_no_row() {
+    let server = MariaDbServer::start();
+    reads_leave_no_row(&server.url(), || {
+        server.sql("SELECT count(*) FROM leasehold_session")
+    });
+}
+
 #[test]
 fn what_the_sql_stores_cannot_honour_exits_2_before_connecting() {
     let dir = TempDir::new("sql-refusals");

@@ -9,7 +9,7 @@ use leasehold::Client;
 use leasehold_tests::ChildGuard;
 use nix::sys::signal::Signal;
 
-use crate::{client, renewed_after, waiters, Db, EVENT};
+use crate::{client, long_session_client, renewed_after, waiters, Db, EVENT};
 
 pub async fn a_crashed_server_keeps_held_and_waited_locks_apart(db: &mut Db) {
     let (prefix, url) = (db.fresh_prefix(), db.url());
@@ -124,17 +124,8 @@ pub async fn a_frozen_holder_is_lost_before_another_is_granted(db: &mut Db) {
 pub async fn a_release_wakes_another_clients_waiter(db: &mut Db) {
     // Sessions of a minute: a waiter that missed the release would sleep until the holder's expiry, past its wait.
     let (prefix, url) = (db.fresh_prefix(), db.url());
-    let long = |url: String, prefix: String| async move {
-        Client::builder(&url)
-            .unwrap()
-            .prefix(prefix)
-            .session_ttl(Duration::from_secs(60))
-            .connect()
-            .await
-            .unwrap()
-    };
-    let a = long(url.clone(), prefix.clone()).await;
-    let b = long(url, prefix).await;
+    let a = long_session_client(&url, &prefix).await;
+    let b = long_session_client(&url, &prefix).await;
     for round in 0..3 {
         let held = a.mutex("wake").lock().await.unwrap();
         let waiting = tokio::spawn({
@@ -155,17 +146,8 @@ pub async fn a_waiter_whose_connections_went_silent_still_hears_the_release(db: 
     // Sessions of a minute: the waiter's only other way to learn of the release is the holder's expiry, past EVENT.
     let prefix = db.fresh_prefix();
     let proxy = leasehold_tests::TcpProxy::start(db.addr()).await;
-    let long = |url: String, prefix: String| async move {
-        Client::builder(&url)
-            .unwrap()
-            .prefix(prefix)
-            .session_ttl(Duration::from_secs(60))
-            .connect()
-            .await
-            .unwrap()
-    };
-    let a = long(db.url(), prefix.clone()).await;
-    let b = long(db.url_at(proxy.addr()), prefix).await;
+    let a = long_session_client(&db.url(), &prefix).await;
+    let b = long_session_client(&db.url_at(proxy.addr()), &prefix).await;
     let held = a.mutex("silent").lock().await.unwrap();
     let waiting = tokio::spawn({
         let b = b.clone();

@@ -1,19 +1,25 @@
 //! The SQL stores under their own faults, on one PostgreSQL and one MariaDB server (each started once for the binary,
 //! the tests in sequence on it): the server restarted under held and waited locks, the client's connections killed
 //! server-side, a holder frozen past its lease, the caller's transaction outliving the lease, names a default
-//! collation would fold together, wake-ups across clients, and TLS.
+//! collation would fold together, wake-ups across clients (also after the waiter's listener reconnected into a
+//! partition), a user with only the documented grants, reads that write nothing, a crashed client's rows cleaned up,
+//! and TLS.
 //!
 //! Run one test on one store with `cargo test --test sql_client -- mysql::faults::NAME`.
 
 mod admin;
+mod clean_up;
 mod commit_check;
 mod faults;
 mod fences;
+mod least_privilege;
 mod names;
+mod reads;
 mod renewal;
 mod takeover;
 mod tls;
 mod transactions;
+mod wake_ups;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +61,16 @@ impl Db {
 
     pub fn url(&self) -> String {
         self.url_at(self.addr())
+    }
+
+    /// The URL of the server's `leasehold` database for the login `user` (no password: the test servers trust
+    /// 127.0.0.1).
+    pub fn url_as(&self, user: &str) -> String {
+        let addr = self.addr();
+        match self {
+            Db::Postgres(_) => format!("postgres://{user}@{addr}/leasehold"),
+            Db::MySql(_) => format!("mysql://{user}@{addr}/leasehold"),
+        }
     }
 
     /// Runs `sql` through the server's command-line client; its output.
@@ -128,6 +144,13 @@ pub async fn client_with(url: &str, prefix: &str, ttl: Duration) -> Client {
         .unwrap()
 }
 
+/// A client under `prefix` with sessions of a minute, at `url`: its waiters' only other way to learn of a release is
+/// the holder's expiry, past [`EVENT`]. Its listener pings every 2 s (the per-call deadline), its keeper renews every
+/// 15 s.
+pub async fn long_session_client(url: &str, prefix: &str) -> Client {
+    client_with(url, prefix, Duration::from_secs(60)).await
+}
+
 type TestFn = leasehold_tests::sequence::SharedTest<Db>;
 
 const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
@@ -136,6 +159,10 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_frozen_holder_is_lost_before_another_is_granted,
     faults::a_release_wakes_another_clients_waiter,
     faults::a_waiter_whose_connections_went_silent_still_hears_the_release,
+    wake_ups::a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release,
+    least_privilege::a_user_with_the_documented_grants_locks_waits_and_releases,
+    reads::reads_write_nothing_and_need_only_select,
+    clean_up::a_crashed_clients_rows_go_though_nobody_waits_for_its_locks,
     transactions::a_transaction_commits_while_the_grant_is_live,
     transactions::a_transaction_outliving_the_lease_cannot_commit,
     names::names_a_collation_folds_stay_apart,

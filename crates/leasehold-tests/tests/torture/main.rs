@@ -50,8 +50,7 @@
 //! (`mutex,fair`: one kind of each engine), the quorum (`mutex,rw`), one etcd member, one ZooKeeper server, one
 //! PostgreSQL server and one MariaDB server (`rw` on each: the exclusive and the shared rule of their recipes) through
 //! it for CI, 8 s each, unless `TORTURE_TOPOLOGY` leaves them out (or `LEASEHOLD_TEST_STORES` leaves out their store);
-//! the other variables mean the same there (the PostgreSQL one is ignored while the library's listener misses
-//! notifications after a cut path: see its docs). No two runs at once.
+//! the other variables mean the same there. No two runs at once.
 //! `scripts/torture.sh SECONDS SEED [KINDS] [TOPOLOGY]` runs the first in release mode. A run with violations keeps its
 //! workers' histories and fault windows (on etcd, ZooKeeper and SQL also the servers' logs) and prints where;
 //! `TORTURE_KEEP=1` keeps those of every run.
@@ -233,12 +232,7 @@ async fn the_lock_on_zookeeper_keeps_its_contract_under_random_faults() {
     torture(&[Topology::Zk], ZK_KINDS, 8).await;
 }
 
-/// Ignored until PostgreSQL waiters stop missing a release now and then: a hand-off then waits for the waiter's
-/// re-check at the expiry of the entry ahead (up to the TTL), which the checker counts as a stall in the calm spell.
-/// The listener's silent connection and the pool's stale ones were two causes, fixed; a rarer one remains (DESIGN.md,
-/// "On PostgreSQL and MySQL"). `cargo test --test torture -- --ignored` runs it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "PostgreSQL waiters still miss a release now and then: hand-offs stall up to a TTL (DESIGN.md)"]
 async fn the_lock_on_postgres_keeps_its_contract_under_random_faults() {
     if Topology::from_env().is_some_and(|names| !names.contains(&Topology::Pg)) {
         eprintln!("torture: the PostgreSQL run skipped (TORTURE_TOPOLOGY leaves it out)");

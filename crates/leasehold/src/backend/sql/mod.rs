@@ -37,6 +37,8 @@
 //! - **Takeover is a delete.** A dead session's entries are not skipped but deleted first (with the session row;
 //!   `ON DELETE CASCADE`), and the delete re-checks `expires_at` on the row's newest version, so a renewal that
 //!   raced it wins. A delete waits for a row lock: this is what makes the fenced transaction hold ([`store`]).
+//! - **Clean-up.** Every session's keeper also deletes, now and then, a bounded number of sessions expired for
+//!   longer than its TTL, with the same re-check: a crashed client's rows go even when nobody waits behind them.
 
 pub(crate) mod error;
 pub(crate) mod fenced;
@@ -232,6 +234,13 @@ impl Db {
     /// wakes the lock `name`'s waiters when one was. Waits for the row locks of transactions fenced by those entries.
     pub(crate) async fn reap(&self, name: &str, ids: &[String]) -> Result<(), SqlError> {
         dispatch!(self, reap(name, ids))
+    }
+
+    /// Deletes at most `limit` sessions that expired more than `grace` ago on the server's clock (their entries go by
+    /// the cascade), whoever they belong to: the rows of clients that crashed, whose locks nobody asks for again.
+    /// Re-checks each expiry on the newest row version, as the takeover does, so a renewal that raced it wins.
+    pub(crate) async fn reap_expired(&self, grace: Duration, limit: u32) -> Result<(), SqlError> {
+        dispatch!(self, reap_expired(grace, limit))
     }
 
     /// Deletes lock `name`'s entry `fence` of session `session`, and wakes the lock's waiters: true when it was there.

@@ -13,7 +13,8 @@
 //!   and a release by the same client wakes its waiters at once.
 //! - **Server-side deadlines**: `innodb_lock_wait_timeout` at the per-call deadline (whole seconds, at least one).
 //! - **The schema** is created on first use with `CREATE TABLE IF NOT EXISTS` (MySQL's DDL is idempotent that way
-//!   and serialises on the metadata lock); a database whose tables exist needs no DDL right.
+//!   and serialises on the metadata lock), unless `information_schema` lists the tables already: a database whose
+//!   tables exist needs no DDL right (MySQL checks the right to create before it looks whether the table exists).
 //!
 //! Written for MySQL 8.0+ and MariaDB 10.6+; tested on MariaDB 10.11.
 
@@ -37,6 +38,7 @@ struct Statements {
     renew: String,
     holds: String,
     close: String,
+    reap_expired: String,
     lock_row: String,
     insert_entry: String,
     entries: String,
@@ -63,6 +65,12 @@ impl Statements {
             ),
             holds: format!("SELECT hold FROM {entry} WHERE session = ?"),
             close: format!("DELETE FROM {session} WHERE id = ?"),
+            // A locking read at READ COMMITTED: a row a renewal holds is read again once it committed, and skipped if
+            // renewed. `ORDER BY id` makes the `LIMIT` deterministic, for statement-based replication.
+            reap_expired: format!(
+                "DELETE FROM {session} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+                 ORDER BY id LIMIT ?"
+            ),
             lock_row: format!(
                 "INSERT INTO {lock} (name, fence) VALUES (?, LAST_INSERT_ID(1)) \
                  ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
@@ -176,8 +184,24 @@ impl MyDb {
         let pool = Pool::new(opts);
         let tables = Tables::new(prefix, '`');
         let mut conn = pool.get_conn().await.map_err(my("connect"))?;
-        for ddl in schema(&tables) {
-            conn.query_drop(ddl).await.map_err(my("create schema"))?;
+        // Looked for first: MySQL checks the right to create a table before it finds the table exists, so a `CREATE
+        // TABLE IF NOT EXISTS` by a user with only the rights to read and write it fails (ERROR 1142).
+        let present: Option<i64> = conn
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_schema = DATABASE() AND table_name IN (?, ?, ?)",
+                (
+                    format!("{prefix}_session"),
+                    format!("{prefix}_lock"),
+                    format!("{prefix}_entry"),
+                ),
+            )
+            .await
+            .map_err(my("schema"))?;
+        if present != Some(3) {
+            for ddl in schema(&tables) {
+                conn.query_drop(ddl).await.map_err(my("create schema"))?;
+            }
         }
         drop(conn);
         Ok(MyDb {
@@ -315,6 +339,13 @@ impl MyDb {
             self.wakes.wake(name);
         }
         Ok(())
+    }
+
+    pub(crate) async fn reap_expired(&self, grace: Duration, limit: u32) -> Result<(), SqlError> {
+        let mut conn = self.conn().await?;
+        conn.exec_drop(&self.statements.reap_expired, (micros(grace), limit))
+            .await
+            .map_err(my("reap expired"))
     }
 
     pub(crate) async fn release(

@@ -38,6 +38,7 @@ struct Statements {
     enqueue: String,
     entries: String,
     reap: String,
+    reap_expired: String,
     release: String,
     delete_entries: String,
     force_release: String,
@@ -84,6 +85,15 @@ impl Statements {
             reap: format!(
                 "WITH d AS (DELETE FROM {session} WHERE id = ANY($1) AND expires_at <= now() RETURNING id) \
                  SELECT pg_notify('{channel}', $2) FROM (SELECT 1 FROM d LIMIT 1) x"
+            ),
+            // The subquery picks the candidates in the statement's snapshot; the delete's own condition is evaluated
+            // again on the newest version of each row (a renewal that committed meanwhile makes it false).
+            reap_expired: format!(
+                "WITH d AS (DELETE FROM {session} WHERE id IN (SELECT id FROM {session} \
+                 WHERE expires_at < now() - $1 * interval '1 microsecond' LIMIT $2) \
+                 AND expires_at < now() - $1 * interval '1 microsecond' RETURNING id) \
+                 SELECT pg_notify('{channel}', n.name) FROM (SELECT DISTINCT e.name FROM {entry} e JOIN d \
+                 ON e.session = d.id) n"
             ),
             // Every release notifies, waiters or not: whether a waiter is behind cannot be known in the same
             // statement (one that enqueues after the statement's snapshot, and checks before its commit, would sleep
@@ -359,6 +369,18 @@ impl PgDb {
         .map(drop)
     }
 
+    pub(crate) async fn reap_expired(&self, grace: Duration, limit: u32) -> Result<(), SqlError> {
+        let grace = micros(grace);
+        let limit = i64::from(limit);
+        self.query(
+            "reap expired",
+            &self.statements.reap_expired,
+            &[(&grace, Type::INT8), (&limit, Type::INT8)],
+        )
+        .await
+        .map(drop)
+    }
+
     pub(crate) async fn release(
         &self,
         name: &str,
@@ -623,6 +645,12 @@ impl Connector {
 
 /// The listener: one connection that `LISTEN`s on `channel` and wakes the waiters of each name notified; reconnects
 /// with backoff when it fails, and wakes every waiter when it is back.
+///
+/// Each connection attempt has `ping` (the per-call deadline) to be answered, start-up included: `tokio-postgres`'s
+/// connect timeout covers only the socket, and a path that went silent after accepting it (a proxy, a firewall)
+/// would leave the listener waiting for the server's first answer for ever, and every waiter of the client deaf to
+/// releases until the expiry of what it waits for (the `pg` torture's remaining stalls; tested by `sql_client`'s
+/// `a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release`).
 async fn listen(
     config: Config,
     connector: Connector,
@@ -633,19 +661,9 @@ async fn listen(
     let mut backoff = Duration::from_millis(50);
     loop {
         let listened = match &connector {
-            Connector::Plain => match config.connect(NoTls).await {
-                Ok((client, connection)) => {
-                    Ok(listen_on(client, connection, &channel, &wakes, ping).await)
-                }
-                Err(e) => Err(e),
-            },
+            Connector::Plain => listen_with(&config, NoTls, &channel, &wakes, ping).await,
             #[cfg(feature = "tls")]
-            Connector::Tls(tls) => match config.connect(tls.clone()).await {
-                Ok((client, connection)) => {
-                    Ok(listen_on(client, connection, &channel, &wakes, ping).await)
-                }
-                Err(e) => Err(e),
-            },
+            Connector::Tls(tls) => listen_with(&config, tls.clone(), &channel, &wakes, ping).await,
         };
         match listened {
             Ok(true) => backoff = Duration::from_millis(50),
@@ -657,6 +675,26 @@ async fn listen(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
+}
+
+/// Connects through `tls` within `ping`, then listens on that connection until it ends ([`listen_on`]); whether
+/// `LISTEN` was answered, or why the connection was not made.
+async fn listen_with<T>(
+    config: &Config,
+    tls: T,
+    channel: &str,
+    wakes: &Wakes,
+    ping: Duration,
+) -> Result<bool, String>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
+    T::Stream: Send + 'static,
+{
+    let (client, connection) = match tokio::time::timeout(ping, config.connect(tls)).await {
+        Ok(connected) => connected.map_err(|e| e.to_string())?,
+        Err(_) => return Err(format!("not answered within {ping:?}")),
+    };
+    Ok(listen_on(client, connection, channel, wakes, ping).await)
 }
 
 /// Listens on one connection until it ends, or until a ping (every `ping`) goes unanswered for as long: a connection

@@ -278,8 +278,33 @@ impl Drop for Session {
     }
 }
 
+/// Every how many renewals the keeper also deletes expired sessions of any client ([`reap_expired`]): once per TTL,
+/// from the session's first renewal, at its opening (a client that lives shorter than a TTL still cleans up once).
+const REAP_EVERY: u32 = 4;
+
+/// The most sessions one clean-up deletes: the work of one statement stays bounded whatever was left behind.
+const REAP_LIMIT: u32 = 100;
+
+/// Deletes, off the lock path, at most [`REAP_LIMIT`] sessions that expired more than one TTL of this client ago, and
+/// their entries: the rows of clients that crashed, which otherwise stay until a waiter of one of their locks comes
+/// (tested by `sql_client`'s `clean_up::a_crashed_clients_rows_go_though_nobody_waits_for_its_locks`). The grace keeps
+/// it out of the way of the waiters behind a dead session, which take it over at its expiry; safety does not need it:
+/// the delete re-checks each expiry on the newest row version, as the takeover does, so a renewal that raced it wins.
+fn reap_expired(session: &Arc<Shared>) {
+    let s = Arc::clone(session);
+    tokio::spawn(async move {
+        if let Err(e) = s
+            .call("reap expired", s.db.reap_expired(s.ttl, REAP_LIMIT))
+            .await
+        {
+            tracing::debug!(target: "leasehold::sql", error = %e, "deleting expired sessions failed; the next renewals try again");
+        }
+    });
+}
+
 /// The keeper: a renewal every quarter of the TTL, each on its own (an answer moves the deadline from its own send
-/// time); ends when the session is dropped (it holds only a `Weak`) or lost.
+/// time), and now and then a clean-up of expired sessions ([`reap_expired`]); ends when the session is dropped (it
+/// holds only a `Weak`) or lost.
 async fn keep(shared: Weak<Shared>) {
     let Some(every) = shared.upgrade().map(|s| s.ttl / 4) else {
         return;
@@ -299,6 +324,9 @@ async fn keep(shared: Weak<Shared>) {
                     return;
                 }
                 round += 1;
+                if round % i64::from(REAP_EVERY) == 1 {
+                    reap_expired(&session);
+                }
                 let sent = clock::now();
                 // Registered with each grant before the renewal leaves, as the Redis keeper registers a renewal.
                 let begun = session.state.begin_round(session.ttl);

@@ -92,8 +92,10 @@ impl Drop for Pending {
 }
 
 impl SqlStore {
-    /// Connects: creates the tables when they are missing, and opens the first session now, so that an unreachable
-    /// or refusing database fails here and not at the first lock.
+    /// Connects: creates the tables when they are missing (or finds them), so that an unreachable database fails here
+    /// and not at the first lock. The first session is opened by the first acquisition: a client that only reads
+    /// (`inspect`, `held_locks`: the command's `status` and `list`) writes nothing, and needs only the right to read
+    /// the tables (tested by `sql_client`'s `reads::reads_write_nothing_and_need_only_select`).
     pub(crate) async fn connect(
         url: &str,
         prefix: String,
@@ -115,7 +117,6 @@ impl SqlStore {
             session: tokio::sync::Mutex::new(None),
             background: Arc::default(),
         };
-        store.session().await.map_err(|e| store.error(e))?;
         Ok(store)
     }
 
