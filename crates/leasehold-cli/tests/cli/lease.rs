@@ -355,8 +355,10 @@ async fn a_program_that_traps_sigterm_is_dead_before_the_next_holder_s_program_s
     assert!(is_dead(&seen), "the first program still ran: {seen}");
     assert_eq!(second.code(SOON), Some(0), "{}", second.stderr());
     assert_eq!(first.code(SOON), Some(76));
+    // The program trapped SIGTERM, so a SIGKILL ended it: sent by leasehold ("sent SIGKILL"), or, when its timer came
+    // late on a loaded machine, by the enforcer at the same deadline. Either way the command said it would.
     let stderr = first.stderr();
-    assert!(stderr.contains("sent SIGKILL"), "{stderr}");
+    assert!(stderr.contains("then SIGKILL"), "{stderr}");
     await_group_gone(pid);
 }
 
