@@ -354,17 +354,10 @@ impl EtcdStore {
     /// Revokes the current session's lease (every key of the client goes with it), then waits for the background
     /// releases: true when the revoke was answered.
     pub(crate) async fn close(&self) -> bool {
-        let closed =
-            crate::backend::session::close_current(
-                &self.session,
-                |s| async move { s.revoke().await },
-            )
-            .await;
-        if let Err(e) = &closed {
-            tracing::debug!(target: TARGET, error = %e, "revoking the etcd session failed; its lease expires after its TTL");
-        }
-        self.settle().await;
-        closed.is_ok()
+        crate::backend::session::close_client(&self.session, &self.background, |s| async move {
+            s.revoke().await
+        })
+        .await
     }
 }
 

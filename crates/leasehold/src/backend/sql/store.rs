@@ -293,14 +293,10 @@ impl SqlStore {
     /// Closes the current session (its row and every entry of the client are deleted), then waits for the background
     /// releases: true when the delete was answered.
     pub(crate) async fn close(&self) -> bool {
-        let closed =
-            crate::backend::session::close_current(
-                &self.session,
-                |s| async move { s.close().await },
-            )
-            .await;
-        self.settle().await;
-        closed.is_ok()
+        crate::backend::session::close_client(&self.session, &self.background, |s| async move {
+            s.close().await
+        })
+        .await
     }
 
     /// Runs `statement` under the per-call deadline of this store's sessions.

@@ -398,13 +398,11 @@ impl ZkStore {
 
     /// Closes the current session (every node of the client goes with it), then waits for the background releases.
     pub(crate) async fn close(&self) -> bool {
-        let closed = crate::backend::session::close_current(&self.session, |s| async move {
+        crate::backend::session::close_client(&self.session, &self.background, |s| async move {
             s.close().await;
             Ok::<(), ZkError>(())
         })
-        .await;
-        self.settle().await;
-        closed.is_ok()
+        .await
     }
 }
 
