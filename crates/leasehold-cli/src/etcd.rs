@@ -1,10 +1,12 @@
 //! etcd's errors and lock holders as the rest of the command shows them. What the options mean on etcd, and what it
 //! refuses before connecting, is in [`crate::stores`].
 
+use leasehold::__etcd::rpc;
+
 /// The text of an error of etcd's client, on one line: a gRPC status as its message and the innermost cause under it
 /// (`tcp connect error: Connection refused (os error 111)`), never the `Debug` dump its own text carries.
-pub fn client_error_line(err: &etcd_client::Error) -> String {
-    let etcd_client::Error::GRpcStatus(status) = err else {
+pub fn client_error_line(err: &rpc::Error) -> String {
+    let rpc::Error::GRpcStatus(status) = err else {
         return err.to_string();
     };
     let mut text = match status.message() {

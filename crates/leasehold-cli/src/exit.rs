@@ -121,7 +121,7 @@ fn chain_line<'a>(causes: impl Iterator<Item = &'a (dyn std::error::Error + 'sta
         .filter(|cause| !(cause.is::<leasehold::redis::RedisError>() && cause.source().is_some()))
         .filter(|cause| !repeats_its_source(*cause))
         .map(|cause| {
-            let text = match cause.downcast_ref::<etcd_client::Error>() {
+            let text = match cause.downcast_ref::<leasehold::__etcd::rpc::Error>() {
                 Some(etcd) => crate::etcd::client_error_line(etcd),
                 None => cause.to_string(),
             };
@@ -400,7 +400,7 @@ mod tests {
         let postgres = tokio_postgres::Error::__private_api_timeout();
         assert_eq!(error_line(&postgres), "timeout waiting for server");
 
-        let etcd = etcd_client::Error::IoError(refused());
+        let etcd = leasehold::__etcd::rpc::Error::IoError(refused());
         assert_eq!(
             error_line(&etcd),
             "io error: Connection refused (os error 111)"

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions};
+use leasehold::__etcd::rpc::{Client, ConnectOptions};
 use leasehold_tests::{EtcdCluster, EtcdServer};
 
 /// The bound on any one request of these tests; a request to a dead leader would otherwise hang for ~7 s.

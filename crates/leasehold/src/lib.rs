@@ -434,6 +434,8 @@ pub use backend::sql::fenced::SqlCommitCheck;
 #[cfg(feature = "etcd")]
 #[doc(hidden)]
 pub mod __etcd {
+    /// leasehold's own etcd client, for the command's bench floor and the tests that talk to etcd directly.
+    pub use crate::backend::etcd::rpc;
     pub use crate::backend::etcd::{
         EtcdError, Grant, Kind, Released, Session, SessionLoss, SessionOptions, DEFAULT_TTL,
         MAX_PATH_LEN, MIN_TTL,

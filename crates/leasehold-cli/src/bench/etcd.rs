@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use etcd_client::{Client, ConnectOptions, LockOptions};
+use leasehold::__etcd::rpc::{Client, ConnectOptions, LockOptions};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::task::JoinHandle;
 

@@ -9,7 +9,7 @@ mod kinds;
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use leasehold::__etcd::rpc::{Client, ConnectOptions, GetOptions};
 use leasehold::__etcd::{Session, SessionOptions};
 use leasehold_tests::EtcdServer;
 

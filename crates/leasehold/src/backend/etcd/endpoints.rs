@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use super::rpc::{self, Client, ConnectOptions};
 use tonic::Code;
 
 use super::EtcdError;
@@ -93,14 +93,14 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, EtcdError> {
 
 /// The TLS settings of every member of an `etcds://` URL: the given CA, or the system's trust store.
 #[cfg(feature = "tls")]
-fn tls_options(tls: &EtcdTls) -> etcd_client::TlsOptions {
-    let options = etcd_client::TlsOptions::new();
+fn tls_options(tls: &EtcdTls) -> rpc::TlsOptions {
+    let options = rpc::TlsOptions::new();
     let options = match &tls.ca {
-        Some(ca) => options.ca_certificate(etcd_client::Certificate::from_pem(ca)),
+        Some(ca) => options.ca_certificate(rpc::Certificate::from_pem(ca)),
         None => options.with_native_roots(),
     };
     match &tls.identity {
-        Some((cert, key)) => options.identity(etcd_client::Identity::from_pem(cert, key)),
+        Some((cert, key)) => options.identity(rpc::Identity::from_pem(cert, key)),
         None => options,
     }
 }
@@ -205,7 +205,7 @@ impl Endpoints {
     ) -> Result<T, EtcdError>
     where
         F: FnMut(Client) -> Fut,
-        Fut: Future<Output = Result<T, etcd_client::Error>>,
+        Fut: Future<Output = Result<T, rpc::Error>>,
     {
         let tries = 2 * self.clients.len().max(1);
         let mut last = None;
@@ -239,10 +239,10 @@ impl Endpoints {
 
 /// Whether a failed try may succeed on another member or a moment later: the connection broke, the member has no
 /// leader, or the request timed out inside etcd (a leader change).
-pub(crate) fn is_transient(e: &etcd_client::Error) -> bool {
+pub(crate) fn is_transient(e: &rpc::Error) -> bool {
     match e {
-        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-        etcd_client::Error::GRpcStatus(status) => matches!(
+        rpc::Error::TransportError(_) | rpc::Error::IoError(_) => true,
+        rpc::Error::GRpcStatus(status) => matches!(
             status.code(),
             Code::Unavailable
                 | Code::DeadlineExceeded

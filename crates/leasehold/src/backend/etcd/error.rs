@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::rpc;
 use super::session::SessionLoss;
 
 /// What can go wrong in the etcd recipe.
@@ -47,7 +48,7 @@ pub enum EtcdError {
         op: &'static str,
         /// What the client reported.
         #[source]
-        source: etcd_client::Error,
+        source: rpc::Error,
     },
 
     /// The session's lease ended (or may have ended, by the local deadline): every key of the session is gone, or

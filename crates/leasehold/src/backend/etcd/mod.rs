@@ -58,6 +58,7 @@ pub(crate) mod endpoints;
 pub(crate) mod error;
 pub(crate) mod kind;
 pub(crate) mod recipe;
+pub mod rpc;
 pub(crate) mod session;
 pub(crate) mod store;
 

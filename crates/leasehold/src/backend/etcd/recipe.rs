@@ -17,9 +17,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, TxnResponse, WatchOptions,
+use super::rpc::{
+    self, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, TxnResponse, WatchOptions,
 };
 
 use super::kind::{admit, prefix, waiter_key, Admission};
@@ -345,7 +345,7 @@ async fn enqueue(
 fn lease_gone_is_loss(e: EtcdError, session: &Shared) -> EtcdError {
     match &e {
         EtcdError::Etcd {
-            source: etcd_client::Error::GRpcStatus(status),
+            source: rpc::Error::GRpcStatus(status),
             ..
         } if status.message().contains("lease not found") => {
             EtcdError::SessionLost(session.loss().unwrap_or(super::SessionLoss::Revoked))
@@ -401,10 +401,7 @@ async fn check(
 }
 
 /// The key-values of every range response of a transaction, in order.
-fn ranges(
-    response: &TxnResponse,
-    op: &'static str,
-) -> Result<Vec<Vec<etcd_client::KeyValue>>, EtcdError> {
+fn ranges(response: &TxnResponse, op: &'static str) -> Result<Vec<Vec<rpc::KeyValue>>, EtcdError> {
     response
         .op_responses()
         .into_iter()
@@ -441,7 +438,7 @@ async fn wait_then_check(
         let mut stream = client.watch(key, Some(options)).await?;
         // The first answer says the watch exists, and the revision it starts after.
         let created = stream.message().await?;
-        Ok::<_, etcd_client::Error>((
+        Ok::<_, rpc::Error>((
             stream,
             created.and_then(|c| c.header().map(|h| h.revision())),
         ))
@@ -472,7 +469,7 @@ async fn wait_then_check(
                         || response
                             .events()
                             .iter()
-                            .any(|e| e.event_type() == etcd_client::EventType::Delete)
+                            .any(|e| e.event_type() == rpc::EventType::Delete)
                     {
                         return;
                     }

@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
+use super::rpc::{self, LeaseKeepAliveStream, LeaseKeeper};
 use tokio::time::Instant;
 
 use super::endpoints::{is_transient, Endpoints};
@@ -298,7 +298,7 @@ async fn revoke(shared: &Shared) -> Result<(), EtcdError> {
     match revoked {
         // Already gone (expired, or a retried revoke): what was asked.
         Err(EtcdError::Etcd {
-            source: etcd_client::Error::GRpcStatus(status),
+            source: rpc::Error::GRpcStatus(status),
             ..
         }) if status.code() == tonic::Code::NotFound => Ok(()),
         other => other.map(drop),
@@ -384,13 +384,10 @@ async fn read_keys(session: &Shared, keys: &[(Arc<str>, i64)]) -> Option<Vec<boo
     let read = session
         .endpoints
         .call("ownership read", |mut c| {
-            let txn = etcd_client::Txn::new().and_then(
+            let txn = rpc::Txn::new().and_then(
                 keys.iter()
                     .map(|(key, _)| {
-                        etcd_client::TxnOp::get(
-                            &**key,
-                            Some(etcd_client::GetOptions::new().with_keys_only()),
-                        )
+                        rpc::TxnOp::get(&**key, Some(rpc::GetOptions::new().with_keys_only()))
                     })
                     .collect::<Vec<_>>(),
             );
@@ -402,7 +399,7 @@ async fn read_keys(session: &Shared, keys: &[(Arc<str>, i64)]) -> Option<Vec<boo
         keys.iter()
             .zip(read.op_responses())
             .map(|((_, revision), response)| match response {
-                etcd_client::TxnOpResponse::Get(get) => get.kvs().first().is_some_and(|kv| {
+                rpc::TxnOpResponse::Get(get) => get.kvs().first().is_some_and(|kv| {
                     kv.create_revision() == *revision && kv.lease() == session.lease
                 }),
                 // Not a read's answer: no verdict against the grant.
@@ -426,7 +423,7 @@ async fn keep_alive_once(
                 // The crate read the first answer and checked its TTL > 0; the TTL is the granted one.
                 Ack::Renewed(session.ttl)
             }
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => Ack::Gone,
+            Ok(Err(rpc::Error::LeaseKeepAliveError(_))) => Ack::Gone,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "opening the etcd keep-alive stream failed");
                 session.endpoints.failed(i);

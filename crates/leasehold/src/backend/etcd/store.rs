@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+use super::rpc::{self, DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::kind::{admit, key_kind, Admission};
 use super::recipe::{Grant, Released};
@@ -215,7 +215,7 @@ impl EtcdStore {
         &self,
         op: &'static str,
         prefix: &str,
-    ) -> Result<(Arc<Session>, etcd_client::GetResponse), Error> {
+    ) -> Result<(Arc<Session>, rpc::GetResponse), Error> {
         let session = self
             .session()
             .await
