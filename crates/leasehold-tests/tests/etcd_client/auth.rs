@@ -5,7 +5,7 @@ use std::process::Command;
 use leasehold::Client;
 use leasehold_tests::{EtcdCluster, EtcdServer};
 
-use crate::{fresh_prefix, TTL};
+use crate::{fresh_prefix, renewed_after, TTL};
 
 /// Runs `etcdctl ARGS` against `etcd` as root (once auth is on), and asserts it succeeded.
 fn etcdctl(etcd: &EtcdServer, root: bool, args: &[&str]) {
@@ -24,37 +24,41 @@ fn etcdctl(etcd: &EtcdServer, root: bool, args: &[&str]) {
     );
 }
 
+/// Adds user `root` (password `r00t`) and user `app` (password `p@ss:w`, with characters a URL must escape), who
+/// may read and write under `prefix/`, and turns authentication on.
+fn enable_auth(etcd: &EtcdServer, prefix: &str) {
+    etcdctl(
+        etcd,
+        false,
+        &["user", "add", "root:r00t", "--interactive=false"],
+    );
+    etcdctl(etcd, false, &["role", "add", "locker"]);
+    etcdctl(
+        etcd,
+        false,
+        &[
+            "role",
+            "grant-permission",
+            "locker",
+            "--prefix=true",
+            "readwrite",
+            &format!("{prefix}/"),
+        ],
+    );
+    // A password with characters a URL must escape: '@' and ':'.
+    etcdctl(
+        etcd,
+        false,
+        &["user", "add", "app:p@ss:w", "--interactive=false"],
+    );
+    etcdctl(etcd, false, &["user", "grant-role", "app", "locker"]);
+    etcdctl(etcd, false, &["auth", "enable"]);
+}
+
 pub async fn credentials_in_the_url_authenticate(_cluster: &mut EtcdCluster) {
     let etcd = tokio::task::block_in_place(EtcdServer::start);
     let prefix = fresh_prefix();
-    tokio::task::block_in_place(|| {
-        etcdctl(
-            &etcd,
-            false,
-            &["user", "add", "root:r00t", "--interactive=false"],
-        );
-        etcdctl(&etcd, false, &["role", "add", "locker"]);
-        etcdctl(
-            &etcd,
-            false,
-            &[
-                "role",
-                "grant-permission",
-                "locker",
-                "--prefix=true",
-                "readwrite",
-                &format!("{prefix}/"),
-            ],
-        );
-        // A password with characters a URL must escape: '@' and ':'.
-        etcdctl(
-            &etcd,
-            false,
-            &["user", "add", "app:p@ss:w", "--interactive=false"],
-        );
-        etcdctl(&etcd, false, &["user", "grant-role", "app", "locker"]);
-        etcdctl(&etcd, false, &["auth", "enable"]);
-    });
+    tokio::task::block_in_place(|| enable_auth(&etcd, &prefix));
     let endpoint = etcd.endpoint();
     let connect = |credentials: &str| {
         let url = format!("etcd://{credentials}{endpoint}");
@@ -112,5 +116,30 @@ pub async fn credentials_in_the_url_authenticate(_cluster: &mut EtcdCluster) {
             "{chain}"
         );
     }
+    tokio::task::block_in_place(|| etcdctl(&etcd, true, &["auth", "disable"]));
+}
+
+/// etcd forgets every token it gave when authentication is turned off and on again (as when a member restarts, or
+/// a token's TTL passes): the client authenticates again at the first refusal, and its session, and a hold under
+/// it, carry on.
+pub async fn a_client_authenticates_again_when_its_token_is_forgotten(_cluster: &mut EtcdCluster) {
+    let etcd = tokio::task::block_in_place(EtcdServer::start);
+    let prefix = fresh_prefix();
+    tokio::task::block_in_place(|| enable_auth(&etcd, &prefix));
+    let url = format!("etcd://app:p%40ss%3Aw@{}", etcd.endpoint());
+    let locks = crate::client(&url, &prefix).await;
+    let held = locks.mutex("vault").lock().await.unwrap();
+    tokio::task::block_in_place(|| {
+        etcdctl(&etcd, true, &["auth", "disable"]);
+        etcdctl(&etcd, false, &["auth", "enable"]);
+    });
+    let forgotten_at = tokio::time::Instant::now();
+    renewed_after(&held.lease(), forgotten_at).await;
+    let other = tokio::time::timeout(crate::EVENT, locks.mutex("safe").lock())
+        .await
+        .expect("a lock after the tokens were forgotten, within the bound")
+        .unwrap();
+    other.release().await.unwrap();
+    held.release().await.unwrap();
     tokio::task::block_in_place(|| etcdctl(&etcd, true, &["auth", "disable"]));
 }

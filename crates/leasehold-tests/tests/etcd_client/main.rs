@@ -31,6 +31,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     cancel::acquisitions_dropped_at_random_points_leave_nothing_behind,
     interop::etcdctl_lock_and_a_leasehold_mutex_exclude_each_other,
     auth::credentials_in_the_url_authenticate,
+    auth::a_client_authenticates_again_when_its_token_is_forgotten,
     tls::etcds_trusts_a_private_ca,
     tls::etcds_presents_a_client_certificate_when_asked,
 ];
