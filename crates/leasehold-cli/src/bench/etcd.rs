@@ -1,8 +1,8 @@
 //! The bench's etcd (`--store etcd://host:port[,host:port…]`): the plain recipe a Go user gets, which is the floor
 //! on etcd, the raw round trip, and what is read from the members themselves over their `/metrics` page.
 //!
-//! The floor is etcd's own server-side lock, the `Lock`/`Unlock` RPC of its v3lock API (what `etcd-client`'s
-//! `lock`/`unlock` call, and Go's `v3lockpb` clients): `Lock(name, lease)` puts a key under `name/` with the
+//! The floor is etcd's own server-side lock, the `Lock`/`Unlock` RPC of its v3lock API (what leasehold's own etcd
+//! client's `lock`/`unlock` call, and Go's `v3lockpb` clients): `Lock(name, lease)` puts a key under `name/` with the
 //! caller's lease and answers once it is the oldest there; `Unlock(key)` deletes it. One lease per process, granted
 //! before the measured window and kept alive by a task of its own.
 

@@ -1,10 +1,10 @@
-//! Where requests go: one `etcd-client` per member, a per-call deadline on every request, and retries on the next
+//! Where requests go: one [`Client`] per member, a per-call deadline on every request, and retries on the next
 //! member for requests that may be repeated.
 //!
 //! A request in flight to a member that was just killed or paused does not fail: the server answers "request timed
 //! out, possibly due to previous leader failure" after about 7 s, and a stopped member never. So every call runs
 //! under its own deadline, shorter than the session's lease, and a call that may be repeated moves on to the next
-//! member when it passes. One client per member (instead of the crate's balanced channel over all of them) is what
+//! member when it passes. One client per member (instead of one balanced channel over all of them) is what
 //! lets a retry choose *another* member.
 
 use std::future::Future;

@@ -15,6 +15,8 @@
 //! - [`kind`]: the key layout and the kinds' admission rules.
 //! - [`recipe`]: enqueue, check, wait, release, and the clean-up of abandoned waiter keys.
 //! - [`error`]: the recipe's error type, [`EtcdError`].
+//! - [`rpc`]: leasehold's own etcd client, on tonic and prost over code generated from `proto/` and checked in (no
+//!   `protoc` to build).
 //!
 //! # Key layout, and why
 //!
