@@ -6,9 +6,11 @@ use std::future::Future;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use futures_util::stream::{self, Stream};
+use tokio::sync::mpsc;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Request, Status};
+use tonic::{Code, Request, Response, Status};
 
 use super::pb::etcdserverpb::auth_client::AuthClient;
 use super::pb::etcdserverpb::AuthenticateRequest;
@@ -24,6 +26,28 @@ const REQUIRE_LEADER: (&str, &str) = ("hasleader", "true");
 /// What etcd answers a call whose token expired or is unknown (`rpctypes.ErrInvalidAuthToken`); the `Lock` service,
 /// built on etcd's in-process client, loses the `Unauthenticated` code and keeps only this text.
 const INVALID_AUTH_TOKEN: &str = "etcdserver: invalid auth token";
+
+/// Room for messages queued on an outgoing stream before a send waits.
+const QUEUE: usize = 16;
+
+/// The request that opens a bidirectional stream, `first`'s message first, and the sender of the messages after it:
+/// the stream's outgoing half ends when the sender is dropped.
+pub(super) fn stream_request<M: Send + 'static>(
+    first: Request<M>,
+) -> (
+    mpsc::Sender<M>,
+    Request<impl Stream<Item = M> + Send + 'static>,
+) {
+    let (sender, receiver) = mpsc::channel(QUEUE);
+    let request = first.map(|first| {
+        // Room for it: the channel is new.
+        let _ = sender.try_send(first);
+        stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|message| (message, receiver))
+        })
+    });
+    (sender, request)
+}
 
 /// How to reach the members: deadlines, HTTP/2 keep-alive, credentials, TLS. Everything defaults to off.
 #[derive(Debug, Clone)]
@@ -172,23 +196,25 @@ impl Client {
         self.channel.clone()
     }
 
-    /// Sends one call (`send` builds it from `message` and sends it); when etcd says the token is not valid (it
-    /// expired), authenticates again, unless another call already did, and sends it once more.
+    /// Sends one call (`send` sends `message`, made a request, on the channel) and returns its answer; when etcd
+    /// says the token is not valid (it forgot it), authenticates again, unless another call already did, and sends
+    /// it once more.
     pub(super) async fn call<M, T, F, Fut>(&self, message: M, send: F) -> Result<T, Error>
     where
         M: Clone,
         F: Fn(Channel, Request<M>) -> Fut,
-        Fut: Future<Output = Result<T, Status>>,
+        Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let sent_with = self.token();
-        match send(self.channel(), self.request(message.clone(), &sent_with)).await {
+        let answer = match send(self.channel(), self.request(message.clone(), &sent_with)).await {
             Err(status) if self.auth.user.is_some() && is_invalid_auth_token(&status) => {
                 self.authenticate_unless_renewed(sent_with).await?;
                 let token = self.token();
-                Ok(send(self.channel(), self.request(message, &token)).await?)
+                send(self.channel(), self.request(message, &token)).await
             }
-            answer => Ok(answer?),
-        }
+            answer => answer,
+        };
+        Ok(answer?.into_inner())
     }
 
     /// `message` as a request carrying the token and the leader requirement.

@@ -309,12 +309,10 @@ impl Client {
         options: Option<GetOptions>,
     ) -> Result<GetResponse, Error> {
         let request = options.unwrap_or_default().request(key.into());
-        let answer = self
-            .call(request, |channel, request| async move {
-                KvClient::new(channel).range(request).await
-            })
-            .await?;
-        Ok(answer.into_inner())
+        self.call(request, |channel, request| async move {
+            KvClient::new(channel).range(request).await
+        })
+        .await
     }
 
     /// Puts `value` at `key`.
@@ -338,12 +336,10 @@ impl Client {
             lease: options.unwrap_or_default().lease,
             ..PutRequest::default()
         };
-        let answer = self
-            .call(request, |channel, request| async move {
-                KvClient::new(channel).put(request).await
-            })
-            .await?;
-        Ok(answer.into_inner())
+        self.call(request, |channel, request| async move {
+            KvClient::new(channel).put(request).await
+        })
+        .await
     }
 
     /// Deletes `key` (or the keys `options` name).
@@ -361,12 +357,10 @@ impl Client {
         options: Option<DeleteOptions>,
     ) -> Result<DeleteResponse, Error> {
         let request = options.unwrap_or_default().request(key.into());
-        let answer = self
-            .call(request, |channel, request| async move {
-                KvClient::new(channel).delete_range(request).await
-            })
-            .await?;
-        Ok(answer.into_inner())
+        self.call(request, |channel, request| async move {
+            KvClient::new(channel).delete_range(request).await
+        })
+        .await
     }
 
     /// Runs a transaction.
@@ -379,12 +373,10 @@ impl Client {
     ///
     /// The transaction may or may not have run.
     pub async fn txn(&mut self, txn: Txn) -> Result<TxnResponse, Error> {
-        let answer = self
-            .call(txn.0, |channel, request| async move {
-                KvClient::new(channel).txn(request).await
-            })
-            .await?;
-        Ok(answer.into_inner())
+        self.call(txn.0, |channel, request| async move {
+            KvClient::new(channel).txn(request).await
+        })
+        .await
     }
 }
 

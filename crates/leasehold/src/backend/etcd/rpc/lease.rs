@@ -1,9 +1,9 @@
 //! The Lease service: grant, revoke, time to live, and the keep-alive stream.
 
-use futures_util::stream::{self, Stream};
 use tokio::sync::mpsc;
 use tonic::Streaming;
 
+use super::client::stream_request;
 use super::pb::etcdserverpb::lease_client::LeaseClient;
 use super::pb::etcdserverpb::{
     LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest,
@@ -13,19 +13,6 @@ use super::{Client, Error};
 pub use super::pb::etcdserverpb::{
     LeaseGrantResponse, LeaseKeepAliveResponse, LeaseRevokeResponse, LeaseTimeToLiveResponse,
 };
-
-/// The messages of an outgoing stream, sent through `receiver`'s channel: the stream ends when every sender is
-/// dropped.
-pub(super) fn outgoing<M: Send + 'static>(
-    receiver: mpsc::Receiver<M>,
-) -> impl Stream<Item = M> + Send + 'static {
-    stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|message| (message, receiver))
-    })
-}
-
-/// Room for messages queued on an outgoing stream before a send waits.
-pub(super) const QUEUE: usize = 16;
 
 impl Client {
     /// Grants a lease of `ttl` seconds (etcd may raise it to its minimum). `id` 0, or `None`, lets etcd choose the
@@ -47,12 +34,10 @@ impl Client {
             ttl,
             id: id.unwrap_or(0),
         };
-        let answer = self
-            .call(request, |channel, request| async move {
-                LeaseClient::new(channel).lease_grant(request).await
-            })
-            .await?;
-        Ok(answer.into_inner())
+        self.call(request, |channel, request| async move {
+            LeaseClient::new(channel).lease_grant(request).await
+        })
+        .await
     }
 
     /// Revokes lease `id`, which deletes every key under it.
@@ -65,12 +50,10 @@ impl Client {
     ///
     /// The revoke may or may not have happened.
     pub async fn lease_revoke(&mut self, id: i64) -> Result<LeaseRevokeResponse, Error> {
-        let answer = self
-            .call(LeaseRevokeRequest { id }, |channel, request| async move {
-                LeaseClient::new(channel).lease_revoke(request).await
-            })
-            .await?;
-        Ok(answer.into_inner())
+        self.call(LeaseRevokeRequest { id }, |channel, request| async move {
+            LeaseClient::new(channel).lease_revoke(request).await
+        })
+        .await
     }
 
     /// How long lease `id` has left (a TTL of -1 when it is gone). The options are for the shape of
@@ -89,12 +72,10 @@ impl Client {
         _options: Option<()>,
     ) -> Result<LeaseTimeToLiveResponse, Error> {
         let request = LeaseTimeToLiveRequest { id, keys: false };
-        let answer = self
-            .call(request, |channel, request| async move {
-                LeaseClient::new(channel).lease_time_to_live(request).await
-            })
-            .await?;
-        Ok(answer.into_inner())
+        self.call(request, |channel, request| async move {
+            LeaseClient::new(channel).lease_time_to_live(request).await
+        })
+        .await
     }
 
     /// Opens a keep-alive stream for lease `id`, sends the first keep-alive and reads its answer.
@@ -112,22 +93,11 @@ impl Client {
         id: i64,
     ) -> Result<(LeaseKeeper, LeaseKeepAliveStream), Error> {
         let (sender, mut answers) = self
-            .call(
-                LeaseKeepAliveRequest { id },
-                |channel, request| async move {
-                    let (sender, receiver) = mpsc::channel(QUEUE);
-                    let first = request.map(|first| {
-                        // Room for it: the channel is new.
-                        let _ = sender.try_send(first);
-                        outgoing(receiver)
-                    });
-                    let answers = LeaseClient::new(channel)
-                        .lease_keep_alive(first)
-                        .await?
-                        .into_inner();
-                    Ok((sender, answers))
-                },
-            )
+            .call(LeaseKeepAliveRequest { id }, |channel, first| async move {
+                let (sender, request) = stream_request(first);
+                let answers = LeaseClient::new(channel).lease_keep_alive(request).await?;
+                Ok(answers.map(|answers| (sender, answers)))
+            })
             .await?;
         match answers.message().await? {
             Some(answer) if answer.ttl > 0 => {}

@@ -46,12 +46,10 @@ impl Client {
             name: name.into(),
             lease: options.unwrap_or_default().lease,
         };
-        let answer = self
-            .call(request, |channel, request| async move {
-                LockClient::new(channel).lock(request).await
-            })
-            .await?;
-        Ok(answer.into_inner())
+        self.call(request, |channel, request| async move {
+            LockClient::new(channel).lock(request).await
+        })
+        .await
     }
 
     /// Deletes the key a [`lock`](Self::lock) answered with.
@@ -65,12 +63,10 @@ impl Client {
     /// The delete may or may not have happened.
     pub async fn unlock(&mut self, key: impl Into<Vec<u8>>) -> Result<UnlockResponse, Error> {
         let request = UnlockRequest { key: key.into() };
-        let answer = self
-            .call(request, |channel, request| async move {
-                LockClient::new(channel).unlock(request).await
-            })
-            .await?;
-        Ok(answer.into_inner())
+        self.call(request, |channel, request| async move {
+            LockClient::new(channel).unlock(request).await
+        })
+        .await
     }
 }
 

@@ -3,7 +3,7 @@
 use tokio::sync::mpsc;
 use tonic::Streaming;
 
-use super::lease::{outgoing, QUEUE};
+use super::client::stream_request;
 use super::pb::etcdserverpb::watch_client::WatchClient;
 use super::pb::etcdserverpb::{watch_request, WatchCreateRequest, WatchRequest};
 use super::{Client, Error};
@@ -69,15 +69,10 @@ impl Client {
             request_union: Some(watch_request::RequestUnion::CreateRequest(create)),
         };
         let (sender, answers) = self
-            .call(create, |channel, request| async move {
-                let (sender, receiver) = mpsc::channel(QUEUE);
-                let first = request.map(|first| {
-                    // Room for it: the channel is new.
-                    let _ = sender.try_send(first);
-                    outgoing(receiver)
-                });
-                let answers = WatchClient::new(channel).watch(first).await?.into_inner();
-                Ok((sender, answers))
+            .call(create, |channel, first| async move {
+                let (sender, request) = stream_request(first);
+                let answers = WatchClient::new(channel).watch(request).await?;
+                Ok(answers.map(|answers| (sender, answers)))
             })
             .await?;
         Ok(WatchStream {
