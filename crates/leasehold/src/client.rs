@@ -761,7 +761,7 @@ impl Builder {
     /// partitioned primary while Sentinel or the cluster promotes another) cannot grant at all. What it does not buy:
     /// `WAIT` is not consensus. The replicas hold the grant in memory, not on disk, a failover may still promote a
     /// replica that did not acknowledge, and a grant that a replica acknowledged after the timeout is released although
-    /// it was replicated. See the README's "Replicas, failover and what `WAIT` changes".
+    /// it was replicated. See DESIGN.md, "Failover on Redis: what a held lock survives".
     pub fn replicas(mut self, count: u32) -> Builder {
         self.replicas = count;
         self

@@ -132,7 +132,7 @@
 //! (`redis+sentinel://s1:p1,s2:p2/service`), with "the server" read as the lock's current primary and the failover
 //! assumption above. All keys of a lock share one slot; every cluster call is bounded by the response timeout;
 //! wake-ups use a sharded channel in the lock's slot on a cluster; a Sentinel client follows the primary the
-//! sentinels name. The measured failure table is in the README ("Replicas, failover and what `WAIT` changes").
+//! sentinels name. The measured failure table is in DESIGN.md ("Failover on Redis: what a held lock survives").
 //!
 //! # etcd (feature `etcd`)
 //!
