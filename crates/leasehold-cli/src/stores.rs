@@ -332,8 +332,8 @@ pub fn check_demo(url: Option<&str>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// When a grant the command could not release goes by itself, for warnings: within its lease (`ttl`) on Redis and
-/// etcd; on ZooKeeper with the session, whose timeout ZooKeeper negotiated from `ttl`.
+/// When a grant the command could not release goes by itself, for warnings: within its lease (`ttl`) on Redis, etcd,
+/// PostgreSQL and MySQL/MariaDB; on ZooKeeper with the session, whose timeout ZooKeeper negotiated from `ttl`.
 pub fn expiry(store: Store, ttl: Duration) -> String {
     match store {
         Store::ZooKeeper => format!(
