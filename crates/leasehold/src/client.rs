@@ -25,12 +25,13 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default time a lock's fence counter outlives its last grant.
 pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
-/// A handle to one Redis server for taking locks. Cheap to clone; clones share the connection, the lease keeper
-/// and the wake-up subscriber.
+/// A handle to one store for taking locks: a Redis server (or Cluster, or the primary Sentinel names), an etcd
+/// cluster, a ZooKeeper ensemble, or a PostgreSQL or MySQL/MariaDB database. Cheap to clone; clones share the
+/// connections, the lease keeper and the wake-up subscriber.
 ///
-/// Create one per process (or per Redis server) and keep it: every client owns one multiplexed command
+/// Create one per process (or per store) and keep it: on Redis every client owns one multiplexed command
 /// connection, one subscriber connection (opened on the first wait) and one renewal task (started with the first
-/// kept lease).
+/// kept lease); on the other stores, its sessions and their keep-alive.
 ///
 /// # Examples
 ///
@@ -102,9 +103,9 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to the Redis server at `url` with default settings.
+    /// Connects to the store at `url` (Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB) with default settings.
     ///
-    /// Accepted URLs:
+    /// Accepted URLs, on Redis:
     /// - `redis://[user[:password]@]host[:port][/db]`, one server (`rediss://…` with the `tls` feature);
     /// - `unix:///path/to/socket` or `redis+unix:///path/to/socket`, one server on a Unix socket;
     /// - `redis+cluster://[user[:password]@]host:port,host:port,…`, a Redis Cluster through every seed node you know
@@ -112,6 +113,11 @@ impl Client {
     /// - `redis+sentinel://[user[:password]@]host:port,host:port/service[/db]`, the primary that the sentinels name
     ///   for `service`, followed across failovers (`rediss+sentinel://` for TLS; the credentials are the data
     ///   nodes', see [`Builder::sentinel_auth`] for the sentinels' own).
+    ///
+    /// and, with a store's cargo feature, `etcd://[user:password@]host:port[,host:port…]` (`etcds://` for TLS; feature
+    /// `etcd`), `zk://[user:password@]host:port[,host:port…][/chroot]` (feature `zookeeper`),
+    /// `postgres://user[:password]@host[:port]/db` or `postgresql://…` (`?sslmode=require` for TLS; feature
+    /// `postgres`), and `mysql://…` or `mariadb://…` (feature `mysql`): see the crate docs' section on each store.
     ///
     /// A `redis://` or `rediss://` URL may name one node of a Redis Cluster: the client asks the server (`INFO
     /// cluster`, or `CLUSTER SLOTS` for a Redis user that may not run `INFO`), and for a cluster node it uses the
@@ -678,7 +684,8 @@ impl Builder {
     }
 
     /// Trusts the CA certificate(s) in `pem` (PEM text, as in a `ca.crt` file) for the server's certificate,
-    /// instead of the system's trust store. For `rediss://` and `etcds://` URLs only. Needs the `tls` feature.
+    /// instead of the system's trust store. For `rediss://`, `etcds://` and `postgres://…?sslmode=require` URLs only.
+    /// Needs the `tls` feature.
     ///
     /// Checked by [`connect`](Builder::connect): a PEM with no readable certificate, or a URL without TLS, is
     /// [`InvalidArgument::BadTls`].
@@ -690,7 +697,8 @@ impl Builder {
     }
 
     /// Presents this client certificate (chain) and private key, both PEM, for servers that require mutual TLS
-    /// (`tls-auth-clients yes`, etcd's `--client-cert-auth`). For `rediss://` and `etcds://` URLs only. Needs the `tls` feature.
+    /// (`tls-auth-clients yes`, etcd's `--client-cert-auth`, a PostgreSQL `hostssl … cert` rule). For `rediss://`,
+    /// `etcds://` and `postgres://…?sslmode=require` URLs only. Needs the `tls` feature.
     ///
     /// Checked by [`connect`](Builder::connect), as [`tls_ca_pem`](Builder::tls_ca_pem).
     #[cfg(feature = "tls")]

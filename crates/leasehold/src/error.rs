@@ -17,7 +17,8 @@ use crate::engine::lease::LossReason;
 /// The variants let a caller tell apart "someone else holds it" ([`Error::Busy`]), "I gave up waiting"
 /// ([`Error::Timeout`]), "I had it and lost it" ([`Error::LeaseLost`], [`Error::NotOwner`]), "I asked for
 /// something that makes no sense" ([`Error::InvalidArgument`]), "that key is not a lock" ([`Error::NotALock`])
-/// and "Redis is down or refused" ([`Error::Connect`], [`Error::Redis`]).
+/// and "the store is down or refused" ([`Error::Connect`], [`Error::Redis`] on Redis; [`Error::Store`] on etcd,
+/// ZooKeeper, PostgreSQL and MySQL/MariaDB).
 ///
 /// Its text says what happened and leaves the cause to [`source`](std::error::Error::source): print it with a chain
 /// printer (`{:#}` of an `anyhow::Error`, or a loop over `source()`) to see both, each once.
@@ -153,10 +154,11 @@ pub enum Error {
     /// Redis could not be reached, timed out, or answered with an error.
     Redis(redis::RedisError),
 
-    /// A coordination store other than Redis (etcd, with the `etcd` feature) could not be reached within the
-    /// per-call deadline on any member, refused a request, or lost the session the client's grants lived in.
+    /// A store other than Redis (etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB, each with its cargo feature) could
+    /// not be reached within the per-call deadline on any member, refused a request, or lost the session the
+    /// client's grants lived in.
     Store {
-        /// Which store: `"etcd"`.
+        /// Which store: `"etcd"`, `"zookeeper"`, `"postgres"` or `"mysql"`.
         store: &'static str,
         /// The URL the client was connected with.
         url: String,
@@ -501,7 +503,8 @@ pub enum InvalidArgument {
         why: &'static str,
     },
     /// The TLS settings cannot be used: a CA or client certificate that is not PEM or holds nothing usable, or
-    /// certificates given for a URL without TLS (`redis://` instead of `rediss://`).
+    /// certificates given for a URL without TLS (`redis://` instead of `rediss://`, `etcd://` instead of `etcds://`, a
+    /// `zk://` URL).
     #[error("TLS settings are not usable: {0}")]
     BadTls(String),
 }
