@@ -445,8 +445,22 @@ impl Client {
         self.redis().ok()?.cluster_pipelines()
     }
 
+    /// The lease of a lock that sets no [`ttl`](crate::Mutex::ttl): [`DEFAULT_TTL`](crate::DEFAULT_TTL) (30 s) on
+    /// every store, unless [`Builder::session_ttl`] set another on a store with sessions.
+    pub(crate) fn default_ttl(&self) -> Duration {
+        match &self.store {
+            Store::Redis(_) => crate::kinds::mutex::DEFAULT_TTL,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => etcd.default_ttl(),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => zk.default_ttl(),
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => sql.default_ttl(),
+        }
+    }
+
     /// Leases the keeper renews right now (on etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB, the grants that follow
-    /// the session).
+    /// the client's sessions).
     #[doc(hidden)]
     pub fn kept_leases(&self) -> usize {
         match &self.store {
@@ -616,7 +630,7 @@ pub struct Holder {
 #[must_use = "a builder does nothing until `connect` is called"]
 pub struct Builder {
     target: Where,
-    /// The etcd session's TTL, when set ([`Builder::session_ttl`]).
+    /// The default lease on a store with sessions, when set ([`Builder::session_ttl`]).
     session_ttl: Option<Duration>,
     conn: Option<Conn>,
     prefix: String,
@@ -704,14 +718,17 @@ impl Builder {
         self
     }
 
-    /// The length of the session every grant of the client lives under, on etcd, ZooKeeper, PostgreSQL and
-    /// MySQL/MariaDB. On etcd, the lease's
-    /// TTL: whole seconds, at least 2 s (etcd's shortest lease), 10 s by default; the client sends a keep-alive every
-    /// third of it. On ZooKeeper, the session timeout asked for: at least 1 s, at most 24 days, 10 s by default; the
-    /// ensemble clamps it to its bounds (by default 2 to 20 ticks) and the negotiated value counts. A crashed holder's
-    /// On PostgreSQL and MySQL/MariaDB, the session row's TTL: at least 1 s, 10 s by default, renewed every quarter of
-    /// it. A crashed holder's locks are free this long after its last keep-alive. For every URL but Redis's (on Redis
-    /// each lock handle has its own lease: [`Mutex::ttl`]); checked by [`connect`](Builder::connect).
+    /// The default lease of the locks that set no [`ttl`](Mutex::ttl), on etcd, ZooKeeper, PostgreSQL and
+    /// MySQL/MariaDB: the TTL of the session their grants live under (a lock that sets its own TTL lives under the
+    /// client's session of that TTL, one per distinct TTL: see [`Mutex::ttl`]). 30 s by default ([`DEFAULT_TTL`](crate::DEFAULT_TTL)),
+    /// as on Redis. A crashed holder's locks are free this long after its last keep-alive. On etcd, the lease's TTL:
+    /// whole seconds, at least 2 s (etcd's shortest lease); the client sends a keep-alive every third of it. On
+    /// ZooKeeper, the session timeout asked for: at least 1 s, at most 24 days; the ensemble clamps it to its bounds
+    /// (by default 2 to 20 ticks) and the negotiated value counts. On PostgreSQL and MySQL/MariaDB, the session row's
+    /// TTL: at least 1 s, renewed every quarter of it. Checked by [`connect`](Builder::connect).
+    ///
+    /// Not for Redis URLs, where [`connect`](Builder::connect) refuses it ([`InvalidArgument::BadUrl`]): there each
+    /// lock's lease is its own [`Mutex::ttl`], 30 s unless set.
     pub fn session_ttl(mut self, ttl: Duration) -> Builder {
         self.session_ttl = Some(ttl);
         self
