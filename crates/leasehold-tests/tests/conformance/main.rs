@@ -11,6 +11,7 @@ mod caps;
 mod kinds;
 mod loss;
 mod observe;
+mod ttl;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,6 +127,9 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     loss::run_drops_the_work_when_the_lease_is_lost,
     observe::inspect_and_list_name_the_holder,
     caps::the_capabilities_column_holds,
+    ttl::each_lock_is_granted_under_its_own_ttl,
+    ttl::a_short_ttl_frees_a_cut_off_holder_within_it,
+    ttl::closing_the_client_closes_the_session_of_every_ttl,
 ];
 
 fn main() {
