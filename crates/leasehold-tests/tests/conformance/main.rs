@@ -130,6 +130,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     ttl::each_lock_is_granted_under_its_own_ttl,
     ttl::a_short_ttl_frees_a_cut_off_holder_within_it,
     ttl::closing_the_client_closes_the_session_of_every_ttl,
+    ttl::a_ttl_the_store_cannot_grant_is_refused_before_anything_is_taken,
 ];
 
 fn main() {

@@ -116,3 +116,38 @@ pub async fn closing_the_client_closes_the_session_of_every_ttl(store: &mut Stor
     }
     drop((short, default));
 }
+
+pub async fn a_ttl_the_store_cannot_grant_is_refused_before_anything_is_taken(store: &mut Store) {
+    let prefix = store.fresh_prefix();
+    let a = store.client(&prefix).await;
+    // Each store's shortest lease: Redis's MIN_TTL; etcd's shortest lease; ZooKeeper's and SQL's shortest session.
+    let shortest = match store {
+        Store::Redis(_) => leasehold::MIN_TTL,
+        Store::Etcd(_) => Duration::from_secs(2),
+        _ => Duration::from_secs(1),
+    };
+    let below = shortest - Duration::from_millis(5);
+    let refused = a.mutex("tiny").ttl(below).try_lock().await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            leasehold::Error::InvalidArgument(
+                leasehold::InvalidArgument::BadDuration { .. }
+                    | leasehold::InvalidArgument::BadTtl { .. }
+            )
+        ),
+        "{refused:?}"
+    );
+    assert!(a.held_locks("*").await.unwrap().is_empty());
+    // etcd grants whole seconds: a TTL between them is rounded up, and the lease says so.
+    if let Store::Etcd(_) = store {
+        let guard = a
+            .mutex("rounded")
+            .ttl(Duration::from_millis(2500))
+            .lock()
+            .await
+            .unwrap();
+        assert_eq!(guard.ttl(), Duration::from_secs(3));
+        guard.release().await.unwrap();
+    }
+}

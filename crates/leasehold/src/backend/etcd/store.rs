@@ -66,8 +66,7 @@ impl StoreSession for Session {
 /// The etcd lease a lock asking for `ttl` is granted under: `ttl` rounded up to whole seconds (etcd's unit). A lease
 /// shorter than etcd's shortest ([`MIN_TTL`](super::MIN_TTL), 2 s) is refused rather than silently lengthened.
 pub(crate) fn lease_ttl(ttl: Duration) -> Result<Duration, Error> {
-    let whole = Duration::from_secs(ttl.as_secs() + u64::from(ttl.subsec_nanos() != 0));
-    if whole < super::MIN_TTL {
+    if ttl < super::MIN_TTL {
         return Err(crate::error::InvalidArgument::BadDuration {
             what: "lease",
             value: ttl,
@@ -75,7 +74,9 @@ pub(crate) fn lease_ttl(ttl: Duration) -> Result<Duration, Error> {
         }
         .into());
     }
-    Ok(whole)
+    Ok(Duration::from_secs(
+        ttl.as_secs() + u64::from(ttl.subsec_nanos() != 0),
+    ))
 }
 
 /// What a guard of an etcd grant needs to release it: the session the key lives under, and the grant.
