@@ -375,8 +375,9 @@ impl Client {
     }
 
     /// Ends the client's work with the store before a program exits, within `timeout`: on etcd, ZooKeeper and the
-    /// SQL stores it closes the client's session (etcd's lease revoked, ZooKeeper's session closed, the SQL session
-    /// row deleted), which deletes every entry the client still has at once, the entries of acquisitions that were
+    /// SQL stores it closes every session of the client, one per lease TTL its locks asked for (etcd's leases
+    /// revoked, ZooKeeper's sessions closed, the SQL session rows deleted), which deletes every entry the client still
+    /// has at once, the entries of acquisitions that were
     /// given up or dropped included; then it waits for the releases running in the background, as
     /// [`flush_releases`](Self::flush_releases) does. On Redis it is `flush_releases`. Returns whether all of it was
     /// answered in time; what was not is left to the session's expiry (its TTL) or the leases'.
@@ -384,7 +385,8 @@ impl Client {
     /// Every guard of the client still held loses its lease (as [`LossReason::Expired`](crate::LossReason)). The
     /// client stays usable: the next acquisition opens a new session. The `leasehold` command calls it on every way
     /// out, so that a run that gave up waiting leaves nothing behind (tested by `conformance`
-    /// `basics::a_waiter_that_gave_up_in_an_exited_process_blocks_nobody` and the CLI's
+    /// `basics::a_waiter_that_gave_up_in_an_exited_process_blocks_nobody`,
+    /// `ttl::closing_the_client_closes_the_session_of_every_ttl` and the CLI's
     /// `session_cleanup::a_waiter_that_gave_up_blocks_nobody_and_no_session_stays_on_*`).
     ///
     /// # Cancel safety
