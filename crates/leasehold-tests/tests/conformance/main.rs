@@ -77,6 +77,17 @@ impl Store {
         }
     }
 
+    /// On the SQL stores, the session rows under `prefix` (its table `PREFIX_session`); `None` elsewhere.
+    pub fn session_rows(&self, prefix: &str) -> Option<usize> {
+        let count = format!("SELECT count(*) FROM {prefix}_session");
+        let rows = match self {
+            Store::Postgres(server) => server.psql(&count),
+            Store::MySql(server) => server.sql(&count),
+            _ => return None,
+        };
+        Some(rows.trim().parse().unwrap())
+    }
+
     /// A prefix no other test uses: the namespace of one test's locks.
     pub fn fresh_prefix(&self) -> String {
         format!("conf{}", PREFIXES.fetch_add(1, Ordering::Relaxed))

@@ -99,8 +99,11 @@ pub async fn closing_the_client_closes_the_session_of_every_ttl(store: &mut Stor
         assert!(a.close(EVENT).await);
         return;
     }
+    // One session per TTL (on SQL, a row each).
+    assert!(matches!(store.session_rows(&prefix), Some(2) | None));
     // Both guards still held: closing the client closes both sessions, which deletes both entries at once.
     assert!(a.close(EVENT).await);
+    assert!(matches!(store.session_rows(&prefix), Some(0) | None));
     assert!(!short.is_held() && !default.is_held());
     assert_eq!(a.kept_leases(), 0);
     let b = store.client(&prefix).await;
