@@ -381,8 +381,9 @@ impl Client {
     }
 
     /// Ends the client's work with the store before a program exits, within `timeout`: on etcd, ZooKeeper and the
-    /// SQL stores it closes the client's session (etcd's lease revoked, ZooKeeper's session closed, the SQL session
-    /// row deleted), which deletes every entry the client still has at once, the entries of acquisitions that were
+    /// SQL stores it closes every session of the client, one per lease TTL its locks asked for (etcd's leases
+    /// revoked, ZooKeeper's sessions closed, the SQL session rows deleted), which deletes every entry the client still
+    /// has at once, the entries of acquisitions that were
     /// given up or dropped included; then it waits for the releases running in the background, as
     /// [`flush_releases`](Self::flush_releases) does. On Redis it is `flush_releases`. Returns whether all of it was
     /// answered in time; what was not is left to the session's expiry (its TTL) or the leases'.
@@ -390,7 +391,8 @@ impl Client {
     /// Every guard of the client still held loses its lease (as [`LossReason::Expired`](crate::LossReason)). The
     /// client stays usable: the next acquisition opens a new session. The `leasehold` command calls it on every way
     /// out, so that a run that gave up waiting leaves nothing behind (tested by `conformance`
-    /// `basics::a_waiter_that_gave_up_in_an_exited_process_blocks_nobody` and the CLI's
+    /// `basics::a_waiter_that_gave_up_in_an_exited_process_blocks_nobody`,
+    /// `ttl::closing_the_client_closes_the_session_of_every_ttl` and the CLI's
     /// `session_cleanup::a_waiter_that_gave_up_blocks_nobody_and_no_session_stays_on_*`).
     ///
     /// # Cancel safety
@@ -451,8 +453,22 @@ impl Client {
         self.redis().ok()?.cluster_pipelines()
     }
 
+    /// The lease of a lock that sets no [`ttl`](crate::Mutex::ttl): [`DEFAULT_TTL`](crate::DEFAULT_TTL) (30 s) on
+    /// every store, unless [`Builder::session_ttl`] set another on a store with sessions.
+    pub(crate) fn default_ttl(&self) -> Duration {
+        match &self.store {
+            Store::Redis(_) => crate::kinds::mutex::DEFAULT_TTL,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => etcd.default_ttl(),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => zk.default_ttl(),
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => sql.default_ttl(),
+        }
+    }
+
     /// Leases the keeper renews right now (on etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB, the grants that follow
-    /// the session).
+    /// the client's sessions).
     #[doc(hidden)]
     pub fn kept_leases(&self) -> usize {
         match &self.store {
@@ -622,7 +638,7 @@ pub struct Holder {
 #[must_use = "a builder does nothing until `connect` is called"]
 pub struct Builder {
     target: Where,
-    /// The etcd session's TTL, when set ([`Builder::session_ttl`]).
+    /// The default lease on a store with sessions, when set ([`Builder::session_ttl`]).
     session_ttl: Option<Duration>,
     conn: Option<Conn>,
     prefix: String,
@@ -712,14 +728,17 @@ impl Builder {
         self
     }
 
-    /// The length of the session every grant of the client lives under, on etcd, ZooKeeper, PostgreSQL and
-    /// MySQL/MariaDB. On etcd, the lease's
-    /// TTL: whole seconds, at least 2 s (etcd's shortest lease), 10 s by default; the client sends a keep-alive every
-    /// third of it. On ZooKeeper, the session timeout asked for: at least 1 s, at most 24 days, 10 s by default; the
-    /// ensemble clamps it to its bounds (by default 2 to 20 ticks) and the negotiated value counts. A crashed holder's
-    /// On PostgreSQL and MySQL/MariaDB, the session row's TTL: at least 1 s, 10 s by default, renewed every quarter of
-    /// it. A crashed holder's locks are free this long after its last keep-alive. For every URL but Redis's (on Redis
-    /// each lock handle has its own lease: [`Mutex::ttl`]); checked by [`connect`](Builder::connect).
+    /// The default lease of the locks that set no [`ttl`](Mutex::ttl), on etcd, ZooKeeper, PostgreSQL and
+    /// MySQL/MariaDB: the TTL of the session their grants live under (a lock that sets its own TTL lives under the
+    /// client's session of that TTL, one per distinct TTL: see [`Mutex::ttl`]). 30 s by default ([`DEFAULT_TTL`](crate::DEFAULT_TTL)),
+    /// as on Redis. A crashed holder's locks are free this long after its last keep-alive. On etcd, the lease's TTL:
+    /// whole seconds, at least 2 s (etcd's shortest lease); the client sends a keep-alive every third of it. On
+    /// ZooKeeper, the session timeout asked for: at least 1 s, at most 24 days; the ensemble clamps it to its bounds
+    /// (by default 2 to 20 ticks) and the negotiated value counts. On PostgreSQL and MySQL/MariaDB, the session row's
+    /// TTL: at least 1 s, renewed every quarter of it. Checked by [`connect`](Builder::connect).
+    ///
+    /// Not for Redis URLs, where [`connect`](Builder::connect) refuses it ([`InvalidArgument::BadUrl`]): there each
+    /// lock's lease is its own [`Mutex::ttl`], 30 s unless set.
     pub fn session_ttl(mut self, ttl: Duration) -> Builder {
         self.session_ttl = Some(ttl);
         self

@@ -29,6 +29,8 @@ pub(crate) mod redis;
 pub(crate) mod scheme;
 #[cfg(session_stores)]
 pub(crate) mod session;
+#[cfg(session_stores)]
+pub(crate) mod sessions;
 #[cfg(sql_stores)]
 pub(crate) mod sql;
 #[cfg(session_stores)]
@@ -75,6 +77,16 @@ pub(crate) enum Wait {
     Try,
     /// Until admitted, or until the deadline.
     Until(Option<Instant>),
+}
+
+/// How one acquisition on a store with sessions goes: the lease it asks for (which chooses the session its grant
+/// lives under: `sessions.rs`), how it waits, and whether a wait ends at the first store error.
+#[cfg(session_stores)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Wait,
+    pub(crate) fail_fast: bool,
 }
 
 /// The first pause after a failed attempt of a wait on a store with sessions; it doubles up to [`MAX_BACKOFF`].
@@ -347,7 +359,7 @@ async fn on_session_store(
     if handle.renew_every.is_none() {
         return Err(not_on(
             store.label(),
-            "a fixed lease (every grant lives as long as the client's session: Builder::session_ttl)",
+            "a fixed lease (every grant lives as long as the session of its TTL, kept alive by the client)",
             keys.name(),
         ));
     }
@@ -359,17 +371,20 @@ async fn on_session_store(
             format!("{} {token}", ask.tag),
         ),
     };
-    let (client, fail_fast) = (handle.client, handle.fail_fast);
+    // The lock's TTL chooses the session its grant lives under (`sessions.rs`).
+    let client = handle.client;
+    let terms = Terms {
+        ttl: handle.ttl,
+        wait,
+        fail_fast: handle.fail_fast,
+    };
     match store {
         #[cfg(feature = "etcd")]
-        Store::Etcd(etcd) => {
-            etcd.acquire(client, keys, kind, hold, wait, fail_fast)
-                .await
-        }
+        Store::Etcd(etcd) => etcd.acquire(client, keys, kind, hold, terms).await,
         #[cfg(feature = "zookeeper")]
-        Store::ZooKeeper(zk) => zk.acquire(client, keys, kind, hold, wait, fail_fast).await,
+        Store::ZooKeeper(zk) => zk.acquire(client, keys, kind, hold, terms).await,
         #[cfg(sql_stores)]
-        Store::Sql(sql) => sql.acquire(client, keys, kind, hold, wait, fail_fast).await,
+        Store::Sql(sql) => sql.acquire(client, keys, kind, hold, terms).await,
         Store::Redis(_) => Err(not_on(store.label(), "a session", keys.name())),
     }
 }

@@ -218,7 +218,7 @@ impl Guard {
         if let Some(hold) = &self.session {
             return Err(Error::Unsupported {
                 detail: format!(
-                    "extending lock {:?}: on {} a grant lives as long as the client's session (Builder::session_ttl), kept alive by the client",
+                    "extending lock {:?}: on {} a grant lives as long as the client's session of its lease (the lock's ttl), kept alive by the client",
                     self.lease.name(),
                     hold.label(),
                 ),

@@ -168,7 +168,7 @@ impl RwLock {
     fn write_guard(&self, guard: Guard) -> WriteGuard {
         WriteGuard {
             guard,
-            lease: (self.queued.ttl, self.queued.renew_interval()),
+            lease: (self.queued.lease_ttl(), self.queued.renew_interval()),
         }
     }
 

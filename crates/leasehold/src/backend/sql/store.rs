@@ -1,9 +1,10 @@
 //! The SQL store behind a [`crate::Client`] connected with a `postgres://` or `mysql://` URL: the session and its
 //! entries, turned into the crate's guards, leases and lock information.
 //!
-//! - **One session per client**, replaced by a new one at the first acquisition after it was lost. Every grant's
-//!   [`Lease`] follows the session: its deadline is the session's, its loss the session's loss, or its own entry
-//!   found deleted by a renewal.
+//! - **One session per lease TTL** (see [`crate::backend::sessions`]): a grant's entry belongs to the session row
+//!   of its lock's TTL; each session is replaced by a new one at the first acquisition after it was lost. Every
+//!   grant's [`Lease`] follows its session: its deadline is the session's, its loss the session's loss, or its own
+//!   entry found deleted by a renewal.
 //! - **An acquisition** inserts its entry once and keeps its place through every check: it reads the entries up to
 //!   its own, deletes the dead sessions ahead (a delete, not a skip: see [`super`]), and applies its kind's rule.
 //!   Between checks it sleeps until a wake-up for the lock (PostgreSQL's `NOTIFY`, or a release by this client), the
@@ -18,7 +19,8 @@ use super::{Db, Entry, SqlError};
 use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::redis::keys::LockKeys;
 use crate::backend::session::{lock_info, passed, Admitted, Background};
-use crate::backend::Wait;
+use crate::backend::sessions::{Sessions, StoreSession};
+use crate::backend::{Terms, Wait};
 use crate::client::{Client, LockInfo};
 use crate::engine::clock;
 use crate::engine::lease::{Lease, LeaseShared};
@@ -37,17 +39,40 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// round differently.
 const EXPIRY_MARGIN: Duration = Duration::from_millis(2);
 
-/// A client's SQL side: its database, its tables' prefix, and its current session.
+/// A client's SQL side: its database, its tables' prefix, and its sessions (one per lease TTL).
 pub(crate) struct SqlStore {
     pub(crate) db: Arc<Db>,
     /// The URL as shown in errors and logs: password hidden.
     shown: Arc<str>,
     pub(crate) prefix: String,
-    ttl: Duration,
-    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    sessions: Sessions<Session>,
     /// The releases running in the background (dropped guards, abandoned entries, dropped sessions), for
-    /// [`Client::flush_releases`] and [`Client::close`].
+    /// [`Client::flush_releases`] and [`Client::close`]: the sessions' own.
     background: Arc<Background>,
+}
+
+impl StoreSession for Session {
+    fn is_lost(&self) -> bool {
+        self.loss().is_some()
+    }
+
+    fn following(&self) -> usize {
+        self.shared.state.following()
+    }
+}
+
+/// The session TTL a lock asking for `ttl` is granted under: `ttl` itself, refused below
+/// [`MIN_TTL`](super::session::MIN_TTL) (1 s; the keeper renews the row every quarter of it, each renewal a write).
+pub(crate) fn session_ttl(ttl: Duration) -> Result<Duration, Error> {
+    if ttl < super::session::MIN_TTL {
+        return Err(crate::error::InvalidArgument::BadDuration {
+            what: "lease",
+            value: ttl,
+            why: "must be at least 1s on PostgreSQL and MySQL/MariaDB (the session row is renewed every quarter of it)",
+        }
+        .into());
+    }
+    Ok(ttl)
 }
 
 /// What a guard of a SQL grant needs to release it: the session its entry belongs to, and the entry.
@@ -109,13 +134,13 @@ impl SqlStore {
         let db = Db::connect(url, &prefix, connection_timeout, call_timeout, tls)
             .await
             .map_err(|e| store_error(db_name(url), &shown, e))?;
+        let sessions = Sessions::new(ttl);
         let store = SqlStore {
             db: Arc::new(db),
             shown,
             prefix,
-            ttl,
-            session: tokio::sync::Mutex::new(None),
-            background: Arc::default(),
+            background: Arc::clone(&sessions.background),
+            sessions,
         };
         Ok(store)
     }
@@ -124,31 +149,28 @@ impl SqlStore {
         store_error(self.db.name(), &self.shown, e)
     }
 
-    /// The live session, or a new one when the last one was lost.
-    async fn session(&self) -> Result<Arc<Session>, SqlError> {
-        let mut current = self.session.lock().await;
-        if let Some(session) = current.as_ref() {
-            if session.loss().is_none() {
-                return Ok(Arc::clone(session));
-            }
-        }
-        let session = Arc::new(
-            Session::open(Arc::clone(&self.db), self.ttl, Arc::clone(&self.background)).await?,
-        );
-        if current.is_some() {
-            tracing::info!(target: TARGET, "the {} lock session was lost; opened a new one", self.db.label());
-        }
-        *current = Some(Arc::clone(&session));
-        Ok(session)
+    /// The live session of TTL `ttl`, or a new one when there is none yet or the last one was lost.
+    async fn session(&self, ttl: Duration) -> Result<Arc<Session>, SqlError> {
+        self.sessions
+            .get(ttl, |replacing| async move {
+                let session =
+                    Session::open(Arc::clone(&self.db), ttl, Arc::clone(&self.background)).await?;
+                if replacing {
+                    tracing::info!(target: TARGET, "the {} lock session was lost; opened a new one", self.db.label());
+                }
+                Ok(session)
+            })
+            .await
     }
 
-    /// Grants the current session follows now.
+    /// The default lease: of the locks that set no TTL.
+    pub(crate) fn default_ttl(&self) -> Duration {
+        self.sessions.default_ttl()
+    }
+
+    /// Grants the client's sessions follow now.
     pub(crate) fn kept_leases(&self) -> usize {
-        self.session
-            .try_lock()
-            .ok()
-            .and_then(|s| s.as_ref().map(|s| s.shared.state.following()))
-            .unwrap_or(0)
+        self.sessions.following()
     }
 
     /// Waits as `wait` says until lock `keys` admits `kind`, storing `hold` in the grant's entry, and returns the
@@ -159,9 +181,14 @@ impl SqlStore {
         keys: Arc<LockKeys>,
         kind: Kind,
         hold: String,
-        wait: Wait,
-        fail_fast: bool,
+        terms: Terms,
     ) -> Result<Guard, Error> {
+        let Terms {
+            ttl,
+            wait,
+            fail_fast,
+        } = terms;
+        let ttl = session_ttl(ttl)?;
         let waits = matches!(wait, Wait::Until(_));
         // Each attempt's entry has a hold of its own: an earlier attempt's entry may still be on its way to
         // deletion (by its hold) when the next is inserted.
@@ -171,7 +198,7 @@ impl SqlStore {
                 0 => hold.clone(),
                 _ => crate::fence::redrawn(&hold).map_err(|e| SqlError::Entropy(e.to_string()))?,
             };
-            let session = self.session().await?;
+            let session = self.session(ttl).await?;
             match grant(&session.shared, keys.name(), kind, &hold, waits, fail_fast).await? {
                 Some(fence) => self.hold(client, &keys, hold, session, fence).map(Some),
                 None => Ok(None),
@@ -290,13 +317,12 @@ impl SqlStore {
         self.background.settle().await;
     }
 
-    /// Closes the current session (its row and every entry of the client are deleted), then waits for the background
-    /// releases: true when the delete was answered.
+    /// Closes every session (their rows and every entry of the client are deleted), then waits for the background
+    /// releases: true when every delete was answered.
     pub(crate) async fn close(&self) -> bool {
-        crate::backend::session::close_client(&self.session, &self.background, |s| async move {
-            s.close().await
-        })
-        .await
+        self.sessions
+            .close(|s| async move { s.close().await })
+            .await
     }
 
     /// Runs `statement` under the per-call deadline of this store's sessions.
@@ -305,7 +331,7 @@ impl SqlStore {
         op: &'static str,
         statement: impl std::future::Future<Output = Result<T, SqlError>>,
     ) -> Result<T, SqlError> {
-        let after = super::session::call_timeout(self.ttl);
+        let after = super::session::call_timeout(self.sessions.default_ttl());
         super::session::within(self.db.label(), op, after, statement).await
     }
 }
