@@ -376,6 +376,7 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod backend;
+mod capability;
 mod client;
 mod engine;
 mod error;
@@ -387,6 +388,9 @@ pub use backend::quorum::{
 };
 pub use backend::redis::checks::ServerWarning;
 pub use backend::redis::keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN};
+#[doc(hidden)]
+pub use capability::store_supports;
+pub use capability::Capability;
 pub use client::{
     Builder, Client, HoldMode, Holder, LockInfo, LockKind, DEFAULT_CONNECTION_TIMEOUT,
     DEFAULT_FENCE_RETENTION, DEFAULT_RESPONSE_TIMEOUT,

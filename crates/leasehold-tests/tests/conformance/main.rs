@@ -2,7 +2,8 @@
 //! (one Redis server, one etcd member, one ZooKeeper server, one PostgreSQL and one MariaDB server; each started once
 //! for the binary, the tests run in sequence on it, each under
 //! a lock prefix of its own). A behaviour that differs by store is in the store's own test binary, or in
-//! `caps::the_capabilities_column_holds`, which checks each store's column of the contract.
+//! `caps::supports_agrees_with_what_the_store_does`, which checks each store's column of the capabilities
+//! against what the store does.
 //!
 //! Run one test on one store with `cargo test --test conformance -- etcd::basics::NAME`.
 
@@ -125,7 +126,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     loss::a_cut_off_holder_is_told_before_another_is_granted,
     loss::run_drops_the_work_when_the_lease_is_lost,
     observe::inspect_and_list_name_the_holder,
-    caps::the_capabilities_column_holds,
+    caps::supports_agrees_with_what_the_store_does,
+    caps::a_refused_downgrade_leaves_nothing_held,
 ];
 
 fn main() {

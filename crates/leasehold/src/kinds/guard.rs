@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::SessionHold;
+use crate::capability::Capability;
 use crate::client::Client;
 use crate::engine::lease::{Lease, LossReason};
 use crate::error::{require_runtime, Error};
@@ -215,15 +216,9 @@ impl Guard {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
-        if let Some(hold) = &self.session {
-            return Err(Error::Unsupported {
-                detail: format!(
-                    "extending lock {:?}: on {} a grant lives as long as the client's session (Builder::session_ttl), kept alive by the client",
-                    self.lease.name(),
-                    hold.label(),
-                ),
-            });
-        }
+        self.client
+            .store
+            .require(Capability::Extend, self.lease.name())?;
         self.client.store.extend(&self.lease, ttl).await
     }
 
@@ -263,12 +258,16 @@ impl Guard {
     pub async fn zookeeper_write(&self, writes: &[crate::ZkWrite]) -> Result<(), Error> {
         require_runtime()?;
         let name = self.lease.name();
+        self.client
+            .store
+            .require(Capability::ZooKeeperWrite, name)?;
         let Some(SessionHold::ZooKeeper(hold)) = &self.session else {
-            return Err(Error::Unsupported {
-                detail: format!(
-                    "a ZooKeeper write under lock {name:?}: the lock is not on ZooKeeper"
-                ),
-            });
+            return Err(crate::capability::refusal(
+                Capability::ZooKeeperWrite,
+                self.client.store.kind(),
+                Some(name),
+                None,
+            ));
         };
         if let Some(reason) = self.lease.loss() {
             return Err(Error::LeaseLost {
