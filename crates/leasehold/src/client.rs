@@ -817,6 +817,9 @@ impl Builder {
     /// `WAIT` is not consensus. The replicas hold the grant in memory, not on disk, a failover may still promote a
     /// replica that did not acknowledge, and a grant that a replica acknowledged after the timeout is released although
     /// it was replicated. See the README's "Replicas, failover and what `WAIT` changes".
+    ///
+    /// Redis only ([`Capability::ReplicaAcks`]): on another store [`connect`](Builder::connect) refuses a count above 0
+    /// with [`Error::Unsupported`].
     pub fn replicas(mut self, count: u32) -> Builder {
         self.replicas = count;
         self
@@ -826,7 +829,8 @@ impl Builder {
     /// Builder::replicas) of its replicas (0 for the primary alone) fsync every grant and renewal before it counts
     /// (`WAITAOF 1 n timeout` instead of `WAIT n timeout`), so that a restart of the primary, or of the replicas, does
     /// not lose an acknowledged grant. Needs Redis 7.2 or later with `appendonly yes` (and `appendfsync everysec` or
-    /// `always`): [`connect`](Builder::connect) checks both and fails with [`Error::Unsupported`] otherwise. Defaults
+    /// `always`): [`connect`](Builder::connect) checks both and fails with [`Error::Unsupported`] otherwise, as
+    /// [`Client::supports`]`(`[`Capability::ReplicasOnDisk`]`)` answers on a client connected without it. Defaults
     /// to off.
     ///
     /// Not exercised by leasehold's own tests beyond that check: the Redis they run (Debian's 7.0.15) has no
@@ -883,7 +887,9 @@ impl Builder {
     /// other than 0 on a cluster node; [`Error::Connect`] when the server cannot be reached within the connection
     /// timeout, refuses the credentials, or does not answer as Redis does; [`Error::NotPermitted`] when the Redis user
     /// may not publish wake-ups (see the README's ACL rule); [`Error::ClusterNode`] when a connection given to
-    /// [`Builder::connection`] reaches a cluster node that redirects the connect-time check.
+    /// [`Builder::connection`] reaches a cluster node that redirects the connect-time check; [`Error::Unsupported`]
+    /// for replica acknowledgements the store cannot give ([`Capability::ReplicaAcks`],
+    /// [`Capability::ReplicasOnDisk`]).
     ///
     /// # Cancel safety
     ///

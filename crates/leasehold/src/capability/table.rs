@@ -35,7 +35,7 @@ fn show(d: Duration) -> String {
     let secs = d.as_secs();
     if d.subsec_nanos() != 0 || secs == 0 {
         format!("{} ms", d.as_millis())
-    } else if secs % 86_400 == 0 {
+    } else if secs.is_multiple_of(86_400) {
         format!("{} days", secs / 86_400)
     } else {
         format!("{secs} s")

@@ -191,7 +191,8 @@ impl Guard {
     /// [`Error::LeaseLost`] when the lease already ended locally (deadline passed, or lost); [`Error::NotOwner`]
     /// when Redis says the key is gone or held by another owner (the lease then ends); [`Error::InvalidArgument`]
     /// for a TTL out of range; [`Error::Redis`] when Redis could not be asked; [`Error::NotReplicated`] when the
-    /// client requires replica acknowledgements ([`Builder::replicas`](crate::Builder::replicas)) and too few came.
+    /// client requires replica acknowledgements ([`Builder::replicas`](crate::Builder::replicas)) and too few came;
+    /// [`Error::Unsupported`] first, on every store but Redis ([`Capability::Extend`](crate::Capability::Extend)).
     /// After an error the extension may or may not have happened on the server, so the deadline assumes the worst: at most `ttl` from the call (when
     /// that is sooner than before), until a later renewal or extension is confirmed.
     ///
@@ -231,7 +232,8 @@ impl Guard {
     ///
     /// [`Error::LeaseLost`] (reason [`LossReason::Gone`]) when the grant's node is gone, or the lease already ended
     /// here; [`Error::Store`] when ZooKeeper refused one of the writes (nothing was committed) or did not answer in
-    /// time (it may have committed); [`Error::Unsupported`] on any other store.
+    /// time (it may have committed); [`Error::Unsupported`] on any other store
+    /// ([`Capability::ZooKeeperWrite`](crate::Capability::ZooKeeperWrite)).
     ///
     /// # Cancel safety
     ///
