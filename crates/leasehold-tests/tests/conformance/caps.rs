@@ -205,11 +205,5 @@ pub async fn a_refused_downgrade_leaves_nothing_held(store: &mut Store) {
     );
     let info = b.inspect("doc").await.unwrap();
     assert!(info.holders.is_empty(), "{info:?}");
-    b.rw_lock("doc")
-        .try_write()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take(b.rw_lock("doc").try_write().await).await.unwrap();
 }
