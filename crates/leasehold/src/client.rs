@@ -983,11 +983,8 @@ impl Builder {
             }
             #[cfg(sql_stores)]
             Where::Sql(ref url) => {
-                let kind = if url.starts_with("mysql://") || url.starts_with("mariadb://") {
-                    StoreKind::MySql
-                } else {
-                    StoreKind::Postgres
-                };
+                let kind = StoreKind::of_id(crate::backend::sql::store::db_name(url))
+                    .unwrap_or(StoreKind::Postgres);
                 self.refuse_redis_settings("a SQL URL", kind)?;
                 #[cfg(feature = "tls")]
                 let tls = self.tls.clone();
