@@ -128,7 +128,8 @@ Exit status:
   69     the store (Redis, etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB) cannot be reached at start, refuses the credentials, lacks an
          ACL permission, or was still unreachable when --wait ran out (a wait rides out restarts
          and outages, with one warning line); or fewer than --replicas replicas acknowledged the
-         grant
+         grant; or the store cannot do what was asked (the library's Error::Unsupported, found
+         before anything is taken; the options a store cannot honour exit 2 before connecting)
   70     internal error (a bug in leasehold; please report it)
   75     the lock was not acquired (--nonblock, --wait); see --conflict-exit-code
   76     the lock was lost (or its lease ran out unrenewed) while the program ran

@@ -14,6 +14,7 @@ use crate::backend::redis::conn::Conn;
 use crate::backend::redis::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::topology::{Cluster, Endpoint};
+use crate::capability::{refusal, Capability, StoreKind, Support};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::Fence;
 use crate::kinds::mutex::Mutex;
@@ -77,18 +78,42 @@ impl Store {
         }
     }
 
-    /// The store, as messages name it.
-    #[cfg(session_stores)]
-    pub(crate) fn label(&self) -> &'static str {
+    /// The kind of store, as the capabilities name it.
+    pub(crate) fn kind(&self) -> StoreKind {
         match self {
-            Store::Redis(_) => "Redis",
+            Store::Redis(_) => StoreKind::Redis,
             #[cfg(feature = "etcd")]
-            Store::Etcd(_) => "etcd",
+            Store::Etcd(_) => StoreKind::Etcd,
             #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(_) => "ZooKeeper",
+            Store::ZooKeeper(_) => StoreKind::ZooKeeper,
             #[cfg(sql_stores)]
-            Store::Sql(sql) => sql.db.label(),
+            Store::Sql(sql) => StoreKind::of_id(sql.db.name()).unwrap_or(StoreKind::Postgres),
         }
+    }
+
+    /// Whether this store supports `capability` ([`Client::supports`]).
+    pub(crate) fn supports(&self, capability: Capability) -> bool {
+        match (self.kind().support(capability), self) {
+            (Support::Yes, _) => true,
+            (Support::No(_), _) => false,
+            (Support::Server(_), Store::Redis(inner)) => inner.waitaof.is_ok(),
+            #[cfg(session_stores)]
+            (Support::Server(_), _) => false,
+        }
+    }
+
+    /// `Err(Unsupported)` unless this store supports `capability`, for the lock `lock`: the check every operation a
+    /// capability names makes before it sends or takes anything.
+    pub(crate) fn require(&self, capability: Capability, lock: &str) -> Result<(), Error> {
+        if self.supports(capability) {
+            return Ok(());
+        }
+        let why = match self {
+            Store::Redis(inner) => inner.waitaof.as_ref().err().map(String::as_str),
+            #[cfg(session_stores)]
+            _ => None,
+        };
+        Err(refusal(capability, self.kind(), Some(lock), why))
     }
 }
 
@@ -240,6 +265,36 @@ impl Client {
             #[cfg(sql_stores)]
             Store::Sql(sql) => sql.db.name(),
         }
+    }
+
+    /// Whether this client's store can do `capability`: known once the client connected, and the same answer its
+    /// operations go by (one that is not supported is refused with [`Error::Unsupported`] before anything is taken).
+    /// Fixed by the store's kind, except [`Capability::ReplicasOnDisk`] on Redis, which `connect` read from the
+    /// server; see [`Capability`] for each. Tested on every store by the conformance test
+    /// `caps::supports_agrees_with_what_the_store_does`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), leasehold::Error> {
+    /// use leasehold::Capability;
+    ///
+    /// let locks = leasehold::Client::connect("zk://127.0.0.1:2181").await?;
+    /// assert!(!locks.supports(Capability::Extend));
+    /// assert!(locks.supports(Capability::ZooKeeperWrite));
+    /// # Ok(()) }
+    /// ```
+    pub fn supports(&self, capability: Capability) -> bool {
+        self.store.supports(capability)
+    }
+
+    /// Every [`Capability`] this client's store supports, in the order of [`Capability::ALL`] (see
+    /// [`supports`](Client::supports)).
+    pub fn capabilities(&self) -> impl Iterator<Item = Capability> + '_ {
+        Capability::ALL
+            .iter()
+            .copied()
+            .filter(|capability| self.supports(*capability))
     }
 
     /// The Redis side of the client; an error on another store (never reached: the kinds pick the store first).
@@ -789,6 +844,9 @@ impl Builder {
     /// `WAIT` is not consensus. The replicas hold the grant in memory, not on disk, a failover may still promote a
     /// replica that did not acknowledge, and a grant that a replica acknowledged after the timeout is released although
     /// it was replicated. See DESIGN.md, "Failover on Redis: what a held lock survives".
+    ///
+    /// Redis only ([`Capability::ReplicaAcks`]): on another store [`connect`](Builder::connect) refuses a count above 0
+    /// with [`Error::Unsupported`].
     pub fn replicas(mut self, count: u32) -> Builder {
         self.replicas = count;
         self
@@ -798,7 +856,8 @@ impl Builder {
     /// Builder::replicas) of its replicas (0 for the primary alone) fsync every grant and renewal before it counts
     /// (`WAITAOF 1 n timeout` instead of `WAIT n timeout`), so that a restart of the primary, or of the replicas, does
     /// not lose an acknowledged grant. Needs Redis 7.2 or later with `appendonly yes` (and `appendfsync everysec` or
-    /// `always`): [`connect`](Builder::connect) checks both and fails with [`Error::Unsupported`] otherwise. Defaults
+    /// `always`): [`connect`](Builder::connect) checks both and fails with [`Error::Unsupported`] otherwise, as
+    /// [`Client::supports`]`(`[`Capability::ReplicasOnDisk`]`)` answers on a client connected without it. Defaults
     /// to off.
     ///
     /// Not exercised by leasehold's own tests beyond that check: the Redis they run (Debian's 7.0.15) has no
@@ -855,7 +914,9 @@ impl Builder {
     /// other than 0 on a cluster node; [`Error::Connect`] when the server cannot be reached within the connection
     /// timeout, refuses the credentials, or does not answer as Redis does; [`Error::NotPermitted`] when the Redis user
     /// may not publish wake-ups (see the README's ACL rule); [`Error::ClusterNode`] when a connection given to
-    /// [`Builder::connection`] reaches a cluster node that redirects the connect-time check.
+    /// [`Builder::connection`] reaches a cluster node that redirects the connect-time check; [`Error::Unsupported`]
+    /// for replica acknowledgements the store cannot give ([`Capability::ReplicaAcks`],
+    /// [`Capability::ReplicasOnDisk`]).
     ///
     /// # Cancel safety
     ///
@@ -876,7 +937,7 @@ impl Builder {
             Where::Redis(endpoint) => endpoint,
             #[cfg(feature = "etcd")]
             Where::Etcd(ref url) => {
-                self.refuse_redis_settings("an etcd:// URL")?;
+                self.refuse_redis_settings("an etcd:// URL", StoreKind::Etcd)?;
                 let mut options = crate::backend::etcd::SessionOptions::default();
                 #[cfg(feature = "tls")]
                 if !self.tls.is_empty() {
@@ -914,7 +975,7 @@ impl Builder {
             }
             #[cfg(feature = "zookeeper")]
             Where::ZooKeeper(ref url) => {
-                self.refuse_redis_settings("a zk:// URL")?;
+                self.refuse_redis_settings("a zk:// URL", StoreKind::ZooKeeper)?;
                 #[cfg(feature = "tls")]
                 if !self.tls.is_empty() {
                     return Err(InvalidArgument::BadTls(
@@ -949,7 +1010,9 @@ impl Builder {
             }
             #[cfg(sql_stores)]
             Where::Sql(ref url) => {
-                self.refuse_redis_settings("a SQL URL")?;
+                let kind = StoreKind::of_id(crate::backend::sql::store::db_name(url))
+                    .unwrap_or(StoreKind::Postgres);
+                self.refuse_redis_settings("a SQL URL", kind)?;
                 #[cfg(feature = "tls")]
                 let tls = self.tls.clone();
                 #[cfg(not(feature = "tls"))]
@@ -1007,15 +1070,21 @@ impl Builder {
 }
 
 impl Builder {
-    /// An error naming the first Redis-only setting that was given for `url` (a store of another kind).
+    /// An error naming the first Redis-only setting that was given for `url` (a store of kind `store`): replica
+    /// acknowledgements are refused as the capabilities say ([`Error::Unsupported`]), the others as settings of
+    /// another URL.
     #[cfg(session_stores)]
-    fn refuse_redis_settings(&self, url: &str) -> Result<(), Error> {
+    fn refuse_redis_settings(&self, url: &str, store: StoreKind) -> Result<(), Error> {
+        for (asked, capability) in [
+            (self.replicas != 0, Capability::ReplicaAcks),
+            (self.on_disk, Capability::ReplicasOnDisk),
+        ] {
+            if asked && store.support(capability) != Support::Yes {
+                return Err(refusal(capability, store, None, None));
+            }
+        }
         let redis_only = [
             (self.conn.is_some(), "a connection of its own"),
-            (
-                self.replicas != 0 || self.on_disk,
-                "replica acknowledgements",
-            ),
             (self.sentinel_auth.is_some(), "sentinel credentials"),
         ];
         match redis_only.iter().find(|(set, _)| *set) {

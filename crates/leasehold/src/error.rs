@@ -113,8 +113,10 @@ pub enum Error {
         nodes: usize,
     },
 
-    /// The server lacks something a setting needs (found when the client connected): `WAITAOF` for
-    /// [`Builder::replicas_on_disk`](crate::Builder::replicas_on_disk) needs Redis 7.2 and the append-only file.
+    /// The store cannot do what was asked: a [`Capability`](crate::Capability) it lacks (a fixed lease, `extend`,
+    /// `downgrade`… off Redis; [`Builder::replicas_on_disk`](crate::Builder::replicas_on_disk) on a Redis without
+    /// `WAITAOF`, found when the client connects). Refused before anything was sent or taken;
+    /// [`Client::supports`](crate::Client::supports) gives the same answer at start-up.
     Unsupported {
         /// What is missing.
         detail: String,
@@ -287,7 +289,7 @@ impl fmt::Display for Error {
                 f,
                 "lock {name:?}: only {answered} of {nodes} nodes answered, fewer than a majority"
             ),
-            Error::Unsupported { detail } => write!(f, "not supported by this server: {detail}"),
+            Error::Unsupported { detail } => write!(f, "not supported: {detail}"),
             Error::NotALock { key, detail } => {
                 write!(f, "key {key:?} exists but is not a leasehold lock ({detail})")
             }

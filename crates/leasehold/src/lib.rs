@@ -53,6 +53,31 @@
 //! `http://` as `etcdctl --endpoints` writes it → `etcd://`; tested by
 //! `inputs::a_wrong_scheme_lists_every_store_s_schemes_and_names_the_nearest`). A [`Quorum`] takes several clients of independent servers.
 //!
+//! # What each store can do
+//!
+//! Every store has every lock kind, waiting, fences, the loss signal and [`Client::inspect`]. What some store cannot
+//! do is a [`Capability`]: ask [`Client::supports`] (or list [`Client::capabilities`]) once the client connected,
+//! before taking a lock. The operation a capability names is refused with [`Error::Unsupported`] on a store without
+//! it, always before anything is taken: the refusal checks the same table the answer comes from (tested on every store
+//! by the conformance test `caps::supports_agrees_with_what_the_store_does`). The table is fixed per store, except
+//! [`Capability::ReplicasOnDisk`] on Redis, which the client reads from the server when it connects. The README's
+//! table of the stores is rendered from the same source.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), leasehold::Error> {
+//! use leasehold::Capability;
+//!
+//! let locks = leasehold::Client::connect("postgres://app@db.internal/shop").await?;
+//! let many = locks.semaphore("exports", 8);
+//! let grant = if locks.supports(Capability::SeveralPermitsAtOnce) {
+//!     many.acquire_many(2).await?
+//! } else {
+//!     many.acquire().await? // one permit per grant on this store
+//! };
+//! grant.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Features
 //!
 //! | feature | what it adds |
@@ -159,12 +184,14 @@
 //! 5. **Waiting** watches the key just ahead (the last writer ahead for a reader; the whole prefix for a permit), so
 //!    a release wakes one waiter, never a herd; every kind is FIFO by creation revision across all processes.
 //!
-//! Not on etcd, refused with [`Error::Unsupported`] when asked: fixed leases ([`Mutex::fixed_lease`],
-//! [`Mutex::wait_and_hold`]), [`Guard::extend`], several permits in one grant ([`Semaphore::acquire_many`] with
-//! more than 1), a stored permit count ([`Semaphore::set_permits`]; each grant's key carries the count it was asked
-//! with), [`WriteGuard::downgrade`] (which then releases the write grant) and nested holds by token
-//! ([`ReentrantMutex::lock_as`]). A handle's [`Mutex::ttl`] chooses the session its grants live under;
-//! [`Mutex::renew_every`] does not apply (a session is kept alive every third of its TTL). Names do not claim a kind on etcd (no [`Error::WrongKind`]): kinds on one name exclude each other by
+//! Not on etcd, refused with [`Error::Unsupported`] when asked, before anything is taken, and answered `false` by
+//! [`Client::supports`] at start-up (see [What each store can do](#what-each-store-can-do)): fixed leases
+//! ([`Mutex::fixed_lease`], [`Mutex::wait_and_hold`]), [`Guard::extend`], several permits in one grant
+//! ([`Semaphore::acquire_many`] with more than 1), a stored permit count ([`Semaphore::set_permits`]; each grant's
+//! key carries the count it was asked with), [`WriteGuard::downgrade`] (which then releases the write grant before
+//! it returns) and nested holds by token ([`ReentrantMutex::lock_as`]). A handle's [`Mutex::ttl`] chooses the session
+//! its grants live under; [`Mutex::renew_every`] does not apply (a session is kept alive every third of its TTL).
+//! Names do not claim a kind on etcd (no [`Error::WrongKind`]): kinds on one name exclude each other by
 //! their rules. `etcdctl lock PREFIX/NAME` (Go's `concurrency.Mutex`) and a lock of any kind called `NAME`
 //! exclude each other in both directions (it waits for every older key under `PREFIX/NAME/`). A lock named `a/b` lies inside the range of a lock named `a`, whose waiters count its
 //! keys as exclusive: holding `a/b` holds `a` back (never the other way). `etcds://` speaks TLS (feature `tls` too),
@@ -380,6 +407,7 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod backend;
+mod capability;
 mod client;
 mod engine;
 mod error;
@@ -391,6 +419,9 @@ pub use backend::quorum::{
 };
 pub use backend::redis::checks::ServerWarning;
 pub use backend::redis::keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN};
+#[doc(hidden)]
+pub use capability::store_supports;
+pub use capability::Capability;
 pub use client::{
     Builder, Client, HoldMode, Holder, LockInfo, LockKind, DEFAULT_CONNECTION_TIMEOUT,
     DEFAULT_FENCE_RETENTION, DEFAULT_RESPONSE_TIMEOUT,

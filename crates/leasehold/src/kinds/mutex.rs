@@ -159,7 +159,8 @@ impl Mutex {
     }
 
     /// No watchdog: the lease ends after its TTL unless [`MutexGuard::extend`] moves it. The guard still reports
-    /// the loss at its validity deadline.
+    /// the loss at its validity deadline. Redis only: elsewhere every acquisition with it is refused with
+    /// [`Error::Unsupported`] before anything is taken ([`Capability::FixedLease`](crate::Capability::FixedLease)).
     pub fn fixed_lease(mut self) -> Mutex {
         self.renewal = Renewal::Off;
         self

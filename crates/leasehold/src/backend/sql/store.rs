@@ -524,7 +524,7 @@ impl SqlHold {
 }
 
 /// The store a URL names, as errors name it.
-fn db_name(url: &str) -> &'static str {
+pub(crate) fn db_name(url: &str) -> &'static str {
     if url.starts_with("mysql://") || url.starts_with("mariadb://") {
         "mysql"
     } else {
