@@ -51,12 +51,15 @@ fn feature_and_urls(store: StoreKind) -> (String, String) {
         .collect();
     let base: &[&str] = schemes.first().map_or(&[], |(_, features)| features);
     let feature = match base {
-        [] => "none (always built)".to_owned(),
-        features => features
-            .iter()
-            .map(|f| format!("`{f}`"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        [] => "`leasehold = \"…\"` (no feature)".to_owned(),
+        features => format!(
+            "`leasehold = {{ version = \"…\", features = [{}] }}`",
+            features
+                .iter()
+                .map(|f| format!("\"{f}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     let urls = schemes
         .iter()
@@ -150,7 +153,7 @@ fn facts() -> Vec<Row> {
     let per = |f: fn(StoreKind) -> String| StoreKind::ALL.map(f);
     let words = |cells: [&str; 5]| cells.map(str::to_owned);
     vec![
-        ("Cargo feature", per(|s| feature_and_urls(s).0)),
+        ("`Cargo.toml`", per(|s| feature_and_urls(s).0)),
         ("URL", per(|s| feature_and_urls(s).1)),
         ("default lease", per(default_lease)),
         ("lease bounds", per(lease_bounds)),
@@ -330,7 +333,8 @@ mod tests {
             assert_eq!(line.matches('|').count(), 7, "{line}");
         }
         for text in [
-            "| Cargo feature | none (always built) | `etcd` | `zookeeper` | `postgres` | `mysql` |",
+            "| `Cargo.toml` | `leasehold = \"…\"` (no feature) | `leasehold = { version = \"…\", features = [\"etcd\"] }` |",
+            "features = [\"zookeeper\"] }` | `leasehold = { version = \"…\", features = [\"postgres\"] }` | `leasehold = { version = \"…\", features = [\"mysql\"] }` |",
             "`rediss://` (+`tls`)",
             "| default lease | 30 s per lock handle",
             "| lease bounds | 10 ms – 30 days, or fixed |",
