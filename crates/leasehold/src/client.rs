@@ -627,6 +627,7 @@ pub struct Builder {
     replica_timeout: Option<Duration>,
     on_disk: bool,
     sentinel_auth: Option<(Option<String>, String)>,
+    read_only: bool,
     #[cfg(feature = "tls")]
     tls: crate::backend::redis::tls::TlsSettings,
 }
@@ -672,6 +673,7 @@ impl Builder {
             replica_timeout: None,
             on_disk: false,
             sentinel_auth: None,
+            read_only: false,
             #[cfg(feature = "tls")]
             tls: crate::backend::redis::tls::TlsSettings::default(),
         }
@@ -724,6 +726,16 @@ impl Builder {
     /// the store refuses is [`InvalidArgument::BadPrefix`], which states that store's rule.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Builder {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Says the client will only read ([`Client::inspect`], [`Client::held_locks`]: the command's `status` and
+    /// `list`). On PostgreSQL and MySQL/MariaDB, [`connect`](Builder::connect) then checks only the right to read the
+    /// lease tables (`SELECT`) instead of every right a lock needs, so that a reader's user needs no more; a lock or
+    /// [`Client::force_release`] made anyway checks the rest first and is refused with [`Error::NotPermitted`] if one
+    /// is missing. No effect on the other stores. Defaults to `false`.
+    pub fn read_only(mut self, read_only: bool) -> Builder {
+        self.read_only = read_only;
         self
     }
 
@@ -945,6 +957,7 @@ impl Builder {
                     ttl,
                     self.connection_timeout,
                     &tls,
+                    self.read_only,
                 )
                 .await?;
                 return Ok(Client {

@@ -48,6 +48,7 @@ pub(crate) mod mysql;
 pub(crate) mod pg_tls;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod rights;
 pub(crate) mod session;
 pub(crate) mod store;
 
@@ -122,22 +123,31 @@ macro_rules! dispatch {
 }
 
 impl Db {
-    /// Connects to the database `url` names (`postgres://`, `postgresql://`, `mysql://`, `mariadb://`), and creates
-    /// `prefix`'s tables when they are missing.
+    /// Connects to the database `url` names (`postgres://`, `postgresql://`, `mysql://`, `mariadb://`), creates
+    /// `prefix`'s tables when they are missing, and checks that the user has the rights `used` needs on them
+    /// ([`rights`]).
     pub(crate) async fn connect(
         url: &str,
         prefix: &str,
         connection_timeout: Duration,
         call_timeout: Duration,
         tls: &TlsMaterial,
+        used: rights::Use,
     ) -> Result<Db, SqlError> {
         // Only PostgreSQL speaks TLS; without it (or `tls`) the material is `()` or refused.
         let _ = &tls;
         let connecting = async {
             #[cfg(feature = "postgres")]
             if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-                return postgres::PgDb::connect(url, prefix, connection_timeout, call_timeout, tls)
-                    .await
+                return postgres::PgDb::connect(
+                    url,
+                    prefix,
+                    connection_timeout,
+                    call_timeout,
+                    tls,
+                    used,
+                )
+                .await
                     .map(Db::Postgres);
             }
             #[cfg(feature = "mysql")]
@@ -150,7 +160,7 @@ impl Db {
                             .to_owned(),
                     });
                 }
-                return mysql::MyDb::connect(url, prefix, call_timeout)
+                return mysql::MyDb::connect(url, prefix, call_timeout, used)
                     .await
                     .map(Db::MySql);
             }
@@ -188,6 +198,12 @@ impl Db {
             #[cfg(feature = "mysql")]
             Db::MySql(_) => "mysql",
         }
+    }
+
+    /// Checks that the user has the rights `used` needs on the tables (a read-only client's check before its first
+    /// write).
+    pub(crate) async fn check_rights(&self, used: rights::Use) -> Result<(), SqlError> {
+        dispatch!(self, check_rights(used))
     }
 
     /// Inserts the session row `id`, expiring `ttl` from now on the server's clock.

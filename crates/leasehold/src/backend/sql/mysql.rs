@@ -23,6 +23,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, Row, TxOpts, Value};
 
+use super::rights::{self, Object, Right, Use};
 use super::{kind_columns, kind_of_columns, micros, Entry, SqlError, Tables, Wakes};
 use crate::backend::admission::Kind;
 
@@ -127,10 +128,144 @@ fn schema(t: &Tables) -> [String; 3] {
     ]
 }
 
+/// MySQL's `ER_TABLEACCESS_DENIED_ERROR`: "SELECT command denied to user … for table …".
+const ACCESS_DENIED: u16 = 1142;
+
+/// The tables of a prefix as the rights check names them, each with a column its probes write (no row: any column
+/// does, `NOT NULL` or not).
+fn objects(t: &Tables) -> [(Object, &'static str); 3] {
+    let table = |name: &String| Object {
+        name: name.clone(),
+        sequence: false,
+    };
+    [
+        (table(&t.session), "expires_at"),
+        (table(&t.lock), "fence"),
+        (table(&t.entry), "fence"),
+    ]
+}
+
+/// A statement that needs `privilege` on `table` and nothing else, and changes nothing.
+fn probe(privilege: &str, table: &str, column: &str) -> String {
+    match privilege {
+        "SELECT" => format!("SELECT 1 FROM {table} WHERE FALSE"),
+        "INSERT" => format!("INSERT INTO {table} ({column}) SELECT NULL FROM DUAL WHERE FALSE"),
+        "UPDATE" => format!("UPDATE {table} SET {column} = NULL WHERE FALSE"),
+        _ => format!("DELETE FROM {table} WHERE FALSE"),
+    }
+}
+
+/// The account the client connected as, and its database, as `GRANT` statements name them.
+struct Account {
+    /// `'app'@'%'`, from `CURRENT_USER()`: the account the server matched, whose grants count.
+    user: String,
+    /// `` `leasehold` ``; empty when the URL names none.
+    database: String,
+}
+
+impl Account {
+    async fn of(conn: &mut mysql_async::Conn) -> Result<Account, SqlError> {
+        let (user, database): (String, Option<String>) = conn
+            .query_first("SELECT CURRENT_USER(), DATABASE()")
+            .await
+            .map_err(my("check rights"))?
+            .unwrap_or_default();
+        let user = match user.rsplit_once('@') {
+            Some((name, host)) => format!("'{name}'@'{host}'"),
+            None => format!("'{user}'"),
+        };
+        let database = database.map_or_else(String::new, |d| format!("`{d}`"));
+        Ok(Account { user, database })
+    }
+
+    /// `table` as a `GRANT` names it: qualified by the database.
+    fn qualified(&self, table: &str) -> String {
+        if self.database.is_empty() {
+            table.to_owned()
+        } else {
+            format!("{}.{table}", self.database)
+        }
+    }
+
+    /// Checks that the user has every right `used` needs on `tables`, by running statements that need them and change
+    /// nothing: the server applies its own rules (global, database and table grants, wildcards, roles). One round trip
+    /// when every right is there; when one is refused, each is tried alone, to name every missing right. Refuses with
+    /// [`SqlError::NotPermitted`] naming them and the `GRANT`s that give them.
+    async fn check(
+        &self,
+        conn: &mut mysql_async::Conn,
+        tables: &Tables,
+        used: Use,
+    ) -> Result<(), SqlError> {
+        let objects = objects(tables);
+        let plain: Vec<Object> = objects.iter().map(|(o, _)| o.clone()).collect();
+        let rights = rights::needed(used, &plain);
+        let probes: Vec<String> = rights
+            .iter()
+            .map(|r| {
+                let (o, column) = &objects[r.object];
+                probe(r.privilege, &o.name, column)
+            })
+            .collect();
+        match conn.query_drop(probes.join("; ")).await {
+            Ok(()) => return Ok(()),
+            Err(mysql_async::Error::Server(e)) if e.code == ACCESS_DENIED => {}
+            Err(e) => return Err(my("check rights")(e)),
+        }
+        let mut missing: Vec<Right> = Vec::new();
+        for (right, probe) in rights.iter().zip(&probes) {
+            match conn.query_drop(probe).await {
+                Ok(()) => {}
+                Err(mysql_async::Error::Server(e)) if e.code == ACCESS_DENIED => missing.push(*right),
+                Err(e) => return Err(my("check rights")(e)),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = plain.iter().map(|o| self.qualified(&o.name)).collect();
+        Err(SqlError::NotPermitted {
+            detail: rights::refusal("MySQL", &self.user, &missing, &plain, &names),
+        })
+    }
+
+    /// The refusal of a user who may not create `prefix`'s missing tables (the server said `why`).
+    fn cannot_create(&self, tables: &Tables, prefix: &str, used: Use, why: &str) -> SqlError {
+        let plain: Vec<Object> = objects(tables).into_iter().map(|(o, _)| o).collect();
+        let names: Vec<String> = plain.iter().map(|o| self.qualified(&o.name)).collect();
+        let rights = rights::needed(used, &plain);
+        let database = if self.database.is_empty() {
+            "the database"
+        } else {
+            &self.database
+        };
+        SqlError::NotPermitted {
+            detail: rights::cannot_create(
+                "MySQL",
+                &self.user,
+                prefix,
+                &[
+                    tables.session.clone(),
+                    tables.lock.clone(),
+                    tables.entry.clone(),
+                ],
+                why,
+                &rights::grants(&rights, &plain, &names, &self.user),
+                &format!(
+                    "GRANT CREATE, REFERENCES ON {database}.* TO {}; (REFERENCES for the foreign key, on MySQL)",
+                    self.user
+                ),
+            ),
+        }
+    }
+}
+
 /// A MySQL or MariaDB database: the pool and the statements of the client's prefix.
 pub(crate) struct MyDb {
     pool: Pool,
     statements: Statements,
+    tables: Tables,
+    account: Account,
     wakes: Wakes,
 }
 
@@ -146,12 +281,13 @@ impl Drop for MyDb {
 }
 
 impl MyDb {
-    /// Connects to the database of `url` (`mysql://`, or `mariadb://` read as `mysql://`) and creates `prefix`'s
-    /// tables when missing.
+    /// Connects to the database of `url` (`mysql://`, or `mariadb://` read as `mysql://`), creates `prefix`'s
+    /// tables when missing, and checks that the user has the rights `used` needs on them ([`Account::check`]).
     pub(crate) async fn connect(
         url: &str,
         prefix: &str,
         call_timeout: Duration,
+        used: Use,
     ) -> Result<MyDb, SqlError> {
         let url = match url.strip_prefix("mariadb://") {
             Some(rest) => format!("mysql://{rest}"),
@@ -184,8 +320,10 @@ impl MyDb {
         let pool = Pool::new(opts);
         let tables = Tables::new(prefix, '`');
         let mut conn = pool.get_conn().await.map_err(my("connect"))?;
+        let account = Account::of(&mut conn).await?;
         // Looked for first: MySQL checks the right to create a table before it finds the table exists, so a `CREATE
-        // TABLE IF NOT EXISTS` by a user with only the rights to read and write it fails (ERROR 1142).
+        // TABLE IF NOT EXISTS` by a user with only the rights to read and write it fails (ERROR 1142). A table the
+        // user has no right on is not listed either: it is then "created" (it exists: a no-op), or refused below.
         let present: Option<i64> = conn
             .exec_first(
                 "SELECT COUNT(*) FROM information_schema.tables \
@@ -200,15 +338,29 @@ impl MyDb {
             .map_err(my("schema"))?;
         if present != Some(3) {
             for ddl in schema(&tables) {
-                conn.query_drop(ddl).await.map_err(my("create schema"))?;
+                match conn.query_drop(ddl).await {
+                    Err(mysql_async::Error::Server(e)) if e.code == ACCESS_DENIED => {
+                        return Err(account.cannot_create(&tables, prefix, used, &e.message));
+                    }
+                    done => done.map_err(my("create schema"))?,
+                }
             }
         }
+        account.check(&mut conn, &tables, used).await?;
         drop(conn);
         Ok(MyDb {
             pool,
             statements: Statements::new(&tables),
+            tables,
+            account,
             wakes: Wakes::default(),
         })
+    }
+
+    /// Checks that the user has the rights `used` needs on the tables ([`Account::check`]).
+    pub(crate) async fn check_rights(&self, used: Use) -> Result<(), SqlError> {
+        let mut conn = self.conn().await?;
+        self.account.check(&mut conn, &self.tables, used).await
     }
 
     pub(crate) fn wakes(&self) -> &Wakes {
