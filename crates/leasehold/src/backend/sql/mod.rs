@@ -426,6 +426,33 @@ pub(crate) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_nanos().div_ceil(1000)).unwrap_or(i64::MAX)
 }
 
+/// `sql` on one line, with single spaces, without a final `;`: statements as a test compares them.
+#[cfg(test)]
+pub(crate) fn normalized(sql: &str) -> String {
+    sql.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .trim_end_matches(';')
+        .to_owned()
+}
+
+/// The statements of DESIGN.md's SQL block that follows the line `-- TITLE`, each [`normalized`].
+#[cfg(test)]
+pub(crate) fn documented_sql(title: &str) -> Vec<String> {
+    let design = include_str!("../../../../../DESIGN.md");
+    let marker = format!("-- {title}\n");
+    let start = design
+        .find(&marker)
+        .unwrap_or_else(|| panic!("DESIGN.md has no block {title:?}"))
+        + marker.len();
+    let block = &design[start..start + design[start..].find("```").unwrap()];
+    block
+        .split(';')
+        .map(normalized)
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

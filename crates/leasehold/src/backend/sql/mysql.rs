@@ -107,7 +107,8 @@ impl Statements {
     }
 }
 
-/// The tables of a prefix, created when missing.
+/// The tables of a prefix, created when missing, as DESIGN.md and the README show them to an operator (a unit test
+/// compares them).
 fn schema(t: &Tables) -> [String; 3] {
     let (session, lock, entry) = (&t.session, &t.lock, &t.entry);
     [
@@ -593,5 +594,19 @@ pub(crate) fn is_transient(e: &mysql_async::Error) -> bool {
             )
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_statements_are_the_ones_the_client_runs() {
+        let tables = Tables::new("leasehold", '`');
+        assert_eq!(
+            super::super::documented_sql("MySQL/MariaDB: the tables"),
+            schema(&tables).map(|s| super::super::normalized(&s))
+        );
     }
 }

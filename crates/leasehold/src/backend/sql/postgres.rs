@@ -125,20 +125,32 @@ impl Statements {
     }
 }
 
-/// The tables, sequence and index of a prefix, created when missing.
-pub(crate) fn schema_ddl(t: &Tables, index: &str) -> String {
+/// The statements that create the tables, sequence and index of a prefix (`index`: the index's name), as DESIGN.md
+/// and the README show them to an operator (a unit test compares them).
+fn create_statements(t: &Tables, index: &str) -> [String; 5] {
     let (session, lock, entry, fence) = (&t.session, &t.lock, &t.entry, &t.fence);
+    [
+        format!("CREATE SEQUENCE IF NOT EXISTS {fence}"),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {session} (id text PRIMARY KEY, expires_at timestamptz NOT NULL)"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {lock} (name text COLLATE \"C\" PRIMARY KEY, fence bigint NOT NULL)"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {entry} (name text COLLATE \"C\" NOT NULL, fence bigint NOT NULL, \
+             session text NOT NULL REFERENCES {session} (id) ON DELETE CASCADE, kind text NOT NULL, \
+             permits integer NOT NULL, hold text NOT NULL, PRIMARY KEY (name, fence))"
+        ),
+        format!("CREATE INDEX IF NOT EXISTS {index} ON {entry} (session)"),
+    ]
+}
+
+/// The tables, sequence and index of a prefix, created when missing: in one transaction, under an advisory lock.
+fn schema_ddl(t: &Tables, index: &str) -> String {
     format!(
-        "BEGIN; \
-         SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); \
-         CREATE SEQUENCE IF NOT EXISTS {fence}; \
-         CREATE TABLE IF NOT EXISTS {session} (id text PRIMARY KEY, expires_at timestamptz NOT NULL); \
-         CREATE TABLE IF NOT EXISTS {lock} (name text COLLATE \"C\" PRIMARY KEY, fence bigint NOT NULL); \
-         CREATE TABLE IF NOT EXISTS {entry} (name text COLLATE \"C\" NOT NULL, fence bigint NOT NULL, \
-           session text NOT NULL REFERENCES {session} (id) ON DELETE CASCADE, kind text NOT NULL, \
-           permits integer NOT NULL, hold text NOT NULL, PRIMARY KEY (name, fence)); \
-         CREATE INDEX IF NOT EXISTS {index} ON {entry} (session); \
-         COMMIT;"
+        "BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {}; COMMIT;",
+        create_statements(t, index).join("; ")
     )
 }
 
@@ -898,4 +910,19 @@ where
     pump.abort();
     wakes.wake_all();
     listening
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_statements_are_the_ones_the_client_runs() {
+        let tables = Tables::new("leasehold", '"');
+        let created = create_statements(&tables, "\"leasehold_entry_session\"");
+        assert_eq!(
+            super::super::documented_sql("PostgreSQL: the tables"),
+            created.map(|s| super::super::normalized(&s))
+        );
+    }
 }
