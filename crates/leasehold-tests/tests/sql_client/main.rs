@@ -161,6 +161,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_waiter_whose_connections_went_silent_still_hears_the_release,
     wake_ups::a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release,
     least_privilege::a_user_with_the_documented_grants_locks_waits_and_releases,
+    least_privilege::a_user_missing_any_one_right_is_refused_at_connect_naming_it,
+    least_privilege::a_user_who_may_not_create_the_missing_tables_is_told_both_ways_out,
     reads::reads_write_nothing_and_need_only_select,
     clean_up::a_crashed_clients_rows_go_though_nobody_waits_for_its_locks,
     transactions::a_transaction_commits_while_the_grant_is_live,

@@ -148,7 +148,7 @@ impl Db {
                     used,
                 )
                 .await
-                    .map(Db::Postgres);
+                .map(Db::Postgres);
             }
             #[cfg(feature = "mysql")]
             if url.starts_with("mysql://") || url.starts_with("mariadb://") {

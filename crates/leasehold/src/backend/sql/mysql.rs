@@ -129,29 +129,47 @@ fn schema(t: &Tables) -> [String; 3] {
     ]
 }
 
+/// MySQL's `ER_DBACCESS_DENIED_ERROR`: "Access denied for user 'app'@'host' to database 'name'".
+const DATABASE_DENIED: u16 = 1044;
+
+/// The user a MySQL URL names.
+fn opts_user(url: &str) -> String {
+    Opts::from_url(url)
+        .ok()
+        .and_then(|o| o.user().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 /// MySQL's `ER_TABLEACCESS_DENIED_ERROR`: "SELECT command denied to user … for table …".
 const ACCESS_DENIED: u16 = 1142;
 
-/// The tables of a prefix as the rights check names them, each with a column its probes write (no row: any column
-/// does, `NOT NULL` or not).
-fn objects(t: &Tables) -> [(Object, &'static str); 3] {
+/// The tables of a prefix as the rights check names them, each with its columns, which its probes write (no row: a
+/// `NULL` in a `NOT NULL` column is refused only in a row; a column left out without a default is refused at once).
+fn objects(t: &Tables) -> [(Object, &'static [&'static str]); 3] {
     let table = |name: &String| Object {
         name: name.clone(),
         sequence: false,
     };
     [
-        (table(&t.session), "expires_at"),
-        (table(&t.lock), "fence"),
-        (table(&t.entry), "fence"),
+        (table(&t.session), &["id", "expires_at"]),
+        (table(&t.lock), &["name", "fence"]),
+        (
+            table(&t.entry),
+            &["name", "fence", "session", "kind", "permits", "hold"],
+        ),
     ]
 }
 
-/// A statement that needs `privilege` on `table` and nothing else, and changes nothing.
-fn probe(privilege: &str, table: &str, column: &str) -> String {
+/// A statement that needs `privilege` on `table` (with `columns`) and nothing else, and changes nothing.
+fn probe(privilege: &str, table: &str, columns: &[&str]) -> String {
     match privilege {
         "SELECT" => format!("SELECT 1 FROM {table} WHERE FALSE"),
-        "INSERT" => format!("INSERT INTO {table} ({column}) SELECT NULL FROM DUAL WHERE FALSE"),
-        "UPDATE" => format!("UPDATE {table} SET {column} = NULL WHERE FALSE"),
+        "INSERT" => format!(
+            "INSERT INTO {table} ({}) SELECT {} FROM DUAL WHERE FALSE",
+            columns.join(", "),
+            vec!["NULL"; columns.len()].join(", ")
+        ),
+        "UPDATE" => format!("UPDATE {table} SET {} = NULL WHERE FALSE", columns[0]),
         _ => format!("DELETE FROM {table} WHERE FALSE"),
     }
 }
@@ -179,6 +197,23 @@ impl Account {
         Ok(Account { user, database })
     }
 
+    /// The account a refusal to open the URL's database names (`… for user 'app'@'host' to database 'name'`), else
+    /// the URL's user at any host; the database the URL names.
+    fn refused(message: &str, user: &str, url: &str) -> Account {
+        let named = message
+            .split_once("for user ")
+            .and_then(|(_, rest)| rest.split_once(" to database"))
+            .map(|(account, _)| account.to_owned());
+        let database = Opts::from_url(url)
+            .ok()
+            .and_then(|o| o.db_name().map(|d| format!("`{d}`")))
+            .unwrap_or_default();
+        Account {
+            user: named.unwrap_or_else(|| format!("'{user}'@'%'")),
+            database,
+        }
+    }
+
     /// `table` as a `GRANT` names it: qualified by the database.
     fn qualified(&self, table: &str) -> String {
         if self.database.is_empty() {
@@ -204,8 +239,8 @@ impl Account {
         let probes: Vec<String> = rights
             .iter()
             .map(|r| {
-                let (o, column) = &objects[r.object];
-                probe(r.privilege, &o.name, column)
+                let (o, columns) = &objects[r.object];
+                probe(r.privilege, &o.name, columns)
             })
             .collect();
         match conn.query_drop(probes.join("; ")).await {
@@ -217,7 +252,9 @@ impl Account {
         for (right, probe) in rights.iter().zip(&probes) {
             match conn.query_drop(probe).await {
                 Ok(()) => {}
-                Err(mysql_async::Error::Server(e)) if e.code == ACCESS_DENIED => missing.push(*right),
+                Err(mysql_async::Error::Server(e)) if e.code == ACCESS_DENIED => {
+                    missing.push(*right)
+                }
                 Err(e) => return Err(my("check rights")(e)),
             }
         }
@@ -245,6 +282,7 @@ impl Account {
                 "MySQL",
                 &self.user,
                 prefix,
+                "do not exist, or this user may not see them,",
                 &[
                     tables.session.clone(),
                     tables.lock.clone(),
@@ -320,7 +358,14 @@ impl MyDb {
             .tcp_keepalive(Some(Duration::from_secs(5)));
         let pool = Pool::new(opts);
         let tables = Tables::new(prefix, '`');
-        let mut conn = pool.get_conn().await.map_err(my("connect"))?;
+        let mut conn = match pool.get_conn().await {
+            // The URL's database refused: the user has no right on it at all.
+            Err(mysql_async::Error::Server(e)) if e.code == DATABASE_DENIED => {
+                let account = Account::refused(&e.message, &opts_user(&url), &url);
+                return Err(account.cannot_create(&tables, prefix, used, &e.message));
+            }
+            connected => connected.map_err(my("connect"))?,
+        };
         let account = Account::of(&mut conn).await?;
         // Looked for first: MySQL checks the right to create a table before it finds the table exists, so a `CREATE
         // TABLE IF NOT EXISTS` by a user with only the rights to read and write it fails (ERROR 1142). A table the

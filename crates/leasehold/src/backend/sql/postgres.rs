@@ -200,7 +200,10 @@ fn rights_query(objects: &[Object], rights: &[Right]) -> String {
         } else {
             ("has_table_privilege", r.privilege)
         };
-        columns.push(format!("{function}(to_regclass('{}'), '{privilege}')", o.name));
+        columns.push(format!(
+            "{function}(to_regclass('{}'), '{privilege}')",
+            o.name
+        ));
     }
     format!("SELECT {}", columns.join(", "))
 }
@@ -267,6 +270,7 @@ async fn check_rights(
                         "PostgreSQL",
                         &user,
                         prefix,
+                        "do not exist",
                         &absent,
                         &format!(
                             "no CREATE on schema {schema}; since PostgreSQL 15 only the database's owner has it on \
