@@ -147,7 +147,7 @@ pub async fn a_user_missing_any_one_right_is_refused_at_connect_naming_it(db: &m
         );
         let said = err.to_string();
         assert!(
-            said.contains(&format!("lacks {privilege} on {object};")),
+            said.contains(&format!("lacks {privilege} on {object}.")),
             "without {privilege} on {object}: {said}"
         );
         assert!(

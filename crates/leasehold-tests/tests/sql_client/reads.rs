@@ -35,7 +35,11 @@ pub async fn reads_write_nothing_and_need_only_select(db: &mut Db) {
     let reader = reader(&db.url_as(&user), &prefix).await;
     let err = reader.mutex("read2").try_lock().await.unwrap_err();
     assert!(err.is_not_permitted(), "{err:?}");
-    assert!(err.to_string().contains("lacks INSERT on table "), "{err}");
+    assert!(
+        err.to_string()
+            .contains("lacks INSERT, UPDATE, DELETE on table "),
+        "{err}"
+    );
     assert_eq!(
         sessions(db, &prefix),
         1,

@@ -97,20 +97,24 @@ pub(crate) fn refusal(
     objects: &[Object],
     names: &[String],
 ) -> String {
-    let lacks: Vec<String> = missing
+    let lacks: Vec<String> = objects
         .iter()
-        .map(|r| {
-            let kind = if objects[r.object].sequence {
-                "sequence"
-            } else {
-                "table"
-            };
-            format!("{} on {kind} {}", r.privilege, names[r.object])
+        .enumerate()
+        .filter_map(|(object, o)| {
+            let privileges: Vec<&str> = missing
+                .iter()
+                .filter(|r| r.object == object)
+                .map(|r| r.privilege)
+                .collect();
+            let kind = if o.sequence { "sequence" } else { "table" };
+            (!privileges.is_empty())
+                .then(|| format!("{} on {kind} {}", privileges.join(", "), names[object]))
         })
         .collect();
     format!(
-        "{store} user {user} lacks {}; run, as the tables' owner: {} (the README's SQL section lists every right)",
-        lacks.join(", "),
+        "{store} user {user} lacks {}. As the tables' owner or an administrator, run: {} (the README's SQL section \
+         lists every right)",
+        lacks.join("; "),
         grants(missing, objects, names, user)
     )
 }
@@ -186,8 +190,8 @@ mod tests {
         ];
         assert_eq!(
             refusal("PostgreSQL", "app", &missing, &objects, &names),
-            "PostgreSQL user app lacks INSERT on table public.s, DELETE on table public.s, USAGE on sequence \
-             public.f; run, as the tables' owner: GRANT INSERT, DELETE ON public.s TO app; GRANT USAGE ON SEQUENCE \
+            "PostgreSQL user app lacks INSERT, DELETE on table public.s; USAGE on sequence public.f. As the tables' \
+             owner or an administrator, run: GRANT INSERT, DELETE ON public.s TO app; GRANT USAGE ON SEQUENCE \
              public.f TO app; (the README's SQL section lists every right)"
         );
     }
