@@ -279,15 +279,11 @@ impl Account {
         };
         SqlError::NotPermitted {
             detail: rights::cannot_create(
-                "MySQL",
-                &self.user,
-                prefix,
-                "do not exist, or this user may not see them,",
-                &[
-                    tables.session.clone(),
-                    tables.lock.clone(),
-                    tables.entry.clone(),
-                ],
+                &format!("MySQL user {}", self.user),
+                &format!(
+                    "of prefix {prefix:?} ({}, {}, {}) do not exist, or this user may not see them,",
+                    tables.session, tables.lock, tables.entry
+                ),
                 why,
                 &rights::grants(&rights, &plain, &names, &self.user),
                 &format!(

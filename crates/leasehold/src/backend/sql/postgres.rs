@@ -267,11 +267,8 @@ async fn check_rights(
                     .collect();
                 return Err(SqlError::NotPermitted {
                     detail: rights::cannot_create(
-                        "PostgreSQL",
-                        &user,
-                        prefix,
-                        "do not exist",
-                        &absent,
+                        &format!("PostgreSQL user {user}"),
+                        &format!("of prefix {prefix:?} ({}) do not exist", absent.join(", ")),
                         &format!(
                             "no CREATE on schema {schema}; since PostgreSQL 15 only the database's owner has it on \
                              public"

@@ -119,24 +119,20 @@ pub(crate) fn refusal(
     )
 }
 
-/// The refusal of a client whose `user` may not create the lease tables `absent` of prefix `prefix`, which `found`
-/// (`do not exist`), (`why`: which right is missing), with both ways out: an operator creates them and grants what
-/// the client needs (`grants`), or the user is given the right (`create`, a `GRANT`).
+/// The refusal of a client (`who`: `PostgreSQL user app`) that may not create the lease tables (`tables`: which, and
+/// what was found of them) (`why`: which right is missing), with both ways out: an operator creates them and grants
+/// what the client needs (`grants`), or the user is given the right (`create`, a `GRANT`).
 pub(crate) fn cannot_create(
-    store: &str,
-    user: &str,
-    prefix: &str,
-    found: &str,
-    absent: &[String],
+    who: &str,
+    tables: &str,
     why: &str,
     grants: &str,
     create: &str,
 ) -> String {
     format!(
-        "the lease tables of prefix {prefix:?} ({}) {found} and {store} user {user} may not create them ({why}): \
-         either an operator creates them (the README's SQL section has the statements) and runs {grants} or the user \
-         is given the right to create them: {create}",
-        absent.join(", ")
+        "the lease tables {tables} and {who} may not create them ({why}): either an operator creates them (the \
+         README's SQL section has the statements) and runs {grants} or the user is given the right to create them: \
+         {create}"
     )
 }
 
