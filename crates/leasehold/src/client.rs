@@ -123,7 +123,8 @@ impl Client {
     /// [`Error::InvalidArgument`] for a malformed URL (saying what is wrong and listing the forms above), or a
     /// database other than 0 on a cluster node; [`Error::Connect`] when the server cannot be reached within the
     /// connection timeout, refuses the credentials or the TLS handshake, or does not answer as Redis does (the error
-    /// names the URL, password hidden); [`Error::NotPermitted`] when the Redis user lacks a permission leasehold needs.
+    /// names the URL, password hidden); [`Error::NotPermitted`] when the Redis user lacks a permission leasehold needs, or
+    /// the PostgreSQL or MySQL user a right on the lease tables (or, when they are missing, the right to create them).
     ///
     /// # Cancel safety
     ///
@@ -839,7 +840,9 @@ impl Builder {
     /// [`Error::InvalidArgument`] for a bad prefix, a zero or absurd timeout, unusable TLS settings, or a database
     /// other than 0 on a cluster node; [`Error::Connect`] when the server cannot be reached within the connection
     /// timeout, refuses the credentials, or does not answer as Redis does; [`Error::NotPermitted`] when the Redis user
-    /// may not publish wake-ups (see the README's ACL rule); [`Error::ClusterNode`] when a connection given to
+    /// may not publish wake-ups (see the README's ACL rule), or the PostgreSQL or MySQL user lacks a right on the
+    /// lease tables ([`Builder::read_only`]: `SELECT` only), or may not create them when they are missing (the error
+    /// names each missing right and the `GRANT` to run); [`Error::ClusterNode`] when a connection given to
     /// [`Builder::connection`] reaches a cluster node that redirects the connect-time check.
     ///
     /// # Cancel safety
