@@ -171,6 +171,18 @@ fn as_user(url: &str, user: &str) -> String {
     format!("{scheme}://{user}@{at}")
 }
 
+/// `leasehold run -n` under `prefix` at `url`, refused at connect: its one line (exit 69).
+fn refused_run(url: &str, prefix: &str) -> String {
+    let (code, _, stderr) = finish(
+        leasehold(&[
+            "run", "-n", "--prefix", prefix, "--store", url, "other", "--", "true",
+        ]),
+        SOON,
+    );
+    assert_eq!(code, Some(69), "{stderr}");
+    one_error_line(&stderr).to_owned()
+}
+
 /// On the database at `url`, where `sql` runs statements as the superuser and `account` names a login as `GRANT`
 /// does: a reader with `SELECT` only on the tables runs `status` and `list`; its `run` is refused at connect, in one
 /// line naming what it lacks and the `GRANT` to run, exit 69; a fresh login's `run` on tables nobody created is told
@@ -206,12 +218,7 @@ fn a_reader_with_select_only_runs_status_and_list(
     let listed: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(listed[0]["name"], "nightly", "{stdout}");
 
-    let (code, _, stderr) = finish(
-        leasehold(&["run", "-n", "--store", &reader, "other", "--", "true"]),
-        SOON,
-    );
-    assert_eq!(code, Some(69), "{stderr}");
-    let line = one_error_line(&stderr);
+    let line = refused_run(&reader, "leasehold");
     assert!(line.starts_with("leasehold: not permitted: "), "{line}");
     assert!(
         line.contains("lacks INSERT, UPDATE, DELETE on table "),
@@ -225,22 +232,7 @@ fn a_reader_with_select_only_runs_status_and_list(
     );
 
     let fresh = login("fresh");
-    let (code, _, stderr) = finish(
-        leasehold(&[
-            "run",
-            "-n",
-            "--prefix",
-            "fresh",
-            "--store",
-            &as_user(url, "fresh"),
-            "nightly",
-            "--",
-            "true",
-        ]),
-        SOON,
-    );
-    assert_eq!(code, Some(69), "{stderr}");
-    let line = one_error_line(&stderr);
+    let line = refused_run(&as_user(url, "fresh"), "fresh");
     assert!(line.contains("may not create them"), "{line}");
     assert!(
         line.contains("the README's SQL section has the statements"),

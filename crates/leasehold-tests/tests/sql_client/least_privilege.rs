@@ -72,12 +72,13 @@ pub async fn operator_tables(db: &Db) -> String {
 
 /// A client of `url` under `prefix`, or why it could not connect.
 async fn connect(url: &str, prefix: &str) -> Result<Client, Error> {
-    Client::builder(url)
-        .unwrap()
-        .prefix(prefix)
-        .session_ttl(TTL)
-        .connect()
-        .await
+    crate::connect(url, prefix, TTL).await
+}
+
+/// Takes lock `name` through `client` and releases it.
+async fn locks_once(client: &Client, name: &str) {
+    let guard = client.mutex(name).lock().await.unwrap();
+    guard.release().await.unwrap();
 }
 
 pub async fn a_user_with_the_documented_grants_locks_waits_and_releases(db: &mut Db) {
@@ -164,14 +165,7 @@ pub async fn a_user_missing_any_one_right_is_refused_at_connect_naming_it(db: &m
     };
     db.sql(&format!("GRANT {privilege} ON {on} TO {account};"));
     let fixed = connect(&db.url_as(&user), &prefix).await.unwrap();
-    fixed
-        .mutex("fixed")
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    locks_once(&fixed, "fixed").await;
 }
 
 pub async fn a_user_who_may_not_create_the_missing_tables_is_told_both_ways_out(db: &mut Db) {
@@ -209,12 +203,5 @@ pub async fn a_user_who_may_not_create_the_missing_tables_is_told_both_ways_out(
         )),
     };
     let created = connect(&db.url_as(&user), &prefix).await.unwrap();
-    created
-        .mutex("created")
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    locks_once(&created, "created").await;
 }

@@ -135,13 +135,17 @@ pub async fn client(url: &str, prefix: &str) -> Client {
 
 /// A client under `prefix` with a session of `ttl`, at `url`.
 pub async fn client_with(url: &str, prefix: &str, ttl: Duration) -> Client {
+    connect(url, prefix, ttl).await.unwrap()
+}
+
+/// A client under `prefix` with a session of `ttl`, at `url`, or why it could not connect.
+pub async fn connect(url: &str, prefix: &str, ttl: Duration) -> Result<Client, leasehold::Error> {
     Client::builder(url)
         .unwrap()
         .prefix(prefix)
         .session_ttl(ttl)
         .connect()
         .await
-        .unwrap()
 }
 
 /// A client under `prefix` with sessions of a minute, at `url`: its waiters' only other way to learn of a release is
