@@ -183,18 +183,14 @@ struct Account {
 }
 
 impl Account {
-    async fn of(conn: &mut mysql_async::Conn) -> Result<Account, SqlError> {
-        let (user, database): (String, Option<String>) = conn
-            .query_first("SELECT CURRENT_USER(), DATABASE()")
-            .await
-            .map_err(my("check rights"))?
-            .unwrap_or_default();
+    /// The account of `CURRENT_USER()` (`app@%`) and the database of `DATABASE()`.
+    fn of(user: String, database: Option<String>) -> Account {
         let user = match user.rsplit_once('@') {
             Some((name, host)) => format!("'{name}'@'{host}'"),
             None => format!("'{user}'"),
         };
         let database = database.map_or_else(String::new, |d| format!("`{d}`"));
-        Ok(Account { user, database })
+        Account { user, database }
     }
 
     /// The account a refusal to open the URL's database names (`… for user 'app'@'host' to database 'name'`), else
@@ -362,14 +358,14 @@ impl MyDb {
             }
             connected => connected.map_err(my("connect"))?,
         };
-        let account = Account::of(&mut conn).await?;
         // Looked for first: MySQL checks the right to create a table before it finds the table exists, so a `CREATE
         // TABLE IF NOT EXISTS` by a user with only the rights to read and write it fails (ERROR 1142). A table the
-        // user has no right on is not listed either: it is then "created" (it exists: a no-op), or refused below.
-        let present: Option<i64> = conn
+        // user has no right on is not listed either: it is then "created" (it exists: a no-op), or refused below. The
+        // account and database come in the same round trip, for the messages.
+        let (present, user, database): (i64, String, Option<String>) = conn
             .exec_first(
-                "SELECT COUNT(*) FROM information_schema.tables \
-                 WHERE table_schema = DATABASE() AND table_name IN (?, ?, ?)",
+                "SELECT (SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_schema = DATABASE() AND table_name IN (?, ?, ?)), CURRENT_USER(), DATABASE()",
                 (
                     format!("{prefix}_session"),
                     format!("{prefix}_lock"),
@@ -377,8 +373,10 @@ impl MyDb {
                 ),
             )
             .await
-            .map_err(my("schema"))?;
-        if present != Some(3) {
+            .map_err(my("schema"))?
+            .unwrap_or_default();
+        let account = Account::of(user, database);
+        if present != 3 {
             for ddl in schema(&tables) {
                 match conn.query_drop(ddl).await {
                     Err(mysql_async::Error::Server(e)) if e.code == ACCESS_DENIED => {
