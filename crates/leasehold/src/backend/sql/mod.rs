@@ -8,6 +8,7 @@
 //!   `force_release`, and the fenced transaction.
 //! - [`postgres`] and [`mysql`]: each dialect's statements and connections; [`Db`] hands every operation to one of
 //!   them.
+//! - [`rights`]: the rights a client needs on its tables, checked at connect, and the refusals that name them.
 //!
 //! # The tables, and why
 //!

@@ -15,6 +15,7 @@
 //! - **The schema** is created on first use with `CREATE TABLE IF NOT EXISTS` (MySQL's DDL is idempotent that way
 //!   and serialises on the metadata lock), unless `information_schema` lists the tables already: a database whose
 //!   tables exist needs no DDL right (MySQL checks the right to create before it looks whether the table exists).
+//! - **Rights** are checked at connect by statements that need them and change nothing ([`Account::check`]).
 //!
 //! Written for MySQL 8.0+ and MariaDB 10.6+; tested on MariaDB 10.11.
 

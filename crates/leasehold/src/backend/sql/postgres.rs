@@ -12,6 +12,7 @@
 //!   server.
 //! - **The schema** is created on first use, in one transaction under an advisory lock (two clients creating it at
 //!   once would otherwise collide in the catalog); a database whose tables exist needs no DDL right.
+//! - **Rights** are checked at connect in one statement of privilege functions ([`check_rights`]).
 
 use std::sync::Arc;
 use std::time::Duration;
