@@ -154,7 +154,8 @@ impl Client {
     /// [`Error::InvalidArgument`] for a malformed URL (saying what is wrong and listing the forms above), or a
     /// database other than 0 on a cluster node; [`Error::Connect`] when the server cannot be reached within the
     /// connection timeout, refuses the credentials or the TLS handshake, or does not answer as Redis does (the error
-    /// names the URL, password hidden); [`Error::NotPermitted`] when the Redis user lacks a permission leasehold needs.
+    /// names the URL, password hidden); [`Error::NotPermitted`] when the Redis user lacks a permission leasehold needs, or
+    /// the PostgreSQL or MySQL user a right on the lease tables (or, when they are missing, the right to create them).
     ///
     /// # Cancel safety
     ///
@@ -704,6 +705,7 @@ pub struct Builder {
     replica_timeout: Option<Duration>,
     on_disk: bool,
     sentinel_auth: Option<(Option<String>, String)>,
+    read_only: bool,
     #[cfg(feature = "tls")]
     tls: crate::backend::redis::tls::TlsSettings,
 }
@@ -749,6 +751,7 @@ impl Builder {
             replica_timeout: None,
             on_disk: false,
             sentinel_auth: None,
+            read_only: false,
             #[cfg(feature = "tls")]
             tls: crate::backend::redis::tls::TlsSettings::default(),
         }
@@ -806,6 +809,16 @@ impl Builder {
     /// the store refuses is [`InvalidArgument::BadPrefix`], which states that store's rule.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Builder {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Says the client will only read ([`Client::inspect`], [`Client::held_locks`]: the command's `status` and
+    /// `list`). On PostgreSQL and MySQL/MariaDB, [`connect`](Builder::connect) then checks only the right to read the
+    /// lease tables (`SELECT`) instead of every right a lock needs, so that a reader's user needs no more; a lock or
+    /// [`Client::force_release`] made anyway checks the rest first and is refused with [`Error::NotPermitted`] if one
+    /// is missing. No effect on the other stores. Defaults to `false`.
+    pub fn read_only(mut self, read_only: bool) -> Builder {
+        self.read_only = read_only;
         self
     }
 
@@ -913,7 +926,9 @@ impl Builder {
     /// [`Error::InvalidArgument`] for a bad prefix, a zero or absurd timeout, unusable TLS settings, or a database
     /// other than 0 on a cluster node; [`Error::Connect`] when the server cannot be reached within the connection
     /// timeout, refuses the credentials, or does not answer as Redis does; [`Error::NotPermitted`] when the Redis user
-    /// may not publish wake-ups (see the README's ACL rule); [`Error::ClusterNode`] when a connection given to
+    /// may not publish wake-ups (see the README's ACL rule), or the PostgreSQL or MySQL user lacks a right on the
+    /// lease tables ([`Builder::read_only`]: `SELECT` only), or may not create them when they are missing (the error
+    /// names each missing right and the `GRANT` to run); [`Error::ClusterNode`] when a connection given to
     /// [`Builder::connection`] reaches a cluster node that redirects the connect-time check; [`Error::Unsupported`]
     /// for replica acknowledgements the store cannot give ([`Capability::ReplicaAcks`],
     /// [`Capability::ReplicasOnDisk`]).
@@ -1035,6 +1050,7 @@ impl Builder {
                     ttl,
                     self.connection_timeout,
                     &tls,
+                    self.read_only,
                 )
                 .await?;
                 return Ok(Client {

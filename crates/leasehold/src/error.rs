@@ -131,13 +131,15 @@ pub enum Error {
         detail: String,
     },
 
-    /// The Redis user may not do something leasehold needs (an ACL rule is missing), found when the client connected.
-    /// The README lists the minimal ACL rule.
+    /// The store's user may not do something leasehold needs, found when the client connected: on Redis an ACL rule
+    /// is missing; on PostgreSQL and MySQL/MariaDB a right on the lease tables (or, when they are missing, the right
+    /// to create them). The README lists the minimal ACL rule and the SQL `GRANT`s.
     NotPermitted {
-        /// What is missing, and the rule that grants it.
+        /// What is missing, and the rule or statement that grants it.
         detail: String,
-        /// The server's refusal.
-        source: redis::RedisError,
+        /// The server's refusal (Redis); `None` when leasehold asked the server which rights the user has and found
+        /// one missing (PostgreSQL, MySQL/MariaDB).
+        source: Option<redis::RedisError>,
     },
 
     /// The client could not connect to the server at `url`: it was not reachable within the connection timeout,
@@ -218,7 +220,8 @@ impl Error {
         )
     }
 
-    /// True for [`Error::NotPermitted`]: the Redis user lacks an ACL permission leasehold needs.
+    /// True for [`Error::NotPermitted`]: the store's user lacks a permission leasehold needs (a Redis ACL rule, a SQL
+    /// right).
     pub fn is_not_permitted(&self) -> bool {
         matches!(self, Error::NotPermitted { .. })
     }
@@ -238,9 +241,8 @@ impl Error {
     /// The `RedisError` this error carries ([`Error::Connect`], [`Error::Redis`], [`Error::NotPermitted`]), if any.
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
         match self {
-            Error::Connect { source, .. }
-            | Error::NotPermitted { source, .. }
-            | Error::Redis(source) => Some(source),
+            Error::Connect { source, .. } | Error::Redis(source) => Some(source),
+            Error::NotPermitted { source, .. } => source.as_ref(),
             _ => None,
         }
     }
@@ -319,9 +321,8 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::InvalidArgument(source) => Some(source),
-            Error::Connect { source, .. }
-            | Error::NotPermitted { source, .. }
-            | Error::Redis(source) => Some(cause_of(source)),
+            Error::Connect { source, .. } | Error::Redis(source) => Some(cause_of(source)),
+            Error::NotPermitted { source, .. } => source.as_ref().map(cause_of),
             Error::Store { source, .. } => Some(source.as_ref()),
             _ => None,
         }
@@ -569,7 +570,14 @@ mod tests {
             Error::from(InvalidArgument::EmptyName),
             Error::NotPermitted {
                 detail: "grant +publish".to_owned(),
-                source: redis::make_extension_error("NOPERM".to_owned(), Some("no".to_owned())),
+                source: Some(redis::make_extension_error(
+                    "NOPERM".to_owned(),
+                    Some("no".to_owned()),
+                )),
+            },
+            Error::NotPermitted {
+                detail: "PostgreSQL user app lacks INSERT on table leasehold_session".to_owned(),
+                source: None,
             },
         ];
         for err in &errors {

@@ -99,7 +99,7 @@ pub(crate) async fn check_publish(
             };
             Err(Error::NotPermitted {
                 detail,
-                source: err,
+                source: Some(err),
             })
         }
         Err(err) => Err(err.into()),
@@ -139,7 +139,7 @@ pub(crate) async fn check_keys(conn: &Conn, prefix: &str) -> Result<(), Error> {
             };
             Err(Error::NotPermitted {
                 detail,
-                source: err,
+                source: Some(err),
             })
         }
         Err(err) => Err(err.into()),

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::rights::Use;
 use super::session::{Session, SessionLoss, Shared};
 use super::{Db, Entry, SqlError};
 use crate::backend::admission::{admit, Admission, Kind};
@@ -46,6 +47,9 @@ pub(crate) struct SqlStore {
     shown: Arc<str>,
     pub(crate) prefix: String,
     sessions: Sessions<Session>,
+    /// Set once the user is known to have every right a lock needs: at connect, or for a read-only client (whose
+    /// connect checked only `SELECT`) at its first write, before that write.
+    writable: tokio::sync::OnceCell<()>,
     /// The releases running in the background (dropped guards, abandoned entries, dropped sessions), for
     /// [`Client::flush_releases`] and [`Client::close`]: the sessions' own.
     background: Arc<Background>,
@@ -117,30 +121,40 @@ impl Drop for Pending {
 }
 
 impl SqlStore {
-    /// Connects: creates the tables when they are missing (or finds them), so that an unreachable database fails here
-    /// and not at the first lock. The first session is opened by the first acquisition: a client that only reads
-    /// (`inspect`, `held_locks`: the command's `status` and `list`) writes nothing, and needs only the right to read
-    /// the tables (tested by `sql_client`'s `reads::reads_write_nothing_and_need_only_select`).
+    /// Connects: creates the tables when they are missing (or finds them), and checks that the user has every right a
+    /// lock needs on them ([`super::rights`]), so that an unreachable database or a missing `GRANT` fails here and not
+    /// at the first lock. The first session is opened by the first acquisition: a client that only reads (`inspect`,
+    /// `held_locks`: the command's `status` and `list`) writes nothing. A `read_only` client's connect checks only the
+    /// right to read the tables (tested by `sql_client`'s `reads::reads_write_nothing_and_need_only_select`); the rest
+    /// is checked at its first write, before it.
     pub(crate) async fn connect(
         url: &str,
         prefix: String,
         ttl: Duration,
         connection_timeout: Duration,
         tls: &super::TlsMaterial,
+        read_only: bool,
     ) -> Result<SqlStore, Error> {
         let shown: Arc<str> = crate::backend::url::redacted(url).into();
         super::check_prefix(&prefix)?;
         let call_timeout = super::session::call_timeout(ttl);
-        let db = Db::connect(url, &prefix, connection_timeout, call_timeout, tls)
+        let used = if read_only { Use::Read } else { Use::Lock };
+        let db = Db::connect(url, &prefix, connection_timeout, call_timeout, tls, used)
             .await
             .map_err(|e| store_error(db_name(url), &shown, e))?;
         let sessions = Sessions::new(ttl);
+        let writable = if read_only {
+            tokio::sync::OnceCell::new()
+        } else {
+            tokio::sync::OnceCell::new_with(Some(()))
+        };
         let store = SqlStore {
             db: Arc::new(db),
             shown,
             prefix,
             background: Arc::clone(&sessions.background),
             sessions,
+            writable,
         };
         Ok(store)
     }
@@ -149,8 +163,18 @@ impl SqlStore {
         store_error(self.db.name(), &self.shown, e)
     }
 
+    /// Checks, once, that the user has every right a lock needs: a read-only client's first write does, before it
+    /// writes anything.
+    async fn writable(&self) -> Result<(), SqlError> {
+        self.writable
+            .get_or_try_init(|| self.db.check_rights(Use::Lock))
+            .await
+            .map(drop)
+    }
+
     /// The live session of TTL `ttl`, or a new one when there is none yet or the last one was lost.
     async fn session(&self, ttl: Duration) -> Result<Arc<Session>, SqlError> {
+        self.writable().await?;
         self.sessions
             .get(ttl, |replacing| async move {
                 let session =
@@ -304,6 +328,7 @@ impl SqlStore {
     /// Deletes every entry of lock `name` (holders and waiters), and returns the token of the first live one, the
     /// holder, if there was one.
     pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
+        self.writable().await.map_err(|e| self.error(e))?;
         let first = self
             .call("force release", self.db.force_release(name))
             .await
@@ -536,6 +561,10 @@ pub(crate) fn db_name(url: &str) -> &'static str {
 pub(crate) fn store_error(store: &'static str, url: &str, e: SqlError) -> Error {
     match e {
         SqlError::Entropy(why) => Error::Entropy(why),
+        SqlError::NotPermitted { detail } => Error::NotPermitted {
+            detail,
+            source: None,
+        },
         SqlError::InvalidUrl { store, why } => {
             crate::InvalidArgument::BadUrl(format!("{url} ({store}): {why}")).into()
         }
