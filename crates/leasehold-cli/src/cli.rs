@@ -128,7 +128,8 @@ Exit status:
   69     the store (Redis, etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB) cannot be reached at start, refuses the credentials, lacks an
          ACL permission, or was still unreachable when --wait ran out (a wait rides out restarts
          and outages, with one warning line); or fewer than --replicas replicas acknowledged the
-         grant
+         grant; or the store cannot do what was asked (the library's Error::Unsupported, found
+         before anything is taken; the options a store cannot honour exit 2 before connecting)
   70     internal error (a bug in leasehold; please report it)
   75     the lock was not acquired (--nonblock, --wait); see --conflict-exit-code
   76     the lock was lost (or its lease ran out unrenewed) while the program ran
@@ -198,7 +199,8 @@ const LIST_AFTER: &str = "\
 Lists the locks held right now whose names match PATTERN (a Redis glob, on the other stores too: *
 for all, orders:*, job-?; default *), one per line: name, fence, remaining lease, waiting clients,
 holder. Walks the keys with SCAN (never KEYS; on etcd, one read of the keys under PREFIX/; on
-ZooKeeper, a walk of the nodes under /PREFIX), so a lock taken or released meanwhile may or may not
+ZooKeeper, a walk of the nodes under /PREFIX; on PostgreSQL and MySQL/MariaDB, one read of the lease
+tables), so a lock taken or released meanwhile may or may not
 appear. Control characters in names and descriptions are shown escaped (\n, \u{1b}); columns are
 aligned for wide characters. Exits 0, also when nothing is held (69 when the store cannot be asked).
 
@@ -212,7 +214,8 @@ Examples:
 const RELEASE_AFTER: &str = "\
 Deletes the lock whoever holds it and wakes its waiters: an operator's escape hatch for a
 lock whose holder is known to be dead. A live holder finds out at its next renewal (on etcd, at
-its session's next keep-alive; on ZooKeeper at once, from the watch on its node), and `leasehold run`
+its session's next keep-alive; on ZooKeeper at once, from the watch on its node; on PostgreSQL and
+MySQL/MariaDB, at its session's next renewal), and `leasehold run`
 then stops its program and exits 76. Prints the owner token it removed, or
 that the lock was free.
 
@@ -230,7 +233,8 @@ PostgreSQL and MySQL/MariaDB store no count (a run whose --permits differs from 
 exits 65), and their URLs exit 2 before connecting.
 
 Exit status: 0 stored (or the semaphore was free), 65 NAME is another kind of lock, 69
-Redis cannot be reached, 2 usage error (an etcd:// or zk:// store among them).
+Redis cannot be reached, 2 usage error (an etcd://, zk://, postgres:// or mysql:// store among
+them).
 
 Examples:
   leasehold permits exports 6";
@@ -251,7 +255,7 @@ then write back what they read minus one and record a sale. Four rounds:
 Without --store (or LEASEHOLD_STORE) it starts a private redis-server (from PATH) on a
 free port of 127.0.0.1, without persistence, and removes it when done (also on Ctrl-C). With
 --store or LEASEHOLD_STORE it uses that server and deletes its own keys afterwards. Redis only:
-an etcd:// or zk:// store exits 2 before connecting.
+an etcd://, zk://, postgres:// or mysql:// store exits 2 before connecting.
 
 Every run shows the same numbers; only the times vary.
 
@@ -321,7 +325,8 @@ Examples:
   leasehold bench --store redis://10.0.0.5:6379 --json --plot latency.svg
   leasehold bench --store etcd://10.0.0.7:2379 --scenarios etcd-lock-1,uncontended-1
   leasehold bench --store zk://127.0.0.1:2181 --duration 3s
-  leasehold bench --store postgres://postgres@127.0.0.1/postgres --duration 3s";
+  leasehold bench --store postgres://postgres@127.0.0.1/postgres --duration 3s
+  leasehold bench --store mysql://root@127.0.0.1/test --duration 3s";
 
 const COMPLETIONS_AFTER: &str = "\
 Prints the script on stdout; install it where your shell looks for completions.
@@ -633,8 +638,8 @@ pub struct PermitsArgs {
 /// `leasehold demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Use this Redis server instead of starting a private one (Redis only; also --redis; env LEASEHOLD_STORE, or
-    /// LEASEHOLD_REDIS_URL).
+    /// Use this Redis server instead of starting a private one (also --redis; env LEASEHOLD_STORE, or
+    /// LEASEHOLD_REDIS_URL). Redis only: an etcd://, zk://, postgres:// or mysql:// store exits 2 before connecting.
     #[arg(long = "store", visible_alias = "redis", value_name = "URL", env = STORE_ENV)]
     pub store: Option<String>,
 

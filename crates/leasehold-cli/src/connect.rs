@@ -36,6 +36,25 @@ pub async fn client(url: &str, ttl: Option<Duration>) -> anyhow::Result<leasehol
 /// 69 when the
 /// store cannot be reached (or the TLS handshake fails) or refuses the credentials.
 pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<leasehold::Client> {
+    open(target, ttl, false).await
+}
+
+/// Connects a client that only reads (`status`, `list`): on PostgreSQL and MySQL/MariaDB its user needs only `SELECT`
+/// on the lease tables ([`leasehold::Builder::read_only`]).
+///
+/// # Errors
+///
+/// As [`locks`].
+pub async fn reader(target: &StoreArg) -> anyhow::Result<leasehold::Client> {
+    open(target, None, true).await
+}
+
+/// [`locks`], or [`reader`] when `read_only`.
+async fn open(
+    target: &StoreArg,
+    ttl: Option<Duration>,
+    read_only: bool,
+) -> anyhow::Result<leasehold::Client> {
     let url = match target.urls.as_slice() {
         [url] => url.as_str(),
         _ => {
@@ -57,7 +76,7 @@ pub async fn locks(target: &StoreArg, ttl: Option<Duration>) -> anyhow::Result<l
         )) => return Err(unknown_scheme(url, &why)),
         Err(err) => return Err(err.into()),
     };
-    builder = builder.prefix(target.prefix.clone());
+    builder = builder.prefix(target.prefix.clone()).read_only(read_only);
     if let Some(ca) = &target.tls_ca {
         builder = builder.tls_ca_pem(read_pem(ca, "--tls-ca")?);
     }

@@ -6,7 +6,7 @@
 //! | 128 + N | `run`: the program was ended by signal N (or `leasehold` was, while it waited for the lock) |
 //! | 2 | usage error; or a `redis://` URL naming a Redis Cluster node the client could not recognise |
 //! | 65 | the lock's key holds something leasehold did not write, a lock of another kind, a semaphore in use with another permit count, or a nested run its outer grant does not cover |
-//! | 69 | the store (Redis, etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB) cannot be reached or refuses us; `demo`: `redis-server` is missing |
+//! | 69 | the store (Redis, etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB) cannot be reached or refuses us, or cannot do what was asked (`Error::Unsupported`, found before anything is taken: `exit::tests::an_unsupported_capability_exits_69`; the options a store cannot honour exit 2 before connecting, by the library's capabilities: `stores::tests::the_refusals_before_connecting_are_the_library_s_capabilities`); `demo`: `redis-server` is missing |
 //! | 70 | internal error (a bug) |
 //! | 75 | `run`: the lock was not acquired (`--conflict-exit-code`) |
 //! | 76 | `run`: the lock was lost, or its lease ran out unrenewed, while the program ran |
@@ -324,6 +324,12 @@ mod tests {
         ));
         assert_eq!(code_of(&bad), USAGE);
         assert_eq!(code_of(&anyhow::anyhow!("what")), INTERNAL);
+    }
+
+    #[test]
+    fn an_unsupported_capability_exits_69() {
+        let unsupported = anyhow::Error::from(leasehold::Error::Unsupported { detail: "x".into() });
+        assert_eq!(code_of(&unsupported), UNAVAILABLE);
     }
 
     #[test]

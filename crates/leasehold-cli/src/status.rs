@@ -19,7 +19,7 @@ pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
     if args.store.urls.len() > 1 {
         return crate::quorum::status(&args).await;
     }
-    let client = connect::locks(&args.store, None).await?;
+    let client = connect::reader(&args.store).await?;
     connect::closing(&client, async {
         let info = crate::etcd::holders_as_on_redis(client.inspect(&args.name).await?);
         let warnings: Vec<String> = client
@@ -119,7 +119,7 @@ pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
     if args.store.urls.len() > 1 {
         return crate::quorum::list(&args).await;
     }
-    let client = connect::locks(&args.store, None).await?;
+    let client = connect::reader(&args.store).await?;
     connect::closing(&client, async {
         let held: Vec<leasehold::LockInfo> = client
             .held_locks(&args.pattern)

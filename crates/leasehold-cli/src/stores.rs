@@ -94,6 +94,13 @@ impl Store {
         self != Store::Redis
     }
 
+    /// Whether the store can do `capability`, as the library's client of it would answer (`Client::supports`): the
+    /// options that need it are refused before connecting by this, the library's own table. What the server decides
+    /// (`ReplicasOnDisk` on Redis) counts as supported here, and the library refuses it when it connects.
+    pub fn supports(self, capability: leasehold::Capability) -> bool {
+        leasehold::store_supports(self.id(), capability).unwrap_or(true)
+    }
+
     /// The store's name as the library's `Client::store_name` gives it, and the bench's JSON: `redis`, `etcd`,
     /// `zookeeper`, `postgres`, `mysql`.
     pub fn id(self) -> &'static str {
@@ -185,7 +192,7 @@ pub fn check_store(target: &StoreArg) -> anyhow::Result<Store> {
     if !store.has_sessions() {
         return Ok(store);
     }
-    if target.replicas != 0 {
+    if target.replicas != 0 && !store.supports(leasehold::Capability::ReplicaAcks) {
         let commits = match store {
             Store::Etcd => {
                 "etcd commits every grant to a majority of its members before it answers"
@@ -307,7 +314,7 @@ pub fn check_session_ttl(store: Store, ttl: Duration) -> anyhow::Result<()> {
 /// Status 2 on such a store, and for what [`check_store`] refuses.
 pub fn check_permits(target: &StoreArg) -> anyhow::Result<()> {
     let store = check_store(target)?;
-    if store.has_sessions() {
+    if !store.supports(leasehold::Capability::StoredPermits) {
         return Err(usage(format!(
             "permits changes the count a Redis semaphore stores; {} stores none (each run's --permits is its own \
              count), so there is nothing to change: give the new count to the runs",
@@ -332,8 +339,8 @@ pub fn check_demo(url: Option<&str>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// When a grant the command could not release goes by itself, for warnings: within its lease (`ttl`) on Redis and
-/// etcd; on ZooKeeper with the session, whose timeout ZooKeeper negotiated from `ttl`.
+/// When a grant the command could not release goes by itself, for warnings: within its lease (`ttl`) on Redis, etcd,
+/// PostgreSQL and MySQL/MariaDB; on ZooKeeper with the session, whose timeout ZooKeeper negotiated from `ttl`.
 pub fn expiry(store: Store, ttl: Duration) -> String {
     match store {
         Store::ZooKeeper => format!(
@@ -352,6 +359,44 @@ fn usage(message: impl Into<String>) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_refusals_before_connecting_are_the_library_s_capabilities() {
+        use leasehold::Capability;
+        for store in [
+            Store::Redis,
+            Store::Etcd,
+            Store::ZooKeeper,
+            Store::Postgres,
+            Store::MySql,
+        ] {
+            let url = match store {
+                Store::Redis => "redis://127.0.0.1:1",
+                Store::Etcd => "etcd://127.0.0.1:1",
+                Store::ZooKeeper => "zk://127.0.0.1:1",
+                Store::Postgres => "postgres://u@127.0.0.1:1/db",
+                Store::MySql => "mysql://u@127.0.0.1:1/db",
+            };
+            let target = |replicas: u32| StoreArg {
+                urls: vec![url.to_owned()],
+                prefix: leasehold::DEFAULT_PREFIX.to_owned(),
+                tls_ca: None,
+                tls_cert: None,
+                tls_key: None,
+                replicas,
+            };
+            assert_eq!(
+                check_permits(&target(0)).is_ok(),
+                leasehold::store_supports(store.id(), Capability::StoredPermits).unwrap(),
+                "{store:?}"
+            );
+            assert_eq!(
+                check_store(&target(1)).is_ok(),
+                leasehold::store_supports(store.id(), Capability::ReplicaAcks).unwrap(),
+                "{store:?}"
+            );
+        }
+    }
 
     #[test]
     fn the_scheme_picks_the_store() {

@@ -6,7 +6,9 @@
 //! ```
 //!
 //! The argument is how many terms to serve before exiting (default: forever). Start several copies: exactly one
-//! leads at any time.
+//! leads at any time. Any store's URL works with its feature on (`etcd://…` with `--features etcd`, `zk://…`,
+//! `postgres://…`, `mysql://…`): the lock's 3 s lease is honoured on each (on etcd, ZooKeeper and SQL the client opens
+//! a 3 s session for it).
 
 use std::time::Duration;
 
@@ -20,7 +22,8 @@ async fn main() -> Result<(), Error> {
         .and_then(|n| n.parse().ok())
         .unwrap_or(u64::MAX);
     let locks = leasehold::Client::connect(&url).await?;
-    // A short lease, so a crashed leader is replaced within 3 s.
+    // A short lease, so a crashed leader is replaced about 3 s after its last renewal, on every store. (ZooKeeper
+    // negotiates a session timeout within its bounds: with its default 2 s tick, at least 4 s.)
     let election = locks.mutex("examples:leader").ttl(Duration::from_secs(3));
     for term in 0..terms {
         let guard = election.lock().await?;

@@ -3,6 +3,9 @@
 //! ```sh
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run -p leasehold --example quickstart
 //! ```
+//!
+//! Any store's URL works with its feature on (`etcd://…` with `--features etcd`, `zk://…`, `postgres://…`,
+//! `mysql://…`), with the same lease.
 
 use std::time::Duration;
 
@@ -11,7 +14,8 @@ async fn main() -> Result<(), leasehold::Error> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     let locks = leasehold::Client::connect(&url).await?;
 
-    // Wait for the lock; the 30 s lease is renewed every 10 s while the guard lives.
+    // Wait for the lock; the 30 s lease (the default on every store) is kept alive while the guard lives: renewed every
+    // 10 s on Redis, by the keep-alives of the client's 30 s session on the other stores.
     let guard = locks.mutex("examples:orders:42").lock().await?;
     println!("holding orders:42 with fence {}", guard.fence());
     guard.release().await?;

@@ -14,6 +14,7 @@ use crate::backend::redis::conn::Conn;
 use crate::backend::redis::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::topology::{Cluster, Endpoint};
+use crate::capability::{refusal, Capability, StoreKind, Support};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::Fence;
 use crate::kinds::mutex::Mutex;
@@ -25,12 +26,13 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default time a lock's fence counter outlives its last grant.
 pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
-/// A handle to one Redis server for taking locks. Cheap to clone; clones share the connection, the lease keeper
-/// and the wake-up subscriber.
+/// A handle to one store for taking locks: a Redis server (or Cluster, or the primary Sentinel names), an etcd
+/// cluster, a ZooKeeper ensemble, or a PostgreSQL or MySQL/MariaDB database. Cheap to clone; clones share the
+/// connections, the lease keeper and the wake-up subscriber.
 ///
-/// Create one per process (or per Redis server) and keep it: every client owns one multiplexed command
+/// Create one per process (or per store) and keep it: on Redis every client owns one multiplexed command
 /// connection, one subscriber connection (opened on the first wait) and one renewal task (started with the first
-/// kept lease).
+/// kept lease); on the other stores, its sessions and their keep-alive.
 ///
 /// # Examples
 ///
@@ -76,18 +78,42 @@ impl Store {
         }
     }
 
-    /// The store, as messages name it.
-    #[cfg(session_stores)]
-    pub(crate) fn label(&self) -> &'static str {
+    /// The kind of store, as the capabilities name it.
+    pub(crate) fn kind(&self) -> StoreKind {
         match self {
-            Store::Redis(_) => "Redis",
+            Store::Redis(_) => StoreKind::Redis,
             #[cfg(feature = "etcd")]
-            Store::Etcd(_) => "etcd",
+            Store::Etcd(_) => StoreKind::Etcd,
             #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(_) => "ZooKeeper",
+            Store::ZooKeeper(_) => StoreKind::ZooKeeper,
             #[cfg(sql_stores)]
-            Store::Sql(sql) => sql.db.label(),
+            Store::Sql(sql) => StoreKind::of_id(sql.db.name()).unwrap_or(StoreKind::Postgres),
         }
+    }
+
+    /// Whether this store supports `capability` ([`Client::supports`]).
+    pub(crate) fn supports(&self, capability: Capability) -> bool {
+        match (self.kind().support(capability), self) {
+            (Support::Yes, _) => true,
+            (Support::No(_), _) => false,
+            (Support::Server(_), Store::Redis(inner)) => inner.waitaof.is_ok(),
+            #[cfg(session_stores)]
+            (Support::Server(_), _) => false,
+        }
+    }
+
+    /// `Err(Unsupported)` unless this store supports `capability`, for the lock `lock`: the check every operation a
+    /// capability names makes before it sends or takes anything.
+    pub(crate) fn require(&self, capability: Capability, lock: &str) -> Result<(), Error> {
+        if self.supports(capability) {
+            return Ok(());
+        }
+        let why = match self {
+            Store::Redis(inner) => inner.waitaof.as_ref().err().map(String::as_str),
+            #[cfg(session_stores)]
+            _ => None,
+        };
+        Err(refusal(capability, self.kind(), Some(lock), why))
     }
 }
 
@@ -102,9 +128,9 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to the Redis server at `url` with default settings.
+    /// Connects to the store at `url` (Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB) with default settings.
     ///
-    /// Accepted URLs:
+    /// Accepted URLs, on Redis:
     /// - `redis://[user[:password]@]host[:port][/db]`, one server (`rediss://…` with the `tls` feature);
     /// - `unix:///path/to/socket` or `redis+unix:///path/to/socket`, one server on a Unix socket;
     /// - `redis+cluster://[user[:password]@]host:port,host:port,…`, a Redis Cluster through every seed node you know
@@ -112,6 +138,11 @@ impl Client {
     /// - `redis+sentinel://[user[:password]@]host:port,host:port/service[/db]`, the primary that the sentinels name
     ///   for `service`, followed across failovers (`rediss+sentinel://` for TLS; the credentials are the data
     ///   nodes', see [`Builder::sentinel_auth`] for the sentinels' own).
+    ///
+    /// and, with a store's cargo feature, `etcd://[user:password@]host:port[,host:port…]` (`etcds://` for TLS; feature
+    /// `etcd`), `zk://[user:password@]host:port[,host:port…][/chroot]` (feature `zookeeper`),
+    /// `postgres://user[:password]@host[:port]/db` or `postgresql://…` (`?sslmode=require` for TLS; feature
+    /// `postgres`), and `mysql://…` or `mariadb://…` (feature `mysql`): see the crate docs' section on each store.
     ///
     /// A `redis://` or `rediss://` URL may name one node of a Redis Cluster: the client asks the server (`INFO
     /// cluster`, or `CLUSTER SLOTS` for a Redis user that may not run `INFO`), and for a cluster node it uses the
@@ -123,7 +154,8 @@ impl Client {
     /// [`Error::InvalidArgument`] for a malformed URL (saying what is wrong and listing the forms above), or a
     /// database other than 0 on a cluster node; [`Error::Connect`] when the server cannot be reached within the
     /// connection timeout, refuses the credentials or the TLS handshake, or does not answer as Redis does (the error
-    /// names the URL, password hidden); [`Error::NotPermitted`] when the Redis user lacks a permission leasehold needs.
+    /// names the URL, password hidden); [`Error::NotPermitted`] when the Redis user lacks a permission leasehold needs, or
+    /// the PostgreSQL or MySQL user a right on the lease tables (or, when they are missing, the right to create them).
     ///
     /// # Cancel safety
     ///
@@ -234,6 +266,36 @@ impl Client {
             #[cfg(sql_stores)]
             Store::Sql(sql) => sql.db.name(),
         }
+    }
+
+    /// Whether this client's store can do `capability`: known once the client connected, and the same answer its
+    /// operations go by (one that is not supported is refused with [`Error::Unsupported`] before anything is taken).
+    /// Fixed by the store's kind, except [`Capability::ReplicasOnDisk`] on Redis, which `connect` read from the
+    /// server; see [`Capability`] for each. Tested on every store by the conformance test
+    /// `caps::supports_agrees_with_what_the_store_does`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), leasehold::Error> {
+    /// use leasehold::Capability;
+    ///
+    /// let locks = leasehold::Client::connect("zk://127.0.0.1:2181").await?;
+    /// assert!(!locks.supports(Capability::Extend));
+    /// assert!(locks.supports(Capability::ZooKeeperWrite));
+    /// # Ok(()) }
+    /// ```
+    pub fn supports(&self, capability: Capability) -> bool {
+        self.store.supports(capability)
+    }
+
+    /// Every [`Capability`] this client's store supports, in the order of [`Capability::ALL`] (see
+    /// [`supports`](Client::supports)).
+    pub fn capabilities(&self) -> impl Iterator<Item = Capability> + '_ {
+        Capability::ALL
+            .iter()
+            .copied()
+            .filter(|capability| self.supports(*capability))
     }
 
     /// The Redis side of the client; an error on another store (never reached: the kinds pick the store first).
@@ -375,8 +437,9 @@ impl Client {
     }
 
     /// Ends the client's work with the store before a program exits, within `timeout`: on etcd, ZooKeeper and the
-    /// SQL stores it closes the client's session (etcd's lease revoked, ZooKeeper's session closed, the SQL session
-    /// row deleted), which deletes every entry the client still has at once, the entries of acquisitions that were
+    /// SQL stores it closes every session of the client, one per lease TTL its locks asked for (etcd's leases
+    /// revoked, ZooKeeper's sessions closed, the SQL session rows deleted), which deletes every entry the client still
+    /// has at once, the entries of acquisitions that were
     /// given up or dropped included; then it waits for the releases running in the background, as
     /// [`flush_releases`](Self::flush_releases) does. On Redis it is `flush_releases`. Returns whether all of it was
     /// answered in time; what was not is left to the session's expiry (its TTL) or the leases'.
@@ -384,7 +447,8 @@ impl Client {
     /// Every guard of the client still held loses its lease (as [`LossReason::Expired`](crate::LossReason)). The
     /// client stays usable: the next acquisition opens a new session. The `leasehold` command calls it on every way
     /// out, so that a run that gave up waiting leaves nothing behind (tested by `conformance`
-    /// `basics::a_waiter_that_gave_up_in_an_exited_process_blocks_nobody` and the CLI's
+    /// `basics::a_waiter_that_gave_up_in_an_exited_process_blocks_nobody`,
+    /// `ttl::closing_the_client_closes_the_session_of_every_ttl` and the CLI's
     /// `session_cleanup::a_waiter_that_gave_up_blocks_nobody_and_no_session_stays_on_*`).
     ///
     /// # Cancel safety
@@ -445,8 +509,22 @@ impl Client {
         self.redis().ok()?.cluster_pipelines()
     }
 
+    /// The lease of a lock that sets no [`ttl`](crate::Mutex::ttl): [`DEFAULT_TTL`](crate::DEFAULT_TTL) (30 s) on
+    /// every store, unless [`Builder::session_ttl`] set another on a store with sessions.
+    pub(crate) fn default_ttl(&self) -> Duration {
+        match &self.store {
+            Store::Redis(_) => crate::kinds::mutex::DEFAULT_TTL,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => etcd.default_ttl(),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => zk.default_ttl(),
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => sql.default_ttl(),
+        }
+    }
+
     /// Leases the keeper renews right now (on etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB, the grants that follow
-    /// the session).
+    /// the client's sessions).
     #[doc(hidden)]
     pub fn kept_leases(&self) -> usize {
         match &self.store {
@@ -616,7 +694,7 @@ pub struct Holder {
 #[must_use = "a builder does nothing until `connect` is called"]
 pub struct Builder {
     target: Where,
-    /// The etcd session's TTL, when set ([`Builder::session_ttl`]).
+    /// The default lease on a store with sessions, when set ([`Builder::session_ttl`]).
     session_ttl: Option<Duration>,
     conn: Option<Conn>,
     prefix: String,
@@ -627,6 +705,7 @@ pub struct Builder {
     replica_timeout: Option<Duration>,
     on_disk: bool,
     sentinel_auth: Option<(Option<String>, String)>,
+    read_only: bool,
     #[cfg(feature = "tls")]
     tls: crate::backend::redis::tls::TlsSettings,
 }
@@ -672,13 +751,15 @@ impl Builder {
             replica_timeout: None,
             on_disk: false,
             sentinel_auth: None,
+            read_only: false,
             #[cfg(feature = "tls")]
             tls: crate::backend::redis::tls::TlsSettings::default(),
         }
     }
 
     /// Trusts the CA certificate(s) in `pem` (PEM text, as in a `ca.crt` file) for the server's certificate,
-    /// instead of the system's trust store. For `rediss://` and `etcds://` URLs only. Needs the `tls` feature.
+    /// instead of the system's trust store. For `rediss://`, `etcds://` and `postgres://…?sslmode=require` URLs only.
+    /// Needs the `tls` feature.
     ///
     /// Checked by [`connect`](Builder::connect): a PEM with no readable certificate, or a URL without TLS, is
     /// [`InvalidArgument::BadTls`].
@@ -690,7 +771,8 @@ impl Builder {
     }
 
     /// Presents this client certificate (chain) and private key, both PEM, for servers that require mutual TLS
-    /// (`tls-auth-clients yes`, etcd's `--client-cert-auth`). For `rediss://` and `etcds://` URLs only. Needs the `tls` feature.
+    /// (`tls-auth-clients yes`, etcd's `--client-cert-auth`, a PostgreSQL `hostssl … cert` rule). For `rediss://`,
+    /// `etcds://` and `postgres://…?sslmode=require` URLs only. Needs the `tls` feature.
     ///
     /// Checked by [`connect`](Builder::connect), as [`tls_ca_pem`](Builder::tls_ca_pem).
     #[cfg(feature = "tls")]
@@ -704,14 +786,17 @@ impl Builder {
         self
     }
 
-    /// The length of the session every grant of the client lives under, on etcd, ZooKeeper, PostgreSQL and
-    /// MySQL/MariaDB. On etcd, the lease's
-    /// TTL: whole seconds, at least 2 s (etcd's shortest lease), 10 s by default; the client sends a keep-alive every
-    /// third of it. On ZooKeeper, the session timeout asked for: at least 1 s, at most 24 days, 10 s by default; the
-    /// ensemble clamps it to its bounds (by default 2 to 20 ticks) and the negotiated value counts. A crashed holder's
-    /// On PostgreSQL and MySQL/MariaDB, the session row's TTL: at least 1 s, 10 s by default, renewed every quarter of
-    /// it. A crashed holder's locks are free this long after its last keep-alive. For every URL but Redis's (on Redis
-    /// each lock handle has its own lease: [`Mutex::ttl`]); checked by [`connect`](Builder::connect).
+    /// The default lease of the locks that set no [`ttl`](Mutex::ttl), on etcd, ZooKeeper, PostgreSQL and
+    /// MySQL/MariaDB: the TTL of the session their grants live under (a lock that sets its own TTL lives under the
+    /// client's session of that TTL, one per distinct TTL: see [`Mutex::ttl`]). 30 s by default ([`DEFAULT_TTL`](crate::DEFAULT_TTL)),
+    /// as on Redis. A crashed holder's locks are free this long after its last keep-alive. On etcd, the lease's TTL:
+    /// whole seconds, at least 2 s (etcd's shortest lease); the client sends a keep-alive every third of it. On
+    /// ZooKeeper, the session timeout asked for: at least 1 s, at most 24 days; the ensemble clamps it to its bounds
+    /// (by default 2 to 20 ticks) and the negotiated value counts. On PostgreSQL and MySQL/MariaDB, the session row's
+    /// TTL: at least 1 s, renewed every quarter of it. Checked by [`connect`](Builder::connect).
+    ///
+    /// Not for Redis URLs, where [`connect`](Builder::connect) refuses it ([`InvalidArgument::BadUrl`]): there each
+    /// lock's lease is its own [`Mutex::ttl`], 30 s unless set.
     pub fn session_ttl(mut self, ttl: Duration) -> Builder {
         self.session_ttl = Some(ttl);
         self
@@ -724,6 +809,16 @@ impl Builder {
     /// the store refuses is [`InvalidArgument::BadPrefix`], which states that store's rule.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Builder {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Says the client will only read ([`Client::inspect`], [`Client::held_locks`]: the command's `status` and
+    /// `list`). On PostgreSQL and MySQL/MariaDB, [`connect`](Builder::connect) then checks only the right to read the
+    /// lease tables (`SELECT`) instead of every right a lock needs, so that a reader's user needs no more; a lock or
+    /// [`Client::force_release`] made anyway checks the rest first and is refused with [`Error::NotPermitted`] if one
+    /// is missing. No effect on the other stores. Defaults to `false`.
+    pub fn read_only(mut self, read_only: bool) -> Builder {
+        self.read_only = read_only;
         self
     }
 
@@ -761,7 +856,10 @@ impl Builder {
     /// partitioned primary while Sentinel or the cluster promotes another) cannot grant at all. What it does not buy:
     /// `WAIT` is not consensus. The replicas hold the grant in memory, not on disk, a failover may still promote a
     /// replica that did not acknowledge, and a grant that a replica acknowledged after the timeout is released although
-    /// it was replicated. See the README's "Replicas, failover and what `WAIT` changes".
+    /// it was replicated. See DESIGN.md, "Failover on Redis: what a held lock survives".
+    ///
+    /// Redis only ([`Capability::ReplicaAcks`]): on another store [`connect`](Builder::connect) refuses a count above 0
+    /// with [`Error::Unsupported`].
     pub fn replicas(mut self, count: u32) -> Builder {
         self.replicas = count;
         self
@@ -771,7 +869,8 @@ impl Builder {
     /// Builder::replicas) of its replicas (0 for the primary alone) fsync every grant and renewal before it counts
     /// (`WAITAOF 1 n timeout` instead of `WAIT n timeout`), so that a restart of the primary, or of the replicas, does
     /// not lose an acknowledged grant. Needs Redis 7.2 or later with `appendonly yes` (and `appendfsync everysec` or
-    /// `always`): [`connect`](Builder::connect) checks both and fails with [`Error::Unsupported`] otherwise. Defaults
+    /// `always`): [`connect`](Builder::connect) checks both and fails with [`Error::Unsupported`] otherwise, as
+    /// [`Client::supports`]`(`[`Capability::ReplicasOnDisk`]`)` answers on a client connected without it. Defaults
     /// to off.
     ///
     /// Not exercised by leasehold's own tests beyond that check: the Redis they run (Debian's 7.0.15) has no
@@ -827,8 +926,12 @@ impl Builder {
     /// [`Error::InvalidArgument`] for a bad prefix, a zero or absurd timeout, unusable TLS settings, or a database
     /// other than 0 on a cluster node; [`Error::Connect`] when the server cannot be reached within the connection
     /// timeout, refuses the credentials, or does not answer as Redis does; [`Error::NotPermitted`] when the Redis user
-    /// may not publish wake-ups (see the README's ACL rule); [`Error::ClusterNode`] when a connection given to
-    /// [`Builder::connection`] reaches a cluster node that redirects the connect-time check.
+    /// may not publish wake-ups (see the README's ACL rule), or the PostgreSQL or MySQL user lacks a right on the
+    /// lease tables ([`Builder::read_only`]: `SELECT` only), or may not create them when they are missing (the error
+    /// names each missing right and the `GRANT` to run); [`Error::ClusterNode`] when a connection given to
+    /// [`Builder::connection`] reaches a cluster node that redirects the connect-time check; [`Error::Unsupported`]
+    /// for replica acknowledgements the store cannot give ([`Capability::ReplicaAcks`],
+    /// [`Capability::ReplicasOnDisk`]).
     ///
     /// # Cancel safety
     ///
@@ -849,7 +952,7 @@ impl Builder {
             Where::Redis(endpoint) => endpoint,
             #[cfg(feature = "etcd")]
             Where::Etcd(ref url) => {
-                self.refuse_redis_settings("an etcd:// URL")?;
+                self.refuse_redis_settings("an etcd:// URL", StoreKind::Etcd)?;
                 let mut options = crate::backend::etcd::SessionOptions::default();
                 #[cfg(feature = "tls")]
                 if !self.tls.is_empty() {
@@ -887,7 +990,7 @@ impl Builder {
             }
             #[cfg(feature = "zookeeper")]
             Where::ZooKeeper(ref url) => {
-                self.refuse_redis_settings("a zk:// URL")?;
+                self.refuse_redis_settings("a zk:// URL", StoreKind::ZooKeeper)?;
                 #[cfg(feature = "tls")]
                 if !self.tls.is_empty() {
                     return Err(InvalidArgument::BadTls(
@@ -922,7 +1025,9 @@ impl Builder {
             }
             #[cfg(sql_stores)]
             Where::Sql(ref url) => {
-                self.refuse_redis_settings("a SQL URL")?;
+                let kind = StoreKind::of_id(crate::backend::sql::store::db_name(url))
+                    .unwrap_or(StoreKind::Postgres);
+                self.refuse_redis_settings("a SQL URL", kind)?;
                 #[cfg(feature = "tls")]
                 let tls = self.tls.clone();
                 #[cfg(not(feature = "tls"))]
@@ -945,6 +1050,7 @@ impl Builder {
                     ttl,
                     self.connection_timeout,
                     &tls,
+                    self.read_only,
                 )
                 .await?;
                 return Ok(Client {
@@ -980,15 +1086,21 @@ impl Builder {
 }
 
 impl Builder {
-    /// An error naming the first Redis-only setting that was given for `url` (a store of another kind).
+    /// An error naming the first Redis-only setting that was given for `url` (a store of kind `store`): replica
+    /// acknowledgements are refused as the capabilities say ([`Error::Unsupported`]), the others as settings of
+    /// another URL.
     #[cfg(session_stores)]
-    fn refuse_redis_settings(&self, url: &str) -> Result<(), Error> {
+    fn refuse_redis_settings(&self, url: &str, store: StoreKind) -> Result<(), Error> {
+        for (asked, capability) in [
+            (self.replicas != 0, Capability::ReplicaAcks),
+            (self.on_disk, Capability::ReplicasOnDisk),
+        ] {
+            if asked && store.support(capability) != Support::Yes {
+                return Err(refusal(capability, store, None, None));
+            }
+        }
         let redis_only = [
             (self.conn.is_some(), "a connection of its own"),
-            (
-                self.replicas != 0 || self.on_disk,
-                "replica acknowledgements",
-            ),
             (self.sentinel_auth.is_some(), "sentinel credentials"),
         ];
         match redis_only.iter().find(|(set, _)| *set) {

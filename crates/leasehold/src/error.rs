@@ -17,7 +17,8 @@ use crate::engine::lease::LossReason;
 /// The variants let a caller tell apart "someone else holds it" ([`Error::Busy`]), "I gave up waiting"
 /// ([`Error::Timeout`]), "I had it and lost it" ([`Error::LeaseLost`], [`Error::NotOwner`]), "I asked for
 /// something that makes no sense" ([`Error::InvalidArgument`]), "that key is not a lock" ([`Error::NotALock`])
-/// and "Redis is down or refused" ([`Error::Connect`], [`Error::Redis`]).
+/// and "the store is down or refused" ([`Error::Connect`], [`Error::Redis`] on Redis; [`Error::Store`] on etcd,
+/// ZooKeeper, PostgreSQL and MySQL/MariaDB).
 ///
 /// Its text says what happened and leaves the cause to [`source`](std::error::Error::source): print it with a chain
 /// printer (`{:#}` of an `anyhow::Error`, or a loop over `source()`) to see both, each once.
@@ -112,8 +113,10 @@ pub enum Error {
         nodes: usize,
     },
 
-    /// The server lacks something a setting needs (found when the client connected): `WAITAOF` for
-    /// [`Builder::replicas_on_disk`](crate::Builder::replicas_on_disk) needs Redis 7.2 and the append-only file.
+    /// The store cannot do what was asked: a [`Capability`](crate::Capability) it lacks (a fixed lease, `extend`,
+    /// `downgrade`… off Redis; [`Builder::replicas_on_disk`](crate::Builder::replicas_on_disk) on a Redis without
+    /// `WAITAOF`, found when the client connects). Refused before anything was sent or taken;
+    /// [`Client::supports`](crate::Client::supports) gives the same answer at start-up.
     Unsupported {
         /// What is missing.
         detail: String,
@@ -128,13 +131,15 @@ pub enum Error {
         detail: String,
     },
 
-    /// The Redis user may not do something leasehold needs (an ACL rule is missing), found when the client connected.
-    /// The README lists the minimal ACL rule.
+    /// The store's user may not do something leasehold needs, found when the client connected: on Redis an ACL rule
+    /// is missing; on PostgreSQL and MySQL/MariaDB a right on the lease tables (or, when they are missing, the right
+    /// to create them). The README lists the minimal ACL rule and the SQL `GRANT`s.
     NotPermitted {
-        /// What is missing, and the rule that grants it.
+        /// What is missing, and the rule or statement that grants it.
         detail: String,
-        /// The server's refusal.
-        source: redis::RedisError,
+        /// The server's refusal (Redis); `None` when leasehold asked the server which rights the user has and found
+        /// one missing (PostgreSQL, MySQL/MariaDB).
+        source: Option<redis::RedisError>,
     },
 
     /// The client could not connect to the server at `url`: it was not reachable within the connection timeout,
@@ -153,10 +158,11 @@ pub enum Error {
     /// Redis could not be reached, timed out, or answered with an error.
     Redis(redis::RedisError),
 
-    /// A coordination store other than Redis (etcd, with the `etcd` feature) could not be reached within the
-    /// per-call deadline on any member, refused a request, or lost the session the client's grants lived in.
+    /// A store other than Redis (etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB, each with its cargo feature) could
+    /// not be reached within the per-call deadline on any member, refused a request, or lost the session the
+    /// client's grants lived in.
     Store {
-        /// Which store: `"etcd"`.
+        /// Which store: `"etcd"`, `"zookeeper"`, `"postgres"` or `"mysql"`.
         store: &'static str,
         /// The URL the client was connected with.
         url: String,
@@ -214,7 +220,8 @@ impl Error {
         )
     }
 
-    /// True for [`Error::NotPermitted`]: the Redis user lacks an ACL permission leasehold needs.
+    /// True for [`Error::NotPermitted`]: the store's user lacks a permission leasehold needs (a Redis ACL rule, a SQL
+    /// right).
     pub fn is_not_permitted(&self) -> bool {
         matches!(self, Error::NotPermitted { .. })
     }
@@ -234,9 +241,8 @@ impl Error {
     /// The `RedisError` this error carries ([`Error::Connect`], [`Error::Redis`], [`Error::NotPermitted`]), if any.
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
         match self {
-            Error::Connect { source, .. }
-            | Error::NotPermitted { source, .. }
-            | Error::Redis(source) => Some(source),
+            Error::Connect { source, .. } | Error::Redis(source) => Some(source),
+            Error::NotPermitted { source, .. } => source.as_ref(),
             _ => None,
         }
     }
@@ -285,7 +291,7 @@ impl fmt::Display for Error {
                 f,
                 "lock {name:?}: only {answered} of {nodes} nodes answered, fewer than a majority"
             ),
-            Error::Unsupported { detail } => write!(f, "not supported by this server: {detail}"),
+            Error::Unsupported { detail } => write!(f, "not supported: {detail}"),
             Error::NotALock { key, detail } => {
                 write!(f, "key {key:?} exists but is not a leasehold lock ({detail})")
             }
@@ -315,9 +321,8 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::InvalidArgument(source) => Some(source),
-            Error::Connect { source, .. }
-            | Error::NotPermitted { source, .. }
-            | Error::Redis(source) => Some(cause_of(source)),
+            Error::Connect { source, .. } | Error::Redis(source) => Some(cause_of(source)),
+            Error::NotPermitted { source, .. } => source.as_ref().map(cause_of),
             Error::Store { source, .. } => Some(source.as_ref()),
             _ => None,
         }
@@ -501,7 +506,8 @@ pub enum InvalidArgument {
         why: &'static str,
     },
     /// The TLS settings cannot be used: a CA or client certificate that is not PEM or holds nothing usable, or
-    /// certificates given for a URL without TLS (`redis://` instead of `rediss://`).
+    /// certificates given for a URL without TLS (`redis://` instead of `rediss://`, `etcd://` instead of `etcds://`, a
+    /// `zk://` URL).
     #[error("TLS settings are not usable: {0}")]
     BadTls(String),
 }
@@ -564,7 +570,14 @@ mod tests {
             Error::from(InvalidArgument::EmptyName),
             Error::NotPermitted {
                 detail: "grant +publish".to_owned(),
-                source: redis::make_extension_error("NOPERM".to_owned(), Some("no".to_owned())),
+                source: Some(redis::make_extension_error(
+                    "NOPERM".to_owned(),
+                    Some("no".to_owned()),
+                )),
+            },
+            Error::NotPermitted {
+                detail: "PostgreSQL user app lacks INSERT on table leasehold_session".to_owned(),
+                source: None,
             },
         ];
         for err in &errors {

@@ -53,6 +53,31 @@
 //! `http://` as `etcdctl --endpoints` writes it → `etcd://`; tested by
 //! `inputs::a_wrong_scheme_lists_every_store_s_schemes_and_names_the_nearest`). A [`Quorum`] takes several clients of independent servers.
 //!
+//! # What each store can do
+//!
+//! Every store has every lock kind, waiting, fences, the loss signal and [`Client::inspect`]. What some store cannot
+//! do is a [`Capability`]: ask [`Client::supports`] (or list [`Client::capabilities`]) once the client connected,
+//! before taking a lock. The operation a capability names is refused with [`Error::Unsupported`] on a store without
+//! it, always before anything is taken: the refusal checks the same table the answer comes from (tested on every store
+//! by the conformance test `caps::supports_agrees_with_what_the_store_does`). The table is fixed per store, except
+//! [`Capability::ReplicasOnDisk`] on Redis, which the client reads from the server when it connects. The README's
+//! table of the stores is rendered from the same source.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), leasehold::Error> {
+//! use leasehold::Capability;
+//!
+//! let locks = leasehold::Client::connect("postgres://app@db.internal/shop").await?;
+//! let many = locks.semaphore("exports", 8);
+//! let grant = if locks.supports(Capability::SeveralPermitsAtOnce) {
+//!     many.acquire_many(2).await?
+//! } else {
+//!     many.acquire().await? // one permit per grant on this store
+//! };
+//! grant.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Features
 //!
 //! | feature | what it adds |
@@ -132,7 +157,7 @@
 //! (`redis+sentinel://s1:p1,s2:p2/service`), with "the server" read as the lock's current primary and the failover
 //! assumption above. All keys of a lock share one slot; every cluster call is bounded by the response timeout;
 //! wake-ups use a sharded channel in the lock's slot on a cluster; a Sentinel client follows the primary the
-//! sentinels name. The measured failure table is in the README ("Replicas, failover and what `WAIT` changes").
+//! sentinels name. The measured failure table is in DESIGN.md ("Failover on Redis: what a held lock survives").
 //!
 //! # etcd (feature `etcd`)
 //!
@@ -141,7 +166,7 @@
 //! point of the contract comes from:
 //!
 //! 1. **Mutual exclusion** is etcd's: each grant is one key under the lock's prefix `PREFIX/NAME/`, written under the
-//!    client's session lease, and a grant is admitted by its kind's rule over the keys created before it (exclusive:
+//!    lease of the client's session of its TTL, and a grant is admitted by its kind's rule over the keys created before it (exclusive:
 //!    none; shared: only readers; permits of N: fewer than N permits). Every check after a wait is also the
 //!    ownership check (its key still has its lease and creation revision), which etcd 3.4's own `Lock` RPC lacks.
 //!    etcd is linearizable (Raft): a leader change or the loss of a minority of members loses no grant, unlike a
@@ -152,18 +177,21 @@
 //!    `release --force`, an `etcdctl del`) ends it as [`LossReason::Gone`].
 //! 3. **The fence** is the key's creation revision: global to the cluster, so it grows across every lock (fences of
 //!    one lock are not consecutive). It goes back only after a snapshot restore without revision bump.
-//! 4. **A crashed holder** frees its locks one session TTL after its last keep-alive ([`Builder::session_ttl`]:
-//!    whole seconds, at least 2 s, 10 s by default). A lost session is replaced by a new one at the next
-//!    acquisition.
+//! 4. **A crashed holder** frees its locks one lease after its last keep-alive: the lock's [`Mutex::ttl`] rounded up
+//!    to whole seconds (etcd's unit; less than 2 s, etcd's shortest lease, is refused), 30 s by default
+//!    ([`Builder::session_ttl`] changes the default). The client keeps one session, one etcd lease, per distinct TTL,
+//!    opened by the first lock that asks for it; a lost session is replaced by a new one at the next acquisition.
 //! 5. **Waiting** watches the key just ahead (the last writer ahead for a reader; the whole prefix for a permit), so
 //!    a release wakes one waiter, never a herd; every kind is FIFO by creation revision across all processes.
 //!
-//! Not on etcd, refused with [`Error::Unsupported`] when asked: fixed leases ([`Mutex::fixed_lease`],
-//! [`Mutex::wait_and_hold`]), [`Guard::extend`], several permits in one grant ([`Semaphore::acquire_many`] with
-//! more than 1), a stored permit count ([`Semaphore::set_permits`]; each grant's key carries the count it was asked
-//! with), [`WriteGuard::downgrade`] (which then releases the write grant) and nested holds by token
-//! ([`ReentrantMutex::lock_as`]). A handle's [`Mutex::ttl`] and [`Mutex::renew_every`] do not apply: the session's
-//! TTL does. Names do not claim a kind on etcd (no [`Error::WrongKind`]): kinds on one name exclude each other by
+//! Not on etcd, refused with [`Error::Unsupported`] when asked, before anything is taken, and answered `false` by
+//! [`Client::supports`] at start-up (see [What each store can do](#what-each-store-can-do)): fixed leases
+//! ([`Mutex::fixed_lease`], [`Mutex::wait_and_hold`]), [`Guard::extend`], several permits in one grant
+//! ([`Semaphore::acquire_many`] with more than 1), a stored permit count ([`Semaphore::set_permits`]; each grant's
+//! key carries the count it was asked with), [`WriteGuard::downgrade`] (which then releases the write grant before
+//! it returns) and nested holds by token ([`ReentrantMutex::lock_as`]). A handle's [`Mutex::ttl`] chooses the session
+//! its grants live under; [`Mutex::renew_every`] does not apply (a session is kept alive every third of its TTL).
+//! Names do not claim a kind on etcd (no [`Error::WrongKind`]): kinds on one name exclude each other by
 //! their rules. `etcdctl lock PREFIX/NAME` (Go's `concurrency.Mutex`) and a lock of any kind called `NAME`
 //! exclude each other in both directions (it waits for every older key under `PREFIX/NAME/`). A lock named `a/b` lies inside the range of a lock named `a`, whose waiters count its
 //! keys as exclusive: holding `a/b` holds `a` back (never the other way). `etcds://` speaks TLS (feature `tls` too),
@@ -189,9 +217,11 @@
 //!    at the latest after the next answered keep-alive, which reads every grant's node back.
 //! 3. **The fence** is the node's `czxid`: global to the ensemble and growing, never the sequence number (per lock
 //!    node, restarted when the node is reaped, 32 bits). It goes back only after a restore of an older snapshot.
-//! 4. **A crashed holder** frees its locks one session timeout after its last request. The session timeout is
-//!    [`Builder::session_ttl`] (at least 1 s, 10 s by default) as the ensemble negotiates it: by default it clamps
-//!    to 2–20 ticks. [`LockInfo`]'s [`Holder::remaining`] is `None` on ZooKeeper, which does not tell one client how
+//! 4. **A crashed holder** frees its locks one session timeout after its last request. The session timeout asked for
+//!    is the lock's [`Mutex::ttl`] (at least 1 s; 30 s by default, [`Builder::session_ttl`] changes the default; one
+//!    session per distinct TTL), as the ensemble negotiates it: by default it clamps to 2–20 ticks, the session runs
+//!    with the negotiated timeout, its grants' [`Lease::ttl`] is five eighths of it, and a timeout negotiated other
+//!    than asked is logged as a warning. [`LockInfo`]'s [`Holder::remaining`] is `None` on ZooKeeper, which does not tell one client how
 //!    long another's session has left.
 //! 5. **Waiting** watches the node the rule names, so a release wakes one waiter; every kind is FIFO by sequence.
 //!
@@ -235,8 +265,9 @@
 //!    (lock rows are never deleted). A restore of an older backup, or a failover to an asynchronous replica that had
 //!    not received the last grants, can lose grants and fences: the contract asks for synchronous replication or one
 //!    primary.
-//! 4. **A crashed holder** frees its locks one session TTL after its last renewal ([`Builder::session_ttl`]: at least
-//!    1 s, 10 s by default). [`Holder::remaining`] is the holder's session time left, on the server's clock.
+//! 4. **A crashed holder** frees its locks one lease after its last renewal: the lock's [`Mutex::ttl`] (at least 1 s;
+//!    30 s by default, [`Builder::session_ttl`] changes the default), the TTL of the session row it lives under (one
+//!    per distinct TTL). [`Holder::remaining`] is the holder's session time left, on the server's clock.
 //! 5. **Waiting** is FIFO by fence for every kind. On PostgreSQL a release `NOTIFY`s in its own transaction and one
 //!    `LISTEN` connection per client wakes the waiters of that lock; a waiter also checks again when the entry it
 //!    waits for expires (expiry sends no notification). MySQL has no notification: waiters poll, from 5 ms doubling
@@ -376,6 +407,7 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod backend;
+mod capability;
 mod client;
 mod engine;
 mod error;
@@ -387,6 +419,9 @@ pub use backend::quorum::{
 };
 pub use backend::redis::checks::ServerWarning;
 pub use backend::redis::keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN};
+#[doc(hidden)]
+pub use capability::store_supports;
+pub use capability::Capability;
 pub use client::{
     Builder, Client, HoldMode, Holder, LockInfo, LockKind, DEFAULT_CONNECTION_TIMEOUT,
     DEFAULT_FENCE_RETENTION, DEFAULT_RESPONSE_TIMEOUT,
@@ -402,7 +437,8 @@ pub const MIN_SESSION_TTL: std::time::Duration = backend::etcd::MIN_TTL;
 #[cfg(feature = "zookeeper")]
 pub use backend::zookeeper::write::ZkWrite;
 
-/// The etcd session TTL unless [`Builder::session_ttl`] sets one.
+/// The etcd session TTL of the locks that set none, unless [`Builder::session_ttl`] sets one: [`DEFAULT_TTL`], the
+/// default lease of every store.
 #[cfg(feature = "etcd")]
 pub const DEFAULT_SESSION_TTL: std::time::Duration = backend::etcd::DEFAULT_TTL;
 pub use error::{Error, InvalidArgument};

@@ -1,11 +1,12 @@
-//! End-to-end tests of the `leasehold` binary against real `redis-server`, `etcd` and ZooKeeper processes (one test
-//! binary, one module per concern). Every test starts its own servers on private ports, bounds every wait, and cleans
+//! End-to-end tests of the `leasehold` binary against real `redis-server`, `etcd`, ZooKeeper, PostgreSQL and MariaDB
+//! processes (one test binary, one module per concern). Every test starts its own servers on private ports, bounds every wait, and cleans
 //! up its processes.
 
 mod bench;
 mod cluster;
 mod demo;
 mod etcd;
+mod help;
 mod inputs;
 mod kinds;
 mod lease;

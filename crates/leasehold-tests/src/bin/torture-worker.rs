@@ -599,10 +599,10 @@ async fn critical_section(
 /// quorum, which has no queue, a client that dies in the middle of its rounds: whatever it was granted stays on the
 /// nodes until its lease ends.
 ///
-/// On etcd the dead client's waiter key lives under its session, with the shortest TTL etcd grants (2 s, the
-/// default being 10 s): once the lock reaches it, it holds the lock until that lease runs out, as a crashed holder
-/// would. On ZooKeeper its waiter node lives as long as its session, of the workers' 2 s timeout, the same way, and
-/// on the SQL stores its entry as long as its session row, of the workers' 2 s TTL.
+/// On etcd the dead client's waiter key lives under the session of its lock's TTL, the shortest etcd grants (2 s):
+/// once the lock reaches it, it holds the lock until that lease runs out, as a crashed holder would. On ZooKeeper its
+/// waiter node lives as long as its session, of the same 2 s timeout, the same way, and on the SQL stores its entry
+/// as long as its session row, of the same 2 s TTL.
 async fn queue_and_die(lock_url: &str, name: &str, kind: Kind) -> BoxResult<()> {
     let locks = match kind {
         Kind::Quorum | Kind::QuorumRw => {
@@ -618,9 +618,15 @@ async fn queue_and_die(lock_url: &str, name: &str, kind: Kind) -> BoxResult<()> 
     };
     let mut rng = Rng::new(u64::from(std::process::id()));
     let wait = Duration::from_secs(30);
+    // A lock's TTL is its session's on the stores with sessions, where 2 s is the shortest every one grants.
+    let ttl = if names_sessions(lock_url) {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(1)
+    };
     let _ = tokio::time::timeout(
         Duration::from_millis(30),
-        kind.lock(&locks, name, Duration::from_secs(1), wait, &mut rng),
+        kind.lock(&locks, name, ttl, wait, &mut rng),
     )
     .await;
     std::process::exit(0)

@@ -2,7 +2,8 @@
 //! (one Redis server, one etcd member, one ZooKeeper server, one PostgreSQL and one MariaDB server; each started once
 //! for the binary, the tests run in sequence on it, each under
 //! a lock prefix of its own). A behaviour that differs by store is in the store's own test binary, or in
-//! `caps::the_capabilities_column_holds`, which checks each store's column of the contract.
+//! `caps::supports_agrees_with_what_the_store_does`, which checks each store's column of the capabilities
+//! against what the store does.
 //!
 //! Run one test on one store with `cargo test --test conformance -- etcd::basics::NAME`.
 
@@ -11,6 +12,7 @@ mod caps;
 mod kinds;
 mod loss;
 mod observe;
+mod ttl;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,6 +78,17 @@ impl Store {
         }
     }
 
+    /// On the SQL stores, the session rows under `prefix` (its table `PREFIX_session`); `None` elsewhere.
+    pub fn session_rows(&self, prefix: &str) -> Option<usize> {
+        let count = format!("SELECT count(*) FROM {prefix}_session");
+        let rows = match self {
+            Store::Postgres(server) => server.psql(&count),
+            Store::MySql(server) => server.sql(&count),
+            _ => return None,
+        };
+        Some(rows.trim().parse().unwrap())
+    }
+
     /// A prefix no other test uses: the namespace of one test's locks.
     pub fn fresh_prefix(&self) -> String {
         format!("conf{}", PREFIXES.fetch_add(1, Ordering::Relaxed))
@@ -125,7 +138,12 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     loss::a_cut_off_holder_is_told_before_another_is_granted,
     loss::run_drops_the_work_when_the_lease_is_lost,
     observe::inspect_and_list_name_the_holder,
-    caps::the_capabilities_column_holds,
+    ttl::each_lock_is_granted_under_its_own_ttl,
+    ttl::a_short_ttl_frees_a_cut_off_holder_within_it,
+    ttl::closing_the_client_closes_the_session_of_every_ttl,
+    ttl::a_ttl_the_store_cannot_grant_is_refused_before_anything_is_taken,
+    caps::supports_agrees_with_what_the_store_does,
+    caps::a_refused_downgrade_leaves_nothing_held,
 ];
 
 fn main() {

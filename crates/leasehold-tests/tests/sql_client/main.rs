@@ -135,13 +135,17 @@ pub async fn client(url: &str, prefix: &str) -> Client {
 
 /// A client under `prefix` with a session of `ttl`, at `url`.
 pub async fn client_with(url: &str, prefix: &str, ttl: Duration) -> Client {
+    connect(url, prefix, ttl).await.unwrap()
+}
+
+/// A client under `prefix` with a session of `ttl`, at `url`, or why it could not connect.
+pub async fn connect(url: &str, prefix: &str, ttl: Duration) -> Result<Client, leasehold::Error> {
     Client::builder(url)
         .unwrap()
         .prefix(prefix)
         .session_ttl(ttl)
         .connect()
         .await
-        .unwrap()
 }
 
 /// A client under `prefix` with sessions of a minute, at `url`: its waiters' only other way to learn of a release is
@@ -161,6 +165,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_waiter_whose_connections_went_silent_still_hears_the_release,
     wake_ups::a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release,
     least_privilege::a_user_with_the_documented_grants_locks_waits_and_releases,
+    least_privilege::a_user_missing_any_one_right_is_refused_at_connect_naming_it,
+    least_privilege::a_user_who_may_not_create_the_missing_tables_is_told_both_ways_out,
     reads::reads_write_nothing_and_need_only_select,
     clean_up::a_crashed_clients_rows_go_though_nobody_waits_for_its_locks,
     transactions::a_transaction_commits_while_the_grant_is_live,

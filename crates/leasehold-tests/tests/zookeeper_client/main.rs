@@ -10,6 +10,7 @@ mod deletion;
 mod faults;
 mod interop;
 mod processes;
+mod session;
 mod writes;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +40,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     interop::a_kazoo_semaphore_is_not_seen_by_leasehold,
     writes::guarded_writes_commit_only_while_the_grant_holds,
     auth::credentials_in_the_url_authenticate,
+    session::a_lease_outside_the_ensembles_bounds_runs_with_the_negotiated_timeout,
 ];
 
 fn main() {

@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::capability::Capability;
+#[cfg(session_stores)]
+use crate::capability::{refusal, StoreKind};
 use crate::client::{Client, Store};
 use crate::engine::lease::{Lease, LeaseShared, LossReason};
 use crate::error::Error;
@@ -29,6 +32,8 @@ pub(crate) mod redis;
 pub(crate) mod scheme;
 #[cfg(session_stores)]
 pub(crate) mod session;
+#[cfg(session_stores)]
+pub(crate) mod sessions;
 #[cfg(sql_stores)]
 pub(crate) mod sql;
 #[cfg(session_stores)]
@@ -75,6 +80,16 @@ pub(crate) enum Wait {
     Try,
     /// Until admitted, or until the deadline.
     Until(Option<Instant>),
+}
+
+/// How one acquisition on a store with sessions goes: the lease it asks for (which chooses the session its grant
+/// lives under: `sessions.rs`), how it waits, and whether a wait ends at the first store error.
+#[cfg(session_stores)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Wait,
+    pub(crate) fail_fast: bool,
 }
 
 /// The first pause after a failed attempt of a wait on a store with sessions; it doubles up to [`MAX_BACKOFF`].
@@ -211,8 +226,8 @@ impl Store {
     }
 
     /// Turns the live write grant `guard` of the read-write lock `keys` into a read share keeping `lease`
-    /// ([`WriteGuard::downgrade`](crate::WriteGuard::downgrade)). Refused before anything changes on a store that
-    /// cannot (the write grant is then released as the guard drops).
+    /// ([`WriteGuard::downgrade`](crate::WriteGuard::downgrade), which refuses it first on a store without
+    /// [`Capability::Downgrade`]).
     pub(crate) async fn downgrade(
         &self,
         guard: Guard,
@@ -222,10 +237,11 @@ impl Store {
         match self {
             Store::Redis(_) => redis::kinds::downgrade(guard, keys, lease).await,
             #[cfg(session_stores)]
-            _ => Err(not_on(
-                self.label(),
-                "an atomic downgrade (one entry per grant, ordered by creation)",
-                keys.name(),
+            _ => Err(refusal(
+                Capability::Downgrade,
+                self.kind(),
+                Some(keys.name()),
+                None,
             )),
         }
     }
@@ -238,13 +254,15 @@ impl Store {
         keys: Arc<LockKeys>,
         token: &str,
     ) -> Result<Guard, Error> {
+        self.require(Capability::NestedHold, keys.name())?;
         match self {
             Store::Redis(inner) => redis::kinds::lock_as(inner, handle, keys, token).await,
             #[cfg(session_stores)]
-            _ => Err(not_on(
-                self.label(),
-                "a nested hold by token (`lock_as`)",
-                keys.name(),
+            _ => Err(refusal(
+                Capability::NestedHold,
+                self.kind(),
+                Some(keys.name()),
+                None,
             )),
         }
     }
@@ -255,13 +273,15 @@ impl Store {
         keys: &LockKeys,
         permits: u64,
     ) -> Result<Option<u64>, Error> {
+        self.require(Capability::StoredPermits, keys.name())?;
         match self {
             Store::Redis(inner) => redis::kinds::set_permits(inner, keys, permits).await,
             #[cfg(session_stores)]
-            _ => Err(not_on(
-                self.label(),
-                "a stored permit count (each holder's entry carries the count it was granted under)",
-                keys.name(),
+            _ => Err(refusal(
+                Capability::StoredPermits,
+                self.kind(),
+                Some(keys.name()),
+                None,
             )),
         }
     }
@@ -304,18 +324,15 @@ impl Store {
     }
 }
 
-/// The refusal of `what` on the lock `name` by `store`.
-#[cfg(session_stores)]
-fn not_on(store: &str, what: &str, name: &str) -> Error {
-    Error::Unsupported {
-        detail: format!("lock {name:?}: {what} is not available on {store}"),
-    }
-}
-
 /// The kind a queued kind's tag asks for on a store with sessions (`x`, `r`, `w`, `s<k>`, `e`; see `set.lua`), with
-/// `permits` the semaphore's count; an error for what its recipe cannot do.
+/// `permits` the semaphore's count; an error for what its recipe cannot do (the refusal of the capability it lacks).
 #[cfg(session_stores)]
-fn kind_of_tag(store: &str, tag: &str, permits: u64, name: &str) -> Result<admission::Kind, Error> {
+fn kind_of_tag(
+    store: StoreKind,
+    tag: &str,
+    permits: u64,
+    name: &str,
+) -> Result<admission::Kind, Error> {
     use admission::Kind;
     match tag {
         "x" | "w" | "e" => Ok(Kind::Exclusive),
@@ -324,13 +341,20 @@ fn kind_of_tag(store: &str, tag: &str, permits: u64, name: &str) -> Result<admis
             .ok()
             .and_then(std::num::NonZeroU32::new)
             .map(Kind::Permits)
-            .ok_or_else(|| not_on(store, "a semaphore of more than 4294967295 permits", name)),
-        tag if tag.starts_with('s') => Err(not_on(
+            .ok_or_else(|| Error::Unsupported {
+                detail: format!(
+                    "lock {name:?}: a semaphore of more than {} permits is not available on {}",
+                    u32::MAX,
+                    store.label()
+                ),
+            }),
+        tag if tag.starts_with('s') => Err(refusal(
+            Capability::SeveralPermitsAtOnce,
             store,
-            "taking several permits at once (one grant is one entry: take them one by one)",
-            name,
+            Some(name),
+            None,
         )),
-        _ => Err(not_on(store, "a nested hold by token (`lock_as`)", name)),
+        _ => Err(refusal(Capability::NestedHold, store, Some(name), None)),
     }
 }
 
@@ -345,32 +369,33 @@ async fn on_session_store(
     wait: Wait,
 ) -> Result<Guard, Error> {
     if handle.renew_every.is_none() {
-        return Err(not_on(
-            store.label(),
-            "a fixed lease (every grant lives as long as the client's session: Builder::session_ttl)",
-            keys.name(),
-        ));
+        store.require(Capability::FixedLease, keys.name())?;
     }
     let token = crate::fence::new_token(handle.description)?;
     let (kind, hold) = match ask {
         None => (admission::Kind::Exclusive, token),
         Some(ask) => (
-            kind_of_tag(store.label(), &ask.tag, ask.limit, keys.name())?,
+            kind_of_tag(store.kind(), &ask.tag, ask.limit, keys.name())?,
             format!("{} {token}", ask.tag),
         ),
     };
-    let (client, fail_fast) = (handle.client, handle.fail_fast);
+    // The lock's TTL chooses the session its grant lives under (`sessions.rs`).
+    let client = handle.client;
+    let terms = Terms {
+        ttl: handle.ttl,
+        wait,
+        fail_fast: handle.fail_fast,
+    };
     match store {
         #[cfg(feature = "etcd")]
-        Store::Etcd(etcd) => {
-            etcd.acquire(client, keys, kind, hold, wait, fail_fast)
-                .await
-        }
+        Store::Etcd(etcd) => etcd.acquire(client, keys, kind, hold, terms).await,
         #[cfg(feature = "zookeeper")]
-        Store::ZooKeeper(zk) => zk.acquire(client, keys, kind, hold, wait, fail_fast).await,
+        Store::ZooKeeper(zk) => zk.acquire(client, keys, kind, hold, terms).await,
         #[cfg(sql_stores)]
-        Store::Sql(sql) => sql.acquire(client, keys, kind, hold, wait, fail_fast).await,
-        Store::Redis(_) => Err(not_on(store.label(), "a session", keys.name())),
+        Store::Sql(sql) => sql.acquire(client, keys, kind, hold, terms).await,
+        Store::Redis(_) => Err(Error::Unsupported {
+            detail: format!("lock {:?}: Redis has no session", keys.name()),
+        }),
     }
 }
 
@@ -386,18 +411,6 @@ pub(crate) enum SessionHold {
 }
 
 impl SessionHold {
-    /// The store, as messages name it.
-    pub(crate) fn label(&self) -> &'static str {
-        match *self {
-            #[cfg(feature = "etcd")]
-            SessionHold::Etcd(_) => "etcd",
-            #[cfg(feature = "zookeeper")]
-            SessionHold::ZooKeeper(_) => "ZooKeeper",
-            #[cfg(sql_stores)]
-            SessionHold::Sql(ref hold) => hold.session.shared.db.label(),
-        }
-    }
-
     /// Whether the session the grant's entry lives in is lost (its entry is gone, or goes with the session).
     pub(crate) fn session_lost(&self) -> bool {
         match *self {
@@ -499,16 +512,21 @@ mod tests {
     #[test]
     fn tags_map_to_the_recipes_rules() {
         use admission::Kind;
-        assert_eq!(kind_of_tag("etcd", "x", 0, "l").unwrap(), Kind::Exclusive);
-        assert_eq!(kind_of_tag("etcd", "r", 0, "l").unwrap(), Kind::Shared);
+        let etcd = StoreKind::Etcd;
+        assert_eq!(kind_of_tag(etcd, "x", 0, "l").unwrap(), Kind::Exclusive);
+        assert_eq!(kind_of_tag(etcd, "r", 0, "l").unwrap(), Kind::Shared);
         assert!(
-            matches!(kind_of_tag("etcd", "s1", 3, "l").unwrap(), Kind::Permits(n) if n.get() == 3)
+            matches!(kind_of_tag(etcd, "s1", 3, "l").unwrap(), Kind::Permits(n) if n.get() == 3)
         );
-        for (tag, why) in [("s2", "several permits at once"), ("n", "a nested hold")] {
-            match kind_of_tag("ZooKeeper", tag, 3, "l") {
+        for (tag, capability) in [
+            ("s2", Capability::SeveralPermitsAtOnce),
+            ("n", Capability::NestedHold),
+        ] {
+            match kind_of_tag(StoreKind::ZooKeeper, tag, 3, "l") {
                 Err(Error::Unsupported { detail }) => {
                     assert!(
-                        detail.contains(why) && detail.ends_with("not available on ZooKeeper"),
+                        detail.contains(capability.describe())
+                            && detail.contains("not available on ZooKeeper"),
                         "{detail}"
                     )
                 }

@@ -4,7 +4,7 @@
 use crate::error::InvalidArgument;
 
 /// Every scheme, with the features it needs (none for Redis without TLS).
-const SCHEMES: &[(&str, &[&str])] = &[
+pub(crate) const SCHEMES: &[(&str, &[&str])] = &[
     ("redis", &[]),
     ("rediss", &["tls"]),
     ("unix", &[]),

@@ -296,31 +296,6 @@ impl Background {
     }
 }
 
-/// Closes a client on a store with sessions: takes its current session out of `current` (so that the next acquisition
-/// opens a new one), ends it with `close` (etcd's lease revoked, ZooKeeper's session closed, the SQL session row
-/// deleted: every entry of the session goes at once), then waits for `background`. True when there was no session or
-/// `close` was answered; otherwise the session's entries go when it expires, which is logged.
-pub(crate) async fn close_client<S, E, Fut>(
-    current: &tokio::sync::Mutex<Option<Arc<S>>>,
-    background: &Background,
-    close: impl FnOnce(Arc<S>) -> Fut,
-) -> bool
-where
-    E: std::fmt::Display,
-    Fut: Future<Output = Result<(), E>>,
-{
-    let session = current.lock().await.take();
-    let closed = match session {
-        Some(session) => close(session).await,
-        None => Ok(()),
-    };
-    if let Err(e) = &closed {
-        tracing::debug!(error = %e, "closing the session failed; its entries go when it expires");
-    }
-    background.settle().await;
-    closed.is_ok()
-}
-
 /// One admitted entry of a lock on a store with sessions, as `inspect` reads it.
 pub(crate) struct Admitted {
     /// The entry's value: the hold as Redis stores it (`dl1:…`, `r dl1:…`, `s1 dl1:…`), or whatever another client

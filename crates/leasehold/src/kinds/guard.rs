@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::SessionHold;
+use crate::capability::Capability;
 use crate::client::Client;
 use crate::engine::lease::{Lease, LossReason};
 use crate::error::{require_runtime, Error};
@@ -190,7 +191,8 @@ impl Guard {
     /// [`Error::LeaseLost`] when the lease already ended locally (deadline passed, or lost); [`Error::NotOwner`]
     /// when Redis says the key is gone or held by another owner (the lease then ends); [`Error::InvalidArgument`]
     /// for a TTL out of range; [`Error::Redis`] when Redis could not be asked; [`Error::NotReplicated`] when the
-    /// client requires replica acknowledgements ([`Builder::replicas`](crate::Builder::replicas)) and too few came.
+    /// client requires replica acknowledgements ([`Builder::replicas`](crate::Builder::replicas)) and too few came;
+    /// [`Error::Unsupported`] first, on every store but Redis ([`Capability::Extend`](crate::Capability::Extend)).
     /// After an error the extension may or may not have happened on the server, so the deadline assumes the worst: at most `ttl` from the call (when
     /// that is sooner than before), until a later renewal or extension is confirmed.
     ///
@@ -215,15 +217,9 @@ impl Guard {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
-        if let Some(hold) = &self.session {
-            return Err(Error::Unsupported {
-                detail: format!(
-                    "extending lock {:?}: on {} a grant lives as long as the client's session (Builder::session_ttl), kept alive by the client",
-                    self.lease.name(),
-                    hold.label(),
-                ),
-            });
-        }
+        self.client
+            .store
+            .require(Capability::Extend, self.lease.name())?;
         self.client.store.extend(&self.lease, ttl).await
     }
 
@@ -236,7 +232,8 @@ impl Guard {
     ///
     /// [`Error::LeaseLost`] (reason [`LossReason::Gone`]) when the grant's node is gone, or the lease already ended
     /// here; [`Error::Store`] when ZooKeeper refused one of the writes (nothing was committed) or did not answer in
-    /// time (it may have committed); [`Error::Unsupported`] on any other store.
+    /// time (it may have committed); [`Error::Unsupported`] on any other store
+    /// ([`Capability::ZooKeeperWrite`](crate::Capability::ZooKeeperWrite)).
     ///
     /// # Cancel safety
     ///
@@ -263,12 +260,16 @@ impl Guard {
     pub async fn zookeeper_write(&self, writes: &[crate::ZkWrite]) -> Result<(), Error> {
         require_runtime()?;
         let name = self.lease.name();
+        self.client
+            .store
+            .require(Capability::ZooKeeperWrite, name)?;
         let Some(SessionHold::ZooKeeper(hold)) = &self.session else {
-            return Err(Error::Unsupported {
-                detail: format!(
-                    "a ZooKeeper write under lock {name:?}: the lock is not on ZooKeeper"
-                ),
-            });
+            return Err(crate::capability::refusal(
+                Capability::ZooKeeperWrite,
+                self.client.store.kind(),
+                Some(name),
+                None,
+            ));
         };
         if let Some(reason) = self.lease.loss() {
             return Err(Error::LeaseLost {

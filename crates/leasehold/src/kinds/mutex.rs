@@ -20,7 +20,9 @@ use crate::kinds::guard::MutexGuard;
 /// log filters keep working (`leasehold::mutex=debug`).
 const TARGET: &str = "leasehold::mutex";
 
-/// Default lease: kept alive by the watchdog while the guard lives.
+/// The default lease, on every store: of a lock that sets no [`Mutex::ttl`] (kept alive by the watchdog while the
+/// guard lives), and on the stores with sessions of the session such locks live under unless
+/// [`Builder::session_ttl`](crate::Builder::session_ttl) sets another.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 /// A distributed, non-reentrant mutex on one Redis server: a handle to the lock called `name`.
@@ -38,8 +40,10 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// # Lease
 ///
 /// By default a grant is a 30 s lease that the client's keeper renews every 10 s while the guard lives, so the work
-/// may take as long as it needs and a crashed process frees the lock within 30 s. [`ttl`](Mutex::ttl),
-/// [`renew_every`](Mutex::renew_every) and [`fixed_lease`](Mutex::fixed_lease) change that.
+/// may take as long as it needs and a crashed process frees the lock within 30 s, on every store.
+/// [`ttl`](Mutex::ttl), [`renew_every`](Mutex::renew_every) and [`fixed_lease`](Mutex::fixed_lease) change that (on
+/// the stores with sessions, `ttl` chooses the session the grant lives under, and the other two are refused or do
+/// not apply).
 ///
 /// # Examples
 ///
@@ -62,7 +66,8 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 pub struct Mutex {
     client: Client,
     keys: Result<Arc<LockKeys>, InvalidArgument>,
-    ttl: Duration,
+    /// `None`: the client's default lease ([`Client::default_ttl`]).
+    ttl: Option<Duration>,
     renewal: Renewal,
     description: Option<Arc<str>>,
     fail_fast: bool,
@@ -94,7 +99,7 @@ impl Mutex {
         Mutex {
             client,
             keys,
-            ttl: DEFAULT_TTL,
+            ttl: None,
             renewal: Renewal::Auto,
             description: None,
             fail_fast: false,
@@ -129,9 +134,20 @@ impl Mutex {
     }
 
     /// The lease of each grant: between [`MIN_TTL`](crate::MIN_TTL) (10 ms) and [`MAX_TTL`](crate::MAX_TTL)
-    /// (30 days). Defaults to 30 s.
+    /// (30 days). Defaults to the client's default lease: [`DEFAULT_TTL`] (30 s) on every store, unless
+    /// [`Builder::session_ttl`](crate::Builder::session_ttl) set another on a store with sessions.
+    ///
+    /// On etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB a grant lives as long as a session of the client: the
+    /// client keeps one session per distinct TTL, opened by the first lock that asks for it and kept alive while the
+    /// client lives, so a crashed holder's grant is freed this long after its last keep-alive, as on Redis. What each
+    /// store grants ([`Lease::ttl`](crate::Lease::ttl) says what was used): etcd rounds up to whole seconds and takes
+    /// no less than 2 s; ZooKeeper takes 1 s to 24 days as the session timeout asked for, which the ensemble
+    /// negotiates within its bounds (the session runs with the negotiated one, logged when it differs); PostgreSQL
+    /// and MySQL/MariaDB take at least 1 s. A TTL below a store's minimum is [`InvalidArgument::BadDuration`] at the
+    /// first acquisition, before anything is taken. Tested by the conformance suite's
+    /// `ttl::each_lock_is_granted_under_its_own_ttl` and `ttl::a_short_ttl_frees_a_cut_off_holder_within_it`.
     pub fn ttl(mut self, ttl: Duration) -> Mutex {
-        self.ttl = ttl;
+        self.ttl = Some(ttl);
         self
     }
 
@@ -143,7 +159,8 @@ impl Mutex {
     }
 
     /// No watchdog: the lease ends after its TTL unless [`MutexGuard::extend`] moves it. The guard still reports
-    /// the loss at its validity deadline.
+    /// the loss at its validity deadline. Redis only: elsewhere every acquisition with it is refused with
+    /// [`Error::Unsupported`] before anything is taken ([`Capability::FixedLease`](crate::Capability::FixedLease)).
     pub fn fixed_lease(mut self) -> Mutex {
         self.renewal = Renewal::Off;
         self
@@ -329,7 +346,7 @@ impl Mutex {
     fn checked(&self) -> Result<Arc<LockKeys>, Error> {
         check_options(
             &self.keys,
-            self.ttl,
+            self.lease_ttl(),
             self.description.as_deref(),
             self.renew_interval(),
         )
@@ -339,16 +356,21 @@ impl Mutex {
     fn handle(&self) -> Handle<'_> {
         Handle {
             client: &self.client,
-            ttl: self.ttl,
+            ttl: self.lease_ttl(),
             renew_every: self.renew_interval(),
             description: self.description.as_deref(),
             fail_fast: self.fail_fast,
         }
     }
 
+    /// The lease each grant asks for: the handle's [`ttl`](Mutex::ttl), or the client's default.
+    fn lease_ttl(&self) -> Duration {
+        self.ttl.unwrap_or_else(|| self.client.default_ttl())
+    }
+
     pub(crate) fn renew_interval(&self) -> Option<Duration> {
         match self.renewal {
-            Renewal::Auto => Some(self.ttl / 3),
+            Renewal::Auto => Some(self.lease_ttl() / 3),
             Renewal::Every(every) => Some(every),
             Renewal::Off => None,
         }

@@ -22,7 +22,8 @@ use crate::kinds::mutex::{check_options, Renewal};
 pub(crate) struct Queued {
     pub(crate) client: Client,
     pub(crate) keys: Result<Arc<LockKeys>, InvalidArgument>,
-    pub(crate) ttl: Duration,
+    /// `None`: the client's default lease.
+    pub(crate) ttl: Option<Duration>,
     pub(crate) renewal: Renewal,
     pub(crate) description: Option<Arc<str>>,
     pub(crate) fail_fast: bool,
@@ -34,7 +35,7 @@ impl Queued {
         Queued {
             client,
             keys,
-            ttl: crate::kinds::mutex::DEFAULT_TTL,
+            ttl: None,
             renewal: Renewal::Auto,
             description: None,
             fail_fast: false,
@@ -48,9 +49,14 @@ impl Queued {
         }
     }
 
+    /// The lease each grant asks for: the handle's `ttl`, or the client's default.
+    pub(crate) fn lease_ttl(&self) -> Duration {
+        self.ttl.unwrap_or_else(|| self.client.default_ttl())
+    }
+
     pub(crate) fn renew_interval(&self) -> Option<Duration> {
         match self.renewal {
-            Renewal::Auto => Some(self.ttl / 3),
+            Renewal::Auto => Some(self.lease_ttl() / 3),
             Renewal::Every(every) => Some(every),
             Renewal::Off => None,
         }
@@ -59,7 +65,7 @@ impl Queued {
     pub(crate) fn checked(&self) -> Result<Arc<LockKeys>, Error> {
         check_options(
             &self.keys,
-            self.ttl,
+            self.lease_ttl(),
             self.description.as_deref(),
             self.renew_interval(),
         )
@@ -69,7 +75,7 @@ impl Queued {
     pub(crate) fn handle(&self) -> Handle<'_> {
         Handle {
             client: &self.client,
-            ttl: self.ttl,
+            ttl: self.lease_ttl(),
             renew_every: self.renew_interval(),
             description: self.description.as_deref(),
             fail_fast: self.fail_fast,
@@ -153,9 +159,11 @@ macro_rules! queued_options {
             }
 
             /// The lease of each grant: between [`MIN_TTL`](crate::MIN_TTL) (10 ms) and
-            /// [`MAX_TTL`](crate::MAX_TTL) (30 days). Defaults to 30 s.
+            /// [`MAX_TTL`](crate::MAX_TTL) (30 days). Defaults to the client's default lease, 30 s unless
+            /// [`Builder::session_ttl`](crate::Builder::session_ttl) set another. On the stores with sessions it
+            /// chooses the session the grant lives under, as [`Mutex::ttl`](crate::Mutex::ttl) says.
             pub fn ttl(mut self, ttl: std::time::Duration) -> $kind {
-                self.queued.ttl = ttl;
+                self.queued.ttl = Some(ttl);
                 self
             }
 

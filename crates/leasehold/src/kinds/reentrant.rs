@@ -145,7 +145,8 @@ impl ReentrantMutex {
     ///
     /// [`Error::NotOwner`] when `token` holds nothing live on this lock (its holder released it, or lost it);
     /// [`Error::TooDeep`] when the lock has [`MAX_DEPTH`] holds already; [`Error::WrongKind`] when the name holds
-    /// another kind of lock; [`Error::Redis`] when Redis could not be asked.
+    /// another kind of lock; [`Error::Redis`] when Redis could not be asked; [`Error::Unsupported`] on every store but
+    /// Redis ([`Capability::NestedHold`](crate::Capability::NestedHold)).
     ///
     /// # Cancel safety
     ///

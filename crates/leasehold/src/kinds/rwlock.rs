@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Ask;
+use crate::capability::Capability;
 use crate::client::Client;
 use crate::error::{require_runtime, Error};
 use crate::kinds::guard::Guard;
@@ -168,7 +169,7 @@ impl RwLock {
     fn write_guard(&self, guard: Guard) -> WriteGuard {
         WriteGuard {
             guard,
-            lease: (self.queued.ttl, self.queued.renew_interval()),
+            lease: (self.queued.lease_ttl(), self.queued.renew_interval()),
         }
     }
 
@@ -270,14 +271,19 @@ impl WriteGuard {
     ///
     /// # Errors
     ///
+    /// [`Error::Unsupported`] first, whatever the state of the grant, on a store without
+    /// [`Capability::Downgrade`](crate::Capability::Downgrade) (every store but Redis, whose grants cannot change kind
+    /// in place): the write grant is then released before the error returns, so nothing is held and another client
+    /// can take the lock at once. Ask [`Client::supports`](crate::Client::supports) before [`RwLock::write`] to keep
+    /// the write lock instead (tested by the conformance test `caps::a_refused_downgrade_leaves_nothing_held`).
     /// [`Error::LeaseLost`] when the write lease had already ended; [`Error::NotOwner`] when Redis no longer has the
     /// write grant; [`Error::Redis`] when Redis could not be asked (then both the write grant and the share it may
-    /// have become are released in the background); [`Error::Unsupported`] on etcd, whose grants cannot change kind
-    /// in place (the write grant is then released).
+    /// have become are released in the background).
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a dropped call releases, in the background, whichever of the two holds Redis has.
+    /// Cancel safe: a dropped call releases, in the background, whichever of the two holds Redis has (on a store
+    /// that refuses, the write grant).
     ///
     /// # Examples
     ///
@@ -295,15 +301,20 @@ impl WriteGuard {
         require_runtime()?;
         let WriteGuard { guard, lease } = self;
         let keys = Arc::clone(&guard.lease().shared.keys);
+        let store = guard.client().store.clone();
+        // Refused first, as `Client::supports` answers; the refused call leaves nothing held: the write grant is
+        // released before the refusal returns, not in the background as a dropped guard's.
+        if let Err(refused) = store.require(Capability::Downgrade, keys.name()) {
+            // A grant already lost has nothing left to release: the refusal is the answer either way.
+            let _ = guard.release().await;
+            return Err(refused);
+        }
         if let Some(reason) = guard.loss() {
             return Err(Error::LeaseLost {
                 name: keys.name().to_owned(),
                 reason,
             });
         }
-        // Refused before anything changes on a store that cannot (the write grant is then released as the guard
-        // drops).
-        let store = guard.client().store.clone();
         store.downgrade(guard, keys, lease).await
     }
 }

@@ -113,7 +113,9 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// As [`acquire`](Semaphore::acquire); [`InvalidArgument::BadPermits`] when `n` is 0 or more than the count.
+    /// As [`acquire`](Semaphore::acquire); [`InvalidArgument::BadPermits`] when `n` is 0 or more than the count;
+    /// [`Error::Unsupported`] for more than 1 on every store but Redis
+    /// ([`Capability::SeveralPermitsAtOnce`](crate::Capability::SeveralPermitsAtOnce)), before anything is taken.
     ///
     /// # Cancel safety
     ///
@@ -256,7 +258,8 @@ impl Semaphore {
     /// # Errors
     ///
     /// [`InvalidArgument::BadPermits`] for a count of 0 or above [`MAX_PERMITS`]; [`Error::WrongKind`] when the
-    /// name holds a lock of another kind; [`Error::NotALock`] and [`Error::Redis`] as their docs say.
+    /// name holds a lock of another kind; [`Error::NotALock`] and [`Error::Redis`] as their docs say;
+    /// [`Error::Unsupported`] on every store but Redis ([`Capability::StoredPermits`](crate::Capability::StoredPermits)).
     ///
     /// # Cancel safety
     ///

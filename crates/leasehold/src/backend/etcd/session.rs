@@ -1,5 +1,5 @@
-//! The session: one etcd lease per client, kept alive on one `LeaseKeepAlive` stream, with a local deadline and a
-//! loss signal that fires at that deadline at the latest.
+//! The session: one etcd lease (a client has one per lease TTL: `backend/sessions.rs`), kept alive on one
+//! `LeaseKeepAlive` stream, with a local deadline and a loss signal that fires at that deadline at the latest.
 //!
 //! The deadline follows the Redis keeper's rule (see [`crate::engine::ttl::drift`]): a keep-alive that etcd
 //! acknowledged with TTL `t` renewed the lease at some instant after it was *sent*, so the server cannot expire the
@@ -32,9 +32,9 @@ use crate::engine::ttl::drift;
 /// keys longer than asked, so shorter TTLs are refused.
 pub const MIN_TTL: Duration = Duration::from_secs(2);
 
-/// The session TTL unless one is set: long enough to ride out a leader election (about 1.3 s measured) several
-/// times over between keep-alives.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// The session TTL unless one is set: the default lease of every store ([`crate::DEFAULT_TTL`], 30 s), long enough to
+/// ride out a leader election (about 1.3 s measured) many times over between keep-alives.
+pub const DEFAULT_TTL: Duration = crate::kinds::mutex::DEFAULT_TTL;
 
 /// How long the keeper waits before trying again after a failed keep-alive: a new leader is usually elected within
 /// about 1.3 s, and a retry every so often reaches it well before the deadline.

@@ -1,9 +1,11 @@
 //! The etcd store behind a [`crate::Client`] connected with an `etcd://` URL: the recipe's session and
 //! grants, turned into the crate's guards, leases and lock information.
 //!
-//! - **One session per client**, replaced by a new one (a new etcd lease) at the first acquisition after it was
-//!   lost. Every grant's [`Lease`] follows the session (see [`Shared::follow`](super::session::Shared::follow)):
-//!   its deadline is the session's, its loss is the session's loss or its own key found gone.
+//! - **One session per lease TTL** (see [`crate::backend::sessions`]): a grant lives under the etcd lease of its
+//!   lock's TTL, rounded up to whole seconds; each session is replaced by a new one (a new etcd lease) at the first
+//!   acquisition after it was lost. Every grant's [`Lease`] follows its session (see
+//!   [`Shared::follow`](super::session::Shared::follow)): its deadline is the session's, its loss is the session's
+//!   loss or its own key found gone.
 //! - **Kinds** map onto the recipe's three rules: a mutex, a fair mutex, a writer and a reentrant root are
 //!   exclusive keys, a reader a shared key, a semaphore permit a key of `N` permits. The waiter key's value is the
 //!   hold as Redis stores it (`dl1:…`, `r dl1:…`, `s1 dl1:…`), so [`inspect`](EtcdStore::inspect) reports holders,
@@ -22,7 +24,8 @@ use super::session::{Session, SessionOptions};
 use super::{EtcdError, Kind};
 use crate::backend::redis::keys::LockKeys;
 use crate::backend::session::{lock_info, Admitted, Background};
-use crate::backend::Wait;
+use crate::backend::sessions::{Sessions, StoreSession};
+use crate::backend::{Terms, Wait};
 use crate::client::{Client, LockInfo};
 use crate::engine::lease::{Lease, LeaseShared};
 use crate::error::Error;
@@ -35,18 +38,45 @@ const TARGET: &str = "leasehold::etcd";
 /// The most deletes one `force_release` transaction carries (etcd's default `--max-txn-ops` is 128).
 const DELETE_BATCH: usize = 100;
 
-/// A client's etcd side: where it connects, its lock prefix, and its current session.
+/// A client's etcd side: where it connects, its lock prefix, and its sessions (one per lease TTL).
 pub(crate) struct EtcdStore {
     /// The URL as given (with the password, to open new sessions).
     url: String,
     /// The URL as shown in errors and logs: password hidden.
     shown: Arc<str>,
     pub(crate) prefix: String,
+    /// What every session is opened with, but its TTL.
     options: SessionOptions,
-    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    sessions: Sessions<Session>,
     /// The clean-ups running in the background (dropped guards, abandoned acquisitions, dropped sessions), for
-    /// [`Client::flush_releases`] and [`Client::close`]; every session of the client runs its own there too.
+    /// [`Client::flush_releases`] and [`Client::close`]: the sessions' own.
     background: Arc<Background>,
+}
+
+impl StoreSession for Session {
+    fn is_lost(&self) -> bool {
+        self.loss().is_some()
+    }
+
+    fn following(&self) -> usize {
+        self.shared.state.following()
+    }
+}
+
+/// The etcd lease a lock asking for `ttl` is granted under: `ttl` rounded up to whole seconds (etcd's unit). A lease
+/// shorter than etcd's shortest ([`MIN_TTL`](super::MIN_TTL), 2 s) is refused rather than silently lengthened.
+pub(crate) fn lease_ttl(ttl: Duration) -> Result<Duration, Error> {
+    if ttl < super::MIN_TTL {
+        return Err(crate::error::InvalidArgument::BadDuration {
+            what: "lease",
+            value: ttl,
+            why: "must be at least 2s on etcd (etcd's shortest lease); it is rounded up to whole seconds",
+        }
+        .into());
+    }
+    Ok(Duration::from_secs(
+        ttl.as_secs() + u64::from(ttl.subsec_nanos() != 0),
+    ))
 }
 
 /// What a guard of an etcd grant needs to release it: the session the key lives under, and the grant.
@@ -68,19 +98,31 @@ impl std::fmt::Debug for EtcdStore {
 }
 
 impl EtcdStore {
-    /// Connects: opens the first session now, so that an unreachable cluster fails here and not at the first lock.
+    /// Connects: opens the session of the default lease now, so that an unreachable cluster fails here and not at the
+    /// first lock. `options.ttl` is the default lease (of the locks that set no TTL).
     pub(crate) async fn connect(
         url: &str,
         prefix: String,
-        options: SessionOptions,
+        mut options: SessionOptions,
     ) -> Result<EtcdStore, Error> {
         let shown = super::endpoints::redacted(url);
-        let session = Session::connect(url, options.clone())
+        let sessions = Sessions::new(options.ttl);
+        options.background = Arc::clone(&sessions.background);
+        let store = EtcdStore {
+            url: url.to_owned(),
+            shown: shown.into(),
+            prefix,
+            background: Arc::clone(&options.background),
+            options,
+            sessions,
+        };
+        let session = store
+            .session(store.sessions.default_ttl())
             .await
-            .map_err(|e| store_error(&shown, e))?;
+            .map_err(|e| store_error(&store.shown, e))?;
         // etcd grants leases to anyone; reading the prefix needs the permission every lock needs, so refused or
         // missing credentials fail here, not at the first lock.
-        let root = format!("{prefix}/");
+        let root = format!("{}/", store.prefix);
         session
             .shared
             .endpoints
@@ -95,39 +137,33 @@ impl EtcdStore {
                 }
             })
             .await
-            .map_err(|e| store_error(&shown, e))?;
-        tracing::debug!(target: TARGET, url = %shown, lease = format_args!("{:x}", session.lease_id()), ttl = ?session.ttl(), "etcd session opened");
-        Ok(EtcdStore {
-            url: url.to_owned(),
-            shown: shown.into(),
-            prefix,
-            background: Arc::clone(&options.background),
-            options,
-            session: tokio::sync::Mutex::new(Some(Arc::new(session))),
-        })
+            .map_err(|e| store_error(&store.shown, e))?;
+        tracing::debug!(target: TARGET, url = %store.shown, lease = format_args!("{:x}", session.lease_id()), ttl = ?session.ttl(), "etcd session opened");
+        Ok(store)
     }
 
-    /// The live session, or a new one (a new lease) when the last one was lost.
-    async fn session(&self) -> Result<Arc<Session>, EtcdError> {
-        let mut current = self.session.lock().await;
-        if let Some(session) = current.as_ref() {
-            if session.loss().is_none() {
-                return Ok(Arc::clone(session));
-            }
-        }
-        let session = Arc::new(Session::connect(&self.url, self.options.clone()).await?);
-        tracing::info!(target: TARGET, lease = format_args!("{:x}", session.lease_id()), "the etcd session was lost; opened a new one");
-        *current = Some(Arc::clone(&session));
-        Ok(session)
+    /// The default lease: of the locks that set no TTL.
+    pub(crate) fn default_ttl(&self) -> Duration {
+        self.sessions.default_ttl()
     }
 
-    /// Grants the current session follows now.
+    /// The live session of lease `ttl` (whole seconds, at least [`MIN_TTL`](super::MIN_TTL)), or a new one (a new
+    /// lease) when there is none yet or the last one was lost.
+    async fn session(&self, ttl: Duration) -> Result<Arc<Session>, EtcdError> {
+        self.sessions
+            .get(ttl, |replacing| async move {
+                let session = Session::connect(&self.url, self.options.clone().ttl(ttl)).await?;
+                if replacing {
+                    tracing::info!(target: TARGET, lease = format_args!("{:x}", session.lease_id()), "the etcd session was lost; opened a new one");
+                }
+                Ok(session)
+            })
+            .await
+    }
+
+    /// Grants the client's sessions follow now.
     pub(crate) fn kept_leases(&self) -> usize {
-        self.session
-            .try_lock()
-            .ok()
-            .and_then(|s| s.as_ref().map(|s| s.shared.state.following()))
-            .unwrap_or(0)
+        self.sessions.following()
     }
 
     /// The etcd path of lock `name`: `PREFIX/NAME` (its waiter keys live under `PREFIX/NAME/`).
@@ -143,13 +179,18 @@ impl EtcdStore {
         keys: Arc<LockKeys>,
         kind: Kind,
         hold: String,
-        wait: Wait,
-        fail_fast: bool,
+        terms: Terms,
     ) -> Result<Guard, Error> {
+        let Terms {
+            ttl,
+            wait,
+            fail_fast,
+        } = terms;
+        let ttl = lease_ttl(ttl)?;
         let path = self.path(keys.name());
         let waits = matches!(wait, Wait::Until(_));
         let attempt = || async {
-            let session = self.session().await?;
+            let session = self.session(ttl).await?;
             match session.grant(&path, kind, &hold, waits).await? {
                 Some(grant) => self
                     .hold(client, &keys, hold.clone(), session, grant)
@@ -217,7 +258,7 @@ impl EtcdStore {
         prefix: &str,
     ) -> Result<(Arc<Session>, rpc::GetResponse), Error> {
         let session = self
-            .session()
+            .session(self.default_ttl())
             .await
             .map_err(|e| store_error(&self.shown, e))?;
         let read = session
@@ -278,7 +319,7 @@ impl EtcdStore {
     /// The held locks whose names match the glob `pattern` (`*`, `?`, `[…]`, `\` as Redis's `SCAN MATCH`).
     pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
         let session = self
-            .session()
+            .session(self.default_ttl())
             .await
             .map_err(|e| store_error(&self.shown, e))?;
         let root = format!("{}/", self.prefix);
@@ -351,13 +392,12 @@ impl EtcdStore {
         self.background.settle().await;
     }
 
-    /// Revokes the current session's lease (every key of the client goes with it), then waits for the background
-    /// releases: true when the revoke was answered.
+    /// Revokes the lease of every session (every key of the client goes with them), then waits for the background
+    /// releases: true when every revoke was answered.
     pub(crate) async fn close(&self) -> bool {
-        crate::backend::session::close_client(&self.session, &self.background, |s| async move {
-            s.revoke().await
-        })
-        .await
+        self.sessions
+            .close(|s| async move { s.revoke().await })
+            .await
     }
 }
 

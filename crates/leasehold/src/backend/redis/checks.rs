@@ -99,7 +99,7 @@ pub(crate) async fn check_publish(
             };
             Err(Error::NotPermitted {
                 detail,
-                source: err,
+                source: Some(err),
             })
         }
         Err(err) => Err(err.into()),
@@ -139,7 +139,7 @@ pub(crate) async fn check_keys(conn: &Conn, prefix: &str) -> Result<(), Error> {
             };
             Err(Error::NotPermitted {
                 detail,
-                source: err,
+                source: Some(err),
             })
         }
         Err(err) => Err(err.into()),
@@ -249,43 +249,74 @@ fn is_noperm(err: &redis::RedisError) -> bool {
     err.code() == Some("NOPERM") || err.to_string().contains("NOPERM")
 }
 
-/// Checks that every node the connection reaches can run `WAITAOF`: Redis 7.2 or later, with the append-only file
-/// on (`INFO server`'s `redis_version`, `INFO persistence`'s `aof_enabled`).
-///
-/// # Errors
-///
-/// [`Error::Unsupported`] naming what is missing; [`Error::Redis`] when the server cannot be asked.
-pub(crate) async fn check_waitaof(conn: &Conn) -> Result<(), Error> {
-    let info: Value = redis::cmd("INFO")
-        .arg("server")
-        .arg("persistence")
-        .query_async(&mut conn.clone())
-        .await
-        .map_err(Error::from)?;
-    for text in node_texts(info) {
-        let field = |name: &str| {
-            text.lines()
-                .filter_map(|line| line.split_once(':'))
-                .find(|(key, _)| *key == name)
-                .map(|(_, value)| value.trim().to_owned())
-        };
-        let version = field("redis_version").unwrap_or_default();
-        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        if (major, minor) < (7, 2) {
-            return Err(Error::Unsupported {
-                detail: format!(
-                    "replicas_on_disk needs WAITAOF, which Redis {version} lacks (it came with 7.2)"
-                ),
-            });
+/// What the one `INFO` a client sends when it connects says about the server (every node of a cluster).
+pub(crate) struct ServerFacts {
+    /// What weakens the contract (each one also logged).
+    pub(crate) warnings: Vec<ServerWarning>,
+    /// Whether every node can run `WAITAOF` ([`Capability::ReplicasOnDisk`](crate::Capability::ReplicasOnDisk)): Redis
+    /// 7.2 or later with the append-only file on. `Err` says why not.
+    pub(crate) waitaof: Result<(), String>,
+}
+
+/// Reads `INFO` (its default sections, which hold `memory`, `server` and `persistence` on every version) once, for
+/// [`ServerFacts`]. A server that refuses `INFO` (an ACL user without it) is not checked: no warning, no `WAITAOF`,
+/// and the refusal is returned beside, for a client that needs `WAITAOF`.
+pub(crate) async fn server_facts(conn: &Conn) -> (ServerFacts, Option<Error>) {
+    let info: redis::RedisResult<Value> = redis::cmd("INFO").query_async(&mut conn.clone()).await;
+    let info = match info {
+        Ok(info) => info,
+        Err(err) => {
+            tracing::debug!(target: TARGET, error = %err, "INFO refused; the eviction policy and WAITAOF are not checked");
+            let facts = ServerFacts {
+                warnings: Vec::new(),
+                waitaof: Err(format!(
+                    "the server refused INFO, so WAITAOF could not be checked ({err})"
+                )),
+            };
+            return (facts, Some(Error::from(err)));
         }
-        if field("aof_enabled").as_deref() != Some("1") {
-            return Err(Error::Unsupported {
-                detail: "replicas_on_disk needs the append-only file (appendonly yes)".to_owned(),
-            });
+    };
+    // One server answers with its text; a cluster connection asks every node and answers with a map of texts.
+    let mut warnings: Vec<ServerWarning> = Vec::new();
+    let mut waitaof = Ok(());
+    for text in node_texts(info) {
+        if let Some(warning) = eviction(&text) {
+            if !warnings.contains(&warning) {
+                warnings.push(warning);
+            }
+        }
+        if waitaof.is_ok() {
+            waitaof = can_waitaof(&text);
         }
     }
+    for warning in &warnings {
+        tracing::warn!(target: TARGET, "{warning}");
+    }
+    (ServerFacts { warnings, waitaof }, None)
+}
+
+/// Whether the server whose `INFO` is `info` can run `WAITAOF`: `redis_version` 7.2 or later and `aof_enabled`.
+fn can_waitaof(info: &str) -> Result<(), String> {
+    let version = field(info, "redis_version").unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < (7, 2) {
+        return Err(format!(
+            "it needs WAITAOF, which Redis {version} lacks (it came with 7.2)"
+        ));
+    }
+    if field(info, "aof_enabled").as_deref() != Some("1") {
+        return Err("it needs the append-only file (appendonly yes)".to_owned());
+    }
     Ok(())
+}
+
+/// The value of the field `name` in an `INFO` text.
+fn field(info: &str, name: &str) -> Option<String> {
+    info.lines()
+        .filter_map(|line| line.split_once(':'))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.trim().to_owned())
 }
 
 /// The texts of an `INFO` reply: one server's, or every node's when a cluster connection asked them all.
@@ -299,43 +330,9 @@ fn node_texts(info: Value) -> Vec<String> {
     }
 }
 
-/// Reads `INFO memory` and returns what weakens the contract. A server that refuses `INFO` (an ACL user without
-/// it) is not checked.
-pub(crate) async fn server_warnings(conn: &Conn) -> Vec<ServerWarning> {
-    let info: redis::RedisResult<Value> = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(&mut conn.clone())
-        .await;
-    let info = match info {
-        Ok(info) => info,
-        Err(err) => {
-            tracing::debug!(target: TARGET, error = %err, "INFO memory refused; the eviction policy is not checked");
-            return Vec::new();
-        }
-    };
-    // One server answers with its text; a cluster connection asks every node and answers with a map of texts.
-    let mut warnings: Vec<ServerWarning> = Vec::new();
-    for text in node_texts(info) {
-        if let Some(warning) = eviction(&text) {
-            if !warnings.contains(&warning) {
-                warnings.push(warning);
-            }
-        }
-    }
-    for warning in &warnings {
-        tracing::warn!(target: TARGET, "{warning}");
-    }
-    warnings
-}
-
-/// The eviction warning for a server whose `INFO memory` is `info`, if it may evict keys.
+/// The eviction warning for a server whose `INFO` is `info`, if it may evict keys.
 fn eviction(info: &str) -> Option<ServerWarning> {
-    let field = |name: &str| {
-        info.lines()
-            .filter_map(|line| line.split_once(':'))
-            .find(|(key, _)| *key == name)
-            .map(|(_, value)| value.trim().to_owned())
-    };
+    let field = |name: &str| field(info, name);
     let maxmemory = field("maxmemory")
         .and_then(|m| m.parse::<u64>().ok())
         .unwrap_or(0);

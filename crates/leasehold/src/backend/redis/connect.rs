@@ -8,13 +8,14 @@ use std::time::Duration;
 use redis::aio::ConnectionManagerConfig;
 
 use crate::backend::redis::batch::Coalescer;
-use crate::backend::redis::checks::{check_keys, check_publish, server_warnings};
+use crate::backend::redis::checks::{check_keys, check_publish, server_facts};
 use crate::backend::redis::conn::{Conn, ReplicaAcks};
 use crate::backend::redis::orphans::Orphans;
 use crate::backend::redis::sentinel::Followed;
 use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::topology::{Cluster, Endpoint, Target};
 use crate::backend::redis::wake::Wakeups;
+use crate::capability::{refusal, Capability, StoreKind};
 use crate::engine::keeper::Keeper;
 use crate::error::{Error, InvalidArgument};
 use crate::fence::new_token;
@@ -202,12 +203,21 @@ pub(crate) async fn connect(
         .await
         .map_err(failed)?;
     check_keys(&conn, &settings.prefix).await.map_err(failed)?;
+    let (facts, refused) = server_facts(&conn).await;
     if replicas.is_some_and(|r| r.on_disk) {
-        crate::backend::redis::checks::check_waitaof(&conn)
-            .await
-            .map_err(failed)?;
+        if let Some(refused) = refused {
+            return Err(failed(refused));
+        }
+        // The refusal `Client::supports(Capability::ReplicasOnDisk)` would answer for.
+        if let Err(why) = &facts.waitaof {
+            return Err(refusal(
+                Capability::ReplicasOnDisk,
+                StoreKind::Redis,
+                None,
+                Some(why),
+            ));
+        }
     }
-    let warnings = server_warnings(&conn).await;
     let orphans = Orphans::new(
         target.clone(),
         settings.connection_timeout,
@@ -236,7 +246,8 @@ pub(crate) async fn connect(
         fence_retention: settings.fence_retention,
         keeper: Arc::new(Keeper::new()),
         orphans,
-        warnings,
+        warnings: facts.warnings,
+        waitaof: facts.waitaof,
     });
     Ok(inner)
 }

@@ -49,6 +49,9 @@ pub(crate) struct RedisStore {
     pub(crate) orphans: Orphans,
     /// What the connect-time check found about the server.
     pub(crate) warnings: Vec<ServerWarning>,
+    /// Whether the server can run `WAITAOF` (`Capability::ReplicasOnDisk`), as the connect-time check found; `Err`
+    /// says why not.
+    pub(crate) waitaof: Result<(), String>,
 }
 
 impl crate::engine::keeper::Renews for RedisStore {

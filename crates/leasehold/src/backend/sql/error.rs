@@ -79,6 +79,14 @@ pub(crate) enum SqlError {
         what: String,
     },
 
+    /// The user lacks a right on the lease tables, or may not create them when they are missing (found when the
+    /// client connected, or at a read-only client's first write): what is missing and the `GRANT` to run.
+    #[error("{detail}")]
+    NotPermitted {
+        /// What is missing, and the statements that grant it.
+        detail: String,
+    },
+
     /// The OS had no randomness for a session id.
     #[error("no randomness for a session id: {0}")]
     Entropy(String),
@@ -98,6 +106,7 @@ impl SqlError {
             SqlError::InvalidUrl { .. }
             | SqlError::Unexpected { .. }
             | SqlError::Entropy(_)
+            | SqlError::NotPermitted { .. }
             | SqlError::WrongPermits { .. } => false,
         }
     }

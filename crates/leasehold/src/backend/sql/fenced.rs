@@ -11,6 +11,8 @@
 //! `UTC_TIMESTAMP(6)` on MySQL), not at the transaction's start.
 
 use crate::backend::SessionHold;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use crate::capability::Capability;
 use crate::error::Error;
 use crate::kinds::guard::Guard;
 use crate::LossReason;
@@ -33,16 +35,11 @@ pub struct SqlCommitCheck {
 }
 
 impl Guard {
-    /// The SQL side of this grant, or why there is none.
-    fn sql_hold(&self, what: &str) -> Result<&super::store::SqlHold, Error> {
+    /// The SQL side of this grant, if the lock is in a SQL database.
+    fn sql_hold(&self) -> Option<&super::store::SqlHold> {
         match self.session_hold() {
-            Some(SessionHold::Sql(hold)) => Ok(hold),
-            _ => Err(Error::Unsupported {
-                detail: format!(
-                    "{what} under lock {:?}: the lock is not in a SQL database",
-                    self.lease().name()
-                ),
-            }),
+            Some(SessionHold::Sql(hold)) => Some(hold),
+            _ => None,
         }
     }
 
@@ -61,7 +58,7 @@ impl Guard {
     /// [`commit_postgres`](Guard::commit_postgres) and [`commit_mysql`](Guard::commit_mysql) run, for another driver,
     /// `sqlx` say). `None` unless the lock is in a SQL database.
     pub fn sql_commit_check(&self) -> Option<SqlCommitCheck> {
-        let hold = self.sql_hold("a fenced transaction").ok()?;
+        let hold = self.sql_hold()?;
         let shared = &hold.session.shared;
         Some(SqlCommitCheck {
             statement: shared.db.commit_check().to_owned(),
@@ -81,8 +78,8 @@ impl Guard {
     /// [`Error::LeaseLost`] when the lease ended here or the check found the grant gone or expired on the server's
     /// clock: the transaction is rolled back. [`Error::Store`] when the check or the commit failed (a serialization
     /// failure at `REPEATABLE READ` if a takeover raced the transaction): nothing was committed, unless the commit
-    /// itself was sent and its answer lost. [`Error::Unsupported`] unless the lock is on PostgreSQL (the transaction
-    /// is rolled back).
+    /// itself was sent and its answer lost. [`Error::Unsupported`] unless the lock is on PostgreSQL
+    /// ([`Capability::PostgresTransaction`](crate::Capability::PostgresTransaction); the transaction is rolled back).
     ///
     /// # Examples
     ///
@@ -109,7 +106,7 @@ impl Guard {
     ) -> Result<(), Error> {
         use tokio_postgres::types::Type;
         crate::error::require_runtime()?;
-        let check = match self.check_on("postgres") {
+        let check = match self.check_on(Capability::PostgresTransaction) {
             Ok(check) => check,
             Err(e) => {
                 let _ = transaction.rollback().await;
@@ -149,7 +146,8 @@ impl Guard {
     ///
     /// # Errors
     ///
-    /// As [`commit_postgres`](Guard::commit_postgres); [`Error::Unsupported`] unless the lock is in MySQL.
+    /// As [`commit_postgres`](Guard::commit_postgres); [`Error::Unsupported`] unless the lock is in MySQL or MariaDB
+    /// ([`Capability::MysqlTransaction`](crate::Capability::MysqlTransaction)).
     ///
     /// # Examples
     ///
@@ -175,7 +173,7 @@ impl Guard {
     ) -> Result<(), Error> {
         use mysql_async::prelude::Queryable;
         crate::error::require_runtime()?;
-        let check = match self.check_on("mysql") {
+        let check = match self.check_on(Capability::MysqlTransaction) {
             Ok(check) => check,
             Err(e) => {
                 let _ = transaction.rollback().await;
@@ -206,20 +204,12 @@ impl Guard {
         }
     }
 
-    /// The commit check, when the lock is in a database of `store` (`"postgres"`, `"mysql"`) and its lease has not
-    /// ended here.
-    fn check_on(&self, store: &str) -> Result<SqlCommitCheck, Error> {
-        let hold = self.sql_hold("a fenced transaction")?;
-        let db = &hold.session.shared.db;
-        if db.name() != store {
-            return Err(Error::Unsupported {
-                detail: format!(
-                    "a {store} transaction under lock {:?}: the lock is in {}",
-                    self.lease().name(),
-                    db.label()
-                ),
-            });
-        }
+    /// The commit check, when the lock's store supports `capability` (the fenced transaction of one database) and
+    /// its lease has not ended here.
+    fn check_on(&self, capability: Capability) -> Result<SqlCommitCheck, Error> {
+        self.client()
+            .store
+            .require(capability, self.lease().name())?;
         self.still_held()?;
         self.sql_commit_check().ok_or_else(|| self.gone())
     }

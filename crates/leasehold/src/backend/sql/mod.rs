@@ -8,6 +8,7 @@
 //!   `force_release`, and the fenced transaction.
 //! - [`postgres`] and [`mysql`]: each dialect's statements and connections; [`Db`] hands every operation to one of
 //!   them.
+//! - [`rights`]: the rights a client needs on its tables, checked at connect, and the refusals that name them.
 //!
 //! # The tables, and why
 //!
@@ -48,6 +49,7 @@ pub(crate) mod mysql;
 pub(crate) mod pg_tls;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod rights;
 pub(crate) mod session;
 pub(crate) mod store;
 
@@ -122,23 +124,32 @@ macro_rules! dispatch {
 }
 
 impl Db {
-    /// Connects to the database `url` names (`postgres://`, `postgresql://`, `mysql://`, `mariadb://`), and creates
-    /// `prefix`'s tables when they are missing.
+    /// Connects to the database `url` names (`postgres://`, `postgresql://`, `mysql://`, `mariadb://`), creates
+    /// `prefix`'s tables when they are missing, and checks that the user has the rights `used` needs on them
+    /// ([`rights`]).
     pub(crate) async fn connect(
         url: &str,
         prefix: &str,
         connection_timeout: Duration,
         call_timeout: Duration,
         tls: &TlsMaterial,
+        used: rights::Use,
     ) -> Result<Db, SqlError> {
         // Only PostgreSQL speaks TLS; without it (or `tls`) the material is `()` or refused.
         let _ = &tls;
         let connecting = async {
             #[cfg(feature = "postgres")]
             if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-                return postgres::PgDb::connect(url, prefix, connection_timeout, call_timeout, tls)
-                    .await
-                    .map(Db::Postgres);
+                return postgres::PgDb::connect(
+                    url,
+                    prefix,
+                    connection_timeout,
+                    call_timeout,
+                    tls,
+                    used,
+                )
+                .await
+                .map(Db::Postgres);
             }
             #[cfg(feature = "mysql")]
             if url.starts_with("mysql://") || url.starts_with("mariadb://") {
@@ -150,7 +161,7 @@ impl Db {
                             .to_owned(),
                     });
                 }
-                return mysql::MyDb::connect(url, prefix, call_timeout)
+                return mysql::MyDb::connect(url, prefix, call_timeout, used)
                     .await
                     .map(Db::MySql);
             }
@@ -188,6 +199,12 @@ impl Db {
             #[cfg(feature = "mysql")]
             Db::MySql(_) => "mysql",
         }
+    }
+
+    /// Checks that the user has the rights `used` needs on the tables (a read-only client's check before its first
+    /// write).
+    pub(crate) async fn check_rights(&self, used: rights::Use) -> Result<(), SqlError> {
+        dispatch!(self, check_rights(used))
     }
 
     /// Inserts the session row `id`, expiring `ttl` from now on the server's clock.
@@ -408,6 +425,33 @@ pub(crate) fn new_session_id() -> Result<String, SqlError> {
 /// Microseconds of `d`, as the statements take a TTL, rounded up.
 pub(crate) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_nanos().div_ceil(1000)).unwrap_or(i64::MAX)
+}
+
+/// `sql` on one line, with single spaces, without a final `;`: statements as a test compares them.
+#[cfg(test)]
+pub(crate) fn normalized(sql: &str) -> String {
+    sql.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .trim_end_matches(';')
+        .to_owned()
+}
+
+/// The statements of DESIGN.md's SQL block that follows the line `-- TITLE`, each [`normalized`].
+#[cfg(test)]
+pub(crate) fn documented_sql(title: &str) -> Vec<String> {
+    let design = include_str!("../../../../../DESIGN.md");
+    let marker = format!("-- {title}\n");
+    let start = design
+        .find(&marker)
+        .unwrap_or_else(|| panic!("DESIGN.md has no block {title:?}"))
+        + marker.len();
+    let block = &design[start..start + design[start..].find("```").unwrap()];
+    block
+        .split(';')
+        .map(normalized)
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 #[cfg(test)]

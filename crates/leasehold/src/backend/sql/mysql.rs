@@ -15,6 +15,7 @@
 //! - **The schema** is created on first use with `CREATE TABLE IF NOT EXISTS` (MySQL's DDL is idempotent that way
 //!   and serialises on the metadata lock), unless `information_schema` lists the tables already: a database whose
 //!   tables exist needs no DDL right (MySQL checks the right to create before it looks whether the table exists).
+//! - **Rights** are checked at connect by statements that need them and change nothing ([`Account::check`]).
 //!
 //! Written for MySQL 8.0+ and MariaDB 10.6+; tested on MariaDB 10.11.
 
@@ -23,6 +24,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, Row, TxOpts, Value};
 
+use super::rights::{self, Object, Right, Use};
 use super::{kind_columns, kind_of_columns, micros, Entry, SqlError, Tables, Wakes};
 use crate::backend::admission::Kind;
 
@@ -106,7 +108,8 @@ impl Statements {
     }
 }
 
-/// The tables of a prefix, created when missing.
+/// The tables of a prefix, created when missing, as DESIGN.md and the README show them to an operator (a unit test
+/// compares them).
 fn schema(t: &Tables) -> [String; 3] {
     let (session, lock, entry) = (&t.session, &t.lock, &t.entry);
     [
@@ -127,10 +130,174 @@ fn schema(t: &Tables) -> [String; 3] {
     ]
 }
 
+/// MySQL's `ER_DBACCESS_DENIED_ERROR`: "Access denied for user 'app'@'host' to database 'name'".
+const DATABASE_DENIED: u16 = 1044;
+
+/// The user a MySQL URL names.
+fn opts_user(url: &str) -> String {
+    Opts::from_url(url)
+        .ok()
+        .and_then(|o| o.user().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// MySQL's `ER_TABLEACCESS_DENIED_ERROR`: "SELECT command denied to user … for table …".
+const ACCESS_DENIED: u16 = 1142;
+
+/// The tables of a prefix as the rights check names them, each with its columns, which its probes write (no row: a
+/// `NULL` in a `NOT NULL` column is refused only in a row; a column left out without a default is refused at once).
+fn objects(t: &Tables) -> [(Object, &'static [&'static str]); 3] {
+    let table = |name: &String| Object {
+        name: name.clone(),
+        sequence: false,
+    };
+    [
+        (table(&t.session), &["id", "expires_at"]),
+        (table(&t.lock), &["name", "fence"]),
+        (
+            table(&t.entry),
+            &["name", "fence", "session", "kind", "permits", "hold"],
+        ),
+    ]
+}
+
+/// A statement that needs `privilege` on `table` (with `columns`) and nothing else, and changes nothing.
+fn probe(privilege: &str, table: &str, columns: &[&str]) -> String {
+    match privilege {
+        "SELECT" => format!("SELECT 1 FROM {table} WHERE FALSE"),
+        "INSERT" => format!(
+            "INSERT INTO {table} ({}) SELECT {} FROM DUAL WHERE FALSE",
+            columns.join(", "),
+            vec!["NULL"; columns.len()].join(", ")
+        ),
+        "UPDATE" => format!("UPDATE {table} SET {} = NULL WHERE FALSE", columns[0]),
+        _ => format!("DELETE FROM {table} WHERE FALSE"),
+    }
+}
+
+/// The account the client connected as, and its database, as `GRANT` statements name them.
+struct Account {
+    /// `'app'@'%'`, from `CURRENT_USER()`: the account the server matched, whose grants count.
+    user: String,
+    /// `` `leasehold` ``; empty when the URL names none.
+    database: String,
+}
+
+impl Account {
+    /// The account of `CURRENT_USER()` (`app@%`) and the database of `DATABASE()`.
+    fn of(user: String, database: Option<String>) -> Account {
+        let user = match user.rsplit_once('@') {
+            Some((name, host)) => format!("'{name}'@'{host}'"),
+            None => format!("'{user}'"),
+        };
+        let database = database.map_or_else(String::new, |d| format!("`{d}`"));
+        Account { user, database }
+    }
+
+    /// The account a refusal to open the URL's database names (`… for user 'app'@'host' to database 'name'`), else
+    /// the URL's user at any host; the database the URL names.
+    fn refused(message: &str, user: &str, url: &str) -> Account {
+        let named = message
+            .split_once("for user ")
+            .and_then(|(_, rest)| rest.split_once(" to database"))
+            .map(|(account, _)| account.to_owned());
+        let database = Opts::from_url(url)
+            .ok()
+            .and_then(|o| o.db_name().map(|d| format!("`{d}`")))
+            .unwrap_or_default();
+        Account {
+            user: named.unwrap_or_else(|| format!("'{user}'@'%'")),
+            database,
+        }
+    }
+
+    /// `table` as a `GRANT` names it: qualified by the database.
+    fn qualified(&self, table: &str) -> String {
+        if self.database.is_empty() {
+            table.to_owned()
+        } else {
+            format!("{}.{table}", self.database)
+        }
+    }
+
+    /// Checks that the user has every right `used` needs on `tables`, by running statements that need them and change
+    /// nothing: the server applies its own rules (global, database and table grants, wildcards, roles). One round trip
+    /// when every right is there; when one is refused, each is tried alone, to name every missing right. Refuses with
+    /// [`SqlError::NotPermitted`] naming them and the `GRANT`s that give them.
+    async fn check(
+        &self,
+        conn: &mut mysql_async::Conn,
+        tables: &Tables,
+        used: Use,
+    ) -> Result<(), SqlError> {
+        let objects = objects(tables);
+        let plain: Vec<Object> = objects.iter().map(|(o, _)| o.clone()).collect();
+        let rights = rights::needed(used, &plain);
+        let probes: Vec<String> = rights
+            .iter()
+            .map(|r| {
+                let (o, columns) = &objects[r.object];
+                probe(r.privilege, &o.name, columns)
+            })
+            .collect();
+        match conn.query_drop(probes.join("; ")).await {
+            Ok(()) => return Ok(()),
+            Err(mysql_async::Error::Server(e)) if e.code == ACCESS_DENIED => {}
+            Err(e) => return Err(my("check rights")(e)),
+        }
+        let mut missing: Vec<Right> = Vec::new();
+        for (right, probe) in rights.iter().zip(&probes) {
+            match conn.query_drop(probe).await {
+                Ok(()) => {}
+                Err(mysql_async::Error::Server(e)) if e.code == ACCESS_DENIED => {
+                    missing.push(*right)
+                }
+                Err(e) => return Err(my("check rights")(e)),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = plain.iter().map(|o| self.qualified(&o.name)).collect();
+        Err(SqlError::NotPermitted {
+            detail: rights::refusal("MySQL", &self.user, &missing, &plain, &names),
+        })
+    }
+
+    /// The refusal of a user who may not create `prefix`'s missing tables (the server said `why`).
+    fn cannot_create(&self, tables: &Tables, prefix: &str, used: Use, why: &str) -> SqlError {
+        let plain: Vec<Object> = objects(tables).into_iter().map(|(o, _)| o).collect();
+        let names: Vec<String> = plain.iter().map(|o| self.qualified(&o.name)).collect();
+        let rights = rights::needed(used, &plain);
+        let database = if self.database.is_empty() {
+            "the database"
+        } else {
+            &self.database
+        };
+        SqlError::NotPermitted {
+            detail: rights::cannot_create(
+                &format!("MySQL user {}", self.user),
+                &format!(
+                    "of prefix {prefix:?} ({}, {}, {}) do not exist, or this user may not see them,",
+                    tables.session, tables.lock, tables.entry
+                ),
+                why,
+                &rights::grants(&rights, &plain, &names, &self.user),
+                &format!(
+                    "GRANT CREATE, REFERENCES ON {database}.* TO {}; (REFERENCES for the foreign key, on MySQL)",
+                    self.user
+                ),
+            ),
+        }
+    }
+}
+
 /// A MySQL or MariaDB database: the pool and the statements of the client's prefix.
 pub(crate) struct MyDb {
     pool: Pool,
     statements: Statements,
+    tables: Tables,
+    account: Account,
     wakes: Wakes,
 }
 
@@ -146,12 +313,13 @@ impl Drop for MyDb {
 }
 
 impl MyDb {
-    /// Connects to the database of `url` (`mysql://`, or `mariadb://` read as `mysql://`) and creates `prefix`'s
-    /// tables when missing.
+    /// Connects to the database of `url` (`mysql://`, or `mariadb://` read as `mysql://`), creates `prefix`'s
+    /// tables when missing, and checks that the user has the rights `used` needs on them ([`Account::check`]).
     pub(crate) async fn connect(
         url: &str,
         prefix: &str,
         call_timeout: Duration,
+        used: Use,
     ) -> Result<MyDb, SqlError> {
         let url = match url.strip_prefix("mariadb://") {
             Some(rest) => format!("mysql://{rest}"),
@@ -183,13 +351,22 @@ impl MyDb {
             .tcp_keepalive(Some(Duration::from_secs(5)));
         let pool = Pool::new(opts);
         let tables = Tables::new(prefix, '`');
-        let mut conn = pool.get_conn().await.map_err(my("connect"))?;
+        let mut conn = match pool.get_conn().await {
+            // The URL's database refused: the user has no right on it at all.
+            Err(mysql_async::Error::Server(e)) if e.code == DATABASE_DENIED => {
+                let account = Account::refused(&e.message, &opts_user(&url), &url);
+                return Err(account.cannot_create(&tables, prefix, used, &e.message));
+            }
+            connected => connected.map_err(my("connect"))?,
+        };
         // Looked for first: MySQL checks the right to create a table before it finds the table exists, so a `CREATE
-        // TABLE IF NOT EXISTS` by a user with only the rights to read and write it fails (ERROR 1142).
-        let present: Option<i64> = conn
+        // TABLE IF NOT EXISTS` by a user with only the rights to read and write it fails (ERROR 1142). A table the
+        // user has no right on is not listed either: it is then "created" (it exists: a no-op), or refused below. The
+        // account and database come in the same round trip, for the messages.
+        let (present, user, database): (i64, String, Option<String>) = conn
             .exec_first(
-                "SELECT COUNT(*) FROM information_schema.tables \
-                 WHERE table_schema = DATABASE() AND table_name IN (?, ?, ?)",
+                "SELECT (SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_schema = DATABASE() AND table_name IN (?, ?, ?)), CURRENT_USER(), DATABASE()",
                 (
                     format!("{prefix}_session"),
                     format!("{prefix}_lock"),
@@ -197,18 +374,34 @@ impl MyDb {
                 ),
             )
             .await
-            .map_err(my("schema"))?;
-        if present != Some(3) {
+            .map_err(my("schema"))?
+            .unwrap_or_default();
+        let account = Account::of(user, database);
+        if present != 3 {
             for ddl in schema(&tables) {
-                conn.query_drop(ddl).await.map_err(my("create schema"))?;
+                match conn.query_drop(ddl).await {
+                    Err(mysql_async::Error::Server(e)) if e.code == ACCESS_DENIED => {
+                        return Err(account.cannot_create(&tables, prefix, used, &e.message));
+                    }
+                    done => done.map_err(my("create schema"))?,
+                }
             }
         }
+        account.check(&mut conn, &tables, used).await?;
         drop(conn);
         Ok(MyDb {
             pool,
             statements: Statements::new(&tables),
+            tables,
+            account,
             wakes: Wakes::default(),
         })
+    }
+
+    /// Checks that the user has the rights `used` needs on the tables ([`Account::check`]).
+    pub(crate) async fn check_rights(&self, used: Use) -> Result<(), SqlError> {
+        let mut conn = self.conn().await?;
+        self.account.check(&mut conn, &self.tables, used).await
     }
 
     pub(crate) fn wakes(&self) -> &Wakes {
@@ -441,5 +634,19 @@ pub(crate) fn is_transient(e: &mysql_async::Error) -> bool {
             )
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_statements_are_the_ones_the_client_runs() {
+        let tables = Tables::new("leasehold", '`');
+        assert_eq!(
+            super::super::documented_sql("MySQL/MariaDB: the tables"),
+            schema(&tables).map(|s| super::super::normalized(&s))
+        );
     }
 }

@@ -12,6 +12,7 @@
 //!   server.
 //! - **The schema** is created on first use, in one transaction under an advisory lock (two clients creating it at
 //!   once would otherwise collide in the catalog); a database whose tables exist needs no DDL right.
+//! - **Rights** are checked at connect in one statement of privilege functions ([`check_rights`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{AsyncMessage, Config, NoTls};
 
+use super::rights::{self, Object, Right, Use};
 use super::{kind_columns, kind_of_columns, micros, Entry, SqlError, Tables, Wakes};
 use crate::backend::admission::Kind;
 
@@ -124,21 +126,180 @@ impl Statements {
     }
 }
 
-/// The tables, sequence and index of a prefix, created when missing.
-fn schema(t: &Tables, index: &str) -> String {
+/// The statements that create the tables, sequence and index of a prefix (`index`: the index's name), as DESIGN.md
+/// and the README show them to an operator (a unit test compares them).
+fn create_statements(t: &Tables, index: &str) -> [String; 5] {
     let (session, lock, entry, fence) = (&t.session, &t.lock, &t.entry, &t.fence);
+    [
+        format!("CREATE SEQUENCE IF NOT EXISTS {fence}"),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {session} (id text PRIMARY KEY, expires_at timestamptz NOT NULL)"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {lock} (name text COLLATE \"C\" PRIMARY KEY, fence bigint NOT NULL)"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {entry} (name text COLLATE \"C\" NOT NULL, fence bigint NOT NULL, \
+             session text NOT NULL REFERENCES {session} (id) ON DELETE CASCADE, kind text NOT NULL, \
+             permits integer NOT NULL, hold text NOT NULL, PRIMARY KEY (name, fence))"
+        ),
+        format!("CREATE INDEX IF NOT EXISTS {index} ON {entry} (session)"),
+    ]
+}
+
+/// The tables, sequence and index of a prefix, created when missing: in one transaction, under an advisory lock.
+fn schema_ddl(t: &Tables, index: &str) -> String {
     format!(
-        "BEGIN; \
-         SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); \
-         CREATE SEQUENCE IF NOT EXISTS {fence}; \
-         CREATE TABLE IF NOT EXISTS {session} (id text PRIMARY KEY, expires_at timestamptz NOT NULL); \
-         CREATE TABLE IF NOT EXISTS {lock} (name text COLLATE \"C\" PRIMARY KEY, fence bigint NOT NULL); \
-         CREATE TABLE IF NOT EXISTS {entry} (name text COLLATE \"C\" NOT NULL, fence bigint NOT NULL, \
-           session text NOT NULL REFERENCES {session} (id) ON DELETE CASCADE, kind text NOT NULL, \
-           permits integer NOT NULL, hold text NOT NULL, PRIMARY KEY (name, fence)); \
-         CREATE INDEX IF NOT EXISTS {index} ON {entry} (session); \
-         COMMIT;"
+        "BEGIN; SELECT pg_advisory_xact_lock({SCHEMA_LOCK}); {}; COMMIT;",
+        create_statements(t, index).join("; ")
     )
+}
+
+/// The objects of a prefix the client uses, as the rights check names them: the three tables, then the sequence.
+fn objects(t: &Tables) -> Vec<Object> {
+    let table = |name: &String| Object {
+        name: name.clone(),
+        sequence: false,
+    };
+    vec![
+        table(&t.session),
+        table(&t.lock),
+        table(&t.entry),
+        Object {
+            name: t.fence.clone(),
+            sequence: true,
+        },
+    ]
+}
+
+/// The columns [`rights_query`] returns before the objects' names.
+const RIGHTS_HEAD: usize = 4;
+
+/// One statement that answers everything the rights check asks: the user and the schema new tables go to (both
+/// quoted, the schema `NULL` when the user may use none of its search path), whether the user may create tables there,
+/// the search path, each object's schema-qualified name (`NULL` when it does not exist, or is in a schema the user
+/// may not use), and whether the user has each right (`NULL` when its object is missing). `nextval` takes `USAGE` or
+/// `UPDATE` on the sequence; roles count, as they do for the statements.
+fn rights_query(objects: &[Object], rights: &[Right]) -> String {
+    let mut columns = vec![
+        "quote_ident(current_user)".to_owned(),
+        "quote_ident(current_schema())".to_owned(),
+        "COALESCE(has_schema_privilege(current_schema(), 'CREATE'), false)".to_owned(),
+        "current_setting('search_path')".to_owned(),
+    ];
+    for o in objects {
+        columns.push(format!(
+            "(SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass('{}'))",
+            o.name
+        ));
+    }
+    for r in rights {
+        let o = &objects[r.object];
+        let (function, privilege) = if o.sequence {
+            ("has_sequence_privilege", "USAGE, UPDATE")
+        } else {
+            ("has_table_privilege", r.privilege)
+        };
+        columns.push(format!(
+            "{function}(to_regclass('{}'), '{privilege}')",
+            o.name
+        ));
+    }
+    format!("SELECT {}", columns.join(", "))
+}
+
+/// Checks, in one statement, that the user has every right `used` needs on `prefix`'s tables and sequence; creates
+/// them first when they are missing and the user may (then checks again: a table may have been there already, another
+/// user's). Refuses with [`SqlError::NotPermitted`] naming every missing right and the `GRANT`s that give them, or,
+/// when the tables are missing and the user may not create them (PostgreSQL 15 grants `CREATE` on `public` to the
+/// database's owner only), saying so with both ways out.
+async fn check_rights(
+    conn: &tokio_postgres::Client,
+    tables: &Tables,
+    prefix: &str,
+    used: Use,
+) -> Result<(), SqlError> {
+    let objects = objects(tables);
+    let rights = rights::needed(used, &objects);
+    let sql = rights_query(&objects, &rights);
+    for created in [false, true] {
+        let rows = conn
+            .query_typed(&sql, &[])
+            .await
+            .map_err(pg("check rights"))?;
+        let row = rows.first().ok_or(SqlError::Unexpected {
+            store: "PostgreSQL",
+            what: "no row from the rights check".to_owned(),
+        })?;
+        let get = |e| pg("check rights")(e);
+        let user: String = row.try_get(0).map_err(get)?;
+        let schema: Option<String> = row.try_get(1).map_err(get)?;
+        let may_create: bool = row.try_get(2).map_err(get)?;
+        let path: String = row.try_get(3).map_err(get)?;
+        let names = (0..objects.len())
+            .map(|i| row.try_get::<_, Option<String>>(RIGHTS_HEAD + i))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(get)?;
+        let has = (0..rights.len())
+            .map(|i| row.try_get::<_, Option<bool>>(RIGHTS_HEAD + objects.len() + i))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(get)?;
+        if names.iter().any(Option::is_none) {
+            let Some(schema) = schema else {
+                return Err(SqlError::NotPermitted {
+                    detail: format!(
+                        "PostgreSQL user {user} may use no schema of its search_path ({path}), so it can neither \
+                         find nor create the lease tables of prefix {prefix:?}: run GRANT USAGE ON SCHEMA name TO \
+                         {user}; for the schema that holds them (the README's SQL section lists every right)"
+                    ),
+                });
+            };
+            if created || !may_create {
+                let absent: Vec<String> = objects
+                    .iter()
+                    .zip(&names)
+                    .filter(|(_, name)| name.is_none())
+                    .map(|(o, _)| o.name.clone())
+                    .collect();
+                let qualified: Vec<String> = objects
+                    .iter()
+                    .map(|o| format!("{schema}.{}", o.name))
+                    .collect();
+                return Err(SqlError::NotPermitted {
+                    detail: rights::cannot_create(
+                        &format!("PostgreSQL user {user}"),
+                        &format!("of prefix {prefix:?} ({}) do not exist", absent.join(", ")),
+                        &format!(
+                            "no CREATE on schema {schema}; since PostgreSQL 15 only the database's owner has it on \
+                             public"
+                        ),
+                        &rights::grants(&rights, &objects, &qualified, &user),
+                        &format!("GRANT CREATE ON SCHEMA {schema} TO {user};"),
+                    ),
+                });
+            }
+            let index = format!("\"{prefix}_entry_session\"");
+            conn.batch_execute(&schema_ddl(tables, &index))
+                .await
+                .map_err(pg("create schema"))?;
+            continue;
+        }
+        let names: Vec<String> = names.into_iter().flatten().collect();
+        let missing: Vec<Right> = rights
+            .iter()
+            .zip(&has)
+            .filter(|(_, has)| **has != Some(true))
+            .map(|(right, _)| *right)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        return Err(SqlError::NotPermitted {
+            detail: rights::refusal("PostgreSQL", &user, &missing, &objects, &names),
+        });
+    }
+    Ok(())
 }
 
 /// A PostgreSQL database: its connection settings, the pool, the statements of the client's prefix, and the
@@ -146,6 +307,8 @@ fn schema(t: &Tables, index: &str) -> String {
 pub(crate) struct PgDb {
     pool: Pool,
     statements: Statements,
+    tables: Tables,
+    prefix: String,
     wakes: Arc<Wakes>,
     listener: tokio::task::JoinHandle<()>,
 }
@@ -158,13 +321,15 @@ impl Drop for PgDb {
 
 impl PgDb {
     /// Connects to the database of `url` (`postgres://` or `postgresql://`), creates `prefix`'s tables when missing,
-    /// and starts listening for wake-ups.
+    /// checks that the user has the rights `used` needs on them ([`check_rights`]), and starts listening for
+    /// wake-ups.
     pub(crate) async fn connect(
         url: &str,
         prefix: &str,
         connection_timeout: Duration,
         call_timeout: Duration,
         tls: &super::TlsMaterial,
+        used: Use,
     ) -> Result<PgDb, SqlError> {
         let mut config: Config =
             url.parse()
@@ -196,20 +361,7 @@ impl PgDb {
         };
         {
             let conn = pool.get().await?;
-            let present = conn
-                .query_typed(
-                    "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
-                    &[(&tables.entry, Type::TEXT), (&tables.fence, Type::TEXT)],
-                )
-                .await
-                .map_err(pg("schema"))?;
-            let present: bool = present.first().is_some_and(|row| row.get(0));
-            if !present {
-                let index = format!("\"{prefix}_entry_session\"");
-                conn.batch_execute(&schema(&tables, &index))
-                    .await
-                    .map_err(pg("create schema"))?;
-            }
+            check_rights(&conn, &tables, prefix, used).await?;
             conn.done();
         }
         let wakes = Arc::new(Wakes::default());
@@ -223,9 +375,19 @@ impl PgDb {
         Ok(PgDb {
             pool,
             statements: Statements::new(&tables),
+            tables,
+            prefix: prefix.to_owned(),
             wakes,
             listener,
         })
+    }
+
+    /// Checks that the user has the rights `used` needs on the tables ([`check_rights`]).
+    pub(crate) async fn check_rights(&self, used: Use) -> Result<(), SqlError> {
+        let conn = self.pool.get().await?;
+        check_rights(&conn, &self.tables, &self.prefix, used).await?;
+        conn.done();
+        Ok(())
     }
 
     pub(crate) fn wakes(&self) -> &Wakes {
@@ -750,4 +912,19 @@ where
     pump.abort();
     wakes.wake_all();
     listening
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_statements_are_the_ones_the_client_runs() {
+        let tables = Tables::new("leasehold", '"');
+        let created = create_statements(&tables, "\"leasehold_entry_session\"");
+        assert_eq!(
+            super::super::documented_sql("PostgreSQL: the tables"),
+            created.map(|s| super::super::normalized(&s))
+        );
+    }
 }

@@ -1,6 +1,6 @@
-//! The session: one row per client in `PREFIX_session`, every grant and waiter of the client an entry of it, and a
-//! local deadline after which the server may count the session expired, with a loss signal that fires at that
-//! deadline at the latest.
+//! The session: one row in `PREFIX_session` (a client has one per lease TTL: `backend/sessions.rs`), every grant and
+//! waiter of the client under that TTL an entry of it, and a local deadline after which the server may count the
+//! session expired, with a loss signal that fires at that deadline at the latest.
 //!
 //! # The deadline
 //!
@@ -54,8 +54,9 @@ use crate::engine::clock;
 use crate::engine::lease::LossReason;
 use crate::engine::ttl::drift;
 
-/// The session TTL unless [`Builder::session_ttl`](crate::Builder::session_ttl) sets one.
-pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// The session TTL of the locks that set none, unless [`Builder::session_ttl`](crate::Builder::session_ttl) sets
+/// one: the default lease of every store ([`crate::DEFAULT_TTL`], 30 s).
+pub(crate) const DEFAULT_TTL: Duration = crate::kinds::mutex::DEFAULT_TTL;
 
 /// The shortest session TTL accepted: the keeper renews every quarter of it, and each renewal is a write.
 pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);

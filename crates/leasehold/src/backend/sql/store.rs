@@ -1,9 +1,10 @@
 //! The SQL store behind a [`crate::Client`] connected with a `postgres://` or `mysql://` URL: the session and its
 //! entries, turned into the crate's guards, leases and lock information.
 //!
-//! - **One session per client**, replaced by a new one at the first acquisition after it was lost. Every grant's
-//!   [`Lease`] follows the session: its deadline is the session's, its loss the session's loss, or its own entry
-//!   found deleted by a renewal.
+//! - **One session per lease TTL** (see [`crate::backend::sessions`]): a grant's entry belongs to the session row
+//!   of its lock's TTL; each session is replaced by a new one at the first acquisition after it was lost. Every
+//!   grant's [`Lease`] follows its session: its deadline is the session's, its loss the session's loss, or its own
+//!   entry found deleted by a renewal.
 //! - **An acquisition** inserts its entry once and keeps its place through every check: it reads the entries up to
 //!   its own, deletes the dead sessions ahead (a delete, not a skip: see [`super`]), and applies its kind's rule.
 //!   Between checks it sleeps until a wake-up for the lock (PostgreSQL's `NOTIFY`, or a release by this client), the
@@ -13,12 +14,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::rights::Use;
 use super::session::{Session, SessionLoss, Shared};
 use super::{Db, Entry, SqlError};
 use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::redis::keys::LockKeys;
 use crate::backend::session::{lock_info, passed, Admitted, Background};
-use crate::backend::Wait;
+use crate::backend::sessions::{Sessions, StoreSession};
+use crate::backend::{Terms, Wait};
 use crate::client::{Client, LockInfo};
 use crate::engine::clock;
 use crate::engine::lease::{Lease, LeaseShared};
@@ -37,17 +40,43 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// round differently.
 const EXPIRY_MARGIN: Duration = Duration::from_millis(2);
 
-/// A client's SQL side: its database, its tables' prefix, and its current session.
+/// A client's SQL side: its database, its tables' prefix, and its sessions (one per lease TTL).
 pub(crate) struct SqlStore {
     pub(crate) db: Arc<Db>,
     /// The URL as shown in errors and logs: password hidden.
     shown: Arc<str>,
     pub(crate) prefix: String,
-    ttl: Duration,
-    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    sessions: Sessions<Session>,
+    /// Set once the user is known to have every right a lock needs: at connect, or for a read-only client (whose
+    /// connect checked only `SELECT`) at its first write, before that write.
+    writable: tokio::sync::OnceCell<()>,
     /// The releases running in the background (dropped guards, abandoned entries, dropped sessions), for
-    /// [`Client::flush_releases`] and [`Client::close`].
+    /// [`Client::flush_releases`] and [`Client::close`]: the sessions' own.
     background: Arc<Background>,
+}
+
+impl StoreSession for Session {
+    fn is_lost(&self) -> bool {
+        self.loss().is_some()
+    }
+
+    fn following(&self) -> usize {
+        self.shared.state.following()
+    }
+}
+
+/// The session TTL a lock asking for `ttl` is granted under: `ttl` itself, refused below
+/// [`MIN_TTL`](super::session::MIN_TTL) (1 s; the keeper renews the row every quarter of it, each renewal a write).
+pub(crate) fn session_ttl(ttl: Duration) -> Result<Duration, Error> {
+    if ttl < super::session::MIN_TTL {
+        return Err(crate::error::InvalidArgument::BadDuration {
+            what: "lease",
+            value: ttl,
+            why: "must be at least 1s on PostgreSQL and MySQL/MariaDB (the session row is renewed every quarter of it)",
+        }
+        .into());
+    }
+    Ok(ttl)
 }
 
 /// What a guard of a SQL grant needs to release it: the session its entry belongs to, and the entry.
@@ -92,30 +121,40 @@ impl Drop for Pending {
 }
 
 impl SqlStore {
-    /// Connects: creates the tables when they are missing (or finds them), so that an unreachable database fails here
-    /// and not at the first lock. The first session is opened by the first acquisition: a client that only reads
-    /// (`inspect`, `held_locks`: the command's `status` and `list`) writes nothing, and needs only the right to read
-    /// the tables (tested by `sql_client`'s `reads::reads_write_nothing_and_need_only_select`).
+    /// Connects: creates the tables when they are missing (or finds them), and checks that the user has every right a
+    /// lock needs on them ([`super::rights`]), so that an unreachable database or a missing `GRANT` fails here and not
+    /// at the first lock. The first session is opened by the first acquisition: a client that only reads (`inspect`,
+    /// `held_locks`: the command's `status` and `list`) writes nothing. A `read_only` client's connect checks only the
+    /// right to read the tables (tested by `sql_client`'s `reads::reads_write_nothing_and_need_only_select`); the rest
+    /// is checked at its first write, before it.
     pub(crate) async fn connect(
         url: &str,
         prefix: String,
         ttl: Duration,
         connection_timeout: Duration,
         tls: &super::TlsMaterial,
+        read_only: bool,
     ) -> Result<SqlStore, Error> {
         let shown: Arc<str> = crate::backend::url::redacted(url).into();
         super::check_prefix(&prefix)?;
         let call_timeout = super::session::call_timeout(ttl);
-        let db = Db::connect(url, &prefix, connection_timeout, call_timeout, tls)
+        let used = if read_only { Use::Read } else { Use::Lock };
+        let db = Db::connect(url, &prefix, connection_timeout, call_timeout, tls, used)
             .await
             .map_err(|e| store_error(db_name(url), &shown, e))?;
+        let sessions = Sessions::new(ttl);
+        let writable = if read_only {
+            tokio::sync::OnceCell::new()
+        } else {
+            tokio::sync::OnceCell::new_with(Some(()))
+        };
         let store = SqlStore {
             db: Arc::new(db),
             shown,
             prefix,
-            ttl,
-            session: tokio::sync::Mutex::new(None),
-            background: Arc::default(),
+            background: Arc::clone(&sessions.background),
+            sessions,
+            writable,
         };
         Ok(store)
     }
@@ -124,31 +163,38 @@ impl SqlStore {
         store_error(self.db.name(), &self.shown, e)
     }
 
-    /// The live session, or a new one when the last one was lost.
-    async fn session(&self) -> Result<Arc<Session>, SqlError> {
-        let mut current = self.session.lock().await;
-        if let Some(session) = current.as_ref() {
-            if session.loss().is_none() {
-                return Ok(Arc::clone(session));
-            }
-        }
-        let session = Arc::new(
-            Session::open(Arc::clone(&self.db), self.ttl, Arc::clone(&self.background)).await?,
-        );
-        if current.is_some() {
-            tracing::info!(target: TARGET, "the {} lock session was lost; opened a new one", self.db.label());
-        }
-        *current = Some(Arc::clone(&session));
-        Ok(session)
+    /// Checks, once, that the user has every right a lock needs: a read-only client's first write does, before it
+    /// writes anything.
+    async fn writable(&self) -> Result<(), SqlError> {
+        self.writable
+            .get_or_try_init(|| self.db.check_rights(Use::Lock))
+            .await
+            .map(drop)
     }
 
-    /// Grants the current session follows now.
+    /// The live session of TTL `ttl`, or a new one when there is none yet or the last one was lost.
+    async fn session(&self, ttl: Duration) -> Result<Arc<Session>, SqlError> {
+        self.writable().await?;
+        self.sessions
+            .get(ttl, |replacing| async move {
+                let session =
+                    Session::open(Arc::clone(&self.db), ttl, Arc::clone(&self.background)).await?;
+                if replacing {
+                    tracing::info!(target: TARGET, "the {} lock session was lost; opened a new one", self.db.label());
+                }
+                Ok(session)
+            })
+            .await
+    }
+
+    /// The default lease: of the locks that set no TTL.
+    pub(crate) fn default_ttl(&self) -> Duration {
+        self.sessions.default_ttl()
+    }
+
+    /// Grants the client's sessions follow now.
     pub(crate) fn kept_leases(&self) -> usize {
-        self.session
-            .try_lock()
-            .ok()
-            .and_then(|s| s.as_ref().map(|s| s.shared.state.following()))
-            .unwrap_or(0)
+        self.sessions.following()
     }
 
     /// Waits as `wait` says until lock `keys` admits `kind`, storing `hold` in the grant's entry, and returns the
@@ -159,9 +205,14 @@ impl SqlStore {
         keys: Arc<LockKeys>,
         kind: Kind,
         hold: String,
-        wait: Wait,
-        fail_fast: bool,
+        terms: Terms,
     ) -> Result<Guard, Error> {
+        let Terms {
+            ttl,
+            wait,
+            fail_fast,
+        } = terms;
+        let ttl = session_ttl(ttl)?;
         let waits = matches!(wait, Wait::Until(_));
         // Each attempt's entry has a hold of its own: an earlier attempt's entry may still be on its way to
         // deletion (by its hold) when the next is inserted.
@@ -171,7 +222,7 @@ impl SqlStore {
                 0 => hold.clone(),
                 _ => crate::fence::redrawn(&hold).map_err(|e| SqlError::Entropy(e.to_string()))?,
             };
-            let session = self.session().await?;
+            let session = self.session(ttl).await?;
             match grant(&session.shared, keys.name(), kind, &hold, waits, fail_fast).await? {
                 Some(fence) => self.hold(client, &keys, hold, session, fence).map(Some),
                 None => Ok(None),
@@ -277,6 +328,7 @@ impl SqlStore {
     /// Deletes every entry of lock `name` (holders and waiters), and returns the token of the first live one, the
     /// holder, if there was one.
     pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
+        self.writable().await.map_err(|e| self.error(e))?;
         let first = self
             .call("force release", self.db.force_release(name))
             .await
@@ -290,13 +342,12 @@ impl SqlStore {
         self.background.settle().await;
     }
 
-    /// Closes the current session (its row and every entry of the client are deleted), then waits for the background
-    /// releases: true when the delete was answered.
+    /// Closes every session (their rows and every entry of the client are deleted), then waits for the background
+    /// releases: true when every delete was answered.
     pub(crate) async fn close(&self) -> bool {
-        crate::backend::session::close_client(&self.session, &self.background, |s| async move {
-            s.close().await
-        })
-        .await
+        self.sessions
+            .close(|s| async move { s.close().await })
+            .await
     }
 
     /// Runs `statement` under the per-call deadline of this store's sessions.
@@ -305,7 +356,7 @@ impl SqlStore {
         op: &'static str,
         statement: impl std::future::Future<Output = Result<T, SqlError>>,
     ) -> Result<T, SqlError> {
-        let after = super::session::call_timeout(self.ttl);
+        let after = super::session::call_timeout(self.sessions.default_ttl());
         super::session::within(self.db.label(), op, after, statement).await
     }
 }
@@ -498,7 +549,7 @@ impl SqlHold {
 }
 
 /// The store a URL names, as errors name it.
-fn db_name(url: &str) -> &'static str {
+pub(crate) fn db_name(url: &str) -> &'static str {
     if url.starts_with("mysql://") || url.starts_with("mariadb://") {
         "mysql"
     } else {
@@ -510,6 +561,10 @@ fn db_name(url: &str) -> &'static str {
 pub(crate) fn store_error(store: &'static str, url: &str, e: SqlError) -> Error {
     match e {
         SqlError::Entropy(why) => Error::Entropy(why),
+        SqlError::NotPermitted { detail } => Error::NotPermitted {
+            detail,
+            source: None,
+        },
         SqlError::InvalidUrl { store, why } => {
             crate::InvalidArgument::BadUrl(format!("{url} ({store}): {why}")).into()
         }

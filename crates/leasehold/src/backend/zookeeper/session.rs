@@ -1,5 +1,6 @@
-//! The session: one ZooKeeper session per client, every grant an ephemeral node of it, and a local deadline after
-//! which the session may have expired on the server, with a loss signal that fires at that deadline at the latest.
+//! The session: one ZooKeeper session (a client has one per lease TTL: `backend/sessions.rs`), every grant an
+//! ephemeral node of it, and a local deadline after which the session may have expired on the server, with a loss
+//! signal that fires at that deadline at the latest.
 //!
 //! # The deadline
 //!
@@ -40,9 +41,10 @@ use crate::engine::clock;
 use crate::engine::lease::LossReason;
 use crate::engine::ttl::drift;
 
-/// The session timeout asked for unless one is set. ZooKeeper clamps it to its bounds (by default 2 to 20 ticks:
-/// 4 s to 40 s with the usual 2 s tick); the negotiated one is what counts.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The session timeout asked for unless one is set: the default lease of every store ([`crate::DEFAULT_TTL`], 30 s).
+/// ZooKeeper clamps it to its bounds (by default 2 to 20 ticks: 4 s to 40 s with the usual 2 s tick); the negotiated
+/// one is what counts.
+pub(crate) const DEFAULT_TIMEOUT: Duration = crate::kinds::mutex::DEFAULT_TTL;
 
 /// The shortest session timeout accepted: below a second the keeper's `sync`s (every eighth of it) would be a load
 /// of their own, and ZooKeeper's own ticks are rarely shorter than 500 ms anyway.

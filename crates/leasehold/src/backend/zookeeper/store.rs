@@ -1,9 +1,11 @@
 //! The ZooKeeper store behind a [`crate::Client`] connected with a `zk://` URL: the recipe's session and grants,
 //! turned into the crate's guards, leases and lock information.
 //!
-//! - **One session per client**, replaced by a new one at the first acquisition after it was lost. Every grant's
-//!   [`Lease`] follows the session: its deadline is the session's, its loss the session's loss, or its own node found
-//!   deleted (a watch on it, and a read of every grant's node after each answered keep-alive).
+//! - **One session per lease TTL** (see [`crate::backend::sessions`]): a grant lives in the session whose timeout
+//!   was asked as its lock's TTL (the ensemble negotiates it within its bounds; see [`ZkStore::session`]); each
+//!   session is replaced by a new one at the first acquisition after it was lost. Every grant's [`Lease`] follows its
+//!   session: its deadline is the session's, its loss the session's loss, or its own node found deleted (a watch on
+//!   it, and a read of every grant's node after each answered keep-alive).
 //! - **Kinds** map onto the three rules as on etcd, and the node's data is the hold as Redis stores it, so
 //!   [`inspect`](ZkStore::inspect) reports holders, kinds and descriptions as on the other stores.
 
@@ -14,13 +16,14 @@ use zookeeper_client::EventType;
 
 use super::kind::queue;
 use super::recipe::Grant;
-use super::session::{Session, SessionLoss, Shared, DEFAULT_TIMEOUT};
+use super::session::{Session, SessionLoss, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT, MIN_TIMEOUT};
 use super::url::{check_path, Target};
 use super::ZkError;
 use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::redis::keys::LockKeys;
 use crate::backend::session::{lock_info, Admitted, Background};
-use crate::backend::Wait;
+use crate::backend::sessions::{Sessions, StoreSession};
+use crate::backend::{Terms, Wait};
 use crate::client::{Client, LockInfo};
 use crate::engine::lease::{Lease, LeaseShared, LossReason};
 use crate::error::{Error, InvalidArgument};
@@ -33,7 +36,7 @@ const TARGET: &str = "leasehold::zookeeper";
 /// What a client asks of its ZooKeeper sessions.
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
-    /// The session timeout asked for (ZooKeeper may grant less or more).
+    /// The session timeout asked for by the locks that set no TTL (ZooKeeper may grant less or more).
     pub(crate) timeout: Duration,
     /// How long one connection attempt may take.
     pub(crate) connection_timeout: Duration,
@@ -48,7 +51,7 @@ impl Default for Options {
     }
 }
 
-/// A client's ZooKeeper side: where it connects, where its locks live, and its current session.
+/// A client's ZooKeeper side: where it connects, where its locks live, and its sessions (one per lease TTL).
 pub(crate) struct ZkStore {
     target: Target,
     /// The URL as shown in errors and logs: password hidden.
@@ -57,10 +60,34 @@ pub(crate) struct ZkStore {
     /// `CHROOT/PREFIX`: the node every lock of the client lives under.
     root: String,
     options: Options,
-    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    sessions: Sessions<Session>,
     /// The clean-ups running in the background (dropped guards, abandoned acquisitions), for
-    /// [`Client::flush_releases`] and [`Client::close`].
+    /// [`Client::flush_releases`] and [`Client::close`]: the sessions' own.
     background: Arc<Background>,
+}
+
+impl StoreSession for Session {
+    fn is_lost(&self) -> bool {
+        self.loss().is_some()
+    }
+
+    fn following(&self) -> usize {
+        self.shared.state.following()
+    }
+}
+
+/// The session timeout a lock asking for `ttl` asks ZooKeeper for: `ttl` itself, refused outside what the protocol
+/// and the keeper take ([`MIN_TIMEOUT`], 1 s, to [`MAX_TIMEOUT`], 24 days).
+pub(crate) fn session_timeout(ttl: Duration) -> Result<Duration, Error> {
+    if !(MIN_TIMEOUT..=MAX_TIMEOUT).contains(&ttl) {
+        return Err(InvalidArgument::BadDuration {
+            what: "lease",
+            value: ttl,
+            why: "must be at least 1s and at most 24 days on ZooKeeper (the session timeout asked for)",
+        }
+        .into());
+    }
+    Ok(ttl)
 }
 
 /// What a guard of a ZooKeeper grant needs to release it: the session its node belongs to, and the grant.
@@ -96,16 +123,20 @@ impl ZkStore {
             prefix: prefix.clone(),
             rule: format!("on ZooKeeper it makes the node path {root:?}, which has {why}"),
         })?;
+        let sessions = Sessions::new(options.timeout);
         let store = ZkStore {
             target,
             shown,
             prefix,
             root,
             options,
-            session: tokio::sync::Mutex::new(None),
-            background: Arc::default(),
+            background: Arc::clone(&sessions.background),
+            sessions,
         };
-        let session = store.session().await.map_err(|e| store.error(e))?;
+        let session = store
+            .session(store.default_ttl())
+            .await
+            .map_err(|e| store.error(e))?;
         tracing::debug!(target: TARGET, url = %store.shown, session = format_args!("{:x}", session.id()), timeout = ?session.timeout(), "ZooKeeper session opened");
         Ok(store)
     }
@@ -114,39 +145,50 @@ impl ZkStore {
         store_error(&self.shown, e)
     }
 
-    /// The live session, or a new one when the last one was lost.
-    async fn session(&self) -> Result<Arc<Session>, ZkError> {
-        let mut current = self.session.lock().await;
-        if let Some(session) = current.as_ref() {
-            if session.loss().is_none() {
-                return Ok(Arc::clone(session));
-            }
-        }
-        let digest = self.target.digest.as_deref().map(str::as_bytes);
-        let session = Arc::new(
-            Session::connect(
-                &self.target.servers,
-                self.options.timeout,
-                digest,
-                self.options.connection_timeout,
-                Arc::clone(&self.background),
-            )
-            .await?,
-        );
-        if current.is_some() {
-            tracing::info!(target: TARGET, session = format_args!("{:x}", session.id()), "the ZooKeeper session was lost; opened a new one");
-        }
-        *current = Some(Arc::clone(&session));
-        Ok(session)
+    /// The default lease: of the locks that set no TTL.
+    pub(crate) fn default_ttl(&self) -> Duration {
+        self.sessions.default_ttl()
     }
 
-    /// Grants the current session follows now.
+    /// The live session asked with timeout `timeout`, or a new one when there is none yet or the last one was lost.
+    ///
+    /// ZooKeeper negotiates the timeout within its bounds (`minSessionTimeout` and `maxSessionTimeout`, by default 2
+    /// and 20 ticks): the session, and so every grant in it, runs with the negotiated one, which its guards' leases
+    /// report ([`Lease::ttl`](crate::Lease::ttl) is 5/8 of it, the local validity), and a negotiated timeout other
+    /// than the one asked is logged as a warning naming the bound. Tested by `zookeeper_client`'s
+    /// `session::a_lease_outside_the_ensembles_bounds_runs_with_the_negotiated_timeout`.
+    async fn session(&self, timeout: Duration) -> Result<Arc<Session>, ZkError> {
+        self.sessions
+            .get(timeout, |replacing| async move {
+                let digest = self.target.digest.as_deref().map(str::as_bytes);
+                let session = Session::connect(
+                    &self.target.servers,
+                    timeout,
+                    digest,
+                    self.options.connection_timeout,
+                    Arc::clone(&self.background),
+                )
+                .await?;
+                let negotiated = session.timeout();
+                if negotiated != timeout {
+                    let bound = if negotiated > timeout {
+                        "minSessionTimeout"
+                    } else {
+                        "maxSessionTimeout"
+                    };
+                    tracing::warn!(target: TARGET, asked = ?timeout, ?negotiated, "ZooKeeper negotiated a session timeout of {negotiated:?} for a lease of {timeout:?} (the ensemble's {bound} is {negotiated:?}): the locks of that lease run with {negotiated:?}");
+                }
+                if replacing {
+                    tracing::info!(target: TARGET, session = format_args!("{:x}", session.id()), "the ZooKeeper session was lost; opened a new one");
+                }
+                Ok(session)
+            })
+            .await
+    }
+
+    /// Grants the client's sessions follow now.
     pub(crate) fn kept_leases(&self) -> usize {
-        self.session
-            .try_lock()
-            .ok()
-            .and_then(|s| s.as_ref().map(|s| s.shared.state.following()))
-            .unwrap_or(0)
+        self.sessions.following()
     }
 
     /// The node of lock `name`: `ROOT/NAME`; an error when that is not a path ZooKeeper takes.
@@ -167,13 +209,18 @@ impl ZkStore {
         keys: Arc<LockKeys>,
         kind: Kind,
         hold: String,
-        wait: Wait,
-        fail_fast: bool,
+        terms: Terms,
     ) -> Result<Guard, Error> {
+        let Terms {
+            ttl,
+            wait,
+            fail_fast,
+        } = terms;
+        let timeout = session_timeout(ttl)?;
         let path = self.path(keys.name())?;
         let waits = matches!(wait, Wait::Until(_));
         let attempt = || async {
-            let session = self.session().await?;
+            let session = self.session(timeout).await?;
             match session.grant(&path, kind, &hold, waits).await? {
                 Some(grant) => self
                     .hold(client, &keys, hold.clone(), session, grant)
@@ -253,7 +300,10 @@ impl ZkStore {
     /// The lock's state: its contenders in queue order, each admitted or waiting by the rules.
     pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
         let path = self.path(name)?;
-        let session = self.session().await.map_err(|e| self.error(e))?;
+        let session = self
+            .session(self.default_ttl())
+            .await
+            .map_err(|e| self.error(e))?;
         let shared = &session.shared;
         let zk = &shared.client().map_err(|e| self.error(e))?;
         let children = match shared.call("inspect", zk.list_children(&path)).await {
@@ -298,7 +348,10 @@ impl ZkStore {
     /// The held locks whose names match the glob `pattern`: every node under the root with contenders among its
     /// children, walked breadth first.
     pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
-        let session = self.session().await.map_err(|e| self.error(e))?;
+        let session = self
+            .session(self.default_ttl())
+            .await
+            .map_err(|e| self.error(e))?;
         let shared = &session.shared;
         let zk = &shared.client().map_err(|e| self.error(e))?;
         let mut names = Vec::new();
@@ -350,7 +403,10 @@ impl ZkStore {
     /// the hold of the first, the holder, if there was one.
     pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
         let path = self.path(name)?;
-        let session = self.session().await.map_err(|e| self.error(e))?;
+        let session = self
+            .session(self.default_ttl())
+            .await
+            .map_err(|e| self.error(e))?;
         let shared = &session.shared;
         let zk = &shared.client().map_err(|e| self.error(e))?;
         let children = match shared.call("force release", zk.list_children(&path)).await {
@@ -396,13 +452,14 @@ impl ZkStore {
         self.background.settle().await;
     }
 
-    /// Closes the current session (every node of the client goes with it), then waits for the background releases.
+    /// Closes every session (every node of the client goes with them), then waits for the background releases.
     pub(crate) async fn close(&self) -> bool {
-        crate::backend::session::close_client(&self.session, &self.background, |s| async move {
-            s.close().await;
-            Ok::<(), ZkError>(())
-        })
-        .await
+        self.sessions
+            .close(|s| async move {
+                s.close().await;
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .await
     }
 }
 
