@@ -1,4 +1,4 @@
-//! Latency samples, percentiles, and one scenario's result (the JSON shape is documented in the README).
+//! Latency samples, percentiles, and one scenario's result (docs/BENCHMARKS.md says what `--json` prints).
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! Failover, slot migration and a killed primary while a lock is held and waited for. Each test leaves the cluster
-//! whole. The figures each prints (`measured: …`) are what the README and the closing notes quote.
+//! whole. The figures each prints (`measured: …`) are what DESIGN.md ("Failover on Redis") and the closing notes quote.
 
 use std::time::{Duration, Instant};
 

@@ -38,14 +38,18 @@ pub(crate) struct SessionState<L, F> {
     /// What a passed deadline reads as.
     expired: L,
     /// Whether an entry check ([`SessionState::check_entries`]) is running.
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     checking: Arc<AtomicBool>,
 }
 
 /// The most entries one read of [`SessionState::check_entries`] carries (etcd's default `--max-txn-ops` is 128;
 /// ZooKeeper's multi-read has no count limit, but its packet must fit `jute.maxbuffer`, 1 MB by default).
+// The SQL stores read their entries back in the renewal's own statement: only etcd and ZooKeeper use the check.
+#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
 pub(crate) const CHECK_BATCH: usize = 100;
 
 /// Clears the running flag when an entry check ends, however it ends.
+#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
 struct CheckDone(Arc<AtomicBool>);
 
 impl Drop for CheckDone {
@@ -171,6 +175,7 @@ where
     ///
     /// Runs in the background, off the keep-alive loop (with thousands of grants the reads take a while, and the next
     /// keep-alive must not wait for them), one check at a time: a round that finds one running skips its own.
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn check_entries<R, Fut>(&self, begun: &[(Arc<LeaseShared>, Request, F)], read: R)
     where
         F: std::fmt::Debug + Send + Sync + 'static,
