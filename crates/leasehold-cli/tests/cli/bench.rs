@@ -334,81 +334,16 @@ fn bench_compares_a_quorum_of_given_servers_with_its_first_node_alone() {
     );
 }
 
+/// The table on etcd is checked in `stores::etcd::bench_runs_against_the_stores_floor`.
 #[test]
-fn bench_runs_on_etcd_against_etcds_own_lock() {
+fn bench_json_on_etcd_marks_each_scenario_as_an_etcd_run() {
     let etcd = EtcdServer::start();
     let url = etcd.url();
-    // renew-10k is left out: 10,000 grants take seconds to make on etcd.
-    let scenarios = [
-        "etcd-lock-1",
-        "uncontended-1",
-        "etcd-lock-64",
-        "uncontended-64",
-        "etcd-lock-8p",
-        "contended-8p",
-        "handoff",
-        "fair-8p",
-        "fair-handoff",
-        "rw-8p",
-        "semaphore-8p",
-    ];
-    let (code, stdout, stderr) = finish(
-        leasehold(&[
-            "bench",
-            "--store",
-            &url,
-            "--duration",
-            "300ms",
-            "--scenarios",
-            &scenarios.join(","),
-        ]),
-        Duration::from_secs(90),
-    );
-    assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(stderr.lines().count(), scenarios.len(), "{stderr}");
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert!(lines[0].starts_with("scenario "), "{stdout}");
-    let rows: Vec<Vec<&str>> = lines[1..=scenarios.len()]
-        .iter()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    let names: Vec<&str> = rows.iter().map(|row| row[0]).collect();
-    assert_eq!(names, scenarios, "{stdout}");
-    for row in &rows {
-        let rate: f64 = row[1].parse().unwrap();
-        assert!(rate > 0.0, "{row:?} in {stdout}");
-        // The server's CPU per cycle, read from the member's /metrics page.
-        assert!(row[6].parse::<f64>().is_ok(), "{row:?} in {stdout}");
-    }
-    let ratio = |name: &str| rows.iter().find(|row| row[0] == name).unwrap()[5];
-    for floor in ["etcd-lock-1", "etcd-lock-64", "etcd-lock-8p"] {
-        assert_eq!(ratio(floor), "-", "{stdout}");
-    }
-    for measured in ["uncontended-1", "uncontended-64", "contended-8p", "fair-8p"] {
-        assert!(
-            ratio(measured).parse::<f64>().is_ok_and(|r| r > 0.0),
-            "{measured}: {stdout}"
-        );
-    }
-    assert!(
-        lines[1 + scenarios.len()]
-            .starts_with("on etcd: × floor is against etcd-lock-1, -64, -8p, etcd's own Lock RPC"),
-        "{stdout}"
-    );
-    assert_eq!(lines.len(), scenarios.len() + 2, "{stdout}");
-
     // --json: one object per scenario, marked as an etcd run, the note on stderr.
-    let (code, stdout, stderr) = finish(
-        leasehold(&[
-            "bench",
-            "--store",
-            &url,
-            "--duration",
-            "300ms",
-            "--scenarios",
-            "etcd-lock-1,uncontended-1",
-            "--json",
-        ]),
+    let (code, stdout, stderr) = crate::stores::bench_on(
+        &url,
+        "etcd-lock-1,uncontended-1",
+        &["--json"],
         Duration::from_secs(30),
     );
     assert_eq!(code, Some(0), "{stderr}");

@@ -16,8 +16,8 @@ mod session_cleanup;
 mod signals;
 mod sql;
 mod status;
+mod stores;
 mod tls;
-mod zookeeper;
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
