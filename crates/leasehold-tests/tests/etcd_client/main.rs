@@ -9,9 +9,10 @@ mod auth;
 mod cancel;
 mod faults;
 mod interop;
+#[path = "../shared/replicated.rs"]
+mod replicated;
 mod tls;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use leasehold::{Client, Lease};
@@ -20,7 +21,7 @@ use leasehold_tests::EtcdCluster;
 type TestFn = leasehold_tests::sequence::SharedTest<EtcdCluster>;
 
 const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
-    faults::the_leader_killed_under_a_held_and_a_waited_lock,
+    replicated::the_leader_killed_under_a_held_and_a_waited_lock,
     faults::a_partitioned_member_is_routed_around,
     faults::a_paused_member_does_not_stall_the_lease,
     faults::a_restarted_member_keeps_its_grants,
@@ -64,22 +65,14 @@ pub const EVENT: Duration = Duration::from_secs(20);
 /// The session TTL of these tests: long enough to ride out an election (about 1.3 s) between keep-alives.
 pub const TTL: Duration = Duration::from_secs(5);
 
-static PREFIXES: AtomicU64 = AtomicU64::new(0);
-
 /// A prefix no other test of the binary uses.
 pub fn fresh_prefix() -> String {
-    format!("etcdc{}", PREFIXES.fetch_add(1, Ordering::Relaxed))
+    leasehold_tests::sequence::fresh_prefix("etcdc")
 }
 
 /// A client of `url` under `prefix` with a session of [`TTL`].
 pub async fn client(url: &str, prefix: &str) -> Client {
-    Client::builder(url)
-        .unwrap()
-        .prefix(prefix)
-        .session_ttl(TTL)
-        .connect()
-        .await
-        .unwrap()
+    leasehold_tests::sequence::session_client(url, prefix, TTL).await
 }
 
 /// Polls `check` until it holds, for at most [`EVENT`] (see `leasehold_tests::sequence::eventually`).
@@ -94,12 +87,7 @@ where
 /// Waits until `lease` was renewed by a keep-alive sent after `after`: its deadline moved past `after + TTL` less
 /// the drift allowance. Asserts it stayed held all along.
 pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
-    let drift = TTL / 100 + Duration::from_millis(2);
-    eventually("a keep-alive acknowledged after the fault", || async {
-        assert!(lease.is_held(), "the lease was lost: {:?}", lease.loss());
-        lease.valid_until() >= after + TTL - drift
-    })
-    .await;
+    leasehold_tests::sequence::renewed_after(lease, after, TTL, EVENT).await;
 }
 
 /// Waits until lock `name` has `n` waiters, as `inspect` counts them.

@@ -10,10 +10,11 @@ mod deletion;
 mod faults;
 mod interop;
 mod processes;
+#[path = "../shared/replicated.rs"]
+mod replicated;
 mod session;
 mod writes;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use leasehold::{Client, Lease};
@@ -22,7 +23,7 @@ use leasehold_tests::ZkEnsemble;
 type TestFn = leasehold_tests::sequence::SharedTest<ZkEnsemble>;
 
 const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
-    faults::the_leader_killed_under_a_held_and_a_waited_lock,
+    replicated::the_leader_killed_under_a_held_and_a_waited_lock,
     faults::a_paused_server_does_not_stall_the_session,
     faults::a_restarted_server_keeps_the_session_and_its_grants,
     faults::the_loss_signal_fires_before_the_server_expires_the_session,
@@ -75,22 +76,14 @@ pub const TIMEOUT: Duration = Duration::from_secs(4);
 /// The part of the session timeout a grant counts on after each answered keep-alive (see `session.rs`).
 pub const VALIDITY: Duration = Duration::from_millis(2500);
 
-static PREFIXES: AtomicU64 = AtomicU64::new(0);
-
 /// A prefix no other test of the binary uses.
 pub fn fresh_prefix() -> String {
-    format!("zkc{}", PREFIXES.fetch_add(1, Ordering::Relaxed))
+    leasehold_tests::sequence::fresh_prefix("zkc")
 }
 
 /// A client of `url` under `prefix` with a session of [`TIMEOUT`].
 pub async fn client(url: &str, prefix: &str) -> Client {
-    Client::builder(url)
-        .unwrap()
-        .prefix(prefix)
-        .session_ttl(TIMEOUT)
-        .connect()
-        .await
-        .unwrap()
+    leasehold_tests::sequence::session_client(url, prefix, TIMEOUT).await
 }
 
 /// Polls `check` until it holds, for at most [`EVENT`] (see `leasehold_tests::sequence::eventually`).
@@ -105,12 +98,7 @@ where
 /// Waits until `lease` was renewed by a keep-alive sent after `after`: its deadline moved past `after + VALIDITY`
 /// less the drift allowance. Asserts it stayed held all along.
 pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
-    let drift = VALIDITY / 100 + Duration::from_millis(2);
-    eventually("a keep-alive answered after the fault", || async {
-        assert!(lease.is_held(), "the lease was lost: {:?}", lease.loss());
-        lease.valid_until() >= after + VALIDITY - drift
-    })
-    .await;
+    leasehold_tests::sequence::renewed_after(lease, after, VALIDITY, EVENT).await;
 }
 
 /// Waits until lock `name` has `n` waiters, as `inspect` counts them.
