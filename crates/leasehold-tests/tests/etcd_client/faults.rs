@@ -61,29 +61,6 @@ pub async fn a_paused_member_does_not_stall_the_lease(cluster: &mut EtcdCluster)
     held.release().await.unwrap();
 }
 
-pub async fn a_restarted_member_keeps_its_grants(_cluster: &mut EtcdCluster) {
-    let mut etcd = tokio::task::block_in_place(EtcdServer::start);
-    let prefix = fresh_prefix();
-    let (a, b) = (
-        client(&etcd.url(), &prefix).await,
-        client(&etcd.url(), &prefix).await,
-    );
-    let held = a.mutex("ledger").lock().await.unwrap();
-    let restarted_at = Instant::now();
-    // etcd keeps its data on disk: the key and the lease come back with it, and the keep-alives resume.
-    tokio::task::block_in_place(|| etcd.restart());
-    renewed_after(&held.lease(), restarted_at).await;
-    assert!(b.mutex("ledger").try_lock().await.unwrap_err().is_busy());
-    held.release().await.unwrap();
-    b.mutex("ledger")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-}
-
 pub async fn a_cut_keep_alive_stream_is_reopened(_cluster: &mut EtcdCluster) {
     let etcd = tokio::task::block_in_place(EtcdServer::start);
     let proxy = TcpProxy::start(etcd.endpoint().parse().unwrap()).await;

@@ -2,13 +2,15 @@
 //! `zookeeper_client` (`#[path]`), where `crate::{client, fresh_prefix, renewed_after, waiters, EVENT}` are each
 //! binary's own (its session length, its prefix).
 
-use leasehold_tests::{EtcdCluster, ZkEnsemble};
+use leasehold_tests::{EtcdCluster, EtcdServer, ZkEnsemble, ZkServer};
 use tokio::time::Instant;
 
 use crate::{client, fresh_prefix, renewed_after, waiters, EVENT};
 
 /// Three servers that elect a leader, killed and restarted by index.
 pub trait Replicated {
+    /// The store's single server, for the tests that start one of their own.
+    type Single: Single;
     fn url(&self) -> String;
     fn leader(&self) -> usize;
     fn kill(&mut self, i: usize);
@@ -16,6 +18,7 @@ pub trait Replicated {
 }
 
 impl Replicated for EtcdCluster {
+    type Single = EtcdServer;
     fn url(&self) -> String {
         EtcdCluster::url(self)
     }
@@ -31,6 +34,7 @@ impl Replicated for EtcdCluster {
 }
 
 impl Replicated for ZkEnsemble {
+    type Single = ZkServer;
     fn url(&self) -> String {
         ZkEnsemble::url(self)
     }
@@ -43,6 +47,72 @@ impl Replicated for ZkEnsemble {
     fn restart(&mut self, i: usize) {
         ZkEnsemble::restart(self, i);
     }
+}
+
+/// One server of the store, started, killed and restarted.
+pub trait Single {
+    fn start() -> Self;
+    fn url(&self) -> String;
+    fn kill(&mut self);
+    fn restart(&mut self);
+}
+
+impl Single for EtcdServer {
+    fn start() -> Self {
+        EtcdServer::start()
+    }
+    fn url(&self) -> String {
+        EtcdServer::url(self)
+    }
+    fn kill(&mut self) {
+        EtcdServer::kill(self);
+    }
+    fn restart(&mut self) {
+        EtcdServer::restart(self);
+    }
+}
+
+impl Single for ZkServer {
+    fn start() -> Self {
+        ZkServer::start()
+    }
+    fn url(&self) -> String {
+        ZkServer::url(self)
+    }
+    fn kill(&mut self) {
+        ZkServer::kill(self);
+    }
+    fn restart(&mut self) {
+        ZkServer::restart(self);
+    }
+}
+
+/// A server of its own is killed and restarted under a held lock: the store keeps its data on disk (etcd its key
+/// and lease, ZooKeeper its session and nodes), the client reconnects and its keep-alives resume, and the lock stays
+/// held until released.
+pub async fn a_restarted_server_keeps_the_session_and_its_grants<R: Replicated>(_servers: &mut R) {
+    let mut server = tokio::task::block_in_place(R::Single::start);
+    let prefix = fresh_prefix();
+    let (a, b) = (
+        client(&server.url(), &prefix).await,
+        client(&server.url(), &prefix).await,
+    );
+    let held = a.mutex("ledger").lock().await.unwrap();
+    let restarted_at = Instant::now();
+    tokio::task::block_in_place(|| {
+        server.kill();
+        server.restart();
+    });
+    renewed_after(&held.lease(), restarted_at).await;
+    assert!(b.mutex("ledger").try_lock().await.unwrap_err().is_busy());
+    held.release().await.unwrap();
+    b.mutex("ledger")
+        .try_lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 /// The leader is killed while a lock is held and waited for: the session lives on with the new leader (the

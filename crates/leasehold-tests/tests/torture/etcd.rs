@@ -12,7 +12,6 @@ use leasehold_tests::{EtcdCluster, EtcdServer, TcpProxy, XorShift as Rng};
 
 use crate::history::{Fault, Window};
 use crate::members::{self, OneOrThree};
-use crate::Topology;
 
 fn now_ns() -> u64 {
     leasehold_tests::monotonic_ns()
@@ -21,18 +20,9 @@ fn now_ns() -> u64 {
 /// The etcd members the lock lives on.
 pub type Etcd = OneOrThree<EtcdServer, EtcdCluster>;
 
-members::one_or_three!(EtcdServer, EtcdCluster);
+members::one_or_three!(EtcdServer, EtcdCluster, Etcd, Etcd3);
 
 impl Etcd {
-    /// Starts the members of an `etcd` or `etcd3` topology and waits until they are healthy.
-    pub fn start(topology: Topology) -> Etcd {
-        match topology {
-            Topology::Etcd => Etcd::One(EtcdServer::start()),
-            Topology::Etcd3 => Etcd::Three(EtcdCluster::start()),
-            _ => unreachable!("{topology} is not an etcd topology"),
-        }
-    }
-
     /// Keys without a lease, which would never go away (every key of the lock lives under a session's lease).
     pub fn keys_without_lease(&self) -> Vec<String> {
         match self {

@@ -55,11 +55,20 @@ pub enum OneOrThree<One, Three> {
     Three(Three),
 }
 
-/// Implements [`Members`], `url` (every member, directly) and `log` (member `i`'s, across its restarts) for
+/// Implements [`Members`], `start` (given the two topologies' names), `url` (every member, directly) and `log` (member `i`'s, across its restarts) for
 /// `OneOrThree<$one, $three>`, whose two harness types have the same methods, the single member's without the index.
 macro_rules! one_or_three {
-    ($one:ty, $three:ty) => {
+    ($one:ident, $three:ident, $one_topology:ident, $three_topology:ident) => {
         impl $crate::members::OneOrThree<$one, $three> {
+            /// Starts the members of the store's topology of one member or of three, and waits until they serve.
+            pub fn start(topology: $crate::Topology) -> Self {
+                match topology {
+                    $crate::Topology::$one_topology => Self::One($one::start()),
+                    $crate::Topology::$three_topology => Self::Three($three::start()),
+                    _ => unreachable!("{topology} is not a topology of {}", stringify!($one)),
+                }
+            }
+
             /// The URL that reaches every member directly (not through a proxy).
             pub fn url(&self) -> String {
                 match self {

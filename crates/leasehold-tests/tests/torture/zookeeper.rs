@@ -21,7 +21,6 @@ use leasehold_tests::{TcpProxy, XorShift as Rng, ZkEnsemble, ZkServer};
 
 use crate::history::{Fault, Window};
 use crate::members::{self, OneOrThree};
-use crate::Topology;
 
 /// ZooKeeper's tick in the harness (`tickTime=500`, `leasehold_tests::zookeeper`): sessions expire at tick
 /// boundaries, so up to a tick after their timeout.
@@ -38,18 +37,9 @@ fn now_ns() -> u64 {
 /// The ZooKeeper servers the lock lives on.
 pub type Zk = OneOrThree<ZkServer, ZkEnsemble>;
 
-members::one_or_three!(ZkServer, ZkEnsemble);
+members::one_or_three!(ZkServer, ZkEnsemble, Zk, Zk3);
 
 impl Zk {
-    /// Starts the servers of a `zk` or `zk3` topology and waits until they serve.
-    pub fn start(topology: Topology) -> Zk {
-        match topology {
-            Topology::Zk => Zk::One(ZkServer::start()),
-            Topology::Zk3 => Zk::Three(ZkEnsemble::start()),
-            _ => unreachable!("{topology} is not a ZooKeeper topology"),
-        }
-    }
-
     /// The sessions that hold ephemeral nodes, and their nodes, as the leader's `dump` lists them.
     fn ephemerals(&self) -> String {
         match self {

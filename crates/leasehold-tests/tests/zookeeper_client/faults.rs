@@ -25,32 +25,6 @@ pub async fn a_paused_server_does_not_stall_the_session(ensemble: &mut ZkEnsembl
     held.release().await.unwrap();
 }
 
-pub async fn a_restarted_server_keeps_the_session_and_its_grants(_ensemble: &mut ZkEnsemble) {
-    let mut zk = tokio::task::block_in_place(ZkServer::start);
-    let prefix = fresh_prefix();
-    let (a, b) = (
-        client(&zk.url(), &prefix).await,
-        client(&zk.url(), &prefix).await,
-    );
-    let held = a.mutex("ledger").lock().await.unwrap();
-    let restarted_at = Instant::now();
-    // The server keeps its sessions and nodes on disk: the client reconnects to the same session.
-    tokio::task::block_in_place(|| {
-        zk.kill();
-        zk.restart();
-    });
-    renewed_after(&held.lease(), restarted_at).await;
-    assert!(b.mutex("ledger").try_lock().await.unwrap_err().is_busy());
-    held.release().await.unwrap();
-    b.mutex("ledger")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-}
-
 pub async fn the_loss_signal_fires_before_the_server_expires_the_session(
     _ensemble: &mut ZkEnsemble,
 ) {

@@ -8,6 +8,8 @@
 mod auth;
 mod deletion;
 mod faults;
+#[path = "../shared/helpers.rs"]
+mod helpers;
 mod interop;
 mod processes;
 #[path = "../shared/replicated.rs"]
@@ -17,7 +19,6 @@ mod writes;
 
 use std::time::Duration;
 
-use leasehold::{Client, Lease};
 use leasehold_tests::ZkEnsemble;
 
 type TestFn = leasehold_tests::sequence::SharedTest<ZkEnsemble>;
@@ -25,7 +26,7 @@ type TestFn = leasehold_tests::sequence::SharedTest<ZkEnsemble>;
 const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     replicated::the_leader_killed_under_a_held_and_a_waited_lock,
     faults::a_paused_server_does_not_stall_the_session,
-    faults::a_restarted_server_keeps_the_session_and_its_grants,
+    replicated::a_restarted_server_keeps_the_session_and_its_grants,
     faults::the_loss_signal_fires_before_the_server_expires_the_session,
     faults::creates_whose_answer_is_lost_leave_one_node_each,
     faults::a_thousand_grants_follow_one_session,
@@ -76,32 +77,9 @@ pub const TIMEOUT: Duration = Duration::from_secs(4);
 /// The part of the session timeout a grant counts on after each answered keep-alive (see `session.rs`).
 pub const VALIDITY: Duration = Duration::from_millis(2500);
 
-/// A prefix no other test of the binary uses.
-pub fn fresh_prefix() -> String {
-    leasehold_tests::sequence::fresh_prefix("zkc")
-}
+/// The lock prefix of this binary's tests, numbered by `fresh_prefix`.
+const PREFIX: &str = "zkc";
+/// The session the clients ask for.
+const SESSION: Duration = TIMEOUT;
 
-/// A client of `url` under `prefix` with a session of [`TIMEOUT`].
-pub async fn client(url: &str, prefix: &str) -> Client {
-    leasehold_tests::sequence::session_client(url, prefix, TIMEOUT).await
-}
-
-/// Polls `check` until it holds, for at most [`EVENT`] (see `leasehold_tests::sequence::eventually`).
-pub async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    leasehold_tests::sequence::eventually(what, EVENT, check).await;
-}
-
-/// Waits until `lease` was renewed by a keep-alive sent after `after`: its deadline moved past `after + VALIDITY`
-/// less the drift allowance. Asserts it stayed held all along.
-pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
-    leasehold_tests::sequence::renewed_after(lease, after, VALIDITY, EVENT).await;
-}
-
-/// Waits until lock `name` has `n` waiters, as `inspect` counts them.
-pub async fn waiters(client: &Client, name: &str, n: u64) {
-    leasehold_tests::sequence::waiters(client, name, n, EVENT).await;
-}
+pub use helpers::{client, eventually, fresh_prefix, renewed_after, waiters};
