@@ -2,7 +2,7 @@
 //! `PATH` (Debian's 3.4.23: `scripts/ensure-etcd.sh` installs it).
 //!
 //! Each member listens on two free ports of 127.0.0.1 (client and peer), keeps its data directory inside a
-//! [`TempDir`], runs with `--unsafe-no-fsync` (nothing here needs to survive a power cut, and fsync is most of a
+//! [`TempDir`](crate::TempDir), runs with `--unsafe-no-fsync` (nothing here needs to survive a power cut, and fsync is most of a
 //! write's cost), and writes its log to a file that is printed to stderr when the value is dropped during a panic.
 //! Readiness, health and the leader are asked of the members with `etcdctl`, which keeps every method synchronous,
 //! like [`RedisServer`](crate::RedisServer)'s, and so callable from inside an async test without nesting runtimes.

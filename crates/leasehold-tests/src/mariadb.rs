@@ -15,7 +15,7 @@
 //!   a parent-death signal that survives (`mariadbd --user` would drop it when it changes ids). The server is spawned
 //!   from a thread that lives as long as the test process, so that it dies with the process and only then.
 //! - **In memory.** The data directory, the socket and the pid file are in `/dev/shm` when there is one (and in the
-//!   [`TempDir`] that holds the log otherwise). MariaDB syncs its DDL log and its Aria system tables whatever it is
+//!   [`TempDir`](crate::TempDir) that holds the log otherwise). MariaDB syncs its DDL log and its Aria system tables whatever it is
 //!   told (`mariadb-install-db` makes about 950 `fdatasync` calls): on a disk that other builds kept busy it took
 //!   3.5–4.7 s instead of 0.4 s. Its `tmpdir` is there too, of its own: a starting server deletes every `#sql*` file
 //!   in its `tmpdir`, so with a shared `/tmp` one test's server deleted the temporary tables of another's

@@ -17,7 +17,7 @@
 //!   dies. That parent is the *thread* that spawned it, so servers are spawned from one thread that lives as long as
 //!   the test process: a server restarted from a short-lived thread (a `spawn_blocking` task, a fault-injecting
 //!   thread) would otherwise die with that thread. The postmaster's children notice its death and exit.
-//! - **In memory.** The cluster and the socket are in `/dev/shm` when there is one (and in the [`TempDir`] that
+//! - **In memory.** The cluster and the socket are in `/dev/shm` when there is one (and in the [`TempDir`](crate::TempDir) that
 //!   holds the log otherwise): on a disk that other builds keep busy, `initdb` took 2.1 s instead of 0.8 s.
 //! - **Fast, but safe against a kill.** `fsync=off` and `full_page_writes=off` (nothing here needs to survive a power
 //!   cut or a torn page). `synchronous_commit` stays `on`: with `fsync=off` it costs a `write(2)` and no flush,

@@ -2,7 +2,7 @@
 //! from Debian's ZooKeeper 3.8.0 (`/usr/share/java/zookeeper.jar`: `scripts/ensure-zookeeper.sh` installs it).
 //!
 //! Each server listens on free ports of 127.0.0.1 (its client port; in an ensemble also a peer and an election port),
-//! keeps its configuration and data inside a [`TempDir`], and runs with `forceSync=no` (nothing here needs to survive
+//! keeps its configuration and data inside a [`TempDir`](crate::TempDir), and runs with `forceSync=no` (nothing here needs to survive
 //! a power cut). Readiness, the leader and ZooKeeper's own view of sessions are asked of the servers with
 //! four-letter words (`srvr`, `stat`, `dump`, `mntr`) over a plain [`TcpStream`], which keeps every method
 //! synchronous, like [`EtcdServer`](crate::EtcdServer)'s, and needs no ZooKeeper client.
