@@ -2,33 +2,21 @@
 //! `PATH` (Debian's 3.4.23: `scripts/ensure-etcd.sh` installs it).
 //!
 //! Each member listens on two free ports of 127.0.0.1 (client and peer), keeps its data directory inside a
-//! [`TempDir`], runs with `--unsafe-no-fsync` (nothing here needs to survive a power cut, and fsync is most of a
+//! [`TempDir`](crate::TempDir), runs with `--unsafe-no-fsync` (nothing here needs to survive a power cut, and fsync is most of a
 //! write's cost), and writes its log to a file that is printed to stderr when the value is dropped during a panic.
 //! Readiness, health and the leader are asked of the members with `etcdctl`, which keeps every method synchronous,
 //! like [`RedisServer`](crate::RedisServer)'s, and so callable from inside an async test without nesting runtimes.
 
-use std::fs::OpenOptions;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
-use nix::sys::signal::Signal;
+use crate::daemon::{poll_until, restart_on_port, Daemon};
+use crate::server::{free_port, START_ATTEMPTS};
 
-use crate::server::{free_port, read_lossy, START_ATTEMPTS};
-use crate::{send_signal, TempDir};
-
-/// How long a member (or a cluster's quorum) may take to answer a health check after it was started, or a
-/// cluster to agree on a leader: the measured times are 0.3–2.7 s, on a busy machine more.
-const READY_TIMEOUT: Duration = Duration::from_secs(20);
-/// How often readiness and the leader are polled. etcd announces neither to an outsider.
-const POLL: Duration = Duration::from_millis(20);
 /// `etcdctl`'s dial and command timeouts for one poll; short, since the poll is repeated.
 const CTL_TIMEOUT: &str = "1s";
-/// How long a restart retries while the member's old ports are still taken.
-const RESTART_PORT_WAIT: Duration = Duration::from_secs(5);
-/// What etcd logs, before exiting, when one of its ports is taken.
-const ADDR_IN_USE: &str = "address already in use";
 /// The log of a member, appended to across restarts (etcd 3.4 logs to stderr).
 const LOG_FILE: &str = "etcd.log";
 
@@ -58,14 +46,11 @@ impl MemberTls {
 #[derive(Debug)]
 struct Member {
     name: String,
-    /// `None` while killed.
-    child: Option<Child>,
+    /// The process; its directory holds `data/` and the log, kept across restarts, so a restarted member keeps its
+    /// identity and its data.
+    daemon: Daemon,
     client_port: u16,
     peer_port: u16,
-    /// Holds `data/` and the log; kept across restarts, so a restarted member keeps its identity and its data.
-    dir: TempDir,
-    /// Whether the process is stopped with `SIGSTOP`.
-    paused: bool,
     /// Its client port's TLS, if it speaks TLS.
     tls: Option<MemberTls>,
 }
@@ -73,12 +58,14 @@ struct Member {
 impl Member {
     fn new(name: String) -> Member {
         Member {
-            dir: TempDir::new(&format!("etcd-{name}")),
+            daemon: Daemon::new(
+                format!("etcd member {name}"),
+                &format!("etcd-{name}"),
+                LOG_FILE,
+            ),
             name,
-            child: None,
             client_port: 0,
             peer_port: 0,
-            paused: false,
             tls: None,
         }
     }
@@ -92,21 +79,15 @@ impl Member {
     }
 
     fn log(&self) -> String {
-        read_lossy(self.dir.path().join(LOG_FILE), 0)
+        self.daemon.log()
     }
 
     fn log_len(&self) -> u64 {
-        std::fs::metadata(self.dir.path().join(LOG_FILE)).map_or(0, |m| m.len())
+        self.daemon.log_len()
     }
 
     /// Runs the member, without waiting for it: a cluster's members must all run before any is healthy.
     fn spawn(&mut self, initial_cluster: &str, token: &str) {
-        debug_assert!(self.child.is_none());
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(LOG_FILE))
-            .expect("cannot create the etcd log file");
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let client_url = format!("{scheme}://{}", self.endpoint());
         let mut command = Command::new("etcd");
@@ -118,10 +99,10 @@ impl Member {
                 command.arg("--trusted-ca-file").arg(&tls.ca);
             }
         }
-        let child = command
+        command
             .args(["--name", &self.name])
             .arg("--data-dir")
-            .arg(self.dir.path().join("data"))
+            .arg(self.daemon.dir().join("data"))
             .args(["--listen-client-urls", &client_url])
             .args(["--advertise-client-urls", &client_url])
             .args(["--listen-peer-urls", &self.peer_url()])
@@ -130,32 +111,17 @@ impl Member {
             .args(["--initial-cluster-state", "new"])
             // Members of two clusters running side by side must never take each other for peers.
             .args(["--initial-cluster-token", token])
-            .arg("--unsafe-no-fsync")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("cannot share the etcd log file"))
-            .stderr(log)
+            .arg("--unsafe-no-fsync");
+        let child = self
+            .daemon
+            .log_to(&mut command)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run etcd from PATH: {e}"));
-        self.child = Some(child);
-        self.paused = false;
-    }
-
-    /// `Some(true)` when the member exited because a port was taken, `Some(false)` when it exited otherwise, `None`
-    /// while it runs. Only what the log grew by since `log_start` counts.
-    fn exited(&mut self, log_start: u64) -> Option<bool> {
-        let child = self.child.as_mut()?;
-        child.try_wait().expect("try_wait on etcd")?;
-        self.child = None;
-        let log = read_lossy(self.dir.path().join(LOG_FILE), log_start);
-        Some(log.contains(ADDR_IN_USE))
+        self.daemon.set_child(child);
     }
 
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.paused = false;
+        self.daemon.kill();
     }
 
     /// Kills the member and removes its data directory, for a start over on other ports: members of the first try
@@ -163,7 +129,7 @@ impl Member {
     /// ("cluster ID mismatch"), so that they would never be healthy.
     fn discard(&mut self) {
         self.kill();
-        let data = self.dir.path().join("data");
+        let data = self.daemon.dir().join("data");
         if let Err(e) = std::fs::remove_dir_all(&data) {
             assert!(
                 e.kind() == std::io::ErrorKind::NotFound,
@@ -171,14 +137,6 @@ impl Member {
                 data.display()
             );
         }
-    }
-
-    fn signal(&mut self, sig: Signal) {
-        let child = self
-            .child
-            .as_ref()
-            .unwrap_or_else(|| panic!("etcd member {} is not running", self.name));
-        send_signal(child.id(), sig).unwrap_or_else(|e| panic!("{sig} to etcd: {e}"));
     }
 }
 
@@ -199,13 +157,14 @@ fn etcdctl(endpoints: &str, tls: Option<&MemberTls>, args: &[&str]) -> Output {
 /// Whether the member at `endpoint` answers a health check, which commits a proposal: so also whether its cluster
 /// has a leader and a quorum.
 fn is_healthy(member: &Member) -> bool {
-    etcdctl(
-        &member.endpoint(),
-        member.tls.as_ref(),
-        &["endpoint", "health"],
-    )
-    .status
-    .success()
+    is_healthy_at(&member.endpoint(), member.tls.as_ref())
+}
+
+/// [`is_healthy`], of the member at `endpoint` with `tls`.
+fn is_healthy_at(endpoint: &str, tls: Option<&MemberTls>) -> bool {
+    etcdctl(endpoint, tls, &["endpoint", "health"])
+        .status
+        .success()
 }
 
 /// The member id and the leader's member id that the member at `endpoint` reports (`endpoint status`), or `None`
@@ -235,23 +194,6 @@ fn fields(text: &str) -> impl Iterator<Item = (&str, &str)> {
     text.lines()
         .filter_map(|line| line.split_once(" : "))
         .map(|(key, value)| (key.trim().trim_matches('"'), value.trim()))
-}
-
-/// Polls `check` every [`POLL`] until it returns `Some`, or panics after [`READY_TIMEOUT`] with `what` and the last
-/// reason `check` gave.
-fn poll_until<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        let why = match check() {
-            Ok(value) => return value,
-            Err(why) => why,
-        };
-        assert!(
-            Instant::now() < deadline,
-            "no {what} after {READY_TIMEOUT:?}: {why}"
-        );
-        std::thread::sleep(POLL);
-    }
 }
 
 /// Members with a common fate: started together, healed and dropped together. [`EtcdServer`] is one of these with
@@ -307,23 +249,19 @@ impl Members {
 
     /// Waits until every running member is healthy; `Err(addr_in_use)` if one exited first.
     fn wait_ready(&mut self, log_starts: &[u64]) -> Result<(), bool> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
+        poll_until("healthy etcd", || {
             for (member, &start) in self.members.iter_mut().zip(log_starts) {
-                if let Some(addr_in_use) = member.exited(start) {
-                    return Err(addr_in_use);
+                if let Some(addr_in_use) = member.daemon.exited(start) {
+                    return Ok(Err(addr_in_use));
                 }
             }
-            let running = self.members.iter().filter(|m| m.child.is_some());
-            if running.clone().all(is_healthy) {
-                return Ok(());
+            let mut running = self.members.iter().filter(|m| m.daemon.pid().is_some());
+            if running.all(is_healthy) {
+                Ok(Ok(()))
+            } else {
+                Err("a member is not healthy".to_owned())
             }
-            assert!(
-                Instant::now() < deadline,
-                "etcd was not healthy after {READY_TIMEOUT:?}"
-            );
-            std::thread::sleep(POLL);
-        }
+        })
     }
 
     fn endpoints(&self) -> Vec<String> {
@@ -345,7 +283,7 @@ impl Members {
     }
 
     fn pid(&self, i: usize) -> Option<u32> {
-        self.members[i].child.as_ref().map(Child::id)
+        self.members[i].daemon.pid()
     }
 
     fn kill(&mut self, i: usize) {
@@ -356,46 +294,26 @@ impl Members {
     fn restart(&mut self, i: usize) {
         self.kill(i);
         let cluster = self.initial_cluster();
-        let deadline = Instant::now() + RESTART_PORT_WAIT;
-        loop {
-            let start = self.members[i].log_len();
-            self.members[i].spawn(&cluster, &self.token);
-            match self.wait_ready_one(i, start) {
-                Ok(()) => return,
-                Err(true) if Instant::now() < deadline => {
-                    // A back-off between retries, not a synchronisation: nothing signals when a port becomes free.
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(_) => panic!("etcd member {i} did not restart"),
-            }
-        }
-    }
-
-    fn wait_ready_one(&mut self, i: usize, log_start: u64) -> Result<(), bool> {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Some(addr_in_use) = self.members[i].exited(log_start) {
-                return Err(addr_in_use);
-            }
-            if is_healthy(&self.members[i]) {
-                return Ok(());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "etcd member {i} was not healthy after {READY_TIMEOUT:?}"
-            );
-            std::thread::sleep(POLL);
-        }
+        let member = &mut self.members[i];
+        let name = member.daemon.name().to_owned();
+        restart_on_port(&name, || {
+            let start = member.log_len();
+            member.spawn(&cluster, &self.token);
+            let (endpoint, tls) = (member.endpoint(), member.tls.clone());
+            member.daemon.wait_ready(start, || {
+                is_healthy_at(&endpoint, tls.as_ref())
+                    .then_some(())
+                    .ok_or_else(|| "not healthy".to_owned())
+            })
+        });
     }
 
     fn pause(&mut self, i: usize) {
-        self.members[i].signal(Signal::SIGSTOP);
-        self.members[i].paused = true;
+        self.members[i].daemon.pause();
     }
 
     fn resume(&mut self, i: usize) {
-        self.members[i].signal(Signal::SIGCONT);
-        self.members[i].paused = false;
+        self.members[i].daemon.resume();
     }
 
     /// The index of the leader, once every running, unpaused member names the same running member as its leader.
@@ -407,7 +325,7 @@ impl Members {
         let mut ids = vec![None; self.members.len()];
         let mut leader = None;
         for (i, member) in self.members.iter().enumerate() {
-            if member.child.is_none() || member.paused {
+            if !member.daemon.is_live() {
                 continue;
             }
             let (id, said) = status(member).ok_or_else(|| format!("member {i} knows no leader"))?;
@@ -428,7 +346,7 @@ impl Members {
         let live: Vec<String> = self
             .members
             .iter()
-            .filter(|m| m.child.is_some() && !m.paused)
+            .filter(|m| m.daemon.is_live())
             .map(Member::endpoint)
             .collect();
         live.join(",")

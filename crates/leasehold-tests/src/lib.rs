@@ -25,6 +25,9 @@
 //!   through `psql`.
 //! - [`mariadb`]: [`MariaDbServer`] does the same with a private MariaDB server (as the `mysql` user), running SQL
 //!   through the `mariadb` client.
+//! - `daemon` (private): what those four store harnesses share, one server process with the directory of its log
+//!   (spawn, wait until ready, kill, signal, reap, print the log on a panic) and the retries on a taken port; each
+//!   store's module keeps only its command line, its readiness probe and its configuration.
 //! - [`proxy`]: [`TcpProxy`] forwards TCP between a client and Redis and can turn into a black
 //!   hole (bytes read and dropped, nothing closed) or reset every connection. This is how tests
 //!   cut a lock holder off from Redis without it noticing at once.
@@ -59,6 +62,7 @@
 #![deny(missing_docs)]
 
 pub mod cluster;
+mod daemon;
 pub mod etcd;
 pub mod mariadb;
 pub mod postgres;

@@ -15,7 +15,7 @@
 //!   a parent-death signal that survives (`mariadbd --user` would drop it when it changes ids). The server is spawned
 //!   from a thread that lives as long as the test process, so that it dies with the process and only then.
 //! - **In memory.** The data directory, the socket and the pid file are in `/dev/shm` when there is one (and in the
-//!   [`TempDir`] that holds the log otherwise). MariaDB syncs its DDL log and its Aria system tables whatever it is
+//!   [`TempDir`](crate::TempDir) that holds the log otherwise). MariaDB syncs its DDL log and its Aria system tables whatever it is
 //!   told (`mariadb-install-db` makes about 950 `fdatasync` calls): on a disk that other builds kept busy it took
 //!   3.5–4.7 s instead of 0.4 s. Its `tmpdir` is there too, of its own: a starting server deletes every `#sql*` file
 //!   in its `tmpdir`, so with a shared `/tmp` one test's server deleted the temporary tables of another's
@@ -46,19 +46,17 @@
 //! it "could not increase number of max_open_files" and that the `root@<host name>` entry is "ignored in
 //! --skip-name-resolve mode" are harmless.
 
-use std::fs::OpenOptions;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::postgres::{
-    as_server_user, give_to, server_dir_for, spawn_for_process_life, wait_stopped,
+use crate::daemon::{
+    as_server_user, client_output, give_to, restart_on_port, server_dir_for,
+    spawn_for_process_life, start_on_free_port, Daemon,
 };
-use crate::server::{free_port, read_lossy, START_ATTEMPTS};
-use crate::{send_signal, TempDir};
 
 /// Debian's server program (package `mariadb-server-core`).
 const MARIADBD: &str = "/usr/sbin/mariadbd";
@@ -80,19 +78,11 @@ const SETTINGS: &[&str] = &[
     "--innodb-doublewrite=0",
     "--innodb-flush-log-at-trx-commit=2",
 ];
-/// How long a server may take to answer after it was spawned (measured: 0.1–0.2 s).
-const READY_TIMEOUT: Duration = Duration::from_secs(20);
-/// How often readiness is polled: MariaDB does not announce it to an outsider.
-const POLL: Duration = Duration::from_millis(10);
 /// How long [`MariaDbServer::stop`] waits for a normal shutdown.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a restart retries while the server's port is still taken.
-const RESTART_PORT_WAIT: Duration = Duration::from_secs(5);
 /// The client's connect timeout in seconds, which also bounds the wait for the server's greeting: so a connection to
 /// a paused server fails after it.
 const CONNECT_TIMEOUT: &str = "2";
-/// What the server logs, before exiting, when its port is taken.
-const ADDR_IN_USE: &str = "Address already in use";
 /// `mariadb-install-db`'s output and the server's stderr, appended to across restarts.
 const LOG_FILE: &str = "mariadb.log";
 
@@ -118,16 +108,12 @@ const LOG_FILE: &str = "mariadb.log";
 /// ```
 #[derive(Debug)]
 pub struct MariaDbServer {
-    /// `None` while killed or stopped.
-    child: Option<Child>,
+    /// The server, and the directory that holds the log (kept across restarts).
+    daemon: Daemon,
     port: u16,
-    /// Holds the log. Kept across restarts.
-    dir: TempDir,
     /// The data directory, the socket and the pid file, in memory if possible (see the module docs), belonging to the
     /// user the server runs as. Kept across restarts, removed on drop.
     server_dir: PathBuf,
-    /// Whether the server is stopped with `SIGSTOP`.
-    paused: bool,
 }
 
 impl MariaDbServer {
@@ -139,29 +125,21 @@ impl MariaDbServer {
     /// If MariaDB cannot be found (run `scripts/ensure-mariadb.sh`) or run, `mariadb-install-db` fails, or the
     /// server does not answer within 20 seconds.
     pub fn start() -> MariaDbServer {
-        let dir = TempDir::new("mariadb");
-        let server_dir = server_dir_for(&dir);
+        let daemon = Daemon::new("MariaDB", "mariadb", LOG_FILE);
+        let server_dir = server_dir_for(daemon.dir());
         let mut server = MariaDbServer {
-            child: None,
+            daemon,
             port: 0,
-            dir,
             server_dir,
-            paused: false,
         };
         server.install_db();
-        for _ in 0..START_ATTEMPTS {
-            server.port = free_port();
-            match server.spawn_and_wait() {
-                Ok(()) => {
-                    server.sql_in("", &format!("CREATE DATABASE {DATABASE}"));
-                    return server;
-                }
-                Err(true) => continue,
-                // Dropping `server` while panicking prints the log.
-                Err(false) => panic!("MariaDB exited before it answered"),
-            }
-        }
-        panic!("MariaDB found its port taken {START_ATTEMPTS} times in a row");
+        // Dropping `server` while panicking prints the log.
+        start_on_free_port("MariaDB", |port| {
+            server.port = port;
+            server.spawn_and_wait()
+        });
+        server.sql_in("", &format!("CREATE DATABASE {DATABASE}"));
+        server
     }
 
     /// `mysql://root@127.0.0.1:PORT/leasehold` (no password).
@@ -181,17 +159,13 @@ impl MariaDbServer {
 
     /// The server's process id, or `None` while it is killed or stopped.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.daemon.pid()
     }
 
     /// Kills the server with `SIGKILL` and reaps it. Does nothing if it is not running. Works on a paused server
     /// too.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.paused = false;
+        self.daemon.kill();
     }
 
     /// Kills the server if it runs, starts it again on the same port with the same data, and waits until it answers.
@@ -202,17 +176,7 @@ impl MariaDbServer {
     /// If it does not answer within 20 seconds.
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + RESTART_PORT_WAIT;
-        loop {
-            match self.spawn_and_wait() {
-                Ok(()) => return,
-                Err(true) if Instant::now() < deadline => {
-                    // A back-off between retries, not a synchronisation: nothing signals when a port becomes free.
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(_) => panic!("MariaDB did not restart on port {}", self.port),
-            }
-        }
+        restart_on_port("MariaDB", || self.spawn_and_wait());
     }
 
     /// Shuts the server down cleanly (`SIGTERM`, a normal shutdown: connections are closed, InnoDB flushes its
@@ -223,22 +187,16 @@ impl MariaDbServer {
     ///
     /// If it has not exited after 10 seconds (it is then killed).
     pub fn stop(&mut self) {
-        let Some(pid) = self.pid() else { return };
-        if self.paused {
+        if self.daemon.pid().is_none() {
+            return;
+        }
+        if self.daemon.is_paused() {
             self.resume();
         }
-        let _ = send_signal(pid, Signal::SIGTERM);
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while let Some(child) = &mut self.child {
-            if child.try_wait().expect("try_wait on mariadbd").is_some() {
-                self.child = None;
-                return;
-            }
-            if Instant::now() >= deadline {
-                self.kill();
-                panic!("MariaDB did not shut down within {STOP_TIMEOUT:?}");
-            }
-            std::thread::sleep(POLL);
+        self.daemon.signal(Signal::SIGTERM);
+        if !self.daemon.wait_exit(STOP_TIMEOUT) {
+            self.kill();
+            panic!("MariaDB did not shut down within {STOP_TIMEOUT:?}");
         }
     }
 
@@ -250,10 +208,7 @@ impl MariaDbServer {
     ///
     /// If it is not running.
     pub fn pause(&mut self) {
-        let pid = self.running_pid("pause");
-        send_signal(pid, Signal::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP to MariaDB: {e}"));
-        self.paused = true;
-        wait_stopped(pid, "the paused MariaDB server");
+        self.daemon.pause();
     }
 
     /// Continues a paused server with `SIGCONT`.
@@ -262,14 +217,12 @@ impl MariaDbServer {
     ///
     /// If it is not running.
     pub fn resume(&mut self) {
-        let pid = self.running_pid("resume");
-        send_signal(pid, Signal::SIGCONT).unwrap_or_else(|e| panic!("SIGCONT to MariaDB: {e}"));
-        self.paused = false;
+        self.daemon.resume();
     }
 
     /// Everything `mariadb-install-db` and the server logged so far, across restarts.
     pub fn log(&self) -> String {
-        read_lossy(self.dir.path().join(LOG_FILE), 0)
+        self.daemon.log()
     }
 
     /// Runs `stmt` (one or more statements, separated by `;`) in the database `leasehold` through the `mariadb`
@@ -312,44 +265,11 @@ impl MariaDbServer {
 
     /// [`mariadb_command`](Self::mariadb_command) in `database`, or in none if it is empty.
     fn mariadb_command_in(&self, database: &str) -> Command {
-        let mut command = Command::new("mariadb");
-        // `--no-defaults` must come first.
-        command
-            .args(["--no-defaults", "--default-character-set=utf8mb4"])
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-P",
-                &self.port.to_string(),
-                "-u",
-                "root",
-            ])
-            .arg(format!("--connect-timeout={CONNECT_TIMEOUT}"));
-        if !database.is_empty() {
-            command.args(["-D", database]);
-        }
-        command
+        client_command(self.port, database)
     }
 
     fn try_sql_in(&self, database: &str, stmt: &str) -> Result<String, String> {
-        let output = self
-            .mariadb_command_in(database)
-            .args(["-N", "-B", "-e"])
-            .arg(stmt)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run the mariadb client: {e}"));
-        if output.status.success() {
-            let mut stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-            if stdout.ends_with('\n') {
-                stdout.pop();
-            }
-            Ok(stdout)
-        } else {
-            Err(String::from_utf8_lossy(&output.stderr)
-                .trim_end()
-                .to_owned())
-        }
+        try_sql_on(self.port, database, stmt)
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -367,18 +287,6 @@ impl MariaDbServer {
         format!("--tmpdir={}", self.tmp_dir().display())
     }
 
-    fn open_log(&self) -> std::fs::File {
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(LOG_FILE))
-            .expect("cannot create the MariaDB log file")
-    }
-
-    fn log_len(&self) -> u64 {
-        std::fs::metadata(self.dir.path().join(LOG_FILE)).map_or(0, |m| m.len())
-    }
-
     /// Creates the data directory and its system tables, as the server's user.
     fn install_db(&self) {
         assert!(
@@ -388,18 +296,18 @@ impl MariaDbServer {
         let server_dir = &self.server_dir;
         give_to(server_dir, MARIADB_USER);
         give_to(&self.tmp_dir(), MARIADB_USER);
-        let log = self.open_log();
         // A shell script, found on PATH; `--no-defaults` must come first.
-        let status = as_server_user(MARIADB_USER, Path::new("mariadb-install-db"))
+        let mut install = as_server_user(MARIADB_USER, Path::new("mariadb-install-db"));
+        install
             .arg("--no-defaults")
             .arg(format!("--datadir={}", self.data_dir().display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
             .arg(self.tmp_dir_arg())
             .args(SETTINGS)
-            .current_dir(server_dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("cannot share the MariaDB log file"))
-            .stderr(log)
+            .current_dir(server_dir);
+        let status = self
+            .daemon
+            .log_to(&mut install)
             .status()
             .unwrap_or_else(|e| panic!("cannot run mariadb-install-db through setpriv: {e}"));
         assert!(
@@ -411,9 +319,7 @@ impl MariaDbServer {
 
     /// Spawns the server on [`port`](Self::port) and waits until it answers; `Err(addr_in_use)` if it exited first.
     fn spawn_and_wait(&mut self) -> Result<(), bool> {
-        debug_assert!(self.child.is_none());
-        let log_start = self.log_len();
-        let log = self.open_log();
+        let log_start = self.daemon.log_len();
         let server_dir = &self.server_dir;
         let mut command = as_server_user(MARIADB_USER, Path::new(MARIADBD));
         command
@@ -431,59 +337,44 @@ impl MariaDbServer {
             .arg("--bind-address=127.0.0.1")
             .arg(self.tmp_dir_arg())
             .args(SETTINGS)
-            .current_dir(server_dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("cannot share the MariaDB log file"))
-            .stderr(log);
+            .current_dir(server_dir);
+        self.daemon.log_to(&mut command);
         let child = spawn_for_process_life(command)
             .unwrap_or_else(|e| panic!("cannot run {MARIADBD} through setpriv: {e}"));
-        self.child = Some(child);
-        self.paused = false;
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let child = self.child.as_mut().expect("the server was just spawned");
-            if child.try_wait().expect("try_wait on mariadbd").is_some() {
-                self.child = None;
-                let log = read_lossy(self.dir.path().join(LOG_FILE), log_start);
-                return Err(log.contains(ADDR_IN_USE));
-            }
-            match self.try_sql_in("", "SELECT 1") {
-                Ok(_) => return Ok(()),
-                Err(why) => assert!(
-                    Instant::now() < deadline,
-                    "MariaDB did not answer within {READY_TIMEOUT:?}: {why}"
-                ),
-            }
-            std::thread::sleep(POLL);
-        }
-    }
-
-    fn running_pid(&self, what: &str) -> u32 {
-        self.pid()
-            .unwrap_or_else(|| panic!("cannot {what} MariaDB: it is not running"))
+        self.daemon.set_child(child);
+        let port = self.port;
+        self.daemon
+            .wait_ready(log_start, || try_sql_on(port, "", "SELECT 1").map(drop))
     }
 }
 
 impl Drop for MariaDbServer {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            let state = if self.paused {
-                " (paused)"
-            } else if self.child.is_none() {
-                " (not running)"
-            } else {
-                ""
-            };
-            eprint!(
-                "--- MariaDB log (port {}){state} ---\n{}",
-                self.port,
-                self.log()
-            );
-            eprintln!("--- end of MariaDB log ---");
-        }
+        self.daemon.print_log_if_panicking(self.port);
         // SIGKILL works on a stopped process too.
         self.kill();
         let _ = std::fs::remove_dir_all(&self.server_dir);
-        // `dir` is removed when the field is dropped, after this.
+        // The log's directory is removed when `daemon` is dropped, after this.
     }
+}
+
+/// A `mariadb` client command connected to the server on `port`, in `database` (in none if it is empty).
+fn client_command(port: u16, database: &str) -> Command {
+    let mut command = Command::new("mariadb");
+    // `--no-defaults` must come first.
+    command
+        .args(["--no-defaults", "--default-character-set=utf8mb4"])
+        .args(["-h", "127.0.0.1", "-P", &port.to_string(), "-u", "root"])
+        .arg(format!("--connect-timeout={CONNECT_TIMEOUT}"));
+    if !database.is_empty() {
+        command.args(["-D", database]);
+    }
+    command
+}
+
+/// Runs `stmt` through the `mariadb` client in batch mode on the server on `port`: see [`MariaDbServer::try_sql`].
+fn try_sql_on(port: u16, database: &str, stmt: &str) -> Result<String, String> {
+    let mut command = client_command(port, database);
+    command.args(["-N", "-B", "-e"]).arg(stmt);
+    client_output(&mut command, "the mariadb client")
 }

@@ -17,7 +17,7 @@
 //!   dies. That parent is the *thread* that spawned it, so servers are spawned from one thread that lives as long as
 //!   the test process: a server restarted from a short-lived thread (a `spawn_blocking` task, a fault-injecting
 //!   thread) would otherwise die with that thread. The postmaster's children notice its death and exit.
-//! - **In memory.** The cluster and the socket are in `/dev/shm` when there is one (and in the [`TempDir`] that
+//! - **In memory.** The cluster and the socket are in `/dev/shm` when there is one (and in the [`TempDir`](crate::TempDir) that
 //!   holds the log otherwise): on a disk that other builds keep busy, `initdb` took 2.1 s instead of 0.8 s.
 //! - **Fast, but safe against a kill.** `fsync=off` and `full_page_writes=off` (nothing here needs to survive a power
 //!   cut or a torn page). `synchronous_commit` stays `on`: with `fsync=off` it costs a `write(2)` and no flush,
@@ -43,23 +43,22 @@
 //! `initdb`'s output and the server's stderr go to one file, appended to across restarts; it is printed to stderr
 //! when the value is dropped during a panic.
 
-use std::fs::OpenOptions;
 use std::net::SocketAddr;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, OnceLock};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::server::{free_port, read_lossy, START_ATTEMPTS};
-use crate::{send_signal, TempDir};
+use crate::daemon::{
+    as_server_user, children_of, client_output, give_to, is_root, restart_on_port, server_dir_for,
+    spawn_for_process_life, start_on_free_port, wait_gone, wait_stopped, Daemon,
+};
+use crate::send_signal;
 
 /// Where Debian installs each PostgreSQL version's programs, one directory per version.
 const PG_ROOT: &str = "/usr/lib/postgresql";
-/// A memory file system for the servers' files (see the module docs).
-const SHM: &str = "/dev/shm";
 /// The user the server runs as when the tests run as root.
 const PG_USER: &str = "postgres";
 /// The database the server is created with, the one [`PgServer::url`] names.
@@ -74,18 +73,10 @@ const SETTINGS: &[&str] = &[
     // A killed server leaves its dynamic segments behind: as files of the cluster, they go with its directory.
     "dynamic_shared_memory_type=mmap",
 ];
-/// How long a server may take to accept connections after it was spawned (measured: 0.05–0.2 s).
-const READY_TIMEOUT: Duration = Duration::from_secs(20);
-/// How often readiness is polled: PostgreSQL does not announce it to an outsider.
-const POLL: Duration = Duration::from_millis(10);
 /// How long [`PgServer::stop`] waits for a fast shutdown, and dropping the value for an immediate one.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a restart retries while the server's port is still taken.
-const RESTART_PORT_WAIT: Duration = Duration::from_secs(5);
 /// `psql`'s connect timeout (`PGCONNECT_TIMEOUT`), which bounds a connection to a paused server. libpq's smallest.
 const CONNECT_TIMEOUT: &str = "2";
-/// What the server logs, before exiting, when its port is taken.
-const ADDR_IN_USE: &str = "Address already in use";
 /// `initdb`'s output and the server's stderr, appended to across restarts.
 const LOG_FILE: &str = "postgres.log";
 
@@ -113,16 +104,12 @@ const LOG_FILE: &str = "postgres.log";
 /// ```
 #[derive(Debug)]
 pub struct PgServer {
-    /// The postmaster; `None` while killed or stopped.
-    child: Option<Child>,
+    /// The postmaster, and the directory that holds the log (kept across restarts).
+    daemon: Daemon,
     port: u16,
-    /// Holds the log. Kept across restarts.
-    dir: TempDir,
     /// The cluster (`data/`) and the socket, in memory if possible (see the module docs), belonging to the user the
     /// server runs as. Kept across restarts, removed on drop.
     server_dir: PathBuf,
-    /// Whether the server's processes are stopped with `SIGSTOP`.
-    paused: bool,
     /// Settings beyond [`SETTINGS`] (TLS, for [`start_tls`](Self::start_tls)).
     extra: Vec<String>,
 }
@@ -174,31 +161,23 @@ impl PgServer {
 
     /// [`start`](Self::start), with the settings `extra` makes once the server's directory exists.
     fn start_with(extra: impl FnOnce(&Path) -> Vec<String>) -> PgServer {
-        let dir = TempDir::new("postgres");
-        let server_dir = server_dir_for(&dir);
+        let daemon = Daemon::new("PostgreSQL", "postgres", LOG_FILE);
+        let server_dir = server_dir_for(daemon.dir());
         let mut server = PgServer {
-            child: None,
+            daemon,
             port: 0,
-            dir,
             server_dir,
-            paused: false,
             extra: Vec::new(),
         };
         server.initdb();
         server.extra = extra(&server.server_dir);
-        for _ in 0..START_ATTEMPTS {
-            server.port = free_port();
-            match server.spawn_and_wait() {
-                Ok(()) => {
-                    server.psql_in("postgres", &format!("CREATE DATABASE {DATABASE}"));
-                    return server;
-                }
-                Err(true) => continue,
-                // Dropping `server` while panicking prints the log.
-                Err(false) => panic!("PostgreSQL exited before it was ready"),
-            }
-        }
-        panic!("PostgreSQL found its port taken {START_ATTEMPTS} times in a row");
+        // Dropping `server` while panicking prints the log.
+        start_on_free_port("PostgreSQL", |port| {
+            server.port = port;
+            server.spawn_and_wait()
+        });
+        server.psql_in("postgres", &format!("CREATE DATABASE {DATABASE}"));
+        server
     }
 
     /// `postgres://postgres@127.0.0.1:PORT/leasehold` (trust authentication: no password).
@@ -218,7 +197,7 @@ impl PgServer {
 
     /// The postmaster's process id, or `None` while the server is killed or stopped.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.daemon.pid()
     }
 
     /// Kills the server with `SIGKILL`, the postmaster and every process it forked (sessions, checkpointer, WAL
@@ -229,8 +208,7 @@ impl PgServer {
     ///
     /// If a process of the server still runs 10 seconds after its `SIGKILL`.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let pid = child.id();
+        if let Some(pid) = self.daemon.pid() {
             // Stopped, the postmaster can neither fork a new child nor reap an old one (whose pid could then be
             // reused): its children stay exactly those listed here.
             let _ = send_signal(pid, Signal::SIGSTOP);
@@ -239,8 +217,7 @@ impl PgServer {
             for &process in &children {
                 let _ = send_signal(process, Signal::SIGKILL);
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            self.daemon.kill();
             // A restart must not begin while one of them is still attached to the old shared memory: the new
             // postmaster would refuse to start.
             assert!(
@@ -248,7 +225,6 @@ impl PgServer {
                 "PostgreSQL's processes {children:?} outlived a SIGKILL"
             );
         }
-        self.paused = false;
     }
 
     /// Kills the server if it runs, starts it again on the same port with the same cluster, and waits until it
@@ -260,17 +236,7 @@ impl PgServer {
     /// If it does not become ready within 20 seconds.
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + RESTART_PORT_WAIT;
-        loop {
-            match self.spawn_and_wait() {
-                Ok(()) => return,
-                Err(true) if Instant::now() < deadline => {
-                    // A back-off between retries, not a synchronisation: nothing signals when a port becomes free.
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(_) => panic!("PostgreSQL did not restart on port {}", self.port),
-            }
-        }
+        restart_on_port("PostgreSQL", || self.spawn_and_wait());
     }
 
     /// Shuts the server down cleanly, as `pg_ctl stop` does by default (a fast shutdown, `SIGINT`: sessions are
@@ -284,7 +250,7 @@ impl PgServer {
         let Some(pid) = self.pid() else { return };
         self.resume_if_paused();
         let _ = send_signal(pid, Signal::SIGINT);
-        if !self.wait_exit(STOP_TIMEOUT) {
+        if !self.daemon.wait_exit(STOP_TIMEOUT) {
             self.kill();
             panic!("PostgreSQL did not shut down within {STOP_TIMEOUT:?}");
         }
@@ -299,7 +265,7 @@ impl PgServer {
     ///
     /// If it is not running.
     pub fn pause(&mut self) {
-        let pid = self.running_pid("pause");
+        let pid = self.daemon.running_pid("pause");
         // The postmaster first: stopped, it forks nothing more, so the list of children below is complete.
         send_signal(pid, Signal::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP to PostgreSQL: {e}"));
         wait_stopped(pid, "the paused postmaster");
@@ -311,7 +277,7 @@ impl PgServer {
         for &process in &children {
             wait_stopped(process, "a paused PostgreSQL process");
         }
-        self.paused = true;
+        self.daemon.set_paused(true);
     }
 
     /// Continues a paused server with `SIGCONT`, its children and then the postmaster.
@@ -320,13 +286,13 @@ impl PgServer {
     ///
     /// If it is not running.
     pub fn resume(&mut self) {
-        self.running_pid("resume");
+        self.daemon.running_pid("resume");
         self.resume_if_paused();
     }
 
     /// Everything `initdb` and the server logged so far, across restarts.
     pub fn log(&self) -> String {
-        read_lossy(self.dir.path().join(LOG_FILE), 0)
+        self.daemon.log()
     }
 
     /// Runs `sql` (one or more statements) in the database `leasehold` through `psql -At` as the `postgres` superuser,
@@ -379,59 +345,31 @@ impl PgServer {
     }
 
     fn try_psql_in(&self, database: &str, sql: &str) -> Result<String, String> {
-        let output = self
-            .psql_command_in(database)
+        let mut command = self.psql_command_in(database);
+        command
             .args(["-At", "-v", "ON_ERROR_STOP=1", "-c"])
-            .arg(sql)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
-        if output.status.success() {
-            let mut stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-            if stdout.ends_with('\n') {
-                stdout.pop();
-            }
-            Ok(stdout)
-        } else {
-            Err(String::from_utf8_lossy(&output.stderr)
-                .trim_end()
-                .to_owned())
-        }
+            .arg(sql);
+        client_output(&mut command, "psql")
     }
 
     fn data_dir(&self) -> PathBuf {
         self.server_dir.join("data")
     }
 
-    fn open_log(&self) -> std::fs::File {
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(LOG_FILE))
-            .expect("cannot create the PostgreSQL log file")
-    }
-
-    fn log_len(&self) -> u64 {
-        std::fs::metadata(self.dir.path().join(LOG_FILE)).map_or(0, |m| m.len())
-    }
-
     /// Creates the cluster, as the server's user.
     fn initdb(&self) {
         let server_dir = &self.server_dir;
         give_to(server_dir, PG_USER);
-        let log = self.open_log();
-        let status = as_server_user(PG_USER, &bin_dir().join("initdb"))
+        let mut initdb = as_server_user(PG_USER, &bin_dir().join("initdb"));
+        initdb
             .arg("-D")
             .arg(self.data_dir())
             .args(["-A", "trust", "-U", PG_USER, "--no-sync", "-E", "UTF8"])
             .arg("--locale=C.UTF-8")
-            .current_dir(server_dir)
-            .stdin(Stdio::null())
-            .stdout(
-                log.try_clone()
-                    .expect("cannot share the PostgreSQL log file"),
-            )
-            .stderr(log)
+            .current_dir(server_dir);
+        let status = self
+            .daemon
+            .log_to(&mut initdb)
             .status()
             .unwrap_or_else(|e| panic!("cannot run initdb through setpriv: {e}"));
         assert!(
@@ -444,9 +382,7 @@ impl PgServer {
     /// Spawns the server on [`port`](Self::port) and waits until it answers a query; `Err(addr_in_use)` if it
     /// exited first.
     fn spawn_and_wait(&mut self) -> Result<(), bool> {
-        debug_assert!(self.child.is_none());
-        let log_start = self.log_len();
-        let log = self.open_log();
+        let log_start = self.daemon.log_len();
         let mut command = as_server_user(PG_USER, &bin_dir().join("postgres"));
         command
             .arg("-D")
@@ -460,18 +396,11 @@ impl PgServer {
         {
             command.args(["-c", setting]);
         }
-        command
-            .current_dir(&self.server_dir)
-            .stdin(Stdio::null())
-            .stdout(
-                log.try_clone()
-                    .expect("cannot share the PostgreSQL log file"),
-            )
-            .stderr(log);
+        command.current_dir(&self.server_dir);
+        self.daemon.log_to(&mut command);
         let child = spawn_for_process_life(command)
             .unwrap_or_else(|e| panic!("cannot run postgres through setpriv: {e}"));
-        self.child = Some(child);
-        self.paused = false;
+        self.daemon.set_child(child);
         self.wait_ready(log_start)?;
         // `pg_isready` only says the server accepts connections; a query says it serves.
         self.psql_in("postgres", "SELECT 1");
@@ -481,63 +410,19 @@ impl PgServer {
     /// Polls `pg_isready` until the server accepts connections; `Err(addr_in_use)` if it exited first.
     fn wait_ready(&mut self, log_start: u64) -> Result<(), bool> {
         let port = self.port.to_string();
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            let child = self.child.as_mut().expect("the server was just spawned");
-            if child.try_wait().expect("try_wait on postgres").is_some() {
-                self.child = None;
-                let log = read_lossy(self.dir.path().join(LOG_FILE), log_start);
-                return Err(log.contains(ADDR_IN_USE));
-            }
+        self.daemon.wait_ready(log_start, || {
             let ready = Command::new(bin_dir().join("pg_isready"))
                 // As `postgres`: as root it would make the server log that there is no role `root`.
-                .args([
-                    "-q",
-                    "-t",
-                    "2",
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &port,
-                    "-U",
-                    PG_USER,
-                ])
-                .args(["-d", "postgres"])
+                .args(["-q", "-t", "2", "-h", "127.0.0.1", "-p", &port])
+                .args(["-U", PG_USER, "-d", "postgres"])
                 .stdin(Stdio::null())
                 .status()
                 .unwrap_or_else(|e| panic!("cannot run pg_isready: {e}"));
-            if ready.success() {
-                return Ok(());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "PostgreSQL did not accept connections within {READY_TIMEOUT:?}"
-            );
-            std::thread::sleep(POLL);
-        }
-    }
-
-    /// Waits at most `timeout` for the postmaster to exit, and reaps it if it did.
-    fn wait_exit(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while let Some(child) = &mut self.child {
-            // An error would say it is not our child (any more): nothing to wait for either.
-            if !matches!(child.try_wait(), Ok(None)) {
-                self.child = None;
-                self.paused = false;
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(POLL);
-        }
-        true
-    }
-
-    fn running_pid(&self, what: &str) -> u32 {
-        self.pid()
-            .unwrap_or_else(|| panic!("cannot {what} PostgreSQL: it is not running"))
+            ready
+                .success()
+                .then_some(())
+                .ok_or_else(|| format!("pg_isready: {ready}"))
+        })
     }
 
     /// Removes the System V shared memory segment that a killed server left (a tiny one, by which a postmaster tells
@@ -567,60 +452,42 @@ impl PgServer {
     fn quit(&mut self) {
         let Some(pid) = self.pid() else { return };
         let children = children_of(pid);
-        if self.paused {
+        if self.daemon.is_paused() {
             for &process in &children {
                 let _ = send_signal(process, Signal::SIGCONT);
             }
             let _ = send_signal(pid, Signal::SIGCONT);
-            self.paused = false;
+            self.daemon.set_paused(false);
         }
         let _ = send_signal(pid, Signal::SIGQUIT);
-        if self.wait_exit(STOP_TIMEOUT) && wait_gone(&children, STOP_TIMEOUT) {
+        if self.daemon.wait_exit(STOP_TIMEOUT) && wait_gone(&children, STOP_TIMEOUT) {
             return;
         }
         for &process in &children {
             let _ = send_signal(process, Signal::SIGKILL);
         }
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.daemon.kill();
     }
 
     fn resume_if_paused(&mut self) {
-        if !self.paused {
+        if !self.daemon.is_paused() {
             return;
         }
-        let pid = self.running_pid("resume");
+        let pid = self.daemon.running_pid("resume");
         for process in children_of(pid) {
             let _ = send_signal(process, Signal::SIGCONT);
         }
-        send_signal(pid, Signal::SIGCONT).unwrap_or_else(|e| panic!("SIGCONT to PostgreSQL: {e}"));
-        self.paused = false;
+        self.daemon.resume();
     }
 }
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            let state = if self.paused {
-                " (paused)"
-            } else if self.child.is_none() {
-                " (not running)"
-            } else {
-                ""
-            };
-            eprint!(
-                "--- PostgreSQL log (port {}){state} ---\n{}",
-                self.port,
-                self.log()
-            );
-            eprintln!("--- end of PostgreSQL log ---");
-        }
+        self.daemon.print_log_if_panicking(self.port);
         self.quit();
         self.remove_leftover_segment();
         let _ = std::fs::remove_dir_all(&self.server_dir);
-        // `dir` is removed when the field is dropped, after this.
+        // The log's directory is removed when `daemon` is dropped, after this.
     }
 }
 
@@ -654,176 +521,6 @@ fn bin_dir() -> &'static Path {
     })
 }
 
-/// Where a server whose log is in `dir` keeps its files: a directory of the same name in `/dev/shm` when there is
-/// one, `server/` inside `dir` otherwise. Not created yet.
-pub(crate) fn server_dir_for(dir: &TempDir) -> PathBuf {
-    let shm = Path::new(SHM);
-    match dir.path().file_name() {
-        // The name is unique among those that [`TempDir`] makes, which are all that the harness makes there.
-        Some(name) if shm.is_dir() => shm.join(name),
-        _ => dir.path().join("server"),
-    }
-}
-
-/// Whether the tests run as root, who must hand the servers to their own users. The owner of `/proc/self` is the
-/// process's effective uid (nix's `geteuid` needs a feature the harness does not otherwise use).
-pub(crate) fn is_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// Creates `dir` (mode 0700) and, when the tests run as root, gives it to `user`, whose server keeps its files
-/// there: the [`TempDir`] above it stays root's, and readable, which is all the server needs of it.
-///
-/// # Panics
-///
-/// If the directory cannot be created or given away.
-pub(crate) fn give_to(dir: &Path, user: &str) {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(dir)
-        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-    if !is_root() {
-        return;
-    }
-    let status = Command::new("chown")
-        .arg(format!("{user}:{user}"))
-        .arg(dir)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run chown: {e}"));
-    assert!(
-        status.success(),
-        "cannot give {} to the user {user} (does it exist? scripts/ensure-postgres.sh and \
-         scripts/ensure-mariadb.sh create the servers' users)",
-        dir.display()
-    );
-}
-
-/// A command that runs `program` as `user` when the tests run as root (as themselves otherwise), killed by the kernel
-/// when its parent thread dies. `setpriv` changes the ids and the signal and then execs `program`: the child's pid
-/// is `program`'s, and the signal survives the exec (it would not survive a change of ids after it, which is why a
-/// server's own `--user` switch is not used).
-pub(crate) fn as_server_user(user: &str, program: &Path) -> Command {
-    let mut command = Command::new("setpriv");
-    if is_root() {
-        command.args(["--reuid", user, "--regid", user, "--init-groups"]);
-    }
-    command.args(["--pdeathsig", "SIGKILL", "--"]).arg(program);
-    command
-}
-
-/// What [`spawn_for_process_life`] asks its thread: a command, and where to send the spawned child.
-type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
-
-/// Spawns `command` from a thread that lives as long as the test process. A parent-death signal
-/// ([`as_server_user`]) fires when the *thread* that spawned the child exits, not the process: a server spawned
-/// (or restarted) from a test's thread, a `spawn_blocking` task or a fault-injecting thread would be killed when that
-/// thread ends. Spawned from here, it is killed when the test process ends, however it ends.
-///
-/// # Errors
-///
-/// As [`Command::spawn`].
-pub(crate) fn spawn_for_process_life(command: Command) -> std::io::Result<Child> {
-    static SPAWNER: OnceLock<mpsc::Sender<SpawnRequest>> = OnceLock::new();
-    let spawner = SPAWNER.get_or_init(|| {
-        let (requests, incoming) = mpsc::channel::<SpawnRequest>();
-        std::thread::Builder::new()
-            .name("leasehold-tests-spawner".to_owned())
-            .spawn(move || {
-                // Never ends: the sender lives in a static.
-                for (mut command, reply) in incoming {
-                    let _ = reply.send(command.spawn());
-                }
-            })
-            .expect("cannot start the spawner thread");
-        requests
-    });
-    let (reply, child) = mpsc::channel();
-    spawner
-        .send((command, reply))
-        .expect("the spawner thread is gone");
-    child.recv().expect("the spawner thread is gone")
-}
-
-/// The state letter of process (or thread) `pid` (`R`, `S`, `T` stopped, `Z` zombie…), from `stat` under `proc`
-/// (`/proc` or `/proc/PID/task`); `None` if there is no such process.
-fn state_in(proc: &Path, pid: &str) -> Option<char> {
-    let stat = std::fs::read_to_string(proc.join(pid).join("stat")).ok()?;
-    // The state follows the command's closing parenthesis (the command may hold any character but that last `)`).
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .next()?
-        .chars()
-        .next()
-}
-
-/// The pids of the processes whose parent is `parent`.
-pub(crate) fn children_of(parent: u32) -> Vec<u32> {
-    let parent = parent.to_string();
-    let processes = std::fs::read_dir("/proc").expect("cannot read /proc");
-    processes
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-            (fields.nth(1)? == parent).then_some(pid)
-        })
-        .collect()
-}
-
-/// Returns once every thread of process `pid` is stopped (or the process is gone or a zombie: nothing of it runs),
-/// since `SIGSTOP` is delivered asynchronously and a process still running for a moment would answer what a test
-/// sends it next.
-///
-/// # Panics
-///
-/// If that does not happen within 20 seconds; `what` names the process.
-pub(crate) fn wait_stopped(pid: u32, what: &str) {
-    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        let running = std::fs::read_dir(&tasks)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .find(|task| {
-                let state = task
-                    .file_name()
-                    .to_str()
-                    .and_then(|tid| state_in(&tasks, tid));
-                !matches!(state, None | Some('T' | 't' | 'Z' | 'X'))
-            });
-        let Some(task) = running else { return };
-        assert!(
-            Instant::now() < deadline,
-            "{what} (pid {pid}) still has thread {:?} running {READY_TIMEOUT:?} after SIGSTOP",
-            task.file_name()
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// Waits at most `timeout` until none of `pids` runs any more (each is gone, or a zombie that init has yet to
-/// reap); whether that happened.
-pub(crate) fn wait_gone(pids: &[u32], timeout: Duration) -> bool {
-    let proc = Path::new("/proc");
-    let deadline = Instant::now() + timeout;
-    loop {
-        let alive = pids
-            .iter()
-            .any(|pid| !matches!(state_in(proc, &pid.to_string()), None | Some('Z' | 'X')));
-        if !alive {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(POLL);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -833,22 +530,5 @@ mod tests {
         let bin = bin_dir();
         assert!(bin.starts_with(PG_ROOT), "{}", bin.display());
         assert!(bin.join("psql").is_file(), "{}", bin.display());
-    }
-
-    #[test]
-    fn children_and_states_are_read_from_proc() {
-        let me = std::process::id();
-        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
-        assert!(children_of(me).contains(&child.id()));
-        send_signal(child.id(), Signal::SIGSTOP).unwrap();
-        wait_stopped(child.id(), "sleep");
-        assert_eq!(
-            state_in(Path::new("/proc"), &child.id().to_string()),
-            Some('T')
-        );
-        child.kill().unwrap();
-        assert!(wait_gone(&[child.id()], Duration::from_secs(5)));
-        child.wait().unwrap();
-        assert!(!children_of(me).contains(&child.id()));
     }
 }

@@ -184,3 +184,50 @@ pub async fn waiters(client: &leasehold::Client, name: &str, n: u64, within: std
     })
     .await;
 }
+
+/// A lock prefix that no other test of the process uses: `base` and a number.
+pub fn fresh_prefix(base: &str) -> String {
+    static PREFIXES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = PREFIXES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{base}{n}")
+}
+
+/// A client of `url` under `prefix` whose session lives `ttl`.
+///
+/// # Panics
+///
+/// When the URL is refused or the client does not connect.
+pub async fn session_client(
+    url: &str,
+    prefix: &str,
+    ttl: std::time::Duration,
+) -> leasehold::Client {
+    leasehold::Client::builder(url)
+        .unwrap()
+        .prefix(prefix)
+        .session_ttl(ttl)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Waits, as [`eventually`] does, until `lease` was renewed by a keep-alive sent after `after`: its deadline moved
+/// past `after + validity` (the part of the session a grant counts on after each answered keep-alive) less the drift
+/// allowance. Asserts it stayed held all along.
+///
+/// # Panics
+///
+/// When the lease is lost, or not renewed within `within`.
+pub async fn renewed_after(
+    lease: &leasehold::Lease,
+    after: tokio::time::Instant,
+    validity: std::time::Duration,
+    within: std::time::Duration,
+) {
+    let drift = validity / 100 + std::time::Duration::from_millis(2);
+    eventually("a keep-alive answered after the fault", within, || async {
+        assert!(lease.is_held(), "the lease was lost: {:?}", lease.loss());
+        lease.valid_until() >= after + validity - drift
+    })
+    .await;
+}

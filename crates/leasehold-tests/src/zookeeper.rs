@@ -2,7 +2,7 @@
 //! from Debian's ZooKeeper 3.8.0 (`/usr/share/java/zookeeper.jar`: `scripts/ensure-zookeeper.sh` installs it).
 //!
 //! Each server listens on free ports of 127.0.0.1 (its client port; in an ensemble also a peer and an election port),
-//! keeps its configuration and data inside a [`TempDir`], and runs with `forceSync=no` (nothing here needs to survive
+//! keeps its configuration and data inside a [`TempDir`](crate::TempDir), and runs with `forceSync=no` (nothing here needs to survive
 //! a power cut). Readiness, the leader and ZooKeeper's own view of sessions are asked of the servers with
 //! four-letter words (`srvr`, `stat`, `dump`, `mntr`) over a plain [`TcpStream`], which keeps every method
 //! synchronous, like [`EtcdServer`](crate::EtcdServer)'s, and needs no ZooKeeper client.
@@ -34,18 +34,15 @@
 //! `logFile` would truncate it at every start). The log is printed to stderr, with the server's `stat`, when the
 //! value is dropped during a panic. Without slf4j-simple the file holds only slf4j's warning that it found no backend.
 
-use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::sys::signal::Signal;
-
-use crate::server::{free_port, read_lossy, START_ATTEMPTS};
-use crate::{send_signal, TempDir};
+use crate::daemon::{poll_until, restart_on_port, Daemon};
+use crate::server::{free_port, START_ATTEMPTS};
 
 /// Debian's ZooKeeper (package `libzookeeper-java`, pulled in by `zookeeper`); its manifest names its dependencies.
 const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -84,19 +81,9 @@ maxClientCnxns=0
 4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,dump
 ";
 
-/// How long a server (or an ensemble's election) may take to serve after it was started or lost its leader: the
-/// measured times are 0.2–1.8 s, on a busy machine more.
-const READY_TIMEOUT: Duration = Duration::from_secs(20);
-/// How often readiness and the leader are polled. ZooKeeper announces neither to an outsider.
-const POLL: Duration = Duration::from_millis(20);
 /// The connect, write and read timeout of one four-letter word; a paused server accepts the connection (the kernel
 /// does) and answers nothing.
 const WORD_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a restart retries while the server's old ports are still taken.
-const RESTART_PORT_WAIT: Duration = Duration::from_secs(5);
-/// What Java's `BindException` says when a port is taken: a standalone server exits with it, an ensemble's member
-/// may instead log it and keep trying to lead.
-const ADDR_IN_USE: &str = "Address already in use";
 /// The server's stdout and stderr, appended to across restarts.
 const LOG_FILE: &str = "zookeeper.log";
 const CONFIG_FILE: &str = "zoo.cfg";
@@ -106,28 +93,27 @@ const CONFIG_FILE: &str = "zoo.cfg";
 struct Server {
     /// Its index in [`Servers`], as tests name it; its `myid` in an ensemble is one more (ZooKeeper wants 1 to 255).
     index: usize,
-    /// `None` while killed.
-    child: Option<Child>,
+    /// The process; its directory holds `zoo.cfg`, `data/` and the log, kept across restarts, so a restarted server
+    /// keeps its data.
+    daemon: Daemon,
     client_port: u16,
     /// The ports ensemble members talk to each other on (a follower to its leader, and elections); unused standalone.
     peer_port: u16,
     election_port: u16,
-    /// Holds `zoo.cfg`, `data/` and the log; kept across restarts, so a restarted server keeps its data.
-    dir: TempDir,
-    /// Whether the process is stopped with `SIGSTOP`.
-    paused: bool,
 }
 
 impl Server {
     fn new(index: usize) -> Server {
         Server {
             index,
-            child: None,
+            daemon: Daemon::new(
+                format!("ZooKeeper server {index}"),
+                &format!("zk{index}"),
+                LOG_FILE,
+            ),
             client_port: 0,
             peer_port: 0,
             election_port: 0,
-            dir: TempDir::new(&format!("zk{index}")),
-            paused: false,
         }
     }
 
@@ -140,27 +126,26 @@ impl Server {
     }
 
     fn log(&self) -> String {
-        read_lossy(self.dir.path().join(LOG_FILE), 0)
+        self.daemon.log()
     }
 
     fn log_len(&self) -> u64 {
-        std::fs::metadata(self.dir.path().join(LOG_FILE)).map_or(0, |m| m.len())
+        self.daemon.log_len()
     }
 
     /// Whether it runs and is not paused: whether asking it anything makes sense.
     fn is_live(&self) -> bool {
-        self.child.is_some() && !self.paused
+        self.daemon.is_live()
     }
 
     /// Writes the configuration (`quorum`: the `server.N` lines of an ensemble, empty standalone) and runs the
     /// server, without waiting for it: an ensemble's members must all run before any serves.
     fn spawn(&mut self, quorum: &str) {
-        debug_assert!(self.child.is_none());
         assert!(
             Path::new(ZOOKEEPER_JAR).is_file(),
             "no {ZOOKEEPER_JAR}: run scripts/ensure-zookeeper.sh"
         );
-        let data = self.dir.path().join("data");
+        let data = self.daemon.dir().join("data");
         std::fs::create_dir_all(&data).expect("cannot create the ZooKeeper data directory");
         let main = if quorum.is_empty() {
             STANDALONE_MAIN
@@ -174,14 +159,10 @@ impl Server {
             data.display(),
             self.client_port
         );
-        let config_path = self.dir.path().join(CONFIG_FILE);
+        let config_path = self.daemon.dir().join(CONFIG_FILE);
         std::fs::write(&config_path, config).expect("cannot write zoo.cfg");
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(LOG_FILE))
-            .expect("cannot create the ZooKeeper log file");
-        let child = Command::new("java")
+        let mut command = Command::new("java");
+        command
             .args(JVM_FLAGS)
             .args(LOG_FLAGS)
             .arg("-cp")
@@ -189,50 +170,33 @@ impl Server {
             .arg(main)
             .arg(&config_path)
             // A JVM that crashes writes hs_err_pid*.log into its working directory: keep it with the log.
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null())
-            .stdout(
-                log.try_clone()
-                    .expect("cannot share the ZooKeeper log file"),
-            )
-            .stderr(log)
+            .current_dir(self.daemon.dir());
+        let child = self
+            .daemon
+            .log_to(&mut command)
             .spawn()
             .unwrap_or_else(|e| {
                 panic!("cannot run java from PATH (scripts/ensure-zookeeper.sh installs it): {e}")
             });
-        self.child = Some(child);
-        self.paused = false;
+        self.daemon.set_child(child);
     }
 
     /// `Some(true)` when the server failed to bind a port (it exited, or its log says so while it keeps running),
     /// `Some(false)` when it exited otherwise, `None` while it runs as it should. Only what the log grew by since
     /// `log_start` counts. A server that failed is killed.
     fn failed(&mut self, log_start: u64) -> Option<bool> {
-        let child = self.child.as_mut()?;
-        let exited = child.try_wait().expect("try_wait on java").is_some();
-        let addr_in_use =
-            read_lossy(self.dir.path().join(LOG_FILE), log_start).contains(ADDR_IN_USE);
-        if !exited && !addr_in_use {
+        if let Some(addr_in_use) = self.daemon.exited(log_start) {
+            return Some(addr_in_use);
+        }
+        if self.daemon.pid().is_none() || !self.daemon.says_addr_in_use(log_start) {
             return None;
         }
         self.kill();
-        Some(addr_in_use)
+        Some(true)
     }
 
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.paused = false;
-    }
-
-    fn signal(&mut self, sig: Signal) {
-        let child = self
-            .child
-            .as_ref()
-            .unwrap_or_else(|| panic!("ZooKeeper server {} is not running", self.index));
-        send_signal(child.id(), sig).unwrap_or_else(|e| panic!("{sig} to ZooKeeper: {e}"));
+        self.daemon.kill();
     }
 
     /// The server's answer to the four-letter word `word`.
@@ -309,23 +273,6 @@ fn metric<'a>(mntr: &'a str, name: &str) -> Option<&'a str> {
         .filter_map(|line| line.split_once('\t'))
         .find(|(key, _)| *key == name)
         .map(|(_, value)| value.trim())
-}
-
-/// Polls `check` every [`POLL`] until it returns `Ok`, or panics after [`READY_TIMEOUT`] with `what` and the last
-/// reason `check` gave.
-fn poll_until<T>(what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        let why = match check() {
-            Ok(value) => return value,
-            Err(why) => why,
-        };
-        assert!(
-            Instant::now() < deadline,
-            "no {what} after {READY_TIMEOUT:?}: {why}"
-        );
-        std::thread::sleep(POLL);
-    }
 }
 
 /// Servers with a common fate: started together, healed and dropped together. [`ZkServer`] is one of these that
@@ -428,26 +375,19 @@ impl Servers {
     }
 
     fn pid(&self, i: usize) -> Option<u32> {
-        self.servers[i].child.as_ref().map(Child::id)
+        self.servers[i].daemon.pid()
     }
 
     /// Kills server `i` if it runs, starts it again on its ports with its directory, and waits until it serves.
     fn restart(&mut self, i: usize) {
         self.servers[i].kill();
         let quorum = self.quorum();
-        let deadline = Instant::now() + RESTART_PORT_WAIT;
-        loop {
+        let name = self.servers[i].daemon.name().to_owned();
+        restart_on_port(&name, || {
             let start = self.servers[i].log_len();
             self.servers[i].spawn(&quorum);
-            match self.wait_serving(i, start) {
-                Ok(()) => return,
-                Err(true) if Instant::now() < deadline => {
-                    // A back-off between retries, not a synchronisation: nothing signals when a port becomes free.
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(_) => panic!("ZooKeeper server {i} did not restart"),
-            }
-        }
+            self.wait_serving(i, start)
+        });
     }
 
     /// Waits until server `i` serves; `Err(addr_in_use)` if it failed first.
@@ -462,31 +402,11 @@ impl Servers {
     /// Stops server `i` with `SIGSTOP`, and returns once the kernel reports it stopped: the signal is delivered
     /// asynchronously, and a JVM that still runs for a moment would answer what a test sends it next.
     fn pause(&mut self, i: usize) {
-        self.servers[i].signal(Signal::SIGSTOP);
-        self.servers[i].paused = true;
-        let pid = self.servers[i].child.as_ref().map_or(0, Child::id);
-        poll_until("the paused ZooKeeper server's threads to stop", || {
-            let tasks =
-                std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| e.to_string())?;
-            for task in tasks {
-                let stat =
-                    std::fs::read_to_string(task.map_err(|e| e.to_string())?.path().join("stat"))
-                        .map_err(|e| e.to_string())?;
-                // The state follows the command's closing parenthesis: `T` is stopped.
-                let state = stat
-                    .rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().next());
-                if state != Some("T") {
-                    return Err(format!("a thread in state {state:?}"));
-                }
-            }
-            Ok(())
-        });
+        self.servers[i].daemon.pause();
     }
 
     fn resume(&mut self, i: usize) {
-        self.servers[i].signal(Signal::SIGCONT);
-        self.servers[i].paused = false;
+        self.servers[i].daemon.resume();
     }
 
     /// `word`'s answer from the leader (or the standalone server), once there is one.
@@ -513,9 +433,9 @@ impl Servers {
             return;
         }
         for server in &self.servers {
-            let stat = if server.paused {
+            let stat = if server.daemon.is_paused() {
                 "(paused)".to_owned()
-            } else if server.child.is_none() {
+            } else if server.daemon.pid().is_none() {
                 "(killed)".to_owned()
             } else {
                 server

@@ -4,41 +4,7 @@
 use leasehold_tests::{EtcdCluster, EtcdServer, TcpProxy};
 use tokio::time::Instant;
 
-use crate::{client, fresh_prefix, renewed_after, waiters, EVENT};
-
-pub async fn the_leader_killed_under_a_held_and_a_waited_lock(cluster: &mut EtcdCluster) {
-    let prefix = fresh_prefix();
-    let url = cluster.url();
-    let (a, b) = (client(&url, &prefix).await, client(&url, &prefix).await);
-    let held = a.mutex("stock").lock().await.unwrap();
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move { b.mutex("stock").lock().await }
-    });
-    waiters(&a, "stock", 1).await;
-    let leader = tokio::task::block_in_place(|| cluster.leader());
-    let killed_at = Instant::now();
-    cluster.kill(leader);
-    let elected = tokio::task::block_in_place(|| cluster.leader());
-    assert_ne!(elected, leader);
-    // The holder's keep-alives reach the new leader before its lease runs out; the waiter keeps its place.
-    renewed_after(&held.lease(), killed_at).await;
-    assert!(
-        !waiter.is_finished(),
-        "granted while held: {:?}",
-        waiter.await
-    );
-    let fence = held.fence();
-    held.release().await.unwrap();
-    let next = tokio::time::timeout(EVENT, waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(next.fence() > fence);
-    next.release().await.unwrap();
-    tokio::task::block_in_place(|| cluster.restart(leader));
-}
+use crate::{client, fresh_prefix, renewed_after, EVENT};
 
 /// A proxy in front of each member; the client knows the members only through them.
 async fn proxies(cluster: &EtcdCluster) -> (Vec<TcpProxy>, String) {
@@ -93,29 +59,6 @@ pub async fn a_paused_member_does_not_stall_the_lease(cluster: &mut EtcdCluster)
     renewed_after(&held.lease(), paused_at).await;
     cluster.resume(first);
     held.release().await.unwrap();
-}
-
-pub async fn a_restarted_member_keeps_its_grants(_cluster: &mut EtcdCluster) {
-    let mut etcd = tokio::task::block_in_place(EtcdServer::start);
-    let prefix = fresh_prefix();
-    let (a, b) = (
-        client(&etcd.url(), &prefix).await,
-        client(&etcd.url(), &prefix).await,
-    );
-    let held = a.mutex("ledger").lock().await.unwrap();
-    let restarted_at = Instant::now();
-    // etcd keeps its data on disk: the key and the lease come back with it, and the keep-alives resume.
-    tokio::task::block_in_place(|| etcd.restart());
-    renewed_after(&held.lease(), restarted_at).await;
-    assert!(b.mutex("ledger").try_lock().await.unwrap_err().is_busy());
-    held.release().await.unwrap();
-    b.mutex("ledger")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
 }
 
 pub async fn a_cut_keep_alive_stream_is_reopened(_cluster: &mut EtcdCluster) {

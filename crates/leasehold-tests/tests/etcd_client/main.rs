@@ -8,22 +8,24 @@
 mod auth;
 mod cancel;
 mod faults;
+#[path = "../shared/helpers.rs"]
+mod helpers;
 mod interop;
+#[path = "../shared/replicated.rs"]
+mod replicated;
 mod tls;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use leasehold::{Client, Lease};
 use leasehold_tests::EtcdCluster;
 
 type TestFn = leasehold_tests::sequence::SharedTest<EtcdCluster>;
 
 const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
-    faults::the_leader_killed_under_a_held_and_a_waited_lock,
+    replicated::the_leader_killed_under_a_held_and_a_waited_lock,
     faults::a_partitioned_member_is_routed_around,
     faults::a_paused_member_does_not_stall_the_lease,
-    faults::a_restarted_member_keeps_its_grants,
+    replicated::a_restarted_server_keeps_the_session_and_its_grants,
     faults::a_cut_keep_alive_stream_is_reopened,
     faults::a_lost_session_is_replaced_by_the_next_acquisition,
     faults::ten_thousand_grants_follow_one_session,
@@ -64,45 +66,11 @@ pub const EVENT: Duration = Duration::from_secs(20);
 /// The session TTL of these tests: long enough to ride out an election (about 1.3 s) between keep-alives.
 pub const TTL: Duration = Duration::from_secs(5);
 
-static PREFIXES: AtomicU64 = AtomicU64::new(0);
+/// The lock prefix of this binary's tests, numbered by `fresh_prefix`.
+const PREFIX: &str = "etcdc";
+/// The session the clients ask for.
+const SESSION: Duration = TTL;
+/// The part of the session a grant counts on after each answered keep-alive: all of it on etcd.
+const VALIDITY: Duration = TTL;
 
-/// A prefix no other test of the binary uses.
-pub fn fresh_prefix() -> String {
-    format!("etcdc{}", PREFIXES.fetch_add(1, Ordering::Relaxed))
-}
-
-/// A client of `url` under `prefix` with a session of [`TTL`].
-pub async fn client(url: &str, prefix: &str) -> Client {
-    Client::builder(url)
-        .unwrap()
-        .prefix(prefix)
-        .session_ttl(TTL)
-        .connect()
-        .await
-        .unwrap()
-}
-
-/// Polls `check` until it holds, for at most [`EVENT`] (see `leasehold_tests::sequence::eventually`).
-pub async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    leasehold_tests::sequence::eventually(what, EVENT, check).await;
-}
-
-/// Waits until `lease` was renewed by a keep-alive sent after `after`: its deadline moved past `after + TTL` less
-/// the drift allowance. Asserts it stayed held all along.
-pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
-    let drift = TTL / 100 + Duration::from_millis(2);
-    eventually("a keep-alive acknowledged after the fault", || async {
-        assert!(lease.is_held(), "the lease was lost: {:?}", lease.loss());
-        lease.valid_until() >= after + TTL - drift
-    })
-    .await;
-}
-
-/// Waits until lock `name` has `n` waiters, as `inspect` counts them.
-pub async fn waiters(client: &Client, name: &str, n: u64) {
-    leasehold_tests::sequence::waiters(client, name, n, EVENT).await;
-}
+pub use helpers::{client, eventually, fresh_prefix, renewed_after, waiters};

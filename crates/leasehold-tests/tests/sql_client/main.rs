@@ -218,12 +218,7 @@ where
 
 /// Waits until `lease` was renewed by a renewal sent after `after`, failing if it is lost meanwhile.
 pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
-    let drift = TTL / 100 + Duration::from_millis(2);
-    eventually("a renewal answered after the fault", || async {
-        assert!(lease.is_held(), "the lease was lost: {:?}", lease.loss());
-        lease.valid_until() >= after + TTL - drift
-    })
-    .await;
+    leasehold_tests::sequence::renewed_after(lease, after, TTL, EVENT).await;
 }
 
 /// Waits until lock `name` has `n` waiters, as `inspect` counts them.

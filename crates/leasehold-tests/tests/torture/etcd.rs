@@ -6,56 +6,28 @@
 //! `SIGSTOP` or killed with `SIGKILL` and restarted with its data directory, one at a time, so that `etcd3` keeps a
 //! quorum), and etcd's own: the history compacted. None of them loses an acknowledged write (see `check.rs`).
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use leasehold_tests::{EtcdCluster, EtcdServer, TcpProxy, XorShift as Rng};
 
 use crate::history::{Fault, Window};
-use crate::members::{self, Members};
-use crate::Topology;
+use crate::members::{self, OneOrThree};
 
 fn now_ns() -> u64 {
     leasehold_tests::monotonic_ns()
 }
 
 /// The etcd members the lock lives on.
-pub enum Etcd {
-    One(EtcdServer),
-    Three(EtcdCluster),
-}
+pub type Etcd = OneOrThree<EtcdServer, EtcdCluster>;
+
+members::one_or_three!(EtcdServer, EtcdCluster, Etcd, Etcd3);
 
 impl Etcd {
-    /// Starts the members of an `etcd` or `etcd3` topology and waits until they are healthy.
-    pub fn start(topology: Topology) -> Etcd {
-        match topology {
-            Topology::Etcd => Etcd::One(EtcdServer::start()),
-            Topology::Etcd3 => Etcd::Three(EtcdCluster::start()),
-            _ => unreachable!("{topology} is not an etcd topology"),
-        }
-    }
-
-    /// The URL that reaches every member directly (not through a proxy).
-    pub fn url(&self) -> String {
-        match self {
-            Etcd::One(server) => server.url(),
-            Etcd::Three(cluster) => cluster.url(),
-        }
-    }
-
     /// Keys without a lease, which would never go away (every key of the lock lives under a session's lease).
     pub fn keys_without_lease(&self) -> Vec<String> {
         match self {
             Etcd::One(server) => server.keys_without_lease(),
             Etcd::Three(cluster) => cluster.keys_without_lease(),
-        }
-    }
-
-    /// Everything member `i` logged, across its restarts.
-    pub fn log(&self, i: usize) -> String {
-        match self {
-            Etcd::One(server) => server.log(),
-            Etcd::Three(cluster) => cluster.log(i),
         }
     }
 
@@ -92,57 +64,6 @@ impl Etcd {
             erased: Vec::new(),
             start,
             end: now_ns(),
-        }
-    }
-}
-
-impl Members for Etcd {
-    fn members(&self) -> usize {
-        match self {
-            Etcd::One(_) => 1,
-            Etcd::Three(_) => 3,
-        }
-    }
-
-    fn addr(&self, i: usize) -> SocketAddr {
-        match self {
-            Etcd::One(server) => server.addr(),
-            Etcd::Three(cluster) => cluster.addr(i),
-        }
-    }
-
-    fn leader(&self) -> usize {
-        match self {
-            Etcd::One(_) => 0,
-            Etcd::Three(cluster) => cluster.leader(),
-        }
-    }
-
-    fn pause(&mut self, i: usize) {
-        match self {
-            Etcd::One(server) => server.pause(),
-            Etcd::Three(cluster) => cluster.pause(i),
-        }
-    }
-
-    fn resume(&mut self, i: usize) {
-        match self {
-            Etcd::One(server) => server.resume(),
-            Etcd::Three(cluster) => cluster.resume(i),
-        }
-    }
-
-    fn kill(&mut self, i: usize) {
-        match self {
-            Etcd::One(server) => server.kill(),
-            Etcd::Three(cluster) => cluster.kill(i),
-        }
-    }
-
-    fn restart(&mut self, i: usize) {
-        match self {
-            Etcd::One(server) => server.restart(),
-            Etcd::Three(cluster) => cluster.restart(i),
         }
     }
 }

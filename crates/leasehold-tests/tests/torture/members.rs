@@ -48,6 +48,98 @@ pub trait Members {
     fn restart(&mut self, i: usize);
 }
 
+/// The two shapes of a replicated store in the rig: one member (etcd's `EtcdServer`, ZooKeeper's `ZkServer`) or
+/// three (`EtcdCluster`, `ZkEnsemble`). [`one_or_three!`] gives it [`Members`], `url` and `log` for a store.
+pub enum OneOrThree<One, Three> {
+    One(One),
+    Three(Three),
+}
+
+/// Implements [`Members`], `start` (given the two topologies' names), `url` (every member, directly) and `log` (member `i`'s, across its restarts) for
+/// `OneOrThree<$one, $three>`, whose two harness types have the same methods, the single member's without the index.
+macro_rules! one_or_three {
+    ($one:ident, $three:ident, $one_topology:ident, $three_topology:ident) => {
+        impl $crate::members::OneOrThree<$one, $three> {
+            /// Starts the members of the store's topology of one member or of three, and waits until they serve.
+            pub fn start(topology: $crate::Topology) -> Self {
+                match topology {
+                    $crate::Topology::$one_topology => Self::One($one::start()),
+                    $crate::Topology::$three_topology => Self::Three($three::start()),
+                    _ => unreachable!("{topology} is not a topology of {}", stringify!($one)),
+                }
+            }
+
+            /// The URL that reaches every member directly (not through a proxy).
+            pub fn url(&self) -> String {
+                match self {
+                    Self::One(one) => one.url(),
+                    Self::Three(three) => three.url(),
+                }
+            }
+
+            /// Everything member `i` logged, across its restarts.
+            pub fn log(&self, i: usize) -> String {
+                match self {
+                    Self::One(one) => one.log(),
+                    Self::Three(three) => three.log(i),
+                }
+            }
+        }
+
+        impl $crate::members::Members for $crate::members::OneOrThree<$one, $three> {
+            fn members(&self) -> usize {
+                match self {
+                    Self::One(_) => 1,
+                    Self::Three(_) => 3,
+                }
+            }
+
+            fn addr(&self, i: usize) -> std::net::SocketAddr {
+                match self {
+                    Self::One(one) => one.addr(),
+                    Self::Three(three) => three.addr(i),
+                }
+            }
+
+            fn leader(&self) -> usize {
+                match self {
+                    Self::One(_) => 0,
+                    Self::Three(three) => three.leader(),
+                }
+            }
+
+            fn pause(&mut self, i: usize) {
+                match self {
+                    Self::One(one) => one.pause(),
+                    Self::Three(three) => three.pause(i),
+                }
+            }
+
+            fn resume(&mut self, i: usize) {
+                match self {
+                    Self::One(one) => one.resume(),
+                    Self::Three(three) => three.resume(i),
+                }
+            }
+
+            fn kill(&mut self, i: usize) {
+                match self {
+                    Self::One(one) => one.kill(),
+                    Self::Three(three) => three.kill(i),
+                }
+            }
+
+            fn restart(&mut self, i: usize) {
+                match self {
+                    Self::One(one) => one.restart(),
+                    Self::Three(three) => three.restart(i),
+                }
+            }
+        }
+    };
+}
+pub(crate) use one_or_three;
+
 /// One fault of the members' mix, for slot `slot` of the rig's ten (2 to 8 but 7: the slots of the Redis server's
 /// faults), aimed at worker `worker` (whose proxies to the members, in member order, are `paths`) where it is a fault
 /// of a worker's path, and at one member otherwise. Returns when it was in force.

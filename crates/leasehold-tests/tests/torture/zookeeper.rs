@@ -15,14 +15,12 @@
 //! writes, and the rig kills processes, not the machine (as with etcd's `--unsafe-no-fsync`). So a restarted
 //! server has every node it acknowledged, and every session: it counts their timeouts afresh from its start.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use leasehold_tests::{TcpProxy, XorShift as Rng, ZkEnsemble, ZkServer};
 
 use crate::history::{Fault, Window};
-use crate::members::{self, Members};
-use crate::Topology;
+use crate::members::{self, OneOrThree};
 
 /// ZooKeeper's tick in the harness (`tickTime=500`, `leasehold_tests::zookeeper`): sessions expire at tick
 /// boundaries, so up to a tick after their timeout.
@@ -37,37 +35,11 @@ fn now_ns() -> u64 {
 }
 
 /// The ZooKeeper servers the lock lives on.
-pub enum Zk {
-    One(ZkServer),
-    Three(ZkEnsemble),
-}
+pub type Zk = OneOrThree<ZkServer, ZkEnsemble>;
+
+members::one_or_three!(ZkServer, ZkEnsemble, Zk, Zk3);
 
 impl Zk {
-    /// Starts the servers of a `zk` or `zk3` topology and waits until they serve.
-    pub fn start(topology: Topology) -> Zk {
-        match topology {
-            Topology::Zk => Zk::One(ZkServer::start()),
-            Topology::Zk3 => Zk::Three(ZkEnsemble::start()),
-            _ => unreachable!("{topology} is not a ZooKeeper topology"),
-        }
-    }
-
-    /// The URL that reaches every server directly (not through a proxy).
-    pub fn url(&self) -> String {
-        match self {
-            Zk::One(server) => server.url(),
-            Zk::Three(ensemble) => ensemble.url(),
-        }
-    }
-
-    /// Everything server `i` logged, across its restarts.
-    pub fn log(&self, i: usize) -> String {
-        match self {
-            Zk::One(server) => server.log(),
-            Zk::Three(ensemble) => ensemble.log(i),
-        }
-    }
-
     /// The sessions that hold ephemeral nodes, and their nodes, as the leader's `dump` lists them.
     fn ephemerals(&self) -> String {
         match self {
@@ -149,57 +121,6 @@ impl Zk {
             erased: Vec::new(),
             start,
             end: now_ns(),
-        }
-    }
-}
-
-impl Members for Zk {
-    fn members(&self) -> usize {
-        match self {
-            Zk::One(_) => 1,
-            Zk::Three(_) => 3,
-        }
-    }
-
-    fn addr(&self, i: usize) -> SocketAddr {
-        match self {
-            Zk::One(server) => server.addr(),
-            Zk::Three(ensemble) => ensemble.addr(i),
-        }
-    }
-
-    fn leader(&self) -> usize {
-        match self {
-            Zk::One(_) => 0,
-            Zk::Three(ensemble) => ensemble.leader(),
-        }
-    }
-
-    fn pause(&mut self, i: usize) {
-        match self {
-            Zk::One(server) => server.pause(),
-            Zk::Three(ensemble) => ensemble.pause(i),
-        }
-    }
-
-    fn resume(&mut self, i: usize) {
-        match self {
-            Zk::One(server) => server.resume(),
-            Zk::Three(ensemble) => ensemble.resume(i),
-        }
-    }
-
-    fn kill(&mut self, i: usize) {
-        match self {
-            Zk::One(server) => server.kill(),
-            Zk::Three(ensemble) => ensemble.kill(i),
-        }
-    }
-
-    fn restart(&mut self, i: usize) {
-        match self {
-            Zk::One(server) => server.restart(),
-            Zk::Three(ensemble) => ensemble.restart(i),
         }
     }
 }

@@ -8,41 +8,6 @@ use tokio::time::Instant;
 
 use crate::{client, eventually, fresh_prefix, renewed_after, waiters, EVENT};
 
-pub async fn the_leader_killed_under_a_held_and_a_waited_lock(ensemble: &mut ZkEnsemble) {
-    let prefix = fresh_prefix();
-    let url = ensemble.url();
-    let (a, b) = (client(&url, &prefix).await, client(&url, &prefix).await);
-    let held = a.mutex("stock").lock().await.unwrap();
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move { b.mutex("stock").lock().await }
-    });
-    waiters(&a, "stock", 1).await;
-    let leader = tokio::task::block_in_place(|| ensemble.leader());
-    let killed_at = Instant::now();
-    tokio::task::block_in_place(|| ensemble.kill(leader));
-    let elected = tokio::task::block_in_place(|| ensemble.leader());
-    assert_ne!(elected, leader);
-    // The session lives on with the new leader: the holder's keep-alives are answered again before its deadline,
-    // and the waiter keeps its place.
-    renewed_after(&held.lease(), killed_at).await;
-    assert!(
-        !waiter.is_finished(),
-        "granted while held: {:?}",
-        waiter.await
-    );
-    let fence = held.fence();
-    held.release().await.unwrap();
-    let next = tokio::time::timeout(EVENT, waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(next.fence() > fence);
-    next.release().await.unwrap();
-    tokio::task::block_in_place(|| ensemble.restart(leader));
-}
-
 pub async fn a_paused_server_does_not_stall_the_session(ensemble: &mut ZkEnsemble) {
     let prefix = fresh_prefix();
     let a = client(&ensemble.url(), &prefix).await;
@@ -58,32 +23,6 @@ pub async fn a_paused_server_does_not_stall_the_session(ensemble: &mut ZkEnsembl
         tokio::task::block_in_place(|| ensemble.resume(i));
     }
     held.release().await.unwrap();
-}
-
-pub async fn a_restarted_server_keeps_the_session_and_its_grants(_ensemble: &mut ZkEnsemble) {
-    let mut zk = tokio::task::block_in_place(ZkServer::start);
-    let prefix = fresh_prefix();
-    let (a, b) = (
-        client(&zk.url(), &prefix).await,
-        client(&zk.url(), &prefix).await,
-    );
-    let held = a.mutex("ledger").lock().await.unwrap();
-    let restarted_at = Instant::now();
-    // The server keeps its sessions and nodes on disk: the client reconnects to the same session.
-    tokio::task::block_in_place(|| {
-        zk.kill();
-        zk.restart();
-    });
-    renewed_after(&held.lease(), restarted_at).await;
-    assert!(b.mutex("ledger").try_lock().await.unwrap_err().is_busy());
-    held.release().await.unwrap();
-    b.mutex("ledger")
-        .try_lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
 }
 
 pub async fn the_loss_signal_fires_before_the_server_expires_the_session(

@@ -8,23 +8,25 @@
 mod auth;
 mod deletion;
 mod faults;
+#[path = "../shared/helpers.rs"]
+mod helpers;
 mod interop;
 mod processes;
+#[path = "../shared/replicated.rs"]
+mod replicated;
 mod session;
 mod writes;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use leasehold::{Client, Lease};
 use leasehold_tests::ZkEnsemble;
 
 type TestFn = leasehold_tests::sequence::SharedTest<ZkEnsemble>;
 
 const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
-    faults::the_leader_killed_under_a_held_and_a_waited_lock,
+    replicated::the_leader_killed_under_a_held_and_a_waited_lock,
     faults::a_paused_server_does_not_stall_the_session,
-    faults::a_restarted_server_keeps_the_session_and_its_grants,
+    replicated::a_restarted_server_keeps_the_session_and_its_grants,
     faults::the_loss_signal_fires_before_the_server_expires_the_session,
     faults::creates_whose_answer_is_lost_leave_one_node_each,
     faults::a_thousand_grants_follow_one_session,
@@ -75,45 +77,9 @@ pub const TIMEOUT: Duration = Duration::from_secs(4);
 /// The part of the session timeout a grant counts on after each answered keep-alive (see `session.rs`).
 pub const VALIDITY: Duration = Duration::from_millis(2500);
 
-static PREFIXES: AtomicU64 = AtomicU64::new(0);
+/// The lock prefix of this binary's tests, numbered by `fresh_prefix`.
+const PREFIX: &str = "zkc";
+/// The session the clients ask for.
+const SESSION: Duration = TIMEOUT;
 
-/// A prefix no other test of the binary uses.
-pub fn fresh_prefix() -> String {
-    format!("zkc{}", PREFIXES.fetch_add(1, Ordering::Relaxed))
-}
-
-/// A client of `url` under `prefix` with a session of [`TIMEOUT`].
-pub async fn client(url: &str, prefix: &str) -> Client {
-    Client::builder(url)
-        .unwrap()
-        .prefix(prefix)
-        .session_ttl(TIMEOUT)
-        .connect()
-        .await
-        .unwrap()
-}
-
-/// Polls `check` until it holds, for at most [`EVENT`] (see `leasehold_tests::sequence::eventually`).
-pub async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    leasehold_tests::sequence::eventually(what, EVENT, check).await;
-}
-
-/// Waits until `lease` was renewed by a keep-alive sent after `after`: its deadline moved past `after + VALIDITY`
-/// less the drift allowance. Asserts it stayed held all along.
-pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
-    let drift = VALIDITY / 100 + Duration::from_millis(2);
-    eventually("a keep-alive answered after the fault", || async {
-        assert!(lease.is_held(), "the lease was lost: {:?}", lease.loss());
-        lease.valid_until() >= after + VALIDITY - drift
-    })
-    .await;
-}
-
-/// Waits until lock `name` has `n` waiters, as `inspect` counts them.
-pub async fn waiters(client: &Client, name: &str, n: u64) {
-    leasehold_tests::sequence::waiters(client, name, n, EVENT).await;
-}
+pub use helpers::{client, eventually, fresh_prefix, renewed_after, waiters};
