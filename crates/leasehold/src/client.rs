@@ -87,7 +87,7 @@ impl Store {
             #[cfg(feature = "zookeeper")]
             Store::ZooKeeper(_) => StoreKind::ZooKeeper,
             #[cfg(sql_stores)]
-            Store::Sql(sql) => StoreKind::of_id(sql.db.name()).unwrap_or(StoreKind::Postgres),
+            Store::Sql(sql) => StoreKind::of_id(sql.store.db.name()).unwrap_or(StoreKind::Postgres),
         }
     }
 
@@ -264,7 +264,7 @@ impl Client {
             #[cfg(feature = "zookeeper")]
             Store::ZooKeeper(_) => "zookeeper",
             #[cfg(sql_stores)]
-            Store::Sql(sql) => sql.db.name(),
+            Store::Sql(sql) => sql.store.db.name(),
         }
     }
 
@@ -490,11 +490,11 @@ impl Client {
         match &self.store {
             Store::Redis(inner) => &inner.prefix,
             #[cfg(feature = "etcd")]
-            Store::Etcd(etcd) => &etcd.prefix,
+            Store::Etcd(etcd) => &etcd.store.prefix,
             #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(zk) => &zk.prefix,
+            Store::ZooKeeper(zk) => &zk.store.prefix,
             #[cfg(sql_stores)]
-            Store::Sql(sql) => &sql.prefix,
+            Store::Sql(sql) => &sql.store.prefix,
         }
     }
 

@@ -69,7 +69,7 @@ pub(crate) fn new_token(description: Option<&str>) -> Result<String, crate::Erro
 
 /// `hold` with its token's 128 random bits drawn again (its tag and description kept): a new identity for another
 /// attempt of the same acquisition, whose earlier attempt's entry may still be on its way to deletion.
-#[cfg(sql_stores)]
+#[cfg(session_stores)]
 pub(crate) fn redrawn(hold: &str) -> Result<String, crate::Error> {
     let start = hold.find(TOKEN_PREFIX).unwrap_or(0);
     let token = &hold[start..];
@@ -137,7 +137,7 @@ pub(crate) fn check_description(description: &str) -> Result<(), crate::InvalidA
 mod tests {
     use super::*;
 
-    #[cfg(sql_stores)]
+    #[cfg(session_stores)]
     #[test]
     fn a_redrawn_hold_keeps_its_tag_and_description() {
         let hold = format!("r {}", new_token(Some("host=a pid=1")).unwrap());

@@ -88,13 +88,15 @@ pub async fn a_session_expired_on_the_server_is_not_renewed(db: &mut Db) {
     // client does not know: its next renewal must not bring it back.
     admin.set_expiry(&prefix, &id, -1_000_000).await;
     let believed = lease.valid_until();
-    tokio::time::timeout(EVENT, lease.lost())
+    let reason = tokio::time::timeout(EVENT, lease.lost())
         .await
         .expect("the lease ended");
     assert!(
         tokio::time::Instant::now() < believed,
         "the lease ended at its local deadline, not at the renewal that found the session expired"
     );
+    // The store ended the session: its entries may be deleted by anyone, as the contract's `Gone` says.
+    assert_eq!(reason, leasehold::LossReason::Gone);
     let alive = match db {
         Db::Postgres(_) => format!(
             "SELECT count(*) FROM \"{prefix}_session\" WHERE id = '{id}' AND expires_at > clock_timestamp()"

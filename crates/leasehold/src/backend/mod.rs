@@ -32,8 +32,6 @@ pub(crate) mod redis;
 pub(crate) mod scheme;
 #[cfg(session_stores)]
 pub(crate) mod session;
-#[cfg(session_stores)]
-pub(crate) mod sessions;
 #[cfg(sql_stores)]
 pub(crate) mod sql;
 #[cfg(session_stores)]
@@ -103,17 +101,17 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// waiting) with backoff until the wait's deadline, unless `fail_fast`; a try never retries. `store_error` makes the
 /// crate's error of the store's.
 #[cfg(session_stores)]
-pub(crate) async fn until_granted<E, A>(
+pub(crate) async fn until_granted<T, E, A>(
     name: &str,
     wait: Wait,
     fail_fast: bool,
     mut attempt: impl FnMut() -> A,
     passes: impl Fn(&E) -> bool,
     store_error: impl Fn(E) -> Error,
-) -> Result<Guard, Error>
+) -> Result<T, Error>
 where
     E: std::fmt::Display,
-    A: std::future::Future<Output = Result<Option<Guard>, E>>,
+    A: std::future::Future<Output = Result<Option<T>, E>>,
 {
     crate::error::require_runtime()?;
     let started = Instant::now();
@@ -386,28 +384,40 @@ async fn on_session_store(
         wait,
         fail_fast: handle.fail_fast,
     };
-    match store {
+    let (lease, hold) = match store {
         #[cfg(feature = "etcd")]
-        Store::Etcd(etcd) => etcd.acquire(client, keys, kind, hold, terms).await,
+        Store::Etcd(etcd) => {
+            let granted = etcd.acquire(keys, kind, hold, terms).await?;
+            (granted.lease, SessionHold::Etcd(granted.hold))
+        }
         #[cfg(feature = "zookeeper")]
-        Store::ZooKeeper(zk) => zk.acquire(client, keys, kind, hold, terms).await,
+        Store::ZooKeeper(zk) => {
+            let granted = zk.acquire(keys, kind, hold, terms).await?;
+            (granted.lease, SessionHold::ZooKeeper(granted.hold))
+        }
         #[cfg(sql_stores)]
-        Store::Sql(sql) => sql.acquire(client, keys, kind, hold, terms).await,
-        Store::Redis(_) => Err(Error::Unsupported {
-            detail: format!("lock {:?}: Redis has no session", keys.name()),
-        }),
-    }
+        Store::Sql(sql) => {
+            let granted = sql.acquire(keys, kind, hold, terms).await?;
+            (granted.lease, SessionHold::Sql(granted.hold))
+        }
+        Store::Redis(_) => {
+            return Err(Error::Unsupported {
+                detail: format!("lock {:?}: Redis has no session", keys.name()),
+            })
+        }
+    };
+    Ok(Guard::on_session(client.clone(), lease, hold))
 }
 
 /// What a guard of a grant on a store with sessions holds to release it: the session its entry lives in, and the
 /// grant. Without those stores, an enum without variants (a guard never has one).
 pub(crate) enum SessionHold {
     #[cfg(feature = "etcd")]
-    Etcd(etcd::store::EtcdHold),
+    Etcd(session::Hold<etcd::store::Etcd>),
     #[cfg(feature = "zookeeper")]
-    ZooKeeper(zookeeper::store::ZkHold),
+    ZooKeeper(session::Hold<zookeeper::store::ZooKeeper>),
     #[cfg(sql_stores)]
-    Sql(sql::store::SqlHold),
+    Sql(session::Hold<sql::store::Sql>),
 }
 
 impl SessionHold {

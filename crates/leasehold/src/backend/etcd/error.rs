@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::rpc;
-use super::session::SessionLoss;
+use crate::backend::session::SessionLoss;
 
 /// What can go wrong in the etcd recipe.
 ///

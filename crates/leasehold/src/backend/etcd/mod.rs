@@ -64,7 +64,8 @@ pub mod rpc;
 pub(crate) mod session;
 pub(crate) mod store;
 
+pub use crate::backend::session::SessionLoss;
 pub use error::EtcdError;
 pub use kind::{Kind, MAX_PATH_LEN};
 pub use recipe::{Grant, Released};
-pub use session::{Session, SessionLoss, SessionOptions, DEFAULT_TTL, MIN_TTL};
+pub use session::{Session, SessionOptions, DEFAULT_TTL, MIN_TTL};

@@ -25,6 +25,7 @@ use super::rpc::{
 use super::kind::{admit, prefix, waiter_key, Admission};
 use super::session::{Session, Shared};
 use super::{EtcdError, Kind};
+use crate::backend::session::SessionLoss;
 use crate::fence::Fence;
 
 /// A grant: a waiter key that was admitted, with the revision that orders and fences it.
@@ -112,7 +113,7 @@ struct Cleanup {
 
 impl Cleanup {
     async fn run(self) {
-        let pause = 2 * self.session.endpoints.call_timeout();
+        let pause = 2 * self.session.conn.endpoints.call_timeout();
         self.delete(pause / 2).await;
         if !self.again {
             return;
@@ -125,12 +126,12 @@ impl Cleanup {
 
     /// One delete of the key if it still lives under the session's lease, tried on each member in turn.
     async fn delete(&self, timeout: Duration) {
-        for mut client in self.session.endpoints.clients() {
+        for mut client in self.session.conn.endpoints.clients() {
             let delete = Txn::new()
                 .when([Compare::lease(
                     self.key.as_str(),
                     CompareOp::Equal,
-                    self.session.lease,
+                    self.session.conn.lease,
                 )])
                 .and_then([TxnOp::delete(self.key.as_str(), None)]);
             match tokio::time::timeout(timeout, client.txn(delete)).await {
@@ -161,72 +162,9 @@ impl Session {
     /// call timeouts when a retried enqueue may still land (see `Cleanup`); at worst the key stays until the session's
     /// lease ends. [`Session::close`] revokes the lease, which deletes it at once.
     pub async fn acquire(&self, path: &str, kind: Kind) -> Result<Grant, EtcdError> {
-        self.grant(path, kind, "leasehold", true)
+        grant(self.shared(), path, kind, "leasehold", true)
             .await?
             .ok_or(EtcdError::Protocol("a wait that ended without a grant"))
-    }
-
-    /// The acquisition behind [`acquire`](Self::acquire), storing `value` in the waiter key (the hold's token, so
-    /// that `inspect` can name the holder). Without `wait`, one try: when the lock does not admit the key at once,
-    /// the key is deleted again and the answer is `None` (busy).
-    pub(crate) async fn grant(
-        &self,
-        path: &str,
-        kind: Kind,
-        value: &str,
-        wait: bool,
-    ) -> Result<Option<Grant>, EtcdError> {
-        let prefix = prefix(path)?;
-        let session = &*self.shared;
-        session.check_alive()?;
-        let key = waiter_key(&prefix, session.lease, kind, grant_id()?);
-        let mut pending = Pending {
-            session: &self.shared,
-            key: key.clone(),
-            armed: true,
-            settled: false,
-        };
-        let (revision, first, tries) = enqueue(session, &prefix, &key, value).await?;
-        pending.settled = tries == 1;
-        let grant = Grant {
-            key,
-            revision,
-            lease: session.lease,
-            kind,
-        };
-        if first {
-            pending.armed = false;
-            return Ok(Some(grant));
-        }
-        let mut admission_seen = check(session, &prefix, &grant).await?;
-        loop {
-            let (admission, seen) = admission_seen;
-            let (watched, any) = match admission {
-                Admission::Granted => {
-                    pending.armed = false;
-                    return Ok(Some(grant));
-                }
-                // Refused: the key is deleted in the background (`pending`).
-                Admission::WrongPermits(stored) => {
-                    return Err(EtcdError::WrongPermits {
-                        stored: stored.get(),
-                    })
-                }
-                // A try that is not admitted at once takes its key back (the drop of `pending` does it again in the
-                // background if this delete is not answered).
-                _ if !wait => {
-                    self.release(grant).await?;
-                    pending.armed = false;
-                    return Ok(None);
-                }
-                Admission::WaitFor(ref key) => (key.clone(), false),
-                Admission::WaitForAny => (prefix.clone().into_bytes(), true),
-            };
-            admission_seen = tokio::select! {
-                next = wait_then_check(session, &prefix, &grant, (watched, any), (&admission, seen)) => next?,
-                loss = session.lost() => return Err(EtcdError::SessionLost(loss)),
-            };
-        }
     }
 
     /// Deletes the grant's key if it is still the grant's (same lease, same create revision).
@@ -239,22 +177,7 @@ impl Session {
     ///
     /// The delete may or may not have happened; a second release answers [`Released::AlreadyGone`] if it did.
     pub async fn release(&self, grant: Grant) -> Result<Released, EtcdError> {
-        let (key, revision, lease) = (grant.key.as_str(), grant.revision, grant.lease);
-        let response = self
-            .shared
-            .endpoints
-            .call("release", |mut c| {
-                let txn = Txn::new()
-                    .when(owned(key, lease, revision))
-                    .and_then([TxnOp::delete(key, None::<DeleteOptions>)]);
-                async move { c.txn(txn).await }
-            })
-            .await?;
-        Ok(if response.succeeded() {
-            Released::Released
-        } else {
-            Released::AlreadyGone
-        })
+        release(self.shared(), &grant).await
     }
 
     /// Whether the grant's key still exists with its lease and create revision: the ownership check, asked alone.
@@ -269,7 +192,8 @@ impl Session {
     pub async fn is_owner(&self, grant: &Grant) -> Result<bool, EtcdError> {
         let (key, revision, lease) = (grant.key.as_str(), grant.revision, grant.lease);
         let response = self
-            .shared
+            .shared()
+            .conn
             .endpoints
             .call("ownership check", |mut c| {
                 let txn = Txn::new().when(owned(key, lease, revision));
@@ -278,6 +202,88 @@ impl Session {
             .await?;
         Ok(response.succeeded())
     }
+}
+
+/// The acquisition behind [`Session::acquire`] and a client's etcd locks, storing `value` in the waiter key (the
+/// hold's token, so that `inspect` can name the holder). Without `wait`, one try: when the lock does not admit the key
+/// at once, the key is deleted again and the answer is `None` (busy).
+pub(crate) async fn grant(
+    session: &Arc<Shared>,
+    path: &str,
+    kind: Kind,
+    value: &str,
+    wait: bool,
+) -> Result<Option<Grant>, EtcdError> {
+    let prefix = prefix(path)?;
+    session.check_alive()?;
+    let key = waiter_key(&prefix, session.conn.lease, kind, grant_id()?);
+    let mut pending = Pending {
+        session,
+        key: key.clone(),
+        armed: true,
+        settled: false,
+    };
+    let (revision, first, tries) = enqueue(session, &prefix, &key, value).await?;
+    pending.settled = tries == 1;
+    let grant = Grant {
+        key,
+        revision,
+        lease: session.conn.lease,
+        kind,
+    };
+    if first {
+        pending.armed = false;
+        return Ok(Some(grant));
+    }
+    let mut admission_seen = check(session, &prefix, &grant).await?;
+    loop {
+        let (admission, seen) = admission_seen;
+        let (watched, any) = match admission {
+            Admission::Granted => {
+                pending.armed = false;
+                return Ok(Some(grant));
+            }
+            // Refused: the key is deleted in the background (`pending`).
+            Admission::WrongPermits(stored) => {
+                return Err(EtcdError::WrongPermits {
+                    stored: stored.get(),
+                })
+            }
+            // A try that is not admitted at once takes its key back (the drop of `pending` does it again in the
+            // background if this delete is not answered).
+            _ if !wait => {
+                release(session, &grant).await?;
+                pending.armed = false;
+                return Ok(None);
+            }
+            Admission::WaitFor(ref key) => (key.clone(), false),
+            Admission::WaitForAny => (prefix.clone().into_bytes(), true),
+        };
+        admission_seen = tokio::select! {
+            next = wait_then_check(session, &prefix, &grant, (watched, any), (&admission, seen)) => next?,
+            loss = session.lost() => return Err(EtcdError::SessionLost(loss)),
+        };
+    }
+}
+
+/// Deletes the grant's key if it is still the grant's (same lease, same create revision).
+pub(crate) async fn release(session: &Shared, grant: &Grant) -> Result<Released, EtcdError> {
+    let (key, revision, lease) = (grant.key.as_str(), grant.revision, grant.lease);
+    let response = session
+        .conn
+        .endpoints
+        .call("release", |mut c| {
+            let txn = Txn::new()
+                .when(owned(key, lease, revision))
+                .and_then([TxnOp::delete(key, None::<DeleteOptions>)]);
+            async move { c.txn(txn).await }
+        })
+        .await?;
+    Ok(if response.succeeded() {
+        Released::Released
+    } else {
+        Released::AlreadyGone
+    })
 }
 
 /// 64 random bits from the OS: the grant's id, unique among the grants of a session.
@@ -303,9 +309,10 @@ async fn enqueue(
     key: &str,
     value: &str,
 ) -> Result<(i64, bool, u32), EtcdError> {
-    let lease = session.lease;
+    let lease = session.conn.lease;
     let mut tries = 0;
     let response = session
+        .conn
         .endpoints
         .call("enqueue", |mut c| {
             tries += 1;
@@ -348,7 +355,7 @@ fn lease_gone_is_loss(e: EtcdError, session: &Shared) -> EtcdError {
             source: rpc::Error::GRpcStatus(status),
             ..
         } if status.message().contains("lease not found") => {
-            EtcdError::SessionLost(session.loss().unwrap_or(super::SessionLoss::Revoked))
+            EtcdError::SessionLost(session.loss().unwrap_or(SessionLoss::Ended))
         }
         _ => e,
     }
@@ -363,6 +370,7 @@ async fn check(
 ) -> Result<(Admission, i64), EtcdError> {
     let (key, revision, lease) = (grant.key.as_str(), grant.revision, grant.lease);
     let response = session
+        .conn
         .endpoints
         .call("admission check", |mut c| {
             let ahead = GetOptions::new()
@@ -433,7 +441,7 @@ async fn wait_then_check(
     } else {
         WatchOptions::new()
     };
-    let (i, mut client) = session.endpoints.current();
+    let (i, mut client) = session.conn.endpoints.current();
     let opened = async {
         let mut stream = client.watch(key, Some(options)).await?;
         // The first answer says the watch exists, and the revision it starts after.
@@ -443,7 +451,8 @@ async fn wait_then_check(
             created.and_then(|c| c.header().map(|h| h.revision())),
         ))
     };
-    let mut stream = match tokio::time::timeout(session.endpoints.call_timeout(), opened).await {
+    let mut stream = match tokio::time::timeout(session.conn.endpoints.call_timeout(), opened).await
+    {
         Ok(Ok((stream, Some(from)))) => {
             if from > seen {
                 // Writes came between the check and the watch: one of them may be the delete we wait for.
@@ -455,7 +464,7 @@ async fn wait_then_check(
             stream
         }
         _ => {
-            session.endpoints.failed(i);
+            session.conn.endpoints.failed(i);
             // Check again (through the call's own retries) after a short pause, rather than spin.
             tokio::time::sleep(Duration::from_millis(50)).await;
             return check(session, prefix, grant).await;
@@ -475,7 +484,7 @@ async fn wait_then_check(
                     }
                 }
                 Ok(None) | Err(_) => {
-                    session.endpoints.failed(i);
+                    session.conn.endpoints.failed(i);
                     return;
                 }
             }

@@ -20,17 +20,14 @@ use super::rpc::{self, DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, Tx
 
 use super::kind::{admit, key_kind, Admission};
 use super::recipe::{Grant, Released};
-use super::session::{Session, SessionOptions};
+use super::session::{Conn, SessionOptions, Shared};
 use super::{EtcdError, Kind};
-use crate::backend::redis::keys::LockKeys;
-use crate::backend::session::{lock_info, Admitted, Background};
-use crate::backend::sessions::{Sessions, StoreSession};
-use crate::backend::{Terms, Wait};
-use crate::client::{Client, LockInfo};
-use crate::engine::lease::{Lease, LeaseShared};
+use crate::backend::session::{
+    lock_info, Admitted, Background, Engine, Opened, Primitives, Renewal, SessionLoss, StoreError,
+};
+use crate::client::LockInfo;
 use crate::error::Error;
 use crate::fence::Fence;
-use crate::kinds::guard::Guard;
 
 /// The tracing target of this file's events.
 const TARGET: &str = "leasehold::etcd";
@@ -38,30 +35,28 @@ const TARGET: &str = "leasehold::etcd";
 /// The most deletes one `force_release` transaction carries (etcd's default `--max-txn-ops` is 128).
 const DELETE_BATCH: usize = 100;
 
-/// A client's etcd side: where it connects, its lock prefix, and its sessions (one per lease TTL).
-pub(crate) struct EtcdStore {
+/// etcd's settings and primitives under the session engine: where a client connects, its lock prefix, and what every
+/// session is opened with but its TTL.
+#[derive(Debug)]
+pub(crate) struct Etcd {
     /// The URL as given (with the password, to open new sessions).
     url: String,
-    /// The URL as shown in errors and logs: password hidden.
-    shown: Arc<str>,
     pub(crate) prefix: String,
-    /// What every session is opened with, but its TTL.
     options: SessionOptions,
-    sessions: Sessions<Session>,
-    /// The clean-ups running in the background (dropped guards, abandoned acquisitions, dropped sessions), for
-    /// [`Client::flush_releases`] and [`Client::close`]: the sessions' own.
-    background: Arc<Background>,
 }
 
-impl StoreSession for Session {
-    fn is_lost(&self) -> bool {
-        self.loss().is_some()
-    }
-
-    fn following(&self) -> usize {
-        self.shared.state.following()
+impl Etcd {
+    pub(crate) fn new(url: &str, prefix: String, options: SessionOptions) -> Etcd {
+        Etcd {
+            url: url.to_owned(),
+            prefix,
+            options,
+        }
     }
 }
+
+/// A client's etcd side: the engine over etcd's primitives.
+pub(crate) type EtcdStore = Engine<Etcd>;
 
 /// The etcd lease a lock asking for `ttl` is granted under: `ttl` rounded up to whole seconds (etcd's unit). A lease
 /// shorter than etcd's shortest ([`MIN_TTL`](super::MIN_TTL), 2 s) is refused rather than silently lengthened.
@@ -79,52 +74,24 @@ pub(crate) fn lease_ttl(ttl: Duration) -> Result<Duration, Error> {
     ))
 }
 
-/// What a guard of an etcd grant needs to release it: the session the key lives under, and the grant.
-pub(crate) struct EtcdHold {
-    /// The client's URL as shown in errors.
-    shown: Arc<str>,
-    session: Arc<Session>,
-    grant: Grant,
-    background: Arc<Background>,
-}
-
-impl std::fmt::Debug for EtcdStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdStore")
-            .field("url", &self.shown)
-            .field("prefix", &self.prefix)
-            .finish_non_exhaustive()
-    }
-}
-
 impl EtcdStore {
     /// Connects: opens the session of the default lease now, so that an unreachable cluster fails here and not at the
     /// first lock. `options.ttl` is the default lease (of the locks that set no TTL).
     pub(crate) async fn connect(
         url: &str,
         prefix: String,
-        mut options: SessionOptions,
+        options: SessionOptions,
     ) -> Result<EtcdStore, Error> {
         let shown = super::endpoints::redacted(url);
-        let sessions = Sessions::new(options.ttl);
-        options.background = Arc::clone(&sessions.background);
-        let store = EtcdStore {
-            url: url.to_owned(),
-            shown: shown.into(),
-            prefix,
-            background: Arc::clone(&options.background),
-            options,
-            sessions,
-        };
-        let session = store
-            .session(store.sessions.default_ttl())
-            .await
-            .map_err(|e| store_error(&store.shown, e))?;
+        let default_ttl = options.ttl;
+        let store = Engine::new(Etcd::new(url, prefix, options), shown.into(), default_ttl);
+        let session = store.default_session().await?;
         // etcd grants leases to anyone; reading the prefix needs the permission every lock needs, so refused or
         // missing credentials fail here, not at the first lock.
-        let root = format!("{}/", store.prefix);
+        let root = format!("{}/", store.store.prefix);
         session
             .shared
+            .conn
             .endpoints
             .call("permission check", |mut c| {
                 let root = root.clone();
@@ -137,118 +104,14 @@ impl EtcdStore {
                 }
             })
             .await
-            .map_err(|e| store_error(&store.shown, e))?;
-        tracing::debug!(target: TARGET, url = %store.shown, lease = format_args!("{:x}", session.lease_id()), ttl = ?session.ttl(), "etcd session opened");
+            .map_err(|e| store.error(e))?;
+        tracing::debug!(target: TARGET, url = %store.shown, lease = format_args!("{:x}", session.shared.conn.lease), ttl = ?session.shared.ttl, "etcd session opened");
         Ok(store)
     }
 
-    /// The default lease: of the locks that set no TTL.
-    pub(crate) fn default_ttl(&self) -> Duration {
-        self.sessions.default_ttl()
-    }
-
-    /// The live session of lease `ttl` (whole seconds, at least [`MIN_TTL`](super::MIN_TTL)), or a new one (a new
-    /// lease) when there is none yet or the last one was lost.
-    async fn session(&self, ttl: Duration) -> Result<Arc<Session>, EtcdError> {
-        self.sessions
-            .get(ttl, |replacing| async move {
-                let session = Session::connect(&self.url, self.options.clone().ttl(ttl)).await?;
-                if replacing {
-                    tracing::info!(target: TARGET, lease = format_args!("{:x}", session.lease_id()), "the etcd session was lost; opened a new one");
-                }
-                Ok(session)
-            })
-            .await
-    }
-
-    /// Grants the client's sessions follow now.
-    pub(crate) fn kept_leases(&self) -> usize {
-        self.sessions.following()
-    }
-
     /// The etcd path of lock `name`: `PREFIX/NAME` (its waiter keys live under `PREFIX/NAME/`).
-    pub(crate) fn path(&self, name: &str) -> String {
-        format!("{}/{name}", self.prefix)
-    }
-
-    /// Waits as `wait` says until the lock of `keys` admits `kind`, storing `hold` (the hold string: token, tag,
-    /// description) in the waiter key, and returns the grant's guard.
-    pub(crate) async fn acquire(
-        &self,
-        client: &Client,
-        keys: Arc<LockKeys>,
-        kind: Kind,
-        hold: String,
-        terms: Terms,
-    ) -> Result<Guard, Error> {
-        let Terms {
-            ttl,
-            wait,
-            fail_fast,
-        } = terms;
-        let ttl = lease_ttl(ttl)?;
-        let path = self.path(keys.name());
-        let waits = matches!(wait, Wait::Until(_));
-        let attempt = || async {
-            let session = self.session(ttl).await?;
-            match session.grant(&path, kind, &hold, waits).await? {
-                Some(grant) => self
-                    .hold(client, &keys, hold.clone(), session, grant)
-                    .map(Some),
-                None => Ok(None),
-            }
-        };
-        // What passes by itself: a lost session (a new one is opened), no answer, a member going away.
-        let passes = |e: &EtcdError| {
-            e.is_lost()
-                || e.is_timeout()
-                || matches!(e, EtcdError::Etcd { source, .. } if super::endpoints::is_transient(source))
-        };
-        crate::backend::until_granted(keys.name(), wait, fail_fast, attempt, passes, |e| match e {
-            EtcdError::WrongPermits { stored } => {
-                crate::backend::admission::wrong_permits(keys.name(), kind, stored)
-            }
-            e => store_error(&self.shown, e),
-        })
-        .await
-    }
-
-    /// The guard of a grant: a lease that follows the session, from the session's last acknowledged keep-alive (the
-    /// key's creation does not renew the lease). An error when the session was lost by then: the grant is given back
-    /// and the wait goes on.
-    fn hold(
-        &self,
-        client: &Client,
-        keys: &Arc<LockKeys>,
-        hold: String,
-        session: Arc<Session>,
-        grant: Grant,
-    ) -> Result<Guard, EtcdError> {
-        let ttl = session.ttl();
-        let (sent, round) = session.shared.state.acked();
-        let lease = LeaseShared::new(Arc::clone(keys), hold, grant.fence(), ttl, sent, ttl, round);
-        let following = session.shared.follow(&lease, grant.key(), grant.revision());
-        let guard = Guard::on_session(
-            client.clone(),
-            Lease {
-                shared: Arc::clone(&lease),
-            },
-            crate::backend::SessionHold::Etcd(EtcdHold {
-                shown: Arc::clone(&self.shown),
-                session: Arc::clone(&session),
-                grant,
-                background: Arc::clone(&self.background),
-            }),
-        );
-        if !following || !guard.is_held() {
-            // Dropped: released in the background, if the key is still there at all.
-            drop(guard);
-            return Err(EtcdError::SessionLost(
-                session.loss().unwrap_or(super::SessionLoss::Expired),
-            ));
-        }
-        crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&lease.token), debug, lock = %keys.name(), hold = %crate::engine::trace::words(&lease.token), fence = lease.fence.get(), "granted");
-        Ok(guard)
+    fn lock_path(&self, name: &str) -> String {
+        format!("{}/{name}", self.store.prefix)
     }
 
     /// Every key (with its value) under a lock's `prefix`, oldest first, read for `op`; with the session that read it.
@@ -256,13 +119,10 @@ impl EtcdStore {
         &self,
         op: &'static str,
         prefix: &str,
-    ) -> Result<(Arc<Session>, rpc::GetResponse), Error> {
-        let session = self
-            .session(self.default_ttl())
-            .await
-            .map_err(|e| store_error(&self.shown, e))?;
+    ) -> Result<(Arc<Shared>, rpc::GetResponse), Error> {
+        let session = Arc::clone(&self.default_session().await?.shared);
         let read = session
-            .shared
+            .conn
             .endpoints
             .call(op, |mut c| {
                 let options = GetOptions::new()
@@ -272,15 +132,15 @@ impl EtcdStore {
                 async move { c.get(prefix, Some(options)).await }
             })
             .await
-            .map_err(|e| store_error(&self.shown, e))?;
+            .map_err(|e| self.error(e))?;
         Ok((session, read))
     }
 
     /// The lock's state: every key under its prefix in create-revision order, each admitted or waiting by the rules.
     pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
-        let prefix = format!("{}/", self.path(name));
+        let prefix = format!("{}/", self.lock_path(name));
         let (session, read) = self.read_lock("inspect", &prefix).await?;
-        let endpoints = &session.shared.endpoints;
+        let endpoints = &session.conn.endpoints;
         let kvs = read.kvs();
         let keys: Vec<Vec<u8>> = kvs.iter().map(|kv| kv.key().to_vec()).collect();
         let admitted: Vec<_> = kvs
@@ -318,13 +178,11 @@ impl EtcdStore {
 
     /// The held locks whose names match the glob `pattern` (`*`, `?`, `[…]`, `\` as Redis's `SCAN MATCH`).
     pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
-        let session = self
-            .session(self.default_ttl())
-            .await
-            .map_err(|e| store_error(&self.shown, e))?;
-        let root = format!("{}/", self.prefix);
+        let session = self.default_session().await?;
+        let root = format!("{}/", self.store.prefix);
         let read = session
             .shared
+            .conn
             .endpoints
             .call("list", |mut c| {
                 let root = root.clone();
@@ -334,7 +192,7 @@ impl EtcdStore {
                 }
             })
             .await
-            .map_err(|e| store_error(&self.shown, e))?;
+            .map_err(|e| self.error(e))?;
         let names: Vec<String> = read
             .kvs()
             .iter()
@@ -350,9 +208,9 @@ impl EtcdStore {
     /// Deletes every key of lock `name` (holders and waiters; not the keys of locks nested under its name), and
     /// returns the hold of the oldest, the holder, if there was one.
     pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
-        let prefix = format!("{}/", self.path(name));
+        let prefix = format!("{}/", self.lock_path(name));
         let (session, read) = self.read_lock("force release", &prefix).await?;
-        let endpoints = &session.shared.endpoints;
+        let endpoints = &session.conn.endpoints;
         let own: Vec<(String, String)> = read
             .kvs()
             .iter()
@@ -382,49 +240,9 @@ impl EtcdStore {
                     async move { c.txn(txn).await }
                 })
                 .await
-                .map_err(|e| store_error(&self.shown, e))?;
+                .map_err(|e| self.error(e))?;
         }
         Ok(own.into_iter().next().map(|(_, hold)| hold))
-    }
-
-    /// Waits until every background release has been answered (or given up).
-    pub(crate) async fn settle(&self) {
-        self.background.settle().await;
-    }
-
-    /// Revokes the lease of every session (every key of the client goes with them), then waits for the background
-    /// releases: true when every revoke was answered.
-    pub(crate) async fn close(&self) -> bool {
-        self.sessions
-            .close(|s| async move { s.revoke().await })
-            .await
-    }
-}
-
-impl EtcdHold {
-    /// Whether the session the key lives under is lost (its key is gone, or goes with the lease).
-    pub(crate) fn session_lost(&self) -> bool {
-        self.session.loss().is_some()
-    }
-
-    /// Deletes the grant's key if it is still the grant's: true when it was.
-    pub(crate) async fn release(&self) -> Result<bool, Error> {
-        match self.session.release(self.grant.clone()).await {
-            Ok(Released::Released) => Ok(true),
-            Ok(Released::AlreadyGone) => Ok(false),
-            Err(e) => Err(store_error(&self.shown, e)),
-        }
-    }
-
-    /// Releases in the background (a dropped guard); without a runtime the key goes with the session's lease when
-    /// the client is dropped.
-    pub(crate) fn release_in_background(self) {
-        let background = Arc::clone(&self.background);
-        background.spawn(async move {
-            if let Err(e) = self.release().await {
-                tracing::debug!(target: TARGET, key = %self.grant.key(), error = %e, "a background release failed; the key goes with the session's lease");
-            }
-        });
     }
 }
 
@@ -440,15 +258,108 @@ fn lock_name(rest: &str) -> Option<&str> {
     (hex(last) && !head.is_empty()).then_some(head)
 }
 
-/// The crate's error for an error of the recipe.
-pub(crate) fn store_error(url: &str, e: EtcdError) -> Error {
-    match e {
-        EtcdError::Entropy(why) => Error::Entropy(why),
-        e => Error::Store {
-            store: "etcd",
-            url: url.to_owned(),
-            source: Box::new(e),
-        },
+impl StoreError for EtcdError {
+    fn session_lost(loss: SessionLoss) -> Self {
+        EtcdError::SessionLost(loss)
+    }
+
+    /// A lost session (a new one is opened), no answer, a member going away.
+    fn passes(&self) -> bool {
+        self.is_lost()
+            || self.is_timeout()
+            || matches!(self, EtcdError::Etcd { source, .. } if super::endpoints::is_transient(source))
+    }
+
+    fn wrong_permits(&self) -> Option<u32> {
+        match self {
+            EtcdError::WrongPermits { stored } => Some(*stored),
+            _ => None,
+        }
+    }
+
+    fn entropy(why: String) -> Self {
+        EtcdError::Entropy(why)
+    }
+
+    fn into_error(self, shown: &str) -> Error {
+        match self {
+            EtcdError::Entropy(why) => Error::Entropy(why),
+            e => Error::Store {
+                store: "etcd",
+                url: shown.to_owned(),
+                source: Box::new(e),
+            },
+        }
+    }
+}
+
+impl Primitives for Etcd {
+    type Error = EtcdError;
+    type Conn = Conn;
+    /// The waiter key and its create revision.
+    type Entry = (Arc<str>, i64);
+    type Grant = Grant;
+
+    const SESSION: &'static str = "etcd session";
+
+    fn session_ttl(ttl: Duration) -> Result<Duration, Error> {
+        lease_ttl(ttl)
+    }
+
+    fn path(&self, name: &str) -> Result<String, Error> {
+        Ok(format!("{}/{name}", self.prefix))
+    }
+
+    async fn open(
+        &self,
+        ttl: Duration,
+        _background: &Arc<Background>,
+    ) -> Result<Opened<Conn>, EtcdError> {
+        super::session::open(&self.url, &self.options.clone().ttl(ttl)).await
+    }
+
+    fn id(conn: &Conn) -> String {
+        format!("{:x}", conn.lease)
+    }
+
+    async fn renew(shared: &Arc<Shared>, _round: i64) -> Renewal<Self::Entry> {
+        super::session::renew(shared).await
+    }
+
+    async fn read_entries(shared: &Arc<Shared>, entries: Vec<Self::Entry>) -> Option<Vec<bool>> {
+        super::session::read_keys(shared, &entries).await
+    }
+
+    async fn close(shared: &Arc<Shared>) -> Result<(), EtcdError> {
+        super::session::revoke(shared).await
+    }
+
+    async fn grant(
+        &self,
+        session: &Arc<Shared>,
+        path: &str,
+        kind: Kind,
+        hold: &str,
+        waits: bool,
+        _fail_fast: bool,
+    ) -> Result<Option<Grant>, EtcdError> {
+        super::recipe::grant(session, path, kind, hold, waits).await
+    }
+
+    fn fence(grant: &Grant) -> Fence {
+        grant.fence()
+    }
+
+    fn entry(grant: &Grant) -> Self::Entry {
+        (grant.key().into(), grant.revision())
+    }
+
+    async fn release(session: &Arc<Shared>, grant: &Grant) -> Result<bool, EtcdError> {
+        Ok(super::recipe::release(session, grant).await? == Released::Released)
+    }
+
+    fn describe(grant: &Grant) -> String {
+        grant.key().to_owned()
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::session::SessionLoss;
+use crate::backend::session::SessionLoss;
 
 /// What can go wrong in a SQL store.
 #[derive(Debug, thiserror::Error)]

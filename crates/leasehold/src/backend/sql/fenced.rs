@@ -36,7 +36,7 @@ pub struct SqlCommitCheck {
 
 impl Guard {
     /// The SQL side of this grant, if the lock is in a SQL database.
-    fn sql_hold(&self) -> Option<&super::store::SqlHold> {
+    fn sql_hold(&self) -> Option<&crate::backend::session::Hold<super::store::Sql>> {
         match self.session_hold() {
             Some(SessionHold::Sql(hold)) => Some(hold),
             _ => None,
@@ -61,10 +61,10 @@ impl Guard {
         let hold = self.sql_hold()?;
         let shared = &hold.session.shared;
         Some(SqlCommitCheck {
-            statement: shared.db.commit_check().to_owned(),
-            name: hold.name.clone(),
-            fence: hold.fence,
-            session: shared.id.clone(),
+            statement: shared.conn.db.commit_check().to_owned(),
+            name: hold.grant.name.clone(),
+            fence: hold.grant.fence,
+            session: shared.conn.id.clone(),
         })
     }
 

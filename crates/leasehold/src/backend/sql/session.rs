@@ -1,6 +1,7 @@
-//! The session: one row in `PREFIX_session` (a client has one per lease TTL: `backend/sessions.rs`), every grant and
-//! waiter of the client under that TTL an entry of it, and a local deadline after which the server may count the
-//! session expired, with a loss signal that fires at that deadline at the latest.
+//! The SQL stores' session primitives: one row in `PREFIX_session` (a client has one per lease TTL), every grant and
+//! waiter of the client under that TTL an entry of it; opened, renewed (the renewal also reads back the session's
+//! entries), closed. The engine (`backend/session/`) runs its life; what is the SQL stores' own is why the deadline
+//! holds on the server's clock.
 //!
 //! # The deadline
 //!
@@ -41,18 +42,13 @@
 //! knows (one whose acquisition was abandoned while its insert was on its way) is deleted.
 
 use std::collections::HashSet;
-use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::time::Instant;
-
+use super::store::Sql;
 use super::{Db, SqlError};
-use crate::backend::session::{passed, Background, SessionState};
+use crate::backend::session::{self as engine, Opened, Renewal};
 use crate::engine::clock;
-use crate::engine::lease::LossReason;
-use crate::engine::ttl::drift;
 
 /// The session TTL of the locks that set none, unless [`Builder::session_ttl`](crate::Builder::session_ttl) sets
 /// one: the default lease of every store ([`crate::DEFAULT_TTL`], 30 s).
@@ -71,74 +67,23 @@ pub(crate) fn call_timeout(ttl: Duration) -> Duration {
     (ttl / 4).min(MAX_CALL_TIMEOUT)
 }
 
-/// Why a session is lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub(crate) enum SessionLoss {
-    /// The local deadline passed without a newer answered renewal: the server may count the session expired.
-    Expired,
-    /// A renewal found the session expired or deleted on the server.
-    ExpiredOnServer,
-    /// The session was closed by its client.
-    Closed,
-}
-
-impl fmt::Display for SessionLoss {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            SessionLoss::Expired => "no renewal was answered before the local deadline",
-            SessionLoss::ExpiredOnServer => "the server found the session expired",
-            SessionLoss::Closed => "the session was closed",
-        })
-    }
-}
-
-/// What the session, its keeper and its grants share.
-pub(crate) struct Shared {
+/// What a SQL session holds.
+pub(crate) struct Conn {
     pub(crate) db: Arc<Db>,
     /// The session row's id.
     pub(crate) id: String,
-    /// The session TTL.
-    pub(crate) ttl: Duration,
     /// The deadline of each statement.
     pub(crate) call_timeout: Duration,
-    /// The deadline, the loss, and the grants that follow the session, each with its hold.
-    pub(crate) state: SessionState<SessionLoss, String>,
     /// The holds of the entries this client knows in the session: its grants, and the acquisitions under way.
     known: std::sync::Mutex<HashSet<String>>,
-    background: Arc<Background>,
 }
 
-impl fmt::Debug for Shared {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shared")
-            .field("id", &self.id)
-            .field("ttl", &self.ttl)
-            .finish_non_exhaustive()
-    }
-}
+/// What a session, its keeper and its grants share, on the SQL stores.
+pub(crate) type Shared = engine::Shared<Sql>;
 
 impl Shared {
-    /// Marks the session lost (the first reason sticks), and ends the lease of every grant that follows it.
-    pub(crate) fn lose(&self, reason: SessionLoss) {
-        if self.state.lose(reason, LossReason::Expired) {
-            tracing::debug!(target: "leasehold::sql", session = %self.id, %reason, "SQL lock session lost");
-        }
-    }
-
-    /// Why the session is lost, or `None` while it holds.
-    pub(crate) fn loss(&self) -> Option<SessionLoss> {
-        self.state.loss()
-    }
-
-    /// `Ok` while the session holds; the loss as an error otherwise.
-    pub(crate) fn check_alive(&self) -> Result<(), SqlError> {
-        self.loss()
-            .map_or(Ok(()), |loss| Err(SqlError::SessionLost(loss)))
-    }
-
     fn known(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.known.lock().unwrap_or_else(|e| e.into_inner())
+        self.conn.known.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records `hold` as an entry of the session this client knows, before its insert is sent.
@@ -158,22 +103,16 @@ impl Shared {
         self.background.spawn(async move {
             let holds = [hold];
             let deleted = tokio::time::timeout(
-                shared.call_timeout * 2,
-                shared.db.delete_entries(&shared.id, &holds),
+                shared.conn.call_timeout * 2,
+                shared.conn.db.delete_entries(&shared.conn.id, &holds),
             )
             .await;
             if !matches!(deleted, Ok(Ok(()))) {
-                tracing::debug!(target: "leasehold::sql", session = %shared.id, "an abandoned entry was not deleted; the keeper deletes it at its next renewal");
+                tracing::debug!(target: "leasehold::sql", session = %shared.conn.id, "an abandoned entry was not deleted; the keeper deletes it at its next renewal");
             }
             let [hold] = holds;
             shared.forget(&hold);
         });
-    }
-
-    /// Records a renewal sent at `sent`, number `round`, as answered.
-    fn extend(&self, sent: Instant, round: i64) {
-        self.state
-            .extend(sent, round, sent + self.ttl - drift(self.ttl));
     }
 
     /// Runs `statement` under the per-call deadline; `op` names it in errors.
@@ -182,7 +121,7 @@ impl Shared {
         op: &'static str,
         statement: impl std::future::Future<Output = Result<T, SqlError>>,
     ) -> Result<T, SqlError> {
-        within(self.db.label(), op, self.call_timeout, statement).await
+        within(self.conn.db.label(), op, self.conn.call_timeout, statement).await
     }
 }
 
@@ -198,85 +137,42 @@ pub(crate) async fn within<T>(
         .unwrap_or(Err(SqlError::Timeout { store, op, after }))
 }
 
-/// One session, kept alive in the background; every grant and waiter of the client is an entry of it.
-///
-/// Dropping it stops the keeper, marks the session closed, and deletes its row (and entries) in the background; a
-/// session whose row is not deleted expires on the server one TTL after its last renewal.
-#[derive(Debug)]
-pub(crate) struct Session {
-    pub(crate) shared: Arc<Shared>,
-    keeper: tokio::task::JoinHandle<()>,
-}
-
-impl Session {
-    /// Opens a session of `ttl` on `db`.
-    pub(crate) async fn open(
-        db: Arc<Db>,
-        ttl: Duration,
-        background: Arc<Background>,
-    ) -> Result<Session, SqlError> {
-        let id = super::new_session_id()?;
-        let call_timeout = call_timeout(ttl);
-        let sent = clock::now();
-        match tokio::time::timeout(call_timeout.max(ttl / 2), db.open_session(&id, ttl)).await {
-            Ok(opened) => opened?,
-            Err(_) => {
-                return Err(SqlError::Timeout {
-                    store: db.label(),
-                    op: "open session",
-                    after: call_timeout,
-                })
-            }
+/// Opens a session of `ttl` on `db`.
+pub(crate) async fn open(db: Arc<Db>, ttl: Duration) -> Result<Opened<Conn>, SqlError> {
+    let id = super::new_session_id()?;
+    let call_timeout = call_timeout(ttl);
+    let sent = clock::now();
+    match tokio::time::timeout(call_timeout.max(ttl / 2), db.open_session(&id, ttl)).await {
+        Ok(opened) => opened?,
+        Err(_) => {
+            return Err(SqlError::Timeout {
+                store: db.label(),
+                op: "open session",
+                after: call_timeout,
+            })
         }
-        let shared = Arc::new(Shared {
+    }
+    Ok(Opened {
+        conn: Conn {
             db,
             id,
-            ttl,
             call_timeout,
-            state: SessionState::new(sent, sent + ttl - drift(ttl), SessionLoss::Expired),
             known: std::sync::Mutex::new(HashSet::new()),
-            background,
-        });
-        let keeper = tokio::spawn(keep(Arc::downgrade(&shared)));
-        Ok(Session { shared, keeper })
-    }
-
-    /// Why the session is lost, or `None` while it holds.
-    pub(crate) fn loss(&self) -> Option<SessionLoss> {
-        self.shared.loss()
-    }
-
-    /// Closes the session: stops the keeper, ends every grant, and deletes the session's row and entries.
-    pub(crate) async fn close(&self) -> Result<(), SqlError> {
-        self.keeper.abort();
-        self.shared.lose(SessionLoss::Closed);
-        close_row(&self.shared).await
-    }
+        },
+        sent,
+        ttl,
+        validity: ttl,
+        renew_every: ttl / 4,
+        retry_after: ttl / 4,
+    })
 }
 
 /// Deletes the session's row and entries; the session then counts as closed on the server too.
-async fn close_row(shared: &Shared) -> Result<(), SqlError> {
-    let closed = shared
-        .call("close session", shared.db.close_session(&shared.id))
-        .await;
-    if let Err(e) = &closed {
-        tracing::debug!(target: "leasehold::sql", session = %shared.id, error = %e, "closing the session failed; it expires on the server");
-    }
-    closed
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.keeper.abort();
-        if self.shared.state.recorded_loss() == Some(SessionLoss::Closed) {
-            return;
-        }
-        self.shared.lose(SessionLoss::Closed);
-        let shared = Arc::clone(&self.shared);
-        self.shared.background.spawn(async move {
-            let _ = close_row(&shared).await;
-        });
-    }
+pub(crate) async fn close(shared: &Shared) -> Result<(), SqlError> {
+    let conn = &shared.conn;
+    shared
+        .call("close session", conn.db.close_session(&conn.id))
+        .await
 }
 
 /// Every how many renewals the keeper also deletes expired sessions of any client ([`reap_expired`]): once per TTL,
@@ -295,7 +191,7 @@ fn reap_expired(session: &Arc<Shared>) {
     let s = Arc::clone(session);
     tokio::spawn(async move {
         if let Err(e) = s
-            .call("reap expired", s.db.reap_expired(s.ttl, REAP_LIMIT))
+            .call("reap expired", s.conn.db.reap_expired(s.ttl, REAP_LIMIT))
             .await
         {
             tracing::debug!(target: "leasehold::sql", error = %e, "deleting expired sessions failed; the next renewals try again");
@@ -303,82 +199,48 @@ fn reap_expired(session: &Arc<Shared>) {
     });
 }
 
-/// The keeper: a renewal every quarter of the TTL, each on its own (an answer moves the deadline from its own send
-/// time), and now and then a clean-up of expired sessions ([`reap_expired`]); ends when the session is dropped (it
-/// holds only a `Weak`) or lost.
-async fn keep(shared: Weak<Shared>) {
-    let Some(every) = shared.upgrade().map(|s| s.ttl / 4) else {
-        return;
-    };
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut in_flight = FuturesUnordered::new();
-    let mut round = 0;
-    loop {
-        let Some(deadline) = shared.upgrade().map(|s| s.state.deadline()) else {
-            return;
-        };
-        tokio::select! {
-            _ = tick.tick() => {
-                let Some(session) = shared.upgrade() else { return };
-                if session.loss().is_some() {
-                    return;
-                }
-                round += 1;
-                if round % i64::from(REAP_EVERY) == 1 {
-                    reap_expired(&session);
-                }
-                let sent = clock::now();
-                // Registered with each grant before the renewal leaves, as the Redis keeper registers a renewal.
-                let begun = session.state.begin_round(session.ttl);
-                let this_round = round;
-                let weak = Weak::clone(&shared);
-                in_flight.push(async move {
-                    let answer = match weak.upgrade() {
-                        Some(s) => Some(s.call("renew", s.db.renew(&s.id, s.ttl)).await),
-                        None => None,
-                    };
-                    (sent, this_round, begun, answer)
+/// One renewal, number `round` (every [`REAP_EVERY`]th, from the first, also starts a clean-up of expired sessions:
+/// [`reap_expired`]). The statement returns the holds of the session's entries: the engine ends the grant of any hold
+/// missing (someone else deleted its entry), and an entry no acquisition of the client knows (one whose acquisition
+/// was abandoned while its insert was on its way) is deleted here.
+pub(crate) async fn renew(shared: &Arc<Shared>, round: i64) -> Renewal<String> {
+    if round % i64::from(REAP_EVERY) == 1 {
+        reap_expired(shared);
+    }
+    let conn = &shared.conn;
+    match shared
+        .call("renew", conn.db.renew(&conn.id, shared.ttl))
+        .await
+    {
+        Ok(Some(holds)) => {
+            let orphans: Vec<String> = {
+                let known = shared.known();
+                holds
+                    .iter()
+                    .filter(|h| !known.contains(*h))
+                    .cloned()
+                    .collect()
+            };
+            if !orphans.is_empty() {
+                let s = Arc::clone(shared);
+                shared.background.spawn(async move {
+                    let _ = s
+                        .call(
+                            "delete orphans",
+                            s.conn.db.delete_entries(&s.conn.id, &orphans),
+                        )
+                        .await;
                 });
             }
-            Some((sent, round, begun, answer)) = in_flight.next() => {
-                let Some(session) = shared.upgrade() else { return };
-                match answer {
-                    Some(Ok(Some(holds))) => {
-                        session.extend(sent, round);
-                        let present: HashSet<&str> = holds.iter().map(String::as_str).collect();
-                        for (lease, request, hold) in &begun {
-                            if present.contains(hold.as_str()) {
-                                lease.confirm(*request, round);
-                            } else if lease.end(LossReason::Gone) {
-                                tracing::debug!(target: "leasehold::sql", lock = %lease.keys.name(), "the lock's entry was deleted by someone else");
-                            }
-                        }
-                        let orphans: Vec<String> = {
-                            let known = session.known();
-                            holds.into_iter().filter(|h| !known.contains(h)).collect()
-                        };
-                        if !orphans.is_empty() {
-                            let s = Arc::clone(&session);
-                            session.background.spawn(async move {
-                                let _ = s.call("delete orphans", s.db.delete_entries(&s.id, &orphans)).await;
-                            });
-                        }
-                    }
-                    Some(Ok(None)) => {
-                        session.lose(SessionLoss::ExpiredOnServer);
-                        return;
-                    }
-                    Some(Err(e)) => tracing::debug!(target: "leasehold::sql", error = %e, "SQL lock session renewal failed"),
-                    None => return,
-                }
+            Renewal::Renewed {
+                validity: shared.validity,
+                entries: Some(holds),
             }
-            () = passed(deadline) => {
-                if let Some(session) = shared.upgrade() {
-                    session.lose(SessionLoss::Expired);
-                }
-                return;
-            }
+        }
+        Ok(None) => Renewal::Ended,
+        Err(e) => {
+            tracing::debug!(target: "leasehold::sql", error = %e, "SQL lock session renewal failed");
+            Renewal::Failed
         }
     }
 }

@@ -15,19 +15,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::rights::Use;
-use super::session::{Session, SessionLoss, Shared};
+use super::session::{Conn, Shared};
 use super::{Db, Entry, SqlError};
 use crate::backend::admission::{admit, Admission, Kind};
-use crate::backend::redis::keys::LockKeys;
-use crate::backend::session::{lock_info, passed, Admitted, Background};
-use crate::backend::sessions::{Sessions, StoreSession};
-use crate::backend::{Terms, Wait};
-use crate::client::{Client, LockInfo};
+use crate::backend::session::state::passed;
+use crate::backend::session::{
+    lock_info, Admitted, Background, Engine, Opened, Primitives, Renewal, SessionLoss, StoreError,
+};
+use crate::client::LockInfo;
 use crate::engine::clock;
-use crate::engine::lease::{Lease, LeaseShared};
 use crate::error::Error;
 use crate::fence::Fence;
-use crate::kinds::guard::Guard;
 
 /// The tracing target of this file's events.
 const TARGET: &str = "leasehold::sql";
@@ -40,30 +38,37 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// round differently.
 const EXPIRY_MARGIN: Duration = Duration::from_millis(2);
 
-/// A client's SQL side: its database, its tables' prefix, and its sessions (one per lease TTL).
-pub(crate) struct SqlStore {
+/// The SQL stores' settings and primitives under the session engine: the database and the tables' prefix.
+pub(crate) struct Sql {
     pub(crate) db: Arc<Db>,
-    /// The URL as shown in errors and logs: password hidden.
-    shown: Arc<str>,
     pub(crate) prefix: String,
-    sessions: Sessions<Session>,
     /// Set once the user is known to have every right a lock needs: at connect, or for a read-only client (whose
     /// connect checked only `SELECT`) at its first write, before that write.
     writable: tokio::sync::OnceCell<()>,
-    /// The releases running in the background (dropped guards, abandoned entries, dropped sessions), for
-    /// [`Client::flush_releases`] and [`Client::close`]: the sessions' own.
-    background: Arc<Background>,
 }
 
-impl StoreSession for Session {
-    fn is_lost(&self) -> bool {
-        self.loss().is_some()
-    }
-
-    fn following(&self) -> usize {
-        self.shared.state.following()
+impl std::fmt::Debug for Sql {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sql")
+            .field("db", &self.db.label())
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
     }
 }
+
+impl Sql {
+    /// Checks, once, that the user has every right a lock needs: a read-only client's first write does, before it
+    /// writes anything.
+    async fn writable(&self) -> Result<(), SqlError> {
+        self.writable
+            .get_or_try_init(|| self.db.check_rights(Use::Lock))
+            .await
+            .map(drop)
+    }
+}
+
+/// A client's SQL side: the engine over the SQL stores' primitives.
+pub(crate) type SqlStore = Engine<Sql>;
 
 /// The session TTL a lock asking for `ttl` is granted under: `ttl` itself, refused below
 /// [`MIN_TTL`](super::session::MIN_TTL) (1 s; the keeper renews the row every quarter of it, each renewal a write).
@@ -79,23 +84,11 @@ pub(crate) fn session_ttl(ttl: Duration) -> Result<Duration, Error> {
     Ok(ttl)
 }
 
-/// What a guard of a SQL grant needs to release it: the session its entry belongs to, and the entry.
-pub(crate) struct SqlHold {
-    shown: Arc<str>,
-    pub(crate) session: Arc<Session>,
+/// What a release needs of a SQL grant: the lock's name, the entry's fence and hold.
+pub(crate) struct SqlGrant {
     pub(crate) name: String,
     pub(crate) fence: i64,
     pub(crate) hold: String,
-    background: Arc<Background>,
-}
-
-impl std::fmt::Debug for SqlStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqlStore")
-            .field("url", &self.shown)
-            .field("prefix", &self.prefix)
-            .finish_non_exhaustive()
-    }
 }
 
 /// An acquisition's entry until it is granted: dropped before that (given up, or the acquisition's future dropped),
@@ -141,159 +134,24 @@ impl SqlStore {
         let used = if read_only { Use::Read } else { Use::Lock };
         let db = Db::connect(url, &prefix, connection_timeout, call_timeout, tls, used)
             .await
-            .map_err(|e| store_error(db_name(url), &shown, e))?;
-        let sessions = Sessions::new(ttl);
+            .map_err(|e| e.into_error_on(db_name(url), &shown))?;
         let writable = if read_only {
             tokio::sync::OnceCell::new()
         } else {
             tokio::sync::OnceCell::new_with(Some(()))
         };
-        let store = SqlStore {
+        let sql = Sql {
             db: Arc::new(db),
-            shown,
             prefix,
-            background: Arc::clone(&sessions.background),
-            sessions,
             writable,
         };
-        Ok(store)
-    }
-
-    fn error(&self, e: SqlError) -> Error {
-        store_error(self.db.name(), &self.shown, e)
-    }
-
-    /// Checks, once, that the user has every right a lock needs: a read-only client's first write does, before it
-    /// writes anything.
-    async fn writable(&self) -> Result<(), SqlError> {
-        self.writable
-            .get_or_try_init(|| self.db.check_rights(Use::Lock))
-            .await
-            .map(drop)
-    }
-
-    /// The live session of TTL `ttl`, or a new one when there is none yet or the last one was lost.
-    async fn session(&self, ttl: Duration) -> Result<Arc<Session>, SqlError> {
-        self.writable().await?;
-        self.sessions
-            .get(ttl, |replacing| async move {
-                let session =
-                    Session::open(Arc::clone(&self.db), ttl, Arc::clone(&self.background)).await?;
-                if replacing {
-                    tracing::info!(target: TARGET, "the {} lock session was lost; opened a new one", self.db.label());
-                }
-                Ok(session)
-            })
-            .await
-    }
-
-    /// The default lease: of the locks that set no TTL.
-    pub(crate) fn default_ttl(&self) -> Duration {
-        self.sessions.default_ttl()
-    }
-
-    /// Grants the client's sessions follow now.
-    pub(crate) fn kept_leases(&self) -> usize {
-        self.sessions.following()
-    }
-
-    /// Waits as `wait` says until lock `keys` admits `kind`, storing `hold` in the grant's entry, and returns the
-    /// grant's guard.
-    pub(crate) async fn acquire(
-        &self,
-        client: &Client,
-        keys: Arc<LockKeys>,
-        kind: Kind,
-        hold: String,
-        terms: Terms,
-    ) -> Result<Guard, Error> {
-        let Terms {
-            ttl,
-            wait,
-            fail_fast,
-        } = terms;
-        let ttl = session_ttl(ttl)?;
-        let waits = matches!(wait, Wait::Until(_));
-        // Each attempt's entry has a hold of its own: an earlier attempt's entry may still be on its way to
-        // deletion (by its hold) when the next is inserted.
-        let attempts = std::sync::atomic::AtomicUsize::new(0);
-        let attempt = || async {
-            let hold = match attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
-                0 => hold.clone(),
-                _ => crate::fence::redrawn(&hold).map_err(|e| SqlError::Entropy(e.to_string()))?,
-            };
-            let session = self.session(ttl).await?;
-            match grant(&session.shared, keys.name(), kind, &hold, waits, fail_fast).await? {
-                Some(fence) => self.hold(client, &keys, hold, session, fence).map(Some),
-                None => Ok(None),
-            }
-        };
-        crate::backend::until_granted(
-            keys.name(),
-            wait,
-            fail_fast,
-            attempt,
-            SqlError::passes,
-            |e| match e {
-                SqlError::WrongPermits { stored } => {
-                    crate::backend::admission::wrong_permits(keys.name(), kind, stored)
-                }
-                e => self.error(e),
-            },
-        )
-        .await
-    }
-
-    /// The guard of a grant: a lease that follows the session from its last answered renewal. An error when the
-    /// session was lost by then: the entry is given back and the wait goes on.
-    fn hold(
-        &self,
-        client: &Client,
-        keys: &Arc<LockKeys>,
-        hold: String,
-        session: Arc<Session>,
-        fence: i64,
-    ) -> Result<Guard, SqlError> {
-        let ttl = session.shared.ttl;
-        let (sent, round) = session.shared.state.acked();
-        let lease = LeaseShared::new(
-            Arc::clone(keys),
-            hold.clone(),
-            Fence::new(fence.unsigned_abs()),
-            ttl,
-            sent,
-            ttl,
-            round,
-        );
-        let following = session.shared.state.follow(&lease, hold.clone());
-        let guard = Guard::on_session(
-            client.clone(),
-            Lease {
-                shared: Arc::clone(&lease),
-            },
-            crate::backend::SessionHold::Sql(SqlHold {
-                shown: Arc::clone(&self.shown),
-                session: Arc::clone(&session),
-                name: keys.name().to_owned(),
-                fence,
-                hold,
-                background: Arc::clone(&self.background),
-            }),
-        );
-        if !following || !guard.is_held() {
-            drop(guard);
-            return Err(SqlError::SessionLost(
-                session.loss().unwrap_or(SessionLoss::Expired),
-            ));
-        }
-        crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&lease.token), debug, lock = %keys.name(), hold = %crate::engine::trace::words(&lease.token), fence = lease.fence.get(), "granted");
-        Ok(guard)
+        Ok(Engine::new(sql, shown, ttl))
     }
 
     /// The lock's state: its live entries in queue order, each admitted or waiting by the rules.
     pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
         let entries = self
-            .call("inspect", self.db.entries(name, None))
+            .call("inspect", self.store.db.entries(name, None))
             .await
             .map_err(|e| self.error(e))?;
         let live: Vec<&Entry> = entries.iter().filter(|e| e.live).collect();
@@ -316,7 +174,7 @@ impl SqlStore {
     /// The held locks whose names match the glob `pattern`.
     pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
         let names = self
-            .call("list", self.db.names())
+            .call("list", self.store.db.names())
             .await
             .map_err(|e| self.error(e))?;
         crate::backend::session::held_among(names, pattern, |name| async move {
@@ -328,26 +186,13 @@ impl SqlStore {
     /// Deletes every entry of lock `name` (holders and waiters), and returns the token of the first live one, the
     /// holder, if there was one.
     pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
-        self.writable().await.map_err(|e| self.error(e))?;
+        self.store.writable().await.map_err(|e| self.error(e))?;
         let first = self
-            .call("force release", self.db.force_release(name))
+            .call("force release", self.store.db.force_release(name))
             .await
             .map_err(|e| self.error(e))?;
-        self.db.wakes().wake(name);
+        self.store.db.wakes().wake(name);
         Ok(first.map(|hold| crate::fence::token_of(&hold).to_owned()))
-    }
-
-    /// Waits until every background release has been answered (or given up).
-    pub(crate) async fn settle(&self) {
-        self.background.settle().await;
-    }
-
-    /// Closes every session (their rows and every entry of the client are deleted), then waits for the background
-    /// releases: true when every delete was answered.
-    pub(crate) async fn close(&self) -> bool {
-        self.sessions
-            .close(|s| async move { s.close().await })
-            .await
     }
 
     /// Runs `statement` under the per-call deadline of this store's sessions.
@@ -356,8 +201,8 @@ impl SqlStore {
         op: &'static str,
         statement: impl std::future::Future<Output = Result<T, SqlError>>,
     ) -> Result<T, SqlError> {
-        let after = super::session::call_timeout(self.sessions.default_ttl());
-        super::session::within(self.db.label(), op, after, statement).await
+        let after = super::session::call_timeout(self.default_ttl());
+        super::session::within(self.store.db.label(), op, after, statement).await
     }
 }
 
@@ -371,7 +216,7 @@ async fn grant(
     waits: bool,
     fail_fast: bool,
 ) -> Result<Option<i64>, SqlError> {
-    let db = &shared.db;
+    let db = &shared.conn.db;
     shared.check_alive()?;
     shared.know(hold);
     let pending = Pending {
@@ -379,13 +224,13 @@ async fn grant(
         hold: Some(hold.to_owned()),
     };
     let fence = match shared
-        .call("enqueue", db.enqueue(name, &shared.id, kind, hold))
+        .call("enqueue", db.enqueue(name, &shared.conn.id, kind, hold))
         .await
     {
         Ok(fence) => fence,
         Err(e) if e.session_gone() => {
-            shared.lose(SessionLoss::ExpiredOnServer);
-            return Err(SqlError::SessionLost(SessionLoss::ExpiredOnServer));
+            shared.lose(SessionLoss::Ended);
+            return Err(SqlError::SessionLost(SessionLoss::Ended));
         }
         Err(e) => return Err(e),
     };
@@ -402,7 +247,7 @@ async fn grant(
             Ok(Check::Again) => continue,
             Ok(Check::Busy { .. }) if !waits => {
                 if shared
-                    .call("release", db.release(name, fence, &shared.id))
+                    .call("release", db.release(name, fence, &shared.conn.id))
                     .await
                     .is_ok()
                 {
@@ -447,7 +292,7 @@ async fn grant(
         tokio::select! {
             _ = wake.changed() => {}
             () = passed(at) => {}
-            _ = shared.state.lost() => {}
+            _ = shared.lost() => {}
         }
     }
 }
@@ -473,7 +318,7 @@ async fn check(
     kind: Kind,
     fence: i64,
 ) -> Result<Check, SqlError> {
-    let db = &shared.db;
+    let db = &shared.conn.db;
     let entries = shared.call("check", db.entries(name, Some(fence))).await?;
     let Some((mine, ahead)) = entries.split_last().filter(|(mine, _)| mine.fence == fence) else {
         return Err(SqlError::LostWhileWaiting {
@@ -481,8 +326,8 @@ async fn check(
         });
     };
     if !mine.live {
-        shared.lose(SessionLoss::ExpiredOnServer);
-        return Err(SqlError::SessionLost(SessionLoss::ExpiredOnServer));
+        shared.lose(SessionLoss::Ended);
+        return Err(SqlError::SessionLost(SessionLoss::Ended));
     }
     let mut dead: Vec<String> = ahead
         .iter()
@@ -516,38 +361,6 @@ async fn check(
     })
 }
 
-impl SqlHold {
-    /// Whether the session the entry belongs to is lost (its entry is gone, or may be deleted by anyone).
-    pub(crate) fn session_lost(&self) -> bool {
-        self.session.loss().is_some()
-    }
-
-    /// Deletes the grant's entry: true when it was there.
-    pub(crate) async fn release(&self) -> Result<bool, Error> {
-        let shared = &self.session.shared;
-        let released = shared
-            .call(
-                "release",
-                shared.db.release(&self.name, self.fence, &shared.id),
-            )
-            .await
-            .map_err(|e| store_error(shared.db.name(), &self.shown, e))?;
-        shared.db.wakes().wake(&self.name);
-        shared.forget(&self.hold);
-        Ok(released)
-    }
-
-    /// Releases in the background (a dropped guard); without a runtime the entry goes with the session.
-    pub(crate) fn release_in_background(self) {
-        let background = Arc::clone(&self.background);
-        background.spawn(async move {
-            if let Err(e) = self.release().await {
-                tracing::debug!(target: TARGET, lock = %self.name, error = %e, "a background release failed; the entry goes with the session");
-            }
-        });
-    }
-}
-
 /// The store a URL names, as errors name it.
 pub(crate) fn db_name(url: &str) -> &'static str {
     if url.starts_with("mysql://") || url.starts_with("mariadb://") {
@@ -557,21 +370,139 @@ pub(crate) fn db_name(url: &str) -> &'static str {
     }
 }
 
-/// The crate's error for an error of a SQL store.
-pub(crate) fn store_error(store: &'static str, url: &str, e: SqlError) -> Error {
-    match e {
-        SqlError::Entropy(why) => Error::Entropy(why),
-        SqlError::NotPermitted { detail } => Error::NotPermitted {
-            detail,
-            source: None,
-        },
-        SqlError::InvalidUrl { store, why } => {
-            crate::InvalidArgument::BadUrl(format!("{url} ({store}): {why}")).into()
+impl SqlError {
+    /// The crate's error for it, on `store` at the URL shown as `shown`.
+    fn into_error_on(self, store: &'static str, shown: &str) -> Error {
+        match self {
+            SqlError::Entropy(why) => Error::Entropy(why),
+            SqlError::NotPermitted { detail } => Error::NotPermitted {
+                detail,
+                source: None,
+            },
+            SqlError::InvalidUrl { store, why } => {
+                crate::InvalidArgument::BadUrl(format!("{shown} ({store}): {why}")).into()
+            }
+            e => Error::Store {
+                store,
+                url: shown.to_owned(),
+                source: Box::new(e),
+            },
         }
-        e => Error::Store {
-            store,
-            url: url.to_owned(),
-            source: Box::new(e),
-        },
+    }
+}
+
+impl StoreError for SqlError {
+    fn session_lost(loss: SessionLoss) -> Self {
+        SqlError::SessionLost(loss)
+    }
+
+    fn passes(&self) -> bool {
+        SqlError::passes(self)
+    }
+
+    fn wrong_permits(&self) -> Option<u32> {
+        match self {
+            SqlError::WrongPermits { stored } => Some(*stored),
+            _ => None,
+        }
+    }
+
+    fn entropy(why: String) -> Self {
+        SqlError::Entropy(why)
+    }
+
+    /// The store's name comes from the error's own dialect when it has one; a URL's errors name it themselves.
+    fn into_error(self, shown: &str) -> Error {
+        let store = db_name(shown);
+        self.into_error_on(store, shown)
+    }
+}
+
+impl Primitives for Sql {
+    type Error = SqlError;
+    type Conn = Conn;
+    /// The entry's hold.
+    type Entry = String;
+    type Grant = SqlGrant;
+
+    const SESSION: &'static str = "SQL lock session";
+
+    fn session_ttl(ttl: Duration) -> Result<Duration, Error> {
+        session_ttl(ttl)
+    }
+
+    /// A lock's entries are rows named by the lock's name itself.
+    fn path(&self, name: &str) -> Result<String, Error> {
+        Ok(name.to_owned())
+    }
+
+    /// Checks the rights a lock needs first (once), then inserts the session's row.
+    async fn open(
+        &self,
+        ttl: Duration,
+        _background: &Arc<Background>,
+    ) -> Result<Opened<Conn>, SqlError> {
+        self.writable().await?;
+        super::session::open(Arc::clone(&self.db), ttl).await
+    }
+
+    fn id(conn: &Conn) -> String {
+        conn.id.clone()
+    }
+
+    async fn renew(shared: &Arc<Shared>, round: i64) -> Renewal<String> {
+        super::session::renew(shared, round).await
+    }
+
+    /// Never called: the renewal's own answer carries the session's entries.
+    async fn read_entries(_shared: &Arc<Shared>, _entries: Vec<String>) -> Option<Vec<bool>> {
+        None
+    }
+
+    async fn close(shared: &Arc<Shared>) -> Result<(), SqlError> {
+        super::session::close(shared).await
+    }
+
+    async fn grant(
+        &self,
+        session: &Arc<Shared>,
+        name: &str,
+        kind: Kind,
+        hold: &str,
+        waits: bool,
+        fail_fast: bool,
+    ) -> Result<Option<SqlGrant>, SqlError> {
+        let fence = grant(session, name, kind, hold, waits, fail_fast).await?;
+        Ok(fence.map(|fence| SqlGrant {
+            name: name.to_owned(),
+            fence,
+            hold: hold.to_owned(),
+        }))
+    }
+
+    fn fence(grant: &SqlGrant) -> Fence {
+        Fence::new(grant.fence.unsigned_abs())
+    }
+
+    fn entry(grant: &SqlGrant) -> String {
+        grant.hold.clone()
+    }
+
+    /// Deletes the entry, wakes this client's waiters of the lock, and forgets the hold.
+    async fn release(shared: &Arc<Shared>, grant: &SqlGrant) -> Result<bool, SqlError> {
+        let db = &shared.conn.db;
+        let released = shared
+            .call(
+                "release",
+                db.release(&grant.name, grant.fence, &shared.conn.id),
+            )
+            .await?;
+        db.wakes().wake(&grant.name);
+        shared.forget(&grant.hold);
+        Ok(released)
+    }
+
+    fn describe(grant: &SqlGrant) -> String {
+        format!("{} (fence {})", grant.name, grant.fence)
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::session::SessionLoss;
+use crate::backend::session::SessionLoss;
 
 /// What can go wrong in the ZooKeeper recipe.
 #[derive(Debug, thiserror::Error)]

@@ -23,7 +23,7 @@ use std::time::Duration;
 use zookeeper_client::{Acls, CreateMode, EventType};
 
 use super::kind::{node_prefix, queue, Contender};
-use super::session::{Session, Shared};
+use super::session::Shared;
 use super::ZkError;
 use crate::backend::admission::{admit, Admission, Kind};
 use crate::fence::Fence;
@@ -105,7 +105,7 @@ struct Cleanup {
 
 impl Cleanup {
     async fn run(self) {
-        let pause = 2 * self.session.call_timeout;
+        let pause = 2 * self.session.call_timeout();
         self.delete(pause).await;
         if !self.again {
             return;
@@ -133,73 +133,65 @@ impl Cleanup {
     }
 }
 
-impl Session {
-    /// Waits until the lock at `path` (the lock's node) admits this session as `kind`, storing `value` in the
-    /// grant's node. Without `wait`, one try: when the lock does not admit the node at once, the node is deleted again
-    /// and the answer is `None` (busy).
-    ///
-    /// Cancel safety: dropping the future (or any error) deletes the acquisition's nodes in the background.
-    pub(crate) async fn grant(
-        &self,
-        path: &str,
-        kind: Kind,
-        value: &str,
-        wait: bool,
-    ) -> Result<Option<Grant>, ZkError> {
-        let session = &*self.shared;
-        session.check_alive()?;
-        let prefix = node_prefix(kind, grant_id()?);
-        let mut pending = Pending {
-            session: &self.shared,
-            path: path.to_owned(),
-            prefix: prefix.clone(),
-            armed: true,
-            settled: false,
-        };
-        let (name, czxid, retried) = create(session, path, &prefix, value).await?;
-        pending.settled = !retried;
-        let grant = Grant {
-            node: format!("{path}/{name}"),
-            czxid,
-        };
-        loop {
-            let ahead = check(session, path, &prefix, &name).await?;
-            let kinds: Vec<Kind> = ahead.iter().map(|c| c.kind).collect();
-            let watched = match admit(kind, &kinds) {
-                Admission::Granted => {
-                    pending.armed = false;
-                    return Ok(Some(grant));
-                }
-                // Refused: the node is deleted in the background (`pending`).
-                Admission::WrongPermits(stored) => {
-                    return Err(ZkError::WrongPermits {
-                        stored: stored.get(),
-                    })
-                }
-                _ if !wait => {
-                    release(session, &grant.node).await?;
-                    pending.armed = false;
-                    return Ok(None);
-                }
-                Admission::WaitFor(i) => Some(format!("{path}/{}", ahead[i].name)),
-                Admission::WaitForAny => None,
-            };
-            tokio::select! {
-                waited = wait_for_change(session, path, watched.as_deref()) => waited?,
-                loss = session.lost() => return Err(ZkError::SessionLost(loss)),
+/// Waits until the lock at `path` (the lock's node) admits this session as `kind`, storing `value` in the
+/// grant's node. Without `wait`, one try: when the lock does not admit the node at once, the node is deleted again
+/// and the answer is `None` (busy).
+///
+/// Cancel safety: dropping the future (or any error) deletes the acquisition's nodes in the background.
+pub(crate) async fn grant(
+    session: &Arc<Shared>,
+    path: &str,
+    kind: Kind,
+    value: &str,
+    wait: bool,
+) -> Result<Option<Grant>, ZkError> {
+    session.check_alive()?;
+    let prefix = node_prefix(kind, grant_id()?);
+    let mut pending = Pending {
+        session,
+        path: path.to_owned(),
+        prefix: prefix.clone(),
+        armed: true,
+        settled: false,
+    };
+    let (name, czxid, retried) = create(session, path, &prefix, value).await?;
+    pending.settled = !retried;
+    let grant = Grant {
+        node: format!("{path}/{name}"),
+        czxid,
+    };
+    loop {
+        let ahead = check(session, path, &prefix, &name).await?;
+        let kinds: Vec<Kind> = ahead.iter().map(|c| c.kind).collect();
+        let watched = match admit(kind, &kinds) {
+            Admission::Granted => {
+                pending.armed = false;
+                return Ok(Some(grant));
             }
+            // Refused: the node is deleted in the background (`pending`).
+            Admission::WrongPermits(stored) => {
+                return Err(ZkError::WrongPermits {
+                    stored: stored.get(),
+                })
+            }
+            _ if !wait => {
+                release(session, &grant.node).await?;
+                pending.armed = false;
+                return Ok(None);
+            }
+            Admission::WaitFor(i) => Some(format!("{path}/{}", ahead[i].name)),
+            Admission::WaitForAny => None,
+        };
+        tokio::select! {
+            waited = wait_for_change(session, path, watched.as_deref()) => waited?,
+            loss = session.lost() => return Err(ZkError::SessionLost(loss)),
         }
-    }
-
-    /// Deletes the grant's node: true when it was there.
-    pub(crate) async fn release(&self, grant: &Grant) -> Result<bool, ZkError> {
-        release(&self.shared, &grant.node).await
     }
 }
 
-/// Deletes `node`: true when it was there. A lost answer is tried again (a delete of a node already deleted by the
+/// Deletes `node` (a grant's release): true when it was there. A lost answer is tried again (a delete of a node already deleted by the
 /// first try answers `NoNode`, which is as good).
-async fn release(session: &Shared, node: &str) -> Result<bool, ZkError> {
+pub(crate) async fn release(session: &Shared, node: &str) -> Result<bool, ZkError> {
     let mut tries = 0;
     loop {
         match session.call("release", session.client()?.delete(node, None)).await {
@@ -304,7 +296,7 @@ async fn find_own(
                 session.client()?.check_stat(&node),
             )
             .await?;
-        if let Some(stat) = stat.filter(|s| s.ephemeral_owner == session.id) {
+        if let Some(stat) = stat.filter(|s| s.ephemeral_owner == session.id()) {
             return Ok(Some((child.clone(), stat.czxid)));
         }
     }
@@ -364,7 +356,7 @@ async fn wait_for_change(
                 .1
         }
     };
-    if let Ok(event) = tokio::time::timeout(session.timeout, watcher.changed()).await {
+    if let Ok(event) = tokio::time::timeout(session.ttl, watcher.changed()).await {
         if event.event_type == EventType::Session {
             session.check_alive()?;
         }

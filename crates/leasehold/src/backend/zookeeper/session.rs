@@ -1,6 +1,6 @@
-//! The session: one ZooKeeper session (a client has one per lease TTL: `backend/sessions.rs`), every grant an
-//! ephemeral node of it, and a local deadline after which the session may have expired on the server, with a loss
-//! signal that fires at that deadline at the latest.
+//! ZooKeeper's session primitives: one ZooKeeper session (a client has one per lease TTL), every grant an ephemeral
+//! node of it, opened, kept alive with `sync`s, read back and closed; the engine (`backend/session/`) runs its life.
+//! What is ZooKeeper's own is the deadline: how much of the timeout a grant can count on after an answered `sync`.
 //!
 //! # The deadline
 //!
@@ -27,19 +27,15 @@
 //! What this asks of the server: the default `minSessionTimeout` of two ticks (so a tick is at most `t/2`). An
 //! ensemble configured with a smaller minimum may expire sessions sooner than this deadline.
 
-use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::time::Instant;
 use zookeeper_client::{MultiReadResult, StateWatcher};
 
+use super::store::ZooKeeper;
 use super::ZkError;
-use crate::backend::session::{passed, Background, SessionState};
+use crate::backend::session::{self as engine, Opened, Renewal, SessionLoss};
 use crate::engine::clock;
-use crate::engine::lease::LossReason;
-use crate::engine::ttl::drift;
 
 /// The session timeout asked for unless one is set: the default lease of every store ([`crate::DEFAULT_TTL`], 30 s).
 /// ZooKeeper clamps it to its bounds (by default 2 to 20 ticks: 4 s to 40 s with the usual 2 s tick); the negotiated
@@ -57,79 +53,28 @@ pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 24 * 3600);
 /// soon, long before the deadline, and the client moves to another server.
 const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Why a session is lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub(crate) enum SessionLoss {
-    /// The local deadline passed without a newer answered `sync`: the server may have expired the session.
-    Expired,
-    /// ZooKeeper said the session expired (or refused its credentials): its nodes are gone.
-    ExpiredOnServer,
-    /// The session was closed by its client.
-    Closed,
-}
-
-impl fmt::Display for SessionLoss {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            SessionLoss::Expired => "no keep-alive was answered before the local deadline",
-            SessionLoss::ExpiredOnServer => "ZooKeeper expired the session",
-            SessionLoss::Closed => "the session was closed",
-        })
-    }
-}
-
-/// What the session, its keeper and its grants share.
-pub(crate) struct Shared {
+/// What a ZooKeeper session holds.
+pub(crate) struct Conn {
     /// The ZooKeeper client, until the session is lost: then it is dropped, which closes the session on the server
     /// (and deletes its nodes) once the requests still out with clones of it are done, instead of letting the client
     /// keep a session alive that nobody counts on any more.
     client: std::sync::RwLock<Option<zookeeper_client::Client>>,
+    /// The client's session states: terminal once the session is closed or expired.
+    states: StateWatcher,
     /// The session id: the `ephemeralOwner` of every node of the session.
     pub(crate) id: i64,
-    /// The negotiated session timeout.
-    pub(crate) timeout: Duration,
-    /// The part of it a grant counts on after each answered `sync` (see the module docs): `5t/8`.
-    pub(crate) validity: Duration,
     /// The deadline of each request.
-    pub(crate) call_timeout: Duration,
-    /// The deadline, the loss, and the grants that follow the session, each with its node and the node's `czxid`.
-    pub(crate) state: SessionState<SessionLoss, (Arc<str>, i64)>,
-    /// Where the clean-ups of this session's abandoned acquisitions run: the client's.
-    pub(crate) background: Arc<Background>,
+    call_timeout: Duration,
 }
 
-impl fmt::Debug for Shared {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shared")
-            .field("id", &format_args!("{:x}", self.id))
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
-    }
-}
+/// What a session, its keeper and its grants share, on ZooKeeper.
+pub(crate) type Shared = engine::Shared<ZooKeeper>;
 
 impl Shared {
-    /// Marks the session lost (the first reason sticks), and ends the lease of every grant that follows it.
-    pub(crate) fn lose(&self, reason: SessionLoss) {
-        let ends_as = match reason {
-            SessionLoss::ExpiredOnServer => LossReason::Gone,
-            SessionLoss::Expired | SessionLoss::Closed => LossReason::Expired,
-        };
-        if self.state.lose(reason, ends_as) {
-            tracing::debug!(session = format_args!("{:x}", self.id), %reason, "ZooKeeper session lost");
-        }
-        let closed = self
-            .client
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        drop(closed);
-    }
-
     /// The ZooKeeper client of the session (a clone: the requests made with it keep it alive until they end); the
     /// session's loss once it is lost.
     pub(crate) fn client(&self) -> Result<zookeeper_client::Client, ZkError> {
-        let client = self.client.read().unwrap_or_else(|e| e.into_inner());
+        let client = self.conn.client.read().unwrap_or_else(|e| e.into_inner());
         match &*client {
             Some(client) if self.loss().is_none() => Ok(client.clone()),
             _ => Err(ZkError::SessionLost(
@@ -138,229 +83,158 @@ impl Shared {
         }
     }
 
-    /// Records a `sync` sent at `sent`, number `round`, as answered.
-    fn extend(&self, sent: Instant, round: i64) {
-        self.state
-            .extend(sent, round, sent + self.validity - drift(self.validity));
+    /// The session id.
+    pub(crate) fn id(&self) -> i64 {
+        self.conn.id
     }
 
-    /// Why the session is lost, or `None` while it holds.
-    pub(crate) fn loss(&self) -> Option<SessionLoss> {
-        self.state.loss()
+    /// The deadline of each request.
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.conn.call_timeout
     }
 
-    /// `Ok` while the session holds; the loss as an error otherwise.
-    pub(crate) fn check_alive(&self) -> Result<(), ZkError> {
-        self.loss()
-            .map_or(Ok(()), |loss| Err(ZkError::SessionLost(loss)))
-    }
-
-    /// Resolves when the session is lost, at the deadline at the latest.
-    pub(crate) async fn lost(&self) -> SessionLoss {
-        self.state.lost().await
-    }
-
-    /// Runs `request` under the per-call deadline; `op` names it in errors.
+    /// Runs `request` under the per-call deadline; `op` names it in errors. An answer that the session expired loses
+    /// the session.
     pub(crate) async fn call<T>(
         &self,
         op: &'static str,
         request: impl std::future::Future<Output = Result<T, zookeeper_client::Error>>,
     ) -> Result<T, ZkError> {
-        match tokio::time::timeout(self.call_timeout, request).await {
+        match tokio::time::timeout(self.conn.call_timeout, request).await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(zookeeper_client::Error::SessionExpired)) => {
-                self.lose(SessionLoss::ExpiredOnServer);
-                Err(ZkError::SessionLost(SessionLoss::ExpiredOnServer))
+                self.lose(SessionLoss::Ended);
+                Err(ZkError::SessionLost(SessionLoss::Ended))
             }
             Ok(Err(source)) => Err(ZkError::ZooKeeper { op, source }),
             Err(_) => Err(ZkError::Timeout {
                 op,
-                after: self.call_timeout,
+                after: self.conn.call_timeout,
             }),
         }
     }
 }
 
-/// One ZooKeeper session, kept alive in the background; every grant of the client is an ephemeral node of it.
-///
-/// Dropping it stops the keeper and marks the session closed; the session closes on the server when the last clone
-/// of its ZooKeeper client is gone (which
-/// deletes its nodes at once), or expires on the server a session timeout later.
-#[derive(Debug)]
-pub(crate) struct Session {
-    pub(crate) shared: Arc<Shared>,
-    keeper: tokio::task::JoinHandle<()>,
+/// Drops the client of a lost session (see [`Conn::client`]).
+pub(crate) fn drop_client(conn: &Conn) {
+    let closed = conn
+        .client
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    drop(closed);
 }
 
-impl Session {
-    /// Opens a session on the servers of `connect` (ZooKeeper's connect string), asking for `timeout`, with digest
-    /// credentials when given; its abandoned acquisitions are cleaned up in `background`.
-    pub(crate) async fn connect(
-        connect: &str,
-        timeout: Duration,
-        digest: Option<&[u8]>,
-        connection_timeout: Duration,
-        background: Arc<Background>,
-    ) -> Result<Session, ZkError> {
-        // The client gives up on a connection that has been silent this long, and on a connection attempt that takes
-        // this long, and moves to the next server: an eighth of the session at most, so that leaving a server that
-        // stopped answering, and trying one more that does not answer either, fits well inside the deadline (5/8 of
-        // the session after the last answered keep-alive, which left up to 1/8 before).
-        // Each server is tried once, not round and round until the session timeout: an unreachable ensemble fails the
-        // connect at once (later reconnects go on trying).
-        let mut connector = zookeeper_client::Client::connector()
-            .with_session_timeout(timeout)
-            .with_connection_timeout(connection_timeout.min(timeout / 8))
-            .with_fail_eagerly();
-        if let Some(credentials) = digest {
-            connector = connector.with_auth("digest", credentials);
-        }
-        let sent = clock::now();
-        let client = tokio::time::timeout(timeout, connector.connect(connect))
-            .await
-            .map_err(|_| ZkError::Timeout {
-                op: "connect",
-                after: timeout,
-            })?
-            .map_err(|source| ZkError::ZooKeeper {
-                op: "connect",
-                source,
-            })?;
-        let negotiated = client.session_timeout();
-        let validity = negotiated * 5 / 8;
-        let shared = Arc::new(Shared {
+/// Opens a session on the servers of `connect` (ZooKeeper's connect string), asking for `timeout`, with digest
+/// credentials when given.
+pub(crate) async fn open(
+    connect: &str,
+    timeout: Duration,
+    digest: Option<&[u8]>,
+    connection_timeout: Duration,
+) -> Result<Opened<Conn>, ZkError> {
+    // The client gives up on a connection that has been silent this long, and on a connection attempt that takes
+    // this long, and moves to the next server: an eighth of the session at most, so that leaving a server that
+    // stopped answering, and trying one more that does not answer either, fits well inside the deadline (5/8 of
+    // the session after the last answered keep-alive, which left up to 1/8 before).
+    // Each server is tried once, not round and round until the session timeout: an unreachable ensemble fails the
+    // connect at once (later reconnects go on trying).
+    let mut connector = zookeeper_client::Client::connector()
+        .with_session_timeout(timeout)
+        .with_connection_timeout(connection_timeout.min(timeout / 8))
+        .with_fail_eagerly();
+    if let Some(credentials) = digest {
+        connector = connector.with_auth("digest", credentials);
+    }
+    let sent = clock::now();
+    let client = tokio::time::timeout(timeout, connector.connect(connect))
+        .await
+        .map_err(|_| ZkError::Timeout {
+            op: "connect",
+            after: timeout,
+        })?
+        .map_err(|source| ZkError::ZooKeeper {
+            op: "connect",
+            source,
+        })?;
+    let negotiated = client.session_timeout();
+    let every = negotiated / 8;
+    Ok(Opened {
+        conn: Conn {
             id: client.session_id().0,
-            timeout: negotiated,
-            validity,
             call_timeout: (negotiated / 4).min(MAX_CALL_TIMEOUT),
-            state: SessionState::new(
-                sent,
-                sent + validity - drift(validity),
-                SessionLoss::Expired,
-            ),
-            client: std::sync::RwLock::new(Some(client.clone())),
-            background,
-        });
-        let states = client.state_watcher();
-        drop(client);
-        let keeper = tokio::spawn(keep(Arc::downgrade(&shared), states));
-        Ok(Session { shared, keeper })
-    }
-
-    /// The session id.
-    pub(crate) fn id(&self) -> i64 {
-        self.shared.id
-    }
-
-    /// The negotiated session timeout.
-    pub(crate) fn timeout(&self) -> Duration {
-        self.shared.timeout
-    }
-
-    /// Why the session is lost, or `None` while it holds.
-    pub(crate) fn loss(&self) -> Option<SessionLoss> {
-        self.shared.loss()
-    }
-
-    /// Closes the session: stops the keeper, ends every grant, drops the client, and waits until the client has told
-    /// the server (which deletes every node of the session at once). Clones of the client still out (a watch on a
-    /// node still held) keep the session open until they end; call it under a deadline.
-    pub(crate) async fn close(&self) {
-        self.keeper.abort();
-        let states = self.shared.client().ok().map(|c| c.state_watcher());
-        self.shared.lose(SessionLoss::Closed);
-        let Some(mut states) = states else {
-            // Already lost: the client was dropped then.
-            return;
-        };
-        while !states.peek_state().is_terminated() {
-            states.changed().await;
-        }
-    }
+            states: client.state_watcher(),
+            client: std::sync::RwLock::new(Some(client)),
+        },
+        sent,
+        ttl: negotiated,
+        validity: negotiated * 5 / 8,
+        renew_every: every,
+        retry_after: every,
+    })
 }
 
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.keeper.abort();
-        self.shared.lose(SessionLoss::Closed);
-    }
-}
-
-/// The keeper: a `sync` every eighth of the session timeout, each on its own (an answer moves the deadline from its
-/// own send time); ends when the session is dropped (it holds only a `Weak`) or lost.
-async fn keep(shared: Weak<Shared>, mut states: StateWatcher) {
-    let Some(every) = shared.upgrade().map(|s| s.timeout / 8) else {
-        return;
-    };
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut in_flight = FuturesUnordered::new();
-    let mut round = 0;
-    loop {
-        let Some(deadline) = shared.upgrade().map(|s| s.state.deadline()) else {
-            return;
-        };
-        tokio::select! {
-            _ = tick.tick() => {
-                let Some(session) = shared.upgrade() else { return };
-                round += 1;
-                let sent = clock::now();
-                // Registered with each grant before the `sync` leaves, as the Redis keeper registers a renewal.
-                let begun = session.state.begin_round(session.validity);
-                let Ok(client) = session.client() else { return };
-                let call_timeout = session.call_timeout;
-                let this_round = round;
-                in_flight.push(async move {
-                    let answer = tokio::time::timeout(call_timeout, client.sync("/")).await;
-                    (sent, this_round, begun, answer)
-                });
-            }
-            Some((sent, round, begun, answer)) = in_flight.next() => {
-                let Some(session) = shared.upgrade() else { return };
-                match answer {
-                    Ok(Ok(())) => {
-                        session.extend(sent, round);
-                        for (lease, request, _) in &begun {
-                            lease.confirm(*request, round);
-                        }
-                        let reader = Arc::clone(&session);
-                        session.state.check_entries(&begun, move |nodes| {
-                            let session = Arc::clone(&reader);
-                            async move { read_nodes(&session, &nodes).await }
-                        });
-                    }
-                    Ok(Err(zookeeper_client::Error::SessionExpired | zookeeper_client::Error::AuthFailed)) => {
-                        session.lose(SessionLoss::ExpiredOnServer);
-                        return;
-                    }
-                    Ok(Err(e)) => tracing::debug!(error = %e, "ZooKeeper keep-alive failed"),
-                    Err(_) => tracing::debug!("ZooKeeper keep-alive unanswered"),
-                }
-            }
-            state = states.changed() => {
-                use zookeeper_client::SessionState as Zk;
-                if matches!(state, Zk::Expired | Zk::AuthFailed | Zk::Closed) {
-                    if let Some(session) = shared.upgrade() {
-                        session.lose(SessionLoss::ExpiredOnServer);
-                    }
-                    return;
-                }
-            }
-            () = passed(deadline) => {
-                if let Some(session) = shared.upgrade() {
-                    session.lose(SessionLoss::Expired);
-                }
+/// Resolves when the client says the session is over on the server (expired, refused its credentials, closed).
+pub(crate) fn ended(conn: &Conn) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let mut states = conn.states.clone();
+    async move {
+        use zookeeper_client::SessionState as Zk;
+        loop {
+            if matches!(
+                states.changed().await,
+                Zk::Expired | Zk::AuthFailed | Zk::Closed
+            ) {
                 return;
             }
         }
     }
 }
 
-/// The second check ([`SessionState::check_entries`]): reads the grants' `nodes` (each with its `czxid`) in one
+/// One keep-alive: a `sync`, which passes through the leader (see the module docs).
+pub(crate) async fn renew(shared: &Shared) -> Renewal<(Arc<str>, i64)> {
+    let Ok(client) = shared.client() else {
+        return Renewal::Failed;
+    };
+    match tokio::time::timeout(shared.conn.call_timeout, client.sync("/")).await {
+        Ok(Ok(())) => Renewal::Renewed {
+            validity: shared.validity,
+            entries: None,
+        },
+        Ok(Err(zookeeper_client::Error::SessionExpired | zookeeper_client::Error::AuthFailed)) => {
+            Renewal::Ended
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "ZooKeeper keep-alive failed");
+            Renewal::Failed
+        }
+        Err(_) => Renewal::Failed,
+    }
+}
+
+/// Closes the session: the client is dropped (the session was lost first), and this waits until the client has told
+/// the server (which deletes every node of the session at once), for two call timeouts at most. Clones of the client
+/// still out keep the session open until they end.
+pub(crate) async fn close(shared: &Shared) -> Result<(), ZkError> {
+    drop_client(&shared.conn);
+    let mut states = shared.conn.states.clone();
+    let after = 2 * shared.conn.call_timeout;
+    tokio::time::timeout(after, async {
+        while !states.peek_state().is_terminated() {
+            states.changed().await;
+        }
+    })
+    .await
+    .map_err(|_| ZkError::Timeout {
+        op: "close session",
+        after,
+    })
+}
+
+/// The second check: reads the grants' `nodes` (each with its `czxid`) in one
 /// multi-read; a node is still its grant's when it exists with that `czxid` (not deleted by `release --force` or
 /// `zkCli delete`, nor re-created). The deletion watch on each node tells sooner; this catches what a watch can miss.
 /// `None` when unanswered.
-async fn read_nodes(session: &Shared, nodes: &[(Arc<str>, i64)]) -> Option<Vec<bool>> {
+pub(crate) async fn read_nodes(session: &Shared, nodes: &[(Arc<str>, i64)]) -> Option<Vec<bool>> {
     let client = session.client().ok()?;
     let mut reader = client.new_multi_reader();
     for (node, _) in nodes {

@@ -16,19 +16,17 @@ use zookeeper_client::EventType;
 
 use super::kind::queue;
 use super::recipe::Grant;
-use super::session::{Session, SessionLoss, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT, MIN_TIMEOUT};
+use super::session::{Conn, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT, MIN_TIMEOUT};
 use super::url::{check_path, Target};
 use super::ZkError;
 use crate::backend::admission::{admit, Admission, Kind};
-use crate::backend::redis::keys::LockKeys;
-use crate::backend::session::{lock_info, Admitted, Background};
-use crate::backend::sessions::{Sessions, StoreSession};
-use crate::backend::{Terms, Wait};
-use crate::client::{Client, LockInfo};
-use crate::engine::lease::{Lease, LeaseShared, LossReason};
+use crate::backend::session::{
+    lock_info, Admitted, Background, Engine, Opened, Primitives, Renewal, SessionLoss, StoreError,
+};
+use crate::client::LockInfo;
+use crate::engine::lease::{LeaseShared, LossReason};
 use crate::error::{Error, InvalidArgument};
 use crate::fence::Fence;
-use crate::kinds::guard::Guard;
 
 /// The tracing target of this file's events.
 const TARGET: &str = "leasehold::zookeeper";
@@ -51,30 +49,18 @@ impl Default for Options {
     }
 }
 
-/// A client's ZooKeeper side: where it connects, where its locks live, and its sessions (one per lease TTL).
-pub(crate) struct ZkStore {
+/// ZooKeeper's settings and primitives under the session engine: where a client connects and where its locks live.
+#[derive(Debug)]
+pub(crate) struct ZooKeeper {
     target: Target,
-    /// The URL as shown in errors and logs: password hidden.
-    shown: Arc<str>,
     pub(crate) prefix: String,
     /// `CHROOT/PREFIX`: the node every lock of the client lives under.
     root: String,
     options: Options,
-    sessions: Sessions<Session>,
-    /// The clean-ups running in the background (dropped guards, abandoned acquisitions), for
-    /// [`Client::flush_releases`] and [`Client::close`]: the sessions' own.
-    background: Arc<Background>,
 }
 
-impl StoreSession for Session {
-    fn is_lost(&self) -> bool {
-        self.loss().is_some()
-    }
-
-    fn following(&self) -> usize {
-        self.shared.state.following()
-    }
-}
+/// A client's ZooKeeper side: the engine over ZooKeeper's primitives.
+pub(crate) type ZkStore = Engine<ZooKeeper>;
 
 /// The session timeout a lock asking for `ttl` asks ZooKeeper for: `ttl` itself, refused outside what the protocol
 /// and the keeper take ([`MIN_TIMEOUT`], 1 s, to [`MAX_TIMEOUT`], 24 days).
@@ -88,23 +74,6 @@ pub(crate) fn session_timeout(ttl: Duration) -> Result<Duration, Error> {
         .into());
     }
     Ok(ttl)
-}
-
-/// What a guard of a ZooKeeper grant needs to release it: the session its node belongs to, and the grant.
-pub(crate) struct ZkHold {
-    pub(super) shown: Arc<str>,
-    pub(super) session: Arc<Session>,
-    pub(super) grant: Grant,
-    background: Arc<Background>,
-}
-
-impl std::fmt::Debug for ZkStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkStore")
-            .field("url", &self.shown)
-            .field("root", &self.root)
-            .finish_non_exhaustive()
-    }
 }
 
 impl ZkStore {
@@ -123,187 +92,23 @@ impl ZkStore {
             prefix: prefix.clone(),
             rule: format!("on ZooKeeper it makes the node path {root:?}, which has {why}"),
         })?;
-        let sessions = Sessions::new(options.timeout);
-        let store = ZkStore {
+        let default_ttl = options.timeout;
+        let zk = ZooKeeper {
             target,
-            shown,
             prefix,
             root,
             options,
-            background: Arc::clone(&sessions.background),
-            sessions,
         };
-        let session = store
-            .session(store.default_ttl())
-            .await
-            .map_err(|e| store.error(e))?;
-        tracing::debug!(target: TARGET, url = %store.shown, session = format_args!("{:x}", session.id()), timeout = ?session.timeout(), "ZooKeeper session opened");
+        let store = Engine::new(zk, shown, default_ttl);
+        let session = store.default_session().await?;
+        tracing::debug!(target: TARGET, url = %store.shown, session = format_args!("{:x}", session.shared.id()), timeout = ?session.shared.ttl, "ZooKeeper session opened");
         Ok(store)
-    }
-
-    fn error(&self, e: ZkError) -> Error {
-        store_error(&self.shown, e)
-    }
-
-    /// The default lease: of the locks that set no TTL.
-    pub(crate) fn default_ttl(&self) -> Duration {
-        self.sessions.default_ttl()
-    }
-
-    /// The live session asked with timeout `timeout`, or a new one when there is none yet or the last one was lost.
-    ///
-    /// ZooKeeper negotiates the timeout within its bounds (`minSessionTimeout` and `maxSessionTimeout`, by default 2
-    /// and 20 ticks): the session, and so every grant in it, runs with the negotiated one, which its guards' leases
-    /// report ([`Lease::ttl`](crate::Lease::ttl) is 5/8 of it, the local validity), and a negotiated timeout other
-    /// than the one asked is logged as a warning naming the bound. Tested by `zookeeper_client`'s
-    /// `session::a_lease_outside_the_ensembles_bounds_runs_with_the_negotiated_timeout`.
-    async fn session(&self, timeout: Duration) -> Result<Arc<Session>, ZkError> {
-        self.sessions
-            .get(timeout, |replacing| async move {
-                let digest = self.target.digest.as_deref().map(str::as_bytes);
-                let session = Session::connect(
-                    &self.target.servers,
-                    timeout,
-                    digest,
-                    self.options.connection_timeout,
-                    Arc::clone(&self.background),
-                )
-                .await?;
-                let negotiated = session.timeout();
-                if negotiated != timeout {
-                    let bound = if negotiated > timeout {
-                        "minSessionTimeout"
-                    } else {
-                        "maxSessionTimeout"
-                    };
-                    tracing::warn!(target: TARGET, asked = ?timeout, ?negotiated, "ZooKeeper negotiated a session timeout of {negotiated:?} for a lease of {timeout:?} (the ensemble's {bound} is {negotiated:?}): the locks of that lease run with {negotiated:?}");
-                }
-                if replacing {
-                    tracing::info!(target: TARGET, session = format_args!("{:x}", session.id()), "the ZooKeeper session was lost; opened a new one");
-                }
-                Ok(session)
-            })
-            .await
-    }
-
-    /// Grants the client's sessions follow now.
-    pub(crate) fn kept_leases(&self) -> usize {
-        self.sessions.following()
-    }
-
-    /// The node of lock `name`: `ROOT/NAME`; an error when that is not a path ZooKeeper takes.
-    fn path(&self, name: &str) -> Result<String, Error> {
-        let path = format!("{}/{name}", self.root);
-        check_path(&path).map_err(|why| InvalidArgument::BadName {
-            name: name.chars().take(64).collect(),
-            why,
-        })?;
-        Ok(path)
-    }
-
-    /// Waits as `wait` says until the lock of `keys` admits `kind`, storing `hold` in the grant's node, and returns
-    /// the grant's guard.
-    pub(crate) async fn acquire(
-        &self,
-        client: &Client,
-        keys: Arc<LockKeys>,
-        kind: Kind,
-        hold: String,
-        terms: Terms,
-    ) -> Result<Guard, Error> {
-        let Terms {
-            ttl,
-            wait,
-            fail_fast,
-        } = terms;
-        let timeout = session_timeout(ttl)?;
-        let path = self.path(keys.name())?;
-        let waits = matches!(wait, Wait::Until(_));
-        let attempt = || async {
-            let session = self.session(timeout).await?;
-            match session.grant(&path, kind, &hold, waits).await? {
-                Some(grant) => self
-                    .hold(client, &keys, hold.clone(), session, grant)
-                    .map(Some),
-                None => Ok(None),
-            }
-        };
-        crate::backend::until_granted(
-            keys.name(),
-            wait,
-            fail_fast,
-            attempt,
-            ZkError::passes,
-            |e| match e {
-                ZkError::WrongPermits { stored } => {
-                    crate::backend::admission::wrong_permits(keys.name(), kind, stored)
-                }
-                e => self.error(e),
-            },
-        )
-        .await
-    }
-
-    /// The guard of a grant: a lease that follows the session from its last answered `sync`, and a watch on the
-    /// grant's node that ends the lease as [`LossReason::Gone`] when someone else deletes it. An error when the session
-    /// was lost by then: the grant is given back and the wait goes on.
-    fn hold(
-        &self,
-        client: &Client,
-        keys: &Arc<LockKeys>,
-        hold: String,
-        session: Arc<Session>,
-        grant: Grant,
-    ) -> Result<Guard, ZkError> {
-        let validity = session.shared.validity;
-        let (sent, round) = session.shared.state.acked();
-        let lease = LeaseShared::new(
-            Arc::clone(keys),
-            hold,
-            grant.fence(),
-            validity,
-            sent,
-            validity,
-            round,
-        );
-        let following = session
-            .shared
-            .state
-            .follow(&lease, (grant.node.as_str().into(), grant.czxid));
-        tokio::spawn(watch_node(
-            Arc::downgrade(&session.shared),
-            grant.node.clone(),
-            Arc::downgrade(&lease),
-        ));
-        let guard = Guard::on_session(
-            client.clone(),
-            Lease {
-                shared: Arc::clone(&lease),
-            },
-            crate::backend::SessionHold::ZooKeeper(ZkHold {
-                shown: Arc::clone(&self.shown),
-                session: Arc::clone(&session),
-                grant,
-                background: Arc::clone(&self.background),
-            }),
-        );
-        if !following || !guard.is_held() {
-            drop(guard);
-            return Err(ZkError::SessionLost(
-                session.loss().unwrap_or(SessionLoss::Expired),
-            ));
-        }
-        crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&lease.token), debug, lock = %keys.name(), hold = %crate::engine::trace::words(&lease.token), fence = lease.fence.get(), "granted");
-        Ok(guard)
     }
 
     /// The lock's state: its contenders in queue order, each admitted or waiting by the rules.
     pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
-        let path = self.path(name)?;
-        let session = self
-            .session(self.default_ttl())
-            .await
-            .map_err(|e| self.error(e))?;
+        let path = self.store.path(name)?;
+        let session = self.default_session().await?;
         let shared = &session.shared;
         let zk = &shared.client().map_err(|e| self.error(e))?;
         let children = match shared.call("inspect", zk.list_children(&path)).await {
@@ -348,10 +153,7 @@ impl ZkStore {
     /// The held locks whose names match the glob `pattern`: every node under the root with contenders among its
     /// children, walked breadth first.
     pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
-        let session = self
-            .session(self.default_ttl())
-            .await
-            .map_err(|e| self.error(e))?;
+        let session = self.default_session().await?;
         let shared = &session.shared;
         let zk = &shared.client().map_err(|e| self.error(e))?;
         let mut names = Vec::new();
@@ -359,9 +161,9 @@ impl ZkStore {
         while !level.is_empty() {
             let lists = futures_util::future::join_all(level.iter().map(|name| {
                 let node = if name.is_empty() {
-                    self.root.clone()
+                    self.store.root.clone()
                 } else {
-                    format!("{}/{name}", self.root)
+                    format!("{}/{name}", self.store.root)
                 };
                 async move { shared.call("list", zk.list_children(&node)).await }
             }))
@@ -402,11 +204,8 @@ impl ZkStore {
     /// Deletes every contender of lock `name` (holders and waiters; not the locks nested under its name), and returns
     /// the hold of the first, the holder, if there was one.
     pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
-        let path = self.path(name)?;
-        let session = self
-            .session(self.default_ttl())
-            .await
-            .map_err(|e| self.error(e))?;
+        let path = self.store.path(name)?;
+        let session = self.default_session().await?;
         let shared = &session.shared;
         let zk = &shared.client().map_err(|e| self.error(e))?;
         let children = match shared.call("force release", zk.list_children(&path)).await {
@@ -446,21 +245,6 @@ impl ZkStore {
         }
         Ok(first)
     }
-
-    /// Waits until every background release has been answered (or given up).
-    pub(crate) async fn settle(&self) {
-        self.background.settle().await;
-    }
-
-    /// Closes every session (every node of the client goes with them), then waits for the background releases.
-    pub(crate) async fn close(&self) -> bool {
-        self.sessions
-            .close(|s| async move {
-                s.close().await;
-                Ok::<(), std::convert::Infallible>(())
-            })
-            .await
-    }
 }
 
 /// Ends `lease` as [`LossReason::Gone`] when the grant's node is deleted by anyone but its own release (which ends
@@ -483,7 +267,7 @@ async fn watch_node(session: Weak<Shared>, node: String, lease: Weak<LeaseShared
         let watched = shared
             .call("watch the grant's node", client.check_and_watch_stat(&node))
             .await;
-        let pause = shared.timeout / 16;
+        let pause = shared.ttl / 16;
         drop((client, shared));
         match watched {
             Ok((Some(_), watcher)) => {
@@ -509,39 +293,151 @@ async fn watch_node(session: Weak<Shared>, node: String, lease: Weak<LeaseShared
     }
 }
 
-impl ZkHold {
-    /// Whether the session the node belongs to is lost (its node is gone, or goes with the session).
-    pub(crate) fn session_lost(&self) -> bool {
-        self.session.loss().is_some()
+impl StoreError for ZkError {
+    fn session_lost(loss: SessionLoss) -> Self {
+        ZkError::SessionLost(loss)
     }
 
-    /// Deletes the grant's node: true when it was there.
-    pub(crate) async fn release(&self) -> Result<bool, Error> {
-        self.session
-            .release(&self.grant)
-            .await
-            .map_err(|e| store_error(&self.shown, e))
+    fn passes(&self) -> bool {
+        ZkError::passes(self)
     }
 
-    /// Releases in the background (a dropped guard); without a runtime the node goes with the session.
-    pub(crate) fn release_in_background(self) {
-        let background = Arc::clone(&self.background);
-        background.spawn(async move {
-            if let Err(e) = self.release().await {
-                tracing::debug!(target: TARGET, node = %self.grant.node, error = %e, "a background release failed; the node goes with the session");
-            }
-        });
+    fn wrong_permits(&self) -> Option<u32> {
+        match self {
+            ZkError::WrongPermits { stored } => Some(*stored),
+            _ => None,
+        }
+    }
+
+    fn entropy(why: String) -> Self {
+        ZkError::Entropy(why)
+    }
+
+    fn into_error(self, shown: &str) -> Error {
+        match self {
+            ZkError::Entropy(why) => Error::Entropy(why),
+            e => Error::Store {
+                store: "zookeeper",
+                url: shown.to_owned(),
+                source: Box::new(e),
+            },
+        }
     }
 }
 
-/// The crate's error for an error of the recipe.
-pub(crate) fn store_error(url: &str, e: ZkError) -> Error {
-    match e {
-        ZkError::Entropy(why) => Error::Entropy(why),
-        e => Error::Store {
-            store: "zookeeper",
-            url: url.to_owned(),
-            source: Box::new(e),
-        },
+impl Primitives for ZooKeeper {
+    type Error = ZkError;
+    type Conn = Conn;
+    /// The grant's node and its `czxid`.
+    type Entry = (Arc<str>, i64);
+    type Grant = Grant;
+
+    const SESSION: &'static str = "ZooKeeper session";
+
+    fn session_ttl(ttl: Duration) -> Result<Duration, Error> {
+        session_timeout(ttl)
+    }
+
+    /// The node of lock `name`: `ROOT/NAME`; an error when that is not a path ZooKeeper takes.
+    fn path(&self, name: &str) -> Result<String, Error> {
+        let path = format!("{}/{name}", self.root);
+        check_path(&path).map_err(|why| InvalidArgument::BadName {
+            name: name.chars().take(64).collect(),
+            why,
+        })?;
+        Ok(path)
+    }
+
+    async fn open(
+        &self,
+        timeout: Duration,
+        _background: &Arc<Background>,
+    ) -> Result<Opened<Conn>, ZkError> {
+        let digest = self.target.digest.as_deref().map(str::as_bytes);
+        super::session::open(
+            &self.target.servers,
+            timeout,
+            digest,
+            self.options.connection_timeout,
+        )
+        .await
+    }
+
+    /// ZooKeeper negotiates the timeout within its bounds (`minSessionTimeout` and `maxSessionTimeout`, by default 2
+    /// and 20 ticks): the session, and so every grant in it, runs with the negotiated one, which its guards' leases
+    /// report ([`Lease::ttl`](crate::Lease::ttl) is 5/8 of it, the local validity), and a negotiated timeout other
+    /// than the one asked is logged as a warning naming the bound. Tested by `zookeeper_client`'s
+    /// `session::a_lease_outside_the_ensembles_bounds_runs_with_the_negotiated_timeout`.
+    fn opened(&self, timeout: Duration, session: &Shared) {
+        let negotiated = session.ttl;
+        if negotiated != timeout {
+            let bound = if negotiated > timeout {
+                "minSessionTimeout"
+            } else {
+                "maxSessionTimeout"
+            };
+            tracing::warn!(target: TARGET, asked = ?timeout, ?negotiated, "ZooKeeper negotiated a session timeout of {negotiated:?} for a lease of {timeout:?} (the ensemble's {bound} is {negotiated:?}): the locks of that lease run with {negotiated:?}");
+        }
+    }
+
+    fn id(conn: &Conn) -> String {
+        format!("{:x}", conn.id)
+    }
+
+    async fn renew(shared: &Arc<Shared>, _round: i64) -> Renewal<Self::Entry> {
+        super::session::renew(shared).await
+    }
+
+    async fn read_entries(shared: &Arc<Shared>, entries: Vec<Self::Entry>) -> Option<Vec<bool>> {
+        super::session::read_nodes(shared, &entries).await
+    }
+
+    fn ended(conn: &Conn) -> impl std::future::Future<Output = ()> + Send + 'static {
+        super::session::ended(conn)
+    }
+
+    fn on_lost(conn: &Conn) {
+        super::session::drop_client(conn);
+    }
+
+    async fn close(shared: &Arc<Shared>) -> Result<(), ZkError> {
+        super::session::close(shared).await
+    }
+
+    async fn grant(
+        &self,
+        session: &Arc<Shared>,
+        path: &str,
+        kind: Kind,
+        hold: &str,
+        waits: bool,
+        _fail_fast: bool,
+    ) -> Result<Option<Grant>, ZkError> {
+        super::recipe::grant(session, path, kind, hold, waits).await
+    }
+
+    fn fence(grant: &Grant) -> Fence {
+        grant.fence()
+    }
+
+    fn entry(grant: &Grant) -> Self::Entry {
+        (grant.node.as_str().into(), grant.czxid)
+    }
+
+    /// Sets a watch on the grant's node, which ends the lease as [`LossReason::Gone`] when someone else deletes it.
+    fn granted(session: &Arc<Shared>, grant: &Grant, lease: &Arc<LeaseShared>) {
+        tokio::spawn(watch_node(
+            Arc::downgrade(session),
+            grant.node.clone(),
+            Arc::downgrade(lease),
+        ));
+    }
+
+    async fn release(session: &Arc<Shared>, grant: &Grant) -> Result<bool, ZkError> {
+        super::recipe::release(session, &grant.node).await
+    }
+
+    fn describe(grant: &Grant) -> String {
+        grant.node.clone()
     }
 }

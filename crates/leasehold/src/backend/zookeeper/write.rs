@@ -5,8 +5,9 @@
 
 use zookeeper_client::{Acls, CheckWriteError, CreateMode};
 
-use super::store::{store_error, ZkHold};
+use super::store::ZooKeeper;
 use super::ZkError;
+use crate::backend::session::{Hold, StoreError};
 use crate::engine::lease::LossReason;
 use crate::error::{Error, InvalidArgument};
 
@@ -36,7 +37,7 @@ pub enum ZkWrite {
     },
 }
 
-impl ZkHold {
+impl Hold<ZooKeeper> {
     /// Commits `writes` in one transaction that first checks the grant's node still exists (see the module docs).
     pub(crate) async fn write(&self, name: &str, writes: &[ZkWrite]) -> Result<(), Error> {
         let shared = &self.session.shared;
@@ -52,13 +53,11 @@ impl ZkHold {
         let mut writer = client
             .new_check_writer(&self.grant.node, None)
             .map_err(|e| {
-                store_error(
-                    &self.shown,
-                    ZkError::ZooKeeper {
-                        op: "guarded write",
-                        source: e,
-                    },
-                )
+                ZkError::ZooKeeper {
+                    op: "guarded write",
+                    source: e,
+                }
+                .into_error(&self.shown)
             })?;
         let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
         for write in writes {
@@ -73,26 +72,22 @@ impl ZkHold {
             name: name.to_owned(),
             reason: LossReason::Gone,
         };
-        match tokio::time::timeout(shared.call_timeout, writer.commit()).await {
+        match tokio::time::timeout(shared.call_timeout(), writer.commit()).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(CheckWriteError::CheckFailed { .. })) => Err(lost()),
             Ok(Err(CheckWriteError::OperationFailed { index, source })) => {
-                Err(store_error(&self.shown, ZkError::Write { index, source }))
+                Err(ZkError::Write { index, source }.into_error(&self.shown))
             }
-            Ok(Err(CheckWriteError::RequestFailed { source })) => Err(store_error(
-                &self.shown,
-                ZkError::ZooKeeper {
-                    op: "guarded write",
-                    source,
-                },
-            )),
-            Err(_) => Err(store_error(
-                &self.shown,
-                ZkError::Timeout {
-                    op: "guarded write (it may or may not have committed)",
-                    after: shared.call_timeout,
-                },
-            )),
+            Ok(Err(CheckWriteError::RequestFailed { source })) => Err(ZkError::ZooKeeper {
+                op: "guarded write",
+                source,
+            }
+            .into_error(&self.shown)),
+            Err(_) => Err(ZkError::Timeout {
+                op: "guarded write (it may or may not have committed)",
+                after: shared.call_timeout(),
+            }
+            .into_error(&self.shown)),
         }
     }
 }

@@ -1,14 +1,14 @@
-//! What the stores whose grants live in one session per client (etcd's lease, ZooKeeper's session) share: the
-//! session's deadline and loss, the grants that follow it, and the releases left to the background.
+//! What a session keeps: its deadline and loss, the grants that follow it (`SessionState`), and the clean-ups left to
+//! the background (`Background`).
 //!
 //! A grant's [`LeaseShared`] follows its session: every keep-alive is registered with it before it leaves
 //! ([`SessionState::begin_round`], as the Redis keeper registers a renewal) and confirmed when answered, so the
 //! deadline arithmetic and the loss timers are the Redis leases'. A lost session ends every following lease at once.
 //!
 //! A keep-alive renews the session, not each grant's entry, which anyone may delete (`release --force`, `etcdctl
-//! del`, `zkCli delete`) while the session lives on. So after each answered keep-alive the store reads the entries of
-//! the grants it renewed ([`SessionState::check_entries`]), and a grant whose entry is gone or not its own any more
-//! ends as [`LossReason::Gone`].
+//! del`, `zkCli delete`, a `DELETE`) while the session lives on. So after each answered keep-alive the engine reads
+//! the entries of the grants it renewed ([`SessionState::check_entries`], or the store's answer itself when it carries
+//! them), and a grant whose entry is gone or not its own any more ends as [`LossReason::Gone`].
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -38,18 +38,14 @@ pub(crate) struct SessionState<L, F> {
     /// What a passed deadline reads as.
     expired: L,
     /// Whether an entry check ([`SessionState::check_entries`]) is running.
-    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     checking: Arc<AtomicBool>,
 }
 
 /// The most entries one read of [`SessionState::check_entries`] carries (etcd's default `--max-txn-ops` is 128;
 /// ZooKeeper's multi-read has no count limit, but its packet must fit `jute.maxbuffer`, 1 MB by default).
-// The SQL stores read their entries back in the renewal's own statement: only etcd and ZooKeeper use the check.
-#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
 pub(crate) const CHECK_BATCH: usize = 100;
 
 /// Clears the running flag when an entry check ends, however it ends.
-#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
 struct CheckDone(Arc<AtomicBool>);
 
 impl Drop for CheckDone {
@@ -126,7 +122,6 @@ where
     }
 
     /// The loss recorded so far, not counting a passed deadline.
-    #[cfg_attr(not(any(feature = "etcd", sql_stores)), allow(dead_code))]
     pub(crate) fn recorded_loss(&self) -> Option<L> {
         self.state.borrow().lost
     }
@@ -175,7 +170,6 @@ where
     ///
     /// Runs in the background, off the keep-alive loop (with thousands of grants the reads take a while, and the next
     /// keep-alive must not wait for them), one check at a time: a round that finds one running skips its own.
-    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn check_entries<R, Fut>(&self, begun: &[(Arc<LeaseShared>, Request, F)], read: R)
     where
         F: std::fmt::Debug + Send + Sync + 'static,
@@ -299,98 +293,4 @@ impl Background {
             idle.await;
         }
     }
-}
-
-/// One admitted entry of a lock on a store with sessions, as `inspect` reads it.
-pub(crate) struct Admitted {
-    /// The entry's value: the hold as Redis stores it (`dl1:…`, `r dl1:…`, `s1 dl1:…`), or whatever another client
-    /// wrote.
-    pub(crate) value: String,
-    /// The entry's own name: what names a holder leasehold did not write.
-    pub(crate) entry: String,
-    pub(crate) kind: crate::backend::admission::Kind,
-    pub(crate) fence: crate::Fence,
-    /// The time left on its holder's session, when the store says.
-    pub(crate) remaining: Option<Duration>,
-}
-
-/// The [`LockInfo`](crate::LockInfo) of lock `name` on a store with sessions: its `admitted` entries, in queue order,
-/// of `entries` in all.
-pub(crate) fn lock_info(name: &str, admitted: Vec<Admitted>, entries: usize) -> crate::LockInfo {
-    use crate::backend::admission::Kind;
-    use crate::client::{HoldMode, Holder, LockKind};
-    let mut holders = Vec::new();
-    let mut last_fence = None;
-    let mut permits = None;
-    // A bare token is a mutex's hold; `x dl1:…` a fair mutex's (both are exclusive entries).
-    let mut exclusive_is_mutex = true;
-    for entry in admitted {
-        // The hold's token without its kind's tag, as Redis reports it (`r dl1:…` is the token `dl1:…`).
-        let (token, mode) = if entry.value.contains(crate::fence::TOKEN_PREFIX) {
-            (
-                crate::fence::token_of(&entry.value).to_owned(),
-                HoldMode::of(&entry.value),
-            )
-        } else {
-            // An entry leasehold did not write (`etcdctl lock`'s, kazoo's): named by itself.
-            let mode = match entry.kind {
-                Kind::Shared => HoldMode::Read,
-                _ => HoldMode::Exclusive,
-            };
-            (entry.entry, mode)
-        };
-        if let Kind::Permits(n) = entry.kind {
-            permits = Some(u64::from(n.get()));
-        }
-        if holders.is_empty() {
-            exclusive_is_mutex = !entry.value.starts_with("x ");
-        }
-        last_fence = last_fence.max(Some(entry.fence));
-        holders.push(Holder {
-            description: crate::fence::description_of(&token).map(str::to_owned),
-            token,
-            mode,
-            remaining: entry.remaining,
-        });
-    }
-    let kind = holders.first().map(|holder| match holder.mode {
-        HoldMode::Exclusive if exclusive_is_mutex => LockKind::Mutex,
-        mode => mode.kind(),
-    });
-    crate::LockInfo {
-        name: name.to_owned(),
-        kind,
-        holder: holders.first().cloned(),
-        waiting_clients: (entries - holders.len()) as u64,
-        holders,
-        last_fence,
-        permits,
-    }
-}
-
-/// The held locks among `names` that match the glob `pattern`, sorted by name, each read by `inspect`: a chunk of
-/// names at once, as on Redis (one round of round trips per chunk, not per lock); free locks are left out.
-pub(crate) async fn held_among<F, Fut>(
-    mut names: Vec<String>,
-    pattern: &str,
-    inspect: F,
-) -> Result<Vec<crate::LockInfo>, crate::Error>
-where
-    F: Fn(String) -> Fut,
-    Fut: Future<Output = Result<crate::LockInfo, crate::Error>>,
-{
-    names.retain(|name| crate::backend::glob_match(pattern.as_bytes(), name.as_bytes()));
-    names.sort();
-    names.dedup();
-    let mut held = Vec::new();
-    for chunk in names.chunks(crate::backend::HELD_LOCKS_CHUNK) {
-        let infos = futures_util::future::join_all(chunk.iter().cloned().map(&inspect)).await;
-        for info in infos {
-            let info = info?;
-            if info.holder.is_some() {
-                held.push(info);
-            }
-        }
-    }
-    Ok(held)
 }

@@ -9,15 +9,14 @@
 //! [`Client::close`](crate::Client::close) or when the client is dropped. Their background clean-ups are counted in
 //! the client's one [`Background`].
 //!
-//! A store brings only its session type (with [`StoreSession`]) and its "open a session of TTL `t`": the map, the
-//! replacement of a lost session and the closing are written once, here.
+//! The map, the replacement of a lost session and the closing are written once, here, for the engine's sessions.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::session::Background;
+use super::state::Background;
 
 /// What the map needs to know of a store's session.
 pub(crate) trait StoreSession: Send + Sync + 'static {

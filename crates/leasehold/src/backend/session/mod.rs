@@ -1,0 +1,208 @@
+//! The session engine: what etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB share, written once.
+//!
+//! On those stores a grant is an entry (a key, a node, a row) that lives as long as the client's session: an etcd
+//! lease, a ZooKeeper session, a session row. The engine runs everything around the entries:
+//!
+//! - **the session's life** ([`life`]): opened, kept alive every fraction of its TTL by one task, its deadline moved by
+//!   each answered keep-alive (from the keep-alive's send time, less the drift allowance), lost at that deadline at the
+//!   latest or at once when the store says the session ended, closed at exit;
+//! - **the grants following it** ([`state`]): each grant's lease registers every keep-alive before it leaves and is
+//!   confirmed by its answer, so its deadline arithmetic and loss timers are the Redis leases'; after each answered
+//!   keep-alive every grant's entry is read back (batched, off the keeper's loop), and a grant whose entry is gone
+//!   ends as [`LossReason::Gone`](crate::LossReason::Gone);
+//! - **a client's sessions** ([`sessions`]): one per lease TTL, opened lazily, replaced when lost, closed together;
+//! - **the clean-ups** ([`Background`]): releases of dropped guards, entries of abandoned acquisitions and dropped
+//!   sessions, counted so that [`Client::flush_releases`](crate::Client::flush_releases) and
+//!   [`Client::close`](crate::Client::close) wait for every one;
+//! - **an acquisition around the store's recipe** ([`engine`]): the lease's TTL checked and mapped to a session, the
+//!   wait's retries, the grant turned into a lease that follows its session, the release;
+//! - **what `inspect` and `held_locks` report** ([`info`]).
+//!
+//! A store brings only its primitives, the [`Primitives`] trait: open, renew and close a session; read back the
+//! entries of grants; take a grant (its recipe); release one; and its error. The engine is generic over it (static
+//! dispatch: no boxed future on the lock path, as `Client`'s `Store` enum is an enum for the same reason).
+
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::engine::lease::LeaseShared;
+use crate::error::Error;
+use crate::fence::Fence;
+
+pub(crate) mod engine;
+pub(crate) mod info;
+pub(crate) mod life;
+pub(crate) mod sessions;
+pub(crate) mod state;
+
+pub(crate) use engine::{Engine, Hold};
+pub(crate) use info::{held_among, lock_info, Admitted};
+pub(crate) use life::Shared;
+pub(crate) use state::Background;
+
+/// Why a session is lost, on any store with sessions (public for etcd's recipe tests: `leasehold::__etcd`).
+#[cfg_attr(not(feature = "etcd"), allow(unreachable_pub))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionLoss {
+    /// The local deadline passed without a newer answered keep-alive: the store may have ended the session.
+    Expired,
+    /// The store said the session ended (expired or revoked on the server): its entries are gone, or anyone may
+    /// delete them.
+    Ended,
+    /// The session was closed by its client.
+    Closed,
+}
+
+impl fmt::Display for SessionLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SessionLoss::Expired => "no keep-alive was answered before the local deadline",
+            SessionLoss::Ended => "the store ended the session (it expired or was revoked there)",
+            SessionLoss::Closed => "the session was closed",
+        })
+    }
+}
+
+/// A session just opened by [`Primitives::open`].
+pub(crate) struct Opened<C> {
+    /// What the session holds on the store: its connection and id.
+    pub(crate) conn: C,
+    /// When the request that opened it was sent: its validity counts from then.
+    pub(crate) sent: Instant,
+    /// The session's TTL as the store granted it (etcd's granted TTL, ZooKeeper's negotiated timeout).
+    pub(crate) ttl: Duration,
+    /// How long after an answered keep-alive's send time the store cannot have ended the session: the lease every
+    /// grant of the session counts on (the TTL on etcd and SQL; 5/8 of the timeout on ZooKeeper).
+    pub(crate) validity: Duration,
+    /// How often the keeper sends a keep-alive.
+    pub(crate) renew_every: Duration,
+    /// How soon after a keep-alive that got no answer the next one goes, when sooner than `renew_every`.
+    pub(crate) retry_after: Duration,
+}
+
+/// The answer to one keep-alive.
+pub(crate) enum Renewal<E> {
+    /// Answered: the store cannot end the session before `validity` after the keep-alive's send time. `entries`: the
+    /// grants' entries the store reported alive in the same answer, when it does (SQL's renewal returns them);
+    /// otherwise the engine reads them back with [`Primitives::read_entries`].
+    Renewed {
+        validity: Duration,
+        entries: Option<Vec<E>>,
+    },
+    /// The store says the session is gone.
+    Ended,
+    /// No answer, or an error: the deadline decides.
+    Failed,
+}
+
+/// What the engine needs of a store's error.
+pub(crate) trait StoreError: std::error::Error + Send + Sync + Sized + 'static {
+    /// The error a lost session makes.
+    fn session_lost(loss: SessionLoss) -> Self;
+    /// Whether a wait rides it out (no answer, a member going away, a session lost while waiting).
+    fn passes(&self) -> bool;
+    /// The permit count a semaphore's entries ahead were made with, when the lock refused this one's.
+    fn wrong_permits(&self) -> Option<u32>;
+    /// The error of an acquisition that could not draw its random bits.
+    fn entropy(why: String) -> Self;
+    /// The crate's error for it, on the store at the URL shown as `shown`.
+    fn into_error(self, shown: &str) -> Error;
+}
+
+/// A store with sessions: its own settings (`Self`) and its primitives. Everything else is the engine's.
+pub(crate) trait Primitives: Send + Sync + Sized + 'static {
+    /// The store's error.
+    type Error: StoreError;
+    /// What a session holds on the store: its connection, its id.
+    type Conn: Send + Sync + 'static;
+    /// What the engine keeps of a grant to read its entry back after each keep-alive.
+    type Entry: Clone + Eq + Hash + fmt::Debug + Send + Sync + 'static;
+    /// What a release needs of a grant (its entry's name and version).
+    type Grant: Send + Sync + 'static;
+
+    /// How the store's sessions are named in logs ("etcd session", "ZooKeeper session").
+    const SESSION: &'static str;
+
+    /// The session TTL a lock asking for a lease of `ttl` is granted under (rounded to the store's unit), or the
+    /// refusal when the store cannot honour it.
+    fn session_ttl(ttl: Duration) -> Result<Duration, Error>;
+
+    /// Where the lock `name`'s entries live (its path, prefix or name), or the refusal of a name the store cannot
+    /// take.
+    fn path(&self, name: &str) -> Result<String, Error>;
+
+    /// Opens a session of `ttl` (as [`session_ttl`](Self::session_ttl) made it); its clean-ups run in `background`.
+    fn open(
+        &self,
+        ttl: Duration,
+        background: &Arc<Background>,
+    ) -> impl Future<Output = Result<Opened<Self::Conn>, Self::Error>> + Send;
+
+    /// The session's id on the store, for logs.
+    fn id(conn: &Self::Conn) -> String;
+
+    /// Logs what the store tells of a session just opened (a negotiated timeout other than the one asked for).
+    fn opened(&self, _asked: Duration, _session: &Shared<Self>) {}
+
+    /// One keep-alive, number `round` (from 1).
+    fn renew(
+        shared: &Arc<Shared<Self>>,
+        round: i64,
+    ) -> impl Future<Output = Renewal<Self::Entry>> + Send;
+
+    /// Reads back a batch of grants' entries: for each, whether it is still the grant's (false: gone, or re-created);
+    /// `None` when the store did not answer.
+    fn read_entries(
+        shared: &Arc<Shared<Self>>,
+        entries: Vec<Self::Entry>,
+    ) -> impl Future<Output = Option<Vec<bool>>> + Send;
+
+    /// Resolves when the store's client says the session ended on its own (ZooKeeper's `Expired`); never, on stores
+    /// whose client has no such word. Called once, when the keeper starts.
+    fn ended(_conn: &Self::Conn) -> impl Future<Output = ()> + Send + 'static {
+        std::future::pending()
+    }
+
+    /// Called when the session is lost, after its grants ended (ZooKeeper drops its client).
+    fn on_lost(_conn: &Self::Conn) {}
+
+    /// Ends the session on the store (revoke, close, delete its row): every entry of the session goes with it.
+    fn close(shared: &Arc<Shared<Self>>) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// One acquisition in `session`: takes `kind` on the lock at `path`, storing `hold` in the grant's entry; without
+    /// `waits`, one try (`None`: busy, the entry taken back). Dropped or failed, it leaves no entry behind (its
+    /// clean-up counted in the session's [`Background`]).
+    fn grant(
+        &self,
+        session: &Arc<Shared<Self>>,
+        path: &str,
+        kind: crate::backend::admission::Kind,
+        hold: &str,
+        waits: bool,
+        fail_fast: bool,
+    ) -> impl Future<Output = Result<Option<Self::Grant>, Self::Error>> + Send;
+
+    /// The grant's fence.
+    fn fence(grant: &Self::Grant) -> Fence;
+
+    /// What the engine reads back of the grant after each keep-alive.
+    fn entry(grant: &Self::Grant) -> Self::Entry;
+
+    /// Called once a grant's lease follows its session (ZooKeeper sets a watch on the grant's node).
+    fn granted(_session: &Arc<Shared<Self>>, _grant: &Self::Grant, _lease: &Arc<LeaseShared>) {}
+
+    /// Deletes the grant's entry if it is still the grant's: true when it was.
+    fn release(
+        session: &Arc<Shared<Self>>,
+        grant: &Self::Grant,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Names the grant in the log line of a background release that failed.
+    fn describe(grant: &Self::Grant) -> String;
+}
