@@ -11,12 +11,12 @@ use redis::aio::ConnectionLike;
 
 use crate::backend::redis::checks::ServerWarning;
 use crate::backend::redis::conn::Conn;
-use crate::backend::redis::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::topology::{Cluster, Endpoint};
 use crate::capability::{refusal, Capability, StoreKind, Support};
+pub use crate::engine::info::{HoldMode, Holder, LockInfo, LockKind};
+use crate::engine::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::error::{require_runtime, Error, InvalidArgument};
-use crate::fence::Fence;
 use crate::kinds::mutex::Mutex;
 
 /// Default time allowed to open a connection to Redis.
@@ -513,7 +513,7 @@ impl Client {
     /// every store, unless [`Builder::session_ttl`] set another on a store with sessions.
     pub(crate) fn default_ttl(&self) -> Duration {
         match &self.store {
-            Store::Redis(_) => crate::kinds::mutex::DEFAULT_TTL,
+            Store::Redis(_) => crate::engine::ttl::DEFAULT_TTL,
             #[cfg(feature = "etcd")]
             Store::Etcd(etcd) => etcd.default_ttl(),
             #[cfg(feature = "zookeeper")]
@@ -537,143 +537,6 @@ impl Client {
             Store::Sql(sql) => sql.kept_leases(),
         }
     }
-}
-
-/// What [`Client::inspect`] found.
-///
-/// With the `serde` feature it implements `Serialize` and `Deserialize`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[non_exhaustive]
-pub struct LockInfo {
-    /// The lock's name.
-    pub name: String,
-    /// The kind of lock the name holds now, as its key shows it; `None` when nothing holds it.
-    pub kind: Option<LockKind>,
-    /// The current holder (for a queued kind, the hold whose lease ends first), or `None` when the lock is free.
-    pub holder: Option<Holder>,
-    /// Every current holder: one for a mutex, any number of readers or permit holders for the queued kinds.
-    pub holders: Vec<Holder>,
-    /// The fence of the most recent grant, when the counter still exists.
-    pub last_fence: Option<Fence>,
-    /// How many live waiters the lock has: waiting clients (processes, usually) for a [`Mutex`], waiting tasks for
-    /// the queued kinds. A waiter counts while its queue entry is live, that is for 3 s after its last attempt (it
-    /// makes one at least every second): one that gave up, was killed or froze stops counting then, even while its
-    /// entry still sits in the queue for the next release to skip.
-    pub waiting_clients: u64,
-    /// A [`Semaphore`](crate::Semaphore)'s capacity, as it stores it while a permit is held (see its "The permit
-    /// count" section); `None` for a free semaphore and for the other kinds.
-    pub permits: Option<u64>,
-}
-
-/// The kinds of lock a name can hold.
-///
-/// With the `serde` feature it implements `Serialize` and `Deserialize`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[non_exhaustive]
-pub enum LockKind {
-    /// [`Mutex`].
-    Mutex,
-    /// [`FairMutex`](crate::FairMutex).
-    Fair,
-    /// [`RwLock`](crate::RwLock).
-    ReadWrite,
-    /// [`Semaphore`](crate::Semaphore).
-    Semaphore,
-    /// [`ReentrantMutex`](crate::ReentrantMutex).
-    Reentrant,
-}
-
-impl fmt::Display for LockKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LockKind::Mutex => "mutex",
-            LockKind::Fair => "fair mutex",
-            LockKind::ReadWrite => "read-write lock",
-            LockKind::Semaphore => "semaphore",
-            LockKind::Reentrant => "reentrant mutex",
-        })
-    }
-}
-
-/// What one holder holds.
-///
-/// With the `serde` feature it implements `Serialize` and `Deserialize`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[non_exhaustive]
-pub enum HoldMode {
-    /// The whole lock: a [`Mutex`] or [`FairMutex`](crate::FairMutex) grant.
-    Exclusive,
-    /// A read share of a [`RwLock`](crate::RwLock).
-    Read,
-    /// The write lock of a [`RwLock`](crate::RwLock).
-    Write,
-    /// This many permits of a [`Semaphore`](crate::Semaphore).
-    Permits(u64),
-    /// The root grant of a [`ReentrantMutex`](crate::ReentrantMutex).
-    Reentrant,
-    /// A nested hold of a [`ReentrantMutex`](crate::ReentrantMutex), taken with its holder's token.
-    Nested,
-}
-
-impl HoldMode {
-    /// The mode of a hold as stored: a mutex's bare token, or `"<tag> <token>"` (see `scripts/set.lua`).
-    pub(crate) fn of(hold: &str) -> HoldMode {
-        match hold.split_once(' ').map(|(tag, _)| tag) {
-            Some("r") => HoldMode::Read,
-            Some("w") => HoldMode::Write,
-            Some("e") => HoldMode::Reentrant,
-            Some("n") => HoldMode::Nested,
-            Some(tag) if tag.starts_with('s') => tag[1..]
-                .parse()
-                .map_or(HoldMode::Exclusive, HoldMode::Permits),
-            _ => HoldMode::Exclusive,
-        }
-    }
-
-    pub(crate) fn kind(self) -> LockKind {
-        match self {
-            HoldMode::Exclusive => LockKind::Fair,
-            HoldMode::Read | HoldMode::Write => LockKind::ReadWrite,
-            HoldMode::Permits(_) => LockKind::Semaphore,
-            HoldMode::Reentrant | HoldMode::Nested => LockKind::Reentrant,
-        }
-    }
-}
-
-impl fmt::Display for HoldMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HoldMode::Exclusive => f.write_str("exclusive"),
-            HoldMode::Read => f.write_str("read"),
-            HoldMode::Write => f.write_str("write"),
-            HoldMode::Permits(1) => f.write_str("1 permit"),
-            HoldMode::Permits(n) => write!(f, "{n} permits"),
-            HoldMode::Reentrant => f.write_str("reentrant"),
-            HoldMode::Nested => f.write_str("nested"),
-        }
-    }
-}
-
-/// The holder of a lock, as [`Client::inspect`] saw it.
-///
-/// With the `serde` feature it implements `Serialize` and `Deserialize`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[non_exhaustive]
-pub struct Holder {
-    /// The holder's owner token (with its description, when it gave one: see [`Mutex::describe`]).
-    pub token: String,
-    /// What the holder said about itself ([`Mutex::describe`]); the command gives host, pid, user, start time and
-    /// program.
-    pub description: Option<String>,
-    /// What it holds.
-    pub mode: HoldMode,
-    /// The remaining lease on the server, when the key has an expiry (on etcd, the session lease's TTL; `None` on
-    /// ZooKeeper, which does not tell one client how long another's session has left).
-    pub remaining: Option<Duration>,
 }
 
 /// Settings for a [`Client`]. Every setter says its default.
@@ -707,7 +570,7 @@ pub struct Builder {
     sentinel_auth: Option<(Option<String>, String)>,
     read_only: bool,
     #[cfg(feature = "tls")]
-    tls: crate::backend::redis::tls::TlsSettings,
+    tls: crate::backend::tls::TlsSettings,
 }
 
 impl fmt::Debug for Builder {
@@ -753,7 +616,7 @@ impl Builder {
             sentinel_auth: None,
             read_only: false,
             #[cfg(feature = "tls")]
-            tls: crate::backend::redis::tls::TlsSettings::default(),
+            tls: crate::backend::tls::TlsSettings::default(),
         }
     }
 
@@ -1142,7 +1005,7 @@ fn check_timeout(what: &'static str, value: Duration) -> Result<(), InvalidArgum
 #[cfg(all(test, feature = "serde"))]
 mod serde_tests {
     use super::*;
-    use crate::{LossReason, ServerWarning};
+    use crate::{Fence, LossReason, ServerWarning};
 
     fn round_trip<T>(value: &T) -> T
     where

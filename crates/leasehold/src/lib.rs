@@ -418,7 +418,6 @@ pub use backend::quorum::{
     Quorum, QuorumGuard, QuorumMutex, QuorumRwLock, DEFAULT_NODE_TIMEOUT, MIN_NODES, PROPOSAL_LEAD,
 };
 pub use backend::redis::checks::ServerWarning;
-pub use backend::redis::keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN};
 #[doc(hidden)]
 pub use capability::store_supports;
 pub use capability::Capability;
@@ -426,6 +425,7 @@ pub use client::{
     Builder, Client, HoldMode, Holder, LockInfo, LockKind, DEFAULT_CONNECTION_TIMEOUT,
     DEFAULT_FENCE_RETENTION, DEFAULT_RESPONSE_TIMEOUT,
 };
+pub use engine::keys::{lock_keys, DEFAULT_PREFIX, MAX_NAME_LEN};
 pub use engine::lease::{Lease, LossReason};
 pub use engine::ttl::{MAX_TTL, MIN_TTL};
 
@@ -488,7 +488,7 @@ pub mod __private {
 
     /// The Redis Cluster hash slot of the lock `name`'s keys, as leasehold computes it.
     pub fn slot_of(prefix: &str, name: &str) -> Option<u16> {
-        crate::backend::redis::keys::LockKeys::new(prefix, name)
+        crate::engine::keys::LockKeys::new(prefix, name)
             .ok()
             .map(|keys| keys.slot())
     }

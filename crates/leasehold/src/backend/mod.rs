@@ -34,14 +34,16 @@ pub(crate) mod scheme;
 pub(crate) mod session;
 #[cfg(sql_stores)]
 pub(crate) mod sql;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
 #[cfg(session_stores)]
 pub(crate) mod url;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
-/// A lock's checked name: every kind and every store names a lock by it (etcd by its [`name`](LockKeys::name)). It is
-/// also Redis's key layout, which is why it lives there.
-pub(crate) use self::redis::keys::LockKeys;
+/// A lock's checked name: every kind and every store names a lock by it (etcd by its [`name`](LockKeys::name)); it
+/// also carries Redis's key layout. It lives below the stores, in `engine/keys.rs`.
+pub(crate) use crate::engine::keys::LockKeys;
 
 /// What a lock handle asks of each grant, whatever its kind: the client it was made from, the lease and how often the
 /// keeper renews it (`None`: a fixed lease, never renewed), the holder's description, and whether a wait ends at the

@@ -87,7 +87,7 @@ fn default_lease(store: StoreKind) -> String {
     match store {
         StoreKind::Redis => format!(
             "{} per lock handle (`Mutex::ttl`)",
-            show(crate::kinds::mutex::DEFAULT_TTL)
+            show(crate::engine::ttl::DEFAULT_TTL)
         ),
         StoreKind::Etcd => format!(
             "{} per lock handle (`Mutex::ttl`; the client's default: `Builder::session_ttl`)",

@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::redis::keys::LockKeys;
 use crate::engine::clock;
+use crate::engine::keys::LockKeys;
 use crate::engine::ttl::drift;
 use crate::fence::Fence;
 

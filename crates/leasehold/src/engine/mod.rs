@@ -5,7 +5,9 @@
 pub(crate) mod backoff;
 pub(crate) mod clock;
 pub(crate) mod ids;
+pub(crate) mod info;
 pub(crate) mod keeper;
+pub(crate) mod keys;
 pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod trace;

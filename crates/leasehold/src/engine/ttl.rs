@@ -37,6 +37,11 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
+/// The default lease, on every store: of a lock that sets no [`Mutex::ttl`](crate::Mutex::ttl) (kept alive by the
+/// watchdog while the guard lives), and on the stores with sessions of the session such locks live under unless
+/// [`Builder::session_ttl`](crate::Builder::session_ttl) sets another.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
 #[cfg(test)]
 mod tests {
     use super::*;

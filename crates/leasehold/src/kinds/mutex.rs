@@ -20,10 +20,7 @@ use crate::kinds::guard::MutexGuard;
 /// log filters keep working (`leasehold::mutex=debug`).
 const TARGET: &str = "leasehold::mutex";
 
-/// The default lease, on every store: of a lock that sets no [`Mutex::ttl`] (kept alive by the watchdog while the
-/// guard lives), and on the stores with sessions of the session such locks live under unless
-/// [`Builder::session_ttl`](crate::Builder::session_ttl) sets another.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+pub use crate::engine::ttl::DEFAULT_TTL;
 
 /// A distributed, non-reentrant mutex on one Redis server: a handle to the lock called `name`.
 ///

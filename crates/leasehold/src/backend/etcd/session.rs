@@ -31,7 +31,7 @@ pub const MIN_TTL: Duration = Duration::from_secs(2);
 
 /// The session TTL unless one is set: the default lease of every store ([`crate::DEFAULT_TTL`], 30 s), long enough to
 /// ride out a leader election (about 1.3 s measured) many times over between keep-alives.
-pub const DEFAULT_TTL: Duration = crate::kinds::mutex::DEFAULT_TTL;
+pub const DEFAULT_TTL: Duration = crate::engine::ttl::DEFAULT_TTL;
 
 /// How long the keeper waits before trying again after a failed keep-alive: a new leader is usually elected within
 /// about 1.3 s, and a retry every so often reaches it well before the deadline.

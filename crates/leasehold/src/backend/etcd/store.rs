@@ -25,7 +25,7 @@ use super::{EtcdError, Kind};
 use crate::backend::session::{
     lock_info, Admitted, Background, Engine, Opened, Primitives, Renewal, SessionLoss, StoreError,
 };
-use crate::client::LockInfo;
+use crate::engine::info::LockInfo;
 use crate::error::Error;
 use crate::fence::Fence;
 

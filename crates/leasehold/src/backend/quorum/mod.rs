@@ -35,10 +35,10 @@ use redis::aio::ConnectionManagerConfig;
 use tokio::time::Instant;
 
 use crate::backend::redis::conn::Conn;
-use crate::backend::redis::keys::{check_prefix, millis, LockKeys, DEFAULT_PREFIX};
 use crate::backend::redis::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE, QUORUM_WITHDRAW};
 use crate::client::LockKind;
 use crate::engine::keeper::{Keeper, Renews};
+use crate::engine::keys::{check_prefix, millis, LockKeys, DEFAULT_PREFIX};
 use crate::engine::lease::{Lease, LeaseShared, LossReason, Settled};
 use crate::engine::ttl::{check_ttl, drift};
 use crate::error::{require_runtime, Error, InvalidArgument};

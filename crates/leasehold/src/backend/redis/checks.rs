@@ -7,9 +7,9 @@ use std::fmt;
 use redis::Value;
 
 use crate::backend::redis::conn::Conn;
-use crate::backend::redis::keys::LockKeys;
 use crate::backend::redis::scripts::PROBE;
 use crate::backend::redis::topology::Target;
+use crate::engine::keys::LockKeys;
 use crate::error::Error;
 
 /// The tracing target of this file's events: the module path it had before the files moved into folders, so that

@@ -38,7 +38,7 @@ pub(crate) struct Settings {
     pub(crate) on_disk: bool,
     pub(crate) sentinel_auth: Option<(Option<String>, String)>,
     #[cfg(feature = "tls")]
-    pub(crate) tls: crate::backend::redis::tls::TlsSettings,
+    pub(crate) tls: crate::backend::tls::TlsSettings,
 }
 
 /// Checks `settings` and connects to `target`: the Redis side of [`Builder::connect`](crate::Builder::connect), whose
@@ -83,11 +83,11 @@ pub(crate) async fn connect(
         }
     };
     #[cfg(feature = "tls")]
-    crate::backend::redis::tls::ensure_crypto_provider();
+    crate::backend::tls::ensure_crypto_provider();
     let endpoint = match target {
         #[cfg(feature = "tls")]
         Endpoint::Single(redis) => {
-            Endpoint::Single(crate::backend::redis::tls::apply(redis, &settings.tls)?)
+            Endpoint::Single(crate::backend::tls::apply(redis, &settings.tls)?)
         }
         #[cfg(not(feature = "tls"))]
         Endpoint::Single(redis) => Endpoint::Single(redis),
@@ -96,8 +96,7 @@ pub(crate) async fn connect(
             cluster.response_timeout = settings.response_timeout;
             #[cfg(feature = "tls")]
             {
-                cluster.certs =
-                    crate::backend::redis::tls::checked(&settings.tls, cluster.uses_tls())?;
+                cluster.certs = crate::backend::tls::checked(&settings.tls, cluster.uses_tls())?;
             }
             Endpoint::Cluster(cluster)
         }
@@ -178,7 +177,7 @@ pub(crate) async fn connect(
                 #[cfg(feature = "tls")]
                 {
                     cluster.certs =
-                        crate::backend::redis::tls::checked(&settings.tls, cluster.uses_tls())?;
+                        crate::backend::tls::checked(&settings.tls, cluster.uses_tls())?;
                 }
                 let conn = connect_cluster(&cluster, within).await.map_err(failed)?;
                 (conn, Target::Cluster(cluster))

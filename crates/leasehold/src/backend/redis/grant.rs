@@ -8,11 +8,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::redis::conn::ReplicaAcks;
-use crate::backend::redis::keys::LockKeys;
 use crate::backend::redis::release::release_in_background;
 use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::wake::{Expecting, Handed};
 use crate::client::Client;
+use crate::engine::keys::LockKeys;
 use crate::engine::lease::{Lease, LeaseShared};
 use crate::engine::ttl::drift;
 use crate::error::Error;

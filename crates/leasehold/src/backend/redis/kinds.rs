@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use crate::backend::redis::foreign::{explain_foreign, foreign, not_a_lock, script_error};
 use crate::backend::redis::grant::{new_guard, short_of, Expiry};
-use crate::backend::redis::keys::{millis, LockKeys};
 use crate::backend::redis::release::Undo;
 use crate::backend::redis::scripts::{DOWNGRADE, REENTER, SET_PERMITS};
 use crate::backend::redis::store::RedisStore;
 use crate::backend::Handle;
+use crate::engine::keys::{millis, LockKeys};
 use crate::error::Error;
 use crate::fence::{new_token, token_of};
 use crate::kinds::guard::Guard;

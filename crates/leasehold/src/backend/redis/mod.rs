@@ -22,7 +22,6 @@ pub(crate) mod conn;
 pub(crate) mod connect;
 pub(crate) mod foreign;
 pub(crate) mod grant;
-pub(crate) mod keys;
 pub(crate) mod kinds;
 pub(crate) mod orphans;
 pub(crate) mod queued;
@@ -30,7 +29,5 @@ pub(crate) mod release;
 pub(crate) mod scripts;
 pub(crate) mod sentinel;
 pub(crate) mod store;
-#[cfg(feature = "tls")]
-pub(crate) mod tls;
 pub(crate) mod topology;
 pub(crate) mod wake;

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::backend::redis::keys::LockKeys;
 use crate::backend::redis::release::release_invocation;
 use crate::backend::redis::scripts::Numbers;
 use crate::backend::redis::topology::Target;
+use crate::engine::keys::LockKeys;
 
 /// The tracing target of this file's events: the module path it had before the files moved into folders, so that
 /// log filters keep working (`leasehold::orphans=debug`).

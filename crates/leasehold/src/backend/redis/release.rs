@@ -12,9 +12,9 @@ use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
 use crate::backend::redis::conn::{ReplicaAcks, Sent};
 use crate::backend::redis::foreign::not_a_lock;
 use crate::backend::redis::grant::short_of;
-use crate::backend::redis::keys::{millis, LockKeys};
 use crate::backend::redis::scripts::{Numbers, ScriptCall, RELEASE, RENEW};
 use crate::backend::redis::store::RedisStore;
+use crate::engine::keys::{millis, LockKeys};
 use crate::engine::lease::{Lease, LeaseShared, LossReason};
 use crate::error::Error;
 

@@ -13,7 +13,6 @@ use crate::backend::redis::checks::ServerWarning;
 use crate::backend::redis::conn::{Conn, ReplicaAcks};
 use crate::backend::redis::foreign::{foreign, script_error};
 use crate::backend::redis::grant::short_of;
-use crate::backend::redis::keys::LockKeys;
 use crate::backend::redis::orphans::Orphans;
 use crate::backend::redis::queued::SetAcquireItem;
 use crate::backend::redis::release::ReleaseItem;
@@ -22,6 +21,7 @@ use crate::backend::redis::topology::Target;
 use crate::backend::redis::wake::Wakeups;
 use crate::client::{HoldMode, Holder, LockInfo, LockKind, DEFAULT_RESPONSE_TIMEOUT};
 use crate::engine::keeper::Keeper;
+use crate::engine::keys::LockKeys;
 use crate::error::Error;
 use crate::fence::{description_of, Fence, TOKEN_PREFIX};
 

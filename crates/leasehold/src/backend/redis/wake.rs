@@ -35,12 +35,12 @@ use futures_util::StreamExt;
 use tokio::sync::{oneshot, watch, Notify, Semaphore};
 use tokio::time::Instant;
 
-use crate::backend::redis::keys::LockKeys;
 use crate::backend::redis::release::release_in_background;
 use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::topology::{Cluster, Target};
 use crate::engine::backoff::Backoff;
 use crate::engine::ids::IdMap;
+use crate::engine::keys::LockKeys;
 use crate::fence::token_id;
 
 /// The tracing target of this file's events: the module path it had before the files moved into folders, so that

@@ -4,6 +4,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::engine::info::LockInfo;
+
 /// One admitted entry of a lock on a store with sessions, as `inspect` reads it.
 pub(crate) struct Admitted {
     /// The entry's value: the hold as Redis stores it (`dl1:…`, `r dl1:…`, `s1 dl1:…`), or whatever another client
@@ -19,9 +21,9 @@ pub(crate) struct Admitted {
 
 /// The [`LockInfo`](crate::LockInfo) of lock `name` on a store with sessions: its `admitted` entries, in queue order,
 /// of `entries` in all.
-pub(crate) fn lock_info(name: &str, admitted: Vec<Admitted>, entries: usize) -> crate::LockInfo {
+pub(crate) fn lock_info(name: &str, admitted: Vec<Admitted>, entries: usize) -> LockInfo {
     use crate::backend::admission::Kind;
-    use crate::client::{HoldMode, Holder, LockKind};
+    use crate::engine::info::{HoldMode, Holder, LockKind};
     let mut holders = Vec::new();
     let mut last_fence = None;
     let mut permits = None;
@@ -60,7 +62,7 @@ pub(crate) fn lock_info(name: &str, admitted: Vec<Admitted>, entries: usize) -> 
         HoldMode::Exclusive if exclusive_is_mutex => LockKind::Mutex,
         mode => mode.kind(),
     });
-    crate::LockInfo {
+    LockInfo {
         name: name.to_owned(),
         kind,
         holder: holders.first().cloned(),
@@ -77,10 +79,10 @@ pub(crate) async fn held_among<F, Fut>(
     mut names: Vec<String>,
     pattern: &str,
     inspect: F,
-) -> Result<Vec<crate::LockInfo>, crate::Error>
+) -> Result<Vec<LockInfo>, crate::Error>
 where
     F: Fn(String) -> Fut,
-    Fut: Future<Output = Result<crate::LockInfo, crate::Error>>,
+    Fut: Future<Output = Result<LockInfo, crate::Error>>,
 {
     names.retain(|name| crate::backend::glob_match(pattern.as_bytes(), name.as_bytes()));
     names.sort();

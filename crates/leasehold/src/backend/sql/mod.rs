@@ -65,7 +65,7 @@ use crate::backend::admission::Kind;
 /// The TLS material of the [`Builder`](crate::Builder) (its CA and client identity), for `sslmode=require` on
 /// PostgreSQL; nothing without the `tls` feature.
 #[cfg(feature = "tls")]
-pub(crate) type TlsMaterial = crate::backend::redis::tls::TlsSettings;
+pub(crate) type TlsMaterial = crate::backend::tls::TlsSettings;
 #[cfg(not(feature = "tls"))]
 pub(crate) type TlsMaterial = ();
 

@@ -16,7 +16,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
 
-use crate::backend::redis::tls::{ensure_crypto_provider, TlsSettings};
+use crate::backend::tls::{ensure_crypto_provider, TlsSettings};
 use crate::error::InvalidArgument;
 
 /// Makes a verifying TLS connection per PostgreSQL connection.

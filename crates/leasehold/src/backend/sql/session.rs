@@ -52,7 +52,7 @@ use crate::engine::clock;
 
 /// The session TTL of the locks that set none, unless [`Builder::session_ttl`](crate::Builder::session_ttl) sets
 /// one: the default lease of every store ([`crate::DEFAULT_TTL`], 30 s).
-pub(crate) const DEFAULT_TTL: Duration = crate::kinds::mutex::DEFAULT_TTL;
+pub(crate) const DEFAULT_TTL: Duration = crate::engine::ttl::DEFAULT_TTL;
 
 /// The shortest session TTL accepted: the keeper renews every quarter of it, and each renewal is a write.
 pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);

@@ -22,8 +22,8 @@ use crate::backend::session::state::passed;
 use crate::backend::session::{
     lock_info, Admitted, Background, Engine, Opened, Primitives, Renewal, SessionLoss, StoreError,
 };
-use crate::client::LockInfo;
 use crate::engine::clock;
+use crate::engine::info::LockInfo;
 use crate::error::Error;
 use crate::fence::Fence;
 

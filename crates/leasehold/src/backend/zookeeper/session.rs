@@ -40,7 +40,7 @@ use crate::engine::clock;
 /// The session timeout asked for unless one is set: the default lease of every store ([`crate::DEFAULT_TTL`], 30 s).
 /// ZooKeeper clamps it to its bounds (by default 2 to 20 ticks: 4 s to 40 s with the usual 2 s tick); the negotiated
 /// one is what counts.
-pub(crate) const DEFAULT_TIMEOUT: Duration = crate::kinds::mutex::DEFAULT_TTL;
+pub(crate) const DEFAULT_TIMEOUT: Duration = crate::engine::ttl::DEFAULT_TTL;
 
 /// The shortest session timeout accepted: below a second the keeper's `sync`s (every eighth of it) would be a load
 /// of their own, and ZooKeeper's own ticks are rarely shorter than 500 ms anyway.

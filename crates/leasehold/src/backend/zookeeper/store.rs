@@ -23,7 +23,7 @@ use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::session::{
     lock_info, Admitted, Background, Engine, Opened, Primitives, Renewal, SessionLoss, StoreError,
 };
-use crate::client::LockInfo;
+use crate::engine::info::LockInfo;
 use crate::engine::lease::{LeaseShared, LossReason};
 use crate::error::{Error, InvalidArgument};
 use crate::fence::Fence;

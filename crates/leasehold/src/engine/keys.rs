@@ -1,4 +1,6 @@
-//! Key layout and the limits on names and durations.
+//! A lock's checked name (`LockKeys`), which every kind and every store names a lock by, the limits on names and
+//! prefixes, and the key layout it carries for Redis. It lives in the engine, below every store, so that no store
+//! reaches into another's folder for it.
 //!
 //! One lock named `N` under prefix `P` uses:
 //!
