@@ -218,6 +218,9 @@ impl Layout {
                 if !self.modules.contains_key(&child) {
                     // Not a child module: a name a `use` of this module brought in, or another crate.
                     let binding = self.binding(&module, first)?;
+                    if binding.path == [first] {
+                        return None; // `use redis;`: another crate.
+                    }
                     let mut through = binding.path.clone();
                     through.extend_from_slice(&rest[1..]);
                     return self.resolve(&module, &through, hops + 1);
@@ -231,13 +234,14 @@ impl Layout {
                 module = child;
                 continue;
             }
-            // An item of `module`: where it is defined, if `module` only re-exports it.
+            // An item of `module`: where it is defined, if `module` only re-exports it (from another crate: none).
             if let Some(binding) = self.binding(&module, segment) {
+                if binding.path == [segment.as_str()] {
+                    return None;
+                }
                 let mut through = binding.path.clone();
                 through.extend_from_slice(&rest[k + 1..]);
-                if let Some(file) = self.resolve(&module, &through, hops + 1) {
-                    return Some(file);
-                }
+                return self.resolve(&module, &through, hops + 1);
             }
             for glob in self.globs(&module) {
                 let mut through = glob.path.clone();
@@ -257,8 +261,7 @@ impl Layout {
         self.bindings
             .get(module)?
             .iter()
-            // `use redis;` names another crate, not itself.
-            .find(|b| !b.glob && b.name == name && b.path != [name])
+            .find(|b| !b.glob && b.name == name)
     }
 
     fn globs(&self, module: &ModPath) -> impl Iterator<Item = &Binding> {
@@ -792,7 +795,8 @@ pub fn g<'a>(s: &'a str) -> char {
         let layout = layout(&[
             (
                 "lib.rs",
-                "mod error;\nmod demo;\nmod client;\npub use error::Error;",
+                "mod error;\nmod demo;\nmod client;\npub use error::Error;\npub use redis;\n\
+                 pub use tokio::time as clock;",
             ),
             (
                 "error.rs",
@@ -804,7 +808,11 @@ pub fn g<'a>(s: &'a str) -> char {
                 "demo/buyer.rs",
                 "use crate::Error;\npub fn buy() {}\nmod tests { use super::super::f; }",
             ),
-            ("client.rs", "fn f() -> Result<(), crate::Error> { Ok(()) }"),
+            // Another crate's items, re-exported at the root: no arrow to `lib.rs`.
+            (
+                "client.rs",
+                "fn f() -> Result<(), crate::Error> { crate::redis::cmd(); crate::clock::sleep(); Ok(()) }",
+            ),
         ]);
         assert_eq!(
             arrows(&layout),
