@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::cli::StoreArg;
+use crate::args::StoreArg;
 use crate::exit::{self, fail};
 
 /// Connects a lock client to `url` with the default prefix and no TLS files (the demo and the bench).

@@ -14,14 +14,14 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::ValueEnum;
+use clap::{Args, ValueEnum};
 use leasehold::redis::aio::MultiplexedConnection;
 use leasehold::redis::{self, AsyncCommands as _};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 use tokio::time::Instant;
 
-use crate::cli::DemoArgs;
+use crate::args::STORE_ENV;
 use crate::connect;
 use crate::exit::{self, fail};
 use crate::progress::Bar;
@@ -151,6 +151,19 @@ impl Outcome {
     fn oversold(&self) -> i64 {
         (self.sold - STOCK).max(0)
     }
+}
+
+/// `leasehold demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Use this Redis server instead of starting a private one (also --redis; env LEASEHOLD_STORE, or
+    /// LEASEHOLD_REDIS_URL). Redis only: an etcd://, zk://, postgres:// or mysql:// store exits 2 before connecting.
+    #[arg(long = "store", visible_alias = "redis", value_name = "URL", env = STORE_ENV)]
+    pub store: Option<String>,
+
+    /// Print the results as one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `leasehold demo`. SIGINT, SIGTERM and SIGHUP stop it, and the private server and the buyers go with it.

@@ -1,16 +1,30 @@
 //! `leasehold completions <SHELL>` and `leasehold man`: generated from the command line's own definition, so they
 //! never drift from `--help`.
 
-use clap::CommandFactory as _;
+use clap::Args;
 
-use crate::cli::{Cli, CompletionsArgs, ManArgs};
 use crate::exit::{self, fail};
 
-/// Prints the completion script for one shell.
-pub fn completions(args: &CompletionsArgs) -> anyhow::Result<u8> {
+/// `leasehold completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+/// `leasehold man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// A command (run, status, list, release, permits, demo, bench, completions) for its own page, leasehold-COMMAND(1).
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
+}
+
+/// Prints the completion script for one shell, from `root`, the command line's definition.
+pub fn completions(args: &CompletionsArgs, root: &clap::Command) -> anyhow::Result<u8> {
     // The internal commands (demo-buyer, bench-worker) are hidden from --help; they are left out here too, on a copy
     // of the root that has only the visible ones.
-    let root = Cli::command();
     let mut command = clap::Command::new("leasehold")
         .version(root.get_version().unwrap_or_default().to_owned())
         .about(root.get_about().cloned().unwrap_or_default())
@@ -21,9 +35,9 @@ pub fn completions(args: &CompletionsArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// Prints a man page in roff: `leasehold(1)`, or with a COMMAND `leasehold-COMMAND(1)` (as git splits its pages).
-pub fn man(args: &ManArgs) -> anyhow::Result<u8> {
-    let root = Cli::command();
+/// Prints a man page in roff, from `root`, the command line's definition: `leasehold(1)`, or with a COMMAND
+/// `leasehold-COMMAND(1)` (as git splits its pages).
+pub fn man(args: &ManArgs, root: clap::Command) -> anyhow::Result<u8> {
     let command = match &args.command {
         None => root,
         Some(name) => {

@@ -1,21 +1,24 @@
 //! `leasehold`: run any program under a distributed lock on Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB, inspect locks, and see the
 //! oversell problem solved.
 //!
-//! One module per subcommand, plus what they share:
+//! One module per subcommand, plus what they share. The arrows point down: `main.rs` and `cli.rs` on top, the
+//! subcommands under them, what several subcommands share at the bottom; nothing imports `cli.rs` but `main.rs`
+//! (checked by `layout` `the_command_has_no_import_cycle_across_folders`, in leasehold-tests).
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `cli.rs` | the command line (clap), help texts, usage errors as one line |
+//! | `cli.rs` | the command line (clap): the subcommands, their help texts, usage errors as one line |
+//! | `args.rs` | the options several modules read: the store's (`StoreArg`), and those of `run`, `status`, `list`, `release`, `permits` |
 //! | `run.rs` | `leasehold run`: lock, run, stop the program on loss, release |
 //! | `child.rs` | the program's process group, its signals, its terminal, its exit status |
 //! | `schedule.rs` | when the program gets SIGTERM and SIGKILL: gone by its lease's deadline |
 //! | `enforce.rs` | the enforcer process: kills the program when `run` stops renewing its deadline (stopped, stuck) |
 //! | `signals.rs` | every catchable terminating signal, caught (and passed on to the program) |
 //! | `holder.rs` | the holder description `run` attaches and `status`/`list` read back |
-//! | `status.rs` | `leasehold status`, `leasehold list` and `leasehold release --force` |
-//! | `quorum.rs` | the same three on a quorum: every node asked, a lock held where a majority names its holder |
+//! | `status.rs` | `leasehold status`, `leasehold list`, `leasehold release --force` and `leasehold permits` |
+//! | `status/quorum.rs` | the first three on a quorum: every node asked, a lock held where a majority names its holder |
 //! | `demo.rs`, `demo/` | `leasehold demo`: rounds, buyer processes, the fenced store, the final table |
-//! | `docs.rs` | `leasehold completions` and `leasehold man`, generated from `cli.rs` |
+//! | `docs.rs` | `leasehold completions` and `leasehold man`, generated from the definition `cli.rs` hands them |
 //! | `bench/` | `leasehold bench`: scenarios (Redis, a quorum, etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB), worker processes, statistics, the SVG plot |
 //! | `server.rs` | a private `redis-server` on a free port, killed on drop |
 //! | `progress.rs` | the progress bar |
@@ -31,6 +34,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
+mod args;
 mod bench;
 mod child;
 mod cli;
@@ -44,7 +48,6 @@ mod exit;
 mod holder;
 mod log;
 mod progress;
-mod quorum;
 mod run;
 mod schedule;
 mod server;
@@ -100,8 +103,8 @@ fn execute(command: Command) -> u8 {
             Command::DemoBuyer(args) => demo::buyer::buyer(args).await,
             Command::Bench(args) => bench::bench(args).await,
             Command::BenchWorker(args) => bench::worker::worker(args).await,
-            Command::Completions(args) => docs::completions(&args),
-            Command::Man(args) => docs::man(&args),
+            Command::Completions(args) => docs::completions(&args, &cli::definition()),
+            Command::Man(args) => docs::man(&args, cli::definition()),
             Command::Enforce(args) => Ok(enforce::enforce(&args)),
         }
     });

@@ -9,8 +9,8 @@ use leasehold::{Error, Guard, LockKind};
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
+use crate::args::RunArgs;
 use crate::child::{self, Event, Program, Termination};
-use crate::cli::RunArgs;
 use crate::connect;
 use crate::duration::show;
 use crate::enforce::Enforcer;
@@ -337,7 +337,8 @@ async fn run_on_quorum(args: &RunArgs, signals: &mut Signals) -> anyhow::Result<
             // Who holds it, for the message: the holder a majority of nodes names (on the conflict path only).
             let holder = match &err {
                 Error::Busy { .. } | Error::Timeout { .. } if !args.quiet => {
-                    crate::quorum::majority_holder(&args.store, name, quorum.majority()).await
+                    crate::status::quorum::majority_holder(&args.store, name, quorum.majority())
+                        .await
                 }
                 _ => None,
             };

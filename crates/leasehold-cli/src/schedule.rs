@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use crate::cli::RunArgs;
+use crate::args::RunArgs;
 use crate::duration::show;
 use crate::exit::{self, fail};
 use crate::stores::Store;
@@ -105,17 +105,20 @@ fn lease_of(store: Store, ttl: Duration) -> Duration {
 mod tests {
     use super::*;
 
+    /// `leasehold run`'s options alone (the command line in `cli.rs` is above this module).
+    #[derive(clap::Parser)]
+    struct Run {
+        #[command(flatten)]
+        args: RunArgs,
+    }
+
     fn schedule(args: &[&str]) -> anyhow::Result<Schedule> {
-        let mut line = vec!["leasehold", "run"];
+        let mut line = vec!["run"];
         line.extend_from_slice(args);
         line.extend_from_slice(&["job", "true"]);
-        match crate::cli::parse(line).unwrap() {
-            crate::cli::Parsed::Run(cli) => match cli.command {
-                crate::cli::Command::Run(args) => Schedule::of(&args),
-                _ => unreachable!(),
-            },
-            crate::cli::Parsed::Done(_) => unreachable!(),
-        }
+        let mut run = <Run as clap::Parser>::try_parse_from(line).unwrap();
+        run.args.store.resolve();
+        Schedule::of(&run.args)
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! `leasehold status`, `list`, `release --force` and `permits`, on one server or cluster (Redis, etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB):
-//! look at a lock, or remove a stuck one.
+//! look at a lock, or remove a stuck one. The first three on a quorum of Redis servers are in `status/quorum.rs`.
+
+pub mod quorum;
 
 use serde_json::{json, Value};
 use unicode_width::UnicodeWidthStr as _;
 
-use crate::cli::{ListArgs, PermitsArgs, ReleaseArgs, StatusArgs};
+use crate::args::{ListArgs, PermitsArgs, ReleaseArgs, StatusArgs};
 use crate::connect;
 use crate::duration::show;
 use crate::exit::{self, fail};
@@ -17,7 +19,7 @@ use crate::exit::{self, fail};
 pub async fn status(args: StatusArgs) -> anyhow::Result<u8> {
     crate::stores::check_store(&args.store)?;
     if args.store.urls.len() > 1 {
-        return crate::quorum::status(&args).await;
+        return quorum::status(&args).await;
     }
     let client = connect::reader(&args.store).await?;
     connect::closing(&client, async {
@@ -117,7 +119,7 @@ fn left_and_by(holder: &leasehold::Holder) -> (String, String) {
 pub async fn list(args: ListArgs) -> anyhow::Result<u8> {
     crate::stores::check_store(&args.store)?;
     if args.store.urls.len() > 1 {
-        return crate::quorum::list(&args).await;
+        return quorum::list(&args).await;
     }
     let client = connect::reader(&args.store).await?;
     connect::closing(&client, async {
@@ -257,7 +259,7 @@ pub(crate) fn token_id(token: &str) -> &str {
 pub async fn release(args: ReleaseArgs) -> anyhow::Result<u8> {
     crate::stores::check_store(&args.store)?;
     if args.store.urls.len() > 1 && args.force {
-        return crate::quorum::release(&args).await;
+        return quorum::release(&args).await;
     }
     if !args.force {
         return Err(fail(

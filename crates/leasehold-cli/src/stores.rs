@@ -29,7 +29,7 @@
 
 use std::time::Duration;
 
-use crate::cli::{RunArgs, StoreArg};
+use crate::args::{RunArgs, StoreArg};
 use crate::duration::show;
 use crate::exit::{self, fail};
 

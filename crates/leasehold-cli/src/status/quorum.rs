@@ -5,10 +5,10 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use crate::cli::{ListArgs, ReleaseArgs, StatusArgs, StoreArg};
+use super::{print_line, sentence, table, to_json, token_id};
+use crate::args::{ListArgs, ReleaseArgs, StatusArgs, StoreArg};
 use crate::connect;
 use crate::exit;
-use crate::status::{print_line, sentence, table, to_json, token_id};
 
 /// One node's answer: its URL (password hidden) and what it said, or why it could not be asked.
 type View<T> = (String, anyhow::Result<T>);
