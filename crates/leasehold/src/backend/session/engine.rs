@@ -168,7 +168,7 @@ impl<P: Primitives> Engine<P> {
                 None => Ok(None),
             }
         };
-        crate::backend::until_granted(
+        super::wait::until_granted(
             keys.name(),
             wait,
             fail_fast,

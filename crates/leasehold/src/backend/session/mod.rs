@@ -39,6 +39,7 @@ pub(crate) mod info;
 pub(crate) mod life;
 pub(crate) mod sessions;
 pub(crate) mod state;
+pub(crate) mod wait;
 
 pub(crate) use engine::{Engine, Hold};
 pub(crate) use info::{held_among, lock_info, Admitted};
