@@ -22,9 +22,11 @@ use super::rpc::{
     TxnOp, TxnOpResponse, TxnResponse, WatchOptions,
 };
 
-use super::kind::{admit, prefix, waiter_key, Admission};
+use super::kind::{key_kind, prefix, waiter_key};
 use super::session::{Session, Shared};
+use super::store::Etcd;
 use super::{EtcdError, Kind};
+use crate::backend::session::recipe;
 use crate::backend::session::SessionLoss;
 use crate::fence::Fence;
 
@@ -76,29 +78,30 @@ pub enum Released {
     AlreadyGone,
 }
 
-/// A waiter key that may exist in etcd: deleted in the background (counted in the client's
-/// [`Background`](crate::backend::session::Background), so that `flush_releases` and `close` wait for it) if the
-/// acquire that wrote it ends without a grant (dropped, or failed).
-struct Pending<'a> {
-    session: &'a Arc<Shared>,
+/// What names an acquisition's waiter key before it is written: the key, and whether the enqueue that wrote it was
+/// answered on its first try (then no other try of it can land after the clean-up's delete).
+pub(crate) struct Claim {
     key: String,
-    armed: bool,
-    /// Whether the enqueue was answered on its first try: no other try of it can land after the clean-up's delete.
     settled: bool,
 }
 
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let cleanup = Cleanup {
-            session: Arc::clone(self.session),
-            key: std::mem::take(&mut self.key),
-            again: !self.settled,
-        };
-        self.session.background.spawn(cleanup.run());
-    }
+/// Draws the acquisition's waiter key under the lock at `path` (refused when `path` is no lock path).
+pub(crate) fn claim(session: &Shared, path: &str, kind: Kind) -> Result<Claim, EtcdError> {
+    let prefix = prefix(path)?;
+    Ok(Claim {
+        key: waiter_key(&prefix, session.conn.lease, kind, grant_id()?),
+        settled: false,
+    })
+}
+
+/// Deletes, in the background, the waiter key of an acquisition that ended without a grant (see [`Cleanup`]).
+pub(crate) fn abandon(session: &Arc<Shared>, claim: Claim) {
+    let cleanup = Cleanup {
+        session: Arc::clone(session),
+        key: claim.key,
+        again: !claim.settled,
+    };
+    session.background.spawn(cleanup.run());
 }
 
 /// Deletes a waiter key nobody will use: at once, and, when a try of the enqueue that wrote it may still be on its
@@ -162,7 +165,8 @@ impl Session {
     /// call timeouts when a retried enqueue may still land (see `Cleanup`); at worst the key stays until the session's
     /// lease ends. [`Session::close`] revokes the lease, which deletes it at once.
     pub async fn acquire(&self, path: &str, kind: Kind) -> Result<Grant, EtcdError> {
-        grant(self.shared(), path, kind, "leasehold", true)
+        // The engine's recipe, ending at the first error (as the recipe's own tests expect).
+        recipe::acquire::<Etcd>(self.shared(), path, kind, "leasehold", true, true)
             .await?
             .ok_or(EtcdError::Protocol("a wait that ended without a grant"))
     }
@@ -204,66 +208,25 @@ impl Session {
     }
 }
 
-/// The acquisition behind [`Session::acquire`] and a client's etcd locks, storing `value` in the waiter key (the
-/// hold's token, so that `inspect` can name the holder). Without `wait`, one try: when the lock does not admit the key
-/// at once, the key is deleted again and the answer is `None` (busy).
-pub(crate) async fn grant(
-    session: &Arc<Shared>,
+/// Writes the claimed waiter key under the lock at `path`, storing `value` (the hold, so that `inspect` can name the
+/// holder): the grant it will be once admitted, and whether it is the oldest key of the lock (admitted at once).
+pub(crate) async fn enqueue_claimed(
+    session: &Shared,
     path: &str,
     kind: Kind,
     value: &str,
-    wait: bool,
-) -> Result<Option<Grant>, EtcdError> {
+    claim: &mut Claim,
+) -> Result<(Grant, bool), EtcdError> {
     let prefix = prefix(path)?;
-    session.check_alive()?;
-    let key = waiter_key(&prefix, session.conn.lease, kind, grant_id()?);
-    let mut pending = Pending {
-        session,
-        key: key.clone(),
-        armed: true,
-        settled: false,
-    };
-    let (revision, first, tries) = enqueue(session, &prefix, &key, value).await?;
-    pending.settled = tries == 1;
+    let (revision, first, tries) = enqueue(session, &prefix, &claim.key, value).await?;
+    claim.settled = tries == 1;
     let grant = Grant {
-        key,
+        key: claim.key.clone(),
         revision,
         lease: session.conn.lease,
         kind,
     };
-    if first {
-        pending.armed = false;
-        return Ok(Some(grant));
-    }
-    let mut admission_seen = check(session, &prefix, &grant).await?;
-    loop {
-        let (admission, seen) = admission_seen;
-        let (watched, any) = match admission {
-            Admission::Granted => {
-                pending.armed = false;
-                return Ok(Some(grant));
-            }
-            // Refused: the key is deleted in the background (`pending`).
-            Admission::WrongPermits(stored) => {
-                return Err(EtcdError::WrongPermits {
-                    stored: stored.get(),
-                })
-            }
-            // A try that is not admitted at once takes its key back (the drop of `pending` does it again in the
-            // background if this delete is not answered).
-            _ if !wait => {
-                release(session, &grant).await?;
-                pending.armed = false;
-                return Ok(None);
-            }
-            Admission::WaitFor(ref key) => (key.clone(), false),
-            Admission::WaitForAny => (prefix.clone().into_bytes(), true),
-        };
-        admission_seen = tokio::select! {
-            next = wait_then_check(session, &prefix, &grant, (watched, any), (&admission, seen)) => next?,
-            loss = session.lost() => return Err(EtcdError::SessionLost(loss)),
-        };
-    }
+    Ok((grant, first))
 }
 
 /// Deletes the grant's key if it is still the grant's (same lease, same create revision).
@@ -361,13 +324,15 @@ fn lease_gone_is_loss(e: EtcdError, session: &Shared) -> EtcdError {
     }
 }
 
-/// If the grant's key is still its own, reads the keys ahead and applies the kind's rule; returns the answer and the
-/// revision it was read at.
-async fn check(
+/// If the grant's key is still its own, reads the keys ahead of it (oldest first; for an exclusive grant only the key
+/// just ahead, the only one its rule looks at), each with its kind; with the revision they were read at.
+pub(crate) async fn ahead(
     session: &Shared,
-    prefix: &str,
+    path: &str,
     grant: &Grant,
-) -> Result<(Admission, i64), EtcdError> {
+) -> Result<(Vec<(Kind, Vec<u8>)>, i64), EtcdError> {
+    let prefix = prefix(path)?;
+    let prefix = prefix.as_str();
     let (key, revision, lease) = (grant.key.as_str(), grant.revision, grant.lease);
     let response = session
         .conn
@@ -404,8 +369,11 @@ async fn check(
     let [ahead] = ranges.as_slice() else {
         return Err(EtcdError::Protocol("admission check"));
     };
-    let ahead: Vec<Vec<u8>> = ahead.iter().map(|kv| kv.key().to_vec()).collect();
-    Ok((admit(grant.kind, prefix, &ahead), seen))
+    let ahead = ahead
+        .iter()
+        .map(|kv| (key_kind(prefix, kv.key()), kv.key().to_vec()))
+        .collect();
+    Ok((ahead, seen))
 }
 
 /// The key-values of every range response of a transaction, in order.
@@ -421,25 +389,29 @@ fn ranges(response: &TxnResponse, op: &'static str) -> Result<Vec<Vec<rpc::KeyVa
         .collect()
 }
 
-/// Waits until the key (or, with `any`, a key under the prefix) that `admission` (read at revision `seen`) waits
-/// for is deleted, and checks again: the next admission and the revision it was read at.
+/// Waits until the key `ahead[on]` (with `on` `None`, any key under the lock's prefix) is deleted, the keys ahead
+/// having been read at revision `seen`.
 ///
 /// The watch starts at the member's current revision, not at `seen + 1`: a watch that starts at a revision the member
 /// has passed is served by etcd's catch-up loop, which runs every 100 ms, where a current one hears of a delete at
-/// once. What happened between `seen` and the watch's start is covered by checking again once it is open, when
-/// anything was written in between. A watch that cannot be opened, breaks, or hears nothing for one TTL (a member
-/// that died without a word) ends the wait the same way: every way out checks again.
-async fn wait_then_check(
+/// once. What happened between `seen` and the watch's start is covered by reading the keys ahead again once it is
+/// open, when anything was written in between: a change ends the wait (the engine checks again), none keeps the
+/// watch. A watch that cannot be opened, breaks, or hears nothing for one TTL (a member that died without a word)
+/// ends the wait the same way: the engine checks again after every wait.
+pub(crate) async fn wait(
     session: &Shared,
-    prefix: &str,
+    path: &str,
     grant: &Grant,
-    (key, any): (Vec<u8>, bool),
-    (admission, seen): (&Admission, i64),
-) -> Result<(Admission, i64), EtcdError> {
-    let options = if any {
-        WatchOptions::new().with_prefix()
-    } else {
-        WatchOptions::new()
+    ahead: &[(Kind, Vec<u8>)],
+    on: Option<usize>,
+    seen: i64,
+) -> Result<(), EtcdError> {
+    let (key, options) = match on.and_then(|i| ahead.get(i)) {
+        Some((_, key)) => (key.clone(), WatchOptions::new()),
+        None => (
+            prefix(path)?.into_bytes(),
+            WatchOptions::new().with_prefix(),
+        ),
     };
     let (i, mut client) = session.conn.endpoints.current();
     let opened = async {
@@ -456,9 +428,9 @@ async fn wait_then_check(
         Ok(Ok((stream, Some(from)))) => {
             if from > seen {
                 // Writes came between the check and the watch: one of them may be the delete we wait for.
-                let again = check(session, prefix, grant).await?;
-                if again.0 != *admission {
-                    return Ok(again);
+                let (again, _) = self::ahead(session, path, grant).await?;
+                if again != ahead {
+                    return Ok(());
                 }
             }
             stream
@@ -467,7 +439,7 @@ async fn wait_then_check(
             session.conn.endpoints.failed(i);
             // Check again (through the call's own retries) after a short pause, rather than spin.
             tokio::time::sleep(Duration::from_millis(50)).await;
-            return check(session, prefix, grant).await;
+            return Ok(());
         }
     };
     let deleted = async {
@@ -491,5 +463,5 @@ async fn wait_then_check(
         }
     };
     let _ = tokio::time::timeout(session.ttl, deleted).await;
-    check(session, prefix, grant).await
+    Ok(())
 }

@@ -23,7 +23,8 @@ use super::recipe::{Grant, Released};
 use super::session::{Conn, SessionOptions, Shared};
 use super::{EtcdError, Kind};
 use crate::backend::session::{
-    lock_info, Admitted, Background, Engine, Opened, Primitives, Renewal, SessionLoss, StoreError,
+    lock_info, Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss,
+    StoreError,
 };
 use crate::engine::info::LockInfo;
 use crate::error::Error;
@@ -270,11 +271,19 @@ impl StoreError for EtcdError {
             || matches!(self, EtcdError::Etcd { source, .. } if super::endpoints::is_transient(source))
     }
 
+    fn is_lost(&self) -> bool {
+        EtcdError::is_lost(self)
+    }
+
     fn wrong_permits(&self) -> Option<u32> {
         match self {
             EtcdError::WrongPermits { stored } => Some(*stored),
             _ => None,
         }
+    }
+
+    fn refused_permits(stored: u32) -> Self {
+        EtcdError::WrongPermits { stored }
     }
 
     fn entropy(why: String) -> Self {
@@ -334,16 +343,62 @@ impl Primitives for Etcd {
         super::session::revoke(shared).await
     }
 
-    async fn grant(
-        &self,
+    type Claim = super::recipe::Claim;
+    type Waiter = Grant;
+    /// The key ahead.
+    type Ahead = Vec<u8>;
+    /// The revision the keys ahead were read at.
+    type Seen = i64;
+    type WaitState = ();
+
+    fn claim(
+        session: &Arc<Shared>,
+        path: &str,
+        kind: Kind,
+        _hold: &str,
+    ) -> Result<Self::Claim, EtcdError> {
+        super::recipe::claim(session, path, kind)
+    }
+
+    async fn enqueue(
         session: &Arc<Shared>,
         path: &str,
         kind: Kind,
         hold: &str,
-        waits: bool,
-        _fail_fast: bool,
-    ) -> Result<Option<Grant>, EtcdError> {
-        super::recipe::grant(session, path, kind, hold, waits).await
+        claim: &mut Self::Claim,
+    ) -> Result<Enqueued<Grant>, EtcdError> {
+        let (waiter, first) =
+            super::recipe::enqueue_claimed(session, path, kind, hold, claim).await?;
+        Ok(Enqueued { waiter, first })
+    }
+
+    fn abandon(session: &Arc<Shared>, claim: Self::Claim) {
+        super::recipe::abandon(session, claim);
+    }
+
+    async fn ahead(
+        session: &Arc<Shared>,
+        path: &str,
+        waiter: &Grant,
+        _kind: Kind,
+    ) -> Result<(Vec<(Kind, Vec<u8>)>, i64), EtcdError> {
+        super::recipe::ahead(session, path, waiter).await
+    }
+
+    async fn wait(
+        session: &Arc<Shared>,
+        path: &str,
+        waiter: &Grant,
+        ahead: &[(Kind, Vec<u8>)],
+        on: Option<usize>,
+        seen: i64,
+        _state: &mut (),
+    ) -> Result<(), EtcdError> {
+        super::recipe::wait(session, path, waiter, ahead, on, seen).await
+    }
+
+    fn grant_of(waiter: &Grant) -> Grant {
+        waiter.clone()
     }
 
     fn fence(grant: &Grant) -> Fence {

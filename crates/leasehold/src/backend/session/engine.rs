@@ -135,7 +135,22 @@ impl<P: Primitives> Engine<P> {
     /// description) in the grant's entry, in the session of the lock's TTL. What passes by itself (no answer, a
     /// member going away, a session lost: a new one is opened) is ridden out until the wait's deadline, unless
     /// `fail_fast`; a try never retries.
-    pub(crate) async fn acquire(
+    ///
+    /// The future is boxed: the engine's acquisition nests deep enough that, inlined into every kind's lock future
+    /// (which matches over every store), a caller's own `async` block around `lock()` passed the compiler's default
+    /// recursion limit (the `cluster` test binary found it). One allocation per acquisition, beside round trips.
+    pub(crate) fn acquire(
+        &self,
+        keys: Arc<LockKeys>,
+        kind: Kind,
+        hold: String,
+        terms: Terms,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Granted<P>, Error>> + Send + '_>>
+    {
+        Box::pin(self.acquire_unboxed(keys, kind, hold, terms))
+    }
+
+    async fn acquire_unboxed(
         &self,
         keys: Arc<LockKeys>,
         kind: Kind,
@@ -159,10 +174,9 @@ impl<P: Primitives> Engine<P> {
                 _ => crate::fence::redrawn(&hold).map_err(|e| P::Error::entropy(e.to_string()))?,
             };
             let session = self.session(ttl).await?;
-            let grant = self
-                .store
-                .grant(&session.shared, &path, kind, &hold, waits, fail_fast)
-                .await?;
+            let grant =
+                super::recipe::acquire(&session.shared, &path, kind, &hold, waits, fail_fast)
+                    .await?;
             match grant {
                 Some(grant) => self.hold(&keys, hold, session, grant).map(Some),
                 None => Ok(None),

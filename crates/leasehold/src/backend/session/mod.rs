@@ -14,12 +14,14 @@
 //! - **the clean-ups** ([`Background`]): releases of dropped guards, entries of abandoned acquisitions and dropped
 //!   sessions, counted so that [`Client::flush_releases`](crate::Client::flush_releases) and
 //!   [`Client::close`](crate::Client::close) wait for every one;
-//! - **an acquisition around the store's recipe** ([`engine`]): the lease's TTL checked and mapped to a session, the
-//!   wait's retries, the grant turned into a lease that follows its session, the release;
+//! - **an acquisition** ([`recipe`], [`wait`], [`engine`]): the entry claimed and written in the lock's order, the
+//!   kinds' rules over the entries ahead, the wait for a change, a store error ridden out keeping the entry's place;
+//!   the lease's TTL mapped to a session, the retries of whole attempts, the grant turned into a lease that follows
+//!   its session, the release;
 //! - **what `inspect` and `held_locks` report** ([`info`]).
 //!
 //! A store brings only its primitives, the [`Primitives`] trait: open, renew and close a session; read back the
-//! entries of grants; take a grant (its recipe); release one; and its error. The engine is generic over it (static
+//! entries of grants; claim, write, read ahead of, wait on, release and abandon an entry; and its error. The engine is generic over it (static
 //! dispatch: no boxed future on the lock path, as `Client`'s `Store` enum is an enum for the same reason).
 
 use std::fmt;
@@ -37,6 +39,7 @@ use crate::fence::Fence;
 pub(crate) mod engine;
 pub(crate) mod info;
 pub(crate) mod life;
+pub(crate) mod recipe;
 pub(crate) mod sessions;
 pub(crate) mod state;
 pub(crate) mod wait;
@@ -68,6 +71,13 @@ impl fmt::Display for SessionLoss {
             SessionLoss::Closed => "the session was closed",
         })
     }
+}
+
+/// An acquisition's entry, just written by [`Primitives::enqueue`].
+pub(crate) struct Enqueued<W> {
+    pub(crate) waiter: W,
+    /// Nothing was ahead of it when it was written: granted in this one round trip, whatever its kind.
+    pub(crate) first: bool,
 }
 
 /// A session just opened by [`Primitives::open`].
@@ -108,8 +118,12 @@ pub(crate) trait StoreError: std::error::Error + Send + Sync + Sized + 'static {
     fn session_lost(loss: SessionLoss) -> Self;
     /// Whether a wait rides it out (no answer, a member going away, a session lost while waiting).
     fn passes(&self) -> bool;
+    /// Whether it says the acquisition's entry or its session is gone (a wait cannot go on with that entry).
+    fn is_lost(&self) -> bool;
     /// The permit count a semaphore's entries ahead were made with, when the lock refused this one's.
     fn wrong_permits(&self) -> Option<u32>;
+    /// The refusal of a semaphore whose entries ahead were made with `stored` permits.
+    fn refused_permits(stored: u32) -> Self;
     /// The error of an acquisition that could not draw its random bits.
     fn entropy(why: String) -> Self;
     /// The crate's error for it, on the store at the URL shown as `shown`.
@@ -176,18 +190,72 @@ pub(crate) trait Primitives: Send + Sync + Sized + 'static {
     /// Ends the session on the store (revoke, close, delete its row): every entry of the session goes with it.
     fn close(shared: &Arc<Shared<Self>>) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
-    /// One acquisition in `session`: takes `kind` on the lock at `path`, storing `hold` in the grant's entry; without
-    /// `waits`, one try (`None`: busy, the entry taken back). Dropped or failed, it leaves no entry behind (its
-    /// clean-up counted in the session's [`Background`]).
-    fn grant(
-        &self,
+    /// What names an acquisition's entry before it is written (drawn by [`claim`](Self::claim)), enough to delete it.
+    type Claim: Send + Sync;
+    /// An acquisition's entry, written: what its checks and waits need.
+    type Waiter: Send + Sync;
+    /// One entry ahead, as a check read it: what a wait on it needs.
+    type Ahead: Send + Sync;
+    /// What a check leaves for the wait after it (etcd: the revision it read at; SQL: the wake-ups subscribed to
+    /// before it).
+    type Seen: Send;
+    /// What a wait keeps from one round to the next, per acquisition (SQL counts its polls).
+    type WaitState: Default + Send;
+
+    /// Draws what names the acquisition's entry (a refusal of a path the store cannot take).
+    fn claim(
         session: &Arc<Shared<Self>>,
         path: &str,
         kind: crate::backend::admission::Kind,
         hold: &str,
-        waits: bool,
-        fail_fast: bool,
-    ) -> impl Future<Output = Result<Option<Self::Grant>, Self::Error>> + Send;
+    ) -> Result<Self::Claim, Self::Error>;
+
+    /// Writes the acquisition's entry in the lock's order, storing `hold`; records in `claim` what its clean-up must
+    /// know (a write whose answer was lost, and was tried again, may land late).
+    fn enqueue(
+        session: &Arc<Shared<Self>>,
+        path: &str,
+        kind: crate::backend::admission::Kind,
+        hold: &str,
+        claim: &mut Self::Claim,
+    ) -> impl Future<Output = Result<Enqueued<Self::Waiter>, Self::Error>> + Send;
+
+    /// Deletes, in the background (counted in the session's [`Background`]), the entry of an acquisition that ended
+    /// without a grant.
+    fn abandon(session: &Arc<Shared<Self>>, claim: Self::Claim);
+
+    /// Reads the entries ahead of `waiter`, oldest first, each with its kind (checking that `waiter`'s entry is still
+    /// there: the store's "lost while waiting" otherwise).
+    #[allow(clippy::type_complexity)]
+    fn ahead(
+        session: &Arc<Shared<Self>>,
+        path: &str,
+        waiter: &Self::Waiter,
+        kind: crate::backend::admission::Kind,
+    ) -> impl Future<
+        Output = Result<
+            (
+                Vec<(crate::backend::admission::Kind, Self::Ahead)>,
+                Self::Seen,
+            ),
+            Self::Error,
+        >,
+    > + Send;
+
+    /// Waits for a change that may admit `waiter`: the entry `ahead[on]` gone (`None`: any entry ahead), or anything
+    /// else the store cannot tell apart; at most a session's TTL. The session's loss is the engine's to watch.
+    fn wait(
+        session: &Arc<Shared<Self>>,
+        path: &str,
+        waiter: &Self::Waiter,
+        ahead: &[(crate::backend::admission::Kind, Self::Ahead)],
+        on: Option<usize>,
+        seen: Self::Seen,
+        state: &mut Self::WaitState,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// The grant an admitted entry is.
+    fn grant_of(waiter: &Self::Waiter) -> Self::Grant;
 
     /// The grant's fence.
     fn fence(grant: &Self::Grant) -> Fence;

@@ -1,15 +1,13 @@
-//! The SQL store behind a [`crate::Client`] connected with a `postgres://` or `mysql://` URL: the session and its
-//! entries, turned into the crate's guards, leases and lock information.
+//! The SQL stores' primitives under the session engine (`backend/session/`), behind a [`crate::Client`] connected
+//! with a `postgres://` or `mysql://` URL, and their reads (`inspect`, `held_locks`, `force_release`).
 //!
-//! - **One session per lease TTL** (see [`crate::backend::sessions`]): a grant's entry belongs to the session row
-//!   of its lock's TTL; each session is replaced by a new one at the first acquisition after it was lost. Every
-//!   grant's [`Lease`] follows its session: its deadline is the session's, its loss the session's loss, or its own
+//! - **One session per lease TTL** (the engine's): a grant's entry belongs to the session row of its lock's TTL.
+//!   Every grant's lease follows its session: its deadline is the session's, its loss the session's loss, or its own
 //!   entry found deleted by a renewal.
-//! - **An acquisition** inserts its entry once and keeps its place through every check: it reads the entries up to
-//!   its own, deletes the dead sessions ahead (a delete, not a skip: see [`super`]), and applies its kind's rule.
-//!   Between checks it sleeps until a wake-up for the lock (PostgreSQL's `NOTIFY`, or a release by this client), the
-//!   expiry of the entry it waits for, or on MySQL the next poll. A store error while it waits is ridden out with
-//!   backoff, keeping the entry; an acquisition abandoned or given up deletes its entry in the background.
+//! - **An acquisition** (the engine's recipe) inserts its entry once and keeps its place through every check: it
+//!   reads the entries up to its own, deletes the dead sessions ahead (a delete, not a skip: see [`super`]), and the
+//!   engine applies its kind's rule. Between checks it sleeps until a wake-up for the lock (PostgreSQL's `NOTIFY`, or a
+//!   release by this client), the expiry of the entry it waits for, or on MySQL the next poll.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,19 +18,13 @@ use super::{Db, Entry, SqlError};
 use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::session::state::passed;
 use crate::backend::session::{
-    lock_info, Admitted, Background, Engine, Opened, Primitives, Renewal, SessionLoss, StoreError,
+    lock_info, Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss,
+    StoreError,
 };
 use crate::engine::clock;
 use crate::engine::info::LockInfo;
 use crate::error::Error;
 use crate::fence::Fence;
-
-/// The tracing target of this file's events.
-const TARGET: &str = "leasehold::sql";
-
-/// The first pause after a store error inside a wait; it doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// How long after the entry it waits for expires a waiter checks again: the server's clock and the client's sleep
 /// round differently.
@@ -85,32 +77,11 @@ pub(crate) fn session_ttl(ttl: Duration) -> Result<Duration, Error> {
 }
 
 /// What a release needs of a SQL grant: the lock's name, the entry's fence and hold.
+#[derive(Debug, Clone)]
 pub(crate) struct SqlGrant {
     pub(crate) name: String,
     pub(crate) fence: i64,
     pub(crate) hold: String,
-}
-
-/// An acquisition's entry until it is granted: dropped before that (given up, or the acquisition's future dropped),
-/// it deletes the entry in the background.
-struct Pending {
-    shared: Arc<Shared>,
-    hold: Option<String>,
-}
-
-impl Pending {
-    /// The entry is granted: it stays.
-    fn keep(mut self) {
-        self.hold = None;
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if let Some(hold) = self.hold.take() {
-            self.shared.abandon(hold);
-        }
-    }
 }
 
 impl SqlStore {
@@ -206,159 +177,93 @@ impl SqlStore {
     }
 }
 
-/// One acquisition in session `shared`: inserts the entry, then checks until the rule admits it (`Some(fence)`), or,
-/// for a try (`waits` false), until the first check says it is busy (`None`, the entry deleted again).
-async fn grant(
+/// Inserts the acquisition's entry (its hold already known to the session, so that a renewal never takes it for an
+/// orphan) and returns its fence; a session the server no longer has is lost.
+async fn enqueue(
     shared: &Arc<Shared>,
     name: &str,
     kind: Kind,
     hold: &str,
-    waits: bool,
-    fail_fast: bool,
-) -> Result<Option<i64>, SqlError> {
+) -> Result<i64, SqlError> {
     let db = &shared.conn.db;
-    shared.check_alive()?;
-    shared.know(hold);
-    let pending = Pending {
-        shared: Arc::clone(shared),
-        hold: Some(hold.to_owned()),
-    };
-    let fence = match shared
+    match shared
         .call("enqueue", db.enqueue(name, &shared.conn.id, kind, hold))
         .await
     {
-        Ok(fence) => fence,
+        Ok(fence) => Ok(fence),
         Err(e) if e.session_gone() => {
+            shared.lose(SessionLoss::Ended);
+            Err(SqlError::SessionLost(SessionLoss::Ended))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads lock `name`'s entries up to the acquisition's own (`fence`), deletes the dead sessions among them (a delete,
+/// not a skip: see [`super`]) and reads again, and returns the live ones ahead, oldest first, each with its kind and
+/// the time left on its session.
+async fn ahead(
+    shared: &Arc<Shared>,
+    name: &str,
+    fence: i64,
+) -> Result<Vec<(Kind, Duration)>, SqlError> {
+    let db = &shared.conn.db;
+    loop {
+        let entries = shared.call("check", db.entries(name, Some(fence))).await?;
+        let Some((mine, ahead)) = entries.split_last().filter(|(mine, _)| mine.fence == fence)
+        else {
+            return Err(SqlError::LostWhileWaiting {
+                name: name.to_owned(),
+            });
+        };
+        if !mine.live {
             shared.lose(SessionLoss::Ended);
             return Err(SqlError::SessionLost(SessionLoss::Ended));
         }
-        Err(e) => return Err(e),
-    };
-    let mut backoff = FIRST_BACKOFF;
-    let mut polls = 0;
-    loop {
-        shared.check_alive()?;
-        let mut wake = db.wakes().subscribe(name);
-        let sleep = match check(shared, name, kind, fence).await {
-            Ok(Check::Granted) => {
-                pending.keep();
-                return Ok(Some(fence));
-            }
-            Ok(Check::Again) => continue,
-            Ok(Check::Busy { .. }) if !waits => {
-                if shared
-                    .call("release", db.release(name, fence, &shared.conn.id))
-                    .await
-                    .is_ok()
-                {
-                    let hold = pending.hold.clone();
-                    pending.keep();
-                    if let Some(hold) = hold {
-                        shared.forget(&hold);
-                    }
-                }
-                return Ok(None);
-            }
-            Ok(Check::Busy { left, next }) => {
-                backoff = FIRST_BACKOFF;
-                // Next in line, a waiter polls at its fastest (a release admits it); behind others, it backs off.
-                polls = if next { 0 } else { polls + 1 };
-                let poll = db.poll(polls);
-                let until = left.map(|left| left + EXPIRY_MARGIN);
-                match (until, poll) {
-                    (Some(a), Some(b)) => a.min(b),
-                    (Some(a), None) | (None, Some(a)) => a,
-                    (None, None) => shared.ttl,
-                }
-                .min(shared.ttl)
-            }
-            Err(e)
-                if e.passes()
-                    && waits
-                    && !fail_fast
-                    && !matches!(
-                        e,
-                        SqlError::LostWhileWaiting { .. } | SqlError::SessionLost(_)
-                    ) =>
-            {
-                tracing::debug!(target: TARGET, lock = %name, error = %e, "a check failed while waiting; the entry keeps its place");
-                let pause = backoff;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                pause
-            }
-            Err(e) => return Err(e),
-        };
-        let at = clock::now() + sleep;
-        tokio::select! {
-            _ = wake.changed() => {}
-            () = passed(at) => {}
-            _ = shared.lost() => {}
+        let mut dead: Vec<String> = ahead
+            .iter()
+            .filter(|e| !e.live)
+            .map(|e| e.session.clone())
+            .collect();
+        if dead.is_empty() {
+            return Ok(ahead.iter().map(|e| (e.kind, e.left)).collect());
         }
-    }
-}
-
-/// What one check found.
-enum Check {
-    Granted,
-    /// Dead sessions ahead were deleted: check again at once.
-    Again,
-    /// Not admitted; the entry it waits for expires in this long (`None`: not known). `next`: every entry ahead holds
-    /// the lock, so the next release may admit this one.
-    Busy {
-        left: Option<Duration>,
-        next: bool,
-    },
-}
-
-/// Reads lock `name`'s entries up to the acquisition's own (`fence`), deletes the dead sessions among them, and
-/// applies `kind`'s rule to the live ones ahead.
-async fn check(
-    shared: &Arc<Shared>,
-    name: &str,
-    kind: Kind,
-    fence: i64,
-) -> Result<Check, SqlError> {
-    let db = &shared.conn.db;
-    let entries = shared.call("check", db.entries(name, Some(fence))).await?;
-    let Some((mine, ahead)) = entries.split_last().filter(|(mine, _)| mine.fence == fence) else {
-        return Err(SqlError::LostWhileWaiting {
-            name: name.to_owned(),
-        });
-    };
-    if !mine.live {
-        shared.lose(SessionLoss::Ended);
-        return Err(SqlError::SessionLost(SessionLoss::Ended));
-    }
-    let mut dead: Vec<String> = ahead
-        .iter()
-        .filter(|e| !e.live)
-        .map(|e| e.session.clone())
-        .collect();
-    if !dead.is_empty() {
         dead.sort();
         dead.dedup();
         shared.call("reap", db.reap(name, &dead)).await?;
-        return Ok(Check::Again);
     }
-    let kinds: Vec<Kind> = ahead.iter().map(|e| e.kind).collect();
+}
+
+/// Sleeps until a wake-up for the lock (`wake`: PostgreSQL's `NOTIFY`, or a release by this client), the expiry of
+/// the entry it waits for (`ahead[on]`; any: the first to expire), or on MySQL the next poll: next in line (every
+/// entry ahead holds the lock, so the next release may admit this one) a waiter polls at its fastest; behind others,
+/// it backs off (`polls`).
+async fn wait(
+    shared: &Arc<Shared>,
+    ahead: &[(Kind, Duration)],
+    on: Option<usize>,
+    mut wake: tokio::sync::watch::Receiver<u64>,
+    polls: &mut u32,
+) {
+    let kinds: Vec<Kind> = ahead.iter().map(|(kind, _)| *kind).collect();
     let next = (0..kinds.len()).all(|i| admit(kinds[i], &kinds[..i]) == Admission::Granted);
-    Ok(match admit(kind, &kinds) {
-        Admission::Granted => Check::Granted,
-        Admission::WaitFor(i) => Check::Busy {
-            left: ahead.get(i).map(|e| e.left),
-            next,
-        },
-        Admission::WaitForAny => Check::Busy {
-            left: ahead.iter().map(|e| e.left).min(),
-            next,
-        },
-        // Refused: the entry is deleted in the background (the acquisition's `Pending`).
-        Admission::WrongPermits(stored) => {
-            return Err(SqlError::WrongPermits {
-                stored: stored.get(),
-            })
-        }
-    })
+    *polls = if next { 0 } else { *polls + 1 };
+    let left = match on {
+        Some(i) => ahead.get(i).map(|(_, left)| *left),
+        None => ahead.iter().map(|(_, left)| *left).min(),
+    };
+    let until = left.map(|left| left + EXPIRY_MARGIN);
+    let sleep = match (until, shared.conn.db.poll(*polls)) {
+        (Some(a), Some(b)) => a.min(b),
+        (Some(a), None) | (None, Some(a)) => a,
+        (None, None) => shared.ttl,
+    }
+    .min(shared.ttl);
+    let at = clock::now() + sleep;
+    tokio::select! {
+        _ = wake.changed() => {}
+        () = passed(at) => {}
+    }
 }
 
 /// The store a URL names, as errors name it.
@@ -400,11 +305,22 @@ impl StoreError for SqlError {
         SqlError::passes(self)
     }
 
+    fn is_lost(&self) -> bool {
+        matches!(
+            self,
+            SqlError::SessionLost(_) | SqlError::LostWhileWaiting { .. }
+        )
+    }
+
     fn wrong_permits(&self) -> Option<u32> {
         match self {
             SqlError::WrongPermits { stored } => Some(*stored),
             _ => None,
         }
+    }
+
+    fn refused_permits(stored: u32) -> Self {
+        SqlError::WrongPermits { stored }
     }
 
     fn entropy(why: String) -> Self {
@@ -463,21 +379,76 @@ impl Primitives for Sql {
         super::session::close(shared).await
     }
 
-    async fn grant(
-        &self,
+    /// The hold, known to the session from now on.
+    type Claim = String;
+    type Waiter = SqlGrant;
+    /// The time left on the entry's session.
+    type Ahead = Duration;
+    /// The lock's wake-ups, subscribed to before the check.
+    type Seen = tokio::sync::watch::Receiver<u64>;
+    /// How many polls in a row found this waiter behind others.
+    type WaitState = u32;
+
+    fn claim(
+        session: &Arc<Shared>,
+        _name: &str,
+        _kind: Kind,
+        hold: &str,
+    ) -> Result<String, SqlError> {
+        session.know(hold);
+        Ok(hold.to_owned())
+    }
+
+    async fn enqueue(
         session: &Arc<Shared>,
         name: &str,
         kind: Kind,
         hold: &str,
-        waits: bool,
-        fail_fast: bool,
-    ) -> Result<Option<SqlGrant>, SqlError> {
-        let fence = grant(session, name, kind, hold, waits, fail_fast).await?;
-        Ok(fence.map(|fence| SqlGrant {
-            name: name.to_owned(),
-            fence,
-            hold: hold.to_owned(),
-        }))
+        _claim: &mut String,
+    ) -> Result<Enqueued<SqlGrant>, SqlError> {
+        let fence = enqueue(session, name, kind, hold).await?;
+        Ok(Enqueued {
+            waiter: SqlGrant {
+                name: name.to_owned(),
+                fence,
+                hold: hold.to_owned(),
+            },
+            first: false,
+        })
+    }
+
+    /// Deletes the entry by its hold, in the background; one not deleted then is an orphan the keeper's next renewal
+    /// deletes.
+    fn abandon(session: &Arc<Shared>, hold: String) {
+        session.abandon(hold);
+    }
+
+    async fn ahead(
+        session: &Arc<Shared>,
+        name: &str,
+        waiter: &SqlGrant,
+        _kind: Kind,
+    ) -> Result<(Vec<(Kind, Duration)>, Self::Seen), SqlError> {
+        // Subscribed before the read: a release after it wakes the wait.
+        let wake = session.conn.db.wakes().subscribe(name);
+        Ok((ahead(session, name, waiter.fence).await?, wake))
+    }
+
+    async fn wait(
+        session: &Arc<Shared>,
+        _name: &str,
+        _waiter: &SqlGrant,
+        ahead: &[(Kind, Duration)],
+        on: Option<usize>,
+        wake: Self::Seen,
+        polls: &mut u32,
+    ) -> Result<(), SqlError> {
+        wait(session, ahead, on, wake, polls).await;
+        Ok(())
+    }
+
+    fn grant_of(waiter: &SqlGrant) -> SqlGrant {
+        waiter.clone()
     }
 
     fn fence(grant: &SqlGrant) -> Fence {

@@ -25,7 +25,7 @@ use zookeeper_client::{Acls, CreateMode, EventType};
 use super::kind::{node_prefix, queue, Contender};
 use super::session::Shared;
 use super::ZkError;
-use crate::backend::admission::{admit, Admission, Kind};
+use crate::backend::admission::Kind;
 use crate::fence::Fence;
 
 /// How many times a create is tried again after finding its parent gone (a container reaped in between).
@@ -59,37 +59,87 @@ fn container_options() -> zookeeper_client::CreateOptions<'static> {
     CreateMode::Container.with_acls(Acls::anyone_all())
 }
 
-/// The nodes of one acquisition that may exist: deleted in the background (counted in the client's
-/// [`Background`](crate::backend::session::Background), so that `flush_releases` and `close` wait for it) if it ends
-/// without a grant (dropped, or failed).
-struct Pending<'a> {
-    session: &'a Arc<Shared>,
+/// What names an acquisition's nodes before one is written: the lock's node and the prefix (kind and grant id) every
+/// node of the acquisition starts with, and whether the create was answered on its first try (then no other create of
+/// the acquisition can land after the clean-up's delete).
+pub(crate) struct Claim {
     path: String,
     prefix: String,
-    armed: bool,
-    /// Whether the create was answered on its first try: no other create of the acquisition can land after the
-    /// clean-up's delete.
     settled: bool,
 }
 
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        // A lost session has closed its client: its nodes go with it.
-        let Ok(client) = self.session.client() else {
-            return;
-        };
-        let cleanup = Cleanup {
-            session: Arc::clone(self.session),
-            client,
-            path: std::mem::take(&mut self.path),
-            prefix: std::mem::take(&mut self.prefix),
-            again: !self.settled,
-        };
-        self.session.background.spawn(cleanup.run());
-    }
+/// An acquisition's node, written: its grant once admitted, its name under the lock's node, and its prefix.
+pub(crate) struct Waiter {
+    pub(crate) grant: Grant,
+    name: String,
+    prefix: String,
+}
+
+/// Draws the acquisition's node prefix under the lock's node `path`.
+pub(crate) fn claim(path: &str, kind: Kind) -> Result<Claim, ZkError> {
+    Ok(Claim {
+        path: path.to_owned(),
+        prefix: node_prefix(kind, grant_id()?),
+        settled: false,
+    })
+}
+
+/// Deletes, in the background, the nodes of an acquisition that ended without a grant (see [`Cleanup`]); a lost
+/// session has closed its client, and its nodes go with it.
+pub(crate) fn abandon(session: &Arc<Shared>, claim: Claim) {
+    let Ok(client) = session.client() else {
+        return;
+    };
+    let cleanup = Cleanup {
+        session: Arc::clone(session),
+        client,
+        path: claim.path,
+        prefix: claim.prefix,
+        again: !claim.settled,
+    };
+    session.background.spawn(cleanup.run());
+}
+
+/// Creates the claimed node under the lock's node `path`, storing `value`.
+pub(crate) async fn enqueue(
+    session: &Shared,
+    path: &str,
+    value: &str,
+    claim: &mut Claim,
+) -> Result<Waiter, ZkError> {
+    let (name, czxid, retried) = create(session, path, &claim.prefix, value).await?;
+    claim.settled = !retried;
+    Ok(Waiter {
+        grant: Grant {
+            node: format!("{path}/{name}"),
+            czxid,
+        },
+        name,
+        prefix: claim.prefix.clone(),
+    })
+}
+
+/// The contenders ahead of `waiter`'s node, in queue order, each with its kind and name.
+pub(crate) async fn ahead(
+    session: &Shared,
+    path: &str,
+    waiter: &Waiter,
+) -> Result<Vec<(Kind, String)>, ZkError> {
+    let ahead = check(session, path, &waiter.prefix, &waiter.name).await?;
+    Ok(ahead.into_iter().map(|c| (c.kind, c.name)).collect())
+}
+
+/// Waits until the node `ahead[on]` changes (with `on` `None`, the lock's children do), or one session timeout passes.
+pub(crate) async fn wait(
+    session: &Shared,
+    path: &str,
+    ahead: &[(Kind, String)],
+    on: Option<usize>,
+) -> Result<(), ZkError> {
+    let watched = on
+        .and_then(|i| ahead.get(i))
+        .map(|(_, name)| format!("{path}/{name}"));
+    wait_for_change(session, path, watched.as_deref()).await
 }
 
 /// Deletes the nodes of an abandoned acquisition: at once, and, when a create may still be on its way (`again`), once
@@ -129,62 +179,6 @@ impl Cleanup {
             let node = format!("{}/{child}", self.path);
             let deleted = tokio::time::timeout(timeout, self.client.delete(&node, None)).await;
             tracing::debug!(%node, ?deleted, "deleted an abandoned ZooKeeper lock node");
-        }
-    }
-}
-
-/// Waits until the lock at `path` (the lock's node) admits this session as `kind`, storing `value` in the
-/// grant's node. Without `wait`, one try: when the lock does not admit the node at once, the node is deleted again
-/// and the answer is `None` (busy).
-///
-/// Cancel safety: dropping the future (or any error) deletes the acquisition's nodes in the background.
-pub(crate) async fn grant(
-    session: &Arc<Shared>,
-    path: &str,
-    kind: Kind,
-    value: &str,
-    wait: bool,
-) -> Result<Option<Grant>, ZkError> {
-    session.check_alive()?;
-    let prefix = node_prefix(kind, grant_id()?);
-    let mut pending = Pending {
-        session,
-        path: path.to_owned(),
-        prefix: prefix.clone(),
-        armed: true,
-        settled: false,
-    };
-    let (name, czxid, retried) = create(session, path, &prefix, value).await?;
-    pending.settled = !retried;
-    let grant = Grant {
-        node: format!("{path}/{name}"),
-        czxid,
-    };
-    loop {
-        let ahead = check(session, path, &prefix, &name).await?;
-        let kinds: Vec<Kind> = ahead.iter().map(|c| c.kind).collect();
-        let watched = match admit(kind, &kinds) {
-            Admission::Granted => {
-                pending.armed = false;
-                return Ok(Some(grant));
-            }
-            // Refused: the node is deleted in the background (`pending`).
-            Admission::WrongPermits(stored) => {
-                return Err(ZkError::WrongPermits {
-                    stored: stored.get(),
-                })
-            }
-            _ if !wait => {
-                release(session, &grant.node).await?;
-                pending.armed = false;
-                return Ok(None);
-            }
-            Admission::WaitFor(i) => Some(format!("{path}/{}", ahead[i].name)),
-            Admission::WaitForAny => None,
-        };
-        tokio::select! {
-            waited = wait_for_change(session, path, watched.as_deref()) => waited?,
-            loss = session.lost() => return Err(ZkError::SessionLost(loss)),
         }
     }
 }

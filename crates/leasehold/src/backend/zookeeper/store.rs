@@ -21,7 +21,8 @@ use super::url::{check_path, Target};
 use super::ZkError;
 use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::session::{
-    lock_info, Admitted, Background, Engine, Opened, Primitives, Renewal, SessionLoss, StoreError,
+    lock_info, Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss,
+    StoreError,
 };
 use crate::engine::info::LockInfo;
 use crate::engine::lease::{LeaseShared, LossReason};
@@ -302,11 +303,19 @@ impl StoreError for ZkError {
         ZkError::passes(self)
     }
 
+    fn is_lost(&self) -> bool {
+        ZkError::is_lost(self)
+    }
+
     fn wrong_permits(&self) -> Option<u32> {
         match self {
             ZkError::WrongPermits { stored } => Some(*stored),
             _ => None,
         }
+    }
+
+    fn refused_permits(stored: u32) -> Self {
+        ZkError::WrongPermits { stored }
     }
 
     fn entropy(why: String) -> Self {
@@ -404,16 +413,63 @@ impl Primitives for ZooKeeper {
         super::session::close(shared).await
     }
 
-    async fn grant(
-        &self,
-        session: &Arc<Shared>,
+    type Claim = super::recipe::Claim;
+    type Waiter = super::recipe::Waiter;
+    /// The contender's name.
+    type Ahead = String;
+    type Seen = ();
+    type WaitState = ();
+
+    fn claim(
+        _session: &Arc<Shared>,
         path: &str,
         kind: Kind,
+        _hold: &str,
+    ) -> Result<Self::Claim, ZkError> {
+        super::recipe::claim(path, kind)
+    }
+
+    async fn enqueue(
+        session: &Arc<Shared>,
+        path: &str,
+        _kind: Kind,
         hold: &str,
-        waits: bool,
-        _fail_fast: bool,
-    ) -> Result<Option<Grant>, ZkError> {
-        super::recipe::grant(session, path, kind, hold, waits).await
+        claim: &mut Self::Claim,
+    ) -> Result<Enqueued<Self::Waiter>, ZkError> {
+        let waiter = super::recipe::enqueue(session, path, hold, claim).await?;
+        Ok(Enqueued {
+            waiter,
+            first: false,
+        })
+    }
+
+    fn abandon(session: &Arc<Shared>, claim: Self::Claim) {
+        super::recipe::abandon(session, claim);
+    }
+
+    async fn ahead(
+        session: &Arc<Shared>,
+        path: &str,
+        waiter: &Self::Waiter,
+        _kind: Kind,
+    ) -> Result<(Vec<(Kind, String)>, ()), ZkError> {
+        Ok((super::recipe::ahead(session, path, waiter).await?, ()))
+    }
+
+    async fn wait(
+        session: &Arc<Shared>,
+        path: &str,
+        _waiter: &Self::Waiter,
+        ahead: &[(Kind, String)],
+        on: Option<usize>,
+        _seen: (),
+        _state: &mut (),
+    ) -> Result<(), ZkError> {
+        super::recipe::wait(session, path, ahead, on).await
+    }
+
+    fn grant_of(waiter: &Self::Waiter) -> Grant {
+        waiter.grant.clone()
     }
 
     fn fence(grant: &Grant) -> Fence {
