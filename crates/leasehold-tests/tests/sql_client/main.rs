@@ -12,6 +12,8 @@ mod clean_up;
 mod commit_check;
 mod faults;
 mod fences;
+#[path = "../shared/helpers.rs"]
+mod helpers;
 mod least_privilege;
 mod names;
 mod reads;
@@ -22,10 +24,9 @@ mod transactions;
 mod wake_ups;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use leasehold::{Client, Lease};
+use leasehold::Client;
 use leasehold_tests::{MariaDbServer, PgServer};
 
 /// The bound on anything a test awaits that should happen.
@@ -34,13 +35,20 @@ pub const EVENT: Duration = Duration::from_secs(20);
 /// The session TTL of the tests' clients.
 pub const TTL: Duration = Duration::from_secs(2);
 
+/// The lock prefix of this binary's tests, numbered by `fresh_prefix`.
+const PREFIX: &str = "sqlc";
+/// The session the clients ask for.
+const SESSION: Duration = TTL;
+/// The part of the session a grant counts on after each answered renewal: all of it.
+const VALIDITY: Duration = TTL;
+
+pub use helpers::{client, eventually, renewed_after, waiters};
+
 /// One database under test.
 pub enum Db {
     Postgres(PgServer),
     MySql(MariaDbServer),
 }
-
-static PREFIXES: AtomicU64 = AtomicU64::new(0);
 
 impl Db {
     /// The server's address, for a proxy in front of it.
@@ -124,13 +132,8 @@ impl Db {
 
     /// A prefix no other test uses: the namespace (the tables) of one test's locks.
     pub fn fresh_prefix(&self) -> String {
-        format!("sqlc{}", PREFIXES.fetch_add(1, Ordering::Relaxed))
+        helpers::fresh_prefix()
     }
-}
-
-/// A client under `prefix` with a session of [`TTL`], at `url`.
-pub async fn client(url: &str, prefix: &str) -> Client {
-    client_with(url, prefix, TTL).await
 }
 
 /// A client under `prefix` with a session of `ttl`, at `url`.
@@ -205,23 +208,4 @@ fn main() {
             }
         }
     });
-}
-
-/// Polls `check` until it holds, for at most [`EVENT`].
-pub async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    leasehold_tests::sequence::eventually(what, EVENT, check).await;
-}
-
-/// Waits until `lease` was renewed by a renewal sent after `after`, failing if it is lost meanwhile.
-pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
-    leasehold_tests::sequence::renewed_after(lease, after, TTL, EVENT).await;
-}
-
-/// Waits until lock `name` has `n` waiters, as `inspect` counts them.
-pub async fn waiters(client: &Client, name: &str, n: u64) {
-    leasehold_tests::sequence::waiters(client, name, n, EVENT).await;
 }

@@ -1,29 +1,13 @@
-//! Servers killed, paused and restarted while locks are held and waited for; a session cut off until the server
-//! expires it; creates whose answers are lost; many grants on one session.
+//! ZooKeeper's own faults: a session cut off until the server expires it, creates whose answers are lost, an
+//! unreachable ensemble, a lock node reaped and re-created. (Servers killed, paused and restarted, and many grants on
+//! one session, are the same on etcd: `shared/replicated.rs`.)
 
 use std::time::Duration;
 
 use leasehold_tests::{TcpProxy, XorShift, ZkEnsemble, ZkServer};
 use tokio::time::Instant;
 
-use crate::{client, eventually, fresh_prefix, renewed_after, waiters, EVENT};
-
-pub async fn a_paused_server_does_not_stall_the_session(ensemble: &mut ZkEnsemble) {
-    let prefix = fresh_prefix();
-    let a = client(&ensemble.url(), &prefix).await;
-    let held = a.mutex("stall").lock().await.unwrap();
-    // A paused server answers nothing and closes nothing. The client sits on one of the three (chosen at random):
-    // each follower in turn is paused, so a client on either moves to another server before its deadline. (A
-    // paused leader is an election, which the torture covers.)
-    let leader = tokio::task::block_in_place(|| ensemble.leader());
-    for i in (0..3).filter(|&i| i != leader) {
-        let paused_at = Instant::now();
-        tokio::task::block_in_place(|| ensemble.pause(i));
-        renewed_after(&held.lease(), paused_at).await;
-        tokio::task::block_in_place(|| ensemble.resume(i));
-    }
-    held.release().await.unwrap();
-}
+use crate::{client, fresh_prefix, waiters, EVENT};
 
 pub async fn the_loss_signal_fires_before_the_server_expires_the_session(
     _ensemble: &mut ZkEnsemble,
@@ -127,36 +111,6 @@ pub async fn creates_whose_answer_is_lost_leave_one_node_each(_ensemble: &mut Zk
     // Nothing of the client's session is left on the server.
     let left = tokio::task::block_in_place(|| zk.ephemerals());
     assert!(!left.contains("create:"), "{left}");
-}
-
-pub async fn a_thousand_grants_follow_one_session(ensemble: &mut ZkEnsemble) {
-    let prefix = fresh_prefix();
-    let locks = client(&ensemble.url(), &prefix).await;
-    let mut guards = Vec::new();
-    for batch in 0..10 {
-        let mutexes: Vec<_> = (0..100)
-            .map(|i| locks.mutex(&format!("many:{batch}:{i}")))
-            .collect();
-        let acquired = futures_util::future::join_all(mutexes.iter().map(|m| m.try_lock())).await;
-        guards.extend(acquired.into_iter().map(Result::unwrap));
-    }
-    assert_eq!(locks.kept_leases(), 1000);
-    // Every grant is renewed by keep-alives sent after this instant.
-    let now = Instant::now();
-    for guard in &guards {
-        renewed_after(&guard.lease(), now).await;
-    }
-    while !guards.is_empty() {
-        let batch: Vec<_> = guards.drain(..guards.len().min(100)).collect();
-        for released in futures_util::future::join_all(batch.into_iter().map(|g| g.release())).await
-        {
-            released.unwrap();
-        }
-    }
-    eventually("every grant released", || async {
-        locks.held_locks("many:*").await.unwrap().is_empty()
-    })
-    .await;
 }
 
 pub async fn an_unreachable_ensemble_fails_the_connect_at_once(_ensemble: &mut ZkEnsemble) {
