@@ -27,6 +27,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use leasehold::Client;
+use leasehold_tests::sql::{Dialect, SqlServer};
 use leasehold_tests::{MariaDbServer, PgServer};
 
 /// The bound on anything a test awaits that should happen.
@@ -119,14 +120,8 @@ impl Db {
     /// Kills the server (`SIGKILL`) and starts it again on the same port with the same data.
     pub fn crash_and_restart(&mut self) {
         match self {
-            Db::Postgres(server) => {
-                server.kill();
-                server.restart();
-            }
-            Db::MySql(server) => {
-                server.kill();
-                server.restart();
-            }
+            Db::Postgres(server) => server.restart(),
+            Db::MySql(server) => server.restart(),
         }
     }
 
@@ -191,21 +186,17 @@ fn main() {
         ("postgres", || Db::Postgres(PgServer::start())),
         ("mysql", || Db::MySql(MariaDbServer::start())),
     ];
-    leasehold_tests::sequence::run_on_each(dbs, TESTS, |db| {
-        // A failed test may leave the server killed or paused.
-        match db {
-            Db::Postgres(server) => {
-                server.resume();
-                if server.pid().is_none() {
-                    server.restart();
-                }
-            }
-            Db::MySql(server) => {
-                server.resume();
-                if server.pid().is_none() {
-                    server.restart();
-                }
-            }
-        }
+    leasehold_tests::sequence::run_on_each(dbs, TESTS, |db| match db {
+        Db::Postgres(server) => heal(server),
+        Db::MySql(server) => heal(server),
     });
+}
+
+/// After a failed test, which may leave the server killed or paused: running again.
+fn heal<D: Dialect>(server: &mut SqlServer<D>) {
+    if server.pid().is_none() {
+        server.restart();
+    } else {
+        server.resume();
+    }
 }
