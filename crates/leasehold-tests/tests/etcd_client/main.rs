@@ -61,4 +61,4 @@ const SESSION: Duration = TTL;
 /// The part of the session a grant counts on after each answered keep-alive: all of it on etcd.
 const VALIDITY: Duration = TTL;
 
-pub use helpers::{client, eventually, fresh_prefix, renewed_after, waiters};
+pub use helpers::{client, eventually, fresh_prefix, granted, renewed_after, waiters};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use leasehold_tests::{EtcdCluster, EtcdServer, ZkEnsemble, ZkServer};
 use tokio::time::Instant;
 
-use crate::{client, fresh_prefix, renewed_after, waiters, EVENT};
+use crate::{client, fresh_prefix, granted, renewed_after, waiters, EVENT};
 
 /// Three servers that elect a leader, killed, restarted, paused and resumed by index.
 pub trait Replicated {
@@ -226,11 +226,7 @@ pub async fn the_leader_killed_under_a_held_and_a_waited_lock<R: Replicated>(ser
     );
     let fence = held.fence();
     held.release().await.unwrap();
-    let next = tokio::time::timeout(EVENT, waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let next = granted(waiter).await;
     assert!(next.fence() > fence);
     next.release().await.unwrap();
     tokio::task::block_in_place(|| servers.restart(leader));

@@ -43,7 +43,7 @@ const SESSION: Duration = TTL;
 /// The part of the session a grant counts on after each answered renewal: all of it.
 const VALIDITY: Duration = TTL;
 
-pub use helpers::{client, eventually, renewed_after, waiters};
+pub use helpers::{client, eventually, granted, renewed_after, waiters};
 
 /// One database under test.
 pub enum Db {

@@ -25,7 +25,7 @@ use nix::sys::signal::Signal;
 use crate::check::{check, Report, Rule};
 use crate::etcd::Etcd;
 use crate::history::{read_all, Fault, Stats, Window};
-use crate::members::{self, Members};
+use crate::members::{self, Aim, Members};
 use crate::sql::Sql;
 use crate::zookeeper::Zk;
 use crate::Topology;
@@ -393,11 +393,17 @@ impl Rig {
                 // `self.paths(worker)`, but beside the lock borrowed for the fault.
                 let per_worker = self.paths(worker).len();
                 let paths = &self.proxies[worker * per_worker..(worker + 1) * per_worker];
+                let aim = Aim {
+                    slot,
+                    worker,
+                    paths,
+                    ttl,
+                };
                 let rng = &mut self.rng;
                 let window = match &mut self.lock {
-                    Lock::Etcd(etcd) => members::fault(etcd, slot, worker, paths, rng, ttl).await,
-                    Lock::Zk(zk) => members::fault(zk, slot, worker, paths, rng, ttl).await,
-                    Lock::Sql(sql) => members::fault(sql, slot, worker, paths, rng, ttl).await,
+                    Lock::Etcd(etcd) => members::fault(etcd, &aim, rng).await,
+                    Lock::Zk(zk) => members::fault(zk, &aim, rng).await,
+                    Lock::Sql(sql) => members::fault(sql, &aim, rng).await,
                     _ => unreachable!("member faults are drawn for etcd, ZooKeeper and SQL only"),
                 };
                 self.windows.push(window);

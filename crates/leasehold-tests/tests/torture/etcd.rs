@@ -6,12 +6,10 @@
 //! `SIGSTOP` or killed with `SIGKILL` and restarted with its data directory, one at a time, so that `etcd3` keeps a
 //! quorum), and etcd's own: the history compacted. None of them loses an acknowledged write (see `check.rs`).
 
-use std::time::Duration;
-
-use leasehold_tests::{EtcdCluster, EtcdServer, TcpProxy, XorShift as Rng};
+use leasehold_tests::{EtcdCluster, EtcdServer, XorShift as Rng};
 
 use crate::history::Fault;
-use crate::members::{self, OneOrThree, OwnFaults};
+use crate::members::{self, Aim, OneOrThree, OwnFaults};
 
 /// The etcd members the lock lives on.
 pub type Etcd = OneOrThree<EtcdServer, EtcdCluster>;
@@ -37,15 +35,8 @@ impl Etcd {
 
 /// etcd's own fault, in slot 7: the history compacted up to the current revision.
 impl OwnFaults for Etcd {
-    async fn own_fault(
-        &mut self,
-        slot: u64,
-        _worker: usize,
-        _paths: &[TcpProxy],
-        _rng: &mut Rng,
-        _ttl: Duration,
-    ) -> Option<(Fault, Option<usize>)> {
-        if slot != 7 {
+    async fn own_fault(&mut self, aim: &Aim<'_>, _rng: &mut Rng) -> Option<(Fault, Option<usize>)> {
+        if aim.slot != 7 {
             return None;
         }
         if tokio::task::block_in_place(|| self.compact()).is_none() {

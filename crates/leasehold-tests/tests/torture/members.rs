@@ -46,26 +46,28 @@ pub trait Members {
     fn restart(&mut self, i: usize);
 }
 
+/// Where a fault of slot `slot` (2 to 8) is aimed: at worker `worker`, whose proxies to the members (in member order)
+/// are `paths`, where it is a fault of a worker; `ttl` is the workers' lease, which the fault's lengths follow.
+#[derive(Clone, Copy)]
+pub struct Aim<'a> {
+    pub slot: u64,
+    pub worker: usize,
+    pub paths: &'a [TcpProxy],
+    pub ttl: Duration,
+}
+
 /// The faults a store has of its own, in slots of the members' mix that it takes over.
 pub trait OwnFaults: Members {
-    /// Injects the store's own fault for slot `slot` (2 to 8), aimed at worker `worker` (whose proxies to the
-    /// members, in member order, are `paths`) where it is a fault of a worker, and returns once it was in force: what
-    /// it was, and the worker it hit. `None`, having done nothing, for a slot the store leaves to the members' mix.
-    async fn own_fault(
-        &mut self,
-        slot: u64,
-        worker: usize,
-        paths: &[TcpProxy],
-        rng: &mut Rng,
-        ttl: Duration,
-    ) -> Option<(Fault, Option<usize>)>;
+    /// Injects the store's own fault for `aim`'s slot, and returns once it was in force: what it was, and the worker
+    /// it hit. `None`, having done nothing, for a slot the store leaves to the members' mix.
+    async fn own_fault(&mut self, aim: &Aim<'_>, rng: &mut Rng) -> Option<(Fault, Option<usize>)>;
 }
 
 /// Cuts `paths` off (blackholed: nothing closed, nothing answered) for `length`, then lets them through again.
-pub async fn cut_off(paths: &[&TcpProxy], length: Duration) {
-    paths.iter().for_each(|p| p.blackhole());
+pub async fn cut_off<'p>(paths: impl Iterator<Item = &'p TcpProxy> + Clone, length: Duration) {
+    paths.clone().for_each(TcpProxy::blackhole);
     tokio::time::sleep(length).await;
-    paths.iter().for_each(|p| p.restore());
+    paths.for_each(TcpProxy::restore);
 }
 
 /// The two shapes of a replicated store in the rig: one member (etcd's `EtcdServer`, ZooKeeper's `ZkServer`) or
@@ -160,26 +162,18 @@ macro_rules! one_or_three {
 }
 pub(crate) use one_or_three;
 
-/// One fault of `store`'s mix, for slot `slot` of the rig's ten (2 to 8: the slots of the Redis server's faults),
-/// aimed at worker `worker` (whose proxies to the members, in member order, are `paths`) where it is a fault of a
-/// worker's path, and at one member otherwise: the store's own fault where it has one for the slot
-/// ([`OwnFaults::own_fault`]), the members' mix ([`mix`]) otherwise. Returns when it was in force.
-pub async fn fault<S: OwnFaults>(
-    store: &mut S,
-    slot: u64,
-    worker: usize,
-    paths: &[TcpProxy],
-    rng: &mut Rng,
-    ttl: Duration,
-) -> Window {
+/// One fault of `store`'s mix, for slot `aim.slot` of the rig's ten (2 to 8: the slots of the Redis server's
+/// faults): the store's own fault where it has one for the slot ([`OwnFaults::own_fault`]), the members' mix
+/// ([`mix`]) otherwise. Returns when it was in force.
+pub async fn fault<S: OwnFaults>(store: &mut S, aim: &Aim<'_>, rng: &mut Rng) -> Window {
     let start = now_ns();
-    let (fault, target_worker, node) = match store.own_fault(slot, worker, paths, rng, ttl).await {
-        Some((fault, target_worker)) => (fault, target_worker, None),
-        None => mix(store, slot, worker, paths, rng, ttl).await,
+    let (fault, worker, node) = match store.own_fault(aim, rng).await {
+        Some((fault, worker)) => (fault, worker, None),
+        None => mix(store, aim, rng).await,
     };
     Window {
         fault,
-        worker: target_worker,
+        worker,
         node,
         erased: Vec::new(),
         start,
@@ -199,12 +193,15 @@ pub async fn fault<S: OwnFaults>(
 /// - 8: every connection of the worker's paths reset.
 async fn mix<M: Members>(
     members: &mut M,
-    slot: u64,
-    worker: usize,
-    paths: &[TcpProxy],
+    aim: &Aim<'_>,
     rng: &mut Rng,
-    ttl: Duration,
 ) -> (Fault, Option<usize>, Option<usize>) {
+    let Aim {
+        slot,
+        worker,
+        paths,
+        ttl,
+    } = *aim;
     match slot {
         2 => {
             let cut = rng.between(ttl / 2, ttl * 2);
@@ -214,7 +211,7 @@ async fn mix<M: Members>(
                 Some(member) => vec![&paths[member]],
                 None => paths.iter().collect(),
             };
-            cut_off(&cut_paths, cut).await;
+            cut_off(cut_paths.iter().copied(), cut).await;
             (Fault::Blackhole, Some(worker), one)
         }
         3 => {

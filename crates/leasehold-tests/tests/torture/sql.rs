@@ -20,10 +20,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use leasehold_tests::{MariaDbServer, PgServer, TcpProxy, XorShift as Rng};
+use leasehold_tests::{MariaDbServer, PgServer, XorShift as Rng};
 
 use crate::history::Fault;
-use crate::members::{self, Members, OwnFaults};
+use crate::members::{self, Aim, Members, OwnFaults};
 use crate::Topology;
 
 /// The longest the workers' sessions may stay live on the server once every client is killed: a session expires one
@@ -196,14 +196,13 @@ impl Sql {
 ///   path is back, with half a TTL to spare for a loaded machine, and the next waiter deletes it, whatever the worker
 ///   said last.
 impl OwnFaults for Sql {
-    async fn own_fault(
-        &mut self,
-        slot: u64,
-        worker: usize,
-        paths: &[TcpProxy],
-        rng: &mut Rng,
-        ttl: Duration,
-    ) -> Option<(Fault, Option<usize>)> {
+    async fn own_fault(&mut self, aim: &Aim<'_>, rng: &mut Rng) -> Option<(Fault, Option<usize>)> {
+        let Aim {
+            slot,
+            worker,
+            paths,
+            ttl,
+        } = *aim;
         let fault = match slot {
             6 => {
                 if let Err(e) = tokio::task::block_in_place(|| self.kill_connections(worker)) {
@@ -215,7 +214,7 @@ impl OwnFaults for Sql {
             }
             7 => {
                 let cut = rng.between(ttl * 3 / 2, ttl * 5 / 2);
-                members::cut_off(&paths.iter().collect::<Vec<_>>(), cut).await;
+                members::cut_off(paths.iter(), cut).await;
                 Fault::SessionExpiry
             }
             _ => return None,

@@ -17,10 +17,10 @@
 
 use std::time::Duration;
 
-use leasehold_tests::{TcpProxy, XorShift as Rng, ZkEnsemble, ZkServer};
+use leasehold_tests::{XorShift as Rng, ZkEnsemble, ZkServer};
 
 use crate::history::Fault;
-use crate::members::{self, OneOrThree, OwnFaults};
+use crate::members::{self, Aim, OneOrThree, OwnFaults};
 
 /// ZooKeeper's tick in the harness (`tickTime=500`, `leasehold_tests::zookeeper`): sessions expire at tick
 /// boundaries, so up to a tick after their timeout.
@@ -93,19 +93,12 @@ impl Zk {
 /// ZooKeeper's own fault, in slot 7: the worker's session expired, all of its paths blackholed for longer than the
 /// session timeout (`ttl`) and two ticks, so that ZooKeeper expires the session whatever the worker said last.
 impl OwnFaults for Zk {
-    async fn own_fault(
-        &mut self,
-        slot: u64,
-        worker: usize,
-        paths: &[TcpProxy],
-        rng: &mut Rng,
-        ttl: Duration,
-    ) -> Option<(Fault, Option<usize>)> {
-        if slot != 7 {
+    async fn own_fault(&mut self, aim: &Aim<'_>, rng: &mut Rng) -> Option<(Fault, Option<usize>)> {
+        if aim.slot != 7 {
             return None;
         }
-        let cut = rng.between(ttl + ZK_TICK * 2, ttl * 2 + ZK_TICK * 2);
-        members::cut_off(&paths.iter().collect::<Vec<_>>(), cut).await;
-        Some((Fault::SessionExpiry, Some(worker)))
+        let cut = rng.between(aim.ttl + ZK_TICK * 2, aim.ttl * 2 + ZK_TICK * 2);
+        members::cut_off(aim.paths.iter(), cut).await;
+        Some((Fault::SessionExpiry, Some(aim.worker)))
     }
 }

@@ -69,4 +69,4 @@ const PREFIX: &str = "zkc";
 /// The session the clients ask for.
 const SESSION: Duration = TIMEOUT;
 
-pub use helpers::{client, eventually, fresh_prefix, renewed_after, waiters};
+pub use helpers::{client, eventually, fresh_prefix, granted, renewed_after, waiters};
