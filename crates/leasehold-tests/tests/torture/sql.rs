@@ -197,13 +197,8 @@ impl Sql {
 ///   said last.
 impl OwnFaults for Sql {
     async fn own_fault(&mut self, aim: &Aim<'_>, rng: &mut Rng) -> Option<(Fault, Option<usize>)> {
-        let Aim {
-            slot,
-            worker,
-            paths,
-            ttl,
-        } = *aim;
-        let fault = match slot {
+        let worker = aim.worker;
+        let fault = match aim.slot {
             6 => {
                 if let Err(e) = tokio::task::block_in_place(|| self.kill_connections(worker)) {
                     eprintln!(
@@ -213,8 +208,8 @@ impl OwnFaults for Sql {
                 Fault::ConnectionsKilled
             }
             7 => {
-                let cut = rng.between(ttl * 3 / 2, ttl * 5 / 2);
-                members::cut_off(paths.iter(), cut).await;
+                let cut = rng.between(aim.ttl * 3 / 2, aim.ttl * 5 / 2);
+                members::cut_off(aim.paths.iter(), cut).await;
                 Fault::SessionExpiry
             }
             _ => return None,
