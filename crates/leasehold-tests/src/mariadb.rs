@@ -156,8 +156,9 @@ impl Dialect for MariaDb {
     const LOG_FILE: &'static str = "mariadb.log";
     const URL_USER: &'static str = "mysql://root";
     const STOP_SIGNAL: Signal = Signal::SIGTERM;
+    const DATA_PROGRAM: &'static str = "mariadb-install-db";
 
-    fn create_data(server: &MariaDbServer) {
+    fn data_command(server: &MariaDbServer) -> Command {
         assert!(
             Path::new(MARIADBD).is_file(),
             "no {MARIADBD}: run scripts/ensure-mariadb.sh"
@@ -174,16 +175,7 @@ impl Dialect for MariaDb {
             .arg(server.tmp_dir_arg())
             .args(SETTINGS)
             .current_dir(server_dir);
-        let status = server
-            .daemon
-            .log_to(&mut install)
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run mariadb-install-db through setpriv: {e}"));
-        assert!(
-            status.success(),
-            "mariadb-install-db failed ({status}):\n{}",
-            server.log()
-        );
+        install
     }
 
     fn spawn_and_wait(server: &mut MariaDbServer) -> Result<(), bool> {

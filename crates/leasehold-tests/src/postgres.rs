@@ -242,8 +242,9 @@ impl Dialect for Postgres {
     const LOG_FILE: &'static str = "postgres.log";
     const URL_USER: &'static str = "postgres://postgres";
     const STOP_SIGNAL: Signal = Signal::SIGINT;
+    const DATA_PROGRAM: &'static str = "initdb";
 
-    fn create_data(server: &PgServer) {
+    fn data_command(server: &PgServer) -> Command {
         let server_dir = &server.server_dir;
         give_to(server_dir, PG_USER);
         let mut initdb = as_server_user(PG_USER, &bin_dir().join("initdb"));
@@ -253,16 +254,7 @@ impl Dialect for Postgres {
             .args(["-A", "trust", "-U", PG_USER, "--no-sync", "-E", "UTF8"])
             .arg("--locale=C.UTF-8")
             .current_dir(server_dir);
-        let status = server
-            .daemon
-            .log_to(&mut initdb)
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run initdb through setpriv: {e}"));
-        assert!(
-            status.success(),
-            "initdb failed ({status}):\n{}",
-            server.log()
-        );
+        initdb
     }
 
     fn spawn_and_wait(server: &mut PgServer) -> Result<(), bool> {

@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -56,9 +57,13 @@ pub trait Dialect: Sized + Default + std::fmt::Debug {
     #[doc(hidden)]
     const STOP_SIGNAL: Signal;
 
-    /// Creates the data directory (`initdb`, `mariadb-install-db`), as the server's user.
+    /// The program that creates the data directory: `initdb`, `mariadb-install-db`.
     #[doc(hidden)]
-    fn create_data(server: &SqlServer<Self>);
+    const DATA_PROGRAM: &'static str;
+
+    /// The command that creates the data directory, as the server's user, once its directory is ready for it.
+    #[doc(hidden)]
+    fn data_command(server: &SqlServer<Self>) -> Command;
     /// Spawns the server on its port and waits until it answers; `Err(addr_in_use)` if it exited first.
     #[doc(hidden)]
     fn spawn_and_wait(server: &mut SqlServer<Self>) -> Result<(), bool>;
@@ -112,7 +117,7 @@ impl<D: Dialect> SqlServer<D> {
             server_dir,
             dialect: D::default(),
         };
-        D::create_data(&server);
+        server.create_data();
         configure(&mut server);
         // Dropping `server` while panicking prints the log.
         start_on_free_port(D::NAME, |port| {
@@ -216,6 +221,22 @@ impl<D: Dialect> SqlServer<D> {
     /// The data directory.
     pub(crate) fn data_dir(&self) -> PathBuf {
         self.server_dir.join("data")
+    }
+
+    /// Creates the data directory, its program's output in the log.
+    fn create_data(&self) {
+        let mut command = D::data_command(self);
+        let status = self
+            .daemon
+            .log_to(&mut command)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {} through setpriv: {e}", D::DATA_PROGRAM));
+        assert!(
+            status.success(),
+            "{} failed ({status}):\n{}",
+            D::DATA_PROGRAM,
+            self.log()
+        );
     }
 }
 
