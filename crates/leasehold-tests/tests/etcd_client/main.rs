@@ -27,7 +27,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     replicated::a_paused_server_does_not_stall_the_lease,
     replicated::a_restarted_server_keeps_the_session_and_its_grants,
     faults::a_cut_keep_alive_stream_is_reopened,
-    faults::a_lost_session_is_replaced_by_the_next_acquisition,
+    replicated::a_cut_off_session_is_lost_before_the_next_grant_and_replaced,
     replicated::many_grants_follow_one_session,
     faults::a_silently_dead_connection_is_replaced_within_the_lease,
     cancel::acquisitions_dropped_at_random_points_leave_nothing_behind,

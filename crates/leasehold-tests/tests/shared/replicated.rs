@@ -3,9 +3,10 @@
 //! binary's own (its session length, its prefix). What differs by store is data of [`Replicated`] (which servers a
 //! test pauses, how many grants it hangs on one session), not a copy of the test.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use leasehold_tests::{EtcdCluster, EtcdServer, ZkEnsemble, ZkServer};
+use leasehold_tests::{EtcdCluster, EtcdServer, TcpProxy, ZkEnsemble, ZkServer};
 use tokio::time::Instant;
 
 use crate::{client, fresh_prefix, granted, renewed_after, waiters, EVENT};
@@ -18,6 +19,9 @@ pub trait Replicated {
     const SCHEME: &'static str;
     /// How many grants `many_grants_follow_one_session` hangs on one session, and that session's length.
     const MANY_GRANTS: (usize, Duration);
+    /// How many rounds of cut, loss and next grant `a_cut_off_session_is_lost_before_the_next_grant_and_replaced`
+    /// measures.
+    const CUT_ROUNDS: usize;
     /// The part of a session of `session` a grant counts on after each answered keep-alive.
     fn validity(session: Duration) -> Duration;
     fn endpoints(&self) -> Vec<String>;
@@ -60,6 +64,8 @@ impl Replicated for EtcdCluster {
     const SCHEME: &'static str = "etcd";
     // The shortest session etcd grants: three keep-alives and ownership rounds per 2 s while 10,000 grants follow it.
     const MANY_GRANTS: (usize, Duration) = (10_000, Duration::from_secs(2));
+    // The order of loss and next grant is etcd's lease expiry, the same every round: one is enough.
+    const CUT_ROUNDS: usize = 1;
     fn validity(session: Duration) -> Duration {
         session
     }
@@ -98,6 +104,8 @@ impl Replicated for ZkEnsemble {
     type Single = ZkServer;
     const SCHEME: &'static str = "zk";
     const MANY_GRANTS: (usize, Duration) = (1000, crate::SESSION);
+    // Sessions expire at tick boundaries: each round's margin differs.
+    const CUT_ROUNDS: usize = 3;
     fn validity(session: Duration) -> Duration {
         // Five eighths of the session (see the library's `zookeeper/session.rs`).
         session * 5 / 8
@@ -138,6 +146,8 @@ impl Replicated for ZkEnsemble {
 pub trait Single {
     fn start() -> Self;
     fn url(&self) -> String;
+    /// Its client address, for a proxy in front of it.
+    fn addr(&self) -> SocketAddr;
     fn kill(&mut self);
     fn restart(&mut self);
 }
@@ -148,6 +158,9 @@ impl Single for EtcdServer {
     }
     fn url(&self) -> String {
         EtcdServer::url(self)
+    }
+    fn addr(&self) -> SocketAddr {
+        EtcdServer::addr(self)
     }
     fn kill(&mut self) {
         EtcdServer::kill(self);
@@ -163,6 +176,9 @@ impl Single for ZkServer {
     }
     fn url(&self) -> String {
         ZkServer::url(self)
+    }
+    fn addr(&self) -> SocketAddr {
+        ZkServer::addr(self)
     }
     fn kill(&mut self) {
         ZkServer::kill(self);
@@ -279,4 +295,68 @@ pub async fn many_grants_follow_one_session<R: Replicated>(servers: &mut R) {
         locks.held_locks("many:*").await.unwrap().is_empty()
     })
     .await;
+}
+
+/// A holder cut off from a server of its own (its proxy blackholed: nothing closed, nothing answered) is told of its
+/// loss (`Expired`) before the waiter behind it is granted, which only the server's expiry of the session lets in; once
+/// the cut is healed, the holder's client is granted again on a new session. `R::CUT_ROUNDS` rounds, each ordered and
+/// measured.
+pub async fn a_cut_off_session_is_lost_before_the_next_grant_and_replaced<R: Replicated>(
+    _servers: &mut R,
+) {
+    let server = tokio::task::block_in_place(R::Single::start);
+    let proxy = TcpProxy::start(server.addr()).await;
+    let prefix = fresh_prefix();
+    // A short session, so the expiry comes soon: ZooKeeper grants 1 s to 10 s with the harness's 500 ms tick, etcd's
+    // shortest lease is 2 s.
+    let through_proxy = format!("{}://{}", R::SCHEME, proxy.addr());
+    let a =
+        leasehold_tests::sequence::session_client(&through_proxy, &prefix, Duration::from_secs(2))
+            .await;
+    let b = client(&server.url(), &prefix).await;
+    for round in 0..R::CUT_ROUNDS {
+        let held = a.mutex("expiry").lock().await.unwrap();
+        let lost = tokio::spawn({
+            let lease = held.lease();
+            async move {
+                let reason = lease.lost().await;
+                (reason, Instant::now())
+            }
+        });
+        let next = tokio::spawn({
+            let b = b.clone();
+            async move {
+                let guard = b.mutex("expiry").lock().await.unwrap();
+                (guard, Instant::now())
+            }
+        });
+        waiters(&b, "expiry", 1).await;
+        let cut_at = Instant::now();
+        proxy.blackhole();
+        let (reason, lost_at) = tokio::time::timeout(EVENT, lost).await.unwrap().unwrap();
+        assert_eq!(reason, leasehold::LossReason::Expired);
+        let (next, granted_at) = tokio::time::timeout(EVENT, next).await.unwrap().unwrap();
+        assert!(
+            lost_at < granted_at,
+            "round {round}: the waiter was granted {:?} before the holder was told",
+            lost_at - granted_at
+        );
+        assert!(next.fence() > held.fence());
+        println!(
+            "round {round}: cut at 0, loss signal at {:?}, next grant at {:?} (margin {:?})",
+            lost_at - cut_at,
+            granted_at - cut_at,
+            granted_at - lost_at
+        );
+        assert!(held.release().await.unwrap_err().is_lost());
+        next.release().await.unwrap();
+        // Healed: the next round's acquisition is granted on a new session.
+        proxy.restore();
+    }
+    let again = tokio::time::timeout(EVENT, a.mutex("expiry").lock())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(again.is_held());
+    again.release().await.unwrap();
 }

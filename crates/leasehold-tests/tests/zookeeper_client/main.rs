@@ -27,7 +27,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     replicated::the_leader_killed_under_a_held_and_a_waited_lock,
     replicated::a_paused_server_does_not_stall_the_lease,
     replicated::a_restarted_server_keeps_the_session_and_its_grants,
-    faults::the_loss_signal_fires_before_the_server_expires_the_session,
+    replicated::a_cut_off_session_is_lost_before_the_next_grant_and_replaced,
     faults::creates_whose_answer_is_lost_leave_one_node_each,
     replicated::many_grants_follow_one_session,
     faults::an_unreachable_ensemble_fails_the_connect_at_once,
