@@ -25,6 +25,9 @@
 //!   through `psql`.
 //! - [`mariadb`]: [`MariaDbServer`] does the same with a private MariaDB server (as the `mysql` user), running SQL
 //!   through the `mariadb` client.
+//! - [`sql`]: what those two share, [`SqlServer`](sql::SqlServer) (start, kill, restart, stop, pause, resume, its
+//!   URL and address) over a [`Dialect`](sql::Dialect) that brings its programs, its command line and how its
+//!   processes are signalled; [`PgServer`] and [`MariaDbServer`] are its two aliases.
 //! - `daemon` (private): what those four store harnesses share, one server process with the directory of its log
 //!   (spawn, wait until ready, kill, signal, reap, print the log on a panic) and the retries on a taken port; each
 //!   store's module keeps only its command line, its readiness probe and its configuration.
@@ -74,6 +77,7 @@ pub mod rng;
 pub mod sentinel;
 pub mod sequence;
 pub mod server;
+pub mod sql;
 mod temp;
 pub mod tls;
 pub mod zookeeper;

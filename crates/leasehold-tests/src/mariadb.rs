@@ -46,24 +46,18 @@
 //! it "could not increase number of max_open_files" and that the `root@<host name>` entry is "ignored in
 //! --skip-name-resolve mode" are harmless.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::daemon::{
-    as_server_user, client_output, give_to, restart_on_port, server_dir_for,
-    spawn_for_process_life, start_on_free_port, Daemon,
-};
+use crate::daemon::{as_server_user, client_output, give_to, spawn_for_process_life};
+use crate::sql::{Dialect, SqlServer, DATABASE};
 
 /// Debian's server program (package `mariadb-server-core`).
 const MARIADBD: &str = "/usr/sbin/mariadbd";
 /// The user the server runs as when the tests run as root.
 const MARIADB_USER: &str = "mysql";
-/// The database the server is created with, the one [`MariaDbServer::url`] names.
-const DATABASE: &str = "leasehold";
 /// The settings of both `mariadb-install-db` (which passes them on to the server it bootstraps with, so that the redo
 /// log is created at its size) and the server (see the module docs).
 const SETTINGS: &[&str] = &[
@@ -78,13 +72,9 @@ const SETTINGS: &[&str] = &[
     "--innodb-doublewrite=0",
     "--innodb-flush-log-at-trx-commit=2",
 ];
-/// How long [`MariaDbServer::stop`] waits for a normal shutdown.
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The client's connect timeout in seconds, which also bounds the wait for the server's greeting: so a connection to
 /// a paused server fails after it.
 const CONNECT_TIMEOUT: &str = "2";
-/// `mariadb-install-db`'s output and the server's stderr, appended to across restarts.
-const LOG_FILE: &str = "mariadb.log";
 
 /// A MariaDB server on a private port of 127.0.0.1, with fresh system tables in a temporary directory and a database
 /// `leasehold`, run by the `mysql` user when the tests run as root.
@@ -92,7 +82,8 @@ const LOG_FILE: &str = "mariadb.log";
 /// Dropping the value kills the server with `SIGKILL` (it is one process: nothing is left behind), reaps it and
 /// removes its directories; if the thread is panicking, its log is printed to stderr first. All methods block the
 /// calling thread; those that wait panic with a message when MariaDB cannot be run or does not answer within 20
-/// seconds. See the [module docs](self) for how it runs.
+/// seconds. See the [module docs](self) for how it runs, and [`SqlServer`] for what it shares with
+/// [`PgServer`](crate::PgServer).
 ///
 /// # Examples
 ///
@@ -106,125 +97,13 @@ const LOG_FILE: &str = "mariadb.log";
 /// db.restart(); // same port, same data
 /// assert_eq!(db.sql("SELECT n FROM t"), "1");
 /// ```
-#[derive(Debug)]
-pub struct MariaDbServer {
-    /// The server, and the directory that holds the log (kept across restarts).
-    daemon: Daemon,
-    port: u16,
-    /// The data directory, the socket and the pid file, in memory if possible (see the module docs), belonging to the
-    /// user the server runs as. Kept across restarts, removed on drop.
-    server_dir: PathBuf,
-}
+pub type MariaDbServer = SqlServer<MariaDb>;
 
-impl MariaDbServer {
-    /// Creates the system tables, starts a server on a free port, waits until it answers and creates the database
-    /// `leasehold`. On a taken port, starts it again on another, a few times over.
-    ///
-    /// # Panics
-    ///
-    /// If MariaDB cannot be found (run `scripts/ensure-mariadb.sh`) or run, `mariadb-install-db` fails, or the
-    /// server does not answer within 20 seconds.
-    pub fn start() -> MariaDbServer {
-        let daemon = Daemon::new("MariaDB", "mariadb", LOG_FILE);
-        let server_dir = server_dir_for(daemon.dir());
-        let mut server = MariaDbServer {
-            daemon,
-            port: 0,
-            server_dir,
-        };
-        server.install_db();
-        // Dropping `server` while panicking prints the log.
-        start_on_free_port("MariaDB", |port| {
-            server.port = port;
-            server.spawn_and_wait()
-        });
-        server.sql_in("", &format!("CREATE DATABASE {DATABASE}"));
-        server
-    }
+/// MariaDB's [`Dialect`]: Debian's `mariadbd`, one process, and the `mariadb` client.
+#[derive(Debug, Default)]
+pub struct MariaDb;
 
-    /// `mysql://root@127.0.0.1:PORT/leasehold` (no password).
-    pub fn url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}/{DATABASE}", self.port)
-    }
-
-    /// `127.0.0.1:PORT`, for a [`TcpProxy`](crate::TcpProxy) in front of the server.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    /// The server's TCP port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The server's process id, or `None` while it is killed or stopped.
-    pub fn pid(&self) -> Option<u32> {
-        self.daemon.pid()
-    }
-
-    /// Kills the server with `SIGKILL` and reaps it. Does nothing if it is not running. Works on a paused server
-    /// too.
-    pub fn kill(&mut self) {
-        self.daemon.kill();
-    }
-
-    /// Kills the server if it runs, starts it again on the same port with the same data, and waits until it answers.
-    /// After a [`kill`](Self::kill), InnoDB recovers from its redo log first: every committed transaction is there.
-    ///
-    /// # Panics
-    ///
-    /// If it does not answer within 20 seconds.
-    pub fn restart(&mut self) {
-        self.kill();
-        restart_on_port("MariaDB", || self.spawn_and_wait());
-    }
-
-    /// Shuts the server down cleanly (`SIGTERM`, a normal shutdown: connections are closed, InnoDB flushes its
-    /// pages) and reaps it. Does nothing if it is not running; resumes it first if it is paused.
-    /// [`restart`](Self::restart) starts it again.
-    ///
-    /// # Panics
-    ///
-    /// If it has not exited after 10 seconds (it is then killed).
-    pub fn stop(&mut self) {
-        if self.daemon.pid().is_none() {
-            return;
-        }
-        if self.daemon.is_paused() {
-            self.resume();
-        }
-        self.daemon.signal(Signal::SIGTERM);
-        if !self.daemon.wait_exit(STOP_TIMEOUT) {
-            self.kill();
-            panic!("MariaDB did not shut down within {STOP_TIMEOUT:?}");
-        }
-    }
-
-    /// Stops the server with `SIGSTOP`, and returns once the kernel reports every one of its threads stopped (a
-    /// signal is delivered asynchronously). Open connections hear nothing from then on, and a new connection hangs
-    /// after the kernel accepted it: a [`try_sql`](Self::try_sql) fails after its 2-second connect timeout.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn pause(&mut self) {
-        self.daemon.pause();
-    }
-
-    /// Continues a paused server with `SIGCONT`.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn resume(&mut self) {
-        self.daemon.resume();
-    }
-
-    /// Everything `mariadb-install-db` and the server logged so far, across restarts.
-    pub fn log(&self) -> String {
-        self.daemon.log()
-    }
-
+impl SqlServer<MariaDb> {
     /// Runs `stmt` (one or more statements, separated by `;`) in the database `leasehold` through the `mariadb`
     /// client in batch mode (`-N -B`) as `root`, and returns what it printed, without the final newline: the rows one
     /// a line, their columns separated by tabs, with tabs, newlines and backslashes in values escaped (`\t`, `\n`,
@@ -247,12 +126,12 @@ impl MariaDbServer {
     /// 'handshake: reading initial communication packet', system error: 110` when the server is paused, or `ERROR
     /// 1146 (42S02) at line 1: Table 'leasehold.t' doesn't exist`.
     pub fn try_sql(&self, stmt: &str) -> Result<String, String> {
-        self.try_sql_in(DATABASE, stmt)
+        try_sql_on(self.port, DATABASE, stmt)
     }
 
     /// [`sql`](Self::sql) in `database`, or in none if it is empty.
     fn sql_in(&self, database: &str, stmt: &str) -> String {
-        self.try_sql_in(database, stmt)
+        try_sql_on(self.port, database, stmt)
             .unwrap_or_else(|e| panic!("the mariadb client failed on {stmt:?}: {e}"))
     }
 
@@ -260,71 +139,52 @@ impl MariaDbServer {
     /// 2-second connect timeout), for a session of the test's own: add arguments (`-N -B`, `-n` to have every result
     /// written at once to a pipe, `-e`), pipes, and spawn it.
     pub fn mariadb_command(&self) -> Command {
-        self.mariadb_command_in(DATABASE)
-    }
-
-    /// [`mariadb_command`](Self::mariadb_command) in `database`, or in none if it is empty.
-    fn mariadb_command_in(&self, database: &str) -> Command {
-        client_command(self.port, database)
-    }
-
-    fn try_sql_in(&self, database: &str, stmt: &str) -> Result<String, String> {
-        try_sql_on(self.port, database, stmt)
-    }
-
-    fn data_dir(&self) -> PathBuf {
-        self.server_dir.join("data")
+        client_command(self.port, DATABASE)
     }
 
     /// The server's own directory for temporary tables. Not `/tmp`: a server that starts deletes every `#sql*` file
     /// in its `tmpdir`, so it would delete those of a server already running there (the bootstrap of another test's
     /// `mariadb-install-db` failed so: "Unknown table 'mysql.tmp_user_nopasswd…'").
-    fn tmp_dir(&self) -> PathBuf {
-        self.server_dir.join("tmp")
-    }
-
     fn tmp_dir_arg(&self) -> String {
-        format!("--tmpdir={}", self.tmp_dir().display())
+        format!("--tmpdir={}", self.server_dir.join("tmp").display())
     }
+}
 
-    /// Creates the data directory and its system tables, as the server's user.
-    fn install_db(&self) {
+impl Dialect for MariaDb {
+    const NAME: &'static str = "MariaDB";
+    const DIR_PREFIX: &'static str = "mariadb";
+    const LOG_FILE: &'static str = "mariadb.log";
+    const URL_USER: &'static str = "mysql://root";
+    const STOP_SIGNAL: Signal = Signal::SIGTERM;
+    const DATA_PROGRAM: &'static str = "mariadb-install-db";
+
+    fn data_command(server: &MariaDbServer) -> Command {
         assert!(
             Path::new(MARIADBD).is_file(),
             "no {MARIADBD}: run scripts/ensure-mariadb.sh"
         );
-        let server_dir = &self.server_dir;
+        let server_dir = &server.server_dir;
         give_to(server_dir, MARIADB_USER);
-        give_to(&self.tmp_dir(), MARIADB_USER);
+        give_to(&server_dir.join("tmp"), MARIADB_USER);
         // A shell script, found on PATH; `--no-defaults` must come first.
         let mut install = as_server_user(MARIADB_USER, Path::new("mariadb-install-db"));
         install
             .arg("--no-defaults")
-            .arg(format!("--datadir={}", self.data_dir().display()))
+            .arg(format!("--datadir={}", server.data_dir().display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
-            .arg(self.tmp_dir_arg())
+            .arg(server.tmp_dir_arg())
             .args(SETTINGS)
             .current_dir(server_dir);
-        let status = self
-            .daemon
-            .log_to(&mut install)
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run mariadb-install-db through setpriv: {e}"));
-        assert!(
-            status.success(),
-            "mariadb-install-db failed ({status}):\n{}",
-            self.log()
-        );
+        install
     }
 
-    /// Spawns the server on [`port`](Self::port) and waits until it answers; `Err(addr_in_use)` if it exited first.
-    fn spawn_and_wait(&mut self) -> Result<(), bool> {
-        let log_start = self.daemon.log_len();
-        let server_dir = &self.server_dir;
+    fn spawn_and_wait(server: &mut MariaDbServer) -> Result<(), bool> {
+        let log_start = server.daemon.log_len();
+        let server_dir = &server.server_dir;
         let mut command = as_server_user(MARIADB_USER, Path::new(MARIADBD));
         command
             .arg("--no-defaults")
-            .arg(format!("--datadir={}", self.data_dir().display()))
+            .arg(format!("--datadir={}", server.data_dir().display()))
             .arg(format!(
                 "--socket={}",
                 server_dir.join("mariadbd.sock").display()
@@ -333,28 +193,23 @@ impl MariaDbServer {
                 "--pid-file={}",
                 server_dir.join("mariadbd.pid").display()
             ))
-            .arg(format!("--port={}", self.port))
+            .arg(format!("--port={}", server.port))
             .arg("--bind-address=127.0.0.1")
-            .arg(self.tmp_dir_arg())
+            .arg(server.tmp_dir_arg())
             .args(SETTINGS)
             .current_dir(server_dir);
-        self.daemon.log_to(&mut command);
+        server.daemon.log_to(&mut command);
         let child = spawn_for_process_life(command)
             .unwrap_or_else(|e| panic!("cannot run {MARIADBD} through setpriv: {e}"));
-        self.daemon.set_child(child);
-        let port = self.port;
-        self.daemon
+        server.daemon.set_child(child);
+        let port = server.port;
+        server
+            .daemon
             .wait_ready(log_start, || try_sql_on(port, "", "SELECT 1").map(drop))
     }
-}
 
-impl Drop for MariaDbServer {
-    fn drop(&mut self) {
-        self.daemon.print_log_if_panicking(self.port);
-        // SIGKILL works on a stopped process too.
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.server_dir);
-        // The log's directory is removed when `daemon` is dropped, after this.
+    fn admin_sql(server: &MariaDbServer, sql: &str) {
+        server.sql_in("", sql);
     }
 }
 

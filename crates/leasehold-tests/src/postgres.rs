@@ -43,26 +43,23 @@
 //! `initdb`'s output and the server's stderr go to one file, appended to across restarts; it is printed to stderr
 //! when the value is dropped during a panic.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
 use crate::daemon::{
-    as_server_user, children_of, client_output, give_to, is_root, restart_on_port, server_dir_for,
-    spawn_for_process_life, start_on_free_port, wait_gone, wait_stopped, Daemon,
+    as_server_user, children_of, client_output, give_to, is_root, spawn_for_process_life,
+    wait_gone, wait_stopped,
 };
 use crate::send_signal;
+use crate::sql::{Dialect, SqlServer, DATABASE, STOP_TIMEOUT};
 
 /// Where Debian installs each PostgreSQL version's programs, one directory per version.
 const PG_ROOT: &str = "/usr/lib/postgresql";
 /// The user the server runs as when the tests run as root.
 const PG_USER: &str = "postgres";
-/// The database the server is created with, the one [`PgServer::url`] names.
-const DATABASE: &str = "leasehold";
 /// The server's settings (see the module docs).
 const SETTINGS: &[&str] = &[
     "listen_addresses=127.0.0.1",
@@ -73,12 +70,8 @@ const SETTINGS: &[&str] = &[
     // A killed server leaves its dynamic segments behind: as files of the cluster, they go with its directory.
     "dynamic_shared_memory_type=mmap",
 ];
-/// How long [`PgServer::stop`] waits for a fast shutdown, and dropping the value for an immediate one.
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// `psql`'s connect timeout (`PGCONNECT_TIMEOUT`), which bounds a connection to a paused server. libpq's smallest.
 const CONNECT_TIMEOUT: &str = "2";
-/// `initdb`'s output and the server's stderr, appended to across restarts.
-const LOG_FILE: &str = "postgres.log";
 
 /// A PostgreSQL server on a private port of 127.0.0.1, with a fresh cluster in a temporary directory and a database
 /// `leasehold`, run by the `postgres` user when the tests run as root.
@@ -88,7 +81,7 @@ const LOG_FILE: &str = "postgres.log";
 /// (and the shared memory segment that a killed server leaves); if
 /// the thread is panicking, its log is printed to stderr first. All methods block the calling thread; those that
 /// wait panic with a message when PostgreSQL cannot be run or does not become ready within 20 seconds. See the
-/// [module docs](self) for how it runs.
+/// [module docs](self) for how it runs, and [`SqlServer`] for what it shares with [`MariaDbServer`](crate::MariaDbServer).
 ///
 /// # Examples
 ///
@@ -102,19 +95,17 @@ const LOG_FILE: &str = "postgres.log";
 /// pg.restart(); // same port, same data
 /// assert_eq!(pg.psql("SELECT n FROM t"), "1");
 /// ```
-#[derive(Debug)]
-pub struct PgServer {
-    /// The postmaster, and the directory that holds the log (kept across restarts).
-    daemon: Daemon,
-    port: u16,
-    /// The cluster (`data/`) and the socket, in memory if possible (see the module docs), belonging to the user the
-    /// server runs as. Kept across restarts, removed on drop.
-    server_dir: PathBuf,
-    /// Settings beyond [`SETTINGS`] (TLS, for [`start_tls`](Self::start_tls)).
+pub type PgServer = SqlServer<Postgres>;
+
+/// PostgreSQL's [`Dialect`]: the programs of the newest `/usr/lib/postgresql/<version>/bin`, a server that is a
+/// process tree.
+#[derive(Debug, Default)]
+pub struct Postgres {
+    /// Settings beyond [`SETTINGS`] (TLS, for [`start_tls`](SqlServer::start_tls)).
     extra: Vec<String>,
 }
 
-impl PgServer {
+impl SqlServer<Postgres> {
     /// As [`start`](Self::start), with TLS on (`ssl=on`): the server presents `ca`'s server certificate (valid for
     /// `127.0.0.1`), copied into its directory for its user, and still accepts clients in the clear.
     ///
@@ -122,7 +113,8 @@ impl PgServer {
     ///
     /// As [`start`](Self::start), and if the certificate cannot be copied.
     pub fn start_tls(ca: &crate::TestCa) -> PgServer {
-        PgServer::start_with(|server_dir| {
+        PgServer::start_with(|server| {
+            let server_dir = &server.server_dir;
             let (cert, key) = (server_dir.join("server.crt"), server_dir.join("server.key"));
             for (from, to) in [(&ca.server.cert_path, &cert), (&ca.server.key_path, &key)] {
                 std::fs::copy(from, to).unwrap_or_else(|e| {
@@ -140,159 +132,12 @@ impl PgServer {
                     assert!(status.success(), "chown {} failed", to.display());
                 }
             }
-            vec![
+            server.dialect.extra = vec![
                 "ssl=on".to_owned(),
                 format!("ssl_cert_file={}", cert.display()),
                 format!("ssl_key_file={}", key.display()),
-            ]
+            ];
         })
-    }
-
-    /// Creates a cluster, starts a server on a free port, waits until it answers queries and creates the database
-    /// `leasehold`. On a taken port, starts it again on another, a few times over.
-    ///
-    /// # Panics
-    ///
-    /// If PostgreSQL cannot be found (run `scripts/ensure-postgres.sh`) or run, `initdb` fails, or the server does
-    /// not become ready within 20 seconds.
-    pub fn start() -> PgServer {
-        PgServer::start_with(|_| Vec::new())
-    }
-
-    /// [`start`](Self::start), with the settings `extra` makes once the server's directory exists.
-    fn start_with(extra: impl FnOnce(&Path) -> Vec<String>) -> PgServer {
-        let daemon = Daemon::new("PostgreSQL", "postgres", LOG_FILE);
-        let server_dir = server_dir_for(daemon.dir());
-        let mut server = PgServer {
-            daemon,
-            port: 0,
-            server_dir,
-            extra: Vec::new(),
-        };
-        server.initdb();
-        server.extra = extra(&server.server_dir);
-        // Dropping `server` while panicking prints the log.
-        start_on_free_port("PostgreSQL", |port| {
-            server.port = port;
-            server.spawn_and_wait()
-        });
-        server.psql_in("postgres", &format!("CREATE DATABASE {DATABASE}"));
-        server
-    }
-
-    /// `postgres://postgres@127.0.0.1:PORT/leasehold` (trust authentication: no password).
-    pub fn url(&self) -> String {
-        format!("postgres://{PG_USER}@127.0.0.1:{}/{DATABASE}", self.port)
-    }
-
-    /// `127.0.0.1:PORT`, for a [`TcpProxy`](crate::TcpProxy) in front of the server.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    /// The server's TCP port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The postmaster's process id, or `None` while the server is killed or stopped.
-    pub fn pid(&self) -> Option<u32> {
-        self.daemon.pid()
-    }
-
-    /// Kills the server with `SIGKILL`, the postmaster and every process it forked (sessions, checkpointer, WAL
-    /// writer…), as a crash of its machine would, and returns once all of them are gone. Does nothing if it is not
-    /// running. Works on a paused server too.
-    ///
-    /// # Panics
-    ///
-    /// If a process of the server still runs 10 seconds after its `SIGKILL`.
-    pub fn kill(&mut self) {
-        if let Some(pid) = self.daemon.pid() {
-            // Stopped, the postmaster can neither fork a new child nor reap an old one (whose pid could then be
-            // reused): its children stay exactly those listed here.
-            let _ = send_signal(pid, Signal::SIGSTOP);
-            wait_stopped(pid, "the killed postmaster");
-            let children = children_of(pid);
-            for &process in &children {
-                let _ = send_signal(process, Signal::SIGKILL);
-            }
-            self.daemon.kill();
-            // A restart must not begin while one of them is still attached to the old shared memory: the new
-            // postmaster would refuse to start.
-            assert!(
-                wait_gone(&children, STOP_TIMEOUT),
-                "PostgreSQL's processes {children:?} outlived a SIGKILL"
-            );
-        }
-    }
-
-    /// Kills the server if it runs, starts it again on the same port with the same cluster, and waits until it
-    /// answers queries. After a [`kill`](Self::kill), PostgreSQL recovers from its WAL first: every committed
-    /// transaction is there.
-    ///
-    /// # Panics
-    ///
-    /// If it does not become ready within 20 seconds.
-    pub fn restart(&mut self) {
-        self.kill();
-        restart_on_port("PostgreSQL", || self.spawn_and_wait());
-    }
-
-    /// Shuts the server down cleanly, as `pg_ctl stop` does by default (a fast shutdown, `SIGINT`: sessions are
-    /// ended, a checkpoint written), and reaps it. Does nothing if it is not running; resumes it first if it is
-    /// paused. [`restart`](Self::restart) starts it again.
-    ///
-    /// # Panics
-    ///
-    /// If it has not exited after 10 seconds (it is then killed).
-    pub fn stop(&mut self) {
-        let Some(pid) = self.pid() else { return };
-        self.resume_if_paused();
-        let _ = send_signal(pid, Signal::SIGINT);
-        if !self.daemon.wait_exit(STOP_TIMEOUT) {
-            self.kill();
-            panic!("PostgreSQL did not shut down within {STOP_TIMEOUT:?}");
-        }
-    }
-
-    /// Stops the server with `SIGSTOP`, the postmaster and every process it forked, and returns once the kernel
-    /// reports all of them stopped (a signal is delivered asynchronously). Open sessions hear nothing from then on,
-    /// and a new connection hangs after the kernel accepted it: a [`try_psql`](Self::try_psql) fails after its
-    /// 2-second connect timeout.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn pause(&mut self) {
-        let pid = self.daemon.running_pid("pause");
-        // The postmaster first: stopped, it forks nothing more, so the list of children below is complete.
-        send_signal(pid, Signal::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP to PostgreSQL: {e}"));
-        wait_stopped(pid, "the paused postmaster");
-        let children = children_of(pid);
-        for &process in &children {
-            // A child that has just exited (and waits for the stopped postmaster to reap it) is fine.
-            let _ = send_signal(process, Signal::SIGSTOP);
-        }
-        for &process in &children {
-            wait_stopped(process, "a paused PostgreSQL process");
-        }
-        self.daemon.set_paused(true);
-    }
-
-    /// Continues a paused server with `SIGCONT`, its children and then the postmaster.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn resume(&mut self) {
-        self.daemon.running_pid("resume");
-        self.resume_if_paused();
-    }
-
-    /// Everything `initdb` and the server logged so far, across restarts.
-    pub fn log(&self) -> String {
-        self.daemon.log()
     }
 
     /// Runs `sql` (one or more statements) in the database `leasehold` through `psql -At` as the `postgres` superuser,
@@ -352,61 +197,6 @@ impl PgServer {
         client_output(&mut command, "psql")
     }
 
-    fn data_dir(&self) -> PathBuf {
-        self.server_dir.join("data")
-    }
-
-    /// Creates the cluster, as the server's user.
-    fn initdb(&self) {
-        let server_dir = &self.server_dir;
-        give_to(server_dir, PG_USER);
-        let mut initdb = as_server_user(PG_USER, &bin_dir().join("initdb"));
-        initdb
-            .arg("-D")
-            .arg(self.data_dir())
-            .args(["-A", "trust", "-U", PG_USER, "--no-sync", "-E", "UTF8"])
-            .arg("--locale=C.UTF-8")
-            .current_dir(server_dir);
-        let status = self
-            .daemon
-            .log_to(&mut initdb)
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run initdb through setpriv: {e}"));
-        assert!(
-            status.success(),
-            "initdb failed ({status}):\n{}",
-            self.log()
-        );
-    }
-
-    /// Spawns the server on [`port`](Self::port) and waits until it answers a query; `Err(addr_in_use)` if it
-    /// exited first.
-    fn spawn_and_wait(&mut self) -> Result<(), bool> {
-        let log_start = self.daemon.log_len();
-        let mut command = as_server_user(PG_USER, &bin_dir().join("postgres"));
-        command
-            .arg("-D")
-            .arg(self.data_dir())
-            .args(["-p", &self.port.to_string(), "-k"])
-            .arg(&self.server_dir);
-        for setting in SETTINGS
-            .iter()
-            .copied()
-            .chain(self.extra.iter().map(String::as_str))
-        {
-            command.args(["-c", setting]);
-        }
-        command.current_dir(&self.server_dir);
-        self.daemon.log_to(&mut command);
-        let child = spawn_for_process_life(command)
-            .unwrap_or_else(|e| panic!("cannot run postgres through setpriv: {e}"));
-        self.daemon.set_child(child);
-        self.wait_ready(log_start)?;
-        // `pg_isready` only says the server accepts connections; a query says it serves.
-        self.psql_in("postgres", "SELECT 1");
-        Ok(())
-    }
-
     /// Polls `pg_isready` until the server accepts connections; `Err(addr_in_use)` if it exited first.
     fn wait_ready(&mut self, log_start: u64) -> Result<(), bool> {
         let port = self.port.to_string();
@@ -444,50 +234,129 @@ impl PgServer {
                 .status();
         }
     }
+}
 
-    /// Shuts the server down at once, paused or not: an immediate shutdown (`SIGQUIT`), after which the postmaster
-    /// has had every child exit and reaped it, so that none is left for init to reap; `SIGKILL` to all of them if
-    /// that takes too long. Never panics: it runs in `drop`, where a panic during a panic would abort the test binary,
-    /// and the test's report with it.
-    fn quit(&mut self) {
-        let Some(pid) = self.pid() else { return };
-        let children = children_of(pid);
-        if self.daemon.is_paused() {
-            for &process in &children {
-                let _ = send_signal(process, Signal::SIGCONT);
-            }
-            let _ = send_signal(pid, Signal::SIGCONT);
-            self.daemon.set_paused(false);
-        }
-        let _ = send_signal(pid, Signal::SIGQUIT);
-        if self.daemon.wait_exit(STOP_TIMEOUT) && wait_gone(&children, STOP_TIMEOUT) {
-            return;
-        }
-        for &process in &children {
-            let _ = send_signal(process, Signal::SIGKILL);
-        }
-        self.daemon.kill();
+impl Dialect for Postgres {
+    const NAME: &'static str = "PostgreSQL";
+    const DIR_PREFIX: &'static str = "postgres";
+    const LOG_FILE: &'static str = "postgres.log";
+    const URL_USER: &'static str = "postgres://postgres";
+    const STOP_SIGNAL: Signal = Signal::SIGINT;
+    const DATA_PROGRAM: &'static str = "initdb";
+
+    fn data_command(server: &PgServer) -> Command {
+        let server_dir = &server.server_dir;
+        give_to(server_dir, PG_USER);
+        let mut initdb = as_server_user(PG_USER, &bin_dir().join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(server.data_dir())
+            .args(["-A", "trust", "-U", PG_USER, "--no-sync", "-E", "UTF8"])
+            .arg("--locale=C.UTF-8")
+            .current_dir(server_dir);
+        initdb
     }
 
-    fn resume_if_paused(&mut self) {
-        if !self.daemon.is_paused() {
+    fn spawn_and_wait(server: &mut PgServer) -> Result<(), bool> {
+        let log_start = server.daemon.log_len();
+        let mut command = as_server_user(PG_USER, &bin_dir().join("postgres"));
+        command
+            .arg("-D")
+            .arg(server.data_dir())
+            .args(["-p", &server.port.to_string(), "-k"])
+            .arg(&server.server_dir);
+        for setting in SETTINGS
+            .iter()
+            .copied()
+            .chain(server.dialect.extra.iter().map(String::as_str))
+        {
+            command.args(["-c", setting]);
+        }
+        command.current_dir(&server.server_dir);
+        server.daemon.log_to(&mut command);
+        let child = spawn_for_process_life(command)
+            .unwrap_or_else(|e| panic!("cannot run postgres through setpriv: {e}"));
+        server.daemon.set_child(child);
+        server.wait_ready(log_start)?;
+        // `pg_isready` only says the server accepts connections; a query says it serves.
+        server.psql_in("postgres", "SELECT 1");
+        Ok(())
+    }
+
+    fn admin_sql(server: &PgServer, sql: &str) {
+        server.psql_in("postgres", sql);
+    }
+
+    fn kill(server: &mut PgServer) {
+        if let Some(pid) = server.daemon.pid() {
+            // Stopped, the postmaster can neither fork a new child nor reap an old one (whose pid could then be
+            // reused): its children stay exactly those listed here.
+            let _ = send_signal(pid, Signal::SIGSTOP);
+            wait_stopped(pid, "the killed postmaster");
+            let children = children_of(pid);
+            for &process in &children {
+                let _ = send_signal(process, Signal::SIGKILL);
+            }
+            server.daemon.kill();
+            // A restart must not begin while one of them is still attached to the old shared memory: the new
+            // postmaster would refuse to start.
+            assert!(
+                wait_gone(&children, STOP_TIMEOUT),
+                "PostgreSQL's processes {children:?} outlived a SIGKILL"
+            );
+        }
+    }
+
+    fn pause(server: &mut PgServer) {
+        let pid = server.daemon.running_pid("pause");
+        // The postmaster first: stopped, it forks nothing more, so the list of children below is complete.
+        send_signal(pid, Signal::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP to PostgreSQL: {e}"));
+        wait_stopped(pid, "the paused postmaster");
+        let children = children_of(pid);
+        for &process in &children {
+            // A child that has just exited (and waits for the stopped postmaster to reap it) is fine.
+            let _ = send_signal(process, Signal::SIGSTOP);
+        }
+        for &process in &children {
+            wait_stopped(process, "a paused PostgreSQL process");
+        }
+        server.daemon.set_paused(true);
+    }
+
+    /// Its children, and then the postmaster.
+    fn resume_if_paused(server: &mut PgServer) {
+        if !server.daemon.is_paused() {
             return;
         }
-        let pid = self.daemon.running_pid("resume");
+        let pid = server.daemon.running_pid("resume");
         for process in children_of(pid) {
             let _ = send_signal(process, Signal::SIGCONT);
         }
-        self.daemon.resume();
+        server.daemon.resume();
     }
-}
 
-impl Drop for PgServer {
-    fn drop(&mut self) {
-        self.daemon.print_log_if_panicking(self.port);
-        self.quit();
-        self.remove_leftover_segment();
-        let _ = std::fs::remove_dir_all(&self.server_dir);
-        // The log's directory is removed when `daemon` is dropped, after this.
+    /// An immediate shutdown (`SIGQUIT`), after which the postmaster has had every child exit and reaped it, so
+    /// that none is left for init to reap; `SIGKILL` to all of them if that takes too long. Then the shared memory
+    /// segment a killed server leaves.
+    fn quit(server: &mut PgServer) {
+        if let Some(pid) = server.pid() {
+            let children = children_of(pid);
+            if server.daemon.is_paused() {
+                for &process in &children {
+                    let _ = send_signal(process, Signal::SIGCONT);
+                }
+                let _ = send_signal(pid, Signal::SIGCONT);
+                server.daemon.set_paused(false);
+            }
+            let _ = send_signal(pid, Signal::SIGQUIT);
+            if !(server.daemon.wait_exit(STOP_TIMEOUT) && wait_gone(&children, STOP_TIMEOUT)) {
+                for &process in &children {
+                    let _ = send_signal(process, Signal::SIGKILL);
+                }
+                server.daemon.kill();
+            }
+        }
+        server.remove_leftover_segment();
     }
 }
 

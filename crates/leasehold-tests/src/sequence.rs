@@ -66,6 +66,22 @@ pub fn run_in_sequence<T>(
     }
 }
 
+/// The whole `main` of a binary of one store's tests: [`trace_from_env`], then [`run_in_sequence`] unless
+/// [`leaves_out`] says this run leaves out `store`'s tests.
+pub fn run_store_in_sequence<T>(
+    store: &str,
+    what: &str,
+    tests: &[(&str, SharedTest<T>)],
+    start: impl FnOnce() -> T,
+    heal: impl FnMut(&mut T),
+) {
+    trace_from_env();
+    if leaves_out(store) {
+        return;
+    }
+    run_in_sequence(what, tests, start, heal);
+}
+
 /// A topology of [`run_on_each`]: its name, and how to start it.
 pub type Topology<T> = (&'static str, fn() -> T);
 

@@ -9,7 +9,10 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use leasehold_tests::mariadb::MariaDb;
+use leasehold_tests::postgres::Postgres;
 use leasehold_tests::sequence::leaves_out;
+use leasehold_tests::sql::{Dialect, SqlServer};
 use leasehold_tests::{ChildGuard, MariaDbServer, PgServer};
 
 /// How long an answer may take to arrive once it can.
@@ -17,82 +20,48 @@ const SETTLE: Duration = Duration::from_secs(5);
 /// How long a paused server must stay silent for the test to believe it is.
 const SILENCE: Duration = Duration::from_millis(500);
 
-/// What the tests written once need of a store's harness.
-trait SqlHarness: Sized {
+/// What the tests written once need of a store's harness beyond [`SqlServer`] (start, pause, resume, kill,
+/// restart): its command-line client.
+trait SqlHarness: Dialect {
     /// The store's name for `LEASEHOLD_TEST_STORES` ([`leaves_out`]).
     const STORE: &'static str;
     /// What the client says when it gives up on a paused server.
     const PAUSED_ERROR: &'static str;
-    fn start() -> Self;
-    fn query(&self, sql: &str) -> String;
-    fn try_query(&self, sql: &str) -> Result<String, String>;
+    fn query(db: &SqlServer<Self>, sql: &str) -> String;
+    fn try_query(db: &SqlServer<Self>, sql: &str) -> Result<String, String>;
     /// An interactive client, one row a line, named `name` where the store can name sessions.
-    fn client(&self, name: &str) -> Command;
-    fn pause(&mut self);
-    fn resume(&mut self);
-    fn kill(&mut self);
-    fn restart(&mut self);
+    fn client(db: &SqlServer<Self>, name: &str) -> Command;
 }
 
-impl SqlHarness for PgServer {
+impl SqlHarness for Postgres {
     const STORE: &'static str = "postgres";
     const PAUSED_ERROR: &'static str = "timeout expired";
-    fn start() -> Self {
-        PgServer::start()
+    fn query(db: &PgServer, sql: &str) -> String {
+        db.psql(sql)
     }
-    fn query(&self, sql: &str) -> String {
-        self.psql(sql)
+    fn try_query(db: &PgServer, sql: &str) -> Result<String, String> {
+        db.try_psql(sql)
     }
-    fn try_query(&self, sql: &str) -> Result<String, String> {
-        self.try_psql(sql)
-    }
-    fn client(&self, name: &str) -> Command {
-        let mut psql = self.psql_command();
+    fn client(db: &PgServer, name: &str) -> Command {
+        let mut psql = db.psql_command();
         psql.env("PGAPPNAME", name).arg("-At");
         psql
     }
-    fn pause(&mut self) {
-        PgServer::pause(self);
-    }
-    fn resume(&mut self) {
-        PgServer::resume(self);
-    }
-    fn kill(&mut self) {
-        PgServer::kill(self);
-    }
-    fn restart(&mut self) {
-        PgServer::restart(self);
-    }
 }
 
-impl SqlHarness for MariaDbServer {
+impl SqlHarness for MariaDb {
     const STORE: &'static str = "mysql";
     const PAUSED_ERROR: &'static str = "Lost connection";
-    fn start() -> Self {
-        MariaDbServer::start()
+    fn query(db: &MariaDbServer, sql: &str) -> String {
+        db.sql(sql)
     }
-    fn query(&self, sql: &str) -> String {
-        self.sql(sql)
+    fn try_query(db: &MariaDbServer, sql: &str) -> Result<String, String> {
+        db.try_sql(sql)
     }
-    fn try_query(&self, sql: &str) -> Result<String, String> {
-        self.try_sql(sql)
-    }
-    fn client(&self, _name: &str) -> Command {
-        let mut client = self.mariadb_command();
+    fn client(db: &MariaDbServer, _name: &str) -> Command {
+        let mut client = db.mariadb_command();
         client.args(["-N", "-B", "-n"]);
         client
-    }
-    fn pause(&mut self) {
-        MariaDbServer::pause(self);
-    }
-    fn resume(&mut self) {
-        MariaDbServer::resume(self);
-    }
-    fn kill(&mut self) {
-        MariaDbServer::kill(self);
-    }
-    fn restart(&mut self) {
-        MariaDbServer::restart(self);
     }
 }
 
@@ -107,9 +76,9 @@ fn is_alive(pid: u32) -> bool {
 }
 
 /// An interactive client session named `name`, whose output lines arrive on the returned channel.
-fn session<S: SqlHarness>(db: &S, name: &str) -> (ChildGuard, mpsc::Receiver<String>) {
+fn session<S: SqlHarness>(db: &SqlServer<S>, name: &str) -> (ChildGuard, mpsc::Receiver<String>) {
     let mut client = ChildGuard::new(
-        db.client(name)
+        S::client(db, name)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -131,10 +100,10 @@ fn session<S: SqlHarness>(db: &S, name: &str) -> (ChildGuard, mpsc::Receiver<Str
 /// Opens a session named `name` that sends `hello`, has `kill` break it (given the answer to `hello`), as lock tests
 /// do, and checks that the session fails its next statement.
 fn a_broken_session_fails<S: SqlHarness>(
-    db: &S,
+    db: &SqlServer<S>,
     name: &str,
     hello: &str,
-    kill: impl FnOnce(&S, &str),
+    kill: impl FnOnce(&SqlServer<S>, &str),
 ) {
     let (mut client, lines) = session(db, name);
     writeln!(client.stdin.as_mut().unwrap(), "{hello}").unwrap();
@@ -150,7 +119,7 @@ fn a_paused_server_answers_nothing_until_resumed<S: SqlHarness>() {
     if leaves_out(S::STORE) {
         return;
     }
-    let mut db = S::start();
+    let mut db = SqlServer::<S>::start();
     let (mut client, lines) = session(&db, "harness-paused");
     let stdin = client.stdin.as_mut().unwrap();
     writeln!(stdin, "SELECT 'before';").unwrap();
@@ -164,19 +133,19 @@ fn a_paused_server_answers_nothing_until_resumed<S: SqlHarness>() {
         "an open session hears nothing from a paused server"
     );
     let asked = Instant::now();
-    let error = db.try_query("SELECT 1").unwrap_err();
+    let error = S::try_query(&db, "SELECT 1").unwrap_err();
     assert!(error.contains(S::PAUSED_ERROR), "{error}");
     assert!(asked.elapsed() < SETTLE);
 
     db.resume();
     assert_eq!(lines.recv_timeout(SETTLE).unwrap(), "during");
-    assert_eq!(db.query("SELECT 1"), "1");
+    assert_eq!(S::query(&db, "SELECT 1"), "1");
 
     // A paused server can be killed, and restarts.
     db.pause();
     db.kill();
     db.restart();
-    assert_eq!(db.query("SELECT 1"), "1");
+    assert_eq!(S::query(&db, "SELECT 1"), "1");
 }
 
 mod postgres {
@@ -316,7 +285,7 @@ mod postgres {
 
     #[test]
     fn a_paused_server_answers_nothing_until_resumed() {
-        super::a_paused_server_answers_nothing_until_resumed::<PgServer>();
+        super::a_paused_server_answers_nothing_until_resumed::<Postgres>();
     }
 
     #[test]
@@ -453,7 +422,7 @@ mod mariadb {
 
     #[test]
     fn a_paused_server_answers_nothing_until_resumed() {
-        super::a_paused_server_answers_nothing_until_resumed::<MariaDbServer>();
+        super::a_paused_server_answers_nothing_until_resumed::<MariaDb>();
     }
 
     #[test]

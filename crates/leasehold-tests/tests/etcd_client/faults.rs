@@ -1,5 +1,6 @@
-//! Members killed, paused, partitioned and restarted while locks are held and waited for; sessions lost and
-//! replaced.
+//! etcd's own faults: a member partitioned, the keep-alive stream cut, a connection gone silent. (Members killed,
+//! paused and restarted, a session cut off until the server expires it, and many grants on one session are the same
+//! on ZooKeeper: `shared/replicated.rs`.)
 
 use leasehold_tests::{EtcdCluster, EtcdServer, TcpProxy};
 use tokio::time::Instant;
@@ -44,23 +45,6 @@ pub async fn a_partitioned_member_is_routed_around(cluster: &mut EtcdCluster) {
         .unwrap();
 }
 
-pub async fn a_paused_member_does_not_stall_the_lease(cluster: &mut EtcdCluster) {
-    let prefix = fresh_prefix();
-    let endpoints = cluster.endpoints();
-    // The client starts on the member it names first: that one is paused, which answers nothing and closes nothing.
-    let first = tokio::task::block_in_place(|| cluster.leader());
-    let mut order = vec![endpoints[first].clone()];
-    order.extend((0..3).filter(|&i| i != first).map(|i| endpoints[i].clone()));
-    let url = format!("etcd://{}", order.join(","));
-    let a = client(&url, &prefix).await;
-    let held = a.mutex("stall").lock().await.unwrap();
-    let paused_at = Instant::now();
-    cluster.pause(first);
-    renewed_after(&held.lease(), paused_at).await;
-    cluster.resume(first);
-    held.release().await.unwrap();
-}
-
 pub async fn a_cut_keep_alive_stream_is_reopened(_cluster: &mut EtcdCluster) {
     let etcd = tokio::task::block_in_place(EtcdServer::start);
     let proxy = TcpProxy::start(etcd.endpoint().parse().unwrap()).await;
@@ -73,73 +57,6 @@ pub async fn a_cut_keep_alive_stream_is_reopened(_cluster: &mut EtcdCluster) {
         renewed_after(&held.lease(), cut_at).await;
     }
     held.release().await.unwrap();
-}
-
-pub async fn a_lost_session_is_replaced_by_the_next_acquisition(_cluster: &mut EtcdCluster) {
-    let etcd = tokio::task::block_in_place(EtcdServer::start);
-    let proxy = TcpProxy::start(etcd.endpoint().parse().unwrap()).await;
-    let prefix = fresh_prefix();
-    let a = client(&format!("etcd://{}", proxy.addr()), &prefix).await;
-    let b = client(&etcd.url(), &prefix).await;
-    let held = a.mutex("phoenix").lock().await.unwrap();
-    proxy.blackhole();
-    let reason = tokio::time::timeout(EVENT, held.lost()).await.unwrap();
-    assert_eq!(reason, leasehold::LossReason::Expired);
-    // Until the proxy lets it through again, the client can do nothing; then a new session serves it.
-    proxy.restore();
-    let next = tokio::time::timeout(EVENT, b.mutex("phoenix").lock())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(next.fence() > held.fence());
-    next.release().await.unwrap();
-    let again = tokio::time::timeout(EVENT, a.mutex("phoenix").lock())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(again.is_held());
-    again.release().await.unwrap();
-    assert!(held.release().await.unwrap_err().is_lost());
-}
-
-pub async fn ten_thousand_grants_follow_one_session(cluster: &mut EtcdCluster) {
-    let prefix = fresh_prefix();
-    // The shortest session: three keep-alives and ownership rounds per 2 s while 10,000 grants follow it.
-    let locks = leasehold::Client::builder(&cluster.url())
-        .unwrap()
-        .prefix(prefix)
-        .session_ttl(std::time::Duration::from_secs(2))
-        .connect()
-        .await
-        .unwrap();
-    let mut guards = Vec::new();
-    for batch in 0..100 {
-        let mutexes: Vec<_> = (0..100)
-            .map(|i| locks.mutex(&format!("many:{batch}:{i}")))
-            .collect();
-        let acquired = futures_util::future::join_all(mutexes.iter().map(|m| m.try_lock())).await;
-        guards.extend(acquired.into_iter().map(Result::unwrap));
-    }
-    assert_eq!(locks.kept_leases(), 10_000);
-    // Every grant is renewed past two whole TTLs from now: by keep-alives sent more than a TTL after this instant,
-    // when a grant that nothing renewed would have expired long before.
-    let ttl = std::time::Duration::from_secs(2);
-    let target = Instant::now() + 2 * ttl - ttl / 100 - std::time::Duration::from_millis(2);
-    for guard in &guards {
-        crate::eventually("a grant renewed past two TTLs", || async {
-            assert!(guard.is_held(), "a grant was lost: {:?}", guard.loss());
-            guard.valid_until() >= target
-        })
-        .await;
-    }
-    assert!(guards.iter().all(|g| g.is_held()));
-    while !guards.is_empty() {
-        let batch: Vec<_> = guards.drain(..guards.len().min(100)).collect();
-        for released in futures_util::future::join_all(batch.into_iter().map(|g| g.release())).await
-        {
-            released.unwrap();
-        }
-    }
 }
 
 pub async fn a_silently_dead_connection_is_replaced_within_the_lease(_cluster: &mut EtcdCluster) {

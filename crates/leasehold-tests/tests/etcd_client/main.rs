@@ -24,11 +24,11 @@ type TestFn = leasehold_tests::sequence::SharedTest<EtcdCluster>;
 const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     replicated::the_leader_killed_under_a_held_and_a_waited_lock,
     faults::a_partitioned_member_is_routed_around,
-    faults::a_paused_member_does_not_stall_the_lease,
+    replicated::a_paused_server_does_not_stall_the_lease,
     replicated::a_restarted_server_keeps_the_session_and_its_grants,
     faults::a_cut_keep_alive_stream_is_reopened,
-    faults::a_lost_session_is_replaced_by_the_next_acquisition,
-    faults::ten_thousand_grants_follow_one_session,
+    replicated::a_cut_off_session_is_lost_before_the_next_grant_and_replaced,
+    replicated::many_grants_follow_one_session,
     faults::a_silently_dead_connection_is_replaced_within_the_lease,
     cancel::acquisitions_dropped_at_random_points_leave_nothing_behind,
     interop::etcdctl_lock_and_a_leasehold_mutex_exclude_each_other,
@@ -39,25 +39,13 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
 ];
 
 fn main() {
-    leasehold_tests::sequence::trace_from_env();
-    if leasehold_tests::sequence::leaves_out("etcd") {
-        return;
-    }
-    leasehold_tests::sequence::run_in_sequence(
+    leasehold_tests::sequence::run_store_in_sequence(
+        "etcd",
         "etcd cluster of 3",
         TESTS,
         EtcdCluster::start,
-        heal,
+        replicated::Replicated::heal,
     );
-}
-
-/// After a failed test: every member running again.
-fn heal(cluster: &mut EtcdCluster) {
-    for i in 0..3 {
-        if cluster.pid(i).is_none() {
-            cluster.restart(i);
-        }
-    }
 }
 
 /// The bound on anything a test awaits that should happen.
@@ -73,4 +61,4 @@ const SESSION: Duration = TTL;
 /// The part of the session a grant counts on after each answered keep-alive: all of it on etcd.
 const VALIDITY: Duration = TTL;
 
-pub use helpers::{client, eventually, fresh_prefix, renewed_after, waiters};
+pub use helpers::{client, eventually, fresh_prefix, granted, renewed_after, waiters};

@@ -32,12 +32,14 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
 ];
 
 fn main() {
-    leasehold_tests::sequence::trace_from_env();
-    if leasehold_tests::sequence::leaves_out("etcd") {
-        return;
-    }
     // Every test uses its own lock paths and leaves its sessions closed or dropped: nothing to heal.
-    leasehold_tests::sequence::run_in_sequence("etcd member", TESTS, EtcdServer::start, |_| {});
+    leasehold_tests::sequence::run_store_in_sequence(
+        "etcd",
+        "etcd member",
+        TESTS,
+        EtcdServer::start,
+        |_| {},
+    );
 }
 
 /// The bound on anything a test awaits that should happen.

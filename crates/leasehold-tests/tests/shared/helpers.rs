@@ -1,7 +1,7 @@
-//! The helpers of the session stores' own test binaries (`etcd_client`, `zookeeper_client`), included by each
-//! (`#[path]`) over its own `crate::{EVENT, PREFIX, SESSION, VALIDITY}`.
+//! The helpers of the session stores' own test binaries (`etcd_client`, `zookeeper_client`, `sql_client`), included
+//! by each (`#[path]`) over its own `crate::{EVENT, PREFIX, SESSION, VALIDITY}`.
 
-use leasehold::{Client, Lease};
+use leasehold::{Client, Guard, Lease};
 
 use crate::{EVENT, PREFIX, SESSION, VALIDITY};
 
@@ -33,4 +33,15 @@ pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
 /// Waits until lock `name` has `n` waiters, as `inspect` counts them.
 pub async fn waiters(client: &Client, name: &str, n: u64) {
     leasehold_tests::sequence::waiters(client, name, n, EVENT).await;
+}
+
+/// The guard a spawned acquisition was granted, within `EVENT`.
+pub async fn granted(
+    acquisition: tokio::task::JoinHandle<Result<Guard, leasehold::Error>>,
+) -> Guard {
+    tokio::time::timeout(EVENT, acquisition)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
 }

@@ -9,7 +9,7 @@ use leasehold::Client;
 use leasehold_tests::ChildGuard;
 use nix::sys::signal::Signal;
 
-use crate::{client, long_session_client, renewed_after, waiters, Db, EVENT};
+use crate::{client, granted, long_session_client, renewed_after, waiters, Db, EVENT};
 
 pub async fn a_crashed_server_keeps_held_and_waited_locks_apart(db: &mut Db) {
     let (prefix, url) = (db.fresh_prefix(), db.url());
@@ -33,11 +33,7 @@ pub async fn a_crashed_server_keeps_held_and_waited_locks_apart(db: &mut Db) {
     .await;
     // Released by its holder if it still holds; otherwise its lease has ended here already.
     let _ = held.release().await;
-    let next = tokio::time::timeout(EVENT, waiting)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let next = granted(waiting).await;
     assert!(!lease.is_held(), "two holders: {:?}", lease.loss());
     assert!(next.fence() > first);
     next.release().await.unwrap();
@@ -62,11 +58,7 @@ pub async fn connections_killed_server_side_are_replaced(db: &mut Db) {
     });
     waiters(&a, "killed", 1).await;
     held.release().await.unwrap();
-    let next = tokio::time::timeout(EVENT, waiting)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let next = granted(waiting).await;
     next.release().await.unwrap();
 }
 

@@ -12,6 +12,8 @@ mod clean_up;
 mod commit_check;
 mod faults;
 mod fences;
+#[path = "../shared/helpers.rs"]
+mod helpers;
 mod least_privilege;
 mod names;
 mod reads;
@@ -22,10 +24,10 @@ mod transactions;
 mod wake_ups;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use leasehold::{Client, Lease};
+use leasehold::Client;
+use leasehold_tests::sql::{Dialect, SqlServer};
 use leasehold_tests::{MariaDbServer, PgServer};
 
 /// The bound on anything a test awaits that should happen.
@@ -34,13 +36,20 @@ pub const EVENT: Duration = Duration::from_secs(20);
 /// The session TTL of the tests' clients.
 pub const TTL: Duration = Duration::from_secs(2);
 
+/// The lock prefix of this binary's tests, numbered by `fresh_prefix`.
+const PREFIX: &str = "sqlc";
+/// The session the clients ask for.
+const SESSION: Duration = TTL;
+/// The part of the session a grant counts on after each answered renewal: all of it.
+const VALIDITY: Duration = TTL;
+
+pub use helpers::{client, eventually, granted, renewed_after, waiters};
+
 /// One database under test.
 pub enum Db {
     Postgres(PgServer),
     MySql(MariaDbServer),
 }
-
-static PREFIXES: AtomicU64 = AtomicU64::new(0);
 
 impl Db {
     /// The server's address, for a proxy in front of it.
@@ -111,26 +120,15 @@ impl Db {
     /// Kills the server (`SIGKILL`) and starts it again on the same port with the same data.
     pub fn crash_and_restart(&mut self) {
         match self {
-            Db::Postgres(server) => {
-                server.kill();
-                server.restart();
-            }
-            Db::MySql(server) => {
-                server.kill();
-                server.restart();
-            }
+            Db::Postgres(server) => server.restart(),
+            Db::MySql(server) => server.restart(),
         }
     }
 
     /// A prefix no other test uses: the namespace (the tables) of one test's locks.
     pub fn fresh_prefix(&self) -> String {
-        format!("sqlc{}", PREFIXES.fetch_add(1, Ordering::Relaxed))
+        helpers::fresh_prefix()
     }
-}
-
-/// A client under `prefix` with a session of [`TTL`], at `url`.
-pub async fn client(url: &str, prefix: &str) -> Client {
-    client_with(url, prefix, TTL).await
 }
 
 /// A client under `prefix` with a session of `ttl`, at `url`.
@@ -188,40 +186,17 @@ fn main() {
         ("postgres", || Db::Postgres(PgServer::start())),
         ("mysql", || Db::MySql(MariaDbServer::start())),
     ];
-    leasehold_tests::sequence::run_on_each(dbs, TESTS, |db| {
-        // A failed test may leave the server killed or paused.
-        match db {
-            Db::Postgres(server) => {
-                server.resume();
-                if server.pid().is_none() {
-                    server.restart();
-                }
-            }
-            Db::MySql(server) => {
-                server.resume();
-                if server.pid().is_none() {
-                    server.restart();
-                }
-            }
-        }
+    leasehold_tests::sequence::run_on_each(dbs, TESTS, |db| match db {
+        Db::Postgres(server) => heal(server),
+        Db::MySql(server) => heal(server),
     });
 }
 
-/// Polls `check` until it holds, for at most [`EVENT`].
-pub async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    leasehold_tests::sequence::eventually(what, EVENT, check).await;
-}
-
-/// Waits until `lease` was renewed by a renewal sent after `after`, failing if it is lost meanwhile.
-pub async fn renewed_after(lease: &Lease, after: tokio::time::Instant) {
-    leasehold_tests::sequence::renewed_after(lease, after, TTL, EVENT).await;
-}
-
-/// Waits until lock `name` has `n` waiters, as `inspect` counts them.
-pub async fn waiters(client: &Client, name: &str, n: u64) {
-    leasehold_tests::sequence::waiters(client, name, n, EVENT).await;
+/// After a failed test, which may leave the server killed or paused: running again.
+fn heal<D: Dialect>(server: &mut SqlServer<D>) {
+    if server.pid().is_none() {
+        server.restart();
+    } else {
+        server.resume();
+    }
 }

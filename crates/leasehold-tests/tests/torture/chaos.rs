@@ -9,8 +9,8 @@
 //! cutting or slowing a proxy partitions or slows that node for everyone; the node faults hit one or two nodes at a
 //! time, never more, so that a majority always stays healthy ([`NodeFault`]). On etcd and on ZooKeeper (one member
 //! or three) each worker reaches each member through a proxy of its own, as on one server, and the faults of the
-//! Redis server give way to the store's own, one member at a time ([`Etcd::fault`], [`Zk::fault`]). On a SQL server
-//! (PostgreSQL, MariaDB) the same with one member, and the SQL stores' own faults ([`Sql::fault`]).
+//! Redis server give way to the store's own, one member at a time. On a SQL server (PostgreSQL, MariaDB) the same with
+//! one member, and the SQL stores' own faults: [`members::fault`] for all of them.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -25,7 +25,7 @@ use nix::sys::signal::Signal;
 use crate::check::{check, Report, Rule};
 use crate::etcd::Etcd;
 use crate::history::{read_all, Fault, Stats, Window};
-use crate::members::Members;
+use crate::members::{self, Aim, Members};
 use crate::sql::Sql;
 use crate::zookeeper::Zk;
 use crate::Topology;
@@ -128,9 +128,9 @@ impl Lock {
                 cluster.connection(cluster.primary_of_slot(slot_of(&lock_key())))
             }
             Lock::Quorum(_) => unreachable!("a quorum's faults pick their nodes (NodeFault)"),
-            Lock::Etcd(_) => unreachable!("etcd has faults of its own (Etcd::fault)"),
-            Lock::Zk(_) => unreachable!("ZooKeeper has faults of its own (Zk::fault)"),
-            Lock::Sql(_) => unreachable!("a SQL server has faults of its own (Sql::fault)"),
+            Lock::Etcd(_) => unreachable!("etcd has faults of its own (members::fault)"),
+            Lock::Zk(_) => unreachable!("ZooKeeper has faults of its own (members::fault)"),
+            Lock::Sql(_) => unreachable!("a SQL server has faults of its own (members::fault)"),
         }
     }
 
@@ -361,8 +361,8 @@ impl Rig {
     /// One fault, drawn from the mix of the lock's topology: the same ten slots on all of them, the faults of one
     /// server's path and restart (2, 3, 6) replaced on a cluster by a failover, a slot migration and the loss of the
     /// primary, the faults of the lock's server (2 to 8) replaced on a quorum by faults of one or two nodes, and on
-    /// etcd, ZooKeeper and a SQL server by faults of a worker's paths and of one member ([`Etcd::fault`],
-    /// [`Zk::fault`], [`Sql::fault`]).
+    /// etcd, ZooKeeper and a SQL server by faults of a worker's paths and of one member, or the store's own
+    /// ([`members::fault`]).
     async fn one_fault(&mut self) {
         let ttl = self.ttl;
         let worker = self.rng.below(self.workers.len() as u64) as usize;
@@ -393,10 +393,17 @@ impl Rig {
                 // `self.paths(worker)`, but beside the lock borrowed for the fault.
                 let per_worker = self.paths(worker).len();
                 let paths = &self.proxies[worker * per_worker..(worker + 1) * per_worker];
+                let aim = Aim {
+                    slot,
+                    worker,
+                    paths,
+                    ttl,
+                };
+                let rng = &mut self.rng;
                 let window = match &mut self.lock {
-                    Lock::Etcd(etcd) => etcd.fault(slot, worker, paths, &mut self.rng, ttl).await,
-                    Lock::Zk(zk) => zk.fault(slot, worker, paths, &mut self.rng, ttl).await,
-                    Lock::Sql(sql) => sql.fault(slot, worker, paths, &mut self.rng, ttl).await,
+                    Lock::Etcd(etcd) => members::fault(etcd, &aim, rng).await,
+                    Lock::Zk(zk) => members::fault(zk, &aim, rng).await,
+                    Lock::Sql(sql) => members::fault(sql, &aim, rng).await,
                     _ => unreachable!("member faults are drawn for etcd, ZooKeeper and SQL only"),
                 };
                 self.windows.push(window);

@@ -2,20 +2,14 @@
 //! mix that the rig draws in place of the Redis server's.
 //!
 //! Each worker reaches every member through a proxy of its own (on `etcd3`, three per worker). The faults are the
-//! members' mix ([`members::fault`]: a worker's paths cut, slowed or reset; a member, any or the leader, stopped with
+//! members' mix ([`members::fault`](crate::members::fault): a worker's paths cut, slowed or reset; a member, any or the leader, stopped with
 //! `SIGSTOP` or killed with `SIGKILL` and restarted with its data directory, one at a time, so that `etcd3` keeps a
 //! quorum), and etcd's own: the history compacted. None of them loses an acknowledged write (see `check.rs`).
 
-use std::time::Duration;
+use leasehold_tests::{EtcdCluster, EtcdServer, XorShift as Rng};
 
-use leasehold_tests::{EtcdCluster, EtcdServer, TcpProxy, XorShift as Rng};
-
-use crate::history::{Fault, Window};
-use crate::members::{self, OneOrThree};
-
-fn now_ns() -> u64 {
-    leasehold_tests::monotonic_ns()
-}
+use crate::history::Fault;
+use crate::members::{self, Aim, OneOrThree, OwnFaults};
 
 /// The etcd members the lock lives on.
 pub type Etcd = OneOrThree<EtcdServer, EtcdCluster>;
@@ -37,33 +31,17 @@ impl Etcd {
             Etcd::Three(cluster) => cluster.compact(),
         }
     }
+}
 
-    /// One fault of the etcd mix, for slot `slot` of the rig's ten (2 to 8: the slots of the Redis server's faults),
-    /// aimed at worker `worker` (whose proxies to the members, in member order, are `paths`) where it is a fault of a
-    /// worker's path, and at one member otherwise: the members' mix ([`members::fault`]), and in slot 7 the history
-    /// compacted up to the current revision. Returns when it was in force.
-    pub async fn fault(
-        &mut self,
-        slot: u64,
-        worker: usize,
-        paths: &[TcpProxy],
-        rng: &mut Rng,
-        ttl: Duration,
-    ) -> Window {
-        if slot != 7 {
-            return members::fault(self, slot, worker, paths, rng, ttl).await;
+/// etcd's own fault, in slot 7: the history compacted up to the current revision.
+impl OwnFaults for Etcd {
+    async fn own_fault(&mut self, aim: &Aim<'_>, _rng: &mut Rng) -> Option<(Fault, Option<usize>)> {
+        if aim.slot != 7 {
+            return None;
         }
-        let start = now_ns();
         if tokio::task::block_in_place(|| self.compact()).is_none() {
             eprintln!("torture: etcd did not answer the compaction");
         }
-        Window {
-            fault: Fault::Compact,
-            worker: None,
-            node: None,
-            erased: Vec::new(),
-            start,
-            end: now_ns(),
-        }
+        Some((Fault::Compact, None))
     }
 }

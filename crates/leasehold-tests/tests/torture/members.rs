@@ -1,16 +1,14 @@
 //! The faults of a store whose servers are members of one replicated group (etcd, ZooKeeper; one member or three),
 //! or that is one server (PostgreSQL, MariaDB: one member): the rig's slots 2 to 8 but one, which each store fills
-//! with a fault of its own ([`Etcd::fault`], [`Zk::fault`]; a SQL server fills two, [`Sql::fault`]).
+//! with a fault of its own ([`OwnFaults`]: etcd's compaction, ZooKeeper's session expiry; a SQL server fills two).
+//! [`fault`] is the one entry of the rig's loop for all of them: the store's own fault where it has one, the
+//! members' mix otherwise.
 //!
 //! Each worker reaches every member through a proxy of its own (three per worker on three members), so that the path
 //! faults cut, slow or reset one worker's way to the store without touching the others'. The member faults hit one
 //! member at a time, never more (the rig injects one fault after another), so on three members two always keep a
 //! quorum: a member (any, or the leader) stopped with `SIGSTOP`, or killed with `SIGKILL` and restarted with its data
 //! directory.
-//!
-//! [`Etcd::fault`]: crate::etcd::Etcd::fault
-//! [`Zk::fault`]: crate::zookeeper::Zk::fault
-//! [`Sql::fault`]: crate::sql::Sql::fault
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -46,6 +44,30 @@ pub trait Members {
 
     /// Starts member `i` again with its data, and waits until it serves.
     fn restart(&mut self, i: usize);
+}
+
+/// Where a fault of slot `slot` (2 to 8) is aimed: at worker `worker`, whose proxies to the members (in member order)
+/// are `paths`, where it is a fault of a worker; `ttl` is the workers' lease, which the fault's lengths follow.
+#[derive(Clone, Copy)]
+pub struct Aim<'a> {
+    pub slot: u64,
+    pub worker: usize,
+    pub paths: &'a [TcpProxy],
+    pub ttl: Duration,
+}
+
+/// The faults a store has of its own, in slots of the members' mix that it takes over.
+pub trait OwnFaults: Members {
+    /// Injects the store's own fault for `aim`'s slot, and returns once it was in force: what it was, and the worker
+    /// it hit. `None`, having done nothing, for a slot the store leaves to the members' mix.
+    async fn own_fault(&mut self, aim: &Aim<'_>, rng: &mut Rng) -> Option<(Fault, Option<usize>)>;
+}
+
+/// Cuts `paths` off (blackholed: nothing closed, nothing answered) for `length`, then lets them through again.
+pub async fn cut_off<'p>(paths: impl Iterator<Item = &'p TcpProxy> + Clone, length: Duration) {
+    paths.clone().for_each(TcpProxy::blackhole);
+    tokio::time::sleep(length).await;
+    paths.for_each(TcpProxy::restore);
 }
 
 /// The two shapes of a replicated store in the rig: one member (etcd's `EtcdServer`, ZooKeeper's `ZkServer`) or
@@ -140,9 +162,27 @@ macro_rules! one_or_three {
 }
 pub(crate) use one_or_three;
 
-/// One fault of the members' mix, for slot `slot` of the rig's ten (2 to 8 but 7: the slots of the Redis server's
-/// faults), aimed at worker `worker` (whose proxies to the members, in member order, are `paths`) where it is a fault
-/// of a worker's path, and at one member otherwise. Returns when it was in force.
+/// One fault of `store`'s mix, for slot `aim.slot` of the rig's ten (2 to 8: the slots of the Redis server's
+/// faults): the store's own fault where it has one for the slot ([`OwnFaults::own_fault`]), the members' mix
+/// ([`mix`]) otherwise. Returns when it was in force.
+pub async fn fault<S: OwnFaults>(store: &mut S, aim: &Aim<'_>, rng: &mut Rng) -> Window {
+    let start = now_ns();
+    let (fault, worker, node) = match store.own_fault(aim, rng).await {
+        Some((fault, worker)) => (fault, worker, None),
+        None => mix(store, aim, rng).await,
+    };
+    Window {
+        fault,
+        worker,
+        node,
+        erased: Vec::new(),
+        start,
+        end: now_ns(),
+    }
+}
+
+/// One fault of the members' mix, for a slot the store leaves to it (2 to 8 but its own): what it was, the worker
+/// and the member it hit.
 ///
 /// - 2: the worker's paths blackholed for half a TTL to two TTLs: all of them (cut off from the store), or on three
 ///   members one time in three the path to one member only (its client must move on to another);
@@ -151,16 +191,18 @@ pub(crate) use one_or_three;
 /// - 5: a member, drawn at random, killed and restarted with its data after up to two TTLs down;
 /// - 6: the leader stopped or killed as in 4 or 5 (on one member, the member);
 /// - 8: every connection of the worker's paths reset.
-pub async fn fault<M: Members>(
+async fn mix<M: Members>(
     members: &mut M,
-    slot: u64,
-    worker: usize,
-    paths: &[TcpProxy],
+    aim: &Aim<'_>,
     rng: &mut Rng,
-    ttl: Duration,
-) -> Window {
-    let start = now_ns();
-    let (fault, target_worker, node) = match slot {
+) -> (Fault, Option<usize>, Option<usize>) {
+    let Aim {
+        slot,
+        worker,
+        paths,
+        ttl,
+    } = *aim;
+    match slot {
         2 => {
             let cut = rng.between(ttl / 2, ttl * 2);
             let one =
@@ -169,9 +211,7 @@ pub async fn fault<M: Members>(
                 Some(member) => vec![&paths[member]],
                 None => paths.iter().collect(),
             };
-            cut_paths.iter().for_each(|p| p.blackhole());
-            tokio::time::sleep(cut).await;
-            cut_paths.iter().for_each(|p| p.restore());
+            cut_off(cut_paths.iter().copied(), cut).await;
             (Fault::Blackhole, Some(worker), one)
         }
         3 => {
@@ -214,13 +254,5 @@ pub async fn fault<M: Members>(
             (Fault::Reset, Some(worker), None)
         }
         _ => unreachable!("slot {slot} is not a fault of the members' mix"),
-    };
-    Window {
-        fault,
-        worker: target_worker,
-        node,
-        erased: Vec::new(),
-        start,
-        end: now_ns(),
     }
 }

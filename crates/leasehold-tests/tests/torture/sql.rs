@@ -5,7 +5,7 @@
 //! PostgreSQL its `application_name` (`torture-worker-N`, set in its URL), on MariaDB a user of its own
 //! (`tortureN`, created when the server starts, with every right on the database `leasehold`), since the server sees
 //! every worker's connections come from the proxies on 127.0.0.1. The faults are the members' mix on one member
-//! ([`members::fault`]: a worker's path cut, slowed or reset; the server stopped with `SIGSTOP`, or killed with
+//! ([`members::fault`](crate::members::fault): a worker's path cut, slowed or reset; the server stopped with `SIGSTOP`, or killed with
 //! `SIGKILL` and restarted with its data), and the SQL stores' own, in the slots where one member has nothing else
 //! to do: every connection of one worker killed server-side (slot 6, which on three members would stop or kill the
 //! leader), and a worker's session expired on the server while the worker is cut off from it (slot 7).
@@ -20,10 +20,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use leasehold_tests::{MariaDbServer, PgServer, TcpProxy, XorShift as Rng};
+use leasehold_tests::{MariaDbServer, PgServer, XorShift as Rng};
 
-use crate::history::{Fault, Window};
-use crate::members::{self, Members};
+use crate::history::Fault;
+use crate::members::{self, Aim, Members, OwnFaults};
 use crate::Topology;
 
 /// The longest the workers' sessions may stay live on the server once every client is killed: a session expires one
@@ -34,10 +34,6 @@ const SESSIONS_GONE: Duration = Duration::from_secs(10);
 /// The tables of the workers' locks: those of leasehold's default prefix.
 const SESSION_TABLE: &str = "leasehold_session";
 const ENTRY_TABLE: &str = "leasehold_entry";
-
-fn now_ns() -> u64 {
-    leasehold_tests::monotonic_ns()
-}
 
 /// The server the lock lives on.
 pub enum Sql {
@@ -188,30 +184,21 @@ impl Sql {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
 
-    /// One fault of the SQL mix, for slot `slot` of the rig's ten (2 to 8: the slots of the Redis server's faults),
-    /// aimed at worker `worker` (whose proxy to the server is `paths[0]`) where it is a fault of a worker, and at the
-    /// server otherwise: the members' mix on one member ([`members::fault`]: 2 to 5 and 8), and the SQL stores' own:
-    ///
-    /// - 6: every connection of the worker killed server-side ([`Sql::kill_connections`]): its statements in flight
-    ///   fail at once, and it connects again;
-    /// - 7: the worker's session expired: its path blackholed for one and a half to two and a half TTLs (`ttl`). The
-    ///   last renewal that got through passed the proxy before the cut, and the server dated the session's expiry
-    ///   from that statement's start (`now()`, `UTC_TIMESTAMP(6)`): so the session has expired on the server's clock
-    ///   before the path is back, with half a TTL to spare for a loaded machine, and the next waiter deletes it,
-    ///   whatever the worker said last.
-    ///
-    /// Returns when it was in force.
-    pub async fn fault(
-        &mut self,
-        slot: u64,
-        worker: usize,
-        paths: &[TcpProxy],
-        rng: &mut Rng,
-        ttl: Duration,
-    ) -> Window {
-        let start = now_ns();
-        let fault = match slot {
+/// The SQL stores' own faults, in the slots where one member has nothing else to do:
+///
+/// - 6: every connection of the worker killed server-side ([`Sql::kill_connections`]): its statements in flight fail
+///   at once, and it connects again (on three members, this slot would stop or kill the leader);
+/// - 7: the worker's session expired: its path blackholed for one and a half to two and a half TTLs (`ttl`). The last
+///   renewal that got through passed the proxy before the cut, and the server dated the session's expiry from that
+///   statement's start (`now()`, `UTC_TIMESTAMP(6)`): so the session has expired on the server's clock before the
+///   path is back, with half a TTL to spare for a loaded machine, and the next waiter deletes it, whatever the worker
+///   said last.
+impl OwnFaults for Sql {
+    async fn own_fault(&mut self, aim: &Aim<'_>, rng: &mut Rng) -> Option<(Fault, Option<usize>)> {
+        let worker = aim.worker;
+        let fault = match aim.slot {
             6 => {
                 if let Err(e) = tokio::task::block_in_place(|| self.kill_connections(worker)) {
                     eprintln!(
@@ -221,22 +208,13 @@ impl Sql {
                 Fault::ConnectionsKilled
             }
             7 => {
-                let cut = rng.between(ttl * 3 / 2, ttl * 5 / 2);
-                paths.iter().for_each(TcpProxy::blackhole);
-                tokio::time::sleep(cut).await;
-                paths.iter().for_each(TcpProxy::restore);
+                let cut = rng.between(aim.ttl * 3 / 2, aim.ttl * 5 / 2);
+                members::cut_off(aim.paths.iter(), cut).await;
                 Fault::SessionExpiry
             }
-            _ => return members::fault(self, slot, worker, paths, rng, ttl).await,
+            _ => return None,
         };
-        Window {
-            fault,
-            worker: Some(worker),
-            node: None,
-            erased: Vec::new(),
-            start,
-            end: now_ns(),
-        }
+        Some((fault, Some(worker)))
     }
 }
 

@@ -17,10 +17,10 @@
 
 use std::time::Duration;
 
-use leasehold_tests::{TcpProxy, XorShift as Rng, ZkEnsemble, ZkServer};
+use leasehold_tests::{XorShift as Rng, ZkEnsemble, ZkServer};
 
-use crate::history::{Fault, Window};
-use crate::members::{self, OneOrThree};
+use crate::history::Fault;
+use crate::members::{self, Aim, OneOrThree, OwnFaults};
 
 /// ZooKeeper's tick in the harness (`tickTime=500`, `leasehold_tests::zookeeper`): sessions expire at tick
 /// boundaries, so up to a tick after their timeout.
@@ -29,10 +29,6 @@ pub const ZK_TICK: Duration = Duration::from_millis(500);
 /// The longest the workers' sessions may take to go once they are killed: the session timeout (at most 10 s in the
 /// harness) and a tick, with room for a loaded machine.
 const SESSIONS_GONE: Duration = Duration::from_secs(15);
-
-fn now_ns() -> u64 {
-    leasehold_tests::monotonic_ns()
-}
 
 /// The ZooKeeper servers the lock lives on.
 pub type Zk = OneOrThree<ZkServer, ZkEnsemble>;
@@ -92,35 +88,17 @@ impl Zk {
         }
         left
     }
+}
 
-    /// One fault of the ZooKeeper mix, for slot `slot` of the rig's ten (2 to 8: the slots of the Redis server's
-    /// faults), aimed at worker `worker` (whose proxies to the servers, in server order, are `paths`) where it is a
-    /// fault of a worker's path, and at one server otherwise: the members' mix ([`members::fault`]), and in slot 7
-    /// the worker's session expired: all of its paths blackholed for longer than the session timeout (`ttl`) and two
-    /// ticks, so that ZooKeeper expires the session whatever the worker said last. Returns when it was in force.
-    pub async fn fault(
-        &mut self,
-        slot: u64,
-        worker: usize,
-        paths: &[TcpProxy],
-        rng: &mut Rng,
-        ttl: Duration,
-    ) -> Window {
-        if slot != 7 {
-            return members::fault(self, slot, worker, paths, rng, ttl).await;
+/// ZooKeeper's own fault, in slot 7: the worker's session expired, all of its paths blackholed for longer than the
+/// session timeout (`ttl`) and two ticks, so that ZooKeeper expires the session whatever the worker said last.
+impl OwnFaults for Zk {
+    async fn own_fault(&mut self, aim: &Aim<'_>, rng: &mut Rng) -> Option<(Fault, Option<usize>)> {
+        if aim.slot != 7 {
+            return None;
         }
-        let start = now_ns();
-        let cut = rng.between(ttl + ZK_TICK * 2, ttl * 2 + ZK_TICK * 2);
-        paths.iter().for_each(TcpProxy::blackhole);
-        tokio::time::sleep(cut).await;
-        paths.iter().for_each(TcpProxy::restore);
-        Window {
-            fault: Fault::SessionExpiry,
-            worker: Some(worker),
-            node: None,
-            erased: Vec::new(),
-            start,
-            end: now_ns(),
-        }
+        let cut = rng.between(aim.ttl + ZK_TICK * 2, aim.ttl * 2 + ZK_TICK * 2);
+        members::cut_off(aim.paths.iter(), cut).await;
+        Some((Fault::SessionExpiry, Some(aim.worker)))
     }
 }

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 
 use leasehold_tests::{kazoo_python, ZkEnsemble};
 
-use crate::{client, fresh_prefix, waiters, EVENT};
+use crate::{client, fresh_prefix, granted, waiters};
 
 /// A kazoo lock (`Lock`, `ReadLock`, `WriteLock` or a `Semaphore` of one lease: KIND lock, read, write, sem) on `path`
 /// in a process of its own. Modes:
@@ -103,11 +103,7 @@ pub async fn kazoo_and_leasehold_exclude_each_other(ensemble: &mut ZkEnsemble) {
     });
     waiters(&a, "shared", 1).await;
     holder.release().await;
-    let guard = tokio::time::timeout(EVENT, waiting)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let guard = granted(waiting).await;
 
     // leasehold holds: kazoo is refused, waits behind leasehold's node, and is granted when leasehold releases.
     let mut tried = Kazoo::start(&hosts, &path, "try", "lock");

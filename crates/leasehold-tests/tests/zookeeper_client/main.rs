@@ -25,11 +25,11 @@ type TestFn = leasehold_tests::sequence::SharedTest<ZkEnsemble>;
 
 const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     replicated::the_leader_killed_under_a_held_and_a_waited_lock,
-    faults::a_paused_server_does_not_stall_the_session,
+    replicated::a_paused_server_does_not_stall_the_lease,
     replicated::a_restarted_server_keeps_the_session_and_its_grants,
-    faults::the_loss_signal_fires_before_the_server_expires_the_session,
+    replicated::a_cut_off_session_is_lost_before_the_next_grant_and_replaced,
     faults::creates_whose_answer_is_lost_leave_one_node_each,
-    faults::a_thousand_grants_follow_one_session,
+    replicated::many_grants_follow_one_session,
     faults::an_unreachable_ensemble_fails_the_connect_at_once,
     faults::the_loss_signal_fires_within_six_eighths_of_the_session_after_a_cut,
     faults::fences_grow_across_a_reaped_and_recreated_lock_node,
@@ -46,26 +46,13 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
 ];
 
 fn main() {
-    leasehold_tests::sequence::trace_from_env();
-    if leasehold_tests::sequence::leaves_out("zookeeper") {
-        return;
-    }
-    leasehold_tests::sequence::run_in_sequence(
+    leasehold_tests::sequence::run_store_in_sequence(
+        "zookeeper",
         "ZooKeeper ensemble of 3",
         TESTS,
         ZkEnsemble::start,
-        heal,
+        replicated::Replicated::heal,
     );
-}
-
-/// After a failed test: every server running again.
-fn heal(ensemble: &mut ZkEnsemble) {
-    for i in 0..3 {
-        if ensemble.pid(i).is_none() {
-            ensemble.restart(i);
-        }
-        ensemble.resume(i);
-    }
 }
 
 /// The bound on anything a test awaits that should happen.
@@ -82,4 +69,4 @@ const PREFIX: &str = "zkc";
 /// The session the clients ask for.
 const SESSION: Duration = TIMEOUT;
 
-pub use helpers::{client, eventually, fresh_prefix, renewed_after, waiters};
+pub use helpers::{client, eventually, fresh_prefix, granted, renewed_after, waiters};

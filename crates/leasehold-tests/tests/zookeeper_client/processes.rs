@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use leasehold_tests::{ChildGuard, ZkEnsemble};
 use nix::sys::signal::Signal;
 
-use crate::{client, fresh_prefix, waiters, EVENT};
+use crate::{client, fresh_prefix, granted, waiters};
 
 pub async fn a_killed_waiter_leaves_the_queue_with_its_session(ensemble: &mut ZkEnsemble) {
     // The worker uses the default prefix: the lock's name is what keeps it apart from other tests'.
@@ -35,11 +35,7 @@ pub async fn a_killed_waiter_leaves_the_queue_with_its_session(ensemble: &mut Zk
     worker.signal(Signal::SIGKILL).unwrap();
     held.release().await.unwrap();
     // The killed waiter's node stays until the server expires its session; then the one behind it is granted.
-    let next = tokio::time::timeout(EVENT, behind)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let next = granted(behind).await;
     assert!(next.is_held());
     let info = a.inspect(&name).await.unwrap();
     assert_eq!(info.waiting_clients, 0, "{info:?}");
