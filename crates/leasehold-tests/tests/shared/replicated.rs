@@ -274,7 +274,10 @@ pub async fn many_grants_follow_one_session<R: Replicated>(servers: &mut R) {
         let mutexes: Vec<_> = (0..100)
             .map(|i| locks.mutex(&format!("many:{batch}:{i}")))
             .collect();
-        let acquired = futures_util::future::join_all(mutexes.iter().map(|m| m.try_lock())).await;
+        // A wait, not a try: each lock is free, and a wait rides out a call that times out on a busy machine (a
+        // ZooKeeper create under 100 at once, 1 s per call on a 4 s session), where a try reports it.
+        let acquired =
+            futures_util::future::join_all(mutexes.iter().map(|m| m.lock_timeout(EVENT))).await;
         guards.extend(acquired.into_iter().map(Result::unwrap));
     }
     assert_eq!(locks.kept_leases(), count);
