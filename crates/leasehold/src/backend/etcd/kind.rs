@@ -4,6 +4,7 @@
 use std::fmt;
 
 use super::EtcdError;
+#[cfg(test)]
 use crate::backend::admission::Admission as Rule;
 pub use crate::backend::admission::Kind;
 
@@ -64,6 +65,7 @@ pub(crate) fn key_kind(prefix: &str, key: &[u8]) -> Kind {
     parsed().unwrap_or(Kind::Exclusive)
 }
 
+#[cfg(test)]
 /// The answer of the admission rule, with the key to watch.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Admission {
@@ -77,6 +79,7 @@ pub(crate) enum Admission {
     WrongPermits(std::num::NonZeroU32),
 }
 
+#[cfg(test)]
 /// Applies `kind`'s rule ([`crate::backend::admission::admit`]) to the keys ahead of a waiter (`ahead`: every key
 /// under `prefix` with a smaller create revision, oldest first).
 pub(crate) fn admit(kind: Kind, prefix: &str, ahead: &[Vec<u8>]) -> Admission {

@@ -18,15 +18,13 @@ use std::time::Duration;
 
 use super::rpc::{self, DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
-use super::kind::{admit, key_kind, Admission};
+use super::kind::key_kind;
 use super::recipe::{Grant, Released};
 use super::session::{Conn, SessionOptions, Shared};
 use super::{EtcdError, Kind};
 use crate::backend::session::{
-    lock_info, Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss,
-    StoreError,
+    Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss, StoreError,
 };
-use crate::engine::info::LockInfo;
 use crate::error::Error;
 use crate::fence::Fence;
 
@@ -135,75 +133,6 @@ impl EtcdStore {
             .await
             .map_err(|e| self.error(e))?;
         Ok((session, read))
-    }
-
-    /// The lock's state: every key under its prefix in create-revision order, each admitted or waiting by the rules.
-    pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
-        let prefix = format!("{}/", self.lock_path(name));
-        let (session, read) = self.read_lock("inspect", &prefix).await?;
-        let endpoints = &session.conn.endpoints;
-        let kvs = read.kvs();
-        let keys: Vec<Vec<u8>> = kvs.iter().map(|kv| kv.key().to_vec()).collect();
-        let admitted: Vec<_> = kvs
-            .iter()
-            .enumerate()
-            .filter(|(i, kv)| {
-                admit(key_kind(&prefix, kv.key()), &prefix, &keys[..*i]) == Admission::Granted
-            })
-            .map(|(_, kv)| kv)
-            .collect();
-        // The time left on each holder's lease, as etcd counts it.
-        let ttls = futures_util::future::join_all(admitted.iter().map(|kv| {
-            let lease = kv.lease();
-            endpoints.call("lease time to live", move |mut c| async move {
-                c.lease_time_to_live(lease, None).await
-            })
-        }))
-        .await;
-        let admitted = admitted
-            .into_iter()
-            .zip(ttls)
-            .map(|(kv, ttl)| Admitted {
-                value: kv.value_str().unwrap_or_default().to_owned(),
-                entry: kv.key_str().unwrap_or_default().to_owned(),
-                kind: key_kind(&prefix, kv.key()),
-                fence: Fence::new(kv.create_revision().unsigned_abs()),
-                remaining: ttl
-                    .ok()
-                    .and_then(|t| u64::try_from(t.ttl()).ok())
-                    .map(Duration::from_secs),
-            })
-            .collect();
-        Ok(lock_info(name, admitted, kvs.len()))
-    }
-
-    /// The held locks whose names match the glob `pattern` (`*`, `?`, `[…]`, `\` as Redis's `SCAN MATCH`).
-    pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
-        let session = self.default_session().await?;
-        let root = format!("{}/", self.store.prefix);
-        let read = session
-            .shared
-            .conn
-            .endpoints
-            .call("list", |mut c| {
-                let root = root.clone();
-                async move {
-                    c.get(root, Some(GetOptions::new().with_prefix().with_keys_only()))
-                        .await
-                }
-            })
-            .await
-            .map_err(|e| self.error(e))?;
-        let names: Vec<String> = read
-            .kvs()
-            .iter()
-            .filter_map(|kv| lock_name(kv.key_str().ok()?.strip_prefix(&root)?))
-            .map(str::to_owned)
-            .collect();
-        crate::backend::session::held_among(names, pattern, |name| async move {
-            self.inspect(&name).await
-        })
-        .await
     }
 
     /// Deletes every key of lock `name` (holders and waiters; not the keys of locks nested under its name), and
@@ -415,6 +344,80 @@ impl Primitives for Etcd {
 
     fn describe(grant: &Grant) -> String {
         grant.key().to_owned()
+    }
+
+    /// A key under the lock's prefix.
+    type Listed = rpc::KeyValue;
+
+    /// Every key under the lock's prefix, in create-revision order (a key another client wrote, `etcdctl lock`'s, an
+    /// unknown layout's, counts as exclusive).
+    async fn list(engine: &EtcdStore, name: &str) -> Result<Vec<(Kind, rpc::KeyValue)>, Error> {
+        let prefix = format!("{}/", engine.lock_path(name));
+        let (_, mut read) = engine.read_lock("inspect", &prefix).await?;
+        Ok(read
+            .take_kvs()
+            .into_iter()
+            .map(|kv| (key_kind(&prefix, kv.key()), kv))
+            .collect())
+    }
+
+    /// Each holder's key and value, and the time left on its lease, as etcd counts it.
+    async fn holders(
+        engine: &EtcdStore,
+        name: &str,
+        holders: Vec<rpc::KeyValue>,
+    ) -> Result<Vec<Option<Admitted>>, Error> {
+        let prefix = format!("{}/", engine.lock_path(name));
+        let session = engine.default_session().await?;
+        let endpoints = &session.shared.conn.endpoints;
+        let ttls = futures_util::future::join_all(holders.iter().map(|kv| {
+            let lease = kv.lease();
+            endpoints.call("lease time to live", move |mut c| async move {
+                c.lease_time_to_live(lease, None).await
+            })
+        }))
+        .await;
+        Ok(holders
+            .into_iter()
+            .zip(ttls)
+            .map(|(kv, ttl)| {
+                Some(Admitted {
+                    value: kv.value_str().unwrap_or_default().to_owned(),
+                    entry: kv.key_str().unwrap_or_default().to_owned(),
+                    kind: key_kind(&prefix, kv.key()),
+                    fence: Fence::new(kv.create_revision().unsigned_abs()),
+                    remaining: ttl
+                        .ok()
+                        .and_then(|t| u64::try_from(t.ttl()).ok())
+                        .map(Duration::from_secs),
+                })
+            })
+            .collect())
+    }
+
+    /// The lock names of every key under the client's prefix (leasehold's and `etcdctl lock`'s).
+    async fn lock_names(engine: &EtcdStore) -> Result<Vec<String>, Error> {
+        let session = engine.default_session().await?;
+        let root = format!("{}/", engine.store.prefix);
+        let read = session
+            .shared
+            .conn
+            .endpoints
+            .call("list", |mut c| {
+                let root = root.clone();
+                async move {
+                    c.get(root, Some(GetOptions::new().with_prefix().with_keys_only()))
+                        .await
+                }
+            })
+            .await
+            .map_err(|e| engine.error(e))?;
+        Ok(read
+            .kvs()
+            .iter()
+            .filter_map(|kv| lock_name(kv.key_str().ok()?.strip_prefix(&root)?))
+            .map(str::to_owned)
+            .collect())
     }
 }
 

@@ -8,12 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::info::{held_among, lock_info};
 use super::life::Session;
 use super::sessions::{Sessions, StoreSession};
 use super::state::Background;
 use super::{Primitives, SessionLoss, StoreError};
-use crate::backend::admission::Kind;
+use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::{LockKeys, Terms, Wait};
+use crate::engine::info::LockInfo;
 use crate::engine::lease::{Lease, LeaseShared};
 use crate::error::Error;
 
@@ -129,6 +131,39 @@ impl<P: Primitives> Engine<P> {
         self.sessions
             .close(|s| async move { s.close().await })
             .await
+    }
+
+    /// The lock's state: its entries in queue order ([`Primitives::list`]), each admitted or waiting by the kinds'
+    /// rules, and what the admitted ones hold ([`Primitives::holders`]).
+    pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
+        let listed = P::list(self, name).await?;
+        let entries = listed.len();
+        let kinds: Vec<Kind> = listed.iter().map(|(kind, _)| *kind).collect();
+        let admitted = listed
+            .into_iter()
+            .enumerate()
+            .filter(|(i, (kind, _))| admit(*kind, &kinds[..*i]) == Admission::Granted)
+            .map(|(_, (_, entry))| entry)
+            .collect();
+        // A holder that left between the list and its read is no holder.
+        let holders = P::holders(self, name, admitted)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        Ok(lock_info(name, holders, entries))
+    }
+
+    /// The held locks whose names match the glob `pattern` (`*`, `?`, `[…]`, `\` as Redis's `SCAN MATCH`), each read
+    /// by [`inspect`](Self::inspect).
+    pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
+        let names = P::lock_names(self).await?;
+        held_among(
+            names,
+            pattern,
+            |name| async move { self.inspect(&name).await },
+        )
+        .await
     }
 
     /// Waits as `terms` say until the lock of `keys` admits `kind`, storing `hold` (the hold string: token, tag,

@@ -45,7 +45,7 @@ pub(crate) mod state;
 pub(crate) mod wait;
 
 pub(crate) use engine::{Engine, Hold};
-pub(crate) use info::{held_among, lock_info, Admitted};
+pub(crate) use info::Admitted;
 pub(crate) use life::Shared;
 pub(crate) use state::Background;
 
@@ -274,4 +274,26 @@ pub(crate) trait Primitives: Send + Sync + Sized + 'static {
 
     /// Names the grant in the log line of a background release that failed.
     fn describe(grant: &Self::Grant) -> String;
+
+    /// One entry of a lock as [`list`](Self::list) read it.
+    type Listed: Send;
+
+    /// Every live entry of lock `name`, in queue order, each with its kind (for `inspect`).
+    #[allow(clippy::type_complexity)]
+    fn list(
+        engine: &Engine<Self>,
+        name: &str,
+    ) -> impl Future<Output = Result<Vec<(crate::backend::admission::Kind, Self::Listed)>, Error>> + Send;
+
+    /// What `inspect` reports of the lock's admitted entries (`holders`, in queue order): each one's value, name,
+    /// fence and time left; `None` for one gone since it was listed.
+    fn holders(
+        engine: &Engine<Self>,
+        name: &str,
+        holders: Vec<Self::Listed>,
+    ) -> impl Future<Output = Result<Vec<Option<Admitted>>, Error>> + Send;
+
+    /// The names of every lock with entries under the client's prefix (for `held_locks`).
+    fn lock_names(engine: &Engine<Self>)
+        -> impl Future<Output = Result<Vec<String>, Error>> + Send;
 }

@@ -18,11 +18,9 @@ use super::{Db, Entry, SqlError};
 use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::session::state::passed;
 use crate::backend::session::{
-    lock_info, Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss,
-    StoreError,
+    Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss, StoreError,
 };
 use crate::engine::clock;
-use crate::engine::info::LockInfo;
 use crate::error::Error;
 use crate::fence::Fence;
 
@@ -117,41 +115,6 @@ impl SqlStore {
             writable,
         };
         Ok(Engine::new(sql, shown, ttl))
-    }
-
-    /// The lock's state: its live entries in queue order, each admitted or waiting by the rules.
-    pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
-        let entries = self
-            .call("inspect", self.store.db.entries(name, None))
-            .await
-            .map_err(|e| self.error(e))?;
-        let live: Vec<&Entry> = entries.iter().filter(|e| e.live).collect();
-        let kinds: Vec<Kind> = live.iter().map(|e| e.kind).collect();
-        let admitted = live
-            .iter()
-            .enumerate()
-            .filter(|(i, e)| admit(e.kind, &kinds[..*i]) == Admission::Granted)
-            .map(|(_, e)| Admitted {
-                value: e.hold.clone(),
-                entry: e.fence.to_string(),
-                kind: e.kind,
-                fence: Fence::new(e.fence.unsigned_abs()),
-                remaining: Some(e.left),
-            })
-            .collect();
-        Ok(lock_info(name, admitted, live.len()))
-    }
-
-    /// The held locks whose names match the glob `pattern`.
-    pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
-        let names = self
-            .call("list", self.store.db.names())
-            .await
-            .map_err(|e| self.error(e))?;
-        crate::backend::session::held_among(names, pattern, |name| async move {
-            self.inspect(&name).await
-        })
-        .await
     }
 
     /// Deletes every entry of lock `name` (holders and waiters), and returns the token of the first live one, the
@@ -475,5 +438,47 @@ impl Primitives for Sql {
 
     fn describe(grant: &SqlGrant) -> String {
         format!("{} (fence {})", grant.name, grant.fence)
+    }
+
+    /// A row of the lock, with its session's time left.
+    type Listed = Entry;
+
+    /// The lock's rows whose sessions are live, in fence order (read without a session: a reader writes nothing).
+    async fn list(engine: &SqlStore, name: &str) -> Result<Vec<(Kind, Entry)>, Error> {
+        let entries = engine
+            .call("inspect", engine.store.db.entries(name, None))
+            .await
+            .map_err(|e| engine.error(e))?;
+        Ok(entries
+            .into_iter()
+            .filter(|e| e.live)
+            .map(|e| (e.kind, e))
+            .collect())
+    }
+
+    async fn holders(
+        _engine: &SqlStore,
+        _name: &str,
+        holders: Vec<Entry>,
+    ) -> Result<Vec<Option<Admitted>>, Error> {
+        Ok(holders
+            .into_iter()
+            .map(|e| {
+                Some(Admitted {
+                    entry: e.fence.to_string(),
+                    fence: Fence::new(e.fence.unsigned_abs()),
+                    kind: e.kind,
+                    remaining: Some(e.left),
+                    value: e.hold,
+                })
+            })
+            .collect())
+    }
+
+    async fn lock_names(engine: &SqlStore) -> Result<Vec<String>, Error> {
+        engine
+            .call("list", engine.store.db.names())
+            .await
+            .map_err(|e| engine.error(e))
     }
 }

@@ -19,12 +19,10 @@ use super::recipe::Grant;
 use super::session::{Conn, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT, MIN_TIMEOUT};
 use super::url::{check_path, Target};
 use super::ZkError;
-use crate::backend::admission::{admit, Admission, Kind};
+use crate::backend::admission::Kind;
 use crate::backend::session::{
-    lock_info, Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss,
-    StoreError,
+    Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss, StoreError,
 };
-use crate::engine::info::LockInfo;
 use crate::engine::lease::{LeaseShared, LossReason};
 use crate::error::{Error, InvalidArgument};
 use crate::fence::Fence;
@@ -104,102 +102,6 @@ impl ZkStore {
         let session = store.default_session().await?;
         tracing::debug!(target: TARGET, url = %store.shown, session = format_args!("{:x}", session.shared.id()), timeout = ?session.shared.ttl, "ZooKeeper session opened");
         Ok(store)
-    }
-
-    /// The lock's state: its contenders in queue order, each admitted or waiting by the rules.
-    pub(crate) async fn inspect(&self, name: &str) -> Result<LockInfo, Error> {
-        let path = self.store.path(name)?;
-        let session = self.default_session().await?;
-        let shared = &session.shared;
-        let zk = &shared.client().map_err(|e| self.error(e))?;
-        let children = match shared.call("inspect", zk.list_children(&path)).await {
-            Ok(children) => children,
-            Err(ZkError::ZooKeeper {
-                source: zookeeper_client::Error::NoNode,
-                ..
-            }) => Vec::new(),
-            Err(e) => return Err(self.error(e)),
-        };
-        let contenders = queue(&children);
-        let kinds: Vec<Kind> = contenders.iter().map(|c| c.kind).collect();
-        let admitted: Vec<_> = contenders
-            .iter()
-            .enumerate()
-            .filter(|(i, c)| admit(c.kind, &kinds[..*i]) == Admission::Granted)
-            .map(|(_, c)| c)
-            .collect();
-        let reads = futures_util::future::join_all(admitted.iter().map(|c| {
-            let node = format!("{path}/{}", c.name);
-            async move { shared.call("inspect", zk.get_data(&node)).await }
-        }))
-        .await;
-        let admitted = admitted
-            .iter()
-            .zip(reads)
-            // A holder that left between the list and the read is no holder.
-            .filter_map(|(contender, read)| {
-                let (data, stat) = read.ok()?;
-                Some(Admitted {
-                    value: String::from_utf8_lossy(&data).into_owned(),
-                    entry: contender.name.clone(),
-                    kind: contender.kind,
-                    fence: Fence::new(stat.czxid.unsigned_abs()),
-                    remaining: None,
-                })
-            })
-            .collect();
-        Ok(lock_info(name, admitted, contenders.len()))
-    }
-
-    /// The held locks whose names match the glob `pattern`: every node under the root with contenders among its
-    /// children, walked breadth first.
-    pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
-        let session = self.default_session().await?;
-        let shared = &session.shared;
-        let zk = &shared.client().map_err(|e| self.error(e))?;
-        let mut names = Vec::new();
-        let mut level = vec![String::new()];
-        while !level.is_empty() {
-            let lists = futures_util::future::join_all(level.iter().map(|name| {
-                let node = if name.is_empty() {
-                    self.store.root.clone()
-                } else {
-                    format!("{}/{name}", self.store.root)
-                };
-                async move { shared.call("list", zk.list_children(&node)).await }
-            }))
-            .await;
-            let mut next = Vec::new();
-            for (name, list) in level.iter().zip(lists) {
-                let children = match list {
-                    Ok(children) => children,
-                    // Reaped between the two reads: nothing there.
-                    Err(ZkError::ZooKeeper {
-                        source: zookeeper_client::Error::NoNode,
-                        ..
-                    }) => continue,
-                    Err(e) => return Err(self.error(e)),
-                };
-                if !name.is_empty() && !queue(&children).is_empty() {
-                    names.push(name.clone());
-                }
-                for child in children
-                    .iter()
-                    .filter(|c| super::kind::contender(c).is_none())
-                {
-                    next.push(if name.is_empty() {
-                        child.clone()
-                    } else {
-                        format!("{name}/{child}")
-                    });
-                }
-            }
-            level = next;
-        }
-        crate::backend::session::held_among(names, pattern, |name| async move {
-            self.inspect(&name).await
-        })
-        .await
     }
 
     /// Deletes every contender of lock `name` (holders and waiters; not the locks nested under its name), and returns
@@ -495,5 +397,106 @@ impl Primitives for ZooKeeper {
 
     fn describe(grant: &Grant) -> String {
         grant.node.clone()
+    }
+
+    /// A contender's name.
+    type Listed = super::kind::Contender;
+
+    /// The lock node's contenders in queue order (none when the node does not exist).
+    async fn list(
+        engine: &ZkStore,
+        name: &str,
+    ) -> Result<Vec<(Kind, super::kind::Contender)>, Error> {
+        let path = engine.store.path(name)?;
+        let session = engine.default_session().await?;
+        let shared = &session.shared;
+        let zk = &shared.client().map_err(|e| engine.error(e))?;
+        let children = match shared.call("inspect", zk.list_children(&path)).await {
+            Ok(children) => children,
+            Err(ZkError::ZooKeeper {
+                source: zookeeper_client::Error::NoNode,
+                ..
+            }) => Vec::new(),
+            Err(e) => return Err(engine.error(e)),
+        };
+        Ok(queue(&children).into_iter().map(|c| (c.kind, c)).collect())
+    }
+
+    /// Each holder's data and `czxid`, read from its node; ZooKeeper tells no time left on another client's session.
+    async fn holders(
+        engine: &ZkStore,
+        name: &str,
+        holders: Vec<super::kind::Contender>,
+    ) -> Result<Vec<Option<Admitted>>, Error> {
+        let path = engine.store.path(name)?;
+        let session = engine.default_session().await?;
+        let shared = &session.shared;
+        let zk = &shared.client().map_err(|e| engine.error(e))?;
+        let reads = futures_util::future::join_all(holders.iter().map(|c| {
+            let node = format!("{path}/{}", c.name);
+            async move { shared.call("inspect", zk.get_data(&node)).await }
+        }))
+        .await;
+        Ok(holders
+            .into_iter()
+            .zip(reads)
+            .map(|(contender, read)| {
+                let (data, stat) = read.ok()?;
+                Some(Admitted {
+                    value: String::from_utf8_lossy(&data).into_owned(),
+                    entry: contender.name,
+                    kind: contender.kind,
+                    fence: Fence::new(stat.czxid.unsigned_abs()),
+                    remaining: None,
+                })
+            })
+            .collect())
+    }
+
+    /// Every node under the root with contenders among its children, walked breadth first.
+    async fn lock_names(engine: &ZkStore) -> Result<Vec<String>, Error> {
+        let session = engine.default_session().await?;
+        let shared = &session.shared;
+        let zk = &shared.client().map_err(|e| engine.error(e))?;
+        let mut names = Vec::new();
+        let mut level = vec![String::new()];
+        while !level.is_empty() {
+            let lists = futures_util::future::join_all(level.iter().map(|name| {
+                let node = if name.is_empty() {
+                    engine.store.root.clone()
+                } else {
+                    format!("{}/{name}", engine.store.root)
+                };
+                async move { shared.call("list", zk.list_children(&node)).await }
+            }))
+            .await;
+            let mut next = Vec::new();
+            for (name, list) in level.iter().zip(lists) {
+                let children = match list {
+                    Ok(children) => children,
+                    // Reaped between the two reads: nothing there.
+                    Err(ZkError::ZooKeeper {
+                        source: zookeeper_client::Error::NoNode,
+                        ..
+                    }) => continue,
+                    Err(e) => return Err(engine.error(e)),
+                };
+                if !name.is_empty() && !queue(&children).is_empty() {
+                    names.push(name.clone());
+                }
+                for child in children
+                    .iter()
+                    .filter(|c| super::kind::contender(c).is_none())
+                {
+                    next.push(if name.is_empty() {
+                        child.clone()
+                    } else {
+                        format!("{name}/{child}")
+                    });
+                }
+            }
+            level = next;
+        }
+        Ok(names)
     }
 }
