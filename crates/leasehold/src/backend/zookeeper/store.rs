@@ -14,12 +14,13 @@ use std::time::Duration;
 
 use zookeeper_client::EventType;
 
-use super::kind::queue;
+use super::kind::{queue, Contender};
 use super::recipe::Grant;
 use super::session::{Conn, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT, MIN_TIMEOUT};
 use super::url::{check_path, Target};
 use super::ZkError;
 use crate::backend::admission::Kind;
+use crate::backend::session::life::Session;
 use crate::backend::session::{
     Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss, StoreError,
 };
@@ -104,22 +105,35 @@ impl ZkStore {
         Ok(store)
     }
 
-    /// Deletes every contender of lock `name` (holders and waiters; not the locks nested under its name), and returns
-    /// the hold of the first, the holder, if there was one.
-    pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
+    /// The contenders of lock `name` in queue order (none when its node does not exist), read for `op`; with the
+    /// lock's node and the session that read them.
+    async fn contenders(
+        &self,
+        op: &'static str,
+        name: &str,
+    ) -> Result<(String, Arc<Session<ZooKeeper>>, Vec<Contender>), Error> {
         let path = self.store.path(name)?;
         let session = self.default_session().await?;
         let shared = &session.shared;
-        let zk = &shared.client().map_err(|e| self.error(e))?;
-        let children = match shared.call("force release", zk.list_children(&path)).await {
+        let zk = shared.client().map_err(|e| self.error(e))?;
+        let children = match shared.call(op, zk.list_children(&path)).await {
             Ok(children) => children,
             Err(ZkError::ZooKeeper {
                 source: zookeeper_client::Error::NoNode,
                 ..
-            }) => return Ok(None),
+            }) => Vec::new(),
             Err(e) => return Err(self.error(e)),
         };
         let contenders = queue(&children);
+        Ok((path, session, contenders))
+    }
+
+    /// Deletes every contender of lock `name` (holders and waiters; not the locks nested under its name), and returns
+    /// the hold of the first, the holder, if there was one.
+    pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, Error> {
+        let (path, session, contenders) = self.contenders("force release", name).await?;
+        let shared = &session.shared;
+        let zk = &shared.client().map_err(|e| self.error(e))?;
         let mut first = None;
         for (i, contender) in contenders.iter().enumerate() {
             let node = format!("{path}/{}", contender.name);
@@ -400,33 +414,19 @@ impl Primitives for ZooKeeper {
     }
 
     /// A contender's name.
-    type Listed = super::kind::Contender;
+    type Listed = Contender;
 
     /// The lock node's contenders in queue order (none when the node does not exist).
-    async fn list(
-        engine: &ZkStore,
-        name: &str,
-    ) -> Result<Vec<(Kind, super::kind::Contender)>, Error> {
-        let path = engine.store.path(name)?;
-        let session = engine.default_session().await?;
-        let shared = &session.shared;
-        let zk = &shared.client().map_err(|e| engine.error(e))?;
-        let children = match shared.call("inspect", zk.list_children(&path)).await {
-            Ok(children) => children,
-            Err(ZkError::ZooKeeper {
-                source: zookeeper_client::Error::NoNode,
-                ..
-            }) => Vec::new(),
-            Err(e) => return Err(engine.error(e)),
-        };
-        Ok(queue(&children).into_iter().map(|c| (c.kind, c)).collect())
+    async fn list(engine: &ZkStore, name: &str) -> Result<Vec<(Kind, Contender)>, Error> {
+        let (_, _, contenders) = engine.contenders("inspect", name).await?;
+        Ok(contenders.into_iter().map(|c| (c.kind, c)).collect())
     }
 
     /// Each holder's data and `czxid`, read from its node; ZooKeeper tells no time left on another client's session.
     async fn holders(
         engine: &ZkStore,
         name: &str,
-        holders: Vec<super::kind::Contender>,
+        holders: Vec<Contender>,
     ) -> Result<Vec<Option<Admitted>>, Error> {
         let path = engine.store.path(name)?;
         let session = engine.default_session().await?;
