@@ -55,7 +55,10 @@ fn main() -> ExitCode {
             }
         };
         running.push(server);
-        if writeln!(out, "{name} {url}").and_then(|()| out.flush()).is_err() {
+        if writeln!(out, "{name} {url}")
+            .and_then(|()| out.flush())
+            .is_err()
+        {
             return ExitCode::from(74);
         }
     }

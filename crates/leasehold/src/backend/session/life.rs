@@ -224,6 +224,7 @@ async fn keep<P: Primitives>(weak: Weak<Shared<P>>, ended: impl std::future::Fut
                         let confirms = validity >= shared.validity;
                         match entries {
                             Some(alive) => {
+                                let alive: std::collections::HashSet<&P::Entry> = alive.iter().collect();
                                 for (lease, request, entry) in &begun {
                                     if !alive.contains(entry) {
                                         if lease.end(LossReason::Gone) {
