@@ -1,5 +1,5 @@
 //! The client and its settings: `Client` (the handle every lock comes from), `Store` (the store it talks to, the one
-//! enum the lock kinds' operations are dispatched on, see `backend/mod.rs`), `Builder` (every setting, and the store
+//! enum the lock kinds' operations are dispatched on, see `kinds/store.rs`), `Builder` (every setting, and the store
 //! chosen by the URL's scheme), and what `Client::inspect` reports (`LockInfo`, `Holder`, `HoldMode`, `LockKind`). Each store's own side lives under `backend/`: Redis's in `backend/redis/store.rs` and
 //! `backend/redis/connect.rs`, etcd's in `backend/etcd/store.rs`.
 
@@ -67,7 +67,7 @@ pub(crate) enum Store {
 
 impl Store {
     /// The Redis side of the store; an error on another store (never reached: the kinds pick the store first). The
-    /// operations the kinds dispatch on the store are in `backend/mod.rs`.
+    /// operations the kinds dispatch on the store are in `kinds/store.rs`.
     pub(crate) fn redis(&self) -> Result<&Arc<RedisStore>, Error> {
         match self {
             Store::Redis(inner) => Ok(inner),

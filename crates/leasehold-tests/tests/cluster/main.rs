@@ -5,6 +5,9 @@
 //! migrate its nodes, so they run one after the other, each leaving the cluster whole (3 + 3, every slot served) for
 //! the next. Run one test with `cargo test --test cluster -- NAME_PART`.
 
+// The futures of the fault tests nest deeper than the default limit lets rustc lay out (faults.rs).
+#![recursion_limit = "256"]
+
 mod faults;
 mod kinds;
 mod node_url;

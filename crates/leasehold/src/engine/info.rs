@@ -103,9 +103,9 @@ impl fmt::Display for HoldMode {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Holder {
-    /// The holder's owner token (with its description, when it gave one: see [`Mutex::describe`]).
+    /// The holder's owner token (with its description, when it gave one: see [`Mutex::describe`](crate::Mutex::describe)).
     pub token: String,
-    /// What the holder said about itself ([`Mutex::describe`]); the command gives host, pid, user, start time and
+    /// What the holder said about itself ([`Mutex::describe`](crate::Mutex::describe)); the command gives host, pid, user, start time and
     /// program.
     pub description: Option<String>,
     /// What it holds.

@@ -8,11 +8,11 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::SessionHold;
 use crate::capability::Capability;
 use crate::client::Client;
 use crate::engine::lease::{Lease, LossReason};
 use crate::error::{require_runtime, Error};
+use crate::kinds::store::SessionHold;
 
 /// The guard of a [`Mutex`](crate::Mutex) grant: a [`Guard`] (the name this crate used before the other kinds came).
 pub type MutexGuard = Guard;

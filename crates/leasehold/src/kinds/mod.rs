@@ -1,6 +1,6 @@
 //! The lock kinds a user takes: `Mutex`, `FairMutex`, `RwLock`, `Semaphore`, `ReentrantMutex`, their guards, and
 //! `queued`, what the four kinds that keep a queue share. A kind says what it asks for; its store (reached through
-//! `backend/mod.rs`, never by name) does the asking.
+//! `store.rs`, the seam, which alone names the stores) does the asking.
 
 pub(crate) mod fair;
 pub(crate) mod guard;
@@ -9,3 +9,4 @@ pub(crate) mod queued;
 pub(crate) mod reentrant;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
+pub(crate) mod store;

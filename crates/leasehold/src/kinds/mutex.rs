@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Handle, LockKeys};
+use crate::backend::LockKeys;
 use crate::client::{Client, LockInfo};
 use crate::engine::lease::Lease;
 use crate::engine::ttl::{check_ttl, drift};
 use crate::error::{require_runtime, Error, InvalidArgument};
 use crate::fence::check_description;
 use crate::kinds::guard::MutexGuard;
+use crate::kinds::store::Handle;
 
 /// The tracing target of this file's events: the module path it had before the files moved into folders, so that
 /// log filters keep working (`leasehold::mutex=debug`).

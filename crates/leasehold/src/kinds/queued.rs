@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Ask, Handle, LockKeys};
+use crate::backend::{Ask, LockKeys};
 use crate::client::{Client, LockInfo};
 use crate::error::{Error, InvalidArgument};
 use crate::kinds::guard::Guard as MutexGuard;
 use crate::kinds::mutex::{check_options, Renewal};
+use crate::kinds::store::Handle;
 
 /// The options every queued kind shares, and the lock it names.
 #[derive(Clone, Debug)]

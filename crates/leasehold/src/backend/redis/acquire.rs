@@ -17,11 +17,11 @@ use crate::backend::redis::release::release_in_background;
 use crate::backend::redis::scripts::{Numbers, ScriptCall, ACQUIRE, CLAIM, HEARTBEAT};
 use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::wake::Expecting;
-use crate::backend::Handle;
 use crate::engine::keys::{millis, LockKeys};
 use crate::error::Error;
 use crate::fence::new_token;
 use crate::kinds::guard::Guard;
+use crate::kinds::store::Handle;
 
 /// The tracing target of this file's events: the module path the mutex's acquisition had before it moved here, so
 /// that log filters keep working (`leasehold::mutex=debug`).

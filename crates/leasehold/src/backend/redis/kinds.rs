@@ -10,12 +10,12 @@ use crate::backend::redis::grant::{new_guard, short_of, Expiry};
 use crate::backend::redis::release::Undo;
 use crate::backend::redis::scripts::{DOWNGRADE, REENTER, SET_PERMITS};
 use crate::backend::redis::store::RedisStore;
-use crate::backend::Handle;
 use crate::engine::keys::{millis, LockKeys};
 use crate::error::Error;
 use crate::fence::{new_token, token_of};
 use crate::kinds::guard::Guard;
 use crate::kinds::reentrant::MAX_DEPTH;
+use crate::kinds::store::Handle;
 
 /// [`WriteGuard::downgrade`](crate::WriteGuard::downgrade) on Redis, once the write lease is known to be live: the
 /// write grant `guard` of the lock `keys` becomes a read share in one step, keeping `lease` (its length, and how often

@@ -21,11 +21,12 @@ use crate::backend::redis::release::{add_lock_keys, release_in_background};
 use crate::backend::redis::scripts::{Numbers, ScriptCall, CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
 use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::wake::Expecting;
-use crate::backend::{Ask, Handle};
+use crate::backend::Ask;
 use crate::engine::keys::{millis, LockKeys};
 use crate::error::Error;
 use crate::fence::new_token;
 use crate::kinds::guard::Guard;
+use crate::kinds::store::Handle;
 
 /// The tracing target of this file's events: the module path the queued kinds' acquisition had before it moved here,
 /// so that log filters keep working (`leasehold::queued=debug`).

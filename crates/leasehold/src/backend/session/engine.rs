@@ -13,7 +13,8 @@ use super::sessions::{Sessions, StoreSession};
 use super::state::Background;
 use super::{Primitives, SessionLoss, StoreError};
 use crate::backend::admission::Kind;
-use crate::backend::{LockKeys, Terms, Wait};
+use crate::backend::session::wait::{Terms, Wait};
+use crate::backend::LockKeys;
 use crate::engine::lease::{Lease, LeaseShared};
 use crate::error::Error;
 

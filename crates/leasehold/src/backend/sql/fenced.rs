@@ -10,11 +10,11 @@
 //! holder was granted. The check reads the clock at the moment it runs (`clock_timestamp()` on PostgreSQL,
 //! `UTC_TIMESTAMP(6)` on MySQL), not at the transaction's start.
 
-use crate::backend::SessionHold;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use crate::capability::Capability;
 use crate::error::Error;
 use crate::kinds::guard::Guard;
+use crate::kinds::store::SessionHold;
 use crate::LossReason;
 
 /// The check of a fenced transaction, for a driver of your own ([`Guard::sql_commit_check`]): run
