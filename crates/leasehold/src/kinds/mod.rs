@@ -3,6 +3,8 @@
 //! `store.rs`, the seam, which alone names the stores) does the asking.
 
 pub(crate) mod fair;
+#[cfg(sql_stores)]
+pub(crate) mod fenced;
 pub(crate) mod guard;
 pub(crate) mod mutex;
 pub(crate) mod queued;
