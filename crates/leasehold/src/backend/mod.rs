@@ -4,9 +4,19 @@
 //! the engine, never the other way round.
 //!
 //! This file and its siblings (`admission.rs`, `scheme.rs`, `tls.rs`, `url.rs`) hold what several stores share:
-//! what a queued kind asks of a store ([`Ask`]), how many locks `held_locks` reads at once, Redis's glob. They sit
-//! below the store folders and import none of them; the seam the kinds reach a store through, one `match` per
-//! operation, is above the stores, in `kinds/store.rs`.
+//! what a lock handle and a queued kind ask of a store ([`Handle`], [`Ask`]), the connection and fence defaults
+//! (re-exported by the client), how many locks `held_locks` reads at once, Redis's glob. They sit below the store
+//! folders and import none of them, nor `kinds/` or `client.rs`: the stores return grants, and the seam the kinds
+//! reach a store through (one `match` per operation, making the guards) is above them, in `kinds/store.rs`.
+
+use std::time::Duration;
+
+/// Default time allowed to open a connection to Redis.
+pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default time allowed for one Redis reply.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default time a lock's fence counter outlives its last grant.
+pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// How many locks [`Client::held_locks`](crate::Client::held_locks) reads at once, on every store.
 pub(crate) const HELD_LOCKS_CHUNK: usize = 100;
@@ -39,6 +49,24 @@ pub(crate) use crate::engine::keys::LockKeys;
 pub(crate) struct Ask {
     pub(crate) tag: String,
     pub(crate) limit: u64,
+}
+
+/// What a lock handle asks of each grant, whatever its kind and store: the lease and how often the
+/// keeper renews it (`None`: a fixed lease, never renewed), the holder's description, and whether a wait ends at the
+/// first store error instead of riding it out.
+#[derive(Clone, Copy)]
+pub(crate) struct Handle<'a> {
+    pub(crate) ttl: Duration,
+    pub(crate) renew_every: Option<Duration>,
+    pub(crate) description: Option<&'a str>,
+    pub(crate) fail_fast: bool,
+}
+
+impl Handle<'_> {
+    /// The lease a grant keeps, and how often it is renewed.
+    pub(crate) fn lease(&self) -> (Duration, Option<Duration>) {
+        (self.ttl, self.renew_every)
+    }
 }
 
 /// Redis's glob (`SCAN MATCH`): `*` any run, `?` one byte, `[abc]`, `[a-z]`, `[^…]`, `\x` the byte `x`.

@@ -11,12 +11,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Ask, LockKeys};
+use crate::backend::{Ask, Handle, LockKeys};
 use crate::client::{Client, LockInfo};
 use crate::error::{Error, InvalidArgument};
 use crate::kinds::guard::Guard as MutexGuard;
 use crate::kinds::mutex::{check_options, Renewal};
-use crate::kinds::store::Handle;
 
 /// The options every queued kind shares, and the lock it names.
 #[derive(Clone, Debug)]
@@ -75,7 +74,6 @@ impl Queued {
     /// What each grant of this handle asks for, as a store sees it.
     pub(crate) fn handle(&self) -> Handle<'_> {
         Handle {
-            client: &self.client,
             ttl: self.lease_ttl(),
             renew_every: self.renew_interval(),
             description: self.description.as_deref(),
@@ -107,10 +105,7 @@ impl Queued {
     /// One try: granted only when the lock admits `ask` and nobody live waits.
     pub(crate) async fn try_acquire(&self, ask: &Ask) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
-        self.client
-            .store
-            .try_acquire(&self.handle(), keys, ask)
-            .await
+        self.client.try_acquire(&self.handle(), keys, ask).await
     }
 
     /// Waits in the lock's queue until `ask` is granted, or `deadline`.
@@ -126,7 +121,6 @@ impl Queued {
         let started = Instant::now();
         let result = tracing::Instrument::instrument(
             self.client
-                .store
                 .acquire(&self.handle(), keys.clone(), ask, deadline),
             span,
         )

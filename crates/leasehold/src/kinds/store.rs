@@ -1,6 +1,7 @@
 //! The seam the lock kinds reach a store through, and the only place they do: what a kind asks of a store
-//! ([`Handle`], and [`Ask`](crate::backend::Ask) below the stores), and the operations of [`Store`] (the enum in the
-//! client), each one `match` that hands the call to the store's own code. The other kinds never name a store's
+//! ([`Handle`](crate::backend::Handle) and [`Ask`](crate::backend::Ask), below the stores), the client's acquisitions
+//! and the operations of [`Store`] (the enum in the client), each one `match` that hands the call to the store's own
+//! code and makes the guard of the grant that comes back. The other kinds never name a store's
 //! modules. It sits above `backend/`: the session stores return a grant (a lease and their hold), and this file makes
 //! the guard of it.
 
@@ -20,7 +21,7 @@ use crate::backend::sql;
 use crate::backend::zookeeper;
 #[cfg(session_stores)]
 use crate::backend::{admission, session};
-use crate::backend::{Ask, LockKeys};
+use crate::backend::{Ask, Handle, LockKeys};
 use crate::capability::Capability;
 #[cfg(session_stores)]
 use crate::capability::{refusal, StoreKind};
@@ -29,34 +30,15 @@ use crate::engine::lease::{Lease, LeaseShared, LossReason};
 use crate::error::Error;
 use crate::kinds::guard::Guard;
 
-/// What a lock handle asks of each grant, whatever its kind: the client it was made from, the lease and how often the
-/// keeper renews it (`None`: a fixed lease, never renewed), the holder's description, and whether a wait ends at the
-/// first store error instead of riding it out.
-#[derive(Clone, Copy)]
-pub(crate) struct Handle<'a> {
-    pub(crate) client: &'a Client,
-    pub(crate) ttl: Duration,
-    pub(crate) renew_every: Option<Duration>,
-    pub(crate) description: Option<&'a str>,
-    pub(crate) fail_fast: bool,
-}
-
-impl Handle<'_> {
-    /// The lease a grant keeps, and how often it is renewed.
-    pub(crate) fn lease(&self) -> (Duration, Option<Duration>) {
-        (self.ttl, self.renew_every)
-    }
-}
-
-impl Store {
+impl Client {
     /// One try for the mutex `keys` ([`Mutex::try_lock`](crate::Mutex::try_lock)).
     pub(crate) async fn try_lock(
         &self,
         handle: &Handle<'_>,
         keys: Arc<LockKeys>,
     ) -> Result<Guard, Error> {
-        match self {
-            Store::Redis(_) => redis::acquire::try_lock(handle, keys).await,
+        match &self.store {
+            Store::Redis(inner) => self.guard(redis::acquire::try_lock(inner, handle, keys).await),
             #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, None, Wait::Try).await,
         }
@@ -69,8 +51,10 @@ impl Store {
         keys: Arc<LockKeys>,
         deadline: Option<Instant>,
     ) -> Result<Guard, Error> {
-        match self {
-            Store::Redis(_) => redis::acquire::lock(handle, keys, deadline).await,
+        match &self.store {
+            Store::Redis(inner) => {
+                self.guard(redis::acquire::lock(inner, handle, keys, deadline).await)
+            }
             #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, None, Wait::Until(deadline)).await,
         }
@@ -83,8 +67,10 @@ impl Store {
         keys: Arc<LockKeys>,
         ask: &Ask,
     ) -> Result<Guard, Error> {
-        match self {
-            Store::Redis(_) => redis::queued::try_acquire(handle, keys, ask).await,
+        match &self.store {
+            Store::Redis(inner) => {
+                self.guard(redis::queued::try_acquire(inner, handle, keys, ask).await)
+            }
             #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, Some(ask), Wait::Try).await,
         }
@@ -98,31 +84,12 @@ impl Store {
         ask: &Ask,
         deadline: Option<Instant>,
     ) -> Result<Guard, Error> {
-        match self {
-            Store::Redis(_) => redis::queued::wait(handle, keys, ask, deadline).await,
+        match &self.store {
+            Store::Redis(inner) => {
+                self.guard(redis::queued::wait(inner, handle, keys, ask, deadline).await)
+            }
             #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, Some(ask), Wait::Until(deadline)).await,
-        }
-    }
-
-    /// Turns the live write grant `guard` of the read-write lock `keys` into a read share keeping `lease`
-    /// ([`WriteGuard::downgrade`](crate::WriteGuard::downgrade), which refuses it first on a store without
-    /// [`Capability::Downgrade`]).
-    pub(crate) async fn downgrade(
-        &self,
-        guard: Guard,
-        keys: Arc<LockKeys>,
-        lease: (Duration, Option<Duration>),
-    ) -> Result<Guard, Error> {
-        match self {
-            Store::Redis(_) => redis::kinds::downgrade(guard, keys, lease).await,
-            #[cfg(session_stores)]
-            _ => Err(refusal(
-                Capability::Downgrade,
-                self.kind(),
-                Some(keys.name()),
-                None,
-            )),
         }
     }
 
@@ -134,12 +101,47 @@ impl Store {
         keys: Arc<LockKeys>,
         token: &str,
     ) -> Result<Guard, Error> {
-        self.require(Capability::NestedHold, keys.name())?;
-        match self {
-            Store::Redis(inner) => redis::kinds::lock_as(inner, handle, keys, token).await,
+        self.store.require(Capability::NestedHold, keys.name())?;
+        match &self.store {
+            Store::Redis(inner) => {
+                self.guard(redis::kinds::lock_as(inner, handle, keys, token).await)
+            }
             #[cfg(session_stores)]
             _ => Err(refusal(
                 Capability::NestedHold,
+                self.store.kind(),
+                Some(keys.name()),
+                None,
+            )),
+        }
+    }
+
+    /// The guard of a Redis grant.
+    fn guard(&self, grant: Result<redis::grant::Grant, Error>) -> Result<Guard, Error> {
+        grant.map(|grant| Guard::new(self.clone(), grant.lease, grant.kept, grant.route))
+    }
+}
+
+impl Store {
+    /// Turns the live write grant `guard` of the read-write lock `keys` into a read share keeping `lease`
+    /// ([`WriteGuard::downgrade`](crate::WriteGuard::downgrade), which refuses it first on a store without
+    /// [`Capability::Downgrade`]).
+    pub(crate) async fn downgrade(
+        &self,
+        guard: Guard,
+        keys: Arc<LockKeys>,
+        lease: (Duration, Option<Duration>),
+    ) -> Result<Guard, Error> {
+        match self {
+            Store::Redis(inner) => {
+                let fence = guard.fence();
+                let (client, shared) = guard.converted();
+                let grant = redis::kinds::downgrade(inner, shared, fence, keys, lease).await?;
+                Ok(Guard::new(client, grant.lease, grant.kept, grant.route))
+            }
+            #[cfg(session_stores)]
+            _ => Err(refusal(
+                Capability::Downgrade,
                 self.kind(),
                 Some(keys.name()),
                 None,
@@ -242,12 +244,13 @@ fn kind_of_tag(
 /// queued kind's an entry of the kind its `ask` maps to, whose value is the hold (`<tag> <token>`, as on Redis).
 #[cfg(session_stores)]
 async fn on_session_store(
-    store: &Store,
+    client: &Client,
     handle: &Handle<'_>,
     keys: Arc<LockKeys>,
     ask: Option<&Ask>,
     wait: Wait,
 ) -> Result<Guard, Error> {
+    let store = &client.store;
     if handle.renew_every.is_none() {
         store.require(Capability::FixedLease, keys.name())?;
     }
@@ -260,7 +263,6 @@ async fn on_session_store(
         ),
     };
     // The lock's TTL chooses the session its grant lives under (`sessions.rs`).
-    let client = handle.client;
     let terms = Terms {
         ttl: handle.ttl,
         wait,
