@@ -38,7 +38,9 @@ impl Client {
         keys: Arc<LockKeys>,
     ) -> Result<Guard, Error> {
         match &self.store {
-            Store::Redis(inner) => self.guard(redis::acquire::try_lock(inner, handle, keys).await),
+            Store::Redis(inner) => redis::acquire::try_lock(inner, handle, keys)
+                .await
+                .map(|grant| self.redis_guard(grant)),
             #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, None, Wait::Try).await,
         }
@@ -52,9 +54,9 @@ impl Client {
         deadline: Option<Instant>,
     ) -> Result<Guard, Error> {
         match &self.store {
-            Store::Redis(inner) => {
-                self.guard(redis::acquire::lock(inner, handle, keys, deadline).await)
-            }
+            Store::Redis(inner) => redis::acquire::lock(inner, handle, keys, deadline)
+                .await
+                .map(|grant| self.redis_guard(grant)),
             #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, None, Wait::Until(deadline)).await,
         }
@@ -68,9 +70,9 @@ impl Client {
         ask: &Ask,
     ) -> Result<Guard, Error> {
         match &self.store {
-            Store::Redis(inner) => {
-                self.guard(redis::queued::try_acquire(inner, handle, keys, ask).await)
-            }
+            Store::Redis(inner) => redis::queued::try_acquire(inner, handle, keys, ask)
+                .await
+                .map(|grant| self.redis_guard(grant)),
             #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, Some(ask), Wait::Try).await,
         }
@@ -85,9 +87,9 @@ impl Client {
         deadline: Option<Instant>,
     ) -> Result<Guard, Error> {
         match &self.store {
-            Store::Redis(inner) => {
-                self.guard(redis::queued::wait(inner, handle, keys, ask, deadline).await)
-            }
+            Store::Redis(inner) => redis::queued::wait(inner, handle, keys, ask, deadline)
+                .await
+                .map(|grant| self.redis_guard(grant)),
             #[cfg(session_stores)]
             _ => on_session_store(self, handle, keys, Some(ask), Wait::Until(deadline)).await,
         }
@@ -103,9 +105,9 @@ impl Client {
     ) -> Result<Guard, Error> {
         self.store.require(Capability::NestedHold, keys.name())?;
         match &self.store {
-            Store::Redis(inner) => {
-                self.guard(redis::kinds::lock_as(inner, handle, keys, token).await)
-            }
+            Store::Redis(inner) => redis::kinds::lock_as(inner, handle, keys, token)
+                .await
+                .map(|grant| self.redis_guard(grant)),
             #[cfg(session_stores)]
             _ => Err(refusal(
                 Capability::NestedHold,
@@ -117,8 +119,12 @@ impl Client {
     }
 
     /// The guard of a Redis grant.
-    fn guard(&self, grant: Result<redis::grant::Grant, Error>) -> Result<Guard, Error> {
-        grant.map(|grant| Guard::new(self.clone(), grant.lease, grant.kept, grant.route))
+    fn redis_guard(&self, grant: redis::grant::Grant) -> Guard {
+        let hold = StoreHold::Redis {
+            kept: grant.kept,
+            route: grant.route,
+        };
+        Guard::new(self.clone(), grant.lease, hold)
     }
 }
 
@@ -137,7 +143,7 @@ impl Store {
                 let fence = guard.fence();
                 let (client, shared) = guard.converted();
                 let grant = redis::kinds::downgrade(inner, shared, fence, keys, lease).await?;
-                Ok(Guard::new(client, grant.lease, grant.kept, grant.route))
+                Ok(client.redis_guard(grant))
             }
             #[cfg(session_stores)]
             _ => Err(refusal(
@@ -290,7 +296,24 @@ async fn on_session_store(
             })
         }
     };
-    Ok(Guard::on_session(client.clone(), lease, hold))
+    Ok(Guard::new(client.clone(), lease, StoreHold::Session(hold)))
+}
+
+/// What a guard holds in its store, to keep and release its grant: one variant per kind of store.
+pub(crate) enum StoreHold {
+    /// A Redis grant: the keeper's id for its lease, when the keeper renews it, and, for a grant a wait took through an
+    /// attempt's reply, the token's route, kept until the grant ends so that a hand-off message still on its way is
+    /// not mistaken for a grant nobody wants (see `wake.rs`).
+    Redis {
+        kept: Option<u64>,
+        route: Option<u128>,
+    },
+    /// A grant on a store with sessions (etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB): its entry and session, which
+    /// release it. Without those stores, never made (and `SessionHold` has no variants).
+    #[cfg_attr(not(session_stores), allow(dead_code))]
+    Session(SessionHold),
+    /// What a dropped guard's session hold leaves behind once taken to be released in the background.
+    Dropped,
 }
 
 /// What a guard of a grant on a store with sessions holds to release it: the session its entry lives in, and the
