@@ -18,7 +18,9 @@ use crate::error::Error;
 use crate::fence::Fence;
 
 /// A Redis grant: its lease, its entry in the client's keeper (`None`: a fixed lease), and the hand-off route it holds
-/// until it ends (see `Expecting::taken`). The seam (`kinds/store.rs`) makes the guard of it.
+/// until it ends (see `Expecting::taken`). The seam (`kinds/store.rs`) makes the guard of it, which releases it: a
+/// grant dropped before that stays held, and renewed, until the client goes.
+#[must_use = "only the guard made of a grant releases it"]
 pub(crate) struct Grant {
     pub(crate) lease: Lease,
     pub(crate) kept: Option<u64>,
