@@ -1,6 +1,7 @@
 //! What each store can do: [`Capability`], the one source that [`Client::supports`](crate::Client::supports) answers
 //! from, that every refusal ([`Error::Unsupported`]) is decided by, and that the README's table of the stores is
-//! rendered from (`capability/table.rs`).
+//! rendered from (`stores_table.rs`, test-only, above the stores whose constants it shows). This file imports only
+//! `error.rs`, so every layer can ask it.
 //!
 //! A refusal comes before anything is sent or taken: the operation asks [`Store::require`](crate::client::Store) the
 //! same question a program can ask [`Client::supports`](crate::Client::supports) at start-up.
@@ -8,8 +9,6 @@
 use std::fmt;
 
 use crate::error::Error;
-
-pub(crate) mod table;
 
 /// Something some store cannot do. Ask a client with [`Client::supports`](crate::Client::supports) (or list them
 /// with [`Client::capabilities`](crate::Client::capabilities)) right after it connected, before taking any lock: the

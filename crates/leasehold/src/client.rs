@@ -1,5 +1,5 @@
 //! The client and its settings: `Client` (the handle every lock comes from), `Store` (the store it talks to, the one
-//! enum the lock kinds' operations are dispatched on, see `backend/mod.rs`), `Builder` (every setting, and the store
+//! enum the lock kinds' operations are dispatched on, see `kinds/store.rs`), `Builder` (every setting, and the store
 //! chosen by the URL's scheme), and what `Client::inspect` reports (`LockInfo`, `Holder`, `HoldMode`, `LockKind`). Each store's own side lives under `backend/`: Redis's in `backend/redis/store.rs` and
 //! `backend/redis/connect.rs`, etcd's in `backend/etcd/store.rs`.
 
@@ -17,14 +17,10 @@ use crate::capability::{refusal, Capability, StoreKind, Support};
 pub use crate::engine::info::{HoldMode, Holder, LockInfo, LockKind};
 use crate::engine::keys::{check_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::error::{require_runtime, Error, InvalidArgument};
-use crate::kinds::mutex::Mutex;
 
-/// Default time allowed to open a connection to Redis.
-pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default time allowed for one Redis reply.
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default time a lock's fence counter outlives its last grant.
-pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
+pub use crate::backend::{
+    DEFAULT_CONNECTION_TIMEOUT, DEFAULT_FENCE_RETENTION, DEFAULT_RESPONSE_TIMEOUT,
+};
 
 /// A handle to one store for taking locks: a Redis server (or Cluster, or the primary Sentinel names), an etcd
 /// cluster, a ZooKeeper ensemble, or a PostgreSQL or MySQL/MariaDB database. Cheap to clone; clones share the
@@ -67,7 +63,7 @@ pub(crate) enum Store {
 
 impl Store {
     /// The Redis side of the store; an error on another store (never reached: the kinds pick the store first). The
-    /// operations the kinds dispatch on the store are in `backend/mod.rs`.
+    /// operations the kinds dispatch on the store are in `kinds/store.rs`.
     pub(crate) fn redis(&self) -> Result<&Arc<RedisStore>, Error> {
         match self {
             Store::Redis(inner) => Ok(inner),
@@ -301,34 +297,6 @@ impl Client {
     /// The Redis side of the client; an error on another store (never reached: the kinds pick the store first).
     pub(crate) fn redis(&self) -> Result<&Arc<RedisStore>, Error> {
         self.store.redis()
-    }
-
-    /// A handle for the non-reentrant mutex called `name`. Creating it does no I/O; the name is checked by the
-    /// first operation, which reports a bad name as [`Error::InvalidArgument`].
-    pub fn mutex(&self, name: &str) -> Mutex {
-        Mutex::new(self.clone(), name)
-    }
-
-    /// A handle to the strictly fair mutex called `name` (see [`FairMutex`](crate::FairMutex)). Cheap; nothing is sent until it is
-    /// used.
-    pub fn fair_mutex(&self, name: &str) -> crate::FairMutex {
-        crate::FairMutex::new(self.clone(), name)
-    }
-
-    /// A handle to the reentrant mutex called `name` (see [`ReentrantMutex`](crate::ReentrantMutex)).
-    pub fn reentrant_mutex(&self, name: &str) -> crate::ReentrantMutex {
-        crate::ReentrantMutex::new(self.clone(), name)
-    }
-
-    /// A handle to the read-write lock called `name` (see [`RwLock`](crate::RwLock)).
-    pub fn rw_lock(&self, name: &str) -> crate::RwLock {
-        crate::RwLock::new(self.clone(), name)
-    }
-
-    /// A handle to the counting semaphore called `name` with `permits` permits (see [`Semaphore`](crate::Semaphore)).
-    /// The count is checked by the first operation ([`crate::InvalidArgument::BadPermits`]).
-    pub fn semaphore(&self, name: &str, permits: u64) -> crate::Semaphore {
-        crate::Semaphore::new(self.clone(), name, permits)
     }
 
     /// Reads the state of the lock called `name` in one atomic step, without changing anything.
@@ -649,9 +617,9 @@ impl Builder {
         self
     }
 
-    /// The default lease of the locks that set no [`ttl`](Mutex::ttl), on etcd, ZooKeeper, PostgreSQL and
+    /// The default lease of the locks that set no [`ttl`](crate::Mutex::ttl), on etcd, ZooKeeper, PostgreSQL and
     /// MySQL/MariaDB: the TTL of the session their grants live under (a lock that sets its own TTL lives under the
-    /// client's session of that TTL, one per distinct TTL: see [`Mutex::ttl`]). 30 s by default ([`DEFAULT_TTL`](crate::DEFAULT_TTL)),
+    /// client's session of that TTL, one per distinct TTL: see [`Mutex::ttl`](crate::Mutex::ttl)). 30 s by default ([`DEFAULT_TTL`](crate::DEFAULT_TTL)),
     /// as on Redis. A crashed holder's locks are free this long after its last keep-alive. On etcd, the lease's TTL:
     /// whole seconds, at least 2 s (etcd's shortest lease); the client sends a keep-alive every third of it. On
     /// ZooKeeper, the session timeout asked for: at least 1 s, at most 24 days; the ensemble clamps it to its bounds
@@ -659,7 +627,7 @@ impl Builder {
     /// TTL: at least 1 s, renewed every quarter of it. Checked by [`connect`](Builder::connect).
     ///
     /// Not for Redis URLs, where [`connect`](Builder::connect) refuses it ([`InvalidArgument::BadUrl`]): there each
-    /// lock's lease is its own [`Mutex::ttl`], 30 s unless set.
+    /// lock's lease is its own [`Mutex::ttl`](crate::Mutex::ttl), 30 s unless set.
     pub fn session_ttl(mut self, ttl: Duration) -> Builder {
         self.session_ttl = Some(ttl);
         self

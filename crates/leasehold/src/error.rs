@@ -10,8 +10,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::engine::lease::LossReason;
-
 /// Everything that can go wrong when taking, keeping or giving back a lock.
 ///
 /// The variants let a caller tell apart "someone else holds it" ([`Error::Busy`]), "I gave up waiting"
@@ -344,7 +342,7 @@ impl From<InvalidArgument> for Error {
 
 impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
-        match crate::backend::redis::conn::cluster_node(&err) {
+        match cluster_node(&err) {
             Some((url, answer)) => Error::ClusterNode {
                 url: url.to_owned(),
                 answer: answer.to_owned(),
@@ -352,6 +350,79 @@ impl From<redis::RedisError> for Error {
             None => Error::Redis(err),
         }
     }
+}
+
+/// Why a lease ended.
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub enum LossReason {
+    /// No renewal was confirmed before the validity deadline (Redis down or slow, network cut, process paused).
+    /// The key may still exist on the server for a moment; nobody else can hold it before it expires there.
+    Expired,
+    /// The store no longer had the grant: on Redis a renewal found the key gone (it expired on the server, was
+    /// force-released, or Redis lost it in a restart without persistence or a failover); on etcd, ZooKeeper, PostgreSQL and
+    /// MySQL/MariaDB the grant's entry was deleted (a force release) or its session ended on the server.
+    Gone,
+    /// A renewal found the key held by another owner.
+    Taken,
+    /// Not a failure: the guard was released or dropped.
+    Released,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::Expired => "not renewed before its validity deadline",
+            LossReason::Gone => "the lock was gone from the store",
+            LossReason::Taken => "another owner holds the lock",
+            LossReason::Released => "released by its holder",
+        })
+    }
+}
+
+/// The kinds of lock a name can hold.
+///
+/// With the `serde` feature it implements `Serialize` and `Deserialize`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub enum LockKind {
+    /// [`Mutex`](crate::Mutex).
+    Mutex,
+    /// [`FairMutex`](crate::FairMutex).
+    Fair,
+    /// [`RwLock`](crate::RwLock).
+    ReadWrite,
+    /// [`Semaphore`](crate::Semaphore).
+    Semaphore,
+    /// [`ReentrantMutex`](crate::ReentrantMutex).
+    Reentrant,
+}
+
+impl fmt::Display for LockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LockKind::Mutex => "mutex",
+            LockKind::Fair => "fair mutex",
+            LockKind::ReadWrite => "read-write lock",
+            LockKind::Semaphore => "semaphore",
+            LockKind::Reentrant => "reentrant mutex",
+        })
+    }
+}
+
+/// The code of the error a single-server connection returns for a cluster redirection (see `redirected` in `backend/redis/conn.rs`).
+pub(crate) const CLUSTER_NODE_CODE: &str = "LEASEHOLD_CLUSTER_NODE";
+
+/// The URL to use and the server's answer, for an error made by `redirected` (`backend/redis/conn.rs`).
+pub(crate) fn cluster_node(err: &redis::RedisError) -> Option<(&str, &str)> {
+    if err.code() != Some(CLUSTER_NODE_CODE) {
+        return None;
+    }
+    err.detail()?.split_once(' ')
 }
 
 /// `duration` as people write it: `252ms`, `1.5s`, `2m30s`, `1h`, `30d` (`Debug` would print `252.417ms`). Below a

@@ -413,6 +413,7 @@ mod engine;
 mod error;
 mod fence;
 mod kinds;
+mod stores_table;
 
 pub use backend::quorum::{
     Quorum, QuorumGuard, QuorumMutex, QuorumRwLock, DEFAULT_NODE_TIMEOUT, MIN_NODES, PROPOSAL_LEAD,

@@ -33,36 +33,8 @@ pub struct LockInfo {
     pub permits: Option<u64>,
 }
 
-/// The kinds of lock a name can hold.
-///
-/// With the `serde` feature it implements `Serialize` and `Deserialize`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[non_exhaustive]
-pub enum LockKind {
-    /// [`Mutex`](crate::Mutex).
-    Mutex,
-    /// [`FairMutex`](crate::FairMutex).
-    Fair,
-    /// [`RwLock`](crate::RwLock).
-    ReadWrite,
-    /// [`Semaphore`](crate::Semaphore).
-    Semaphore,
-    /// [`ReentrantMutex`](crate::ReentrantMutex).
-    Reentrant,
-}
-
-impl fmt::Display for LockKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LockKind::Mutex => "mutex",
-            LockKind::Fair => "fair mutex",
-            LockKind::ReadWrite => "read-write lock",
-            LockKind::Semaphore => "semaphore",
-            LockKind::Reentrant => "reentrant mutex",
-        })
-    }
-}
+/// The kinds of lock a name can hold: in `error.rs`, which names it, below the engine.
+pub use crate::error::LockKind;
 
 /// What one holder holds.
 ///

@@ -17,36 +17,8 @@ use crate::engine::keys::LockKeys;
 use crate::engine::ttl::drift;
 use crate::fence::Fence;
 
-/// Why a lease ended.
-///
-/// With the `serde` feature it implements `Serialize` and `Deserialize`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[non_exhaustive]
-pub enum LossReason {
-    /// No renewal was confirmed before the validity deadline (Redis down or slow, network cut, process paused).
-    /// The key may still exist on the server for a moment; nobody else can hold it before it expires there.
-    Expired,
-    /// The store no longer had the grant: on Redis a renewal found the key gone (it expired on the server, was
-    /// force-released, or Redis lost it in a restart without persistence or a failover); on etcd, ZooKeeper, PostgreSQL and
-    /// MySQL/MariaDB the grant's entry was deleted (a force release) or its session ended on the server.
-    Gone,
-    /// A renewal found the key held by another owner.
-    Taken,
-    /// Not a failure: the guard was released or dropped.
-    Released,
-}
-
-impl fmt::Display for LossReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LossReason::Expired => "not renewed before its validity deadline",
-            LossReason::Gone => "the lock was gone from the store",
-            LossReason::Taken => "another owner holds the lock",
-            LossReason::Released => "released by its holder",
-        })
-    }
-}
+/// Why a lease ended: it lives in `error.rs`, which names it, below the engine.
+pub use crate::error::LossReason;
 
 /// Timers fire on millisecond ticks, rounded up; aiming this much before the deadline makes the loss signal land
 /// at or before it.

@@ -8,11 +8,13 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::SessionHold;
 use crate::capability::Capability;
 use crate::client::Client;
 use crate::engine::lease::{Lease, LossReason};
 use crate::error::{require_runtime, Error};
+#[cfg(any(feature = "zookeeper", sql_stores))]
+use crate::kinds::store::SessionHold;
+use crate::kinds::store::StoreHold;
 
 /// The guard of a [`Mutex`](crate::Mutex) grant: a [`Guard`] (the name this crate used before the other kinds came).
 pub type MutexGuard = Guard;
@@ -30,52 +32,30 @@ pub type MutexGuard = Guard;
 pub struct Guard {
     lease: Lease,
     client: Client,
-    /// The keeper's id for this lease, when the watchdog renews it.
-    kept: Option<u64>,
-    /// Set once Redis confirmed the release (or that the lock was no longer ours): then drop has nothing to do.
+    /// Set once the store confirmed the release (or that the lock was no longer ours): then drop has nothing to do.
     settled: bool,
-    /// For a grant a wait took through an attempt's reply: the token's route, kept until the grant ends so that a
-    /// hand-off message still on its way is not mistaken for a grant nobody wants (see `wake.rs`).
-    route: Option<u128>,
-    /// For a grant on a store with sessions (etcd, ZooKeeper, PostgreSQL, MySQL/MariaDB): its entry and session, which release it.
-    session: Option<SessionHold>,
+    /// What the grant holds in its store, to keep and release it.
+    hold: StoreHold,
 }
 
 impl Guard {
-    pub(crate) fn new(
-        client: Client,
-        lease: Lease,
-        kept: Option<u64>,
-        route: Option<u128>,
-    ) -> Guard {
+    /// The guard of a grant made through `client`, keeping `lease`, that holds `hold` in its store.
+    pub(crate) fn new(client: Client, lease: Lease, hold: StoreHold) -> Guard {
         Guard {
             lease,
             client,
-            kept,
             settled: false,
-            route,
-            session: None,
-        }
-    }
-
-    /// The guard of a grant on a store with sessions: its lease follows the session, which keeps it (no keeper
-    /// entry).
-    #[cfg(session_stores)]
-    pub(crate) fn on_session(client: Client, lease: Lease, hold: SessionHold) -> Guard {
-        Guard {
-            lease,
-            client,
-            kept: None,
-            settled: false,
-            route: None,
-            session: Some(hold),
+            hold,
         }
     }
 
     /// What a grant on a store with sessions holds to release it.
     #[cfg(sql_stores)]
     pub(crate) fn session_hold(&self) -> Option<&SessionHold> {
-        self.session.as_ref()
+        match &self.hold {
+            StoreHold::Session(hold) => Some(hold),
+            _ => None,
+        }
     }
 
     /// The client the grant was made through.
@@ -140,7 +120,7 @@ impl Guard {
         // Ended here, before anything is sent: the script frees the key and wakes the next owner as it runs.
         let earlier_loss = self.lease.loss();
         shared.end(LossReason::Released);
-        if let Some(hold) = &self.session {
+        if let StoreHold::Session(hold) = &self.hold {
             let name = || shared.keys.name().to_owned();
             // A grant of a lost session: its entry goes with the session, nothing to send.
             if let (Some(reason), true) = (earlier_loss, hold.session_lost()) {
@@ -263,7 +243,7 @@ impl Guard {
         self.client
             .store
             .require(Capability::ZooKeeperWrite, name)?;
-        let Some(SessionHold::ZooKeeper(hold)) = &self.session else {
+        let StoreHold::Session(SessionHold::ZooKeeper(hold)) = &self.hold else {
             return Err(crate::capability::refusal(
                 Capability::ZooKeeperWrite,
                 self.client.store.kind(),
@@ -317,7 +297,9 @@ impl Guard {
     }
 
     fn forget(&mut self) {
-        self.client.store.forget(&mut self.kept, &mut self.route);
+        if let StoreHold::Redis { kept, route } = &mut self.hold {
+            self.client.store.forget(kept, route);
+        }
     }
 }
 
@@ -351,8 +333,11 @@ impl Drop for Guard {
         if self.settled {
             return;
         }
-        if let Some(hold) = self.session.take() {
-            hold.release_in_background();
+        if let StoreHold::Session(_) = self.hold {
+            if let StoreHold::Session(hold) = std::mem::replace(&mut self.hold, StoreHold::Dropped)
+            {
+                hold.release_in_background();
+            }
             return;
         }
         self.client.store.release_dropped(shared);
@@ -363,7 +348,10 @@ impl fmt::Debug for Guard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Guard")
             .field("lease", &self.lease)
-            .field("watchdog", &self.kept.is_some())
+            .field(
+                "watchdog",
+                &matches!(self.hold, StoreHold::Redis { kept: Some(_), .. }),
+            )
             .finish()
     }
 }

@@ -184,7 +184,7 @@ impl Mutex {
     /// background (or lapses after one lease without a runtime).
     pub async fn try_lock(&self) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
-        self.client.store.try_lock(&self.handle(), keys).await
+        self.client.try_lock(&self.handle(), keys).await
     }
 
     /// Waits as long as it takes. Waiters are woken by the holder's release (never by polling) and look again at
@@ -352,7 +352,6 @@ impl Mutex {
     /// What each grant of this handle asks for, as a store sees it.
     fn handle(&self) -> Handle<'_> {
         Handle {
-            client: &self.client,
             ttl: self.lease_ttl(),
             renew_every: self.renew_interval(),
             description: self.description.as_deref(),
@@ -377,11 +376,9 @@ impl Mutex {
         let keys = self.checked()?;
         let span = tracing::debug_span!(target: TARGET, "acquire", lock = %keys.name());
         let started = Instant::now();
-        let result = tracing::Instrument::instrument(
-            self.client.store.lock(&self.handle(), keys, deadline),
-            span,
-        )
-        .await;
+        let result =
+            tracing::Instrument::instrument(self.client.lock(&self.handle(), keys, deadline), span)
+                .await;
         match &result {
             Ok(_) => crate::engine::metrics::granted(started.elapsed()),
             Err(Error::Timeout { .. }) => crate::engine::metrics::timed_out(),

@@ -74,7 +74,6 @@ impl Queued {
     /// What each grant of this handle asks for, as a store sees it.
     pub(crate) fn handle(&self) -> Handle<'_> {
         Handle {
-            client: &self.client,
             ttl: self.lease_ttl(),
             renew_every: self.renew_interval(),
             description: self.description.as_deref(),
@@ -106,10 +105,7 @@ impl Queued {
     /// One try: granted only when the lock admits `ask` and nobody live waits.
     pub(crate) async fn try_acquire(&self, ask: &Ask) -> Result<MutexGuard, Error> {
         let keys = self.checked()?;
-        self.client
-            .store
-            .try_acquire(&self.handle(), keys, ask)
-            .await
+        self.client.try_acquire(&self.handle(), keys, ask).await
     }
 
     /// Waits in the lock's queue until `ask` is granted, or `deadline`.
@@ -125,7 +121,6 @@ impl Queued {
         let started = Instant::now();
         let result = tracing::Instrument::instrument(
             self.client
-                .store
                 .acquire(&self.handle(), keys.clone(), ask, deadline),
             span,
         )

@@ -11,8 +11,7 @@ use crate::error::Error;
 use crate::kinds::guard::Guard;
 use crate::kinds::queued::{deadline_in, queued_options, Queued};
 
-/// The deepest a reentrant mutex nests: re-entries of one guard in a process, and holds of one lock across processes.
-pub const MAX_DEPTH: usize = 32;
+pub use crate::backend::redis::kinds::MAX_DEPTH;
 
 /// A distributed mutex its holder can take again: explicitly, through the guard it holds
 /// ([`ReentrantGuard::reenter`]), or from another process by presenting that guard's token
@@ -166,11 +165,7 @@ impl ReentrantMutex {
     pub async fn lock_as(&self, token: &str) -> Result<ReentrantGuard, Error> {
         let queued = &self.queued;
         let keys = queued.checked()?;
-        let guard = queued
-            .client
-            .store
-            .lock_as(&queued.handle(), keys, token)
-            .await?;
+        let guard = queued.client.lock_as(&queued.handle(), keys, token).await?;
         Ok(ReentrantGuard::root(guard))
     }
 }

@@ -1,6 +1,6 @@
 //! The etcd lock recipe: a session lease, waiter keys ordered by create revision, admission rules per kind, a
 //! final ownership check, fences from revisions. A [`Client`](crate::Client) connected with `etcd://` reaches it
-//! through [`store`] (and `backend/mod.rs`'s dispatch); the recipe's own tests reach it through `leasehold::__etcd`,
+//! through [`store`] (and the dispatch in `kinds/store.rs`); the recipe's own tests reach it through `leasehold::__etcd`,
 //! which is not a stable interface.
 //!
 //! It is built client-side, with `Txn`, `Watch` and `LeaseKeepAlive`, and never with etcd's server-side `Lock` RPC:

@@ -36,7 +36,7 @@ use tokio::time::Instant;
 
 use crate::backend::redis::conn::Conn;
 use crate::backend::redis::scripts::{FENCE_UP, QUORUM_ACQUIRE, QUORUM_RELEASE, QUORUM_WITHDRAW};
-use crate::client::LockKind;
+use crate::engine::info::LockKind;
 use crate::engine::keeper::{Keeper, Renews};
 use crate::engine::keys::{check_prefix, millis, LockKeys, DEFAULT_PREFIX};
 use crate::engine::lease::{Lease, LeaseShared, LossReason, Settled};
@@ -345,7 +345,7 @@ impl Quorum {
                 clients,
                 prefix: prefix.to_owned(),
                 node_timeout,
-                fence_retention: crate::client::DEFAULT_FENCE_RETENTION,
+                fence_retention: crate::backend::DEFAULT_FENCE_RETENTION,
                 freed_channel: format!("{prefix}:freed"),
                 wakers: Wakers::default(),
                 round_us: AtomicU64::new(1_000),

@@ -12,7 +12,9 @@ use tokio::time::Instant;
 use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
 use crate::backend::redis::conn::{ReplicaAcks, Sent};
 use crate::backend::redis::foreign::{explain_foreign, foreign, held_as, not_a_lock};
-use crate::backend::redis::grant::{new_guard, short_of, take_hand_off, unreplicated, Expiry};
+use crate::backend::redis::grant::{
+    new_grant, short_of, take_hand_off, unreplicated, Expiry, Grant,
+};
 use crate::backend::redis::release::release_in_background;
 use crate::backend::redis::scripts::{Numbers, ScriptCall, ACQUIRE, CLAIM, HEARTBEAT};
 use crate::backend::redis::store::RedisStore;
@@ -21,7 +23,6 @@ use crate::backend::Handle;
 use crate::engine::keys::{millis, LockKeys};
 use crate::error::Error;
 use crate::fence::new_token;
-use crate::kinds::guard::Guard;
 
 /// The tracing target of this file's events: the module path the mutex's acquisition had before it moved here, so
 /// that log filters keep working (`leasehold::mutex=debug`).
@@ -43,15 +44,19 @@ enum Wait {
 
 /// The outcome of one acquire script call.
 enum Attempt {
-    Granted(Guard),
+    Granted(Grant),
     /// Held by another owner, with its remaining lease when it has one.
     Busy(Option<Duration>),
 }
 
 /// Tries the mutex `keys` once, as [`Mutex::try_lock`](crate::Mutex::try_lock) does on Redis: never joins the queue.
-pub(crate) async fn try_lock(handle: &Handle<'_>, keys: Arc<LockKeys>) -> Result<Guard, Error> {
+pub(crate) async fn try_lock(
+    inner: &Arc<RedisStore>,
+    handle: &Handle<'_>,
+    keys: Arc<LockKeys>,
+) -> Result<Grant, Error> {
     let started = Instant::now();
-    match attempt(handle, &keys, Wait::No, None, None).await? {
+    match attempt(inner, handle, &keys, Wait::No, None, None).await? {
         Attempt::Granted(guard) => {
             crate::engine::metrics::granted(started.elapsed());
             Ok(guard)
@@ -70,21 +75,30 @@ pub(crate) async fn try_lock(handle: &Handle<'_>, keys: Arc<LockKeys>) -> Result
 /// does on Redis: joins the lock's queue, takes a grant a release hands over, and otherwise attempts again when woken,
 /// when the holder's lease would end, and at least every heartbeat, riding out outages unless `fail_fast`.
 pub(crate) async fn lock(
+    inner: &Arc<RedisStore>,
     handle: &Handle<'_>,
     keys: Arc<LockKeys>,
     deadline: Option<Instant>,
-) -> Result<Guard, Error> {
+) -> Result<Grant, Error> {
     let started = Instant::now();
     let timed_out = || Error::Timeout {
         name: keys.name().to_owned(),
         waited: started.elapsed(),
     };
-    let wakeups = &handle.client.redis()?.wakeups;
+    let wakeups = &inner.wakeups;
     let epoch = wakeups.epoch();
     let mut outage = Outage::default();
     // Every token this wait sends may be stored for a hand-off: registered before it leaves.
     let mut expecting = wakeups.expecting(&keys);
-    let first = attempt_until(handle, &keys, Wait::First, None, &mut expecting, deadline);
+    let first = attempt_until(
+        inner,
+        handle,
+        &keys,
+        Wait::First,
+        None,
+        &mut expecting,
+        deadline,
+    );
     let mut remaining = match first.await {
         Some(Ok(Attempt::Granted(guard))) => return Ok(guard),
         Some(Ok(Attempt::Busy(remaining))) => remaining,
@@ -112,7 +126,7 @@ pub(crate) async fn lock(
                         continue;
                     };
                     let token = match take_hand_off(
-                        handle.client,
+                        inner,
                         &keys,
                         &mut expecting,
                         handed,
@@ -125,6 +139,7 @@ pub(crate) async fn lock(
                     // Too close to its end to start on: confirm it with one attempt, which finds the lock held
                     // by that token (or, if it lapsed, queues again).
                     let confirm = attempt(
+                        inner,
                         handle,
                         &keys,
                         Wait::Queued,
@@ -162,14 +177,7 @@ pub(crate) async fn lock(
         // otherwise confirm it with the attempt below (which finds the lock held by that token).
         let mut prev = expecting.last().map(str::to_owned);
         if let Some((handed, sent)) = expecting.handed() {
-            match take_hand_off(
-                handle.client,
-                &keys,
-                &mut expecting,
-                handed,
-                sent,
-                handle.lease(),
-            ) {
+            match take_hand_off(inner, &keys, &mut expecting, handed, sent, handle.lease()) {
                 Ok(guard) => {
                     outage.over(&keys);
                     drop(permit);
@@ -185,6 +193,7 @@ pub(crate) async fn lock(
             // Seen before the attempt: a wake-up that lands after it still wakes us below.
             wake.borrow_and_update();
             let attempt = attempt_until(
+                inner,
                 handle,
                 &keys,
                 Wait::Queued,
@@ -234,6 +243,7 @@ pub(crate) async fn lock(
 /// One attempt, given up at `deadline` (`None` then): a paused or unreachable server cannot hold a bounded call
 /// past its bound. A grant that lands after the attempt was given up is released (see `AcquireItem::orphaned`).
 async fn attempt_until(
+    inner: &Arc<RedisStore>,
     handle: &Handle<'_>,
     keys: &Arc<LockKeys>,
     wait: Wait,
@@ -241,7 +251,11 @@ async fn attempt_until(
     expecting: &mut Expecting,
     deadline: Option<Instant>,
 ) -> Option<Result<Attempt, Error>> {
-    until(deadline, attempt(handle, keys, wait, prev, Some(expecting))).await
+    until(
+        deadline,
+        attempt(inner, handle, keys, wait, prev, Some(expecting)),
+    )
+    .await
 }
 
 /// One acquire attempt with a fresh token (coalesced with other tasks' attempts when calls are out: see
@@ -249,13 +263,13 @@ async fn attempt_until(
 /// hand-off (in `expecting`, before the request leaves); `prev` is the token of its previous attempt, which a
 /// release may have handed the lock to meanwhile.
 async fn attempt(
+    inner: &Arc<RedisStore>,
     handle: &Handle<'_>,
     keys: &Arc<LockKeys>,
     wait: Wait,
     prev: Option<&str>,
     expecting: Option<&mut Expecting>,
 ) -> Result<Attempt, Error> {
-    let inner = handle.client.redis()?;
     let token = new_token(handle.description)?;
     // On the lease clock (see clock.rs), read before the request leaves.
     let sent = crate::engine::clock::now();
@@ -304,6 +318,7 @@ async fn attempt(
             // Routed nowhere until this grant ends: a message for it may still come (see `Expecting::taken`).
             let route = expecting.and_then(|e| e.taken(&token));
             Ok(Attempt::Granted(grant(
+                inner,
                 handle,
                 keys,
                 token,
@@ -317,6 +332,7 @@ async fn attempt(
             let prev = prev.unwrap_or_default().to_owned();
             let route = expecting.and_then(|e| e.taken(&prev));
             Ok(Attempt::Granted(grant(
+                inner,
                 handle,
                 keys,
                 prev,
@@ -350,24 +366,17 @@ async fn attempt(
     }
 }
 
-/// A guard for a grant whose expiry `expiry` describes.
+/// The grant whose expiry `expiry` describes.
 fn grant(
+    inner: &Arc<RedisStore>,
     handle: &Handle<'_>,
     keys: &Arc<LockKeys>,
     token: String,
     fence: i64,
     expiry: Expiry,
     route: Option<u128>,
-) -> Guard {
-    new_guard(
-        handle.client,
-        keys,
-        token,
-        fence,
-        handle.lease(),
-        expiry,
-        route,
-    )
+) -> Grant {
+    new_grant(inner, keys, token, fence, handle.lease(), expiry, route)
 }
 
 /// One lock's answer from `acquire.lua`: code, fence (or the holder's time left), server µs when the call ran, the

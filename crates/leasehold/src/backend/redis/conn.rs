@@ -17,6 +17,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, ScriptInvocation, Value};
 
 use crate::backend::redis::scripts::ScriptCall;
+use crate::error::CLUSTER_NODE_CODE;
 
 /// The tracing target of this file's events: the module path it had before the files moved into folders, so that
 /// log filters keep working (`leasehold::conn=debug`).
@@ -57,7 +58,7 @@ pub(crate) enum Conn {
 /// A [`ConnectionManager`] that is replaced when it goes silent.
 pub(crate) struct Managed {
     current: RwLock<ConnectionManager>,
-    /// The URL that reaches this server as a cluster node, password hidden, for [`cluster_node`].
+    /// The URL that reaches this server as a cluster node, password hidden, for [`cluster_node`](crate::error::cluster_node).
     cluster_url: String,
     redis: redis::Client,
     config: ConnectionManagerConfig,
@@ -558,15 +559,12 @@ impl Acked {
     }
 }
 
-/// The code of the error a single-server connection returns for a cluster redirection (see [`redirected`]).
-const CLUSTER_NODE_CODE: &str = "LEASEHOLD_CLUSTER_NODE";
-
 fn is_redirect_code(code: &str) -> bool {
     matches!(code, "MOVED" | "ASK")
 }
 
 /// `err`, or, when it is a cluster redirection (`MOVED`, `ASK`) met on a connection to one server, an error that says
-/// so ([`cluster_node`] reads it back, and [`Error::ClusterNode`](crate::Error::ClusterNode) is made of it). A
+/// so ([`cluster_node`](crate::error::cluster_node) reads it back, and [`Error::ClusterNode`](crate::Error::ClusterNode) is made of it). A
 /// redirection there never passes by itself: the server is a cluster node, and the wait loops must not retry it as
 /// they retry a redirection that a cluster connection could not follow yet.
 fn redirected(err: redis::RedisError, cluster_url: &str) -> redis::RedisError {
@@ -580,14 +578,6 @@ fn redirected(err: redis::RedisError, cluster_url: &str) -> redis::RedisError {
         }
         _ => err,
     }
-}
-
-/// The URL to use and the server's answer, for an error made by [`redirected`].
-pub(crate) fn cluster_node(err: &redis::RedisError) -> Option<(&str, &str)> {
-    if err.code() != Some(CLUSTER_NODE_CODE) {
-        return None;
-    }
-    err.detail()?.split_once(' ')
 }
 
 /// A connection that ended (reset, broken pipe, closed, refused while reconnecting), as opposed to a slow reply.

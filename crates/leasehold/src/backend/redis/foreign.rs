@@ -3,7 +3,7 @@
 //! holds a lock of another kind.
 
 use crate::backend::redis::conn::Conn;
-use crate::client::{HoldMode, LockKind};
+use crate::engine::info::{HoldMode, LockKind};
 use crate::error::Error;
 use crate::fence::TOKEN_PREFIX;
 

@@ -1,5 +1,5 @@
-//! From a grant to a guard on Redis, for every kind: what bounds the grant's expiry ([`Expiry`]), the guard with its
-//! lease in the client's keeper ([`new_guard`]), a grant a release handed over by message ([`take_hand_off`]), and a
+//! A grant on Redis, for every kind: what bounds its expiry ([`Expiry`]), the grant with its lease in the client's
+//! keeper ([`new_grant`]; the seam, `kinds/store.rs`, makes the guard of it), a grant a release handed over by message ([`take_hand_off`]), and a
 //! grant too few replicas acknowledged ([`unreplicated`], [`short_of`]).
 
 use std::sync::Arc;
@@ -11,25 +11,33 @@ use crate::backend::redis::conn::ReplicaAcks;
 use crate::backend::redis::release::release_in_background;
 use crate::backend::redis::store::RedisStore;
 use crate::backend::redis::wake::{Expecting, Handed};
-use crate::client::Client;
 use crate::engine::keys::LockKeys;
 use crate::engine::lease::{Lease, LeaseShared};
 use crate::engine::ttl::drift;
 use crate::error::Error;
 use crate::fence::Fence;
-use crate::kinds::guard::Guard;
 
-/// A guard for a grant of `hold` with fence `fence`, whose expiry `expiry` describes; `lease` is the lease to keep
-/// and how often to renew it (never: `None`). Shared by every lock kind.
-pub(crate) fn new_guard(
-    client: &Client,
+/// A Redis grant: its lease, its entry in the client's keeper (`None`: a fixed lease), and the hand-off route it holds
+/// until it ends (see `Expecting::taken`). The seam (`kinds/store.rs`) makes the guard of it, which releases it: a
+/// grant dropped before that stays held, and renewed, until the client goes.
+#[must_use = "only the guard made of a grant releases it"]
+pub(crate) struct Grant {
+    pub(crate) lease: Lease,
+    pub(crate) kept: Option<u64>,
+    pub(crate) route: Option<u128>,
+}
+
+/// The grant of `hold` with fence `fence`, whose expiry `expiry` describes; `lease` is the lease to keep and how often
+/// to renew it (never: `None`). Shared by every lock kind.
+pub(crate) fn new_grant(
+    inner: &Arc<RedisStore>,
     keys: &Arc<LockKeys>,
     hold: String,
     fence: i64,
     lease: (Duration, Option<Duration>),
     expiry: Expiry,
     route: Option<u128>,
-) -> Guard {
+) -> Grant {
     let (ttl, renew_every) = lease;
     let fence = Fence::new(u64::try_from(fence).unwrap_or(0));
     crate::engine::trace::kind_event!(crate::engine::trace::kind_of_hold(&hold), debug, lock = %keys.name(), hold = %crate::engine::trace::words(&hold), fence = fence.get(), ttl = ?ttl, handed = expiry.handed, "granted");
@@ -41,8 +49,6 @@ pub(crate) fn new_guard(
     } = expiry;
     let lease = LeaseShared::new(Arc::clone(keys), hold, fence, ttl, sent, left, run);
     let keeper = |every, once| {
-        // Every grant that comes here is a Redis grant (etcd's leases follow their session).
-        let inner = client.redis().ok()?;
         let weak = Arc::downgrade(inner);
         let renews: std::sync::Weak<dyn crate::engine::keeper::Renews> = weak;
         Some(
@@ -57,7 +63,11 @@ pub(crate) fn new_guard(
         None if handed && left < ttl => keeper(ttl / 3, true),
         None => None,
     };
-    Guard::new(client.clone(), Lease { shared: lease }, kept, route)
+    Grant {
+        lease: Lease { shared: lease },
+        kept,
+        route,
+    }
 }
 
 /// A grant (`token`, a mutex token or a hold) that too few replicas acknowledged: released in the background
@@ -81,34 +91,30 @@ pub(crate) fn unreplicated(
     }
 }
 
-/// A grant a release handed to `handed.token` (whose attempt was sent at `sent`), taken by a wait of any kind: a guard
-/// keeping `lease`, when the deadline it gives leaves at least a quarter of the claim; otherwise the token, to be
+/// A grant a release handed to `handed.token` (whose attempt was sent at `sent`), taken by a wait of any kind: the
+/// grant, keeping `lease`, when the deadline it gives leaves at least a quarter of the claim; otherwise the token, to be
 /// confirmed by an attempt.
 ///
 /// The deadline: the release ran after the attempt that stored the token, which ran after it was sent, so the claim
 /// lease it set ends no earlier than `sent + claim` (less the drift allowance, as for every lease).
 pub(crate) fn take_hand_off(
-    client: &Client,
+    inner: &Arc<RedisStore>,
     keys: &Arc<LockKeys>,
     expecting: &mut Expecting,
     handed: Handed,
     sent: Instant,
     lease: (Duration, Option<Duration>),
-) -> Result<Guard, String> {
+) -> Result<Grant, String> {
     // A grant whose replication nobody confirmed (the release that handed it did not wait for replicas) is confirmed
     // by an attempt first, when the client requires acknowledgements: that attempt's call waits for them.
-    if client
-        .redis()
-        .map_or(true, |inner| inner.replicas.is_some())
-        || !hand_off_usable(&handed, sent)
-    {
+    if inner.replicas.is_some() || !hand_off_usable(&handed, sent) {
         return Err(handed.token);
     }
     let route = expecting.handed_over(&handed.token);
     let expiry = Expiry::handed(&handed, sent);
     let fence = i64::try_from(handed.fence).unwrap_or(i64::MAX);
-    Ok(new_guard(
-        client,
+    Ok(new_grant(
+        inner,
         keys,
         handed.token,
         fence,

@@ -6,30 +6,34 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::redis::foreign::{explain_foreign, foreign, not_a_lock, script_error};
-use crate::backend::redis::grant::{new_guard, short_of, Expiry};
+use crate::backend::redis::grant::{new_grant, short_of, Expiry, Grant};
 use crate::backend::redis::release::Undo;
 use crate::backend::redis::scripts::{DOWNGRADE, REENTER, SET_PERMITS};
 use crate::backend::redis::store::RedisStore;
 use crate::backend::Handle;
 use crate::engine::keys::{millis, LockKeys};
+use crate::engine::lease::LeaseShared;
 use crate::error::Error;
+use crate::fence::Fence;
 use crate::fence::{new_token, token_of};
-use crate::kinds::guard::Guard;
-use crate::kinds::reentrant::MAX_DEPTH;
+
+/// The deepest a reentrant mutex nests: re-entries of one guard in a process, and holds of one lock across processes
+/// (`reenter.lua` counts them; reentrant holds are Redis's alone).
+pub const MAX_DEPTH: usize = 32;
 
 /// [`WriteGuard::downgrade`](crate::WriteGuard::downgrade) on Redis, once the write lease is known to be live: the
-/// write grant `guard` of the lock `keys` becomes a read share in one step, keeping `lease` (its length, and how often
-/// it is renewed).
+/// write grant `shared` (fence `fence`, its guard converted: see `Guard::converted`) of the lock `keys` becomes a read
+/// share in one step, keeping `lease` (its length, and how often it is renewed).
 pub(crate) async fn downgrade(
-    guard: Guard,
+    inner: &Arc<RedisStore>,
+    shared: Arc<LeaseShared>,
+    fence: Fence,
     keys: Arc<LockKeys>,
     lease: (Duration, Option<Duration>),
-) -> Result<Guard, Error> {
-    let fence = i64::try_from(guard.fence().get()).unwrap_or(i64::MAX);
-    let (client, shared) = guard.converted();
+) -> Result<Grant, Error> {
+    let fence = i64::try_from(fence.get()).unwrap_or(i64::MAX);
     let write_hold = shared.token.clone();
     let read_hold = format!("r {}", token_of(&write_hold));
-    let inner = client.redis()?;
     // Until the reply says which hold Redis has, both are released if this call goes no further.
     let undo = Undo::new(
         inner,
@@ -52,8 +56,8 @@ pub(crate) async fn downgrade(
     let (run, code, left) = reply.map_err(|err| not_a_lock(err, &keys.lock))?;
     undo.disarm();
     match code {
-        1 => Ok(new_guard(
-            &client,
+        1 => Ok(new_grant(
+            inner,
             &keys,
             read_hold,
             fence,
@@ -78,7 +82,7 @@ pub(crate) async fn lock_as(
     handle: &Handle<'_>,
     keys: Arc<LockKeys>,
     token: &str,
-) -> Result<Guard, Error> {
+) -> Result<Grant, Error> {
     let presented = token_of(token)
         .split(' ')
         .next()
@@ -118,8 +122,8 @@ pub(crate) async fn lock_as(
     // The reply says what Redis has: the nested hold on code 1 (the guard below owns it), nothing otherwise.
     undo.disarm();
     match code {
-        1 => Ok(new_guard(
-            handle.client,
+        1 => Ok(new_grant(
+            inner,
             &keys,
             hold,
             fence,

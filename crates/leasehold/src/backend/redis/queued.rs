@@ -16,7 +16,7 @@ use crate::backend::redis::acquire::{
 use crate::backend::redis::batch::{self, Coalescer, Failure, Item};
 use crate::backend::redis::conn::{ReplicaAcks, Sent};
 use crate::backend::redis::foreign::{explain_foreign, foreign, held_as, not_a_lock};
-use crate::backend::redis::grant::{new_guard, take_hand_off, unreplicated, Expiry};
+use crate::backend::redis::grant::{new_grant, take_hand_off, unreplicated, Expiry, Grant};
 use crate::backend::redis::release::{add_lock_keys, release_in_background};
 use crate::backend::redis::scripts::{Numbers, ScriptCall, CLAIM, HEARTBEAT, LEAVE, SET_ACQUIRE};
 use crate::backend::redis::store::RedisStore;
@@ -25,7 +25,6 @@ use crate::backend::{Ask, Handle};
 use crate::engine::keys::{millis, LockKeys};
 use crate::error::Error;
 use crate::fence::new_token;
-use crate::kinds::guard::Guard;
 
 /// The tracing target of this file's events: the module path the queued kinds' acquisition had before it moved here,
 /// so that log filters keep working (`leasehold::queued=debug`).
@@ -40,17 +39,18 @@ enum Mode {
 }
 
 enum Attempt {
-    Granted(Guard),
+    Granted(Grant),
     Busy(Option<Duration>),
 }
 
 /// Tries once for `ask` on the lock `keys`: granted only when the lock admits it and nobody live waits.
 pub(crate) async fn try_acquire(
+    inner: &Arc<RedisStore>,
     handle: &Handle<'_>,
     keys: Arc<LockKeys>,
     ask: &Ask,
-) -> Result<Guard, Error> {
-    match attempt(handle, &keys, ask, Mode::Try, None, "", None).await? {
+) -> Result<Grant, Error> {
+    match attempt(inner, handle, &keys, ask, Mode::Try, None, "", None).await? {
         Attempt::Granted(guard) => Ok(guard),
         Attempt::Busy(remaining) => Err(Error::Busy {
             name: keys.name().to_owned(),
@@ -61,13 +61,13 @@ pub(crate) async fn try_acquire(
 
 /// Waits in the lock's queue until `ask` is granted, or `deadline`.
 pub(crate) async fn wait(
+    inner: &Arc<RedisStore>,
     handle: &Handle<'_>,
     keys: Arc<LockKeys>,
     ask: &Ask,
     deadline: Option<Instant>,
-) -> Result<Guard, Error> {
+) -> Result<Grant, Error> {
     let started = Instant::now();
-    let inner = handle.client.redis()?;
     let wakeups = &inner.wakeups;
     let timed_out = |outage: &mut Outage| {
         outage.take().unwrap_or_else(|| Error::Timeout {
@@ -98,14 +98,7 @@ pub(crate) async fn wait(
     loop {
         let mut prev = expecting.last().map(str::to_owned);
         if let Some((handed, sent)) = expecting.handed() {
-            match take_hand_off(
-                handle.client,
-                &keys,
-                &mut expecting,
-                handed,
-                sent,
-                handle.lease(),
-            ) {
+            match take_hand_off(inner, &keys, &mut expecting, handed, sent, handle.lease()) {
                 Ok(guard) => {
                     leave.armed = false;
                     return Ok(guard);
@@ -115,6 +108,7 @@ pub(crate) async fn wait(
         }
         wake.borrow_and_update();
         let attempt = attempt(
+            inner,
             handle,
             &keys,
             ask,
@@ -160,7 +154,11 @@ pub(crate) async fn wait(
 }
 
 /// One attempt with a fresh hold (coalesced with other tasks' attempts when calls are out: see `batch.rs`).
+// The Redis side (`inner`) comes apart from the handle since the handle is the client's no more (the stores return
+// grants): one argument more than clippy's default.
+#[allow(clippy::too_many_arguments)]
 async fn attempt(
+    inner: &Arc<RedisStore>,
     handle: &Handle<'_>,
     keys: &Arc<LockKeys>,
     ask: &Ask,
@@ -169,7 +167,6 @@ async fn attempt(
     wid: &str,
     expecting: Option<&mut Expecting>,
 ) -> Result<Attempt, Error> {
-    let inner = handle.client.redis()?;
     let hold = format!("{} {}", ask.tag, new_token(handle.description)?);
     let sent = crate::engine::clock::now();
     let expecting = match expecting {
@@ -205,8 +202,8 @@ async fn attempt(
     };
     let expiry = |handed: bool| Expiry::replied(sent, left, run, handed);
     let granted = |hold: String, handed: bool, route: Option<u128>| {
-        Attempt::Granted(new_guard(
-            handle.client,
+        Attempt::Granted(new_grant(
+            inner,
             keys,
             hold,
             value,

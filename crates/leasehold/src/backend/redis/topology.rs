@@ -226,8 +226,8 @@ impl Cluster {
         }
         Ok(Cluster {
             seeds: infos,
-            connection_timeout: crate::client::DEFAULT_CONNECTION_TIMEOUT,
-            response_timeout: crate::client::DEFAULT_RESPONSE_TIMEOUT,
+            connection_timeout: crate::backend::DEFAULT_CONNECTION_TIMEOUT,
+            response_timeout: crate::backend::DEFAULT_RESPONSE_TIMEOUT,
             #[cfg(feature = "tls")]
             certs: None,
         })

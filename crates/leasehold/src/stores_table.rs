@@ -16,8 +16,8 @@
 
 use std::time::Duration;
 
-use super::{Capability, StoreKind, Support};
 use crate::backend::scheme::SCHEMES;
+use crate::capability::{Capability, StoreKind, Support};
 
 /// The store a URL scheme names.
 fn store_of(scheme: &str) -> StoreKind {
