@@ -166,7 +166,8 @@ impl Session {
     /// lease ends. [`Session::close`] revokes the lease, which deletes it at once.
     pub async fn acquire(&self, path: &str, kind: Kind) -> Result<Grant, EtcdError> {
         // The engine's recipe, ending at the first error (as the recipe's own tests expect).
-        recipe::acquire::<Etcd>(self.shared(), path, kind, "leasehold", true, true)
+        let outage = crate::backend::session::wait::Outage::new(path);
+        recipe::acquire::<Etcd>(self.shared(), path, kind, "leasehold", true, true, &outage)
             .await?
             .ok_or(EtcdError::Protocol("a wait that ended without a grant"))
     }

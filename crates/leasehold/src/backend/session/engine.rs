@@ -14,7 +14,7 @@ use super::sessions::{Sessions, StoreSession};
 use super::state::Background;
 use super::{Primitives, SessionLoss, StoreError};
 use crate::backend::admission::{admit, Admission, Kind};
-use crate::backend::session::wait::{Terms, Wait};
+use crate::backend::session::wait::{Outage, Terms, Wait};
 use crate::backend::LockKeys;
 use crate::engine::info::LockInfo;
 use crate::engine::lease::{Lease, LeaseShared};
@@ -204,15 +204,23 @@ impl<P: Primitives> Engine<P> {
         // Each attempt's entry has a hold of its own: an earlier attempt's entry may still be on its way to deletion
         // when the next is written.
         let attempts = AtomicUsize::new(0);
+        let outage = Outage::new(keys.name());
         let attempt = || async {
             let hold = match attempts.fetch_add(1, Ordering::Relaxed) {
                 0 => hold.clone(),
                 _ => crate::fence::redrawn(&hold).map_err(|e| P::Error::entropy(e.to_string()))?,
             };
             let session = self.session(ttl).await?;
-            let grant =
-                super::recipe::acquire(&session.shared, &path, kind, &hold, waits, fail_fast)
-                    .await?;
+            let grant = super::recipe::acquire(
+                &session.shared,
+                &path,
+                kind,
+                &hold,
+                waits,
+                fail_fast,
+                &outage,
+            )
+            .await?;
             match grant {
                 Some(grant) => self.hold(&keys, hold, session, grant).map(Some),
                 None => Ok(None),
@@ -222,6 +230,7 @@ impl<P: Primitives> Engine<P> {
             keys.name(),
             wait,
             fail_fast,
+            &outage,
             attempt,
             P::Error::passes,
             |e| match e.wrong_permits() {

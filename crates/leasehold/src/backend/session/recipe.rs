@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::life::Shared;
+use super::wait::Outage;
 use super::{Enqueued, Primitives, StoreError};
 use crate::backend::admission::{admit, Admission, Kind};
 
@@ -60,6 +61,8 @@ impl<P: Primitives> Drop for Pending<'_, P> {
 /// # Cancel safety
 ///
 /// Dropping the future (or any error) deletes the entry in the background; at worst it stays until the session ends.
+/// A store error ridden out while waiting is recorded in `outage` (logged once; reported if the wait runs out before
+/// the store answers again).
 pub(crate) async fn acquire<P: Primitives>(
     session: &Arc<Shared<P>>,
     path: &str,
@@ -67,6 +70,7 @@ pub(crate) async fn acquire<P: Primitives>(
     hold: &str,
     waits: bool,
     fail_fast: bool,
+    outage: &Outage<P::Error>,
 ) -> Result<Option<P::Grant>, P::Error> {
     session.check_alive()?;
     let mut pending = Pending {
@@ -87,6 +91,7 @@ pub(crate) async fn acquire<P: Primitives>(
         session.check_alive()?;
         let error = match P::ahead(session, path, &waiter, kind).await {
             Ok((ahead, seen)) => {
+                outage.answered();
                 let kinds: Vec<Kind> = ahead.iter().map(|(kind, _)| *kind).collect();
                 let on = match admit(kind, &kinds) {
                     Admission::Granted => {
@@ -127,6 +132,7 @@ pub(crate) async fn acquire<P: Primitives>(
             return Err(error);
         }
         tracing::debug!(target: TARGET, store = P::SESSION, %path, %error, "a check failed while waiting; the entry keeps its place");
+        outage.ride_out(error);
         let pause = backoff;
         backoff = (backoff * 2).min(MAX_BACKOFF);
         tokio::select! {
