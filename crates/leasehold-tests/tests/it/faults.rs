@@ -89,9 +89,11 @@ async fn a_cut_off_holder_learns_of_the_loss_before_anyone_else_gets_the_lock() 
         other => panic!("expected LeaseLost(Expired), got {other:?}"),
     }
     assert!(!lease.is_held());
-    // The deadline is conservative and the loss lands on it (timer ticks are 1 ms; allow scheduling slack).
+    // The deadline is conservative and the loss lands on it, not at some later renewal: seen by this task within a
+    // twentieth of the lease (timer ticks are 1 ms; the rest is this task's scheduling, which a busy machine delays:
+    // 11 ms was seen beside a torture run).
     assert!(
-        lost_at <= lease.valid_until() + Duration::from_millis(10),
+        lost_at <= lease.valid_until() + ttl / 20,
         "lost {:?} after the deadline",
         lost_at.duration_since(lease.valid_until())
     );
