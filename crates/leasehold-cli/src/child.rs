@@ -46,6 +46,9 @@ pub enum Termination {
     Graceful,
     /// Something was left after the grace period and got SIGKILL.
     Killed,
+    /// The program died of a SIGKILL `run` did not send within the grace period: the enforcer's, armed for the same
+    /// instant (its timer may fire first on a loaded machine), or anyone else's.
+    DiedOfSigkill,
 }
 
 impl Program {
@@ -203,12 +206,15 @@ impl Program {
         let deadline = Instant::now() + grace;
         let graceful = loop {
             tokio::select! {
-                status = self.wait() => {
-                    if status.is_err() {
-                        break false;
+                status = self.wait() => match status {
+                    Ok(status) if status.signal() == Some(Signal::SIGKILL as i32) => {
+                        // Whatever is left of the group goes with it.
+                        self.signal(Signal::SIGKILL);
+                        return Termination::DiedOfSigkill;
                     }
-                    break self.group_gone_by(deadline).await;
-                }
+                    Ok(_) => break self.group_gone_by(deadline).await,
+                    Err(_) => break false,
+                },
                 () = tokio::time::sleep_until(deadline) => break false,
                 sig = signals.recv() => self.forward(sig),
             }

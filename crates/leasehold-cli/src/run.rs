@@ -525,11 +525,15 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
                 "leasehold: lost lock {name:?}: {why}; stopping {shown} (SIGTERM, then SIGKILL after {})",
                 show(grace)
             ));
-            if program.finish_stop(grace, signals).await == Termination::Killed {
-                print_err(&format!(
+            match program.finish_stop(grace, signals).await {
+                Termination::Graceful => {}
+                Termination::Killed => print_err(&format!(
                     "leasehold: {shown} was still running {} after SIGTERM; sent SIGKILL",
                     show(grace)
-                ));
+                )),
+                Termination::DiedOfSigkill => {
+                    print_err(&format!("leasehold: {shown} died of SIGKILL after SIGTERM"))
+                }
             }
             enforcer.stand_down();
             // A lease still held (its renewal came back after SIGTERM) is given back; a lost one would only be
