@@ -474,8 +474,8 @@ pub mod __etcd {
     /// leasehold's own etcd client, for the command's bench floor and the tests that talk to etcd directly.
     pub use crate::backend::etcd::rpc;
     pub use crate::backend::etcd::{
-        EtcdError, Grant, Kind, Released, Session, SessionLoss, SessionOptions, DEFAULT_TTL,
-        MAX_PATH_LEN, MIN_TTL,
+        EngineError, EtcdError, Grant, Kind, Released, Session, SessionLoss, SessionOptions,
+        DEFAULT_TTL, MAX_PATH_LEN, MIN_TTL,
     };
 }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::rpc;
-use crate::backend::session::SessionLoss;
+use crate::backend::session::EngineError;
 
 /// What can go wrong in the etcd recipe.
 ///
@@ -51,30 +51,10 @@ pub enum EtcdError {
         source: rpc::Error,
     },
 
-    /// The session's lease ended (or may have ended, by the local deadline): every key of the session is gone, or
-    /// about to be.
-    #[error("the etcd session's lease is lost: {0}")]
-    SessionLost(SessionLoss),
-
-    /// The ownership check after a wait (or before a grant) found the waiter key gone or recreated: its lease was
-    /// revoked or expired while it waited. This is the check etcd 3.4's server-side `Lock` lacks (etcd#9921).
-    #[error("the waiter key {key} was gone when its turn came")]
-    LostWhileWaiting {
-        /// The waiter key.
-        key: String,
-    },
-
-    /// A permit request whose count differs from that of a permit key ahead of it: a semaphore's count is the same
-    /// for everyone. Its key is deleted.
-    #[error("the semaphore is in use with {stored} permits")]
-    WrongPermits {
-        /// The count of the oldest permit key ahead.
-        stored: u32,
-    },
-
-    /// The OS had no randomness for a grant id.
-    #[error("no randomness for a grant id: {0}")]
-    Entropy(String),
+    /// What the session engine reports: the session lost, an entry gone while it waited, a semaphore's count that
+    /// disagrees with the entries ahead, no randomness.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
 
     /// etcd answered something the recipe never asks for (a transaction without its responses, say).
     #[error("unexpected etcd response to {0}")]
@@ -82,15 +62,6 @@ pub enum EtcdError {
 }
 
 impl EtcdError {
-    /// Whether the caller held or queued something and lost it: [`SessionLost`](Self::SessionLost) or
-    /// [`LostWhileWaiting`](Self::LostWhileWaiting).
-    pub fn is_lost(&self) -> bool {
-        matches!(
-            self,
-            EtcdError::SessionLost(_) | EtcdError::LostWhileWaiting { .. }
-        )
-    }
-
     /// Whether etcd did not answer in time ([`Timeout`](Self::Timeout)).
     pub fn is_timeout(&self) -> bool {
         matches!(self, EtcdError::Timeout { .. })

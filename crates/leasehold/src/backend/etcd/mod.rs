@@ -49,7 +49,7 @@
 //! Exclusive: no key ahead; it watches the key just ahead. Shared: every key ahead is a reader; it watches the last
 //! writer ahead (a waiting writer holds back later readers). Permits(N): every key ahead is a permit and fewer than
 //! N are; it watches the whole prefix, since any key ahead leaving may admit it. A permit key behind a permit key of
-//! another count is refused (`EtcdError::WrongPermits`), as Redis refuses a count that disagrees with the stored one.
+//! another count is refused (`EngineError::WrongPermits`), as Redis refuses a count that disagrees with the stored one.
 //!
 //! # The loss deadline
 //!
@@ -64,7 +64,7 @@ pub mod rpc;
 pub(crate) mod session;
 pub(crate) mod store;
 
-pub use crate::backend::session::SessionLoss;
+pub use crate::backend::session::{EngineError, SessionLoss};
 pub use error::EtcdError;
 pub use kind::{Kind, MAX_PATH_LEN};
 pub use recipe::{Grant, Released};

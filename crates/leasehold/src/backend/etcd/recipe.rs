@@ -27,7 +27,7 @@ use super::session::{Session, Shared};
 use super::store::Etcd;
 use super::{EtcdError, Kind};
 use crate::backend::session::recipe;
-use crate::backend::session::SessionLoss;
+use crate::backend::session::{random_bytes, SessionLoss, StoreError};
 use crate::fence::Fence;
 
 /// A grant: a waiter key that was admitted, with the revision that orders and fences it.
@@ -252,9 +252,7 @@ pub(crate) async fn release(session: &Shared, grant: &Grant) -> Result<Released,
 
 /// 64 random bits from the OS: the grant's id, unique among the grants of a session.
 fn grant_id() -> Result<u64, EtcdError> {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(|e| EtcdError::Entropy(e.to_string()))?;
-    Ok(u64::from_le_bytes(bytes))
+    Ok(u64::from_le_bytes(random_bytes()?))
 }
 
 /// The compare that says a key is still this grant's.
@@ -303,9 +301,7 @@ async fn enqueue(
     };
     let mine = mine.first().ok_or(EtcdError::Protocol("enqueue"))?;
     if mine.lease() != lease {
-        return Err(EtcdError::LostWhileWaiting {
-            key: key.to_owned(),
-        });
+        return Err(EtcdError::lost_while_waiting(key.to_owned()));
     }
     let revision = mine.create_revision();
     let first = oldest.first().map(|kv| kv.create_revision()) == Some(revision);
@@ -319,7 +315,7 @@ fn lease_gone_is_loss(e: EtcdError, session: &Shared) -> EtcdError {
             source: rpc::Error::GRpcStatus(status),
             ..
         } if status.message().contains("lease not found") => {
-            EtcdError::SessionLost(session.loss().unwrap_or(SessionLoss::Ended))
+            EtcdError::session_lost(session.loss().unwrap_or(SessionLoss::Ended))
         }
         _ => e,
     }
@@ -358,9 +354,7 @@ pub(crate) async fn ahead(
         .await?;
     if !response.succeeded() {
         session.check_alive()?;
-        return Err(EtcdError::LostWhileWaiting {
-            key: key.to_owned(),
-        });
+        return Err(EtcdError::lost_while_waiting(key.to_owned()));
     }
     let seen = response
         .header()

@@ -23,7 +23,7 @@ use super::recipe::{Grant, Released};
 use super::session::{Conn, SessionOptions, Shared};
 use super::{EtcdError, Kind};
 use crate::backend::session::{
-    Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss, StoreError,
+    Admitted, Background, Engine, EngineError, Enqueued, Opened, Primitives, Renewal, StoreError,
 };
 use crate::error::Error;
 use crate::fence::Fence;
@@ -189,44 +189,19 @@ fn lock_name(rest: &str) -> Option<&str> {
 }
 
 impl StoreError for EtcdError {
-    fn session_lost(loss: SessionLoss) -> Self {
-        EtcdError::SessionLost(loss)
+    fn store(_shown: &str) -> &'static str {
+        "etcd"
     }
 
-    /// A lost session (a new one is opened), no answer, a member going away.
-    fn passes(&self) -> bool {
-        self.is_lost()
-            || self.is_timeout()
+    fn transient(&self) -> bool {
+        self.is_timeout()
             || matches!(self, EtcdError::Etcd { source, .. } if super::endpoints::is_transient(source))
     }
 
-    fn is_lost(&self) -> bool {
-        EtcdError::is_lost(self)
-    }
-
-    fn wrong_permits(&self) -> Option<u32> {
+    fn as_engine(&self) -> Option<&EngineError> {
         match self {
-            EtcdError::WrongPermits { stored } => Some(*stored),
+            EtcdError::Engine(e) => Some(e),
             _ => None,
-        }
-    }
-
-    fn refused_permits(stored: u32) -> Self {
-        EtcdError::WrongPermits { stored }
-    }
-
-    fn entropy(why: String) -> Self {
-        EtcdError::Entropy(why)
-    }
-
-    fn into_error(self, shown: &str) -> Error {
-        match self {
-            EtcdError::Entropy(why) => Error::Entropy(why),
-            e => Error::Store {
-                store: "etcd",
-                url: shown.to_owned(),
-                source: Box::new(e),
-            },
         }
     }
 }

@@ -12,7 +12,7 @@ use super::info::{held_among, lock_info};
 use super::life::Session;
 use super::sessions::{Sessions, StoreSession};
 use super::state::Background;
-use super::{Primitives, SessionLoss, StoreError};
+use super::{EngineError, Primitives, SessionLoss, StoreError};
 use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::session::wait::{Outage, Terms, Wait};
 use crate::backend::LockKeys;
@@ -208,7 +208,8 @@ impl<P: Primitives> Engine<P> {
         let attempt = || async {
             let hold = match attempts.fetch_add(1, Ordering::Relaxed) {
                 0 => hold.clone(),
-                _ => crate::fence::redrawn(&hold).map_err(|e| P::Error::entropy(e.to_string()))?,
+                _ => crate::fence::redrawn(&hold)
+                    .map_err(|e| P::Error::from(EngineError::Entropy(e.to_string())))?,
             };
             let session = self.session(ttl).await?;
             let grant = super::recipe::acquire(
@@ -233,9 +234,11 @@ impl<P: Primitives> Engine<P> {
             &outage,
             attempt,
             P::Error::passes,
-            |e| match e.wrong_permits() {
-                Some(stored) => crate::backend::admission::wrong_permits(keys.name(), kind, stored),
-                None => self.error(e),
+            |e| match e.as_engine() {
+                Some(&EngineError::WrongPermits { stored }) => {
+                    crate::backend::admission::wrong_permits(keys.name(), kind, stored)
+                }
+                _ => self.error(e),
             },
         )
         .await

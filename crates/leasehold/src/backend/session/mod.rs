@@ -112,22 +112,90 @@ pub(crate) enum Renewal<E> {
     Failed,
 }
 
+/// What the engine itself refuses or lacks, the same on every store with sessions: each store's error carries it as
+/// one variant (`Engine`), shown as it is (public for etcd's recipe tests: `leasehold::__etcd`).
+#[cfg_attr(not(feature = "etcd"), allow(unreachable_pub))]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The session ended (or may have ended, by the local deadline): every entry of it is gone, or about to be.
+    #[error("the lock session is lost: {0}")]
+    SessionLost(SessionLoss),
+
+    /// The check after a wait (or before a grant) found the acquisition's entry gone or recreated: deleted by
+    /// someone else (`release --force`), or its session ended, while it waited.
+    #[error("the entry {entry} was gone when its turn came")]
+    LostWhileWaiting {
+        /// The entry: its key, its node, or its lock's name.
+        entry: String,
+    },
+
+    /// A permit request whose count differs from that of a permit entry ahead of it: a semaphore's count is the same
+    /// for everyone. Its entry is deleted.
+    #[error("the semaphore is in use with {stored} permits")]
+    WrongPermits {
+        /// The count of the oldest permit entry ahead.
+        stored: u32,
+    },
+
+    /// The OS had no randomness for an id (a grant's, a session's).
+    #[error("no randomness for an id: {0}")]
+    Entropy(String),
+}
+
+/// `N` random bytes from the OS: the ids of grants and sessions.
+pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], EngineError> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).map_err(|e| EngineError::Entropy(e.to_string()))?;
+    Ok(bytes)
+}
+
 /// What the engine needs of a store's error.
-pub(crate) trait StoreError: std::error::Error + Send + Sync + Sized + 'static {
+pub(crate) trait StoreError:
+    std::error::Error + From<EngineError> + Send + Sync + Sized + 'static
+{
+    /// The store's name in [`Error::Store`], on the store at the URL shown as `shown`.
+    fn store(shown: &str) -> &'static str;
+    /// Whether the store did not answer, or answered that it cannot answer now (a member going away): what says
+    /// nothing about the request itself.
+    fn transient(&self) -> bool;
+    /// The engine's own error it carries, when it is one.
+    fn as_engine(&self) -> Option<&EngineError>;
     /// The error a lost session makes.
-    fn session_lost(loss: SessionLoss) -> Self;
-    /// Whether a wait rides it out (no answer, a member going away, a session lost while waiting).
-    fn passes(&self) -> bool;
+    fn session_lost(loss: SessionLoss) -> Self {
+        EngineError::SessionLost(loss).into()
+    }
+    /// The error of an acquisition whose entry was gone when its turn came (`entry` names it).
+    fn lost_while_waiting(entry: String) -> Self {
+        EngineError::LostWhileWaiting { entry }.into()
+    }
     /// Whether it says the acquisition's entry or its session is gone (a wait cannot go on with that entry).
-    fn is_lost(&self) -> bool;
-    /// The permit count a semaphore's entries ahead were made with, when the lock refused this one's.
-    fn wrong_permits(&self) -> Option<u32>;
-    /// The refusal of a semaphore whose entries ahead were made with `stored` permits.
-    fn refused_permits(stored: u32) -> Self;
-    /// The error of an acquisition that could not draw its random bits.
-    fn entropy(why: String) -> Self;
+    fn is_lost(&self) -> bool {
+        matches!(
+            self.as_engine(),
+            Some(EngineError::SessionLost(_) | EngineError::LostWhileWaiting { .. })
+        )
+    }
+    /// Whether a wait rides it out: a transient error, or a lost session or entry (a new one is written).
+    fn passes(&self) -> bool {
+        self.is_lost() || self.transient()
+    }
+    /// The crate's error for any other: [`Error::Store`] on the store at the URL shown as `shown`, unless the store
+    /// has a better one.
+    fn into_store_error(self, shown: &str) -> Error {
+        Error::Store {
+            store: Self::store(shown),
+            url: shown.to_owned(),
+            source: Box::new(self),
+        }
+    }
     /// The crate's error for it, on the store at the URL shown as `shown`.
-    fn into_error(self, shown: &str) -> Error;
+    fn into_error(self, shown: &str) -> Error {
+        if let Some(EngineError::Entropy(why)) = self.as_engine() {
+            return Error::Entropy(why.clone());
+        }
+        self.into_store_error(shown)
+    }
 }
 
 /// A store with sessions: its own settings (`Self`) and its primitives. Everything else is the engine's.

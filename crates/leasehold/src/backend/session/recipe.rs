@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use super::life::Shared;
 use super::wait::Outage;
-use super::{Enqueued, Primitives, StoreError};
+use super::{EngineError, Enqueued, Primitives, StoreError};
 use crate::backend::admission::{admit, Admission, Kind};
 
 /// The first pause after a store error inside a wait; it doubles up to [`MAX_BACKOFF`].
@@ -100,7 +100,10 @@ pub(crate) async fn acquire<P: Primitives>(
                     }
                     // Refused: the entry is deleted in the background (`pending`).
                     Admission::WrongPermits(stored) => {
-                        return Err(P::Error::refused_permits(stored.get()));
+                        return Err(EngineError::WrongPermits {
+                            stored: stored.get(),
+                        }
+                        .into());
                     }
                     // A try not admitted at once takes its entry back; if that delete gets no answer, `pending` does
                     // it again in the background.

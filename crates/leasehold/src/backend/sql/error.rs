@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::backend::session::SessionLoss;
+use crate::backend::session::EngineError;
 
 /// What can go wrong in a SQL store.
 #[derive(Debug, thiserror::Error)]
@@ -50,24 +50,10 @@ pub(crate) enum SqlError {
         source: mysql_async::Error,
     },
 
-    /// The client's session ended (or may have ended, by the local deadline): its entries are gone, or may be
-    /// deleted by anyone from now on.
-    #[error("the lock session is lost: {0}")]
-    SessionLost(SessionLoss),
-
-    /// The check after a wait found the waiter's entry gone: deleted by someone else (`release --force`).
-    #[error("the queue entry of lock {name:?} was gone when its turn came")]
-    LostWhileWaiting {
-        /// The lock.
-        name: String,
-    },
-
-    /// A permit request whose count differs from that of a permit entry ahead of it. Its entry is deleted.
-    #[error("the semaphore is in use with {stored} permits")]
-    WrongPermits {
-        /// The count of the oldest permit entry ahead.
-        stored: u32,
-    },
+    /// What the session engine reports: the session lost, an entry gone while it waited, a semaphore's count that
+    /// disagrees with the entries ahead, no randomness.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
 
     /// The database answered with what the library did not write (a table changed by hand).
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
@@ -86,28 +72,21 @@ pub(crate) enum SqlError {
         /// What is missing, and the statements that grant it.
         detail: String,
     },
-
-    /// The OS had no randomness for a session id.
-    #[error("no randomness for a session id: {0}")]
-    Entropy(String),
 }
 
 impl SqlError {
-    /// Whether the database did not answer, or answered that it cannot answer now: what a wait rides out.
-    pub(crate) fn passes(&self) -> bool {
+    /// Whether the database did not answer, or answered that it cannot answer now.
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
-            SqlError::Timeout { .. }
-            | SqlError::SessionLost(_)
-            | SqlError::LostWhileWaiting { .. } => true,
+            SqlError::Timeout { .. } => true,
             #[cfg(feature = "postgres")]
             SqlError::Postgres { source, .. } => super::postgres::is_transient(source),
             #[cfg(feature = "mysql")]
             SqlError::MySql { source, .. } => super::mysql::is_transient(source),
             SqlError::InvalidUrl { .. }
             | SqlError::Unexpected { .. }
-            | SqlError::Entropy(_)
-            | SqlError::NotPermitted { .. }
-            | SqlError::WrongPermits { .. } => false,
+            | SqlError::Engine(_)
+            | SqlError::NotPermitted { .. } => false,
         }
     }
 

@@ -61,6 +61,7 @@ use tokio::sync::watch;
 pub(crate) use error::SqlError;
 
 use crate::backend::admission::Kind;
+use crate::backend::session::random_bytes;
 
 /// The TLS material of the [`Builder`](crate::Builder) (its CA and client identity), for `sslmode=require` on
 /// PostgreSQL; nothing without the `tls` feature.
@@ -417,8 +418,7 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<(), crate::InvalidArgument> {
 
 /// A new session id: 128 random bits in hex.
 pub(crate) fn new_session_id() -> Result<String, SqlError> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| SqlError::Entropy(e.to_string()))?;
+    let bytes: [u8; 16] = random_bytes()?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 

@@ -27,6 +27,7 @@ use mysql_async::{Opts, OptsBuilder, Pool, Row, TxOpts, Value};
 use super::rights::{self, Object, Right, Use};
 use super::{kind_columns, kind_of_columns, micros, Entry, SqlError, Tables, Wakes};
 use crate::backend::admission::Kind;
+use crate::backend::session::StoreError;
 
 /// The poll interval of a waiter's `attempt`th check in a row behind waiters (0: it is next in line, every entry
 /// ahead holds the lock): 5 ms next in line, doubling to 50 ms further back.
@@ -469,9 +470,7 @@ impl MyDb {
         let fence = tx
             .last_insert_id()
             .and_then(|id| i64::try_from(id).ok())
-            .ok_or(SqlError::LostWhileWaiting {
-                name: name.to_owned(),
-            })?;
+            .ok_or_else(|| SqlError::lost_while_waiting(name.to_owned()))?;
         tx.exec_drop(
             &self.statements.insert_entry,
             (

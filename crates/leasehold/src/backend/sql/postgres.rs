@@ -25,6 +25,7 @@ use tokio_postgres::{AsyncMessage, Config, NoTls};
 use super::rights::{self, Object, Right, Use};
 use super::{kind_columns, kind_of_columns, micros, Entry, SqlError, Tables, Wakes};
 use crate::backend::admission::Kind;
+use crate::backend::session::StoreError;
 
 /// The key of the advisory lock the schema is created under (any fixed number; "leasehold" in ASCII, trimmed).
 const SCHEMA_LOCK: i64 = 0x6c65_6173_6568_6f6c;
@@ -484,9 +485,9 @@ impl PgDb {
                 ],
             )
             .await?;
-        let row = rows.first().ok_or(SqlError::LostWhileWaiting {
-            name: name.to_owned(),
-        })?;
+        let row = rows
+            .first()
+            .ok_or_else(|| SqlError::lost_while_waiting(name.to_owned()))?;
         row.try_get(0).map_err(pg("enqueue"))
     }
 

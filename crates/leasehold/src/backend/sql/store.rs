@@ -18,7 +18,8 @@ use super::{Db, Entry, SqlError};
 use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::session::state::passed;
 use crate::backend::session::{
-    Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss, StoreError,
+    Admitted, Background, Engine, EngineError, Enqueued, Opened, Primitives, Renewal, SessionLoss,
+    StoreError,
 };
 use crate::engine::clock;
 use crate::error::Error;
@@ -156,7 +157,7 @@ async fn enqueue(
         Ok(fence) => Ok(fence),
         Err(e) if e.session_gone() => {
             shared.lose(SessionLoss::Ended);
-            Err(SqlError::SessionLost(SessionLoss::Ended))
+            Err(SqlError::session_lost(SessionLoss::Ended))
         }
         Err(e) => Err(e),
     }
@@ -175,13 +176,11 @@ async fn ahead(
         let entries = shared.call("check", db.entries(name, Some(fence))).await?;
         let Some((mine, ahead)) = entries.split_last().filter(|(mine, _)| mine.fence == fence)
         else {
-            return Err(SqlError::LostWhileWaiting {
-                name: name.to_owned(),
-            });
+            return Err(SqlError::lost_while_waiting(name.to_owned()));
         };
         if !mine.live {
             shared.lose(SessionLoss::Ended);
-            return Err(SqlError::SessionLost(SessionLoss::Ended));
+            return Err(SqlError::session_lost(SessionLoss::Ended));
         }
         let mut dead: Vec<String> = ahead
             .iter()
@@ -242,7 +241,7 @@ impl SqlError {
     /// The crate's error for it, on `store` at the URL shown as `shown`.
     fn into_error_on(self, store: &'static str, shown: &str) -> Error {
         match self {
-            SqlError::Entropy(why) => Error::Entropy(why),
+            SqlError::Engine(EngineError::Entropy(why)) => Error::Entropy(why),
             SqlError::NotPermitted { detail } => Error::NotPermitted {
                 detail,
                 source: None,
@@ -260,40 +259,24 @@ impl SqlError {
 }
 
 impl StoreError for SqlError {
-    fn session_lost(loss: SessionLoss) -> Self {
-        SqlError::SessionLost(loss)
+    fn store(shown: &str) -> &'static str {
+        db_name(shown)
     }
 
-    fn passes(&self) -> bool {
-        SqlError::passes(self)
+    fn transient(&self) -> bool {
+        self.is_transient()
     }
 
-    fn is_lost(&self) -> bool {
-        matches!(
-            self,
-            SqlError::SessionLost(_) | SqlError::LostWhileWaiting { .. }
-        )
-    }
-
-    fn wrong_permits(&self) -> Option<u32> {
+    fn as_engine(&self) -> Option<&EngineError> {
         match self {
-            SqlError::WrongPermits { stored } => Some(*stored),
+            SqlError::Engine(e) => Some(e),
             _ => None,
         }
     }
 
-    fn refused_permits(stored: u32) -> Self {
-        SqlError::WrongPermits { stored }
-    }
-
-    fn entropy(why: String) -> Self {
-        SqlError::Entropy(why)
-    }
-
     /// The store's name comes from the error's own dialect when it has one; a URL's errors name it themselves.
-    fn into_error(self, shown: &str) -> Error {
-        let store = db_name(shown);
-        self.into_error_on(store, shown)
+    fn into_store_error(self, shown: &str) -> Error {
+        self.into_error_on(Self::store(shown), shown)
     }
 }
 

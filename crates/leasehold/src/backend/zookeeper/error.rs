@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::backend::session::SessionLoss;
+use crate::backend::session::EngineError;
 
 /// What can go wrong in the ZooKeeper recipe.
 #[derive(Debug, thiserror::Error)]
@@ -36,19 +36,6 @@ pub(crate) enum ZkError {
         source: zookeeper_client::Error,
     },
 
-    /// The session ended (or may have ended, by the local deadline): every node of the session is gone, or about
-    /// to be.
-    #[error("the ZooKeeper session is lost: {0}")]
-    SessionLost(SessionLoss),
-
-    /// The check after a wait found the grant's node gone: deleted by someone else (`release --force`) while it
-    /// waited.
-    #[error("the lock node {node} was gone when its turn came")]
-    LostWhileWaiting {
-        /// The node's path.
-        node: String,
-    },
-
     /// Operation `index` (from 0) of a guarded write was refused; nothing of the write was committed.
     #[error("ZooKeeper refused write {index} of a guarded write")]
     Write {
@@ -59,33 +46,19 @@ pub(crate) enum ZkError {
         source: zookeeper_client::Error,
     },
 
-    /// A permit request whose count differs from that of a permit node ahead of it. Its node is deleted.
-    #[error("the semaphore is in use with {stored} permits")]
-    WrongPermits {
-        /// The count of the oldest permit node ahead.
-        stored: u32,
-    },
-
-    /// The OS had no randomness for a grant id.
-    #[error("no randomness for a grant id: {0}")]
-    Entropy(String),
+    /// What the session engine reports: the session lost, an entry gone while it waited, a semaphore's count that
+    /// disagrees with the entries ahead, no randomness.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
 }
 
 impl ZkError {
-    /// Whether the caller held or queued something and lost it.
-    pub(crate) fn is_lost(&self) -> bool {
-        matches!(
-            self,
-            ZkError::SessionLost(_) | ZkError::LostWhileWaiting { .. }
-        )
-    }
-
-    /// Whether ZooKeeper did not answer, or answered that it cannot answer now: what a wait rides out.
-    pub(crate) fn passes(&self) -> bool {
+    /// Whether ZooKeeper did not answer, or answered that it cannot answer now.
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             ZkError::Timeout { .. } => true,
             ZkError::ZooKeeper { source, .. } => is_transient(source),
-            e => e.is_lost(),
+            _ => false,
         }
     }
 }

@@ -26,6 +26,7 @@ use super::kind::{node_prefix, queue, Contender};
 use super::session::Shared;
 use super::ZkError;
 use crate::backend::admission::Kind;
+use crate::backend::session::{random_bytes, StoreError};
 use crate::fence::Fence;
 
 /// How many times a create is tried again after finding its parent gone (a container reaped in between).
@@ -195,7 +196,7 @@ pub(crate) async fn release(session: &Shared, node: &str) -> Result<bool, ZkErro
                 ..
             // Not there: already deleted, by this release's earlier try whose answer was lost, or with the session.
             }) => return Ok(tries > 0),
-            Err(e) if e.passes() && !e.is_lost() && tries < 2 => tries += 1,
+            Err(e) if e.is_transient() && tries < 2 => tries += 1,
             Err(e) => return Err(e),
         }
     }
@@ -203,9 +204,7 @@ pub(crate) async fn release(session: &Shared, node: &str) -> Result<bool, ZkErro
 
 /// 64 random bits from the OS: the grant's id, which protects its node (see the module docs).
 fn grant_id() -> Result<u64, ZkError> {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(|e| ZkError::Entropy(e.to_string()))?;
-    Ok(u64::from_le_bytes(bytes))
+    Ok(u64::from_le_bytes(random_bytes()?))
 }
 
 /// Creates the grant's node under `path` (and `path` itself when it is missing); returns its name, its `czxid`, and
@@ -244,7 +243,7 @@ async fn create(
                     )
                     .await?;
             }
-            Err(e) if e.passes() && !e.is_lost() => {
+            Err(e) if e.is_transient() => {
                 lost_answers += 1;
                 if let Some((name, czxid)) = find_own(session, path, prefix).await? {
                     return Ok((name, czxid, true));
@@ -279,7 +278,7 @@ async fn find_own(
             source: zookeeper_client::Error::NoNode,
             ..
         }) => return Ok(None),
-        Err(e) if e.passes() && !e.is_lost() => return Ok(None),
+        Err(e) if e.is_transient() => return Ok(None),
         Err(e) => return Err(e),
     };
     for child in children.iter().filter(|c| c.starts_with(prefix)) {
@@ -318,9 +317,7 @@ async fn check(
     contenders.retain(|c| c.name == name || !c.name.starts_with(prefix));
     let Some(at) = contenders.iter().position(|c| c.name == name) else {
         session.check_alive()?;
-        return Err(ZkError::LostWhileWaiting {
-            node: format!("{path}/{name}"),
-        });
+        return Err(ZkError::lost_while_waiting(format!("{path}/{name}")));
     };
     contenders.truncate(at);
     Ok(contenders)

@@ -34,7 +34,7 @@ use zookeeper_client::{MultiReadResult, StateWatcher};
 
 use super::store::ZooKeeper;
 use super::ZkError;
-use crate::backend::session::{self as engine, Opened, Renewal, SessionLoss};
+use crate::backend::session::{self as engine, Opened, Renewal, SessionLoss, StoreError};
 use crate::engine::clock;
 
 /// The session timeout asked for unless one is set: the default lease of every store ([`crate::DEFAULT_TTL`], 30 s).
@@ -77,7 +77,7 @@ impl Shared {
         let client = self.conn.client.read().unwrap_or_else(|e| e.into_inner());
         match &*client {
             Some(client) if self.loss().is_none() => Ok(client.clone()),
-            _ => Err(ZkError::SessionLost(
+            _ => Err(ZkError::session_lost(
                 self.loss().unwrap_or(SessionLoss::Closed),
             )),
         }
@@ -104,7 +104,7 @@ impl Shared {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(zookeeper_client::Error::SessionExpired)) => {
                 self.lose(SessionLoss::Ended);
-                Err(ZkError::SessionLost(SessionLoss::Ended))
+                Err(ZkError::session_lost(SessionLoss::Ended))
             }
             Ok(Err(source)) => Err(ZkError::ZooKeeper { op, source }),
             Err(_) => Err(ZkError::Timeout {

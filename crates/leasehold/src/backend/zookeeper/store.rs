@@ -22,7 +22,7 @@ use super::ZkError;
 use crate::backend::admission::Kind;
 use crate::backend::session::life::Session;
 use crate::backend::session::{
-    Admitted, Background, Engine, Enqueued, Opened, Primitives, Renewal, SessionLoss, StoreError,
+    Admitted, Background, Engine, EngineError, Enqueued, Opened, Primitives, Renewal, StoreError,
 };
 use crate::engine::lease::{LeaseShared, LossReason};
 use crate::error::{Error, InvalidArgument};
@@ -211,41 +211,18 @@ async fn watch_node(session: Weak<Shared>, node: String, lease: Weak<LeaseShared
 }
 
 impl StoreError for ZkError {
-    fn session_lost(loss: SessionLoss) -> Self {
-        ZkError::SessionLost(loss)
+    fn store(_shown: &str) -> &'static str {
+        "zookeeper"
     }
 
-    fn passes(&self) -> bool {
-        ZkError::passes(self)
+    fn transient(&self) -> bool {
+        self.is_transient()
     }
 
-    fn is_lost(&self) -> bool {
-        ZkError::is_lost(self)
-    }
-
-    fn wrong_permits(&self) -> Option<u32> {
+    fn as_engine(&self) -> Option<&EngineError> {
         match self {
-            ZkError::WrongPermits { stored } => Some(*stored),
+            ZkError::Engine(e) => Some(e),
             _ => None,
-        }
-    }
-
-    fn refused_permits(stored: u32) -> Self {
-        ZkError::WrongPermits { stored }
-    }
-
-    fn entropy(why: String) -> Self {
-        ZkError::Entropy(why)
-    }
-
-    fn into_error(self, shown: &str) -> Error {
-        match self {
-            ZkError::Entropy(why) => Error::Entropy(why),
-            e => Error::Store {
-                store: "zookeeper",
-                url: shown.to_owned(),
-                source: Box::new(e),
-            },
         }
     }
 }
