@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::__etcd::{EtcdError, Kind, Released, Session, SessionOptions};
+use leasehold::__etcd::{EngineError, EtcdError, Kind, Released, Session, SessionOptions};
 use leasehold_tests::{monotonic_ns, ChildGuard, EtcdServer};
 use nix::sys::signal::Signal;
 
@@ -53,7 +53,10 @@ pub async fn the_final_check_catches_a_lease_revoked_while_waiting(etcd: &mut Et
     holder.release(held).await.unwrap();
     let outcome = within("the waiter's answer", waiting).await.unwrap();
     assert!(
-        matches!(outcome, Err(EtcdError::LostWhileWaiting { .. })),
+        matches!(
+            outcome,
+            Err(EtcdError::Engine(EngineError::LostWhileWaiting { .. }))
+        ),
         "{outcome:?}"
     );
     assert_eq!(waiter.loss(), None, "the keeper had not noticed yet");
