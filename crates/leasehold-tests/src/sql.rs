@@ -17,10 +17,16 @@ use crate::daemon::{restart_on_port, server_dir_for, start_on_free_port, Daemon}
 
 /// The database every server is created with, the one [`SqlServer::url`] names.
 pub(crate) const DATABASE: &str = "leasehold";
+/// The command-line client's connect timeout in seconds, which bounds a connection to a paused server: `psql`'s
+/// `PGCONNECT_TIMEOUT` (libpq's smallest), the `mariadb` client's `--connect-timeout` (which also bounds the wait for
+/// the server's greeting).
+pub(crate) const CONNECT_TIMEOUT: &str = "2";
 /// How long [`SqlServer::stop`] waits for a clean shutdown.
 pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One SQL server of dialect `D`: see [`PgServer`](crate::PgServer) and [`MariaDbServer`](crate::MariaDbServer).
+/// One SQL server of dialect `D` on a private port of 127.0.0.1, with fresh data in a temporary directory and a
+/// database `leasehold`, run by the dialect's own user when the tests run as root: see [`PgServer`](crate::PgServer)
+/// and [`MariaDbServer`](crate::MariaDbServer).
 ///
 /// All methods block the calling thread; those that wait panic with a message when the server cannot be run or does
 /// not answer within 20 seconds. Dropping the value ends the server (as its dialect does: PostgreSQL an immediate
