@@ -16,13 +16,11 @@ use crate::server::{free_port, START_ATTEMPTS};
 /// [`ZooKeeper`](crate::zookeeper::ZooKeeper) only, which hold what a member keeps besides its process and its
 /// client port.
 pub trait Store: Sized + Clone + std::fmt::Debug {
-    /// The store's name in messages, and in lower case before a member's index in the name of its temporary
-    /// directory: `etcd`, `ZooKeeper`.
+    /// The store's name in messages: `etcd`, `ZooKeeper`. In lower case, it names a member's temporary directory
+    /// (before the member's index) and its log file there (`zookeeper.log`, appended to across restarts).
     const NAME: &'static str;
     /// A member's name in messages, before its index: `etcd member`, `ZooKeeper server`.
     const MEMBER: &'static str;
-    /// A member's log, appended to across restarts.
-    const LOG_FILE: &'static str;
 
     /// The scheme of the members' URL: `etcd`, `etcds`, `zk`.
     #[doc(hidden)]
@@ -82,12 +80,13 @@ pub struct Member<S> {
 
 impl<S: Store> Member<S> {
     fn new(index: usize, own: S) -> Member<S> {
+        let store = S::NAME.to_ascii_lowercase();
         Member {
             index,
             daemon: Daemon::new(
                 format!("{} {index}", S::MEMBER),
-                &format!("{}{index}", S::NAME.to_ascii_lowercase()),
-                S::LOG_FILE,
+                &format!("{store}{index}"),
+                format!("{store}.log"),
             ),
             client_port: 0,
             own,

@@ -2,8 +2,9 @@
 //! `PATH` (Debian's 3.4.23: `scripts/ensure-etcd.sh` installs it).
 //!
 //! Each member listens on two free ports of 127.0.0.1 (client and peer), keeps its data directory inside a
-//! [`TempDir`](crate::TempDir), runs with `--unsafe-no-fsync` (nothing here needs to survive a power cut, and fsync is most of a
-//! write's cost), and writes its log to a file that is printed to stderr when the value is dropped during a panic.
+//! [`TempDir`](crate::TempDir), runs with `--unsafe-no-fsync` (nothing here needs to survive a power cut, and fsync
+//! is most of a write's cost), and writes its log (its stderr: etcd 3.4 logs there) to a file that is printed to
+//! stderr when the value is dropped during a panic.
 //! Readiness, health and the leader are asked of the members with `etcdctl`, which keeps every method synchronous,
 //! like [`RedisServer`](crate::RedisServer)'s, and so callable from inside an async test without nesting runtimes.
 //! What a member has in common with a ZooKeeper server (start, kill, restart, pause, resume, drop) is written once in
@@ -18,8 +19,6 @@ use crate::server::free_port;
 
 /// `etcdctl`'s dial and command timeouts for one poll; short, since the poll is repeated.
 const CTL_TIMEOUT: &str = "1s";
-/// The log of a member, appended to across restarts (etcd 3.4 logs to stderr).
-const LOG_FILE: &str = "etcd.log";
 
 /// The TLS files of a member that speaks TLS to its clients (see [`EtcdServer::start_tls`]).
 #[derive(Debug, Clone)]
@@ -67,7 +66,6 @@ impl Etcd {
 impl Store for Etcd {
     const NAME: &'static str = "etcd";
     const MEMBER: &'static str = "etcd member";
-    const LOG_FILE: &'static str = LOG_FILE;
 
     fn scheme(&self) -> &'static str {
         if self.tls.is_some() {

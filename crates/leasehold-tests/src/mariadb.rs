@@ -142,7 +142,6 @@ impl SqlServer<MariaDb> {
 impl Dialect for MariaDb {
     const NAME: &'static str = "MariaDB";
     const DIR_PREFIX: &'static str = "mariadb";
-    const LOG_FILE: &'static str = "mariadb.log";
     const URL_USER: &'static str = "mysql://root";
     const STOP_SIGNAL: Signal = Signal::SIGTERM;
     const DATA_PROGRAM: &'static str = "mariadb-install-db";

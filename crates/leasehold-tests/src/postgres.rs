@@ -233,7 +233,6 @@ impl SqlServer<Postgres> {
 impl Dialect for Postgres {
     const NAME: &'static str = "PostgreSQL";
     const DIR_PREFIX: &'static str = "postgres";
-    const LOG_FILE: &'static str = "postgres.log";
     const URL_USER: &'static str = "postgres://postgres";
     const STOP_SIGNAL: Signal = Signal::SIGINT;
     const DATA_PROGRAM: &'static str = "initdb";

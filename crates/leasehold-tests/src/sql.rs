@@ -50,12 +50,10 @@ pub trait Dialect: Sized + Default + std::fmt::Debug {
     /// The server's name in messages: `PostgreSQL`, `MariaDB`.
     #[doc(hidden)]
     const NAME: &'static str;
-    /// The prefix of its temporary directory.
+    /// The prefix of its temporary directory, and the name of its log file there (`postgres.log`): the data
+    /// directory's creation and the server's stderr, appended to across restarts.
     #[doc(hidden)]
     const DIR_PREFIX: &'static str;
-    /// Its log file: the data directory's creation and the server's stderr, appended to across restarts.
-    #[doc(hidden)]
-    const LOG_FILE: &'static str;
     /// The URL up to the host: `postgres://postgres`, `mysql://root`.
     #[doc(hidden)]
     const URL_USER: &'static str;
@@ -115,7 +113,7 @@ impl<D: Dialect> SqlServer<D> {
 
     /// [`start`](Self::start), with `configure` run once the data directory exists, before the server starts.
     pub(crate) fn start_with(configure: impl FnOnce(&mut SqlServer<D>)) -> SqlServer<D> {
-        let daemon = Daemon::new(D::NAME, D::DIR_PREFIX, D::LOG_FILE);
+        let daemon = Daemon::new(D::NAME, D::DIR_PREFIX, format!("{}.log", D::DIR_PREFIX));
         let server_dir = server_dir_for(daemon.dir());
         let mut server = SqlServer {
             daemon,

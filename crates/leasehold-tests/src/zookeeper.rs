@@ -86,8 +86,6 @@ maxClientCnxns=0
 /// The connect, write and read timeout of one four-letter word; a paused server accepts the connection (the kernel
 /// does) and answers nothing.
 const WORD_TIMEOUT: Duration = Duration::from_secs(2);
-/// The server's stdout and stderr, appended to across restarts.
-const LOG_FILE: &str = "zookeeper.log";
 const CONFIG_FILE: &str = "zoo.cfg";
 
 /// ZooKeeper's [`Store`]: what a server keeps besides its process and its client port. Its `myid` in an ensemble is
@@ -102,7 +100,6 @@ pub struct ZooKeeper {
 impl Store for ZooKeeper {
     const NAME: &'static str = "ZooKeeper";
     const MEMBER: &'static str = "ZooKeeper server";
-    const LOG_FILE: &'static str = LOG_FILE;
 
     fn scheme(&self) -> &'static str {
         "zk"
