@@ -40,7 +40,7 @@ pub(crate) struct Daemon {
     name: String,
     child: Option<Child>,
     dir: TempDir,
-    log_file: &'static str,
+    log_file: String,
     /// Whether the process is stopped with `SIGSTOP`.
     paused: bool,
 }
@@ -48,7 +48,7 @@ pub(crate) struct Daemon {
 impl Daemon {
     /// A daemon named `name`, not running yet, with a new directory named after `dir_prefix` and its log `log_file`
     /// in it.
-    pub(crate) fn new(name: impl Into<String>, dir_prefix: &str, log_file: &'static str) -> Daemon {
+    pub(crate) fn new(name: impl Into<String>, dir_prefix: &str, log_file: String) -> Daemon {
         Daemon {
             name: name.into(),
             child: None,
@@ -69,7 +69,7 @@ impl Daemon {
     }
 
     fn log_path(&self) -> PathBuf {
-        self.dir.path().join(self.log_file)
+        self.dir.path().join(&self.log_file)
     }
 
     /// Everything the server (and the commands logged with [`log_to`](Self::log_to)) logged so far.

@@ -2,23 +2,23 @@
 //! `PATH` (Debian's 3.4.23: `scripts/ensure-etcd.sh` installs it).
 //!
 //! Each member listens on two free ports of 127.0.0.1 (client and peer), keeps its data directory inside a
-//! [`TempDir`](crate::TempDir), runs with `--unsafe-no-fsync` (nothing here needs to survive a power cut, and fsync is most of a
-//! write's cost), and writes its log to a file that is printed to stderr when the value is dropped during a panic.
+//! [`TempDir`](crate::TempDir), runs with `--unsafe-no-fsync` (nothing here needs to survive a power cut, and fsync
+//! is most of a write's cost), and writes its log (its stderr: etcd 3.4 logs there) to a file that is printed to
+//! stderr when the value is dropped during a panic.
 //! Readiness, health and the leader are asked of the members with `etcdctl`, which keeps every method synchronous,
 //! like [`RedisServer`](crate::RedisServer)'s, and so callable from inside an async test without nesting runtimes.
+//! What a member has in common with a ZooKeeper server (start, kill, restart, pause, resume, drop) is written once in
+//! [`ensemble`](crate::ensemble); [`Etcd`] is what is etcd's own.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::daemon::{poll_until, restart_on_port, Daemon};
-use crate::server::{free_port, START_ATTEMPTS};
+use crate::ensemble::{Ensemble, Member, Members, Standalone, Store};
+use crate::server::free_port;
 
 /// `etcdctl`'s dial and command timeouts for one poll; short, since the poll is repeated.
 const CTL_TIMEOUT: &str = "1s";
-/// The log of a member, appended to across restarts (etcd 3.4 logs to stderr).
-const LOG_FILE: &str = "etcd.log";
 
 /// The TLS files of a member that speaks TLS to its clients (see [`EtcdServer::start_tls`]).
 #[derive(Debug, Clone)]
@@ -42,56 +42,61 @@ impl MemberTls {
     }
 }
 
-/// One etcd member: its process, ports, and data directory.
-#[derive(Debug)]
-struct Member {
-    name: String,
-    /// The process; its directory holds `data/` and the log, kept across restarts, so a restarted member keeps its
-    /// identity and its data.
-    daemon: Daemon,
-    client_port: u16,
+/// etcd's [`Store`]: what a member keeps besides its process and its client port.
+#[derive(Debug, Clone)]
+pub struct Etcd {
     peer_port: u16,
     /// Its client port's TLS, if it speaks TLS.
     tls: Option<MemberTls>,
+    /// Its cluster's token: members of two clusters running side by side must never take each other for peers.
+    token: String,
 }
 
-impl Member {
-    fn new(name: String) -> Member {
-        Member {
-            daemon: Daemon::new(
-                format!("etcd member {name}"),
-                &format!("etcd-{name}"),
-                LOG_FILE,
-            ),
-            name,
-            client_port: 0,
+impl Etcd {
+    /// A member of a new cluster, speaking `tls` to its clients if given.
+    fn new(tls: Option<MemberTls>) -> Etcd {
+        Etcd {
             peer_port: 0,
-            tls: None,
+            tls,
+            token: format!("leasehold-{}-{}", std::process::id(), crate::monotonic_ns()),
+        }
+    }
+}
+
+impl Store for Etcd {
+    const NAME: &'static str = "etcd";
+    const MEMBER: &'static str = "etcd member";
+
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "etcds"
+        } else {
+            "etcd"
         }
     }
 
-    fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
+    fn take_peer_ports(&mut self, _members: usize) {
+        self.peer_port = free_port();
     }
 
-    fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+    /// `--initial-cluster`: `e0=http://127.0.0.1:PEER,…`.
+    fn peers(members: &[Member<Etcd>]) -> String {
+        let members: Vec<String> = members
+            .iter()
+            .map(|m| format!("{}={}", m.name(), m.peer_url()))
+            .collect();
+        members.join(",")
     }
 
-    fn log(&self) -> String {
-        self.daemon.log()
-    }
-
-    fn log_len(&self) -> u64 {
-        self.daemon.log_len()
-    }
-
-    /// Runs the member, without waiting for it: a cluster's members must all run before any is healthy.
-    fn spawn(&mut self, initial_cluster: &str, token: &str) {
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let client_url = format!("{scheme}://{}", self.endpoint());
+    fn spawn(member: &mut Member<Etcd>, initial_cluster: &str) {
+        let scheme = if member.own.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let client_url = format!("{scheme}://{}", member.endpoint());
         let mut command = Command::new("etcd");
-        if let Some(tls) = &self.tls {
+        if let Some(tls) = &member.own.tls {
             command.arg("--cert-file").arg(&tls.cert);
             command.arg("--key-file").arg(&tls.key);
             if tls.client.is_some() {
@@ -100,36 +105,66 @@ impl Member {
             }
         }
         command
-            .args(["--name", &self.name])
+            .args(["--name", &member.name()])
             .arg("--data-dir")
-            .arg(self.daemon.dir().join("data"))
+            .arg(member.daemon.dir().join("data"))
             .args(["--listen-client-urls", &client_url])
             .args(["--advertise-client-urls", &client_url])
-            .args(["--listen-peer-urls", &self.peer_url()])
-            .args(["--initial-advertise-peer-urls", &self.peer_url()])
+            .args(["--listen-peer-urls", &member.peer_url()])
+            .args(["--initial-advertise-peer-urls", &member.peer_url()])
             .args(["--initial-cluster", initial_cluster])
             .args(["--initial-cluster-state", "new"])
-            // Members of two clusters running side by side must never take each other for peers.
-            .args(["--initial-cluster-token", token])
+            .args(["--initial-cluster-token", &member.own.token])
             .arg("--unsafe-no-fsync");
-        let child = self
+        let child = member
             .daemon
             .log_to(&mut command)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run etcd from PATH: {e}"));
-        self.daemon.set_child(child);
+        member.daemon.set_child(child);
     }
 
-    fn kill(&mut self) {
-        self.daemon.kill();
+    /// Whether the member answers a health check, which commits a proposal: so also whether its cluster has a leader
+    /// and a quorum.
+    fn serves(member: &Member<Etcd>) -> Result<(), String> {
+        etcdctl(
+            &member.endpoint(),
+            member.own.tls.as_ref(),
+            &["endpoint", "health"],
+        )
+        .status
+        .success()
+        .then_some(())
+        .ok_or_else(|| format!("member {} is not healthy", member.index))
+    }
+
+    /// The member that every running, unpaused member names as its leader, if they name the same running member.
+    fn leader(members: &[Member<Etcd>]) -> Result<usize, String> {
+        let mut ids = vec![None; members.len()];
+        let mut leader = None;
+        for (i, member) in members.iter().enumerate() {
+            if !member.daemon.is_live() {
+                continue;
+            }
+            let (id, said) = status(member).ok_or_else(|| format!("member {i} knows no leader"))?;
+            ids[i] = Some(id);
+            if leader.is_some_and(|l| l != said) {
+                return Err("the members name different leaders".to_owned());
+            }
+            leader = Some(said);
+        }
+        let leader = leader.ok_or("no member runs")?;
+        ids.iter()
+            .position(|id| *id == Some(leader))
+            .ok_or_else(|| format!("the leader {leader:x} is not a running member"))
     }
 
     /// Kills the member and removes its data directory, for a start over on other ports: members of the first try
     /// may have formed a cluster already, whose data (its ID, the old peer URLs) a member of the second would refuse
     /// ("cluster ID mismatch"), so that they would never be healthy.
-    fn discard(&mut self) {
-        self.kill();
-        let data = self.daemon.dir().join("data");
+    fn discard(member: &mut Member<Etcd>) {
+        member.daemon.kill();
+        let data = member.daemon.dir().join("data");
         if let Err(e) = std::fs::remove_dir_all(&data) {
             assert!(
                 e.kind() == std::io::ErrorKind::NotFound,
@@ -137,6 +172,17 @@ impl Member {
                 data.display()
             );
         }
+    }
+}
+
+impl Member<Etcd> {
+    /// Its `--name`.
+    fn name(&self) -> String {
+        format!("e{}", self.index)
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.own.peer_port)
     }
 }
 
@@ -154,25 +200,12 @@ fn etcdctl(endpoints: &str, tls: Option<&MemberTls>, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("cannot run etcdctl from PATH: {e}"))
 }
 
-/// Whether the member at `endpoint` answers a health check, which commits a proposal: so also whether its cluster
-/// has a leader and a quorum.
-fn is_healthy(member: &Member) -> bool {
-    is_healthy_at(&member.endpoint(), member.tls.as_ref())
-}
-
-/// [`is_healthy`], of the member at `endpoint` with `tls`.
-fn is_healthy_at(endpoint: &str, tls: Option<&MemberTls>) -> bool {
-    etcdctl(endpoint, tls, &["endpoint", "health"])
-        .status
-        .success()
-}
-
-/// The member id and the leader's member id that the member at `endpoint` reports (`endpoint status`), or `None`
-/// if it does not answer or knows no leader.
-fn status(member: &Member) -> Option<(u64, u64)> {
+/// The member id and the leader's member id that the member reports (`endpoint status`), or `None` if it does not
+/// answer or knows no leader.
+fn status(member: &Member<Etcd>) -> Option<(u64, u64)> {
     let output = etcdctl(
         &member.endpoint(),
-        member.tls.as_ref(),
+        member.own.tls.as_ref(),
         &["endpoint", "status", "-w", "fields"],
     );
     if !output.status.success() {
@@ -180,10 +213,9 @@ fn status(member: &Member) -> Option<(u64, u64)> {
     }
     let text = String::from_utf8_lossy(&output.stdout);
     let field = |name: &str| {
-        text.lines()
-            .filter_map(|line| line.split_once(" : "))
-            .find(|(key, _)| key.trim().trim_matches('"') == name)
-            .and_then(|(_, value)| value.trim().parse::<u64>().ok())
+        fields(&text)
+            .find(|(key, _)| *key == name)
+            .and_then(|(_, value)| value.parse::<u64>().ok())
     };
     let (member, leader) = (field("MemberID")?, field("Leader")?);
     (leader != 0).then_some((member, leader))
@@ -196,151 +228,7 @@ fn fields(text: &str) -> impl Iterator<Item = (&str, &str)> {
         .map(|(key, value)| (key.trim().trim_matches('"'), value.trim()))
 }
 
-/// Members with a common fate: started together, healed and dropped together. [`EtcdServer`] is one of these with
-/// one member, [`EtcdCluster`] with three.
-#[derive(Debug)]
-struct Members {
-    members: Vec<Member>,
-    token: String,
-}
-
-impl Members {
-    /// Starts `n` members on free ports and waits until each answers a health check; on a taken port, starts all
-    /// of them again on fresh ports, a few times over.
-    fn start(n: usize, tls: Option<MemberTls>) -> Members {
-        let token = format!("leasehold-{}-{}", std::process::id(), crate::monotonic_ns());
-        let mut members = Members {
-            members: (0..n)
-                .map(|i| Member {
-                    tls: tls.clone(),
-                    ..Member::new(format!("e{i}"))
-                })
-                .collect(),
-            token,
-        };
-        for _ in 0..START_ATTEMPTS {
-            for member in &mut members.members {
-                member.client_port = free_port();
-                member.peer_port = free_port();
-            }
-            let cluster = members.initial_cluster();
-            let starts: Vec<u64> = members.members.iter().map(Member::log_len).collect();
-            for member in &mut members.members {
-                member.spawn(&cluster, &members.token);
-            }
-            match members.wait_ready(&starts) {
-                Ok(()) => return members,
-                Err(true) => members.members.iter_mut().for_each(Member::discard),
-                // Dropping `members` while panicking prints the logs.
-                Err(false) => panic!("etcd exited before it was ready"),
-            }
-        }
-        panic!("etcd found its ports taken {START_ATTEMPTS} times in a row");
-    }
-
-    fn initial_cluster(&self) -> String {
-        let members: Vec<String> = self
-            .members
-            .iter()
-            .map(|m| format!("{}={}", m.name, m.peer_url()))
-            .collect();
-        members.join(",")
-    }
-
-    /// Waits until every running member is healthy; `Err(addr_in_use)` if one exited first.
-    fn wait_ready(&mut self, log_starts: &[u64]) -> Result<(), bool> {
-        poll_until("healthy etcd", || {
-            for (member, &start) in self.members.iter_mut().zip(log_starts) {
-                if let Some(addr_in_use) = member.daemon.exited(start) {
-                    return Ok(Err(addr_in_use));
-                }
-            }
-            let mut running = self.members.iter().filter(|m| m.daemon.pid().is_some());
-            if running.all(is_healthy) {
-                Ok(Ok(()))
-            } else {
-                Err("a member is not healthy".to_owned())
-            }
-        })
-    }
-
-    fn endpoints(&self) -> Vec<String> {
-        self.members.iter().map(Member::endpoint).collect()
-    }
-
-    fn url(&self) -> String {
-        let scheme = if self.members[0].tls.is_some() {
-            "etcds"
-        } else {
-            "etcd"
-        };
-        format!("{scheme}://{}", self.endpoints().join(","))
-    }
-
-    fn addr(&self, i: usize) -> SocketAddr {
-        let port = self.members[i].client_port;
-        SocketAddr::from(([127, 0, 0, 1], port))
-    }
-
-    fn pid(&self, i: usize) -> Option<u32> {
-        self.members[i].daemon.pid()
-    }
-
-    fn kill(&mut self, i: usize) {
-        self.members[i].kill();
-    }
-
-    /// Kills member `i` if it runs, starts it again with its ports and data directory, and waits until it is healthy.
-    fn restart(&mut self, i: usize) {
-        self.kill(i);
-        let cluster = self.initial_cluster();
-        let member = &mut self.members[i];
-        let name = member.daemon.name().to_owned();
-        restart_on_port(&name, || {
-            let start = member.log_len();
-            member.spawn(&cluster, &self.token);
-            let (endpoint, tls) = (member.endpoint(), member.tls.clone());
-            member.daemon.wait_ready(start, || {
-                is_healthy_at(&endpoint, tls.as_ref())
-                    .then_some(())
-                    .ok_or_else(|| "not healthy".to_owned())
-            })
-        });
-    }
-
-    fn pause(&mut self, i: usize) {
-        self.members[i].daemon.pause();
-    }
-
-    fn resume(&mut self, i: usize) {
-        self.members[i].daemon.resume();
-    }
-
-    /// The index of the leader, once every running, unpaused member names the same running member as its leader.
-    fn wait_leader(&self) -> usize {
-        poll_until("agreed etcd leader", || self.agreed_leader())
-    }
-
-    fn agreed_leader(&self) -> Result<usize, String> {
-        let mut ids = vec![None; self.members.len()];
-        let mut leader = None;
-        for (i, member) in self.members.iter().enumerate() {
-            if !member.daemon.is_live() {
-                continue;
-            }
-            let (id, said) = status(member).ok_or_else(|| format!("member {i} knows no leader"))?;
-            ids[i] = Some(id);
-            if leader.is_some_and(|l| l != said) {
-                return Err("the members name different leaders".to_owned());
-            }
-            leader = Some(said);
-        }
-        let leader = leader.ok_or("no member runs")?;
-        ids.iter()
-            .position(|id| *id == Some(leader))
-            .ok_or_else(|| format!("the leader {leader:x} is not a running member"))
-    }
-
+impl Members<Etcd> {
     /// The client endpoints of the running members that are not paused, comma-separated, for `etcdctl`.
     fn live_endpoints(&self) -> String {
         let live: Vec<String> = self
@@ -352,14 +240,21 @@ impl Members {
         live.join(",")
     }
 
+    fn tls(&self) -> Option<&MemberTls> {
+        self.members[0].own.tls.as_ref()
+    }
+
     /// Compacts the history up to the current revision (`etcdctl compact`): watches that start at an older revision
     /// are cancelled. Returns the revision, or `None` if no member answered.
     fn compact(&self) -> Option<u64> {
         let endpoints = self.live_endpoints();
         // Any one key: the answer's header carries the revision.
         let read = ["get", "", "--prefix", "--keys-only", "--limit", "1"];
-        let tls = self.members[0].tls.as_ref();
-        let output = etcdctl(&endpoints, tls, &[&read[..], &["-w", "fields"]].concat());
+        let output = etcdctl(
+            &endpoints,
+            self.tls(),
+            &[&read[..], &["-w", "fields"]].concat(),
+        );
         if !output.status.success() {
             return None;
         }
@@ -368,7 +263,7 @@ impl Members {
             .find(|(key, _)| *key == "Revision")
             .and_then(|(_, value)| value.parse::<u64>().ok())?;
         // A compaction at or below an earlier one fails ("required revision has been compacted"): nothing to do.
-        let _ = etcdctl(&endpoints, tls, &["compact", &revision.to_string()]);
+        let _ = etcdctl(&endpoints, self.tls(), &["compact", &revision.to_string()]);
         Some(revision)
     }
 
@@ -376,7 +271,7 @@ impl Members {
     fn keys_without_lease(&self) -> Vec<String> {
         let output = etcdctl(
             &self.live_endpoints(),
-            self.members[0].tls.as_ref(),
+            self.tls(),
             &["get", "", "--prefix", "-w", "fields"],
         );
         assert!(
@@ -397,36 +292,13 @@ impl Members {
         }
         keys
     }
-
-    fn print_logs_if_panicking(&self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        for member in &self.members {
-            eprintln!(
-                "--- etcd {} log (client port {}) ---\n{}--- end of etcd {} log ---",
-                member.name,
-                member.client_port,
-                member.log(),
-                member.name
-            );
-        }
-    }
 }
 
-impl Drop for Members {
-    fn drop(&mut self) {
-        self.print_logs_if_panicking();
-        // SIGKILL works on a stopped process too.
-        self.members.iter_mut().for_each(Member::kill);
-    }
-}
-
-/// One etcd member on private ports of 127.0.0.1, with its data in a temporary directory.
+/// One etcd member on private ports of 127.0.0.1, with its data in a temporary directory: a [`Standalone`] member,
+/// ready once it answers a health check. A [`restart`](Standalone::restart) keeps keys and leases (leases with their
+/// remaining time reset by the new leader).
 ///
-/// Dropping the value kills the member with `SIGKILL`, reaps it and removes its directory; if the thread is
-/// panicking, its log is printed to stderr first. All methods block the calling thread and panic with a message when
-/// etcd cannot be run or is not healthy within 20 seconds.
+/// [`Standalone`] says how it is dropped and how its methods block and wait, as for [`ZkServer`](crate::ZkServer).
 ///
 /// # Examples
 ///
@@ -438,21 +310,16 @@ impl Drop for Members {
 /// etcd.kill();
 /// etcd.restart(); // same port, same data
 /// ```
-#[derive(Debug)]
-pub struct EtcdServer {
-    members: Members,
-}
+pub type EtcdServer = Standalone<Etcd>;
 
-impl EtcdServer {
+impl Standalone<Etcd> {
     /// Starts a member and waits until it answers a health check.
     ///
     /// # Panics
     ///
     /// If `etcd` or `etcdctl` cannot be run, or the member is not healthy within 20 seconds.
     pub fn start() -> EtcdServer {
-        EtcdServer {
-            members: Members::start(1, None),
-        }
+        Standalone::start_with(Etcd::new(None))
     }
 
     /// Starts a member that speaks TLS to its clients with `ca`'s server certificate (for `127.0.0.1`), and, with
@@ -470,24 +337,7 @@ impl EtcdServer {
             client: require_client_cert
                 .then(|| (ca.client.cert_path.clone(), ca.client.key_path.clone())),
         };
-        EtcdServer {
-            members: Members::start(1, Some(tls)),
-        }
-    }
-
-    /// `127.0.0.1:PORT`, the client endpoint.
-    pub fn endpoint(&self) -> String {
-        self.members.members[0].endpoint()
-    }
-
-    /// `etcd://127.0.0.1:PORT` (`etcds://` for a member started with [`start_tls`](Self::start_tls)).
-    pub fn url(&self) -> String {
-        self.members.url()
-    }
-
-    /// The client endpoint as an address, for a [`TcpProxy`](crate::TcpProxy) in front of it.
-    pub fn addr(&self) -> SocketAddr {
-        self.members.addr(0)
+        Standalone::start_with(Etcd::new(Some(tls)))
     }
 
     /// Compacts the member's history up to its current revision (`etcdctl compact`), so that a watch from an older
@@ -520,57 +370,16 @@ impl EtcdServer {
             .map(|n| n as u64)
             .unwrap_or_else(|| panic!("no watcher gauge in etcd's /metrics:\n{metrics}"))
     }
-
-    /// The member's process id, or `None` while it is killed.
-    pub fn pid(&self) -> Option<u32> {
-        self.members.pid(0)
-    }
-
-    /// Kills the member with `SIGKILL` and reaps it. Does nothing if it is already killed.
-    pub fn kill(&mut self) {
-        self.members.kill(0);
-    }
-
-    /// Kills the member if it runs, starts it again on the same ports with the same data directory (so keys and
-    /// leases survive, leases with their remaining time reset by the new leader), and waits until it is healthy.
-    ///
-    /// # Panics
-    ///
-    /// If it is not healthy within 20 seconds.
-    pub fn restart(&mut self) {
-        self.members.restart(0);
-    }
-
-    /// Stops the member with `SIGSTOP`.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn pause(&mut self) {
-        self.members.pause(0);
-    }
-
-    /// Continues a paused member with `SIGCONT`.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn resume(&mut self) {
-        self.members.resume(0);
-    }
-
-    /// Everything the member logged so far, across restarts.
-    pub fn log(&self) -> String {
-        self.members.members[0].log()
-    }
 }
 
-/// A cluster of three etcd members on private ports of 127.0.0.1, each with its data in a temporary directory.
+/// A cluster of three etcd members on private ports of 127.0.0.1, each with its data in a temporary directory: an
+/// [`Ensemble`], ready once every member answers a health check (so a leader is elected).
 ///
-/// Members are addressed by index, `0..3`. Which one leads is up to Raft: ask [`leader`](Self::leader). Dropping the
-/// value kills every member with `SIGKILL` and removes their directories; if the thread is panicking, every member's
-/// log is printed to stderr first. All methods block the calling thread and panic with a message when etcd cannot be
-/// run or a wait does not end within 20 seconds.
+/// Which one leads is up to Raft: [`leader`](Ensemble::leader) waits until every running member that is not paused
+/// names the same running member. A [`restart`](Ensemble::restart)ed member is ready once it answers a health check:
+/// it has rejoined, since a health check commits a proposal through the leader. A [`pause`](Ensemble::pause)d leader
+/// is replaced by the others' election. [`Ensemble`] says how the cluster is dropped and how its methods block and
+/// wait, as for [`ZkEnsemble`](crate::ZkEnsemble).
 ///
 /// # Examples
 ///
@@ -584,36 +393,16 @@ impl EtcdServer {
 /// assert_ne!(next, leader);
 /// cluster.restart(leader); // rejoins as a follower
 /// ```
-#[derive(Debug)]
-pub struct EtcdCluster {
-    members: Members,
-}
+pub type EtcdCluster = Ensemble<Etcd>;
 
-impl EtcdCluster {
+impl Ensemble<Etcd> {
     /// Starts three members and waits until each answers a health check (so a leader is elected).
     ///
     /// # Panics
     ///
     /// If `etcd` or `etcdctl` cannot be run, or the cluster is not healthy within 20 seconds.
     pub fn start() -> EtcdCluster {
-        EtcdCluster {
-            members: Members::start(3, None),
-        }
-    }
-
-    /// `127.0.0.1:PORT` of every member's client endpoint, in index order, killed ones included.
-    pub fn endpoints(&self) -> Vec<String> {
-        self.members.endpoints()
-    }
-
-    /// `etcd://127.0.0.1:P0,127.0.0.1:P1,127.0.0.1:P2`.
-    pub fn url(&self) -> String {
-        self.members.url()
-    }
-
-    /// The client endpoint of member `i` as an address, for a [`TcpProxy`](crate::TcpProxy) in front of it.
-    pub fn addr(&self, i: usize) -> SocketAddr {
-        self.members.addr(i)
+        Ensemble::start_with(Etcd::new(None))
     }
 
     /// Compacts the cluster's history up to its current revision (`etcdctl compact`, through the running members
@@ -631,65 +420,6 @@ impl EtcdCluster {
     /// If none of them answers.
     pub fn keys_without_lease(&self) -> Vec<String> {
         self.members.keys_without_lease()
-    }
-
-    /// The process id of member `i`, or `None` while it is killed.
-    ///
-    /// # Panics
-    ///
-    /// If `i` is not below 3, as do all methods that take a member index.
-    pub fn pid(&self, i: usize) -> Option<u32> {
-        self.members.pid(i)
-    }
-
-    /// The index of the leader, once every running member that is not paused names the same running member: after
-    /// a kill this waits for the election.
-    ///
-    /// # Panics
-    ///
-    /// If they do not agree on a running leader within 20 seconds.
-    pub fn leader(&self) -> usize {
-        self.members.wait_leader()
-    }
-
-    /// Kills member `i` with `SIGKILL` and reaps it, without waiting for the others to notice. Does nothing if it is
-    /// already killed.
-    pub fn kill(&mut self, i: usize) {
-        self.members.kill(i);
-    }
-
-    /// Kills member `i` if it runs, starts it again on the same ports with its data directory, and waits until it
-    /// answers a health check (it has rejoined: a health check commits a proposal through the leader).
-    ///
-    /// # Panics
-    ///
-    /// If it is not healthy within 20 seconds.
-    pub fn restart(&mut self, i: usize) {
-        self.members.restart(i);
-    }
-
-    /// Stops member `i` with `SIGSTOP`: it holds its connections but answers nothing, and the others elect a new
-    /// leader if it led.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn pause(&mut self, i: usize) {
-        self.members.pause(i);
-    }
-
-    /// Continues member `i` with `SIGCONT`.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn resume(&mut self, i: usize) {
-        self.members.resume(i);
-    }
-
-    /// Everything member `i` logged so far, across restarts.
-    pub fn log(&self, i: usize) -> String {
-        self.members.members[i].log()
     }
 }
 

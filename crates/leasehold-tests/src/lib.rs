@@ -20,6 +20,10 @@
 //!   name the leader, and print the members' logs when dropped during a panic.
 //! - [`zookeeper`]: [`ZkServer`] (standalone) and [`ZkEnsemble`] (three) run private ZooKeeper servers the same way,
 //!   and show ZooKeeper's own view of sessions and ephemeral nodes; [`kazoo_python`] is a Python with the kazoo client.
+//! - [`ensemble`]: what those two share, [`Standalone`](ensemble::Standalone) (one member) and
+//!   [`Ensemble`](ensemble::Ensemble) (three: start, kill, restart, pause, resume, the leader, URL and addresses,
+//!   drop) over a [`Store`](ensemble::Store) that brings a member's command line, configuration, readiness probe and
+//!   leader query; [`EtcdServer`], [`EtcdCluster`], [`ZkServer`] and [`ZkEnsemble`] are their aliases.
 //! - [`postgres`]: [`PgServer`] runs a private PostgreSQL server (as the `postgres` user when the tests run as root)
 //!   with a database `leasehold`; it kills, restarts, stops, pauses and resumes it (all its processes), and runs SQL
 //!   through `psql`.
@@ -66,6 +70,7 @@
 
 pub mod cluster;
 mod daemon;
+pub mod ensemble;
 pub mod etcd;
 pub mod mariadb;
 pub mod postgres;

@@ -52,7 +52,7 @@ use std::process::Command;
 use nix::sys::signal::Signal;
 
 use crate::daemon::{as_server_user, client_output, give_to, spawn_for_process_life};
-use crate::sql::{Dialect, SqlServer, DATABASE};
+use crate::sql::{Dialect, SqlServer, CONNECT_TIMEOUT, DATABASE};
 
 /// Debian's server program (package `mariadb-server-core`).
 const MARIADBD: &str = "/usr/sbin/mariadbd";
@@ -72,29 +72,18 @@ const SETTINGS: &[&str] = &[
     "--innodb-doublewrite=0",
     "--innodb-flush-log-at-trx-commit=2",
 ];
-/// The client's connect timeout in seconds, which also bounds the wait for the server's greeting: so a connection to
-/// a paused server fails after it.
-const CONNECT_TIMEOUT: &str = "2";
 
-/// A MariaDB server on a private port of 127.0.0.1, with fresh system tables in a temporary directory and a database
-/// `leasehold`, run by the `mysql` user when the tests run as root.
-///
-/// Dropping the value kills the server with `SIGKILL` (it is one process: nothing is left behind), reaps it and
-/// removes its directories; if the thread is panicking, its log is printed to stderr first. All methods block the
-/// calling thread; those that wait panic with a message when MariaDB cannot be run or does not answer within 20
-/// seconds. See the [module docs](self) for how it runs, and [`SqlServer`] for what it shares with
-/// [`PgServer`](crate::PgServer).
+/// A MariaDB server with fresh system tables (see the [module docs](self)): a [`SqlServer`] of one process, which
+/// dropping the value kills with `SIGKILL`, leaving nothing behind.
 ///
 /// # Examples
 ///
 /// ```no_run
 /// use leasehold_tests::MariaDbServer;
 ///
-/// let mut db = MariaDbServer::start();
-/// let url = db.url(); // mysql://root@127.0.0.1:PORT/leasehold
+/// let db = MariaDbServer::start();
+/// assert_eq!(db.url(), format!("mysql://root@{}/leasehold", db.addr()));
 /// db.sql("CREATE TABLE t (n int) ENGINE=InnoDB; INSERT INTO t VALUES (1)");
-/// db.kill();
-/// db.restart(); // same port, same data
 /// assert_eq!(db.sql("SELECT n FROM t"), "1");
 /// ```
 pub type MariaDbServer = SqlServer<MariaDb>;
@@ -153,7 +142,6 @@ impl SqlServer<MariaDb> {
 impl Dialect for MariaDb {
     const NAME: &'static str = "MariaDB";
     const DIR_PREFIX: &'static str = "mariadb";
-    const LOG_FILE: &'static str = "mariadb.log";
     const URL_USER: &'static str = "mysql://root";
     const STOP_SIGNAL: Signal = Signal::SIGTERM;
     const DATA_PROGRAM: &'static str = "mariadb-install-db";

@@ -54,7 +54,7 @@ use crate::daemon::{
     wait_gone, wait_stopped,
 };
 use crate::send_signal;
-use crate::sql::{Dialect, SqlServer, DATABASE, STOP_TIMEOUT};
+use crate::sql::{Dialect, SqlServer, CONNECT_TIMEOUT, DATABASE, STOP_TIMEOUT};
 
 /// Where Debian installs each PostgreSQL version's programs, one directory per version.
 const PG_ROOT: &str = "/usr/lib/postgresql";
@@ -70,18 +70,13 @@ const SETTINGS: &[&str] = &[
     // A killed server leaves its dynamic segments behind: as files of the cluster, they go with its directory.
     "dynamic_shared_memory_type=mmap",
 ];
-/// `psql`'s connect timeout (`PGCONNECT_TIMEOUT`), which bounds a connection to a paused server. libpq's smallest.
-const CONNECT_TIMEOUT: &str = "2";
 
-/// A PostgreSQL server on a private port of 127.0.0.1, with a fresh cluster in a temporary directory and a database
-/// `leasehold`, run by the `postgres` user when the tests run as root.
+/// A PostgreSQL server with a fresh cluster, as the [module docs](self) tell: a [`SqlServer`], whose server is a
+/// process tree.
 ///
-/// Dropping the value shuts the server down (an immediate shutdown, `SIGQUIT`, after which the postmaster has reaped
-/// all its children; `SIGKILL` to all of them if that takes over 10 seconds), reaps it and removes its directories
-/// (and the shared memory segment that a killed server leaves); if
-/// the thread is panicking, its log is printed to stderr first. All methods block the calling thread; those that
-/// wait panic with a message when PostgreSQL cannot be run or does not become ready within 20 seconds. See the
-/// [module docs](self) for how it runs, and [`SqlServer`] for what it shares with [`MariaDbServer`](crate::MariaDbServer).
+/// Dropping the value ends the server with an immediate shutdown (`SIGQUIT`, after which the postmaster has reaped
+/// all its children; `SIGKILL` to all of them if that takes over 10 seconds), and also removes the shared memory
+/// segment that a killed server leaves.
 ///
 /// # Examples
 ///
@@ -89,7 +84,6 @@ const CONNECT_TIMEOUT: &str = "2";
 /// use leasehold_tests::PgServer;
 ///
 /// let mut pg = PgServer::start();
-/// let url = pg.url(); // postgres://postgres@127.0.0.1:PORT/leasehold
 /// pg.psql("CREATE TABLE t (n int); INSERT INTO t VALUES (1)");
 /// pg.kill();
 /// pg.restart(); // same port, same data
@@ -239,7 +233,6 @@ impl SqlServer<Postgres> {
 impl Dialect for Postgres {
     const NAME: &'static str = "PostgreSQL";
     const DIR_PREFIX: &'static str = "postgres";
-    const LOG_FILE: &'static str = "postgres.log";
     const URL_USER: &'static str = "postgres://postgres";
     const STOP_SIGNAL: Signal = Signal::SIGINT;
     const DATA_PROGRAM: &'static str = "initdb";

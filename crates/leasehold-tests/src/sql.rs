@@ -17,10 +17,16 @@ use crate::daemon::{restart_on_port, server_dir_for, start_on_free_port, Daemon}
 
 /// The database every server is created with, the one [`SqlServer::url`] names.
 pub(crate) const DATABASE: &str = "leasehold";
+/// The command-line client's connect timeout in seconds, which bounds a connection to a paused server: `psql`'s
+/// `PGCONNECT_TIMEOUT` (libpq's smallest), the `mariadb` client's `--connect-timeout` (which also bounds the wait for
+/// the server's greeting).
+pub(crate) const CONNECT_TIMEOUT: &str = "2";
 /// How long [`SqlServer::stop`] waits for a clean shutdown.
 pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One SQL server of dialect `D`: see [`PgServer`](crate::PgServer) and [`MariaDbServer`](crate::MariaDbServer).
+/// One SQL server of dialect `D` on a private port of 127.0.0.1, with fresh data in a temporary directory and a
+/// database `leasehold`, run by the dialect's own user when the tests run as root: see [`PgServer`](crate::PgServer)
+/// and [`MariaDbServer`](crate::MariaDbServer).
 ///
 /// All methods block the calling thread; those that wait panic with a message when the server cannot be run or does
 /// not answer within 20 seconds. Dropping the value ends the server (as its dialect does: PostgreSQL an immediate
@@ -44,12 +50,10 @@ pub trait Dialect: Sized + Default + std::fmt::Debug {
     /// The server's name in messages: `PostgreSQL`, `MariaDB`.
     #[doc(hidden)]
     const NAME: &'static str;
-    /// The prefix of its temporary directory.
+    /// The prefix of its temporary directory, and the name of its log file there (`postgres.log`): the data
+    /// directory's creation and the server's stderr, appended to across restarts.
     #[doc(hidden)]
     const DIR_PREFIX: &'static str;
-    /// Its log file: the data directory's creation and the server's stderr, appended to across restarts.
-    #[doc(hidden)]
-    const LOG_FILE: &'static str;
     /// The URL up to the host: `postgres://postgres`, `mysql://root`.
     #[doc(hidden)]
     const URL_USER: &'static str;
@@ -109,7 +113,7 @@ impl<D: Dialect> SqlServer<D> {
 
     /// [`start`](Self::start), with `configure` run once the data directory exists, before the server starts.
     pub(crate) fn start_with(configure: impl FnOnce(&mut SqlServer<D>)) -> SqlServer<D> {
-        let daemon = Daemon::new(D::NAME, D::DIR_PREFIX, D::LOG_FILE);
+        let daemon = Daemon::new(D::NAME, D::DIR_PREFIX, format!("{}.log", D::DIR_PREFIX));
         let server_dir = server_dir_for(daemon.dir());
         let mut server = SqlServer {
             daemon,

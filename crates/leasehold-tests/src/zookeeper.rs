@@ -5,7 +5,9 @@
 //! keeps its configuration and data inside a [`TempDir`](crate::TempDir), and runs with `forceSync=no` (nothing here needs to survive
 //! a power cut). Readiness, the leader and ZooKeeper's own view of sessions are asked of the servers with
 //! four-letter words (`srvr`, `stat`, `dump`, `mntr`) over a plain [`TcpStream`], which keeps every method
-//! synchronous, like [`EtcdServer`](crate::EtcdServer)'s, and needs no ZooKeeper client.
+//! synchronous, like [`EtcdServer`](crate::EtcdServer)'s, and needs no ZooKeeper client. What a server has in common
+//! with an etcd member (start, kill, restart, pause, resume, drop) is written once in [`ensemble`](crate::ensemble);
+//! [`ZooKeeper`] is what is ZooKeeper's own.
 //!
 //! # What the servers are told
 //!
@@ -41,8 +43,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::daemon::{poll_until, restart_on_port, Daemon};
-use crate::server::{free_port, START_ATTEMPTS};
+use crate::ensemble::{Ensemble, Member, Members, Standalone, Store};
+use crate::server::free_port;
 
 /// Debian's ZooKeeper (package `libzookeeper-java`, pulled in by `zookeeper`); its manifest names its dependencies.
 const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -84,82 +86,72 @@ maxClientCnxns=0
 /// The connect, write and read timeout of one four-letter word; a paused server accepts the connection (the kernel
 /// does) and answers nothing.
 const WORD_TIMEOUT: Duration = Duration::from_secs(2);
-/// The server's stdout and stderr, appended to across restarts.
-const LOG_FILE: &str = "zookeeper.log";
 const CONFIG_FILE: &str = "zoo.cfg";
 
-/// One ZooKeeper server: its process, ports, and directory.
-#[derive(Debug)]
-struct Server {
-    /// Its index in [`Servers`], as tests name it; its `myid` in an ensemble is one more (ZooKeeper wants 1 to 255).
-    index: usize,
-    /// The process; its directory holds `zoo.cfg`, `data/` and the log, kept across restarts, so a restarted server
-    /// keeps its data.
-    daemon: Daemon,
-    client_port: u16,
+/// ZooKeeper's [`Store`]: what a server keeps besides its process and its client port. Its `myid` in an ensemble is
+/// its index plus one (ZooKeeper wants 1 to 255).
+#[derive(Debug, Clone, Default)]
+pub struct ZooKeeper {
     /// The ports ensemble members talk to each other on (a follower to its leader, and elections); unused standalone.
     peer_port: u16,
     election_port: u16,
 }
 
-impl Server {
-    fn new(index: usize) -> Server {
-        Server {
-            index,
-            daemon: Daemon::new(
-                format!("ZooKeeper server {index}"),
-                &format!("zk{index}"),
-                LOG_FILE,
-            ),
-            client_port: 0,
-            peer_port: 0,
-            election_port: 0,
+impl Store for ZooKeeper {
+    const NAME: &'static str = "ZooKeeper";
+    const MEMBER: &'static str = "ZooKeeper server";
+
+    fn scheme(&self) -> &'static str {
+        "zk"
+    }
+
+    fn take_peer_ports(&mut self, members: usize) {
+        if members > 1 {
+            self.peer_port = free_port();
+            self.election_port = free_port();
         }
     }
 
-    fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
-    }
-
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.client_port))
-    }
-
-    fn log(&self) -> String {
-        self.daemon.log()
-    }
-
-    fn log_len(&self) -> u64 {
-        self.daemon.log_len()
-    }
-
-    /// Whether it runs and is not paused: whether asking it anything makes sense.
-    fn is_live(&self) -> bool {
-        self.daemon.is_live()
+    /// The `server.N=127.0.0.1:PEER:ELECTION` lines of an ensemble's configuration; empty standalone.
+    fn peers(servers: &[Member<ZooKeeper>]) -> String {
+        if servers.len() == 1 {
+            return String::new();
+        }
+        servers
+            .iter()
+            .map(|s| {
+                format!(
+                    "server.{}=127.0.0.1:{}:{}\n",
+                    s.index + 1,
+                    s.own.peer_port,
+                    s.own.election_port
+                )
+            })
+            .collect()
     }
 
     /// Writes the configuration (`quorum`: the `server.N` lines of an ensemble, empty standalone) and runs the
-    /// server, without waiting for it: an ensemble's members must all run before any serves.
-    fn spawn(&mut self, quorum: &str) {
+    /// server.
+    fn spawn(server: &mut Member<ZooKeeper>, quorum: &str) {
         assert!(
             Path::new(ZOOKEEPER_JAR).is_file(),
             "no {ZOOKEEPER_JAR}: run scripts/ensure-zookeeper.sh"
         );
-        let data = self.daemon.dir().join("data");
+        let data = server.daemon.dir().join("data");
         std::fs::create_dir_all(&data).expect("cannot create the ZooKeeper data directory");
         let main = if quorum.is_empty() {
             STANDALONE_MAIN
         } else {
-            std::fs::write(data.join("myid"), format!("{}\n", self.index + 1))
+            std::fs::write(data.join("myid"), format!("{}\n", server.index + 1))
                 .expect("cannot write ZooKeeper's myid");
             QUORUM_MAIN
         };
         let config = format!(
             "{BASE_CONFIG}dataDir={}\nclientPort={}\n{quorum}",
             data.display(),
-            self.client_port
+            server.client_port
         );
-        let config_path = self.daemon.dir().join(CONFIG_FILE);
+        let config_path = server.daemon.dir().join(CONFIG_FILE);
         std::fs::write(&config_path, config).expect("cannot write zoo.cfg");
         let mut command = Command::new("java");
         command
@@ -170,35 +162,76 @@ impl Server {
             .arg(main)
             .arg(&config_path)
             // A JVM that crashes writes hs_err_pid*.log into its working directory: keep it with the log.
-            .current_dir(self.daemon.dir());
-        let child = self
+            .current_dir(server.daemon.dir());
+        let child = server
             .daemon
             .log_to(&mut command)
             .spawn()
             .unwrap_or_else(|e| {
                 panic!("cannot run java from PATH (scripts/ensure-zookeeper.sh installs it): {e}")
             });
-        self.daemon.set_child(child);
+        server.daemon.set_child(child);
     }
 
-    /// `Some(true)` when the server failed to bind a port (it exited, or its log says so while it keeps running),
-    /// `Some(false)` when it exited otherwise, `None` while it runs as it should. Only what the log grew by since
-    /// `log_start` counts. A server that failed is killed.
-    fn failed(&mut self, log_start: u64) -> Option<bool> {
-        if let Some(addr_in_use) = self.daemon.exited(log_start) {
+    /// Whether `srvr` answers with a `Mode:`.
+    fn serves(server: &Member<ZooKeeper>) -> Result<(), String> {
+        server.mode().map(drop)
+    }
+
+    /// The server that leads (or runs standalone), once every live server serves and exactly one leads.
+    fn leader(servers: &[Member<ZooKeeper>]) -> Result<usize, String> {
+        let mut leaders = Vec::new();
+        for (i, server) in servers.iter().enumerate() {
+            if !server.daemon.is_live() {
+                continue;
+            }
+            match server.mode()?.as_str() {
+                "leader" | "standalone" => leaders.push(i),
+                _ => {}
+            }
+        }
+        match leaders[..] {
+            [leader] => Ok(leader),
+            [] => Err("no server leads".to_owned()),
+            _ => Err(format!("servers {leaders:?} all lead")),
+        }
+    }
+
+    /// Every live server serves, and exactly one leads.
+    fn ready(servers: &[Member<ZooKeeper>]) -> Result<(), String> {
+        Self::leader(servers).map(drop)
+    }
+
+    /// Whether the server failed to bind a port: it exited, or its log says so while it keeps running (then it is
+    /// killed).
+    fn failed(server: &mut Member<ZooKeeper>, log_start: u64) -> Option<bool> {
+        if let Some(addr_in_use) = server.daemon.exited(log_start) {
             return Some(addr_in_use);
         }
-        if self.daemon.pid().is_none() || !self.daemon.says_addr_in_use(log_start) {
+        if server.daemon.pid().is_none() || !server.daemon.says_addr_in_use(log_start) {
             return None;
         }
-        self.kill();
+        server.daemon.kill();
         Some(true)
     }
 
-    fn kill(&mut self) {
-        self.daemon.kill();
+    /// Its `stat`, if it is live.
+    fn print_state(server: &Member<ZooKeeper>) {
+        if !server.daemon.is_live() {
+            return;
+        }
+        let stat = server
+            .ask("stat")
+            .unwrap_or_else(|e| format!("(no answer: {e})"));
+        eprintln!(
+            "--- its stat ---\n{}\n--- end of {} stat ---",
+            stat.trim_end(),
+            server.daemon.name()
+        );
     }
+}
 
+impl Member<ZooKeeper> {
     /// The server's answer to the four-letter word `word`.
     fn ask(&self, word: &str) -> std::io::Result<String> {
         four_letter_word(self.addr(), word)
@@ -275,144 +308,22 @@ fn metric<'a>(mntr: &'a str, name: &str) -> Option<&'a str> {
         .map(|(_, value)| value.trim())
 }
 
-/// Servers with a common fate: started together, healed and dropped together. [`ZkServer`] is one of these that
-/// runs standalone, [`ZkEnsemble`] three that form an ensemble.
-#[derive(Debug)]
-struct Servers {
-    servers: Vec<Server>,
+/// The count `name` of a `mntr` answer.
+///
+/// # Panics
+///
+/// If the answer has no such count.
+fn count(mntr: &str, name: &str) -> usize {
+    metric(mntr, name)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in ZooKeeper's mntr:\n{mntr}"))
 }
 
-impl Servers {
-    /// Starts `n` servers on free ports (standalone if `n` is 1) and waits until they serve with one leader; on a
-    /// taken port, starts all of them again on fresh ports, a few times over.
-    fn start(n: usize) -> Servers {
-        let mut servers = Servers {
-            servers: (0..n).map(Server::new).collect(),
-        };
-        for _ in 0..START_ATTEMPTS {
-            for server in &mut servers.servers {
-                server.client_port = free_port();
-                if n > 1 {
-                    server.peer_port = free_port();
-                    server.election_port = free_port();
-                }
-            }
-            let quorum = servers.quorum();
-            let starts: Vec<u64> = servers.servers.iter().map(Server::log_len).collect();
-            for server in &mut servers.servers {
-                server.spawn(&quorum);
-            }
-            match servers.wait_ready(&starts) {
-                Ok(()) => return servers,
-                Err(true) => servers.servers.iter_mut().for_each(Server::kill),
-                // Dropping `servers` while panicking prints the logs.
-                Err(false) => panic!("ZooKeeper exited before it served"),
-            }
-        }
-        panic!("ZooKeeper found its ports taken {START_ATTEMPTS} times in a row");
-    }
-
-    /// The `server.N=127.0.0.1:PEER:ELECTION` lines of an ensemble's configuration; empty standalone.
-    fn quorum(&self) -> String {
-        if self.servers.len() == 1 {
-            return String::new();
-        }
-        self.servers
-            .iter()
-            .map(|s| {
-                format!(
-                    "server.{}=127.0.0.1:{}:{}\n",
-                    s.index + 1,
-                    s.peer_port,
-                    s.election_port
-                )
-            })
-            .collect()
-    }
-
-    /// Waits until the servers serve with one leader; `Err(addr_in_use)` if one failed first.
-    fn wait_ready(&mut self, log_starts: &[u64]) -> Result<(), bool> {
-        poll_until("ZooKeeper serving", || {
-            for (server, &start) in self.servers.iter_mut().zip(log_starts) {
-                if let Some(addr_in_use) = server.failed(start) {
-                    return Ok(Err(addr_in_use));
-                }
-            }
-            self.serving_leader().map(|_| Ok(()))
-        })
-    }
-
-    /// The index of the server that leads (or runs standalone), once every live server serves and exactly one leads.
-    fn serving_leader(&self) -> Result<usize, String> {
-        let mut leaders = Vec::new();
-        for (i, server) in self.servers.iter().enumerate() {
-            if !server.is_live() {
-                continue;
-            }
-            match server.mode()?.as_str() {
-                "leader" | "standalone" => leaders.push(i),
-                _ => {}
-            }
-        }
-        match leaders[..] {
-            [leader] => Ok(leader),
-            [] => Err("no server leads".to_owned()),
-            _ => Err(format!("servers {leaders:?} all lead")),
-        }
-    }
-
-    /// [`serving_leader`](Self::serving_leader), polled until it holds.
-    fn wait_leader(&self) -> usize {
-        poll_until("ZooKeeper leader", || self.serving_leader())
-    }
-
-    fn endpoints(&self) -> Vec<String> {
-        self.servers.iter().map(Server::endpoint).collect()
-    }
-
-    fn url(&self) -> String {
-        format!("zk://{}", self.endpoints().join(","))
-    }
-
-    fn pid(&self, i: usize) -> Option<u32> {
-        self.servers[i].daemon.pid()
-    }
-
-    /// Kills server `i` if it runs, starts it again on its ports with its directory, and waits until it serves.
-    fn restart(&mut self, i: usize) {
-        self.servers[i].kill();
-        let quorum = self.quorum();
-        let name = self.servers[i].daemon.name().to_owned();
-        restart_on_port(&name, || {
-            let start = self.servers[i].log_len();
-            self.servers[i].spawn(&quorum);
-            self.wait_serving(i, start)
-        });
-    }
-
-    /// Waits until server `i` serves; `Err(addr_in_use)` if it failed first.
-    fn wait_serving(&mut self, i: usize, log_start: u64) -> Result<(), bool> {
-        let server = &mut self.servers[i];
-        poll_until("ZooKeeper serving", || match server.failed(log_start) {
-            Some(addr_in_use) => Ok(Err(addr_in_use)),
-            None => server.mode().map(|_| Ok(())),
-        })
-    }
-
-    /// Stops server `i` with `SIGSTOP`, and returns once the kernel reports it stopped: the signal is delivered
-    /// asynchronously, and a JVM that still runs for a moment would answer what a test sends it next.
-    fn pause(&mut self, i: usize) {
-        self.servers[i].daemon.pause();
-    }
-
-    fn resume(&mut self, i: usize) {
-        self.servers[i].daemon.resume();
-    }
-
+impl Members<ZooKeeper> {
     /// `word`'s answer from the leader (or the standalone server), once there is one.
     fn ask_leader(&self, word: &str) -> String {
         let leader = self.wait_leader();
-        self.servers[leader]
+        self.members[leader]
             .ask(word)
             .unwrap_or_else(|e| panic!("the ZooKeeper leader does not answer {word}: {e}"))
     }
@@ -422,53 +333,20 @@ impl Servers {
     }
 
     fn session_count(&self) -> usize {
-        let mntr = self.ask_leader("mntr");
-        metric(&mntr, "zk_global_sessions")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no zk_global_sessions in ZooKeeper's mntr:\n{mntr}"))
-    }
-
-    fn print_logs_if_panicking(&self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        for server in &self.servers {
-            let stat = if server.daemon.is_paused() {
-                "(paused)".to_owned()
-            } else if server.daemon.pid().is_none() {
-                "(killed)".to_owned()
-            } else {
-                server
-                    .ask("stat")
-                    .unwrap_or_else(|e| format!("(no answer: {e})"))
-            };
-            let (i, port) = (server.index, server.client_port);
-            eprint!(
-                "--- ZooKeeper server {i} log (client port {port}) ---\n{}",
-                server.log()
-            );
-            eprintln!(
-                "--- its stat ---\n{}\n--- end of ZooKeeper server {i} ---",
-                stat.trim_end()
-            );
-        }
+        count(&self.ask_leader("mntr"), "zk_global_sessions")
     }
 }
 
-impl Drop for Servers {
-    fn drop(&mut self) {
-        self.print_logs_if_panicking();
-        // SIGKILL works on a stopped process too.
-        self.servers.iter_mut().for_each(Server::kill);
-    }
-}
-
-/// One standalone ZooKeeper server on a private port of 127.0.0.1, with its data in a temporary directory.
+/// One standalone ZooKeeper server on a private port of 127.0.0.1, with its data in a temporary directory: a
+/// [`Standalone`] member, ready once it serves. Sessions are clamped to 1–10 seconds (see the [module docs](self)).
 ///
-/// Dropping the value kills the server with `SIGKILL`, reaps it and removes its directory; if the thread is
-/// panicking, its log and its `stat` are printed to stderr first. All methods block the calling thread; those that
-/// wait panic with a message when ZooKeeper cannot be run or does not serve within 20 seconds. Sessions are clamped
-/// to 1–10 seconds (see the [module docs](self)).
+/// A [`restart`](Standalone::restart) keeps the znodes, and the sessions too: a session of before the kill lives on
+/// (with its ephemeral nodes) if its client reconnects within its timeout, counted afresh from the restart. While
+/// [`pause`](Standalone::pause)d, ZooKeeper's clock runs on (it times sessions on a monotonic clock): once resumed,
+/// the sessions whose timeout passed meanwhile may expire before their clients' waiting pings are read.
+///
+/// [`Standalone`] says how it is dropped (with its `stat` printed on a panic) and how its methods block and wait, as
+/// for [`EtcdServer`](crate::EtcdServer).
 ///
 /// # Examples
 ///
@@ -481,83 +359,16 @@ impl Drop for Servers {
 /// zk.restart(); // same port, same data
 /// assert!(zk.srvr().unwrap().contains("Mode: standalone"));
 /// ```
-#[derive(Debug)]
-pub struct ZkServer {
-    servers: Servers,
-}
+pub type ZkServer = Standalone<ZooKeeper>;
 
-impl ZkServer {
+impl Standalone<ZooKeeper> {
     /// Starts a standalone server and waits until it serves.
     ///
     /// # Panics
     ///
     /// If `java` or ZooKeeper cannot be run, or the server does not serve within 20 seconds.
     pub fn start() -> ZkServer {
-        ZkServer {
-            servers: Servers::start(1),
-        }
-    }
-
-    /// `127.0.0.1:PORT`, the client endpoint.
-    pub fn endpoint(&self) -> String {
-        self.servers.servers[0].endpoint()
-    }
-
-    /// `zk://127.0.0.1:PORT`.
-    pub fn url(&self) -> String {
-        self.servers.url()
-    }
-
-    /// The client endpoint as an address, for a [`TcpProxy`](crate::TcpProxy) in front of it.
-    pub fn addr(&self) -> SocketAddr {
-        self.servers.servers[0].addr()
-    }
-
-    /// The server's process id, or `None` while it is killed.
-    pub fn pid(&self) -> Option<u32> {
-        self.servers.pid(0)
-    }
-
-    /// Kills the server with `SIGKILL` and reaps it. Does nothing if it is already killed.
-    pub fn kill(&mut self) {
-        self.servers.servers[0].kill();
-    }
-
-    /// Kills the server if it runs, starts it again on the same port with the same data directory, and waits until
-    /// it serves. Znodes survive, and so do sessions: a session of before the kill lives on (with its ephemeral
-    /// nodes) if its client reconnects within its timeout, counted afresh from the restart.
-    ///
-    /// # Panics
-    ///
-    /// If it does not serve within 20 seconds.
-    pub fn restart(&mut self) {
-        self.servers.restart(0);
-    }
-
-    /// Stops the server with `SIGSTOP`: it keeps its connections and its port (the kernel still accepts
-    /// connections) but answers nothing. ZooKeeper times sessions on a monotonic clock, which runs on while the
-    /// process is stopped: once resumed, the sessions whose timeout passed meanwhile may expire before their
-    /// clients' waiting pings are read.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn pause(&mut self) {
-        self.servers.pause(0);
-    }
-
-    /// Continues a paused server with `SIGCONT`.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn resume(&mut self) {
-        self.servers.resume(0);
-    }
-
-    /// Everything the server logged so far, across restarts.
-    pub fn log(&self) -> String {
-        self.servers.servers[0].log()
+        Standalone::start_with(ZooKeeper::default())
     }
 
     /// The server's answer to `srvr`: its version, latencies, counts, `Zxid:`, `Mode: standalone` and `Node count:`,
@@ -569,7 +380,7 @@ impl ZkServer {
     ///
     /// [`TimedOut`]: std::io::ErrorKind::TimedOut
     pub fn srvr(&self) -> std::io::Result<String> {
-        self.servers.servers[0].ask("srvr")
+        self.member().ask("srvr")
     }
 
     /// The server's answer to `stat`: what [`srvr`](Self::srvr) says, and a `Clients:` list of its connections.
@@ -578,7 +389,7 @@ impl ZkServer {
     ///
     /// As [`srvr`](Self::srvr).
     pub fn stat(&self) -> std::io::Result<String> {
-        self.servers.servers[0].ask("stat")
+        self.member().ask("stat")
     }
 
     /// The live sessions that hold ephemeral nodes and their nodes, as the `dump` four-letter word lists them:
@@ -596,7 +407,7 @@ impl ZkServer {
     ///
     /// If the server does not serve within 20 seconds, or does not answer.
     pub fn ephemerals(&self) -> String {
-        self.servers.ephemerals()
+        self.members.ephemerals()
     }
 
     /// How many sessions the server holds (`zk_global_sessions` of `mntr`).
@@ -605,7 +416,7 @@ impl ZkServer {
     ///
     /// As [`ephemerals`](Self::ephemerals).
     pub fn session_count(&self) -> usize {
-        self.servers.session_count()
+        self.members.session_count()
     }
 
     /// How many watches the server holds (`zk_watch_count` of `mntr`): a test waits for a client's watch to be set
@@ -615,22 +426,26 @@ impl ZkServer {
     ///
     /// If the server does not answer, or its `mntr` has no `zk_watch_count`.
     pub fn watch_count(&self) -> usize {
-        let mntr = self.servers.servers[0]
+        let mntr = self
+            .member()
             .ask("mntr")
             .unwrap_or_else(|e| panic!("ZooKeeper's mntr: {e}"));
-        metric(&mntr, "zk_watch_count")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no zk_watch_count in ZooKeeper's mntr:\n{mntr}"))
+        count(&mntr, "zk_watch_count")
     }
 }
 
-/// An ensemble of three ZooKeeper servers on private ports of 127.0.0.1, each with its data in a temporary directory.
+/// An ensemble of three ZooKeeper servers on private ports of 127.0.0.1, each with its data in a temporary directory:
+/// an [`Ensemble`], ready once all of them serve, one as the leader. A server's `myid` is its index plus one.
 ///
-/// Servers are addressed by index, `0..3` (their `myid` is one more). Which one leads is up to ZooKeeper's election:
-/// ask [`leader`](Self::leader). Dropping the value kills every server with `SIGKILL` and removes their directories;
-/// if the thread is panicking, every server's log and `stat` are printed to stderr first. All methods block the
-/// calling thread; those that wait panic with a message when ZooKeeper cannot be run or a wait does not end within 20
-/// seconds.
+/// Which one leads is up to ZooKeeper's election: [`leader`](Ensemble::leader) waits until every running server that
+/// is not paused serves and exactly one of them says it leads (`srvr`'s `Mode:`); a paused leader is not asked, and
+/// goes on believing it leads. A [`restart`](Ensemble::restart)ed server is ready once it serves: it has joined a
+/// leader and caught up (so two servers must be running). If a [`pause`](Ensemble::pause)d server led, the other two
+/// elect a new leader once they give up on it (`syncLimit`: measured 2.9 s after the pause); resumed, it learns so
+/// and follows within a second.
+///
+/// [`Ensemble`] says how it is dropped (with every server's `stat` printed on a panic) and how its methods block and
+/// wait, as for [`EtcdCluster`](crate::EtcdCluster).
 ///
 /// # Examples
 ///
@@ -644,97 +459,16 @@ impl ZkServer {
 /// assert_ne!(next, leader);
 /// zk.restart(leader); // rejoins as a follower
 /// ```
-#[derive(Debug)]
-pub struct ZkEnsemble {
-    servers: Servers,
-}
+pub type ZkEnsemble = Ensemble<ZooKeeper>;
 
-impl ZkEnsemble {
+impl Ensemble<ZooKeeper> {
     /// Starts three servers and waits until all of them serve, one as the leader.
     ///
     /// # Panics
     ///
     /// If `java` or ZooKeeper cannot be run, or the ensemble does not serve within 20 seconds.
     pub fn start() -> ZkEnsemble {
-        ZkEnsemble {
-            servers: Servers::start(3),
-        }
-    }
-
-    /// `127.0.0.1:PORT` of every server's client port, in index order, killed ones included.
-    pub fn endpoints(&self) -> Vec<String> {
-        self.servers.endpoints()
-    }
-
-    /// `zk://127.0.0.1:P0,127.0.0.1:P1,127.0.0.1:P2`.
-    pub fn url(&self) -> String {
-        self.servers.url()
-    }
-
-    /// The client endpoint of server `i` as an address, for a [`TcpProxy`](crate::TcpProxy) in front of it.
-    ///
-    /// # Panics
-    ///
-    /// If `i` is not below 3, as do all methods that take a server index.
-    pub fn addr(&self, i: usize) -> SocketAddr {
-        self.servers.servers[i].addr()
-    }
-
-    /// The process id of server `i`, or `None` while it is killed.
-    pub fn pid(&self, i: usize) -> Option<u32> {
-        self.servers.pid(i)
-    }
-
-    /// The index of the leader, once every running server that is not paused serves and exactly one of them says
-    /// it leads (`srvr`'s `Mode:`): after a kill of the leader this waits for the other two to elect one and serve.
-    /// A paused leader is not asked, and goes on believing it leads.
-    ///
-    /// # Panics
-    ///
-    /// If that does not happen within 20 seconds.
-    pub fn leader(&self) -> usize {
-        self.servers.wait_leader()
-    }
-
-    /// Kills server `i` with `SIGKILL` and reaps it, without waiting for the others to notice. Does nothing if it is
-    /// already killed.
-    pub fn kill(&mut self, i: usize) {
-        self.servers.servers[i].kill();
-    }
-
-    /// Kills server `i` if it runs, starts it again on its ports with its data directory, and waits until it
-    /// serves: it has joined a leader and caught up (so two servers must be running).
-    ///
-    /// # Panics
-    ///
-    /// If it does not serve within 20 seconds.
-    pub fn restart(&mut self, i: usize) {
-        self.servers.restart(i);
-    }
-
-    /// Stops server `i` with `SIGSTOP`: it keeps its connections but answers nothing, so its clients hear nothing
-    /// until they move to another server. If it led, the other two elect a new leader once they give up on it
-    /// (`syncLimit`: measured 2.9 s after the pause); resumed, it learns so and follows within a second.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn pause(&mut self, i: usize) {
-        self.servers.pause(i);
-    }
-
-    /// Continues server `i` with `SIGCONT`.
-    ///
-    /// # Panics
-    ///
-    /// If it is not running.
-    pub fn resume(&mut self, i: usize) {
-        self.servers.resume(i);
-    }
-
-    /// Everything server `i` logged so far, across restarts.
-    pub fn log(&self, i: usize) -> String {
-        self.servers.servers[i].log()
+        Ensemble::start_with(ZooKeeper::default())
     }
 
     /// Server `i`'s answer to `srvr`, with its `Mode:` (`leader` or `follower`).
@@ -743,7 +477,7 @@ impl ZkEnsemble {
     ///
     /// As [`ZkServer::srvr`].
     pub fn srvr(&self, i: usize) -> std::io::Result<String> {
-        self.servers.servers[i].ask("srvr")
+        self.members.members[i].ask("srvr")
     }
 
     /// The live sessions that hold ephemeral nodes and their nodes, as [`ZkServer::ephemerals`], asked of the leader
@@ -753,7 +487,7 @@ impl ZkEnsemble {
     ///
     /// If there is no leader within 20 seconds, or it does not answer.
     pub fn ephemerals(&self) -> String {
-        self.servers.ephemerals()
+        self.members.ephemerals()
     }
 
     /// How many sessions the ensemble holds, as the leader counts them (`zk_global_sessions` of `mntr`).
@@ -762,7 +496,7 @@ impl ZkEnsemble {
     ///
     /// As [`ephemerals`](Self::ephemerals).
     pub fn session_count(&self) -> usize {
-        self.servers.session_count()
+        self.members.session_count()
     }
 }
 
