@@ -9,7 +9,7 @@ use crate::backend::session::EngineError;
 /// What can go wrong in the etcd recipe.
 ///
 /// Callers can tell "etcd did not answer" ([`Timeout`](Self::Timeout), [`Etcd`](Self::Etcd)) from "I had it, or was
-/// queued, and lost it" ([`SessionLost`](Self::SessionLost), [`LostWhileWaiting`](Self::LostWhileWaiting)) from "I
+/// queued, and lost it" ([`Engine`](Self::Engine): [`EngineError::SessionLost`], [`EngineError::LostWhileWaiting`]) from "I
 /// asked for something that makes no sense" ([`InvalidUrl`](Self::InvalidUrl), [`InvalidTtl`](Self::InvalidTtl),
 /// [`InvalidPath`](Self::InvalidPath)).
 #[derive(Debug, thiserror::Error)]

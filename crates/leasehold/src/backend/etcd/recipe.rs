@@ -155,8 +155,8 @@ impl Session {
     ///
     /// # Errors
     ///
-    /// [`EtcdError::InvalidPath`]; [`EtcdError::SessionLost`] when the session's lease ends first;
-    /// [`EtcdError::LostWhileWaiting`] when the key was gone when its turn came; [`EtcdError::Timeout`] or
+    /// [`EtcdError::InvalidPath`]; [`EngineError::SessionLost`] when the session's lease ends first;
+    /// [`EngineError::LostWhileWaiting`] when the key was gone when its turn came; [`EtcdError::Timeout`] or
     /// [`EtcdError::Etcd`] when etcd does not answer.
     ///
     /// # Cancel safety
