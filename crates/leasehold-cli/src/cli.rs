@@ -297,6 +297,9 @@ On PostgreSQL (--store postgres://user@host:port/database) likewise, against its
                            64-bit hash of the name, each task on a connection of its own (8p: 8
                            processes on ONE name, waiting in pg_advisory_lock); uncontended-1,
                            -64, contended-8p and fair-8p say their ratio to it (× floor)
+  pg-row-1, -64            a durable lease row: INSERT of the lock's row (the name its primary
+                           key), then DELETE, each task on a connection of its own; uncontended-1
+                           and -64 say their ratio to it (× row floor)
   floor-*, peer-*          skipped
   renew-10k                renewal calls are the transactions the server ran (pg_stat_database)
 On MySQL or MariaDB (--store mysql://user@host:port/database, or mariadb://) likewise:

@@ -60,6 +60,7 @@
 //! |---|---|
 //! | `pg-floor-1`, `pg-floor-64` | 1 or 64 tasks, each on a connection of its own: `SELECT pg_advisory_lock(key)`, then `pg_advisory_unlock(key)`, the key a 64-bit hash of the name |
 //! | `pg-floor-8p` | 8 worker processes on ONE name: `pg_advisory_lock` waits in the server until the holder unlocks |
+//! | `pg-row-1`, `pg-row-64` | 1 or 64 tasks, each on a connection of its own: `INSERT` of the lock's row (its name the primary key), then its `DELETE`, each a durable transaction: what any lease row costs (ShedLock's JDBC provider, say); the uncontended rows' `× row floor` |
 //! | `uncontended-1`, `-64`, `contended-8p`, `handoff`, `fair-8p`, `fair-handoff`, `rw-8p`, `semaphore-8p` | as on Redis, leasehold on PostgreSQL; the first four against the PostgreSQL floor |
 //! | `renew-10k` | as on Redis; its renewal calls are the transactions the server ran (`pg_stat_database`) |
 //!
@@ -166,11 +167,14 @@ pub const ZK_SCENARIOS: [&str; 12] = [
     "renew-10k",
 ];
 
-/// Every scenario on PostgreSQL, in the order they run: its session advisory lock as the floor, and no peer.
-pub const PG_SCENARIOS: [&str; 12] = [
+/// Every scenario on PostgreSQL, in the order they run: its session advisory lock as the floor, and a durable lease
+/// row (`pg-row-*`, inserted and deleted) in the peer's place.
+pub const PG_SCENARIOS: [&str; 14] = [
     "pg-floor-1",
+    "pg-row-1",
     "uncontended-1",
     "pg-floor-64",
+    "pg-row-64",
     "uncontended-64",
     "pg-floor-8p",
     "contended-8p",
@@ -386,7 +390,8 @@ const ON_ZOOKEEPER: &str = "on ZooKeeper: × floor is against zk-floor-1, -64, -
 /// The note printed on PostgreSQL, likewise.
 const ON_POSTGRES: &str = "on PostgreSQL: × floor is against pg-floor-1, -64, -8p, a session advisory lock taken and \
                            released on a connection per task (8p: waiting in pg_advisory_lock; in place of floor-1, \
-                           -64, -8p, the raw-Redis floor); peer-1, -64, -8p (rslock's recipe, for Redis) are skipped";
+                           -64, -8p, the raw-Redis floor); × row floor is against pg-row-1, -64, a durable lease row \
+                           inserted and deleted (in place of peer-1, -64, rslock's recipe for Redis)";
 
 /// The note printed on MySQL and MariaDB, likewise.
 const ON_MYSQL: &str = "on MySQL/MariaDB: × floor is against my-floor-1, -64, -8p, a named lock (GET_LOCK) taken and \
@@ -549,12 +554,14 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 "floor-1" | "etcd-lock-1" | "zk-floor-1" | "pg-floor-1" | "my-floor-1" => {
                     scenario::in_process(&setup, name, 1, Recipe::Floor).await
                 }
-                "peer-1" => scenario::in_process(&setup, name, 1, Recipe::Peer).await,
+                "peer-1" | "pg-row-1" => scenario::in_process(&setup, name, 1, Recipe::Peer).await,
                 "uncontended-1" => scenario::in_process(&setup, name, 1, Recipe::Leasehold).await,
                 "floor-64" | "etcd-lock-64" | "zk-floor-64" | "pg-floor-64" | "my-floor-64" => {
                     scenario::in_process(&setup, name, 64, Recipe::Floor).await
                 }
-                "peer-64" => scenario::in_process(&setup, name, 64, Recipe::Peer).await,
+                "peer-64" | "pg-row-64" => {
+                    scenario::in_process(&setup, name, 64, Recipe::Peer).await
+                }
                 "uncontended-64" => scenario::in_process(&setup, name, 64, Recipe::Leasehold).await,
                 "floor-8p" | "etcd-lock-8p" | "zk-floor-8p" | "pg-floor-8p" | "my-floor-8p" => {
                     scenario::contended(&setup, name, 8, Recipe::Floor, "mutex").await
@@ -577,14 +584,16 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 .iter()
                 .find(|o| floors_of(name).contains(&o.scenario))
                 .map(Outcome::rate);
-            let peer = match name {
-                "uncontended-1" => Some("peer-1"),
-                "uncontended-64" => Some("peer-64"),
-                "contended-8p" => Some("peer-8p"),
-                _ => None,
+            // The peer's recipe on Redis; on PostgreSQL, a durable lease row.
+            let peers: &[&str] = match name {
+                "uncontended-1" => &["peer-1", "pg-row-1"],
+                "uncontended-64" => &["peer-64", "pg-row-64"],
+                "contended-8p" => &["peer-8p"],
+                _ => &[],
             };
-            outcome.peer_rate = peer
-                .and_then(|p| outcomes.iter().find(|o| o.scenario == p))
+            outcome.peer_rate = outcomes
+                .iter()
+                .find(|o| peers.contains(&o.scenario))
                 .map(Outcome::rate);
             outcome.on_quorum = nodes.as_ref().map(|nodes| OnQuorum {
                 nodes: nodes.len(),

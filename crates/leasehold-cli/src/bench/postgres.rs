@@ -32,6 +32,9 @@ const DEFAULT_PORT: u16 = 5432;
 /// The floor's lock names are hashed under this prefix, apart from leasehold's.
 const FLOOR_PREFIX: &str = "leasehold-bench-floor";
 
+/// The table of the row floor (`pg-row-1`, `-64`): a lease row as a durable lock keeps one, the name its key.
+const ROW_TABLE: &str = "leasehold_bench_rows";
+
 /// The connection timeout when the URL sets none (`connect_timeout=`), and the deadline of the bench's own readings.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -93,6 +96,7 @@ impl Pg {
             client,
             lock,
             unlock,
+            row: false,
         })
     }
 
@@ -100,6 +104,39 @@ impl Pg {
     pub async fn floor(&self, tasks: usize) -> anyhow::Result<Floor> {
         let sessions =
             futures_util::future::try_join_all((0..tasks).map(|_| self.session())).await?;
+        Ok(Floor { sessions })
+    }
+
+    /// A connection for the row floor, its insert and delete prepared (the table exists: [`row_floor`](Pg::row_floor)).
+    async fn row_session(&self) -> anyhow::Result<Session> {
+        let client = self.connect().await?;
+        let lock = client
+            .prepare(&format!("INSERT INTO {ROW_TABLE} (name) VALUES ($1)"))
+            .await?;
+        let unlock = client
+            .prepare(&format!("DELETE FROM {ROW_TABLE} WHERE name = $1"))
+            .await?;
+        Ok(Session {
+            client,
+            lock,
+            unlock,
+            row: true,
+        })
+    }
+
+    /// The in-process row floor: what any durable lease row costs (a ShedLock-style lock): per cycle an `INSERT` of
+    /// the lock's row (its name the primary key, so a second insert fails) and its `DELETE`, each its own durable
+    /// transaction, on a connection per task; the table (logged, as leasehold's are by default) is created first.
+    pub async fn row_floor(&self, tasks: usize) -> anyhow::Result<Floor> {
+        self.connect()
+            .await?
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {ROW_TABLE} (name text PRIMARY KEY); TRUNCATE {ROW_TABLE}"
+            ))
+            .await
+            .context("creating the row floor's table")?;
+        let sessions =
+            futures_util::future::try_join_all((0..tasks).map(|_| self.row_session())).await?;
         Ok(Floor { sessions })
     }
 
@@ -126,18 +163,31 @@ pub struct Session {
     client: Client,
     lock: Statement,
     unlock: Statement,
+    /// The row floor's (insert and delete a row) rather than the advisory lock's.
+    row: bool,
 }
 
 impl Session {
     /// `pg_advisory_lock` of the lock `name`'s key: returns once this connection holds it, waiting in the server
-    /// while another does.
+    /// while another does. The row floor inserts the lock's row: an error when it exists.
     pub async fn lock(&self, name: &str) -> anyhow::Result<()> {
+        if self.row {
+            self.client.execute(&self.lock, &[&name]).await?;
+            return Ok(());
+        }
         self.client.execute(&self.lock, &[&key_of(name)]).await?;
         Ok(())
     }
 
-    /// `pg_advisory_unlock` of the lock `name`'s key; an error when this connection did not hold it.
+    /// `pg_advisory_unlock` of the lock `name`'s key; an error when this connection did not hold it. The row floor
+    /// deletes the lock's row: an error when there was none.
     pub async fn unlock(&self, name: &str) -> anyhow::Result<()> {
+        if self.row {
+            if self.client.execute(&self.unlock, &[&name]).await? != 1 {
+                bail!("the row floor's lock {name} had no row");
+            }
+            return Ok(());
+        }
         let key = key_of(name);
         let row = self.client.query_one(&self.unlock, &[&key]).await?;
         if !row.try_get::<_, bool>(0)? {

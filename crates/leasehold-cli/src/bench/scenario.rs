@@ -120,7 +120,11 @@ pub async fn in_process(
             Raw::MySql(mysql) => Engine::MyFloor(mysql.floor(tasks).await?),
             Raw::Single(_) | Raw::Cluster(_) => Engine::Floor(setup.raw.manager().await?),
         },
-        (None, Recipe::Peer) => Engine::Peer(setup.raw.multiplexed().await?),
+        // On PostgreSQL the peer's place is the durable lease row.
+        (None, Recipe::Peer) => match &setup.raw {
+            Raw::Postgres(pg) => Engine::PgFloor(pg.row_floor(tasks).await?),
+            _ => Engine::Peer(setup.raw.multiplexed().await?),
+        },
         (None, Recipe::Leasehold) => {
             Engine::Leasehold(crate::connect::client(&setup.url, None).await?)
         }

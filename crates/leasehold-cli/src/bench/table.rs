@@ -70,7 +70,12 @@ pub(super) fn table(outcomes: &[Outcome]) -> String {
             .map_or("-".to_owned(), |r| format!("{r:.2}"));
         let mut notes = Vec::new();
         if let Some(peer) = o.peer_ratio() {
-            notes.push(format!("× peer {peer:.2}"));
+            let against = if o.store == Store::Postgres {
+                "row floor"
+            } else {
+                "peer"
+            };
+            notes.push(format!("× {against} {peer:.2}"));
         }
         if let Some(share) = o.share_ratio() {
             notes.push(format!("share min/max {share:.2}"));

@@ -595,6 +595,15 @@ fn bench_runs_against_the_stores_floor(store: Store) {
             "rw-8p",
             "semaphore-8p",
         ],
+        // PostgreSQL's durable lease row too, which uncontended-1 is set beside (× row floor).
+        Store::Postgres => vec![
+            floors[0],
+            "pg-row-1",
+            "uncontended-1",
+            floors[1],
+            "contended-8p",
+            "handoff",
+        ],
         _ => vec![
             floors[0],
             "uncontended-1",
@@ -632,6 +641,14 @@ fn bench_runs_against_the_stores_floor(store: Store) {
             ratio(measured).parse::<f64>().is_ok_and(|r| r > 0.0),
             "{measured}: {stdout}"
         );
+    }
+    if matches!(store, Store::Postgres) {
+        assert_eq!(ratio("pg-row-1"), "-", "{stdout}");
+        let uncontended = lines
+            .iter()
+            .find(|l| l.starts_with("uncontended-1"))
+            .unwrap();
+        assert!(uncontended.contains("× row floor "), "{stdout}");
     }
     assert!(lines[1 + scenarios.len()].starts_with(note), "{stdout}");
     assert_eq!(lines.len(), scenarios.len() + 2, "{stdout}");
