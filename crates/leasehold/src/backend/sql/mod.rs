@@ -83,6 +83,17 @@ pub(crate) struct Entry {
     pub(crate) left: Duration,
 }
 
+/// An entry just appended to its lock's queue.
+#[derive(Debug)]
+pub(crate) struct Enqueue {
+    /// The entry's fence.
+    pub(crate) fence: i64,
+    /// The lock's entries up to this one (itself last), read by a statement that began after the entry's insert
+    /// committed (so it sees every entry with a smaller fence: they committed before the insert took the lock row's
+    /// lock), in the same round trip as the insert; `None` when the dialect does not.
+    pub(crate) entries: Option<Vec<Entry>>,
+}
+
 /// An entry's kind as the `kind` and `permits` columns store it.
 pub(crate) fn kind_columns(kind: Kind) -> (&'static str, i32) {
     match kind {
@@ -228,14 +239,15 @@ impl Db {
         dispatch!(self, close_session(id))
     }
 
-    /// Appends an entry of `kind` holding `hold` to lock `name`'s queue for session `session`: its fence.
+    /// Appends an entry of `kind` holding `hold` to lock `name`'s queue for session `session`: its fence, and the
+    /// lock's entries up to it when the dialect reads them in the same round trip.
     pub(crate) async fn enqueue(
         &self,
         name: &str,
         session: &str,
         kind: Kind,
         hold: &str,
-    ) -> Result<i64, SqlError> {
+    ) -> Result<Enqueue, SqlError> {
         dispatch!(self, enqueue(name, session, kind, hold))
     }
 

@@ -22,10 +22,10 @@
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Opts, OptsBuilder, Pool, Row, TxOpts, Value};
+use mysql_async::{Opts, OptsBuilder, Pool, Row, Value};
 
 use super::rights::{self, Object, Right, Use};
-use super::{kind_columns, kind_of_columns, micros, Entry, SqlError, Tables, Wakes};
+use super::{kind_columns, kind_of_columns, micros, Enqueue, Entry, SqlError, Tables, Wakes};
 use crate::backend::admission::Kind;
 use crate::backend::session::StoreError;
 
@@ -43,8 +43,8 @@ struct Statements {
     close: String,
     reap_expired: String,
     lock_row: String,
-    insert_entry: String,
     entries: String,
+    enqueued: String,
     release: String,
     first_live: String,
     delete_all: String,
@@ -78,15 +78,22 @@ impl Statements {
                 "INSERT INTO {lock} (name, fence) VALUES (?, LAST_INSERT_ID(1)) \
                  ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
             ),
-            insert_entry: format!(
-                "INSERT INTO {entry} (name, fence, session, kind, permits, hold) VALUES (?, ?, ?, ?, ?, ?)"
-            ),
             entries: format!(
                 "SELECT e.fence, e.kind, e.permits, e.hold, e.session, \
                  COALESCE(s.expires_at > UTC_TIMESTAMP(6), 0), \
                  GREATEST(COALESCE(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), s.expires_at), 0), 0) \
                  FROM {entry} e LEFT JOIN {session} s ON s.id = e.session \
                  WHERE e.name = ? AND e.fence <= ? ORDER BY e.fence"
+            ),
+            // The entries up to the one just enqueued on this connection (its fence is the connection's
+            // `LAST_INSERT_ID()`), which is the last column.
+            enqueued: format!(
+                "SELECT e.fence, e.kind, e.permits, e.hold, e.session, \
+                 COALESCE(s.expires_at > UTC_TIMESTAMP(6), 0), \
+                 GREATEST(COALESCE(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), s.expires_at), 0), 0), \
+                 LAST_INSERT_ID() \
+                 FROM {entry} e LEFT JOIN {session} s ON s.id = e.session \
+                 WHERE e.name = ? AND e.fence <= LAST_INSERT_ID() ORDER BY e.fence"
             ),
             release: format!("DELETE FROM {entry} WHERE name = ? AND fence = ? AND session = ?"),
             first_live: format!(
@@ -451,41 +458,50 @@ impl MyDb {
             .map_err(my("close session"))
     }
 
+    /// Appends the entry and reads the lock's entries up to it, in one round trip: a list of statements in its own
+    /// transaction (the lock row's fence, then the entry), committed, then the read, a statement that began after the
+    /// commit. The connection goes back to the pool only once the whole list was answered ([`Listed`]).
     pub(crate) async fn enqueue(
         &self,
         name: &str,
         session: &str,
         kind: Kind,
         hold: &str,
-    ) -> Result<i64, SqlError> {
+    ) -> Result<Enqueue, SqlError> {
         let (tag, permits) = kind_columns(kind);
-        let mut conn = self.conn().await?;
-        let mut tx = conn
-            .start_transaction(TxOpts::default())
-            .await
-            .map_err(my("enqueue"))?;
-        tx.exec_drop(&self.statements.lock_row, (name.as_bytes(),))
-            .await
-            .map_err(my("enqueue"))?;
-        let fence = tx
-            .last_insert_id()
-            .and_then(|id| i64::try_from(id).ok())
-            .ok_or_else(|| SqlError::lost_while_waiting(name.to_owned()))?;
-        tx.exec_drop(
-            &self.statements.insert_entry,
-            (
-                name.as_bytes(),
-                fence,
-                session,
-                tag,
-                permits,
-                hold.as_bytes(),
-            ),
-        )
-        .await
-        .map_err(my("enqueue"))?;
-        tx.commit().await.map_err(my("enqueue"))?;
-        Ok(fence)
+        let sql = format!(
+            "START TRANSACTION; {lock_row}; \
+             INSERT INTO {entry} (name, fence, session, kind, permits, hold) \
+             VALUES ({name}, LAST_INSERT_ID(), {session}, '{tag}', {permits}, {hold}); \
+             COMMIT; {entries}",
+            lock_row = self
+                .statements
+                .lock_row
+                .replace('?', &literal(name.as_bytes())),
+            entry = self.statements.entry,
+            name = literal(name.as_bytes()),
+            session = literal(session.as_bytes()),
+            hold = literal(hold.as_bytes()),
+            entries = self
+                .statements
+                .enqueued
+                .replace('?', &literal(name.as_bytes())),
+        );
+        let mut listed = Listed(Some(self.conn().await?));
+        let rows: Vec<Row> = listed.run(&sql).await.map_err(my("enqueue"))?;
+        let mut fence = None;
+        let entries = rows
+            .into_iter()
+            .map(|row| {
+                fence = Some(col::<i64>(&row, 7)?);
+                entry_of(&row)
+            })
+            .collect::<Result<Vec<Entry>, SqlError>>()?;
+        let fence = fence.ok_or_else(|| SqlError::lost_while_waiting(name.to_owned()))?;
+        Ok(Enqueue {
+            fence,
+            entries: Some(entries),
+        })
     }
 
     pub(crate) async fn entries(
@@ -501,18 +517,7 @@ impl MyDb {
             )
             .await
             .map_err(my("check"))?;
-        rows.into_iter()
-            .map(|row| {
-                Ok(Entry {
-                    fence: col(&row, 0)?,
-                    kind: kind_of_columns(&col::<String>(&row, 1)?, col(&row, 2)?),
-                    hold: text(col(&row, 3)?),
-                    session: text(col(&row, 4)?),
-                    live: col::<i64>(&row, 5)? != 0,
-                    left: Duration::from_micros(col::<i64>(&row, 6)?.unsigned_abs()),
-                })
-            })
-            .collect()
+        rows.iter().map(entry_of).collect()
     }
 
     pub(crate) async fn reap(&self, name: &str, ids: &[String]) -> Result<(), SqlError> {
@@ -593,6 +598,65 @@ impl MyDb {
             .await
             .map_err(my("list"))?;
         Ok(names.into_iter().map(text).collect())
+    }
+}
+
+/// The entry a check's `row` reads.
+fn entry_of(row: &Row) -> Result<Entry, SqlError> {
+    Ok(Entry {
+        fence: col(row, 0)?,
+        kind: kind_of_columns(&col::<String>(row, 1)?, col(row, 2)?),
+        hold: text(col(row, 3)?),
+        session: text(col(row, 4)?),
+        live: col::<i64>(row, 5)? != 0,
+        left: Duration::from_micros(col::<i64>(row, 6)?.unsigned_abs()),
+    })
+}
+
+/// `bytes` as a SQL literal of the text protocol: a hex string, which needs no escaping.
+fn literal(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(3 + 2 * bytes.len());
+    s.push_str("X'");
+    for b in bytes {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s.push('\'');
+    s
+}
+
+/// A connection running a list of statements that opens a transaction of its own (mysql_async does not know of it):
+/// it goes back to the pool only once every statement of the list was answered; on an error, or dropped before
+/// that, it is closed instead, and the server rolls back whatever the list left open.
+struct Listed(Option<mysql_async::Conn>);
+
+impl Listed {
+    /// Runs `sql`, a list of statements, and returns the rows of the last result set.
+    async fn run(&mut self, sql: &str) -> Result<Vec<Row>, mysql_async::Error> {
+        let conn = self
+            .0
+            .as_mut()
+            .expect("a listed connection is present until run");
+        let mut result = conn.query_iter(sql).await?;
+        let mut rows = Vec::new();
+        while !result.is_empty() {
+            rows = result.collect::<Row>().await?;
+        }
+        drop(result);
+        // Answered in full: back to the pool.
+        drop(self.0.take());
+        Ok(rows)
+    }
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = conn.disconnect().await;
+                });
+            }
+        }
     }
 }
 

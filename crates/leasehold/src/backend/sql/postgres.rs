@@ -23,7 +23,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{AsyncMessage, Config, NoTls};
 
 use super::rights::{self, Object, Right, Use};
-use super::{kind_columns, kind_of_columns, micros, Entry, SqlError, Tables, Wakes};
+use super::{kind_columns, kind_of_columns, micros, Enqueue, Entry, SqlError, Tables, Wakes};
 use crate::backend::admission::Kind;
 use crate::backend::session::StoreError;
 
@@ -470,7 +470,7 @@ impl PgDb {
         session: &str,
         kind: Kind,
         hold: &str,
-    ) -> Result<i64, SqlError> {
+    ) -> Result<Enqueue, SqlError> {
         let (tag, permits) = kind_columns(kind);
         let rows = self
             .query(
@@ -488,7 +488,10 @@ impl PgDb {
         let row = rows
             .first()
             .ok_or_else(|| SqlError::lost_while_waiting(name.to_owned()))?;
-        row.try_get(0).map_err(pg("enqueue"))
+        Ok(Enqueue {
+            fence: row.try_get(0).map_err(pg("enqueue"))?,
+            entries: None,
+        })
     }
 
     pub(crate) async fn entries(

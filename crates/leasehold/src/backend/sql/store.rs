@@ -142,25 +142,59 @@ impl SqlStore {
 }
 
 /// Inserts the acquisition's entry (its hold already known to the session, so that a renewal never takes it for an
-/// orphan) and returns its fence; a session the server no longer has is lost.
+/// orphan): its fence, and the lock's entries up to it when the dialect read them in the same round trip; a session
+/// the server no longer has is lost.
 async fn enqueue(
     shared: &Arc<Shared>,
     name: &str,
     kind: Kind,
     hold: &str,
-) -> Result<i64, SqlError> {
+) -> Result<super::Enqueue, SqlError> {
     let db = &shared.conn.db;
     match shared
         .call("enqueue", db.enqueue(name, &shared.conn.id, kind, hold))
         .await
     {
-        Ok(fence) => Ok(fence),
+        Ok(enqueued) => Ok(enqueued),
         Err(e) if e.session_gone() => {
             shared.lose(SessionLoss::Ended);
             Err(SqlError::session_lost(SessionLoss::Ended))
         }
         Err(e) => Err(e),
     }
+}
+
+/// What a read of a lock's entries up to the acquisition's own (`fence`) says.
+enum Read {
+    /// The live entries ahead, oldest first, each with its kind and the time left on its session.
+    Ahead(Vec<(Kind, Duration)>),
+    /// Some entries ahead belong to dead sessions: these, to delete before reading again.
+    Dead(Vec<String>),
+}
+
+/// Reads `entries` (lock `name`'s up to `fence`, in fence order): the acquisition's own entry must be the last, and its
+/// session live.
+fn read(shared: &Shared, name: &str, fence: i64, entries: &[Entry]) -> Result<Read, SqlError> {
+    let Some((mine, ahead)) = entries.split_last().filter(|(mine, _)| mine.fence == fence) else {
+        return Err(SqlError::lost_while_waiting(name.to_owned()));
+    };
+    if !mine.live {
+        shared.lose(SessionLoss::Ended);
+        return Err(SqlError::session_lost(SessionLoss::Ended));
+    }
+    let mut dead: Vec<String> = ahead
+        .iter()
+        .filter(|e| !e.live)
+        .map(|e| e.session.clone())
+        .collect();
+    if dead.is_empty() {
+        return Ok(Read::Ahead(
+            ahead.iter().map(|e| (e.kind, e.left)).collect(),
+        ));
+    }
+    dead.sort();
+    dead.dedup();
+    Ok(Read::Dead(dead))
 }
 
 /// Reads lock `name`'s entries up to the acquisition's own (`fence`), deletes the dead sessions among them (a delete,
@@ -174,25 +208,10 @@ async fn ahead(
     let db = &shared.conn.db;
     loop {
         let entries = shared.call("check", db.entries(name, Some(fence))).await?;
-        let Some((mine, ahead)) = entries.split_last().filter(|(mine, _)| mine.fence == fence)
-        else {
-            return Err(SqlError::lost_while_waiting(name.to_owned()));
-        };
-        if !mine.live {
-            shared.lose(SessionLoss::Ended);
-            return Err(SqlError::session_lost(SessionLoss::Ended));
+        match read(shared, name, fence, &entries)? {
+            Read::Ahead(ahead) => return Ok(ahead),
+            Read::Dead(dead) => shared.call("reap", db.reap(name, &dead)).await?,
         }
-        let mut dead: Vec<String> = ahead
-            .iter()
-            .filter(|e| !e.live)
-            .map(|e| e.session.clone())
-            .collect();
-        if dead.is_empty() {
-            return Ok(ahead.iter().map(|e| (e.kind, e.left)).collect());
-        }
-        dead.sort();
-        dead.dedup();
-        shared.call("reap", db.reap(name, &dead)).await?;
     }
 }
 
@@ -352,14 +371,27 @@ impl Primitives for Sql {
         hold: &str,
         _claim: &mut String,
     ) -> Result<Enqueued<SqlGrant>, SqlError> {
-        let fence = enqueue(session, name, kind, hold).await?;
+        let enqueued = enqueue(session, name, kind, hold).await?;
+        let fence = enqueued.fence;
+        // Admitted by the entries read in the same round trip: granted without another; otherwise (or when the
+        // dialect read none) the engine's check reads them again, deleting dead sessions ahead.
+        let first = match &enqueued.entries {
+            Some(entries) => match read(session, name, fence, entries)? {
+                Read::Ahead(ahead) => {
+                    let kinds: Vec<Kind> = ahead.iter().map(|(kind, _)| *kind).collect();
+                    admit(kind, &kinds) == Admission::Granted
+                }
+                Read::Dead(_) => false,
+            },
+            None => false,
+        };
         Ok(Enqueued {
             waiter: SqlGrant {
                 name: name.to_owned(),
                 fence,
                 hold: hold.to_owned(),
             },
-            first: false,
+            first,
         })
     }
 
