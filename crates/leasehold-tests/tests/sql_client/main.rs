@@ -8,6 +8,7 @@
 //! Run one test on one store with `cargo test --test sql_client -- mysql::faults::NAME`.
 
 mod admin;
+mod bells;
 mod clean_up;
 mod commit_check;
 mod faults;
@@ -162,6 +163,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_release_wakes_another_clients_waiter,
     faults::a_waiter_whose_connections_went_silent_still_hears_the_release,
     wake_ups::a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release,
+    bells::a_waiter_blocks_on_the_holders_bell_instead_of_polling,
+    bells::a_waiter_behind_an_entry_without_its_bell_is_granted_at_the_release,
     least_privilege::a_user_with_the_documented_grants_locks_waits_and_releases,
     least_privilege::a_user_missing_any_one_right_is_refused_at_connect_naming_it,
     least_privilege::a_user_who_may_not_create_the_missing_tables_is_told_both_ways_out,

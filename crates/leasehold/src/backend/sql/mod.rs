@@ -94,6 +94,17 @@ pub(crate) struct Enqueue {
     pub(crate) entries: Option<Vec<Entry>>,
 }
 
+/// What a wait on an entry's bell heard.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ring {
+    /// The bell was free: the entry is gone, or it never held its bell.
+    Rung,
+    /// Still held when the wait ran out.
+    Silent,
+    /// No bell to wait on: the store has none, or every one of this client's bell connections is in use.
+    Unavailable,
+}
+
 /// An entry's kind as the `kind` and `permits` columns store it.
 pub(crate) fn kind_columns(kind: Kind) -> (&'static str, i32) {
     match kind {
@@ -321,6 +332,34 @@ impl Db {
             Db::Postgres(db) => db.wakes(),
             #[cfg(feature = "mysql")]
             Db::MySql(db) => db.wakes(),
+        }
+    }
+
+    /// Whether a waiter can block on the bell of the entry it waits for ([`Db::ring`]): MySQL.
+    pub(crate) fn has_bells(&self) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(_) => false,
+            #[cfg(feature = "mysql")]
+            Db::MySql(_) => true,
+        }
+    }
+
+    /// Blocks until the bell of lock `name`'s entry `fence` is free (its entry deleted, or never held: the caller
+    /// checks which), or for `within` at most; the call itself has `call` more to be answered.
+    #[cfg_attr(not(feature = "mysql"), allow(unused_variables))]
+    pub(crate) async fn ring(
+        &self,
+        name: &str,
+        fence: i64,
+        within: Duration,
+        call: Duration,
+    ) -> Result<Ring, SqlError> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(_) => Ok(Ring::Unavailable),
+            #[cfg(feature = "mysql")]
+            Db::MySql(db) => db.ring(name, fence, within, call).await,
         }
     }
 

@@ -8,9 +8,16 @@
 //! - **Fences** come from the lock's row in `PREFIX_lock`: `LAST_INSERT_ID(fence + 1)` in the transaction that
 //!   inserts the entry, read back from the statement's OK packet. The rows are never deleted, so a lock's fences never
 //!   restart.
-//! - **No notifications**: MySQL has no `LISTEN`. A waiter polls: every 5 ms when it is next in line (every entry
-//!   ahead holds the lock), doubling to 50 ms further back; it also checks at the expiry of the entry it waits for,
-//!   and a release by the same client wakes its waiters at once.
+//! - **Bells, not polls.** MySQL has no `LISTEN`; a waiter blocks instead on the *bell* of the entry it waits for: a
+//!   named lock (`GET_LOCK`) that the entry's client takes in the entry's own transaction, before its commit, on a
+//!   connection kept for the entry, and frees after the entry's delete committed ([`Bells`]). A waiter's
+//!   `GET_LOCK` on it returns when the entry is gone (or its client's connection is), and the waiter checks the table
+//!   again: the table stays the only truth, a bell only wakes. A bell heard free while its entry is still there (an
+//!   older client, a connection that went away, more entries than the client keeps bells for) marks that entry
+//!   deaf, and the waiter polls for it: every 5 ms when it is next in line, doubling to 50 ms further back; so do
+//!   permit waiters (any entry ahead may admit them). Every waiter also checks at the expiry of the entry it waits
+//!   for, at least every 500 ms (a `release --force` deletes entries without freeing their bells), and at once when a
+//!   release by its own client.
 //! - **Server-side deadlines**: `innodb_lock_wait_timeout` at the per-call deadline (whole seconds, at least one).
 //! - **The schema** is created on first use with `CREATE TABLE IF NOT EXISTS` (MySQL's DDL is idempotent that way
 //!   and serialises on the metadata lock), unless `information_schema` lists the tables already: a database whose
@@ -19,15 +26,24 @@
 //!
 //! Written for MySQL 8.0+ and MariaDB 10.6+; tested on MariaDB 10.11.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, Row, Value};
 
 use super::rights::{self, Object, Right, Use};
-use super::{kind_columns, kind_of_columns, micros, Enqueue, Entry, SqlError, Tables, Wakes};
+use super::{kind_columns, kind_of_columns, micros, Enqueue, Entry, Ring, SqlError, Tables, Wakes};
 use crate::backend::admission::Kind;
 use crate::backend::session::StoreError;
+
+/// How many of a client's entries hold a bell at once, and how many of its waiters block on one: beyond, they poll.
+const BELLS: usize = 64;
+
+/// The longest a waiter blocks on a bell before it checks again: `release --force` deletes entries without freeing
+/// their bells, which stay held until their holders release.
+const BELL_WAIT: Duration = Duration::from_millis(500);
 
 /// The poll interval of a waiter's `attempt`th check in a row behind waiters (0: it is next in line, every entry
 /// ahead holds the lock): 5 ms next in line, doubling to 50 ms further back.
@@ -307,15 +323,93 @@ pub(crate) struct MyDb {
     tables: Tables,
     account: Account,
     wakes: Wakes,
+    bells: Bells,
+    /// The deadline of each statement.
+    call_timeout: Duration,
 }
 
 impl Drop for MyDb {
     fn drop(&mut self) {
         let pool = self.pool.clone();
+        let bells = self.bells.pool.clone();
+        let pinned = self.bells.take(|_, _| true);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
+                // Their locks go with their connections.
+                for p in pinned {
+                    let _ = p.conn.disconnect().await;
+                }
                 let _ = pool.disconnect().await;
+                let _ = bells.disconnect().await;
             });
+        }
+    }
+}
+
+/// The bells of a client's entries, and the connections its waiters block on them with: a pool of its own, so that
+/// the connections kept for entries never take one the keeper needs.
+///
+/// An entry's bell is the named lock `leasehold:` followed by the SHA-1 of the database's name, the prefix, the lock's
+/// name and the entry's fence (separated by NUL bytes): the same for every client of the tables, and unique to the
+/// entry (a lock's fences never repeat). It is taken with `GET_LOCK(bell, 0)` inside the entry's transaction, before
+/// its commit, so every client that can see the entry finds its bell held; and freed after the entry's delete
+/// committed (`RELEASE_ALL_LOCKS()`: the connection holds nothing else), or by the server when the connection ends.
+struct Bells {
+    pool: Pool,
+    /// The entries' bells this client holds now: at most [`BELLS`].
+    held: Arc<tokio::sync::Semaphore>,
+    /// The waiters of this client blocked on a bell now: at most [`BELLS`].
+    waiting: Arc<tokio::sync::Semaphore>,
+    /// The connection that holds each entry's bell, by lock name and fence.
+    pinned: std::sync::Mutex<HashMap<(String, i64), Pinned>>,
+    /// The tables' prefix, in every bell's name.
+    prefix: String,
+}
+
+/// A connection that holds an entry's bell.
+struct Pinned {
+    conn: mysql_async::Conn,
+    session: String,
+    hold: String,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Bells {
+    /// The expression of the bell of lock `name` (a SQL literal) and fence `fence` (a SQL expression).
+    fn bell(&self, name: &str, fence: &str) -> String {
+        format!(
+            "CONCAT('leasehold:', SHA1(CONCAT_WS(0x00, IFNULL(DATABASE(), ''), '{}', {name}, {fence})))",
+            self.prefix
+        )
+    }
+
+    /// Takes out the connections that hold the bells `which` picks.
+    fn take(&self, which: impl Fn(&(String, i64), &Pinned) -> bool) -> Vec<Pinned> {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        let keys: Vec<(String, i64)> = pinned
+            .iter()
+            .filter(|(key, p)| which(key, p))
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.iter().filter_map(|key| pinned.remove(key)).collect()
+    }
+
+    /// Takes out the connection that holds the bell of lock `name`'s entry `fence`, if this client keeps one.
+    fn take_entry(&self, name: &str, fence: i64) -> Option<Pinned> {
+        self.pinned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(name.to_owned(), fence))
+    }
+
+    /// Frees the bells of `pinned`, whose entries are deleted; each connection goes back to the pool, or is closed if
+    /// that fails (the server then frees its bell).
+    async fn free(pinned: Vec<Pinned>) {
+        for p in pinned {
+            let mut listed = Listed(Some(p.conn));
+            if listed.run("DO RELEASE_ALL_LOCKS()").await.is_ok() {
+                drop(listed.done());
+            }
         }
     }
 }
@@ -349,7 +443,7 @@ impl MyDb {
         // `CLIENT_FOUND_ROWS`: a renewal counts the session row it matched, also when it left its expiry as it was
         // (a later renewal landed first).
         let opts = OptsBuilder::from_opts(opts)
-            .pool_opts(pool_opts)
+            .pool_opts(pool_opts.clone())
             .client_found_rows(true)
             .prefer_socket(prefer_socket)
             .init(vec![
@@ -357,7 +451,20 @@ impl MyDb {
                 format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),
             ])
             .tcp_keepalive(Some(Duration::from_secs(5)));
+        // The bells' pool: each connection kept for an entry's bell, or blocked on another's.
+        let bell_constraints = mysql_async::PoolConstraints::new(0, 2 * BELLS)
+            .expect("0 is at most the bells' connections");
+        let bell_opts = opts
+            .clone()
+            .pool_opts(pool_opts.with_constraints(bell_constraints));
         let pool = Pool::new(opts);
+        let bells = Bells {
+            pool: Pool::new(bell_opts),
+            held: Arc::new(tokio::sync::Semaphore::new(BELLS)),
+            waiting: Arc::new(tokio::sync::Semaphore::new(BELLS)),
+            pinned: std::sync::Mutex::new(HashMap::new()),
+            prefix: prefix.to_owned(),
+        };
         let tables = Tables::new(prefix, '`');
         let mut conn = match pool.get_conn().await {
             // The URL's database refused: the user has no right on it at all.
@@ -403,6 +510,8 @@ impl MyDb {
             tables,
             account,
             wakes: Wakes::default(),
+            bells,
+            call_timeout,
         })
     }
 
@@ -455,12 +564,15 @@ impl MyDb {
         let mut conn = self.conn().await?;
         conn.exec_drop(&self.statements.close, (id,))
             .await
-            .map_err(my("close session"))
+            .map_err(my("close session"))?;
+        Bells::free(self.bells.take(|_, p| p.session == id)).await;
+        Ok(())
     }
 
     /// Appends the entry and reads the lock's entries up to it, in one round trip: a list of statements in its own
-    /// transaction (the lock row's fence, then the entry), committed, then the read, a statement that began after the
-    /// commit. The connection goes back to the pool only once the whole list was answered ([`Listed`]).
+    /// transaction (the lock row's fence, the entry, and the entry's bell when this client has one to spare),
+    /// committed, then the read, a statement that began after the commit. The connection goes back to the pool only
+    /// once the whole list was answered ([`Listed`]); one that took a bell is kept for the entry ([`Bells`]).
     pub(crate) async fn enqueue(
         &self,
         name: &str,
@@ -469,25 +581,31 @@ impl MyDb {
         hold: &str,
     ) -> Result<Enqueue, SqlError> {
         let (tag, permits) = kind_columns(kind);
+        let lit = literal(name.as_bytes());
+        let permit = Arc::clone(&self.bells.held).try_acquire_owned().ok();
+        let bell = match permit {
+            Some(_) => format!(
+                "DO GET_LOCK({}, 0); ",
+                self.bells.bell(&lit, "LAST_INSERT_ID()")
+            ),
+            None => String::new(),
+        };
         let sql = format!(
             "START TRANSACTION; {lock_row}; \
              INSERT INTO {entry} (name, fence, session, kind, permits, hold) \
-             VALUES ({name}, LAST_INSERT_ID(), {session}, '{tag}', {permits}, {hold}); \
-             COMMIT; {entries}",
-            lock_row = self
-                .statements
-                .lock_row
-                .replace('?', &literal(name.as_bytes())),
+             VALUES ({lit}, LAST_INSERT_ID(), {session}, '{tag}', {permits}, {hold}); \
+             {bell}COMMIT; {entries}",
+            lock_row = self.statements.lock_row.replace('?', &lit),
             entry = self.statements.entry,
-            name = literal(name.as_bytes()),
             session = literal(session.as_bytes()),
             hold = literal(hold.as_bytes()),
-            entries = self
-                .statements
-                .enqueued
-                .replace('?', &literal(name.as_bytes())),
+            entries = self.statements.enqueued.replace('?', &lit),
         );
-        let mut listed = Listed(Some(self.conn().await?));
+        let conn = match permit {
+            Some(_) => self.bells.pool.get_conn().await.map_err(my("connect"))?,
+            None => self.conn().await?,
+        };
+        let mut listed = Listed(Some(conn));
         let rows: Vec<Row> = listed.run(&sql).await.map_err(my("enqueue"))?;
         let mut fence = None;
         let entries = rows
@@ -497,11 +615,72 @@ impl MyDb {
                 entry_of(&row)
             })
             .collect::<Result<Vec<Entry>, SqlError>>()?;
+        // Without its entry (deleted already), a connection that took a bell is closed (`listed`'s drop).
         let fence = fence.ok_or_else(|| SqlError::lost_while_waiting(name.to_owned()))?;
+        let conn = listed.done();
+        if let Some(permit) = permit {
+            let pinned = Pinned {
+                conn,
+                session: session.to_owned(),
+                hold: hold.to_owned(),
+                _permit: permit,
+            };
+            self.bells
+                .pinned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((name.to_owned(), fence), pinned);
+        }
         Ok(Enqueue {
             fence,
             entries: Some(entries),
         })
+    }
+
+    /// Blocks until the bell of lock `name`'s entry `fence` is free, for `within` (at most [`BELL_WAIT`]), on a
+    /// connection of the bells' pool that holds nothing: got, the bell is freed in the same statement. Dropped while
+    /// blocked, the connection is closed ([`Listed`]); the server's `GET_LOCK` then runs out on its own, and frees
+    /// the bell if it got it.
+    pub(crate) async fn ring(
+        &self,
+        name: &str,
+        fence: i64,
+        within: Duration,
+        call: Duration,
+    ) -> Result<Ring, SqlError> {
+        let Ok(_permit) = Arc::clone(&self.bells.waiting).try_acquire_owned() else {
+            return Ok(Ring::Unavailable);
+        };
+        let within = within.min(BELL_WAIT);
+        let bell = self
+            .bells
+            .bell(&literal(name.as_bytes()), &fence.to_string());
+        let sql = format!(
+            "SELECT CASE GET_LOCK({bell}, {:.3}) WHEN 1 THEN RELEASE_LOCK({bell}) ELSE 0 END",
+            within.as_secs_f64()
+        );
+        let ringing = async {
+            let mut listed = Listed(Some(self.bells.pool.get_conn().await?));
+            let rows = listed.run(&sql).await?;
+            drop(listed.done());
+            Ok::<_, mysql_async::Error>(rows)
+        };
+        let after = within + call;
+        let rows = match tokio::time::timeout(after, ringing).await {
+            Ok(rows) => rows.map_err(my("wait"))?,
+            Err(_) => {
+                return Err(SqlError::Timeout {
+                    store: "MySQL",
+                    op: "wait",
+                    after,
+                })
+            }
+        };
+        let rung = match rows.first() {
+            Some(row) => col::<i64>(row, 0)?,
+            None => 0,
+        };
+        Ok(if rung == 1 { Ring::Rung } else { Ring::Silent })
     }
 
     pub(crate) async fn entries(
@@ -545,12 +724,47 @@ impl MyDb {
             .map_err(my("reap expired"))
     }
 
+    /// Deletes the entry; on the connection that holds its bell, in the same round trip as the bell's release.
     pub(crate) async fn release(
         &self,
         name: &str,
         fence: i64,
         session: &str,
     ) -> Result<bool, SqlError> {
+        if let Some(pinned) = self.bells.take_entry(name, fence) {
+            let sql = format!(
+                "DELETE FROM {} WHERE name = {} AND fence = {fence} AND session = {}; \
+                 SELECT ROW_COUNT(), RELEASE_ALL_LOCKS()",
+                self.statements.entry,
+                literal(name.as_bytes()),
+                literal(session.as_bytes()),
+            );
+            let mut listed = Listed(Some(pinned.conn));
+            // Half the call's deadline: a connection kept for a long hold may have gone silent, and the release must
+            // still have time for another.
+            let within = self.call_timeout / 2;
+            let ran = tokio::time::timeout(within, listed.run(&sql))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(mysql_async::Error::Driver(
+                        mysql_async::DriverError::ConnectionClosed,
+                    ))
+                });
+            match ran {
+                Ok(rows) => {
+                    drop(listed.done());
+                    let deleted = match rows.first() {
+                        Some(row) => col::<i64>(row, 0)?,
+                        None => 0,
+                    };
+                    return Ok(deleted > 0);
+                }
+                // That connection is gone (killed, a restart), and its bell with it: the delete goes on another.
+                Err(e) => {
+                    tracing::debug!(target: "leasehold::sql", error = %e, "an entry's bell connection failed; releasing on another");
+                }
+            }
+        }
         let mut conn = self.conn().await?;
         conn.exec_drop(&self.statements.release, (name.as_bytes(), fence, session))
             .await
@@ -576,7 +790,14 @@ impl MyDb {
         let mut conn = self.conn().await?;
         conn.exec_drop(sql, params)
             .await
-            .map_err(my("delete entries"))
+            .map_err(my("delete entries"))?;
+        drop(conn);
+        Bells::free(
+            self.bells
+                .take(|_, p| p.session == session && holds.contains(&p.hold)),
+        )
+        .await;
+        Ok(())
     }
 
     pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, SqlError> {
@@ -588,6 +809,8 @@ impl MyDb {
         conn.exec_drop(&self.statements.delete_all, (name.as_bytes(),))
             .await
             .map_err(my("force release"))?;
+        drop(conn);
+        Bells::free(self.bells.take(|(lock, _), _| lock == name)).await;
         Ok(first.map(text))
     }
 
@@ -641,10 +864,14 @@ impl Listed {
         while !result.is_empty() {
             rows = result.collect::<Row>().await?;
         }
-        drop(result);
-        // Answered in full: back to the pool.
-        drop(self.0.take());
         Ok(rows)
+    }
+
+    /// The connection, once its list was answered in full: dropped, it goes back to its pool.
+    fn done(mut self) -> mysql_async::Conn {
+        self.0
+            .take()
+            .expect("a listed connection is present until done")
     }
 }
 

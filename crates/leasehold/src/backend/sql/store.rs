@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::rights::Use;
 use super::session::{Conn, Shared};
-use super::{Db, Entry, SqlError};
+use super::{Db, Entry, Ring, SqlError};
 use crate::backend::admission::{admit, Admission, Kind};
 use crate::backend::session::state::passed;
 use crate::backend::session::{
@@ -164,10 +164,31 @@ async fn enqueue(
     }
 }
 
+/// An entry ahead of a waiter, as its wait needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ahead {
+    /// The entry's fence: on MySQL, it names the entry's bell.
+    fence: i64,
+    /// The time left on its session.
+    left: Duration,
+}
+
+/// What a waiter remembers from one wait to the next.
+#[derive(Debug, Default)]
+pub(crate) struct WaitState {
+    /// How many polls in a row found this waiter behind others (MySQL without a bell).
+    polls: u32,
+    /// The entry whose bell the last wait heard free (MySQL): if that entry is still there at the next check, its bell
+    /// is not held (its holder's connection went away, or an older client wrote it), and the waiter polls for it.
+    rung: Option<i64>,
+    /// The entries found without a held bell.
+    deaf: Vec<i64>,
+}
+
 /// What a read of a lock's entries up to the acquisition's own (`fence`) says.
 enum Read {
-    /// The live entries ahead, oldest first, each with its kind and the time left on its session.
-    Ahead(Vec<(Kind, Duration)>),
+    /// The live entries ahead, oldest first, each with its kind, fence and the time left on its session.
+    Ahead(Vec<(Kind, Ahead)>),
     /// Some entries ahead belong to dead sessions: these, to delete before reading again.
     Dead(Vec<String>),
 }
@@ -188,9 +209,14 @@ fn read(shared: &Shared, name: &str, fence: i64, entries: &[Entry]) -> Result<Re
         .map(|e| e.session.clone())
         .collect();
     if dead.is_empty() {
-        return Ok(Read::Ahead(
-            ahead.iter().map(|e| (e.kind, e.left)).collect(),
-        ));
+        let ahead = ahead.iter().map(|e| {
+            let at = Ahead {
+                fence: e.fence,
+                left: e.left,
+            };
+            (e.kind, at)
+        });
+        return Ok(Read::Ahead(ahead.collect()));
     }
     dead.sort();
     dead.dedup();
@@ -204,7 +230,7 @@ async fn ahead(
     shared: &Arc<Shared>,
     name: &str,
     fence: i64,
-) -> Result<Vec<(Kind, Duration)>, SqlError> {
+) -> Result<Vec<(Kind, Ahead)>, SqlError> {
     let db = &shared.conn.db;
     loop {
         let entries = shared.call("check", db.entries(name, Some(fence))).await?;
@@ -216,25 +242,53 @@ async fn ahead(
 }
 
 /// Sleeps until a wake-up for the lock (`wake`: PostgreSQL's `NOTIFY`, or a release by this client), the expiry of
-/// the entry it waits for (`ahead[on]`; any: the first to expire), or on MySQL the next poll: next in line (every
-/// entry ahead holds the lock, so the next release may admit this one) a waiter polls at its fastest; behind others,
-/// it backs off (`polls`).
+/// the entry it waits for (`ahead[on]`; any: the first to expire), or on MySQL the ring of the bell of the entry it
+/// waits for ([`Db::ring`]); on MySQL without a bell (a permit waiter, an entry whose bell is not held, or more
+/// waiters than bells), the next poll: next in line (every entry ahead holds the lock, so the next release may admit
+/// this one) a waiter polls at its fastest; behind others, it backs off.
 async fn wait(
     shared: &Arc<Shared>,
-    ahead: &[(Kind, Duration)],
+    name: &str,
+    ahead: &[(Kind, Ahead)],
     on: Option<usize>,
     mut wake: tokio::sync::watch::Receiver<u64>,
-    polls: &mut u32,
+    state: &mut WaitState,
 ) {
+    let db = &shared.conn.db;
+    // A bell heard free while its entry stayed: that entry has no bell.
+    if let Some(rung) = state.rung.take() {
+        if ahead.iter().any(|(_, at)| at.fence == rung) && !state.deaf.contains(&rung) {
+            state.deaf.push(rung);
+        }
+    }
     let kinds: Vec<Kind> = ahead.iter().map(|(kind, _)| *kind).collect();
     let next = (0..kinds.len()).all(|i| admit(kinds[i], &kinds[..i]) == Admission::Granted);
-    *polls = if next { 0 } else { *polls + 1 };
+    state.polls = if next { 0 } else { state.polls + 1 };
     let left = match on {
-        Some(i) => ahead.get(i).map(|(_, left)| *left),
-        None => ahead.iter().map(|(_, left)| *left).min(),
+        Some(i) => ahead.get(i).map(|(_, at)| at.left),
+        None => ahead.iter().map(|(_, at)| at.left).min(),
     };
     let until = left.map(|left| left + EXPIRY_MARGIN);
-    let sleep = match (until, shared.conn.db.poll(*polls)) {
+    let bell = on
+        .and_then(|i| ahead.get(i))
+        .map(|(_, at)| at.fence)
+        .filter(|fence| !state.deaf.contains(fence));
+    if let Some(fence) = bell.filter(|_| db.has_bells()) {
+        let within = until.unwrap_or(shared.ttl).min(shared.ttl);
+        tokio::select! {
+            _ = wake.changed() => return,
+            rung = db.ring(name, fence, within, shared.conn.call_timeout) => match rung {
+                Ok(Ring::Rung) => {
+                    state.rung = Some(fence);
+                    return;
+                }
+                Ok(Ring::Silent) => return,
+                // No bell to wait on now: this wait polls.
+                Ok(Ring::Unavailable) | Err(_) => {}
+            },
+        }
+    }
+    let sleep = match (until, db.poll(state.polls)) {
         (Some(a), Some(b)) => a.min(b),
         (Some(a), None) | (None, Some(a)) => a,
         (None, None) => shared.ttl,
@@ -347,12 +401,11 @@ impl Primitives for Sql {
     /// The hold, known to the session from now on.
     type Claim = String;
     type Waiter = SqlGrant;
-    /// The time left on the entry's session.
-    type Ahead = Duration;
+    /// The entry's fence and the time left on its session.
+    type Ahead = Ahead;
     /// The lock's wake-ups, subscribed to before the check.
     type Seen = tokio::sync::watch::Receiver<u64>;
-    /// How many polls in a row found this waiter behind others.
-    type WaitState = u32;
+    type WaitState = WaitState;
 
     fn claim(
         session: &Arc<Shared>,
@@ -406,7 +459,7 @@ impl Primitives for Sql {
         name: &str,
         waiter: &SqlGrant,
         _kind: Kind,
-    ) -> Result<(Vec<(Kind, Duration)>, Self::Seen), SqlError> {
+    ) -> Result<(Vec<(Kind, Ahead)>, Self::Seen), SqlError> {
         // Subscribed before the read: a release after it wakes the wait.
         let wake = session.conn.db.wakes().subscribe(name);
         Ok((ahead(session, name, waiter.fence).await?, wake))
@@ -414,14 +467,14 @@ impl Primitives for Sql {
 
     async fn wait(
         session: &Arc<Shared>,
-        _name: &str,
+        name: &str,
         _waiter: &SqlGrant,
-        ahead: &[(Kind, Duration)],
+        ahead: &[(Kind, Ahead)],
         on: Option<usize>,
         wake: Self::Seen,
-        polls: &mut u32,
+        state: &mut WaitState,
     ) -> Result<(), SqlError> {
-        wait(session, ahead, on, wake, polls).await;
+        wait(session, name, ahead, on, wake, state).await;
         Ok(())
     }
 
