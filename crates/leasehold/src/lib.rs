@@ -270,8 +270,10 @@
 //!    per distinct TTL). [`Holder::remaining`] is the holder's session time left, on the server's clock.
 //! 5. **Waiting** is FIFO by fence for every kind. On PostgreSQL a release `NOTIFY`s in its own transaction and one
 //!    `LISTEN` connection per client wakes the waiters of that lock; a waiter also checks again when the entry it
-//!    waits for expires (expiry sends no notification). MySQL has no notification: waiters poll, from 5 ms doubling
-//!    to 100 ms, and a release by the same client wakes them at once.
+//!    waits for expires (expiry sends no notification). MySQL has no notification: a waiter blocks on the *bell* of
+//!    the entry it waits for, a `GET_LOCK` that entry's client took in the entry's transaction and frees after its
+//!    delete; permit waiters, and those behind an entry without a held bell, poll from 5 ms doubling to 50 ms; a
+//!    release by the same client wakes them at once.
 //!
 //! The tables are created on first use (`CREATE … IF NOT EXISTS`, on PostgreSQL in one transaction under an advisory
 //! lock), so the client's database user needs the right to create tables once; a user without it works on tables an

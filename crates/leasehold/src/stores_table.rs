@@ -204,7 +204,7 @@ fn facts() -> Vec<Row> {
                 "FIFO for every kind; a watch on the key ahead",
                 "FIFO for every kind; a watch on the node the rule names",
                 "FIFO for every kind; `NOTIFY` on release plus the entry's expiry",
-                "FIFO for every kind; polling 5–100 ms",
+                "FIFO for every kind; a bell (`GET_LOCK`) on the entry ahead, rung by its release",
             ]),
         ),
         (
