@@ -45,6 +45,9 @@ const BELLS: usize = 64;
 /// their bells, which stay held until their holders release.
 const BELL_WAIT: Duration = Duration::from_millis(500);
 
+/// How long a connection beyond the pool's lower bound stays idle before it is closed.
+const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
+
 /// The poll interval of a waiter's `attempt`th check in a row behind waiters (0: it is next in line, every entry
 /// ahead holds the lock): 5 ms next in line, doubling to 50 ms further back.
 pub(crate) fn poll_interval(attempt: u32) -> Duration {
@@ -439,7 +442,13 @@ impl MyDb {
         // statement, drop the cache of prepared statements, and undo the session settings below. The library never
         // leaves anything behind on a connection: its only transaction is mysql_async's `Transaction`, which rolls
         // itself back when dropped.
-        let pool_opts = opts.pool_opts().clone().with_reset_connection(false);
+        let mut pool_opts = opts.pool_opts().clone().with_reset_connection(false);
+        // mysql_async keeps only its lower bound of idle connections (10) unless idle ones may live a while: 64 tasks
+        // would open and close a connection (a server thread, a login) for most statements. Idle connections beyond
+        // the lower bound now last a minute, unless the URL says otherwise.
+        if pool_opts.inactive_connection_ttl().is_zero() {
+            pool_opts = pool_opts.with_inactive_connection_ttl(IDLE_CONNECTION_TTL);
+        }
         // `CLIENT_FOUND_ROWS`: a renewal counts the session row it matched, also when it left its expiry as it was
         // (a later renewal landed first).
         let opts = OptsBuilder::from_opts(opts)
