@@ -285,6 +285,7 @@ impl Primitives for Etcd {
         path: &str,
         waiter: &Grant,
         _kind: Kind,
+        _state: &mut Self::WaitState,
     ) -> Result<(Vec<(Kind, Vec<u8>)>, i64), EtcdError> {
         super::recipe::ahead(session, path, waiter).await
     }

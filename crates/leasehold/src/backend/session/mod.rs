@@ -293,13 +293,15 @@ pub(crate) trait Primitives: Send + Sync + Sized + 'static {
     fn abandon(session: &Arc<Shared<Self>>, claim: Self::Claim);
 
     /// Reads the entries ahead of `waiter`, oldest first, each with its kind (checking that `waiter`'s entry is still
-    /// there: the store's "lost while waiting" otherwise).
+    /// there: the store's "lost while waiting" otherwise). `state` is what the last wait left (MySQL's wait reads the
+    /// entries in its own round trip, for this check to use).
     #[allow(clippy::type_complexity)]
     fn ahead(
         session: &Arc<Shared<Self>>,
         path: &str,
         waiter: &Self::Waiter,
         kind: crate::backend::admission::Kind,
+        state: &mut Self::WaitState,
     ) -> impl Future<
         Output = Result<
             (

@@ -89,7 +89,7 @@ pub(crate) async fn acquire<P: Primitives>(
     let mut backoff = FIRST_BACKOFF;
     loop {
         session.check_alive()?;
-        let error = match P::ahead(session, path, &waiter, kind).await {
+        let error = match P::ahead(session, path, &waiter, kind, &mut state).await {
             Ok((ahead, seen)) => {
                 outage.answered();
                 let kinds: Vec<Kind> = ahead.iter().map(|(kind, _)| *kind).collect();

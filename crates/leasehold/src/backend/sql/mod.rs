@@ -346,20 +346,22 @@ impl Db {
     }
 
     /// Blocks until the bell of lock `name`'s entry `fence` is free (its entry deleted, or never held: the caller
-    /// checks which), or for `within` at most; the call itself has `call` more to be answered.
+    /// checks which), or for `within` at most; the call itself has `call` more to be answered. Then, in the same
+    /// round trip, reads the lock's entries up to `upto` (the waiter's).
     #[cfg_attr(not(feature = "mysql"), allow(unused_variables))]
     pub(crate) async fn ring(
         &self,
         name: &str,
         fence: i64,
+        upto: i64,
         within: Duration,
         call: Duration,
-    ) -> Result<Ring, SqlError> {
+    ) -> Result<(Ring, Option<Vec<Entry>>), SqlError> {
         match self {
             #[cfg(feature = "postgres")]
-            Db::Postgres(_) => Ok(Ring::Unavailable),
+            Db::Postgres(_) => Ok((Ring::Unavailable, None)),
             #[cfg(feature = "mysql")]
-            Db::MySql(db) => db.ring(name, fence, within, call).await,
+            Db::MySql(db) => db.ring(name, fence, upto, within, call).await,
         }
     }
 

@@ -647,36 +647,41 @@ impl MyDb {
     }
 
     /// Blocks until the bell of lock `name`'s entry `fence` is free, for `within` (at most [`BELL_WAIT`]), on a
-    /// connection of the bells' pool that holds nothing: got, the bell is freed in the same statement. Dropped while
-    /// blocked, the connection is closed ([`Listed`]); the server's `GET_LOCK` then runs out on its own, and frees
-    /// the bell if it got it.
+    /// connection of the bells' pool that holds nothing (got, the bell is freed in the same statement), then reads the
+    /// lock's entries up to `upto`, the waiter's, in the same round trip: a statement after the bell was heard, so it
+    /// sees the delete that freed it. Dropped while blocked, the connection is closed ([`Listed`]); the server's
+    /// `GET_LOCK` then runs out on its own, and frees the bell if it got it.
     pub(crate) async fn ring(
         &self,
         name: &str,
         fence: i64,
+        upto: i64,
         within: Duration,
         call: Duration,
-    ) -> Result<Ring, SqlError> {
+    ) -> Result<(Ring, Option<Vec<Entry>>), SqlError> {
         let Ok(_permit) = Arc::clone(&self.bells.waiting).try_acquire_owned() else {
-            return Ok(Ring::Unavailable);
+            return Ok((Ring::Unavailable, None));
         };
         let within = within.min(BELL_WAIT);
-        let bell = self
-            .bells
-            .bell(&literal(name.as_bytes()), &fence.to_string());
+        let lit = literal(name.as_bytes());
+        let bell = self.bells.bell(&lit, &fence.to_string());
         let sql = format!(
-            "SELECT CASE GET_LOCK({bell}, {:.3}) WHEN 1 THEN RELEASE_LOCK({bell}) ELSE 0 END",
-            within.as_secs_f64()
+            "SELECT CASE GET_LOCK({bell}, {:.3}) WHEN 1 THEN RELEASE_LOCK({bell}) ELSE 0 END; {}",
+            within.as_secs_f64(),
+            self.statements
+                .entries
+                .replacen('?', &lit, 1)
+                .replacen('?', &upto.to_string(), 1),
         );
         let ringing = async {
             let mut listed = Listed(Some(self.bells.pool.get_conn().await?));
-            let rows = listed.run(&sql).await?;
+            let sets = listed.run_all(&sql).await?;
             drop(listed.done());
-            Ok::<_, mysql_async::Error>(rows)
+            Ok::<_, mysql_async::Error>(sets)
         };
         let after = within + call;
-        let rows = match tokio::time::timeout(after, ringing).await {
-            Ok(rows) => rows.map_err(my("wait"))?,
+        let mut sets = match tokio::time::timeout(after, ringing).await {
+            Ok(sets) => sets.map_err(my("wait"))?,
             Err(_) => {
                 return Err(SqlError::Timeout {
                     store: "MySQL",
@@ -685,11 +690,22 @@ impl MyDb {
                 })
             }
         };
-        let rung = match rows.first() {
+        let (Some(entries), Some(rung)) = (sets.pop(), sets.pop()) else {
+            return Err(SqlError::Unexpected {
+                store: "MySQL",
+                what: "a bell wait without its two results".to_owned(),
+            });
+        };
+        let rung = match rung.first() {
             Some(row) => col::<i64>(row, 0)?,
             None => 0,
         };
-        Ok(if rung == 1 { Ring::Rung } else { Ring::Silent })
+        let entries = entries
+            .iter()
+            .map(entry_of)
+            .collect::<Result<Vec<Entry>, SqlError>>()?;
+        let ring = if rung == 1 { Ring::Rung } else { Ring::Silent };
+        Ok((ring, Some(entries)))
     }
 
     pub(crate) async fn entries(
@@ -864,16 +880,21 @@ struct Listed(Option<mysql_async::Conn>);
 impl Listed {
     /// Runs `sql`, a list of statements, and returns the rows of the last result set.
     async fn run(&mut self, sql: &str) -> Result<Vec<Row>, mysql_async::Error> {
+        Ok(self.run_all(sql).await?.pop().unwrap_or_default())
+    }
+
+    /// Runs `sql`, a list of statements, and returns the rows of every result set.
+    async fn run_all(&mut self, sql: &str) -> Result<Vec<Vec<Row>>, mysql_async::Error> {
         let conn = self
             .0
             .as_mut()
-            .expect("a listed connection is present until run");
+            .expect("a listed connection is present until done");
         let mut result = conn.query_iter(sql).await?;
-        let mut rows = Vec::new();
+        let mut sets = Vec::new();
         while !result.is_empty() {
-            rows = result.collect::<Row>().await?;
+            sets.push(result.collect::<Row>().await?);
         }
-        Ok(rows)
+        Ok(sets)
     }
 
     /// The connection, once its list was answered in full: dropped, it goes back to its pool.

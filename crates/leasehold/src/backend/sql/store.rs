@@ -183,6 +183,9 @@ pub(crate) struct WaitState {
     rung: Option<i64>,
     /// The entries found without a held bell.
     deaf: Vec<i64>,
+    /// The lock's entries up to the waiter's, read by the last bell wait in its own round trip once the bell was heard
+    /// (or the wait ran out): the next check's, without a round trip of its own.
+    fresh: Option<Vec<Entry>>,
 }
 
 /// What a read of a lock's entries up to the acquisition's own (`fence`) says.
@@ -249,6 +252,7 @@ async fn ahead(
 async fn wait(
     shared: &Arc<Shared>,
     name: &str,
+    mine: i64,
     ahead: &[(Kind, Ahead)],
     on: Option<usize>,
     mut wake: tokio::sync::watch::Receiver<u64>,
@@ -277,14 +281,18 @@ async fn wait(
         let within = until.unwrap_or(shared.ttl).min(shared.ttl);
         tokio::select! {
             _ = wake.changed() => return,
-            rung = db.ring(name, fence, within, shared.conn.call_timeout) => match rung {
-                Ok(Ring::Rung) => {
+            rung = db.ring(name, fence, mine, within, shared.conn.call_timeout) => match rung {
+                Ok((Ring::Rung, entries)) => {
                     state.rung = Some(fence);
+                    state.fresh = entries;
                     return;
                 }
-                Ok(Ring::Silent) => return,
+                Ok((Ring::Silent, entries)) => {
+                    state.fresh = entries;
+                    return;
+                }
                 // No bell to wait on now: this wait polls.
-                Ok(Ring::Unavailable) | Err(_) => {}
+                Ok((Ring::Unavailable, _)) | Err(_) => {}
             },
         }
     }
@@ -459,22 +467,29 @@ impl Primitives for Sql {
         name: &str,
         waiter: &SqlGrant,
         _kind: Kind,
+        state: &mut WaitState,
     ) -> Result<(Vec<(Kind, Ahead)>, Self::Seen), SqlError> {
-        // Subscribed before the read: a release after it wakes the wait.
+        // Subscribed before the read: a release after it wakes the wait. (Entries a bell wait read came before it: a
+        // release by this client since then also frees its entry's bell, which the next wait hears.)
         let wake = session.conn.db.wakes().subscribe(name);
+        if let Some(entries) = state.fresh.take() {
+            if let Read::Ahead(ahead) = read(session, name, waiter.fence, &entries)? {
+                return Ok((ahead, wake));
+            }
+        }
         Ok((ahead(session, name, waiter.fence).await?, wake))
     }
 
     async fn wait(
         session: &Arc<Shared>,
         name: &str,
-        _waiter: &SqlGrant,
+        waiter: &SqlGrant,
         ahead: &[(Kind, Ahead)],
         on: Option<usize>,
         wake: Self::Seen,
         state: &mut WaitState,
     ) -> Result<(), SqlError> {
-        wait(session, name, ahead, on, wake, state).await;
+        wait(session, name, waiter.fence, ahead, on, wake, state).await;
         Ok(())
     }
 

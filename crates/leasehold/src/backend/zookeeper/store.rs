@@ -345,6 +345,7 @@ impl Primitives for ZooKeeper {
         path: &str,
         waiter: &Self::Waiter,
         _kind: Kind,
+        _state: &mut Self::WaitState,
     ) -> Result<(Vec<(Kind, String)>, ()), ZkError> {
         Ok((super::recipe::ahead(session, path, waiter).await?, ()))
     }
