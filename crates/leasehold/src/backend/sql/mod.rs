@@ -96,6 +96,7 @@ pub(crate) struct Enqueue {
 
 /// What a wait on an entry's bell heard.
 #[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 pub(crate) enum Ring {
     /// The bell was free: the entry is gone, or it never held its bell.
     Rung,
