@@ -20,7 +20,8 @@ fn selects(server: &MariaDbServer) -> u64 {
 }
 
 /// A waiter of another client, behind a holder that keeps the lock for a second, makes a handful of statements (a
-/// check, a bell wait every 500 ms at most), not a poll every 5 ms (about 200); and is granted once the holder releases.
+/// check, a bell wait every second at most), not a poll every 5 ms (about 200); and is granted once the holder
+/// releases.
 pub async fn a_waiter_blocks_on_the_holders_bell_instead_of_polling(db: &mut Db) {
     let url = db.url();
     let Db::MySql(server) = db else {

@@ -42,8 +42,10 @@ use crate::backend::session::StoreError;
 const BELLS: usize = 64;
 
 /// The longest a waiter blocks on a bell before it checks again: `release --force` deletes entries without freeing
-/// their bells, which stay held until their holders release.
-const BELL_WAIT: Duration = Duration::from_millis(500);
+/// their bells, which stay held until their holders release. `GET_LOCK` takes whole seconds on MySQL (MariaDB takes
+/// fractions): a waiter whose entry ahead has less than a second left polls instead ([`MyDb::ring`]), as do the
+/// waiters of locks with a TTL below about 1.3 s (their holders' sessions rarely have a second left).
+const BELL_WAIT: Duration = Duration::from_secs(1);
 
 /// How long a connection beyond the pool's lower bound stays idle before it is closed.
 const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
@@ -646,7 +648,8 @@ impl MyDb {
         })
     }
 
-    /// Blocks until the bell of lock `name`'s entry `fence` is free, for `within` (at most [`BELL_WAIT`]), on a
+    /// Blocks until the bell of lock `name`'s entry `fence` is free, for `within` (at most [`BELL_WAIT`], in whole
+    /// seconds: [`Ring::Unavailable`] when that is none, and the waiter polls), on a
     /// connection of the bells' pool that holds nothing (got, the bell is freed in the same statement), then reads the
     /// lock's entries up to `upto`, the waiter's, in the same round trip: a statement after the bell was heard, so it
     /// sees the delete that freed it. Dropped while blocked, the connection is closed ([`Listed`]); the server's
@@ -659,15 +662,19 @@ impl MyDb {
         within: Duration,
         call: Duration,
     ) -> Result<(Ring, Option<Vec<Entry>>), SqlError> {
+        // Whole seconds, as MySQL reads them.
+        let within = Duration::from_secs(within.min(BELL_WAIT).as_secs());
+        if within.is_zero() {
+            return Ok((Ring::Unavailable, None));
+        }
         let Ok(_permit) = Arc::clone(&self.bells.waiting).try_acquire_owned() else {
             return Ok((Ring::Unavailable, None));
         };
-        let within = within.min(BELL_WAIT);
         let lit = literal(name.as_bytes());
         let bell = self.bells.bell(&lit, &fence.to_string());
         let sql = format!(
-            "SELECT CASE GET_LOCK({bell}, {:.3}) WHEN 1 THEN RELEASE_LOCK({bell}) ELSE 0 END; {}",
-            within.as_secs_f64(),
+            "SELECT CASE GET_LOCK({bell}, {}) WHEN 1 THEN RELEASE_LOCK({bell}) ELSE 0 END; {}",
+            within.as_secs(),
             self.statements
                 .entries
                 .replacen('?', &lit, 1)
