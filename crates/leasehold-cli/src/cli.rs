@@ -305,6 +305,7 @@ On PostgreSQL (--store postgres://user@host:port/database) likewise, against its
 On MySQL or MariaDB (--store mysql://user@host:port/database, or mariadb://) likewise:
   my-floor-1, -64, -8p     SELECT GET_LOCK(name, 10) + RELEASE_LOCK(name), each task on a
                            connection of its own (8p: waiting in GET_LOCK); the same ratios
+  my-row-1, -64            the same lease row (an InnoDB table, VARBINARY(512) key); × row floor
   renew-10k                renewal calls are the statements the server received (Questions)
 Neither reports its CPU time: the server's is read from /proc as on ZooKeeper (PostgreSQL's with
 its backends); the raw round trip is SELECT 1 on PostgreSQL, a ping on MySQL.

@@ -71,6 +71,7 @@
 //! |---|---|
 //! | `my-floor-1`, `my-floor-64` | 1 or 64 tasks, each on a connection of its own: `SELECT GET_LOCK(name, 10)`, then `RELEASE_LOCK(name)` |
 //! | `my-floor-8p` | 8 worker processes on ONE name: `GET_LOCK` waits in the server until the holder releases |
+//! | `my-row-1`, `my-row-64` | as `pg-row-1`, `-64`: `INSERT` of the lock's row in an InnoDB table (its name a `VARBINARY(512)` primary key), then its `DELETE`, each autocommitted, prepared |
 //! | `uncontended-1`, `-64`, `contended-8p`, `handoff`, `fair-8p`, `fair-handoff`, `rw-8p`, `semaphore-8p` | as on Redis, leasehold on MySQL; the first four against the MySQL floor |
 //! | `renew-10k` | as on Redis; its renewal calls are the statements the server received (`Questions`) |
 //!
@@ -167,40 +168,41 @@ pub const ZK_SCENARIOS: [&str; 12] = [
     "renew-10k",
 ];
 
-/// Every scenario on PostgreSQL, in the order they run: its session advisory lock as the floor, and a durable lease
-/// row (`pg-row-*`, inserted and deleted) in the peer's place.
-pub const PG_SCENARIOS: [&str; 14] = [
-    "pg-floor-1",
-    "pg-row-1",
-    "uncontended-1",
-    "pg-floor-64",
-    "pg-row-64",
-    "uncontended-64",
-    "pg-floor-8p",
-    "contended-8p",
-    "handoff",
-    "fair-8p",
-    "fair-handoff",
-    "rw-8p",
-    "semaphore-8p",
-    "renew-10k",
-];
+/// The scenarios of a SQL store whose own scenarios are named `$store-…` (`pg`, `my`), in the order they run: the
+/// store's own lock as the floor (`$store-floor-*`), and a durable lease row (`$store-row-*`, inserted and deleted)
+/// in the peer's place (see `peers_of`).
+macro_rules! sql_scenarios {
+    ($store:literal) => {
+        [
+            concat!($store, "-floor-1"),
+            concat!($store, "-row-1"),
+            "uncontended-1",
+            concat!($store, "-floor-64"),
+            concat!($store, "-row-64"),
+            "uncontended-64",
+            concat!($store, "-floor-8p"),
+            "contended-8p",
+            "handoff",
+            "fair-8p",
+            "fair-handoff",
+            "rw-8p",
+            "semaphore-8p",
+            "renew-10k",
+        ]
+    };
+}
 
-/// Every scenario on MySQL or MariaDB, in the order they run: its named lock (`GET_LOCK`) as the floor, and no peer.
-pub const MY_SCENARIOS: [&str; 12] = [
-    "my-floor-1",
-    "uncontended-1",
-    "my-floor-64",
-    "uncontended-64",
-    "my-floor-8p",
-    "contended-8p",
-    "handoff",
-    "fair-8p",
-    "fair-handoff",
-    "rw-8p",
-    "semaphore-8p",
-    "renew-10k",
-];
+/// Every scenario on PostgreSQL, in the order they run: its session advisory lock as the floor, and a durable lease
+/// row (`pg-row-*`) in the peer's place.
+pub const PG_SCENARIOS: [&str; 14] = sql_scenarios!("pg");
+
+/// Every scenario on MySQL or MariaDB, in the order they run: its named lock (`GET_LOCK`) as the floor, and a durable
+/// lease row (`my-row-*`) in the peer's place.
+pub const MY_SCENARIOS: [&str; 14] = sql_scenarios!("my");
+
+/// The table of the SQL stores' row floors (`pg-row-*`, `my-row-*`): a lease row as a durable lock keeps one, its
+/// column `name` the lock's name and the primary key, so that a second insert of a name fails.
+const ROW_TABLE: &str = "leasehold_bench_rows";
 
 /// What the bench runs on: the scenario list and the topology's rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,9 +242,9 @@ pub struct BenchArgs {
     /// quorum-64, quorum-contended-8p, and uncontended-1 and contended-8p on the first server alone. An etcd cluster:
     /// etcd://host:port[,host:port…], against etcd's own lock (etcd-lock-1, -64, -8p). A ZooKeeper ensemble:
     /// zk://host:port[,host:port…][/chroot], against bare ephemeral sequential nodes (zk-floor-1, -64, -8p). A
-    /// PostgreSQL server: postgres://user@host:port/database, against its advisory lock (pg-floor-1, -64, -8p). A
-    /// MySQL or MariaDB server: mysql:// or mariadb://user@host:port/database, against GET_LOCK (my-floor-1, -64,
-    /// -8p).
+    /// PostgreSQL server: postgres://user@host:port/database, against its advisory lock (pg-floor-1, -64, -8p) and a
+    /// durable lease row (pg-row-1, -64). A MySQL or MariaDB server: mysql:// or mariadb://user@host:port/database,
+    /// against GET_LOCK (my-floor-1, -64, -8p) and a durable lease row (my-row-1, -64).
     #[arg(long = "store", visible_alias = "redis", value_name = "URL")]
     pub store: Vec<String>,
 
@@ -387,16 +389,37 @@ const ON_ZOOKEEPER: &str = "on ZooKeeper: × floor is against zk-floor-1, -64, -
                             created and deleted (8p: waiting for the node ahead; in place of floor-1, -64, -8p, the \
                             raw-Redis floor); peer-1, -64, -8p (rslock's recipe, for Redis) are skipped";
 
+/// The note printed on a SQL store, likewise: `$store` its name, `$id` its scenarios' prefix, `$floor` what its floor
+/// takes and releases, `$wait` where the floor's 8 processes wait.
+macro_rules! on_sql {
+    ($store:literal, $id:literal, $floor:literal, $wait:literal) => {
+        concat!(
+            "on ",
+            $store,
+            ": × floor is against ",
+            $id,
+            "-floor-1, -64, -8p, ",
+            $floor,
+            " taken and released on a connection per task (8p: waiting in ",
+            $wait,
+            "; in place of floor-1, -64, -8p, the raw-Redis floor); × row floor is against ",
+            $id,
+            "-row-1, -64, a durable lease row inserted and deleted (in place of peer-1, -64, \
+             rslock's recipe for Redis)"
+        )
+    };
+}
+
 /// The note printed on PostgreSQL, likewise.
-const ON_POSTGRES: &str = "on PostgreSQL: × floor is against pg-floor-1, -64, -8p, a session advisory lock taken and \
-                           released on a connection per task (8p: waiting in pg_advisory_lock; in place of floor-1, \
-                           -64, -8p, the raw-Redis floor); × row floor is against pg-row-1, -64, a durable lease row \
-                           inserted and deleted (in place of peer-1, -64, rslock's recipe for Redis)";
+const ON_POSTGRES: &str = on_sql!(
+    "PostgreSQL",
+    "pg",
+    "a session advisory lock",
+    "pg_advisory_lock"
+);
 
 /// The note printed on MySQL and MariaDB, likewise.
-const ON_MYSQL: &str = "on MySQL/MariaDB: × floor is against my-floor-1, -64, -8p, a named lock (GET_LOCK) taken and \
-                        released on a connection per task (8p: waiting in GET_LOCK; in place of floor-1, -64, -8p, \
-                        the raw-Redis floor); peer-1, -64, -8p (rslock's recipe, for Redis) are skipped";
+const ON_MYSQL: &str = on_sql!("MySQL/MariaDB", "my", "a named lock (GET_LOCK)", "GET_LOCK");
 
 /// The floor scenario a leasehold scenario is set against, on each store (at most one of them runs).
 fn floors_of(name: &str) -> &'static [&'static str] {
@@ -434,6 +457,17 @@ fn is_floor(name: &str) -> bool {
         .chain(floors_of("uncontended-64"))
         .chain(floors_of("contended-8p"))
         .any(|floor| *floor == name)
+}
+
+/// The scenario a leasehold scenario's second ratio is against, on each store (at most one of them runs): on Redis
+/// rslock's recipe (`× peer`), on the SQL stores in its place a durable lease row (`× row floor`).
+fn peers_of(name: &str) -> &'static [&'static str] {
+    match name {
+        "uncontended-1" => &["peer-1", "pg-row-1", "my-row-1"],
+        "uncontended-64" => &["peer-64", "pg-row-64", "my-row-64"],
+        "contended-8p" => &["peer-8p"],
+        _ => &[],
+    }
 }
 
 /// Fails early, with the usual exit statuses, when a server cannot be used: connects the library's client to each
@@ -554,12 +588,15 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 "floor-1" | "etcd-lock-1" | "zk-floor-1" | "pg-floor-1" | "my-floor-1" => {
                     scenario::in_process(&setup, name, 1, Recipe::Floor).await
                 }
-                "peer-1" | "pg-row-1" => scenario::in_process(&setup, name, 1, Recipe::Peer).await,
+                // The peer's recipe, or on the SQL stores the lease row in its place.
+                _ if peers_of("uncontended-1").contains(&name) => {
+                    scenario::in_process(&setup, name, 1, Recipe::Peer).await
+                }
                 "uncontended-1" => scenario::in_process(&setup, name, 1, Recipe::Leasehold).await,
                 "floor-64" | "etcd-lock-64" | "zk-floor-64" | "pg-floor-64" | "my-floor-64" => {
                     scenario::in_process(&setup, name, 64, Recipe::Floor).await
                 }
-                "peer-64" | "pg-row-64" => {
+                _ if peers_of("uncontended-64").contains(&name) => {
                     scenario::in_process(&setup, name, 64, Recipe::Peer).await
                 }
                 "uncontended-64" => scenario::in_process(&setup, name, 64, Recipe::Leasehold).await,
@@ -584,16 +621,9 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<u8> {
                 .iter()
                 .find(|o| floors_of(name).contains(&o.scenario))
                 .map(Outcome::rate);
-            // The peer's recipe on Redis; on PostgreSQL, a durable lease row.
-            let peers: &[&str] = match name {
-                "uncontended-1" => &["peer-1", "pg-row-1"],
-                "uncontended-64" => &["peer-64", "pg-row-64"],
-                "contended-8p" => &["peer-8p"],
-                _ => &[],
-            };
             outcome.peer_rate = outcomes
                 .iter()
-                .find(|o| peers.contains(&o.scenario))
+                .find(|o| peers_of(name).contains(&o.scenario))
                 .map(Outcome::rate);
             outcome.on_quorum = nodes.as_ref().map(|nodes| OnQuorum {
                 nodes: nodes.len(),
@@ -653,7 +683,31 @@ mod tests {
                     .collect();
                 assert_eq!(floors.len(), 1, "{name} in {list:?}");
                 assert!(at(floors[0]) < at(name), "{name} in {list:?}");
+                let peers: Vec<&str> = peers_of(name)
+                    .iter()
+                    .copied()
+                    .filter(|peer| list.contains(peer))
+                    .collect();
+                assert!(peers.len() <= 1, "{name} in {list:?}");
+                assert!(
+                    peers.iter().all(|peer| at(peer) < at(name)),
+                    "{name} in {list:?}"
+                );
             }
+        }
+        // Each SQL store sets its uncontended rows beside its own lease row, and says so.
+        for (list, note, id) in [
+            (&PG_SCENARIOS, ON_POSTGRES, "pg"),
+            (&MY_SCENARIOS, ON_MYSQL, "my"),
+        ] {
+            for (name, row) in [("uncontended-1", "row-1"), ("uncontended-64", "row-64")] {
+                let row = format!("{id}-{row}");
+                assert!(list.contains(&row.as_str()) && peers_of(name).contains(&row.as_str()));
+            }
+            assert!(
+                note.contains(&format!("× row floor is against {id}-row-1, -64, ")),
+                "{note}"
+            );
         }
         assert!(is_floor("pg-floor-8p") && is_floor("my-floor-1") && is_floor("floor-64"));
         assert!(!is_floor("uncontended-1") && !is_floor("renew-10k"));

@@ -9,6 +9,10 @@
 //! server until the holder releases (in an order MySQL leaves undefined), and a wait that times out (`0`) is asked
 //! again, the latency counted from the first ask.
 //!
+//! The row floor (`my-row-1`, `-64`) is what any durable lease row costs: per cycle an `INSERT` of the lock's row
+//! into an InnoDB table (its name a `VARBINARY(512)` primary key, so a second insert fails) and its `DELETE`, each
+//! prepared and its own autocommitted transaction, on a connection per task as well.
+//!
 //! The servers report no CPU time of their own, so it is read from `/proc` for a server on this machine: the process
 //! that listens on the URL's port, all its threads (see [`super::local`]). A server elsewhere shows none. The requests
 //! the server received (`renew-10k`'s renewal calls) are its `Questions`: the statements clients sent it.
@@ -25,6 +29,7 @@ use mysql_async::{Conn, Opts, OptsBuilder, Statement};
 use tokio::sync::Mutex;
 
 use super::local::{self, Processes};
+use super::ROW_TABLE;
 
 /// The scheme mysql_async reads.
 const SCHEME: &str = "mysql://";
@@ -95,8 +100,23 @@ impl MySql {
         let release = conn.prep("SELECT RELEASE_LOCK(?)").await?;
         Ok(Session {
             conn: Mutex::new(conn),
-            get,
-            release,
+            statements: Statements::Named { get, release },
+        })
+    }
+
+    /// A connection for the row floor, its insert and delete prepared (the table exists: see
+    /// [`row_floor`](MySql::row_floor)).
+    async fn row_session(&self) -> anyhow::Result<Session> {
+        let mut conn = self.connect().await?;
+        let insert = conn
+            .prep(format!("INSERT INTO {ROW_TABLE} (name) VALUES (?)"))
+            .await?;
+        let delete = conn
+            .prep(format!("DELETE FROM {ROW_TABLE} WHERE name = ?"))
+            .await?;
+        Ok(Session {
+            conn: Mutex::new(conn),
+            statements: Statements::Row { insert, delete },
         })
     }
 
@@ -104,6 +124,25 @@ impl MySql {
     pub async fn floor(&self, tasks: usize) -> anyhow::Result<Floor> {
         let sessions =
             futures_util::future::try_join_all((0..tasks).map(|_| self.session())).await?;
+        Ok(Floor { sessions })
+    }
+
+    /// The in-process row floor: one row session per task, opened together, after the table is created if missing
+    /// and emptied of the rows an interrupted run left.
+    pub async fn row_floor(&self, tasks: usize) -> anyhow::Result<Floor> {
+        let mut conn = self.connect().await?;
+        conn.query_drop(format!(
+            "CREATE TABLE IF NOT EXISTS {ROW_TABLE} (name VARBINARY(512) PRIMARY KEY) ENGINE=InnoDB"
+        ))
+        .await
+        .context("creating the row floor's table")?;
+        // DELETE rather than TRUNCATE: the privilege the scenario needs anyway, not DROP.
+        conn.query_drop(format!("DELETE FROM {ROW_TABLE}"))
+            .await
+            .context("emptying the row floor's table")?;
+        conn.disconnect().await?;
+        let sessions =
+            futures_util::future::try_join_all((0..tasks).map(|_| self.row_session())).await?;
         Ok(Floor { sessions })
     }
 
@@ -126,20 +165,36 @@ impl MySql {
 pub struct Session {
     /// Only the task's loop uses it: the mutex is never contended, it lends the connection to `&self`.
     conn: Mutex<Conn>,
-    get: Statement,
-    release: Statement,
+    statements: Statements,
+}
+
+/// The two statements of a session: the named lock's, or the row floor's.
+enum Statements {
+    /// `GET_LOCK(name, wait)` and `RELEASE_LOCK(name)`.
+    Named { get: Statement, release: Statement },
+    /// The `INSERT` and the `DELETE` of the lock's row.
+    Row {
+        insert: Statement,
+        delete: Statement,
+    },
 }
 
 impl Session {
     /// `GET_LOCK` of the lock `name`: returns once this connection holds it, waiting in the server while another
-    /// does.
+    /// does. The row floor inserts the lock's row: an error when it exists.
     pub async fn lock(&self, name: &str) -> anyhow::Result<()> {
-        let name = lock_name(name);
         let mut conn = self.conn.lock().await;
+        let get = match &self.statements {
+            Statements::Named { get, .. } => get,
+            Statements::Row { insert, .. } => {
+                conn.exec_drop(insert, (name,)).await?;
+                return Ok(());
+            }
+        };
+        let name = lock_name(name);
         loop {
-            let granted: Option<Option<i64>> = conn
-                .exec_first(&self.get, (name.as_str(), FLOOR_WAIT_S))
-                .await?;
+            let granted: Option<Option<i64>> =
+                conn.exec_first(get, (name.as_str(), FLOOR_WAIT_S)).await?;
             match granted.flatten() {
                 Some(1) => return Ok(()),
                 Some(0) => continue,
@@ -148,15 +203,22 @@ impl Session {
         }
     }
 
-    /// `RELEASE_LOCK` of the lock `name`; an error when this connection did not hold it.
+    /// `RELEASE_LOCK` of the lock `name`; an error when this connection did not hold it. The row floor deletes the
+    /// lock's row: an error when there was none.
     pub async fn unlock(&self, name: &str) -> anyhow::Result<()> {
+        let mut conn = self.conn.lock().await;
+        let release = match &self.statements {
+            Statements::Named { release, .. } => release,
+            Statements::Row { delete, .. } => {
+                conn.exec_drop(delete, (name,)).await?;
+                if conn.affected_rows() != 1 {
+                    bail!("the row floor's lock {name} had no row");
+                }
+                return Ok(());
+            }
+        };
         let name = lock_name(name);
-        let released: Option<Option<i64>> = self
-            .conn
-            .lock()
-            .await
-            .exec_first(&self.release, (name.as_str(),))
-            .await?;
+        let released: Option<Option<i64>> = conn.exec_first(release, (name.as_str(),)).await?;
         if released.flatten() != Some(1) {
             bail!("RELEASE_LOCK({name:?}): the floor's lock was not held");
         }

@@ -22,6 +22,7 @@ use tokio_postgres::config::Host;
 use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use super::local::{self, Processes};
+use super::ROW_TABLE;
 
 /// The schemes of PostgreSQL URLs.
 const SCHEMES: [&str; 2] = ["postgres://", "postgresql://"];
@@ -31,9 +32,6 @@ const DEFAULT_PORT: u16 = 5432;
 
 /// The floor's lock names are hashed under this prefix, apart from leasehold's.
 const FLOOR_PREFIX: &str = "leasehold-bench-floor";
-
-/// The table of the row floor (`pg-row-1`, `-64`): a lease row as a durable lock keeps one, the name its key.
-const ROW_TABLE: &str = "leasehold_bench_rows";
 
 /// The connection timeout when the URL sets none (`connect_timeout=`), and the deadline of the bench's own readings.
 const TIMEOUT: Duration = Duration::from_secs(5);

@@ -56,7 +56,9 @@ pub enum Recipe {
     Floor,
     /// A peer's recipe, rslock's: the floor's two commands on a redis-rs `MultiplexedConnection`; a busy answer is
     /// followed by the owner-checked delete of its own token (rslock undoes a failed round on every server) and a
-    /// random sleep below [`PEER_RETRY_DELAY`](super::worker::PEER_RETRY_DELAY).
+    /// random sleep below [`PEER_RETRY_DELAY`](super::worker::PEER_RETRY_DELAY). On PostgreSQL and MySQL, in its
+    /// place, a durable lease row inserted and deleted, each task on a connection of its own (see
+    /// [`super::postgres`], [`super::mysql`]).
     Peer,
     /// leasehold.
     Leasehold,
@@ -79,9 +81,11 @@ enum Engine {
     EtcdFloor(Box<EtcdFloor>),
     /// On ZooKeeper: an ephemeral sequential node of one session of this process, created and deleted.
     ZkFloor(ZkFloor),
-    /// On PostgreSQL: a session advisory lock taken and released, on a connection per task.
+    /// On PostgreSQL: a session advisory lock taken and released, or a lease row inserted and deleted, on a
+    /// connection per task.
     PgFloor(postgres::Floor),
-    /// On MySQL: a named lock (`GET_LOCK`) taken and released, on a connection per task.
+    /// On MySQL: a named lock (`GET_LOCK`) taken and released, or a lease row inserted and deleted, on a connection
+    /// per task.
     MyFloor(mysql::Floor),
 }
 
@@ -120,9 +124,10 @@ pub async fn in_process(
             Raw::MySql(mysql) => Engine::MyFloor(mysql.floor(tasks).await?),
             Raw::Single(_) | Raw::Cluster(_) => Engine::Floor(setup.raw.manager().await?),
         },
-        // On PostgreSQL the peer's place is the durable lease row.
+        // On the SQL stores the peer's place is the durable lease row, run as their floors are.
         (None, Recipe::Peer) => match &setup.raw {
             Raw::Postgres(pg) => Engine::PgFloor(pg.row_floor(tasks).await?),
+            Raw::MySql(mysql) => Engine::MyFloor(mysql.row_floor(tasks).await?),
             _ => Engine::Peer(setup.raw.multiplexed().await?),
         },
         (None, Recipe::Leasehold) => {

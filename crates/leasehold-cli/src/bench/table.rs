@@ -33,6 +33,15 @@ pub(super) fn result_line(o: &Outcome, number: usize, of: usize) -> String {
     format!("bench [{number}/{of}] {}: {what}", o.scenario)
 }
 
+/// What a leasehold row's second ratio is against (see `bench::peers_of`): rslock's recipe on Redis, the durable
+/// lease row in its place on the SQL stores.
+fn peer_of(store: Store) -> &'static str {
+    match store {
+        Store::Postgres | Store::MySql => "row floor",
+        Store::Redis | Store::Etcd | Store::ZooKeeper => "peer",
+    }
+}
+
 /// The results as a text table: one unit per column, named in the header.
 pub(super) fn table(outcomes: &[Outcome]) -> String {
     let mut out = String::new();
@@ -70,12 +79,7 @@ pub(super) fn table(outcomes: &[Outcome]) -> String {
             .map_or("-".to_owned(), |r| format!("{r:.2}"));
         let mut notes = Vec::new();
         if let Some(peer) = o.peer_ratio() {
-            let against = if o.store == Store::Postgres {
-                "row floor"
-            } else {
-                "peer"
-            };
-            notes.push(format!("× {against} {peer:.2}"));
+            notes.push(format!("× {} {peer:.2}", peer_of(o.store)));
         }
         if let Some(share) = o.share_ratio() {
             notes.push(format!("share min/max {share:.2}"));
@@ -269,6 +273,17 @@ mod tests {
                     "{cell:?} in {text}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_sql_stores_set_leasehold_beside_their_row_floor() {
+        for store in [Store::Postgres, Store::MySql] {
+            let mut lock = Outcome::measured("uncontended-1", &[300]);
+            lock.peer_rate = Some(lock.rate() * 2.0);
+            lock.store = store;
+            let text = table(&[lock]);
+            assert!(text.trim_end().ends_with("× row floor 0.50"), "{text}");
         }
     }
 

@@ -568,17 +568,24 @@ fn what_the_store_cannot_honour_exits_2_before_connecting(store: Store) {
 fn bench_runs_against_the_stores_floor(store: Store) {
     let server = store.start();
     let url = server.url();
-    let (floors, note): (&[&str], &str) = match store {
+    // The SQL stores' durable lease row too, which uncontended-1 is set beside (× row floor).
+    let (floors, row, note): (&[&str], Option<&str>, &str) = match store {
         Store::Etcd => (
             &["etcd-lock-1", "etcd-lock-64", "etcd-lock-8p"],
+            None,
             "on etcd: × floor is against etcd-lock-1, -64, -8p, etcd's own Lock RPC",
         ),
         Store::ZooKeeper => (
             &["zk-floor-1", "zk-floor-8p"],
+            None,
             "on ZooKeeper: × floor is against zk-floor-1, -64, -8p",
         ),
-        Store::Postgres => (&["pg-floor-1", "pg-floor-8p"], "on PostgreSQL"),
-        Store::MySql => (&["my-floor-1", "my-floor-8p"], "on MySQL"),
+        Store::Postgres => (
+            &["pg-floor-1", "pg-floor-8p"],
+            Some("pg-row-1"),
+            "on PostgreSQL",
+        ),
+        Store::MySql => (&["my-floor-1", "my-floor-8p"], Some("my-row-1"), "on MySQL"),
     };
     // renew-10k is left out: 10,000 grants take seconds to make on etcd.
     let scenarios: Vec<&str> = match store {
@@ -595,22 +602,11 @@ fn bench_runs_against_the_stores_floor(store: Store) {
             "rw-8p",
             "semaphore-8p",
         ],
-        // PostgreSQL's durable lease row too, which uncontended-1 is set beside (× row floor).
-        Store::Postgres => vec![
-            floors[0],
-            "pg-row-1",
-            "uncontended-1",
-            floors[1],
-            "contended-8p",
-            "handoff",
-        ],
-        _ => vec![
-            floors[0],
-            "uncontended-1",
-            floors[1],
-            "contended-8p",
-            "handoff",
-        ],
+        _ => [floors[0]]
+            .into_iter()
+            .chain(row)
+            .chain(["uncontended-1", floors[1], "contended-8p", "handoff"])
+            .collect(),
     };
     let (code, stdout, stderr) = bench_on(&url, &scenarios.join(","), &[], Duration::from_secs(90));
     assert_eq!(code, Some(0), "{stderr}");
@@ -642,13 +638,15 @@ fn bench_runs_against_the_stores_floor(store: Store) {
             "{measured}: {stdout}"
         );
     }
-    if matches!(store, Store::Postgres) {
-        assert_eq!(ratio("pg-row-1"), "-", "{stdout}");
+    if let Some(row) = row {
+        assert_eq!(ratio(row), "-", "{stdout}");
         let uncontended = lines
             .iter()
             .find(|l| l.starts_with("uncontended-1"))
             .unwrap();
         assert!(uncontended.contains("× row floor "), "{stdout}");
+        let said = format!("× row floor is against {row}, -64, a durable lease row");
+        assert!(lines[1 + scenarios.len()].contains(&said), "{stdout}");
     }
     assert!(lines[1 + scenarios.len()].starts_with(note), "{stdout}");
     assert_eq!(lines.len(), scenarios.len() + 2, "{stdout}");
