@@ -2,8 +2,9 @@
 //! the tests in sequence on it): the server restarted under held and waited locks, the client's connections killed
 //! server-side, a holder frozen past its lease, the caller's transaction outliving the lease, names a default
 //! collation would fold together, wake-ups across clients (also after the waiter's listener reconnected into a
-//! partition), one round trip per uncontended acquisition, a user with only the documented grants, reads that write
-//! nothing, a crashed client's rows cleaned up, and TLS.
+//! partition, or when the waiter enqueued during the release), no notification where nobody waits, one round trip per
+//! uncontended acquisition, a user with only the documented grants, reads that write nothing, a crashed client's rows
+//! cleaned up, and TLS.
 //!
 //! Run one test on one store with `cargo test --test sql_client -- mysql::faults::NAME`.
 
@@ -163,6 +164,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_release_wakes_another_clients_waiter,
     faults::a_waiter_whose_connections_went_silent_still_hears_the_release,
     wake_ups::a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release,
+    wake_ups::only_a_release_with_an_entry_behind_it_notifies,
+    wake_ups::a_waiter_enqueued_while_the_release_runs_is_woken_by_it,
     round_trips::an_uncontended_acquisition_is_one_round_trip,
     least_privilege::a_user_with_the_documented_grants_locks_waits_and_releases,
     least_privilege::a_user_missing_any_one_right_is_refused_at_connect_naming_it,

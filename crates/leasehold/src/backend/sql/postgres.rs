@@ -5,7 +5,7 @@
 //! - **Time** is the server's `now()`, the start of the statement's transaction: every statement here is its own
 //!   transaction.
 //! - **Wake-ups.** Every statement that deletes entries also `NOTIFY`s the prefix's channel with the lock's name, in
-//!   the same transaction (delivered at commit). The listening connection wakes this client's waiters of that name;
+//!   the same transaction (delivered at commit); a release only when an entry may be behind it (see `release`). The listening connection wakes this client's waiters of that name;
 //!   when it reconnects it wakes them all, since a notification may have been missed meanwhile.
 //! - **Server-side deadlines.** Every connection runs with `statement_timeout` and `lock_timeout` at the per-call
 //!   deadline, so that a statement the client gave up on does not go on running (or waiting for a row lock) on the
@@ -107,12 +107,19 @@ impl Statements {
                  SELECT pg_notify('{channel}', n.name) FROM (SELECT DISTINCT e.name FROM {entry} e JOIN d \
                  ON e.session = d.id) n"
             ),
-            // Every release notifies, waiters or not: whether a waiter is behind cannot be known in the same
-            // statement (one that enqueues after the statement's snapshot, and checks before its commit, would sleep
-            // until this entry's expiry).
+            // A row per entry deleted; notifies only when an entry may be behind this one (the lock's newest fence is
+            // larger): a release admits none ahead of it. That fence is read with a row lock (at READ COMMITTED a
+            // locking read waits for a concurrent writer of the row, then returns its newest version), not from the
+            // statement's snapshot, since an enqueue takes the same row with a conflicting lock (`ON CONFLICT DO
+            // UPDATE`): either it committed before this read, whose larger fence is seen (and notified), or it waits
+            // until this statement committed, and its check, a statement after its own commit, finds this entry
+            // gone. From the snapshot, an enqueue that committed after it, and checked before this commit, would
+            // sleep until this entry's expiry. The read is evaluated once the delete returned its row, and not at
+            // all when there was none.
             release: format!(
-                "WITH d AS (DELETE FROM {entry} WHERE name = $1 AND fence = $2 AND session = $3 RETURNING name) \
-                 SELECT pg_notify('{channel}', name)::text FROM d"
+                "WITH d AS (DELETE FROM {entry} WHERE name = $1 AND fence = $2 AND session = $3 RETURNING name), \
+                 l AS (SELECT fence FROM {lock} WHERE name = $1 FOR SHARE) \
+                 SELECT CASE WHEN (SELECT fence FROM l) > $2 THEN pg_notify('{channel}', name)::text END FROM d"
             ),
             delete_entries: format!(
                 "WITH d AS (DELETE FROM {entry} WHERE session = $1 AND hold = ANY($2) RETURNING name) \
