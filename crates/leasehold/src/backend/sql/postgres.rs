@@ -5,8 +5,9 @@
 //! - **Time** is the server's `now()`, the start of the statement's transaction: every statement here is its own
 //!   transaction.
 //! - **Wake-ups.** Every statement that deletes entries also `NOTIFY`s the prefix's channel with the lock's name, in
-//!   the same transaction (delivered at commit); a release only when an entry may be behind it (see `release`). The listening connection wakes this client's waiters of that name;
-//!   when it reconnects it wakes them all, since a notification may have been missed meanwhile.
+//!   the same transaction (delivered at commit); a release only when an entry may be behind it (see `release`). The
+//!   listening connection wakes this client's waiters of that name; when it reconnects it wakes them all, since a
+//!   notification may have been missed meanwhile.
 //! - **Server-side deadlines.** Every connection runs with `statement_timeout` and `lock_timeout` at the per-call
 //!   deadline, so that a statement the client gave up on does not go on running (or waiting for a row lock) on the
 //!   server.
@@ -434,7 +435,7 @@ impl PgDb {
         &self,
         first: &Call<'_>,
         second: &Call<'_>,
-    ) -> Result<(Rows, Result<Rows, tokio_postgres::Error>), SqlError> {
+    ) -> Result<(Rows, Answer), SqlError> {
         let mut conn = self.pool.get().await?;
         let (a, b) = match conn.run_both(first, second).await {
             Ok(both) => both,
@@ -722,6 +723,9 @@ impl Pool {
 /// The rows a statement returned.
 type Rows = Vec<tokio_postgres::Row>;
 
+/// What a statement returned, or why it failed.
+type Answer = Result<Rows, tokio_postgres::Error>;
+
 /// One statement to run: its name (the key it is prepared under on each connection), its text, and its parameters
 /// with their types.
 struct Call<'a> {
@@ -736,8 +740,8 @@ impl Call<'_> {
     }
 }
 
-/// A connection taken from the pool. It goes back only through [`Pooled::done`], once its statement was answered:
-/// one dropped with its statement still out (a timeout, a dropped future) is closed instead.
+/// A connection taken from the pool. It goes back only through [`Pooled::finish`], once every statement sent on it was
+/// answered: one dropped with a statement still out (a timeout, a dropped future) is closed instead.
 struct Pooled<'a> {
     pool: &'a Pool,
     conn: Option<Conn>,
@@ -766,7 +770,7 @@ impl Pooled<'_> {
     }
 
     /// Runs `call`.
-    async fn run(&mut self, call: &Call<'_>) -> Result<Rows, tokio_postgres::Error> {
+    async fn run(&mut self, call: &Call<'_>) -> Answer {
         let statement = self.prepared(call).await?;
         self.conn().client.query(&statement, &call.values()).await
     }
@@ -779,13 +783,7 @@ impl Pooled<'_> {
         &mut self,
         first: &Call<'_>,
         second: &Call<'_>,
-    ) -> Result<
-        (
-            Result<Rows, tokio_postgres::Error>,
-            Result<Rows, tokio_postgres::Error>,
-        ),
-        tokio_postgres::Error,
-    > {
+    ) -> Result<(Answer, Answer), tokio_postgres::Error> {
         let (a, b) = (self.prepared(first).await?, self.prepared(second).await?);
         let (a_values, b_values) = (first.values(), second.values());
         let client = &self.conn().client;
