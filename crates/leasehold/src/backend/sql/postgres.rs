@@ -55,13 +55,13 @@ impl Statements {
     fn new(t: &Tables) -> Statements {
         let (session, lock, entry, fence, channel) =
             (&t.session, &t.lock, &t.entry, &t.fence, &t.channel);
-        // A lock's entries up to a fence, with their sessions' state, in the columns `entry_of` reads.
+        // A lock's entries, with their sessions' state, in the columns `entry_of` reads.
         let read = format!(
             "SELECT e.fence, e.kind, e.permits, e.hold, e.session, \
              COALESCE(s.expires_at > now(), false), \
              COALESCE(GREATEST(extract(epoch FROM s.expires_at - now()), 0), 0)::float8 \
              FROM {entry} e LEFT JOIN {session} s ON s.id = e.session \
-             WHERE e.name = $1 AND e.fence <="
+             WHERE e.name = $1"
         );
         Statements {
             open: format!(
@@ -88,13 +88,12 @@ impl Statements {
                  INSERT INTO {entry} (name, fence, session, kind, permits, hold) \
                  SELECT name, fence, $2, $3, $4, $5 FROM l RETURNING fence"
             ),
-            entries: format!("{read} $2 ORDER BY e.fence"),
-            // Sent right behind `enqueue`, on the same connection, before its answer: it cannot know the fence yet,
-            // and finds its own entry by its hold instead. Its own transaction, begun after the enqueue's committed.
-            enqueued: format!(
-                "{read} (SELECT fence FROM {entry} WHERE name = $1 AND session = $2 AND hold = $3) \
-                 ORDER BY e.fence"
-            ),
+            entries: format!("{read} AND e.fence <= $2 ORDER BY e.fence"),
+            // Sent right behind `enqueue`, on the same connection, before its answer: it cannot know the fence yet, so
+            // it reads every entry of the lock (one range of the primary key, as `entries`; a subquery finding the
+            // fence by the hold would read that range twice) and `enqueue` keeps those up to its own, found by its
+            // hold. Its own transaction, begun after the enqueue's committed.
+            enqueued: format!("{read} ORDER BY e.fence"),
             reap: format!(
                 "WITH d AS (DELETE FROM {session} WHERE id = ANY($1) AND expires_at <= now() RETURNING id) \
                  SELECT pg_notify('{channel}', $2) FROM (SELECT 1 FROM d LIMIT 1) x"
@@ -519,19 +518,24 @@ impl PgDb {
                 &Call {
                     op: "read enqueued",
                     sql: &self.statements.enqueued,
-                    params: &[
-                        (&name, Type::TEXT),
-                        (&session, Type::TEXT),
-                        (&hold, Type::TEXT),
-                    ],
+                    params: &[(&name, Type::TEXT)],
                 },
             )
             .await?;
         let row = rows
             .first()
             .ok_or_else(|| SqlError::lost_while_waiting(name.to_owned()))?;
-        let entries = match read.and_then(|rows| rows.iter().map(entry_of).collect()) {
-            Ok(entries) => Some(entries),
+        let entries = match read
+            .and_then(|rows| rows.iter().map(entry_of).collect::<Result<Vec<_>, _>>())
+        {
+            Ok(mut entries) => {
+                // Up to its own (none when it is gone): the entries behind it do not matter to it.
+                let mine = entries
+                    .iter()
+                    .position(|e| e.hold == hold && e.session == session);
+                entries.truncate(mine.map_or(0, |i| i + 1));
+                Some(entries)
+            }
             Err(e) => {
                 tracing::debug!(target: "leasehold::sql", error = %e, "the read behind an enqueue failed");
                 None
