@@ -71,7 +71,41 @@ pub struct TcpProxy {
     mode: watch::Sender<Mode>,
     /// How many connections the proxy has accepted so far.
     accepted: watch::Receiver<u64>,
+    /// Each accepted connection's turns (see [`TcpProxy::turns`]), in the order accepted.
+    turns: Turns,
     accept_task: JoinHandle<()>,
+}
+
+/// Each accepted connection's count of turns, in the order accepted.
+type Turns = std::sync::Arc<std::sync::Mutex<Vec<u64>>>;
+
+/// What one connection's two pumps share to count its turns: a chunk from the client starts one when the proxy has
+/// forwarded bytes of the server to the client since the client's last chunk (or it is the first).
+#[derive(Debug)]
+struct Turn {
+    turns: Turns,
+    /// The connection's index in `turns`.
+    index: usize,
+    /// Whether the server's bytes were forwarded since the client's last chunk.
+    answered: std::sync::atomic::AtomicBool,
+}
+
+impl Turn {
+    /// A chunk of the client was read.
+    fn spoke(&self) {
+        if self
+            .answered
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.turns.lock().unwrap_or_else(|e| e.into_inner())[self.index] += 1;
+        }
+    }
+
+    /// A chunk of the server was forwarded to the client.
+    fn answered(&self) {
+        self.answered
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// What the proxy currently does with traffic.
@@ -148,11 +182,19 @@ impl TcpProxy {
             .expect("a bound listener has an address");
         let (mode, _) = watch::channel(Mode::default());
         let (count, accepted) = watch::channel(0);
-        let accept_task = tokio::spawn(accept_loop(listener, upstream, mode.subscribe(), count));
+        let turns = Turns::default();
+        let accept_task = tokio::spawn(accept_loop(
+            listener,
+            upstream,
+            mode.subscribe(),
+            count,
+            std::sync::Arc::clone(&turns),
+        ));
         TcpProxy {
             addr,
             mode,
             accepted,
+            turns,
             accept_task,
         }
     }
@@ -244,6 +286,15 @@ impl TcpProxy {
         let _ = accepted.wait_for(|count| *count >= n).await;
     }
 
+    /// Each connection's turns so far, in the order the proxy accepted them: how many times its client spoke (sent a
+    /// chunk of bytes) after hearing from the server (the proxy forwarded it bytes since the client's last chunk). A
+    /// client's round trips, when what it sends together is read together: with [`delay`](Self::delay), requests
+    /// written back to back, before any answer, are one turn, and a request sent only once the one before was
+    /// answered is a turn of its own.
+    pub fn turns(&self) -> Vec<u64> {
+        self.turns.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Whether [`blackhole`](Self::blackhole) is in force for new connections.
     pub fn is_blackholed(&self) -> bool {
         self.mode.borrow().blackholed
@@ -263,6 +314,7 @@ async fn accept_loop(
     upstream: SocketAddr,
     mode: watch::Receiver<Mode>,
     count: watch::Sender<u64>,
+    turns: Turns,
 ) {
     let mut connections = JoinSet::new();
     loop {
@@ -272,7 +324,16 @@ async fn accept_loop(
                 // descriptors for a moment); the listener itself stays usable.
                 if let Ok((client, _)) = accepted {
                     let birth = Birth::of(&mode.borrow());
-                    connections.spawn(serve(client, upstream, birth, mode.clone()));
+                    let turn = {
+                        let mut all = turns.lock().unwrap_or_else(|e| e.into_inner());
+                        all.push(0);
+                        Turn {
+                            turns: std::sync::Arc::clone(&turns),
+                            index: all.len() - 1,
+                            answered: std::sync::atomic::AtomicBool::new(true),
+                        }
+                    };
+                    connections.spawn(serve(client, upstream, birth, mode.clone(), turn));
                     count.send_modify(|n| *n += 1);
                 }
             }
@@ -288,6 +349,7 @@ async fn serve(
     upstream: SocketAddr,
     birth: Birth,
     mut mode: watch::Receiver<Mode>,
+    turn: Turn,
 ) {
     let _ = client.set_nodelay(true);
     // A connection born in a partition never reaches the server, as in a real one.
@@ -306,11 +368,29 @@ async fn serve(
         }
     };
 
-    let to_server = pump(&client, server.as_ref(), birth, mode.clone());
+    let to_server = pump(
+        &client,
+        server.as_ref(),
+        birth,
+        mode.clone(),
+        || turn.spoke(),
+        || {},
+    );
     let to_client_mode = mode.clone();
     let to_client = async {
         match &server {
-            Some(server) => pump(server, Some(&client), birth, to_client_mode).await,
+            Some(server) => {
+                let answered = || turn.answered();
+                pump(
+                    server,
+                    Some(&client),
+                    birth,
+                    to_client_mode,
+                    || {},
+                    answered,
+                )
+                .await
+            }
             None => pending().await,
         }
     };
@@ -331,12 +411,14 @@ async fn serve(
 
 /// Copies `src` to `dst` until `src` closes or errs. A dead connection (see [`Birth::is_dead`])
 /// keeps reading and drops what it reads; it never returns, so it never closes anything.
-/// `dst` is `None` for connections born dead.
+/// `dst` is `None` for connections born dead. `on_read` is called for each chunk read, `forwarded` whenever bytes of it were written.
 async fn pump(
     src: &TcpStream,
     dst: Option<&TcpStream>,
     birth: Birth,
     mut mode: watch::Receiver<Mode>,
+    on_read: impl Fn(),
+    forwarded: impl Fn(),
 ) {
     let mut buf = vec![0; BUF_SIZE];
     loop {
@@ -346,6 +428,7 @@ async fn pump(
             _ if birth.is_dead(&mode.borrow()) => return pending().await,
             _ => return,
         };
+        on_read();
         let Some(dst) = dst else { continue };
         let delay = mode.borrow().delay;
         if !delay.is_zero() {
@@ -367,6 +450,7 @@ async fn pump(
                 match dst.try_write(data) {
                     Ok(written) => {
                         data = &data[written..];
+                        forwarded();
                         continue;
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {}

@@ -2,8 +2,9 @@
 //! the tests in sequence on it): the server restarted under held and waited locks, the client's connections killed
 //! server-side, a holder frozen past its lease, the caller's transaction outliving the lease, names a default
 //! collation would fold together, wake-ups across clients (also after the waiter's listener reconnected into a
-//! partition), a user with only the documented grants, reads that write nothing, a crashed client's rows cleaned up,
-//! and TLS.
+//! partition, or when the waiter enqueued during the release), no notification where nobody waits, one round trip per
+//! uncontended acquisition, a user with only the documented grants, reads that write nothing, a crashed client's rows
+//! cleaned up, and TLS.
 //!
 //! Run one test on one store with `cargo test --test sql_client -- mysql::faults::NAME`.
 
@@ -19,6 +20,7 @@ mod least_privilege;
 mod names;
 mod reads;
 mod renewal;
+mod round_trips;
 mod takeover;
 mod tls;
 mod transactions;
@@ -165,6 +167,9 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     wake_ups::a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release,
     bells::a_waiter_blocks_on_the_holders_bell_instead_of_polling,
     bells::a_waiter_behind_an_entry_without_its_bell_is_granted_at_the_release,
+    wake_ups::only_a_release_with_an_entry_behind_it_notifies,
+    wake_ups::a_waiter_enqueued_while_the_release_runs_is_woken_by_it,
+    round_trips::an_uncontended_acquisition_is_one_round_trip,
     least_privilege::a_user_with_the_documented_grants_locks_waits_and_releases,
     least_privilege::a_user_missing_any_one_right_is_refused_at_connect_naming_it,
     least_privilege::a_user_who_may_not_create_the_missing_tables_is_told_both_ways_out,

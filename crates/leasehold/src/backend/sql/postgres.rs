@@ -1,12 +1,13 @@
-//! PostgreSQL (feature `postgres`): the statements, through `tokio-postgres`, each one round trip (`query_typed`:
-//! parse, bind and execute in one go), on a small pool of the client's own connections in autocommit; and one more
-//! connection that only `LISTEN`s.
+//! PostgreSQL (feature `postgres`): the statements, through `tokio-postgres`, each one round trip (prepared once per
+//! connection), on a small pool of the client's own connections in autocommit; an enqueue and the read of its lock's
+//! entries are pipelined into one round trip; and one more connection that only `LISTEN`s.
 //!
 //! - **Time** is the server's `now()`, the start of the statement's transaction: every statement here is its own
 //!   transaction.
 //! - **Wake-ups.** Every statement that deletes entries also `NOTIFY`s the prefix's channel with the lock's name, in
-//!   the same transaction (delivered at commit). The listening connection wakes this client's waiters of that name;
-//!   when it reconnects it wakes them all, since a notification may have been missed meanwhile.
+//!   the same transaction (delivered at commit); a release only when an entry may be behind it (see `release`). The
+//!   listening connection wakes this client's waiters of that name; when it reconnects it wakes them all, since a
+//!   notification may have been missed meanwhile.
 //! - **Server-side deadlines.** Every connection runs with `statement_timeout` and `lock_timeout` at the per-call
 //!   deadline, so that a statement the client gave up on does not go on running (or waiting for a row lock) on the
 //!   server.
@@ -39,6 +40,7 @@ struct Statements {
     renew: String,
     close: String,
     enqueue: String,
+    enqueued: String,
     entries: String,
     reap: String,
     reap_expired: String,
@@ -53,6 +55,14 @@ impl Statements {
     fn new(t: &Tables) -> Statements {
         let (session, lock, entry, fence, channel) =
             (&t.session, &t.lock, &t.entry, &t.fence, &t.channel);
+        // A lock's entries, with their sessions' state, in the columns `entry_of` reads.
+        let read = format!(
+            "SELECT e.fence, e.kind, e.permits, e.hold, e.session, \
+             COALESCE(s.expires_at > now(), false), \
+             COALESCE(GREATEST(extract(epoch FROM s.expires_at - now()), 0), 0)::float8 \
+             FROM {entry} e LEFT JOIN {session} s ON s.id = e.session \
+             WHERE e.name = $1"
+        );
         Statements {
             open: format!(
                 "INSERT INTO {session} (id, expires_at) VALUES ($1, now() + $2 * interval '1 microsecond')"
@@ -78,13 +88,12 @@ impl Statements {
                  INSERT INTO {entry} (name, fence, session, kind, permits, hold) \
                  SELECT name, fence, $2, $3, $4, $5 FROM l RETURNING fence"
             ),
-            entries: format!(
-                "SELECT e.fence, e.kind, e.permits, e.hold, e.session, \
-                 COALESCE(s.expires_at > now(), false), \
-                 COALESCE(GREATEST(extract(epoch FROM s.expires_at - now()), 0), 0)::float8 \
-                 FROM {entry} e LEFT JOIN {session} s ON s.id = e.session \
-                 WHERE e.name = $1 AND e.fence <= $2 ORDER BY e.fence"
-            ),
+            entries: format!("{read} AND e.fence <= $2 ORDER BY e.fence"),
+            // Sent right behind `enqueue`, on the same connection, before its answer: it cannot know the fence yet, so
+            // it reads every entry of the lock (one range of the primary key, as `entries`; a subquery finding the
+            // fence by the hold would read that range twice) and `enqueue` keeps those up to its own, found by its
+            // hold. Its own transaction, begun after the enqueue's committed.
+            enqueued: format!("{read} ORDER BY e.fence"),
             reap: format!(
                 "WITH d AS (DELETE FROM {session} WHERE id = ANY($1) AND expires_at <= now() RETURNING id) \
                  SELECT pg_notify('{channel}', $2) FROM (SELECT 1 FROM d LIMIT 1) x"
@@ -98,12 +107,19 @@ impl Statements {
                  SELECT pg_notify('{channel}', n.name) FROM (SELECT DISTINCT e.name FROM {entry} e JOIN d \
                  ON e.session = d.id) n"
             ),
-            // Every release notifies, waiters or not: whether a waiter is behind cannot be known in the same
-            // statement (one that enqueues after the statement's snapshot, and checks before its commit, would sleep
-            // until this entry's expiry).
+            // A row per entry deleted; notifies only when an entry may be behind this one (the lock's newest fence is
+            // larger): a release admits none ahead of it. That fence is read with a row lock (at READ COMMITTED a
+            // locking read waits for a concurrent writer of the row, then returns its newest version), not from the
+            // statement's snapshot, since an enqueue takes the same row with a conflicting lock (`ON CONFLICT DO
+            // UPDATE`): either it committed before this read, whose larger fence is seen (and notified), or it waits
+            // until this statement committed, and its check, a statement after its own commit, finds this entry
+            // gone. From the snapshot, an enqueue that committed after it, and checked before this commit, would
+            // sleep until this entry's expiry. The read is evaluated once the delete returned its row, and not at
+            // all when there was none.
             release: format!(
-                "WITH d AS (DELETE FROM {entry} WHERE name = $1 AND fence = $2 AND session = $3 RETURNING name) \
-                 SELECT pg_notify('{channel}', name)::text FROM d"
+                "WITH d AS (DELETE FROM {entry} WHERE name = $1 AND fence = $2 AND session = $3 RETURNING name), \
+                 l AS (SELECT fence FROM {lock} WHERE name = $1 FOR SHARE) \
+                 SELECT CASE WHEN (SELECT fence FROM l) > $2 THEN pg_notify('{channel}', name)::text END FROM d"
             ),
             delete_entries: format!(
                 "WITH d AS (DELETE FROM {entry} WHERE session = $1 AND hold = ANY($2) RETURNING name) \
@@ -407,17 +423,28 @@ impl PgDb {
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<tokio_postgres::Row>, SqlError> {
         let mut conn = self.pool.get().await?;
-        let rows = match conn.run(op, sql, params).await {
-            Ok(rows) => rows,
-            // The server refused the statement: the connection itself is fine.
-            Err(e) if e.code().is_some() && !conn.is_closed() => {
-                conn.done();
-                return Err(pg(op)(e));
+        let rows = conn.run(&Call { op, sql, params }).await;
+        conn.finish(&[rows.as_ref().err()]);
+        rows.map_err(pg(op))
+    }
+
+    /// Runs `first` and `second` pipelined on one connection ([`Pooled::run_both`]): the rows of `first`, or its error
+    /// (whatever `second` did); and what `second` did.
+    async fn query_both(
+        &self,
+        first: &Call<'_>,
+        second: &Call<'_>,
+    ) -> Result<(Rows, Answer), SqlError> {
+        let mut conn = self.pool.get().await?;
+        let (a, b) = match conn.run_both(first, second).await {
+            Ok(both) => both,
+            Err(e) => {
+                conn.finish(&[Some(&e)]);
+                return Err(pg(first.op)(e));
             }
-            Err(e) => return Err(pg(op)(e)),
         };
-        conn.done();
-        Ok(rows)
+        conn.finish(&[a.as_ref().err(), b.as_ref().err()]);
+        Ok((a.map_err(pg(first.op))?, b))
     }
 
     pub(crate) async fn open_session(&self, id: &str, ttl: Duration) -> Result<(), SqlError> {
@@ -464,6 +491,9 @@ impl PgDb {
         .map(drop)
     }
 
+    /// Inserts the entry and, pipelined behind it on the same connection, reads the lock's entries up to it: one
+    /// round trip. The read is its own transaction, begun after the insert's committed, as [`Enqueue`] asks; when it
+    /// alone fails, the engine's check reads them again.
     pub(crate) async fn enqueue(
         &self,
         name: &str,
@@ -472,25 +502,48 @@ impl PgDb {
         hold: &str,
     ) -> Result<Enqueue, SqlError> {
         let (tag, permits) = kind_columns(kind);
-        let rows = self
-            .query(
-                "enqueue",
-                &self.statements.enqueue,
-                &[
-                    (&name, Type::TEXT),
-                    (&session, Type::TEXT),
-                    (&tag, Type::TEXT),
-                    (&permits, Type::INT4),
-                    (&hold, Type::TEXT),
-                ],
+        let (rows, read) = self
+            .query_both(
+                &Call {
+                    op: "enqueue",
+                    sql: &self.statements.enqueue,
+                    params: &[
+                        (&name, Type::TEXT),
+                        (&session, Type::TEXT),
+                        (&tag, Type::TEXT),
+                        (&permits, Type::INT4),
+                        (&hold, Type::TEXT),
+                    ],
+                },
+                &Call {
+                    op: "read enqueued",
+                    sql: &self.statements.enqueued,
+                    params: &[(&name, Type::TEXT)],
+                },
             )
             .await?;
         let row = rows
             .first()
             .ok_or_else(|| SqlError::lost_while_waiting(name.to_owned()))?;
+        let entries = match read
+            .and_then(|rows| rows.iter().map(entry_of).collect::<Result<Vec<_>, _>>())
+        {
+            Ok(mut entries) => {
+                // Up to its own (none when it is gone): the entries behind it do not matter to it.
+                let mine = entries
+                    .iter()
+                    .position(|e| e.hold == hold && e.session == session);
+                entries.truncate(mine.map_or(0, |i| i + 1));
+                Some(entries)
+            }
+            Err(e) => {
+                tracing::debug!(target: "leasehold::sql", error = %e, "the read behind an enqueue failed");
+                None
+            }
+        };
         Ok(Enqueue {
             fence: row.try_get(0).map_err(pg("enqueue"))?,
-            entries: None,
+            entries,
         })
     }
 
@@ -508,20 +561,8 @@ impl PgDb {
             )
             .await?;
         rows.iter()
-            .map(|row| {
-                let kind: &str = row.try_get(1)?;
-                let permits: i32 = row.try_get(2)?;
-                let left: f64 = row.try_get(6)?;
-                Ok(Entry {
-                    fence: row.try_get(0)?,
-                    kind: kind_of_columns(kind, i64::from(permits)),
-                    hold: row.try_get(3)?,
-                    session: row.try_get(4)?,
-                    live: row.try_get(5)?,
-                    left: Duration::try_from_secs_f64(left).unwrap_or_default(),
-                })
-            })
-            .collect::<Result<_, tokio_postgres::Error>>()
+            .map(entry_of)
+            .collect::<Result<_, _>>()
             .map_err(pg("check"))
     }
 
@@ -604,6 +645,21 @@ impl PgDb {
     }
 }
 
+/// An entry as the statements `entries` and `enqueued` return it.
+fn entry_of(row: &tokio_postgres::Row) -> Result<Entry, tokio_postgres::Error> {
+    let kind: &str = row.try_get(1)?;
+    let permits: i32 = row.try_get(2)?;
+    let left: f64 = row.try_get(6)?;
+    Ok(Entry {
+        fence: row.try_get(0)?,
+        kind: kind_of_columns(kind, i64::from(permits)),
+        hold: row.try_get(3)?,
+        session: row.try_get(4)?,
+        live: row.try_get(5)?,
+        left: Duration::try_from_secs_f64(left).unwrap_or_default(),
+    })
+}
+
 /// The error of statement `op`.
 fn pg(op: &'static str) -> impl Fn(tokio_postgres::Error) -> SqlError {
     move |source| SqlError::Postgres { op, source }
@@ -668,8 +724,28 @@ impl Pool {
     }
 }
 
-/// A connection taken from the pool. It goes back only through [`Pooled::done`], once its statement was answered:
-/// one dropped with its statement still out (a timeout, a dropped future) is closed instead.
+/// The rows a statement returned.
+type Rows = Vec<tokio_postgres::Row>;
+
+/// What a statement returned, or why it failed.
+type Answer = Result<Rows, tokio_postgres::Error>;
+
+/// One statement to run: its name (the key it is prepared under on each connection), its text, and its parameters
+/// with their types.
+struct Call<'a> {
+    op: &'static str,
+    sql: &'a str,
+    params: &'a [(&'a (dyn ToSql + Sync), Type)],
+}
+
+impl Call<'_> {
+    fn values(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.params.iter().map(|(v, _)| *v).collect()
+    }
+}
+
+/// A connection taken from the pool. It goes back only through [`Pooled::finish`], once every statement sent on it was
+/// answered: one dropped with a statement still out (a timeout, a dropped future) is closed instead.
 struct Pooled<'a> {
     pool: &'a Pool,
     conn: Option<Conn>,
@@ -682,25 +758,53 @@ impl Pooled<'_> {
             .expect("a pooled connection is present until done")
     }
 
-    /// Runs the statement `op`, `sql`, prepared on this connection the first time.
-    async fn run(
+    /// Statement `call`, prepared on this connection the first time (cached by its `op`).
+    async fn prepared(
         &mut self,
-        op: &'static str,
-        sql: &str,
-        params: &[(&(dyn ToSql + Sync), Type)],
-    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        call: &Call<'_>,
+    ) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
         let conn = self.conn();
-        let statement = match conn.prepared.get(op) {
-            Some(statement) => statement.clone(),
-            None => {
-                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-                let statement = conn.client.prepare_typed(sql, &types).await?;
-                conn.prepared.insert(op, statement.clone());
-                statement
-            }
-        };
-        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
-        conn.client.query(&statement, &values).await
+        if let Some(statement) = conn.prepared.get(call.op) {
+            return Ok(statement.clone());
+        }
+        let types: Vec<Type> = call.params.iter().map(|(_, t)| t.clone()).collect();
+        let statement = conn.client.prepare_typed(call.sql, &types).await?;
+        conn.prepared.insert(call.op, statement.clone());
+        Ok(statement)
+    }
+
+    /// Runs `call`.
+    async fn run(&mut self, call: &Call<'_>) -> Answer {
+        let statement = self.prepared(call).await?;
+        self.conn().client.query(&statement, &call.values()).await
+    }
+
+    /// Runs `first` and `second` pipelined: both are sent before either is answered, and the server runs them one
+    /// after the other, each in its own transaction (each query ends with its own `Sync`), so `second` begins after
+    /// `first` committed, and runs even when `first` failed. Returns once both were answered; `Err` when either could
+    /// not be prepared (then neither ran).
+    async fn run_both(
+        &mut self,
+        first: &Call<'_>,
+        second: &Call<'_>,
+    ) -> Result<(Answer, Answer), tokio_postgres::Error> {
+        let (a, b) = (self.prepared(first).await?, self.prepared(second).await?);
+        let (a_values, b_values) = (first.values(), second.values());
+        let client = &self.conn().client;
+        // Polled together, the two queries are written to the connection before either waits for its answer.
+        Ok(
+            futures_util::future::join(client.query(&a, &a_values), client.query(&b, &b_values))
+                .await,
+        )
+    }
+
+    /// Gives the connection back once every statement sent on it was answered (`errors`: each one's, if it failed):
+    /// each succeeded, or the server refused it (an error with a SQLSTATE) and the connection is still open. Any other
+    /// error may have left a statement unanswered, and drops (closes) it.
+    fn finish(self, errors: &[Option<&tokio_postgres::Error>]) {
+        if errors.iter().flatten().all(|e| e.code().is_some()) && !self.is_closed() {
+            self.done();
+        }
     }
 
     fn done(mut self) {
