@@ -593,7 +593,11 @@ impl MyDb {
     ) -> Result<Enqueue, SqlError> {
         let (tag, permits) = kind_columns(kind);
         let lit = literal(name.as_bytes());
-        let permit = Arc::clone(&self.bells.held).try_acquire_owned().ok();
+        // A permit's waiters poll (any entry ahead may admit them): its entry takes no bell, and keeps no connection.
+        let permit = match kind {
+            Kind::Permits(_) => None,
+            _ => Arc::clone(&self.bells.held).try_acquire_owned().ok(),
+        };
         let bell = match permit {
             Some(_) => format!(
                 "DO GET_LOCK({}, 0); ",
