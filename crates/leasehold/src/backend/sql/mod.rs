@@ -336,19 +336,9 @@ impl Db {
         }
     }
 
-    /// Whether a waiter can block on the bell of the entry it waits for ([`Db::ring`]): MySQL.
-    pub(crate) fn has_bells(&self) -> bool {
-        match self {
-            #[cfg(feature = "postgres")]
-            Db::Postgres(_) => false,
-            #[cfg(feature = "mysql")]
-            Db::MySql(_) => true,
-        }
-    }
-
-    /// Blocks until the bell of lock `name`'s entry `fence` is free (its entry deleted, or never held: the caller
-    /// checks which), or for `within` at most; the call itself has `call` more to be answered. Then, in the same
-    /// round trip, reads the lock's entries up to `upto` (the waiter's).
+    /// Blocks until the bell of lock `name`'s entry `fence` is free, or for `within` at most, then reads the lock's
+    /// entries up to `upto` (the waiter's) in the same round trip ([`mysql::MyDb::ring`]); PostgreSQL has no bells
+    /// (its waiters hear `NOTIFY`): [`Ring::Unavailable`] at once.
     #[cfg_attr(not(feature = "mysql"), allow(unused_variables))]
     pub(crate) async fn ring(
         &self,
@@ -356,13 +346,12 @@ impl Db {
         fence: i64,
         upto: i64,
         within: Duration,
-        call: Duration,
     ) -> Result<(Ring, Option<Vec<Entry>>), SqlError> {
         match self {
             #[cfg(feature = "postgres")]
             Db::Postgres(_) => Ok((Ring::Unavailable, None)),
             #[cfg(feature = "mysql")]
-            Db::MySql(db) => db.ring(name, fence, upto, within, call).await,
+            Db::MySql(db) => db.ring(name, fence, upto, within).await,
         }
     }
 

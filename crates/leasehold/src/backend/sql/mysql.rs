@@ -610,11 +610,11 @@ impl MyDb {
              INSERT INTO {entry} (name, fence, session, kind, permits, hold) \
              VALUES ({lit}, LAST_INSERT_ID(), {session}, '{tag}', {permits}, {hold}); \
              {bell}COMMIT; {entries}",
-            lock_row = self.statements.lock_row.replace('?', &lit),
+            lock_row = filled(&self.statements.lock_row, &[&lit]),
             entry = self.statements.entry,
             session = literal(session.as_bytes()),
             hold = literal(hold.as_bytes()),
-            entries = self.statements.enqueued.replace('?', &lit),
+            entries = filled(&self.statements.enqueued, &[&lit]),
         );
         let conn = match permit {
             Some(_) => self.bells.pool.get_conn().await.map_err(my("connect"))?,
@@ -657,14 +657,13 @@ impl MyDb {
     /// connection of the bells' pool that holds nothing (got, the bell is freed in the same statement), then reads the
     /// lock's entries up to `upto`, the waiter's, in the same round trip: a statement after the bell was heard, so it
     /// sees the delete that freed it. Dropped while blocked, the connection is closed ([`Listed`]); the server's
-    /// `GET_LOCK` then runs out on its own, and frees the bell if it got it.
+    /// `GET_LOCK` then runs out on its own, and frees the bell if it got it. The answer has a call's deadline more.
     pub(crate) async fn ring(
         &self,
         name: &str,
         fence: i64,
         upto: i64,
         within: Duration,
-        call: Duration,
     ) -> Result<(Ring, Option<Vec<Entry>>), SqlError> {
         // Whole seconds, as MySQL reads them.
         let within = Duration::from_secs(within.min(BELL_WAIT).as_secs());
@@ -679,10 +678,7 @@ impl MyDb {
         let sql = format!(
             "SELECT CASE GET_LOCK({bell}, {}) WHEN 1 THEN RELEASE_LOCK({bell}) ELSE 0 END; {}",
             within.as_secs(),
-            self.statements
-                .entries
-                .replacen('?', &lit, 1)
-                .replacen('?', &upto.to_string(), 1),
+            filled(&self.statements.entries, &[&lit, &upto.to_string()]),
         );
         let ringing = async {
             let mut listed = Listed(Some(self.bells.pool.get_conn().await?));
@@ -690,7 +686,7 @@ impl MyDb {
             drop(listed.done());
             Ok::<_, mysql_async::Error>(sets)
         };
-        let after = within + call;
+        let after = within + self.call_timeout;
         let mut sets = match tokio::time::timeout(after, ringing).await {
             Ok(sets) => sets.map_err(my("wait"))?,
             Err(_) => {
@@ -768,13 +764,15 @@ impl MyDb {
         session: &str,
     ) -> Result<bool, SqlError> {
         if let Some(pinned) = self.bells.take_entry(name, fence) {
-            let sql = format!(
-                "DELETE FROM {} WHERE name = {} AND fence = {fence} AND session = {}; \
-                 SELECT ROW_COUNT(), RELEASE_ALL_LOCKS()",
-                self.statements.entry,
-                literal(name.as_bytes()),
-                literal(session.as_bytes()),
+            let delete = filled(
+                &self.statements.release,
+                &[
+                    &literal(name.as_bytes()),
+                    &fence.to_string(),
+                    &literal(session.as_bytes()),
+                ],
             );
+            let sql = format!("{delete}; SELECT ROW_COUNT(), RELEASE_ALL_LOCKS()");
             let mut listed = Listed(Some(pinned.conn));
             // Half the call's deadline: a connection kept for a long hold may have gone silent, and the release must
             // still have time for another.
@@ -874,13 +872,31 @@ fn entry_of(row: &Row) -> Result<Entry, SqlError> {
 
 /// `bytes` as a SQL literal of the text protocol: a hex string, which needs no escaping.
 fn literal(bytes: &[u8]) -> String {
+    use std::fmt::Write;
     let mut s = String::with_capacity(3 + 2 * bytes.len());
     s.push_str("X'");
     for b in bytes {
-        s.push_str(&format!("{b:02x}"));
+        let _ = write!(s, "{b:02x}");
     }
     s.push('\'');
     s
+}
+
+/// A prepared statement's text with its `?` marks replaced, in order, by `values` (SQL literals of the text
+/// protocol: [`literal`], numbers): the same statement, sent in a list. None of the statements has a `?` elsewhere.
+fn filled(sql: &str, values: &[&str]) -> String {
+    let mut values = values.iter();
+    let mut out = String::with_capacity(sql.len() + 64);
+    for part in sql.split_inclusive('?') {
+        match part.strip_suffix('?') {
+            Some(head) => {
+                out.push_str(head);
+                out.push_str(values.next().expect("a value for every mark"));
+            }
+            None => out.push_str(part),
+        }
+    }
+    out
 }
 
 /// A connection running a list of statements that opens a transaction of its own (mysql_async does not know of it):
@@ -971,6 +987,15 @@ pub(crate) fn is_transient(e: &mysql_async::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filled_statement_has_each_mark_replaced_in_order() {
+        assert_eq!(
+            filled("DELETE FROM t WHERE a = ? AND b = ?", &["X'6c'", "7"]),
+            "DELETE FROM t WHERE a = X'6c' AND b = 7"
+        );
+        assert_eq!(literal(b"l\x00"), "X'6c00'");
+    }
 
     #[test]
     fn the_documented_statements_are_the_ones_the_client_runs() {

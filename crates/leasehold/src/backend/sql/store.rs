@@ -277,11 +277,11 @@ async fn wait(
         .and_then(|i| ahead.get(i))
         .map(|(_, at)| at.fence)
         .filter(|fence| !state.deaf.contains(fence));
-    if let Some(fence) = bell.filter(|_| db.has_bells()) {
+    if let Some(fence) = bell {
         let within = until.unwrap_or(shared.ttl).min(shared.ttl);
         tokio::select! {
             _ = wake.changed() => return,
-            rung = db.ring(name, fence, mine, within, shared.conn.call_timeout) => match rung {
+            rung = db.ring(name, fence, mine, within) => match rung {
                 Ok((Ring::Rung, entries)) => {
                     state.rung = Some(fence);
                     state.fresh = entries;
