@@ -134,6 +134,21 @@ impl SqlServer<Postgres> {
         })
     }
 
+    /// As [`start`](Self::start), with `pg_stat_statements` loaded and created in the database `leasehold`: a test
+    /// counts how many times the client ran a statement (its `calls`, counted once it finished), which the last query
+    /// `pg_stat_activity` shows of a pooled connection cannot tell (the next statement on it hides it).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), and if the extension cannot be created.
+    pub fn start_counting_statements() -> PgServer {
+        let server = PgServer::start_with(|server| {
+            server.dialect.extra = vec!["shared_preload_libraries=pg_stat_statements".to_owned()];
+        });
+        server.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+        server
+    }
+
     /// Runs `sql` (one or more statements) in the database `leasehold` through `psql -At` as the `postgres` superuser,
     /// and returns what it printed, without the final newline: the rows one a line, their columns separated by `|`,
     /// nothing for a statement that returns no rows. Tests use it to read tables and to break sessions, e.g.

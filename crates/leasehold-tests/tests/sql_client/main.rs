@@ -191,7 +191,9 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
 fn main() {
     leasehold_tests::sequence::trace_from_env();
     let dbs: &[leasehold_tests::sequence::Topology<Db>] = &[
-        ("postgres", || Db::Postgres(PgServer::start())),
+        ("postgres", || {
+            Db::Postgres(PgServer::start_counting_statements())
+        }),
         ("mysql", || Db::MySql(MariaDbServer::start())),
     ];
     leasehold_tests::sequence::run_on_each(dbs, TESTS, |db| match db {

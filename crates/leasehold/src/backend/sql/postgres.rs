@@ -1,5 +1,5 @@
 //! PostgreSQL (feature `postgres`): the statements, through `tokio-postgres`, each one round trip (prepared once per
-//! connection), on a small pool of the client's own connections in autocommit; an enqueue and the read of its lock's
+//! connection, in the same turn as its first run), on a small pool of the client's own connections in autocommit; an enqueue and the read of its lock's
 //! entries are pipelined into one round trip; and one more connection that only `LISTEN`s.
 //!
 //! - **Time** is the server's `now()`, the start of the statement's transaction: every statement here is its own
@@ -436,13 +436,7 @@ impl PgDb {
         second: &Call<'_>,
     ) -> Result<(Rows, Answer), SqlError> {
         let mut conn = self.pool.get().await?;
-        let (a, b) = match conn.run_both(first, second).await {
-            Ok(both) => both,
-            Err(e) => {
-                conn.finish(&[Some(&e)]);
-                return Err(pg(first.op)(e));
-            }
-        };
+        let (a, b) = conn.run_both(first, second).await;
         conn.finish(&[a.as_ref().err(), b.as_ref().err()]);
         Ok((a.map_err(pg(first.op))?, b))
     }
@@ -758,44 +752,59 @@ impl Pooled<'_> {
             .expect("a pooled connection is present until done")
     }
 
-    /// Statement `call`, prepared on this connection the first time (cached by its `op`).
-    async fn prepared(
-        &mut self,
-        call: &Call<'_>,
-    ) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
-        let conn = self.conn();
-        if let Some(statement) = conn.prepared.get(call.op) {
-            return Ok(statement.clone());
+    /// Runs `call` on this connection: as the statement prepared on it under `call.op`, or, the first time, as text
+    /// with its parameters typed, written in the same turn as its preparation for the next time. Either way one round
+    /// trip. Returns the statement prepared meanwhile, for [`keep`](Self::keep).
+    fn answer<'c>(
+        &'c self,
+        call: &'c Call<'c>,
+    ) -> impl std::future::Future<Output = (Option<tokio_postgres::Statement>, Answer)> + 'c {
+        let conn = self
+            .conn
+            .as_ref()
+            .expect("a pooled connection is present until done");
+        let cached = conn.prepared.get(call.op).cloned();
+        async move {
+            let client = &conn.client;
+            match cached {
+                Some(statement) => (None, client.query(&statement, &call.values()).await),
+                None => {
+                    let types: Vec<Type> = call.params.iter().map(|(_, t)| t.clone()).collect();
+                    let (prepared, rows) = futures_util::future::join(
+                        client.prepare_typed(call.sql, &types),
+                        client.query_typed(call.sql, call.params),
+                    )
+                    .await;
+                    (prepared.ok(), rows)
+                }
+            }
         }
-        let types: Vec<Type> = call.params.iter().map(|(_, t)| t.clone()).collect();
-        let statement = conn.client.prepare_typed(call.sql, &types).await?;
-        conn.prepared.insert(call.op, statement.clone());
-        Ok(statement)
     }
 
-    /// Runs `call`.
+    /// Remembers `statement`, prepared for `op` on this connection.
+    fn keep(&mut self, op: &'static str, statement: Option<tokio_postgres::Statement>) {
+        if let Some(statement) = statement {
+            self.conn().prepared.insert(op, statement);
+        }
+    }
+
+    /// Runs `call`: one round trip ([`answer`](Self::answer)).
     async fn run(&mut self, call: &Call<'_>) -> Answer {
-        let statement = self.prepared(call).await?;
-        self.conn().client.query(&statement, &call.values()).await
+        let (prepared, rows) = self.answer(call).await;
+        self.keep(call.op, prepared);
+        rows
     }
 
-    /// Runs `first` and `second` pipelined: both are sent before either is answered, and the server runs them one
-    /// after the other, each in its own transaction (each query ends with its own `Sync`), so `second` begins after
-    /// `first` committed, and runs even when `first` failed. Returns once both were answered; `Err` when either could
-    /// not be prepared (then neither ran).
-    async fn run_both(
-        &mut self,
-        first: &Call<'_>,
-        second: &Call<'_>,
-    ) -> Result<(Answer, Answer), tokio_postgres::Error> {
-        let (a, b) = (self.prepared(first).await?, self.prepared(second).await?);
-        let (a_values, b_values) = (first.values(), second.values());
-        let client = &self.conn().client;
-        // Polled together, the two queries are written to the connection before either waits for its answer.
-        Ok(
-            futures_util::future::join(client.query(&a, &a_values), client.query(&b, &b_values))
-                .await,
-        )
+    /// Runs `first` and `second` pipelined: both are written before either is answered (one round trip, prepared or
+    /// not), and the server runs them one after the other, each in its own transaction (each ends with its own
+    /// `Sync`), so `second` begins after `first` committed, and runs even when `first` failed.
+    async fn run_both(&mut self, first: &Call<'_>, second: &Call<'_>) -> (Answer, Answer) {
+        // Polled together, the two are written to the connection in order before either waits for its answer.
+        let ((a_prepared, a), (b_prepared, b)) =
+            futures_util::future::join(self.answer(first), self.answer(second)).await;
+        self.keep(first.op, a_prepared);
+        self.keep(second.op, b_prepared);
+        (a, b)
     }
 
     /// Gives the connection back once every statement sent on it was answered (`errors`: each one's, if it failed):
