@@ -363,7 +363,8 @@ impl Drop for MyDb {
 /// name and the entry's fence (separated by NUL bytes): the same for every client of the tables, and unique to the
 /// entry (a lock's fences never repeat). It is taken with `GET_LOCK(bell, 0)` inside the entry's transaction, before
 /// its commit, so every client that can see the entry finds its bell held; and freed after the entry's delete
-/// committed (`RELEASE_ALL_LOCKS()`: the connection holds nothing else), or by the server when the connection ends.
+/// committed (`RELEASE_LOCK(bell)` in the release's round trip; `RELEASE_ALL_LOCKS()` for one whose entry another
+/// statement deleted), or by the server when the connection ends.
 struct Bells {
     pool: Pool,
     /// The entries' bells this client holds now: at most [`BELLS`].
@@ -780,7 +781,10 @@ impl MyDb {
                     &literal(session.as_bytes()),
                 ],
             );
-            let sql = format!("{delete}; SELECT ROW_COUNT(), RELEASE_ALL_LOCKS()");
+            let bell = self
+                .bells
+                .bell(&literal(name.as_bytes()), &fence.to_string());
+            let sql = format!("{delete}; SELECT ROW_COUNT(), RELEASE_LOCK({bell})");
             let mut listed = Listed(Some(pinned.conn));
             // Half the call's deadline: a connection kept for a long hold may have gone silent, and the release must
             // still have time for another.
