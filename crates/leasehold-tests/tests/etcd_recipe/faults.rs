@@ -209,3 +209,62 @@ pub async fn the_deadline_counts_from_the_keep_alives_send_time(etcd: &mut EtcdS
         .expect("three delayed keep-alives within 40 s");
     assert!(session.loss().is_none(), "{:?}", session.loss());
 }
+
+/// A session writes again the key its own release deleted (etcd keeps every deleted key in its index until a
+/// compaction, and each enqueue's range visits them): the same key, a new create revision, so the fence still grows
+/// and a stale release of the old grant fails its compare and leaves the new grant's key alone. Grants held at once
+/// keep keys of their own.
+pub async fn a_session_writes_again_the_key_its_release_deleted(etcd: &mut EtcdServer) {
+    let path = "reuse/key";
+    let mut admin = raw(etcd).await;
+    let a = session(etcd, 10).await;
+    let first = a.acquire(path, Kind::Exclusive).await.unwrap();
+    let stale = first.clone();
+    assert_eq!(a.release(first).await.unwrap(), Released::Released);
+    let second = a.acquire(path, Kind::Exclusive).await.unwrap();
+    assert_eq!(
+        second.key(),
+        stale.key(),
+        "the released key is written again"
+    );
+    assert!(second.fence() > stale.fence());
+    assert_eq!(
+        a.release(stale.clone()).await.unwrap(),
+        Released::AlreadyGone
+    );
+    assert!(
+        a.is_owner(&second).await.unwrap(),
+        "the new grant's key survives"
+    );
+    assert_eq!(keys_under(&mut admin, path).await, 1);
+    let reader_path = "reuse/readers";
+    let one = a.acquire(reader_path, Kind::Shared).await.unwrap();
+    let two = a.acquire(reader_path, Kind::Shared).await.unwrap();
+    assert_ne!(
+        one.key(),
+        two.key(),
+        "grants held at once have keys of their own"
+    );
+    let other_kind = a.acquire(path, Kind::Shared);
+    assert_eq!(a.release(second).await.unwrap(), Released::Released);
+    let other_kind = within("a reader's grant", other_kind).await.unwrap();
+    assert_ne!(
+        other_kind.key(),
+        stale.key(),
+        "a key is written again as its own kind only"
+    );
+    for grant in [one, two, other_kind] {
+        assert_eq!(a.release(grant).await.unwrap(), Released::Released);
+    }
+    // A key its session did not see deleted by its own release is not written again.
+    let b = session(etcd, 10).await;
+    let held = b.acquire(path, Kind::Exclusive).await.unwrap();
+    admin.delete(held.key(), None).await.unwrap();
+    assert_eq!(
+        b.release(held.clone()).await.unwrap(),
+        Released::AlreadyGone
+    );
+    let next = b.acquire(path, Kind::Exclusive).await.unwrap();
+    assert_ne!(next.key(), held.key());
+    assert_eq!(b.release(next).await.unwrap(), Released::Released);
+}

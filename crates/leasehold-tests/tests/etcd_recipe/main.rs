@@ -25,6 +25,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::a_stale_release_does_not_delete_the_successor,
     faults::the_final_check_catches_a_lease_revoked_while_waiting,
     faults::a_dropped_acquire_leaves_no_key_behind,
+    faults::a_session_writes_again_the_key_its_release_deleted,
     faults::a_stopped_holder_loses_its_session_before_another_client_is_granted,
     faults::the_deadline_counts_from_the_keep_alives_send_time,
     interop::etcdctl_lock_excludes_leasehold,

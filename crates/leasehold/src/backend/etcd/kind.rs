@@ -41,6 +41,60 @@ pub(crate) fn waiter_key(prefix: &str, lease: i64, kind: Kind, grant: u64) -> St
     format!("{prefix}{lease:x}/{MARK}.{}.{grant:016x}", Tag(kind))
 }
 
+/// Waiter keys a session wrote and then deleted with its own release, for its next acquisitions of the same lock as
+/// the same kind. etcd keeps a deleted key in its index until the next compaction, and every range of a lock's
+/// prefix (each enqueue's) visits it: a client that wrote a new key per acquisition made each acquisition of a lock
+/// slower than the last until a compaction (`uncontended-1` 0.75 → 0.41 × etcd's `Lock` over four runs on one member,
+/// docs/BENCHMARKS.md), where `etcdctl lock` reuses one key per session. A key is kept only when nothing but that
+/// release can have deleted it, and nothing can write it again: its enqueue was answered on its first try (no
+/// earlier try can land later) and the release's compare (lease and create revision) succeeded. A reused key gets a
+/// new create revision, so the ownership compare of any older grant of the same key fails, and waiters of other
+/// clients see its delete, then a key behind them. At most [`FreeKeys::MAX`] are kept.
+#[derive(Default)]
+pub(crate) struct FreeKeys {
+    /// By the key without its grant id (lock, lease and kind), the keys free to write again.
+    by_stem: std::collections::HashMap<String, Vec<String>>,
+    count: usize,
+}
+
+impl FreeKeys {
+    /// The most keys kept: a client that takes more locks at once than this writes new keys for the rest.
+    pub(crate) const MAX: usize = 1024;
+
+    /// A free key of the same lock, lease and kind as `stem` names, if one is kept.
+    pub(crate) fn take(&mut self, stem: &str) -> Option<String> {
+        let keys = self.by_stem.get_mut(stem)?;
+        let key = keys.pop();
+        if keys.is_empty() {
+            self.by_stem.remove(stem);
+        }
+        self.count -= usize::from(key.is_some());
+        key
+    }
+
+    /// Keeps `key` (one of [`waiter_key`]'s, known deleted) for the next acquisition that would write its stem.
+    pub(crate) fn put(&mut self, key: String) {
+        let Some(stem) = stem(&key) else { return };
+        if self.count >= Self::MAX {
+            // Forget one lock's keys: any, as the pool is only a saving.
+            let Some(any) = self.by_stem.keys().next().cloned() else {
+                return;
+            };
+            self.count -= self.by_stem.remove(&any).map_or(0, |keys| keys.len());
+        }
+        self.by_stem.entry(stem.to_owned()).or_default().push(key);
+        self.count += 1;
+    }
+}
+
+/// The key without its grant id: its lock, lease and kind.
+pub(crate) fn stem(key: &str) -> Option<&str> {
+    key.len()
+        .checked_sub(16)
+        .and_then(|at| key.get(..at))
+        .filter(|stem| stem.ends_with('.'))
+}
+
 /// The kind of the key `key` under `prefix`, as every client reads it: leasehold's own tag when it is one of
 /// leasehold's keys of exactly this lock, [`Kind::Exclusive`] otherwise. Keys leasehold did not write (`etcdctl
 /// lock`'s `NAME/<lease>`, or anything else) count as exclusive: whoever wrote them expects to be alone once first.
@@ -120,6 +174,33 @@ mod tests {
         for bad in ["", "a/", &"x".repeat(MAX_PATH_LEN + 1)] {
             assert!(prefix(bad).is_err());
         }
+    }
+
+    #[test]
+    fn free_keys_are_taken_by_the_same_lock_lease_and_kind_only() {
+        let p = prefix("l").unwrap();
+        let mut free = FreeKeys::default();
+        let key = waiter_key(&p, 7, Kind::Shared, 0xab);
+        free.put(key.clone());
+        let stem_of = |kind, lease| stem(&waiter_key(&p, lease, kind, 1)).unwrap().to_owned();
+        assert_eq!(free.take(&stem_of(Kind::Exclusive, 7)), None);
+        assert_eq!(free.take(&stem_of(Kind::Shared, 8)), None);
+        assert_eq!(free.take(&stem_of(Kind::Shared, 7)), Some(key));
+        assert_eq!(free.take(&stem_of(Kind::Shared, 7)), None);
+        assert_eq!(free.count, 0);
+    }
+
+    #[test]
+    fn free_keys_are_bounded() {
+        let mut free = FreeKeys::default();
+        for lock in 0..FreeKeys::MAX + 10 {
+            free.put(waiter_key(&format!("l{lock}/"), 1, Kind::Exclusive, 1));
+        }
+        assert!(free.count <= FreeKeys::MAX);
+        assert_eq!(
+            free.count,
+            free.by_stem.values().map(Vec::len).sum::<usize>()
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ use super::rpc::{
     TxnOp, TxnOpResponse, TxnResponse, WatchOptions,
 };
 
-use super::kind::{key_kind, prefix, waiter_key};
+use super::kind::{key_kind, prefix, stem, waiter_key};
 use super::session::{Session, Shared};
 use super::store::Etcd;
 use super::{EtcdError, Kind};
@@ -42,6 +42,8 @@ pub struct Grant {
     revision: i64,
     lease: i64,
     kind: Kind,
+    /// Whether the key may be written again once this grant's release deletes it (see [`super::kind::FreeKeys`]).
+    reusable: bool,
 }
 
 impl Grant {
@@ -92,8 +94,10 @@ pub(crate) struct Claim {
 /// Draws the acquisition's waiter key under the lock at `path` (refused when `path` is no lock path).
 pub(crate) fn claim(session: &Shared, path: &str, kind: Kind) -> Result<Claim, EtcdError> {
     let prefix = prefix(path)?;
+    let key = waiter_key(&prefix, session.conn.lease, kind, grant_id()?);
+    let free = stem(&key).and_then(|stem| session.conn.free_keys().take(stem));
     Ok(Claim {
-        key: waiter_key(&prefix, session.conn.lease, kind, grant_id()?),
+        key: free.unwrap_or(key),
         settled: false,
     })
 }
@@ -260,6 +264,7 @@ pub(crate) async fn enqueue_claimed(
         revision,
         lease: session.conn.lease,
         kind,
+        reusable: claim.settled,
     };
     let first = admitted(kind, &ahead.0);
     Ok((Waiter::new(grant, (!first).then_some(ahead)), first))
@@ -279,6 +284,9 @@ pub(crate) async fn release(session: &Shared, grant: &Grant) -> Result<Released,
         })
         .await?;
     Ok(if response.succeeded() {
+        if grant.reusable {
+            session.conn.free_keys().put(grant.key.clone());
+        }
         Released::Released
     } else {
         Released::AlreadyGone

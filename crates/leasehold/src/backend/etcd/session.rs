@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::endpoints::{is_transient, Endpoints};
+use super::kind::FreeKeys;
 use super::rpc::{self, LeaseKeepAliveStream, LeaseKeeper};
 use super::store::Etcd;
 use super::EtcdError;
@@ -80,6 +81,15 @@ pub(crate) struct Conn {
     pub(crate) lease: i64,
     /// The keep-alive stream and the member it is open on; one keep-alive at a time uses it.
     stream: tokio::sync::Mutex<Option<(usize, LeaseKeeper, LeaseKeepAliveStream)>>,
+    /// Waiter keys this session may write again (see [`FreeKeys`]).
+    pub(crate) free_keys: std::sync::Mutex<FreeKeys>,
+}
+
+impl Conn {
+    /// The waiter keys this session may write again.
+    pub(crate) fn free_keys(&self) -> std::sync::MutexGuard<'_, FreeKeys> {
+        self.free_keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// What a session and its keeper share, on etcd.
@@ -112,6 +122,7 @@ pub(crate) async fn open(url: &str, options: &SessionOptions) -> Result<Opened<C
             endpoints,
             lease: granted.id(),
             stream: tokio::sync::Mutex::new(None),
+            free_keys: std::sync::Mutex::default(),
         },
         sent,
         ttl: granted_ttl,
