@@ -73,6 +73,14 @@ pub(crate) fn admit(kind: Kind, ahead: &[Kind]) -> Admission {
     }
 }
 
+/// Whether `kind`'s rule admits a waiter at once behind `ahead` (the entries ahead of it, oldest first, each with its
+/// kind and what its store keeps of it): what a store that reads the entries ahead in the same round trip as it writes
+/// its own entry answers as `Enqueued::first` (PostgreSQL, MySQL, ZooKeeper).
+pub(crate) fn admits<A>(kind: Kind, ahead: &[(Kind, A)]) -> bool {
+    let kinds: Vec<Kind> = ahead.iter().map(|(kind, _)| *kind).collect();
+    admit(kind, &kinds) == Admission::Granted
+}
+
 /// The crate's error for a request of lock `name` as `kind` refused with [`Admission::WrongPermits`]`(stored)`.
 pub(crate) fn wrong_permits(name: &str, kind: Kind, stored: u32) -> crate::Error {
     crate::Error::WrongPermits {

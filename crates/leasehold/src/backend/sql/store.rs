@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::rights::Use;
 use super::session::{Conn, Shared};
 use super::{Db, Entry, Ring, SqlError};
-use crate::backend::admission::{admit, Admission, Kind};
+use crate::backend::admission::{admit, admits, Admission, Kind};
 use crate::backend::session::state::passed;
 use crate::backend::session::{
     Admitted, Background, Engine, EngineError, Enqueued, Opened, Primitives, Renewal, SessionLoss,
@@ -438,10 +438,7 @@ impl Primitives for Sql {
         // dialect read none) the engine's check reads them again, deleting dead sessions ahead.
         let first = match &enqueued.entries {
             Some(entries) => match read(session, name, fence, entries)? {
-                Read::Ahead(ahead) => {
-                    let kinds: Vec<Kind> = ahead.iter().map(|(kind, _)| *kind).collect();
-                    admit(kind, &kinds) == Admission::Granted
-                }
+                Read::Ahead(ahead) => admits(kind, &ahead),
                 Read::Dead(_) => false,
             },
             None => false,
