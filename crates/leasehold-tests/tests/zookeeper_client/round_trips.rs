@@ -77,7 +77,9 @@ pub async fn an_uncontended_cycle_is_two_round_trips(_ensemble: &mut ZkEnsemble)
 /// watch has not fired, so its node was still there when the holder's went. Without that, the waiter listed the
 /// children again once woken (four: create, listing, watch, listing).
 pub async fn a_woken_waiter_is_granted_without_another_round_trip(_ensemble: &mut ZkEnsemble) {
+    // A server of its own: its watches are this test's alone.
     let zk = tokio::task::block_in_place(ZkServer::start);
+    let watches = || tokio::task::block_in_place(|| zk.watch_count());
     let proxy = TcpProxy::start(zk.addr()).await;
     let prefix = fresh_prefix();
     let holder = client_of(zk.addr(), &prefix).await;
@@ -94,14 +96,17 @@ pub async fn a_woken_waiter_is_granted_without_another_round_trip(_ensemble: &mu
     let mut turns = Vec::new();
     for _ in 0..ROUNDS {
         let held = holder.mutex("handoff").lock().await.unwrap();
+        // The holder's watch alone (the last round's have all fired, at the releases).
+        eventually("the holder's watch alone", || async { watches() == 1 }).await;
         let before = proxy.turns();
         let waits = waiter.clone();
         let acquisition = tokio::spawn(async move { waits.mutex("handoff").lock().await });
-        // Once the waiter spoke twice, its listing answered: the holder is ahead of it.
-        eventually("the waiter is past its create", || {
+        // The waiter waits: it spoke twice (the create, then what it sends once it read the lock), and the server
+        // holds a watch of its (set only once the holder's node was read to be there).
+        eventually("the waiter waits", || {
             let before = before.clone();
             let proxy = &proxy;
-            async move { taken(proxy, &before) >= 2 }
+            async move { taken(proxy, &before) >= 2 && watches() >= 2 }
         })
         .await;
         held.release().await.unwrap();
