@@ -248,13 +248,14 @@ fn named(contenders: Vec<Contender>) -> Vec<(Kind, String)> {
 
 /// Waits until the node `ahead[on]` changes (with `on` `None`, the lock's children do), or one session timeout passes.
 ///
-/// A wait on a node ahead also watches the waiter's own node, set in the same round trip by the first such wait and
-/// kept until it fires. When the node ahead is deleted while the waiter's own watch has not fired (and the
-/// connection was not re-established since it was set), the waiter's node still existed at that deletion: ZooKeeper
-/// sends a session's watch events in the order of the changes, and the client hands them on in that order. Then, if
-/// the kind's rule admits the waiter behind the contenders it last read less that one (contenders ahead only ever
-/// leave, and a rule that admits behind some admits behind fewer), the next check is answered without a round trip:
-/// a hand-off costs the release's delete and its event, nothing more. Otherwise the next check lists the children.
+/// A wait on a node ahead whose deletion may admit the waiter (the kind's rule admits it behind the contenders the
+/// last check read less that one) also watches the waiter's own node, set in the same round trip by the first such
+/// wait and kept until it fires (the grant's lease then starts from it). When the node ahead is deleted while the
+/// waiter's own watch has not fired (and the connection was not re-established since it was set), the waiter's node
+/// still existed at that deletion: ZooKeeper sends a session's watch events in the order of the changes, and the
+/// client hands them on in that order. Contenders ahead only ever leave, and a rule that admits behind some admits
+/// behind fewer, so the next check is answered without a round trip: a hand-off costs the release's delete and its
+/// event, nothing more. Otherwise the next check lists the children.
 pub(crate) async fn wait(
     session: &Shared,
     path: &str,
@@ -266,13 +267,21 @@ pub(crate) async fn wait(
         return wait_for_children(session, path).await;
     };
     let watched = format!("{path}/{name}");
+    // What is left ahead once the node ahead is gone, as far as this waiter knows: when the rule does not admit it
+    // behind that (an exclusive waiter with more than one ahead), the node ahead going cannot grant it without a
+    // listing, and its own node is not watched for that.
+    let rest: Vec<(Kind, String)> = ahead
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != at)
+        .map(|(_, entry)| entry.clone())
+        .collect();
+    let next = admits(waiter.kind, &rest);
     let client = session.client()?;
     let mut own = lock(&waiter.watch).take();
     // Sent before the watch on the node ahead, without waiting: both in one round trip, the waiter's answered first.
-    let setting = match own {
-        Some(_) => None,
-        None => Some((session.states(), client.get_and_watch_data(&waiter.node))),
-    };
+    let setting = (own.is_none() && next)
+        .then(|| (session.states(), client.get_and_watch_data(&waiter.node)));
     let ahead_watch = client.get_and_watch_data(&watched);
     if let Some((states, request)) = setting {
         let Some(watcher) = super::watch::watched(session.call("watch", request).await)? else {
@@ -284,18 +293,21 @@ pub(crate) async fn wait(
             states,
         });
     }
-    let Some(mut own) = own else {
-        unreachable!("the waiter's own watch was just set");
-    };
     let watcher = super::watch::watched(session.call("watch", ahead_watch).await)?;
     let deleted = match watcher {
         None => true,
         Some(watcher) => {
             let ahead_watch = super::watch::watch(watcher);
+            let own_fired = async {
+                match own.as_mut() {
+                    Some(own) => drop((&mut own.watch).await),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 // The waiter's own node changed (deleted, set) or the session did: the check looks.
                 biased;
-                _ = &mut own.watch => return Ok(()),
+                () = own_fired => return Ok(()),
                 event = ahead_watch => match event.event_type {
                     EventType::NodeDeleted => true,
                     EventType::Session => {
@@ -308,22 +320,17 @@ pub(crate) async fn wait(
             }
         }
     };
+    let Some(mut own) = own else {
+        return Ok(());
+    };
     // The node ahead went first when the waiter's own watch has not fired (see above).
     let fired = (&mut own.watch).now_or_never().is_some();
     let reconnected = own.states.changed().now_or_never().is_some();
     if fired {
         return Ok(());
     }
-    if deleted && !reconnected {
-        let rest: Vec<(Kind, String)> = ahead
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != at)
-            .map(|(_, entry)| entry.clone())
-            .collect();
-        if admits(waiter.kind, &rest) {
-            *lock(&waiter.fresh) = Some(rest);
-        }
+    if deleted && next && !reconnected {
+        *lock(&waiter.fresh) = Some(rest);
     }
     if !reconnected {
         *lock(&waiter.watch) = Some(own);
