@@ -370,6 +370,24 @@ impl Standalone<Etcd> {
             .map(|n| n as u64)
             .unwrap_or_else(|| panic!("no watcher gauge in etcd's /metrics:\n{metrics}"))
     }
+
+    /// How many gRPC requests of `method` (`"Txn"`, `"Range"`, `"Watch"`: a watch stream) the member has started
+    /// serving so far (its `grpc_server_started_total` counter, from the `/metrics` page on the client port): what a
+    /// test counts a client's requests by. HTTP/2 pings and window updates are no requests, so they do not count.
+    ///
+    /// # Panics
+    ///
+    /// If the member does not answer.
+    pub fn requests(&self, method: &str) -> u64 {
+        let metrics = http_get(&self.endpoint(), "/metrics");
+        let label = format!("grpc_method=\"{method}\"");
+        metrics
+            .lines()
+            .filter(|line| line.starts_with("grpc_server_started_total{") && line.contains(&label))
+            .filter_map(|line| line.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+            .map(|n| n as u64)
+            .sum()
+    }
 }
 
 /// A cluster of three etcd members on private ports of 127.0.0.1, each with its data in a temporary directory: an

@@ -272,8 +272,9 @@
 //!    `LISTEN` connection per client wakes the waiters of that lock; a waiter also checks again when the entry it
 //!    waits for expires (expiry sends no notification). MySQL has no notification: a waiter blocks on the *bell* of
 //!    the entry it waits for, a `GET_LOCK` that entry's client took in the entry's transaction and frees after its
-//!    delete; permit waiters, and those behind an entry without a held bell, poll from 5 ms doubling to 50 ms; a
-//!    release by the same client wakes them at once.
+//!    delete; a permit waiter blocks on the oldest entry ahead's bell for its poll interval (on MariaDB; on MySQL,
+//!    whose `GET_LOCK` takes whole seconds, it polls), and a waiter behind an entry without a held bell polls, from
+//!    5 ms doubling to 50 ms; a release by the same client wakes them at once.
 //!
 //! The tables are created on first use (`CREATE … IF NOT EXISTS`, on PostgreSQL in one transaction under an advisory
 //! lock), so the client's database user needs the right to create tables once; a user without it works on tables an

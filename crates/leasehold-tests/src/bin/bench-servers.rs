@@ -9,7 +9,10 @@
 //! target/release/leasehold bench --store "$etcd" --duration 3s
 //! ```
 //!
-//! `bench-servers etcd pg` starts only those (`etcd`, `zk`, `pg`, `mysql`).
+//! `bench-servers etcd pg` starts only those (`etcd`, `zk`, `pg`, `mysql`). `pg-statements` is a PostgreSQL server
+//! with `pg_stat_statements` loaded and created, to profile a cycle: what each statement costs the server
+//! (`SELECT calls, total_exec_time, query FROM pg_stat_statements`); `mysql-statements` a MariaDB server with the
+//! performance schema on (`performance_schema.events_statements_summary_by_digest`).
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -18,14 +21,21 @@ use leasehold_tests::{EtcdServer, MariaDbServer, PgServer, ZkServer};
 
 fn main() -> ExitCode {
     let asked: Vec<String> = std::env::args().skip(1).collect();
-    let all = ["etcd", "zk", "pg", "mysql"];
+    let all = [
+        "etcd",
+        "zk",
+        "pg",
+        "mysql",
+        "pg-statements",
+        "mysql-statements",
+    ];
     let names: Vec<&str> = if asked.is_empty() {
         all.to_vec()
     } else {
         asked.iter().map(String::as_str).collect()
     };
     if let Some(unknown) = names.iter().find(|n| !all.contains(n)) {
-        eprintln!("bench-servers: unknown store {unknown:?} (etcd, zk, pg, mysql)");
+        eprintln!("bench-servers: unknown store {unknown:?} (etcd, zk, pg, mysql, pg-statements, mysql-statements)");
         return ExitCode::from(64);
     }
     let mut running = Vec::new();
@@ -45,6 +55,16 @@ fn main() -> ExitCode {
             }
             "pg" => {
                 let server = PgServer::start();
+                let url = server.url();
+                (Box::new(server), url)
+            }
+            "pg-statements" => {
+                let server = PgServer::start_counting_statements();
+                let url = server.url();
+                (Box::new(server), url)
+            }
+            "mysql-statements" => {
+                let server = MariaDbServer::start_counting_statements();
                 let url = server.url();
                 (Box::new(server), url)
             }

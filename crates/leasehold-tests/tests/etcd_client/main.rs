@@ -13,6 +13,7 @@ mod helpers;
 mod interop;
 #[path = "../shared/replicated.rs"]
 mod replicated;
+mod round_trips;
 mod tls;
 
 use std::time::Duration;
@@ -36,6 +37,8 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     auth::a_client_authenticates_again_when_its_token_is_forgotten,
     tls::etcds_trusts_a_private_ca,
     tls::etcds_presents_a_client_certificate_when_asked,
+    round_trips::a_waiter_is_granted_by_the_release_alone,
+    round_trips::a_reader_behind_a_reader_is_granted_in_one_request,
 ];
 
 fn main() {

@@ -583,3 +583,54 @@ async fn a_mutex_release_never_hands_the_lock_to_a_queued_kind_entry() {
         .await
         .unwrap();
 }
+
+/// A waiting client joins the lock's queue only once a release can reach it. On one server a release takes a grant
+/// that nobody heard (`PUBLISH` counted no receiver) for proof that the waiter is gone, and passes it over: a client
+/// queued before its subscriber subscribed would lose its place to the next one, or take the lock only once it looks
+/// again. A client whose user may publish but not `SUBSCRIBE` (an ACL) is not reachable: its first attempt, made before
+/// its subscriber gave up (the response timeout, 10 s here; then it is queued and looks again at lease ends), leaves
+/// it out of the queue.
+#[tokio::test]
+async fn a_waiter_is_queued_only_once_a_release_can_reach_it() {
+    let server = RedisServer::start();
+    let mut conn = redis_conn(&server).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "deaf",
+            "on",
+            ">deaf",
+            "~*",
+            "allchannels",
+            "+@all",
+            "-subscribe",
+        ])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let holder = connect(&server).await.mutex("reach").lock().await.unwrap();
+    let deaf = leasehold::Client::builder(&format!("redis://deaf:deaf@{}", server.addr()))
+        .unwrap()
+        .response_timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap();
+    // Its first attempt ran by the time it gives up, well inside the response timeout.
+    let waited = deaf
+        .mutex("reach")
+        .lock_timeout(Duration::from_millis(300))
+        .await;
+    assert!(waited.is_err(), "the deaf client took a held lock");
+    let queue: Vec<String> = redis::cmd("LRANGE")
+        .arg("leasehold:{reach}:queue")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        queue.is_empty(),
+        "a client that cannot hear a release was queued: {queue:?}"
+    );
+    holder.release().await.unwrap();
+}

@@ -89,3 +89,42 @@ pub async fn a_waiter_behind_an_entry_without_its_bell_is_granted_at_the_release
     held.release().await.unwrap();
     granted(waiting).await.release().await.unwrap();
 }
+
+/// A permit waiter may be admitted by any holder's release: on MariaDB it blocks on the bell of the oldest entry
+/// ahead (the likeliest to go first) for as long as its poll interval, and checks again after; so it is woken at once
+/// by the oldest's release, and a younger holder's release still admits it at the next check.
+pub async fn a_permit_waiter_blocks_on_the_oldest_holders_bell_and_hears_any_release(db: &mut Db) {
+    let url = db.url();
+    let Db::MySql(server) = db else {
+        println!("postgres: waiters are woken by NOTIFY (faults::a_release_wakes_another_clients_waiter)");
+        return;
+    };
+    let prefix = crate::helpers::fresh_prefix();
+    let a = long_session_client(&url, &prefix).await;
+    let b = long_session_client(&url, &prefix).await;
+    let oldest = a.semaphore("permits", 2).acquire().await.unwrap();
+    let youngest = a.semaphore("permits", 2).acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.semaphore("permits", 2)
+                .acquire_timeout(crate::EVENT)
+                .await
+        }
+    });
+    waiters(&a, "permits", 1).await;
+    // The bell statement names the entry's fence: `…, name, <fence>)))`.
+    let fence = oldest.fence().get();
+    let blocked = format!(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' \
+         AND INFO LIKE 'SELECT CASE GET_LOCK(%, {fence}))), %'"
+    );
+    crate::eventually(
+        "the permit waiter blocks on the oldest holder's bell",
+        || async { server.sql(&blocked).trim() != "0" },
+    )
+    .await;
+    youngest.release().await.unwrap();
+    granted(waiting).await.release().await.unwrap();
+    oldest.release().await.unwrap();
+}

@@ -167,6 +167,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     wake_ups::a_waiter_whose_listener_reconnected_into_a_partition_still_hears_the_release,
     bells::a_waiter_blocks_on_the_holders_bell_instead_of_polling,
     bells::a_waiter_behind_an_entry_without_its_bell_is_granted_at_the_release,
+    bells::a_permit_waiter_blocks_on_the_oldest_holders_bell_and_hears_any_release,
     wake_ups::only_a_release_with_an_entry_behind_it_notifies,
     wake_ups::a_waiter_enqueued_while_the_release_runs_is_woken_by_it,
     round_trips::an_uncontended_acquisition_is_one_round_trip,

@@ -73,10 +73,10 @@ pub(crate) fn admit(kind: Kind, ahead: &[Kind]) -> Admission {
     }
 }
 
-/// Whether `kind`'s rule admits a waiter at once behind `ahead` (the entries ahead of it, oldest first, each with its
-/// kind and what its store keeps of it): what a store that reads the entries ahead in the same round trip as it writes
-/// its own entry answers as `Enqueued::first` (PostgreSQL, MySQL, ZooKeeper).
-pub(crate) fn admits<A>(kind: Kind, ahead: &[(Kind, A)]) -> bool {
+/// Whether `kind` is admitted behind the entries `ahead` (oldest first, each with its kind and what its store keeps
+/// of it): an enqueue that read the entries ahead in its own round trip answers
+/// [`Enqueued::first`](crate::backend::session::Enqueued) with it, so the grant takes no other.
+pub(crate) fn admitted<A>(kind: Kind, ahead: &[(Kind, A)]) -> bool {
     let kinds: Vec<Kind> = ahead.iter().map(|(kind, _)| *kind).collect();
     admit(kind, &kinds) == Admission::Granted
 }

@@ -1,16 +1,19 @@
 //! The grant: enqueue, wait, check, release. Kind-agnostic; a [`Kind`] brings only its admission rule.
 //!
-//! 1. **Enqueue** (one `Txn`): create the waiter key with the session's lease unless it exists, read it back (its
-//!    create revision is the grant's place in the queue and its fence), and read the oldest key of the lock. When
-//!    that is ours, the grant is made in this one round trip, for every kind.
-//! 2. **Check** (one `Txn`): if our key still has our lease and our create revision, read the keys ahead of it
-//!    (create revision below ours) and apply the kind's rule. The compare makes every check also the ownership check
-//!    that etcd 3.4's server-side `Lock` lacks after a wait (etcd#9921): a key whose lease was revoked while it
-//!    waited is never granted.
-//! 3. **Wait**: watch the one key the rule names (or the prefix, for permits) from the member's current revision
-//!    until a delete, then check again; when something was written between the check and the watch's start, check
-//!    once more right away (a watch from a past revision would be served by etcd's 100 ms catch-up loop). A watch
-//!    can be lost with its member, so a check also runs every TTL regardless.
+//! 1. **Enqueue** (one `Txn`): create the waiter key with the session's lease unless it exists, and range over the
+//!    lock's keys in create-revision order. The range sees the put, so it holds the waiter's key (its create revision
+//!    is the grant's place in the queue and its fence) and every key ahead of it. When those admit it by the kind's
+//!    rule, the grant is made in this one round trip, for every kind.
+//! 2. **Wait**: watch the lock's prefix from the member's current revision and follow every delete under it, until the
+//!    keys left ahead admit the waiter: it is granted on the watch's word, with no round trip of its own. The watch
+//!    also carries every event on the waiter's own key, in revision order, so a grant on its word is the one a check
+//!    at that revision would have made. When something was written between the read and the watch's start, the keys
+//!    ahead are read again once (a watch from a past revision would be served by etcd's 100 ms catch-up loop).
+//! 3. **Check** (one `Txn`), after a wait the watch could not follow to its end (an event on the waiter's own key, a
+//!    watch cancelled, broken, or silent for a TTL): if our key still has our lease and our create revision, read the
+//!    keys ahead of it and apply the kind's rule. The compare makes every check also the ownership check that etcd
+//!    3.4's server-side `Lock` lacks after a wait (etcd#9921): a key whose lease was revoked while it waited is never
+//!    granted.
 //! 4. **Release** (one `Txn`): delete our key if it still has our lease and create revision, so a stale release
 //!    never deletes a successor's key.
 
@@ -26,6 +29,7 @@ use super::kind::{key_kind, prefix, waiter_key};
 use super::session::{Session, Shared};
 use super::store::Etcd;
 use super::{EtcdError, Kind};
+use crate::backend::admission::admitted;
 use crate::backend::session::recipe;
 use crate::backend::session::{random_bytes, SessionLoss, StoreError};
 use crate::fence::Fence;
@@ -209,17 +213,47 @@ impl Session {
     }
 }
 
+/// The keys ahead of a waiter, oldest first, each with its kind, and the revision they are known at.
+pub(crate) type KeysAhead = (Vec<(Kind, Vec<u8>)>, i64);
+
+/// An acquisition's waiter key, written: the grant it will be once admitted, and the keys ahead of it as its last
+/// round trip or watch left them, for the next check to use instead of reading them again.
+pub(crate) struct Waiter {
+    pub(crate) grant: Grant,
+    fresh: std::sync::Mutex<Option<KeysAhead>>,
+}
+
+impl Waiter {
+    fn new(grant: Grant, fresh: Option<KeysAhead>) -> Waiter {
+        Waiter {
+            grant,
+            fresh: std::sync::Mutex::new(fresh),
+        }
+    }
+
+    /// Leaves the keys ahead, known at a revision, for the next check.
+    fn keep(&self, ahead: KeysAhead) {
+        *self.fresh.lock().unwrap_or_else(|e| e.into_inner()) = Some(ahead);
+    }
+
+    /// What the last round trip or watch left, once.
+    fn take(&self) -> Option<KeysAhead> {
+        self.fresh.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
 /// Writes the claimed waiter key under the lock at `path`, storing `value` (the hold, so that `inspect` can name the
-/// holder): the grant it will be once admitted, and whether it is the oldest key of the lock (admitted at once).
+/// holder), and reads the keys ahead of it in the same transaction: the waiter, and whether those admit it at once
+/// (by the kind's rule: then the grant takes this one round trip, for every kind).
 pub(crate) async fn enqueue_claimed(
     session: &Shared,
     path: &str,
     kind: Kind,
     value: &str,
     claim: &mut Claim,
-) -> Result<(Grant, bool), EtcdError> {
+) -> Result<(Waiter, bool), EtcdError> {
     let prefix = prefix(path)?;
-    let (revision, first, tries) = enqueue(session, &prefix, &claim.key, value).await?;
+    let (revision, ahead, tries) = enqueue(session, &prefix, &claim.key, value).await?;
     claim.settled = tries == 1;
     let grant = Grant {
         key: claim.key.clone(),
@@ -227,7 +261,8 @@ pub(crate) async fn enqueue_claimed(
         lease: session.conn.lease,
         kind,
     };
-    Ok((grant, first))
+    let first = admitted(kind, &ahead.0);
+    Ok((Waiter::new(grant, (!first).then_some(ahead)), first))
 }
 
 /// Deletes the grant's key if it is still the grant's (same lease, same create revision).
@@ -263,14 +298,19 @@ fn owned(key: &str, lease: i64, revision: i64) -> [Compare; 2] {
     ]
 }
 
-/// Writes the waiter key unless it exists (a retry finds its own key), and returns its create revision, whether it is
-/// the oldest key of the lock, and how many tries the write took.
+/// Writes the waiter key unless it exists (a retry finds its own key), and returns its create revision, the keys ahead
+/// of it (see [`KeysAhead`]) and how many tries the write took.
+///
+/// One transaction: the put, then one range of the lock's keys in create-revision order. A range after a put in the
+/// same transaction sees the put (etcd applies a transaction's operations in order, on one view), so the range holds
+/// the waiter's own key, with its create revision and lease, and every key ahead of it; none can be added ahead later,
+/// as a key's create revision is the revision that created it.
 async fn enqueue(
     session: &Shared,
     prefix: &str,
     key: &str,
     value: &str,
-) -> Result<(i64, bool, u32), EtcdError> {
+) -> Result<(i64, KeysAhead, u32), EtcdError> {
     let lease = session.conn.lease;
     let mut tries = 0;
     let response = session
@@ -278,34 +318,48 @@ async fn enqueue(
         .endpoints
         .call("enqueue", |mut c| {
             tries += 1;
-            let oldest = GetOptions::new()
+            let keys = GetOptions::new()
                 .with_prefix()
                 .with_sort(SortTarget::Create, SortOrder::Ascend)
-                .with_limit(1)
                 .with_keys_only();
             let txn = Txn::new()
                 .when([Compare::create_revision(key, CompareOp::Equal, 0)])
                 .and_then([
                     TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
-                    TxnOp::get(key, None),
-                    TxnOp::get(prefix, Some(oldest.clone())),
+                    TxnOp::get(prefix, Some(keys.clone())),
                 ])
-                .or_else([TxnOp::get(key, None), TxnOp::get(prefix, Some(oldest))]);
+                .or_else([TxnOp::get(prefix, Some(keys))]);
             async move { c.txn(txn).await }
         })
         .await
         .map_err(|e| lease_gone_is_loss(e, session))?;
+    let seen = revision(&response, "enqueue")?;
     let ranges = ranges(&response, "enqueue")?;
-    let [.., mine, oldest] = ranges.as_slice() else {
+    let [keys] = ranges.as_slice() else {
         return Err(EtcdError::Protocol("enqueue"));
     };
-    let mine = mine.first().ok_or(EtcdError::Protocol("enqueue"))?;
+    let mine = keys
+        .iter()
+        .find(|kv| kv.key() == key.as_bytes())
+        .ok_or(EtcdError::Protocol("enqueue"))?;
     if mine.lease() != lease {
         return Err(EtcdError::lost_while_waiting(key.to_owned()));
     }
     let revision = mine.create_revision();
-    let first = oldest.first().map(|kv| kv.create_revision()) == Some(revision);
-    Ok((revision, first, tries))
+    let ahead = keys
+        .iter()
+        .take_while(|kv| kv.create_revision() < revision)
+        .map(|kv| (key_kind(prefix, kv.key()), kv.key().to_vec()))
+        .collect();
+    Ok((revision, (ahead, seen), tries))
+}
+
+/// The revision a transaction was answered at.
+fn revision(response: &TxnResponse, op: &'static str) -> Result<i64, EtcdError> {
+    response
+        .header()
+        .map(|h| h.revision())
+        .ok_or(EtcdError::Protocol(op))
 }
 
 /// A put under a lease etcd no longer has fails with "requested lease not found": the session is lost.
@@ -321,13 +375,21 @@ fn lease_gone_is_loss(e: EtcdError, session: &Shared) -> EtcdError {
     }
 }
 
-/// If the grant's key is still its own, reads the keys ahead of it (oldest first; for an exclusive grant only the key
-/// just ahead, the only one its rule looks at), each with its kind; with the revision they were read at.
+/// If the waiter's key is still its own, the keys ahead of it (see [`KeysAhead`]): those its enqueue or its last wait left
+/// (known then to be its own), or else read now.
 pub(crate) async fn ahead(
     session: &Shared,
     path: &str,
-    grant: &Grant,
-) -> Result<(Vec<(Kind, Vec<u8>)>, i64), EtcdError> {
+    waiter: &Waiter,
+) -> Result<KeysAhead, EtcdError> {
+    if let Some(fresh) = waiter.take() {
+        return Ok(fresh);
+    }
+    read_ahead(session, path, &waiter.grant).await
+}
+
+/// If the grant's key is still its own, reads the keys ahead of it (see [`KeysAhead`]).
+async fn read_ahead(session: &Shared, path: &str, grant: &Grant) -> Result<KeysAhead, EtcdError> {
     let prefix = prefix(path)?;
     let prefix = prefix.as_str();
     let (key, revision, lease) = (grant.key.as_str(), grant.revision, grant.lease);
@@ -338,14 +400,8 @@ pub(crate) async fn ahead(
             let ahead = GetOptions::new()
                 .with_prefix()
                 .with_max_create_revision(revision - 1)
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
                 .with_keys_only();
-            // An exclusive waiter needs only the key just ahead.
-            let ahead = match grant.kind {
-                Kind::Exclusive => ahead
-                    .with_sort(SortTarget::Create, SortOrder::Descend)
-                    .with_limit(1),
-                _ => ahead.with_sort(SortTarget::Create, SortOrder::Ascend),
-            };
             let txn = Txn::new()
                 .when(owned(key, lease, revision))
                 .and_then([TxnOp::get(prefix, Some(ahead))]);
@@ -356,10 +412,7 @@ pub(crate) async fn ahead(
         session.check_alive()?;
         return Err(EtcdError::lost_while_waiting(key.to_owned()));
     }
-    let seen = response
-        .header()
-        .map(|h| h.revision())
-        .ok_or(EtcdError::Protocol("admission check"))?;
+    let seen = self::revision(&response, "admission check")?;
     let ranges = ranges(&response, "admission check")?;
     let [ahead] = ranges.as_slice() else {
         return Err(EtcdError::Protocol("admission check"));
@@ -384,33 +437,34 @@ fn ranges(response: &TxnResponse, op: &'static str) -> Result<Vec<Vec<rpc::KeyVa
         .collect()
 }
 
-/// Waits until the key `ahead[on]` (with `on` `None`, any key under the lock's prefix) is deleted, the keys ahead
-/// having been read at revision `seen`.
+/// Waits until the keys ahead of the waiter, read at revision `seen`, have gone enough to admit it by its kind's rule,
+/// and leaves them for the check after the wait (which then needs no round trip); or until anything the watch cannot
+/// follow happens, after which the check reads them again.
+///
+/// One watch on the lock's prefix follows every delete under it, so the waiter knows which keys ahead are left at each
+/// revision, and every event on its own key: the delete that admits it is heard with everything before it, its own
+/// key's delete or overwrite (a `release --force`, its lease ended) included. So a grant on the watch's word is the
+/// one the check would have made at that revision, ownership check included (etcd#9921); an event on its own key ends
+/// the wait and the check decides.
 ///
 /// The watch starts at the member's current revision, not at `seen + 1`: a watch that starts at a revision the member
 /// has passed is served by etcd's catch-up loop, which runs every 100 ms, where a current one hears of a delete at
 /// once. What happened between `seen` and the watch's start is covered by reading the keys ahead again once it is
-/// open, when anything was written in between: a change ends the wait (the engine checks again), none keeps the
-/// watch. A watch that cannot be opened, breaks, or hears nothing for one TTL (a member that died without a word)
-/// ends the wait the same way: the engine checks again after every wait.
+/// open, when anything was written in between. A watch that cannot be opened, is cancelled, breaks, or hears nothing
+/// for one TTL (a member that died without a word) ends the wait without leaving anything: the check reads again.
 pub(crate) async fn wait(
     session: &Shared,
     path: &str,
-    grant: &Grant,
+    waiter: &Waiter,
     ahead: &[(Kind, Vec<u8>)],
-    on: Option<usize>,
     seen: i64,
 ) -> Result<(), EtcdError> {
-    let (key, options) = match on.and_then(|i| ahead.get(i)) {
-        Some((_, key)) => (key.clone(), WatchOptions::new()),
-        None => (
-            prefix(path)?.into_bytes(),
-            WatchOptions::new().with_prefix(),
-        ),
-    };
+    let grant = &waiter.grant;
+    let watched = prefix(path)?;
     let (i, mut client) = session.conn.endpoints.current();
     let opened = async {
-        let mut stream = client.watch(key, Some(options)).await?;
+        let options = WatchOptions::new().with_prefix();
+        let mut stream = client.watch(watched, Some(options)).await?;
         // The first answer says the watch exists, and the revision it starts after.
         let created = stream.message().await?;
         Ok::<_, rpc::Error>((
@@ -418,15 +472,18 @@ pub(crate) async fn wait(
             created.and_then(|c| c.header().map(|h| h.revision())),
         ))
     };
+    let mut ahead = ahead.to_vec();
     let mut stream = match tokio::time::timeout(session.conn.endpoints.call_timeout(), opened).await
     {
         Ok(Ok((stream, Some(from)))) => {
             if from > seen {
-                // Writes came between the check and the watch: one of them may be the delete we wait for.
-                let (again, _) = self::ahead(session, path, grant).await?;
-                if again != ahead {
+                // Writes came between the read and the watch: one of them may be the delete we wait for.
+                let (again, at) = read_ahead(session, path, grant).await?;
+                if admitted(grant.kind, &again) {
+                    waiter.keep((again, at));
                     return Ok(());
                 }
+                ahead = again;
             }
             stream
         }
@@ -437,26 +494,34 @@ pub(crate) async fn wait(
             return Ok(());
         }
     };
-    let deleted = async {
+    let mine = grant.key.as_bytes();
+    let followed = async {
         loop {
-            match stream.message().await {
-                Ok(Some(response)) => {
-                    if response.canceled()
-                        || response
-                            .events()
-                            .iter()
-                            .any(|e| e.event_type() == rpc::EventType::Delete)
-                    {
-                        return;
-                    }
-                }
+            let response = match stream.message().await {
+                Ok(Some(response)) if !response.canceled() => response,
+                Ok(Some(_)) => return None,
                 Ok(None) | Err(_) => {
                     session.conn.endpoints.failed(i);
-                    return;
+                    return None;
                 }
+            };
+            let before = ahead.len();
+            for event in response.events() {
+                let Some(kv) = event.kv() else { continue };
+                if kv.key() == mine {
+                    return None;
+                }
+                if event.event_type() == rpc::EventType::Delete {
+                    ahead.retain(|(_, key)| key.as_slice() != kv.key());
+                }
+            }
+            if ahead.len() < before && admitted(grant.kind, &ahead) {
+                return response.header().map(|h| h.revision());
             }
         }
     };
-    let _ = tokio::time::timeout(session.ttl, deleted).await;
+    if let Ok(Some(at)) = tokio::time::timeout(session.ttl, followed).await {
+        waiter.keep((ahead, at));
+    }
     Ok(())
 }

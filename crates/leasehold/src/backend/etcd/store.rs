@@ -19,7 +19,7 @@ use std::time::Duration;
 use super::rpc::{self, DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::kind::key_kind;
-use super::recipe::{Grant, Released};
+use super::recipe::{Grant, Released, Waiter};
 use super::session::{Conn, SessionOptions, Shared};
 use super::{EtcdError, Kind};
 use crate::backend::session::{
@@ -248,7 +248,7 @@ impl Primitives for Etcd {
     }
 
     type Claim = super::recipe::Claim;
-    type Waiter = Grant;
+    type Waiter = Waiter;
     /// The key ahead.
     type Ahead = Vec<u8>;
     /// The revision the keys ahead were read at.
@@ -270,7 +270,7 @@ impl Primitives for Etcd {
         kind: Kind,
         hold: &str,
         claim: &mut Self::Claim,
-    ) -> Result<Enqueued<Grant>, EtcdError> {
+    ) -> Result<Enqueued<Waiter>, EtcdError> {
         let (waiter, first) =
             super::recipe::enqueue_claimed(session, path, kind, hold, claim).await?;
         Ok(Enqueued { waiter, first })
@@ -283,7 +283,7 @@ impl Primitives for Etcd {
     async fn ahead(
         session: &Arc<Shared>,
         path: &str,
-        waiter: &Grant,
+        waiter: &Waiter,
         _kind: Kind,
         _state: &mut Self::WaitState,
     ) -> Result<(Vec<(Kind, Vec<u8>)>, i64), EtcdError> {
@@ -293,17 +293,18 @@ impl Primitives for Etcd {
     async fn wait(
         session: &Arc<Shared>,
         path: &str,
-        waiter: &Grant,
+        waiter: &Waiter,
         ahead: &[(Kind, Vec<u8>)],
-        on: Option<usize>,
+        _on: Option<usize>,
         seen: i64,
         _state: &mut (),
     ) -> Result<(), EtcdError> {
-        super::recipe::wait(session, path, waiter, ahead, on, seen).await
+        // The watch follows every key ahead, not only the one the rule names.
+        super::recipe::wait(session, path, waiter, ahead, seen).await
     }
 
-    fn grant_of(waiter: &Grant) -> Grant {
-        waiter.clone()
+    fn grant_of(waiter: &Waiter) -> Grant {
+        waiter.grant.clone()
     }
 
     fn fence(grant: &Grant) -> Fence {

@@ -90,15 +90,14 @@ pub(crate) async fn lock(
     let mut outage = Outage::default();
     // Every token this wait sends may be stored for a hand-off: registered before it leaves.
     let mut expecting = wakeups.expecting(&keys);
-    let first = attempt_until(
-        inner,
-        handle,
-        &keys,
-        Wait::First,
-        None,
-        &mut expecting,
-        deadline,
-    );
+    // Queued only where a release can reach it: a client not yet subscribed would be passed over as gone, and lose
+    // its place. It joins the queue by the attempt it makes once subscribed.
+    let join = if wakeups.reachable() {
+        Wait::First
+    } else {
+        Wait::No
+    };
+    let first = attempt_until(inner, handle, &keys, join, None, &mut expecting, deadline);
     let mut remaining = match first.await {
         Some(Ok(Attempt::Granted(guard))) => return Ok(guard),
         Some(Ok(Attempt::Busy(remaining))) => remaining,

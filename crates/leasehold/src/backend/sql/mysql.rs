@@ -14,8 +14,9 @@
 //!   `GET_LOCK` on it returns when the entry is gone (or its client's connection is), and the waiter checks the table
 //!   again: the table stays the only truth, a bell only wakes. A bell heard free while its entry is still there (an
 //!   older client, a connection that went away, more entries than the client keeps bells for) marks that entry
-//!   deaf, and the waiter polls for it: every 5 ms when it is next in line, doubling to 50 ms further back; so do
-//!   permit waiters (any entry ahead may admit them). Every waiter also checks at the expiry of the entry it waits
+//!   deaf, and the waiter polls for it: every 5 ms when it is next in line, doubling to 50 ms further back. A permit
+//!   waiter (any entry ahead may admit it) blocks on the oldest one's bell for as long as it would sleep between polls
+//!   (on MariaDB; MySQL's `GET_LOCK` takes whole seconds, and there it polls). Every waiter also checks at the expiry of the entry it waits
 //!   for, at least every 500 ms (a `release --force` deletes entries without freeing their bells), and at once when a
 //!   release by its own client.
 //! - **Server-side deadlines**: `innodb_lock_wait_timeout` at the per-call deadline (whole seconds, at least one).
@@ -43,8 +44,9 @@ const BELLS: usize = 64;
 
 /// The longest a waiter blocks on a bell before it checks again: `release --force` deletes entries without freeing
 /// their bells, which stay held until their holders release. `GET_LOCK` takes whole seconds on MySQL (MariaDB takes
-/// fractions): a waiter whose entry ahead has less than a second left polls instead ([`MyDb::ring`]), as do the
-/// waiters of locks with a TTL below about 1.3 s (their holders' sessions rarely have a second left).
+/// microseconds): there, a waiter whose entry ahead has less than a second left polls instead ([`MyDb::ring`]), as do
+/// the waiters of locks with a TTL below about 1.3 s (their holders' sessions rarely have a second left), and every
+/// permit waiter (it blocks on a bell only as long as its poll interval).
 const BELL_WAIT: Duration = Duration::from_secs(1);
 
 /// How long a connection beyond the pool's lower bound stays idle before it is closed.
@@ -329,6 +331,9 @@ pub(crate) struct MyDb {
     account: Account,
     wakes: Wakes,
     bells: Bells,
+    /// Whether the server's `GET_LOCK` takes fractions of a second (MariaDB does since 10.1.2; MySQL rounds to whole
+    /// seconds).
+    fractional: bool,
     /// The deadline of each statement.
     call_timeout: Duration,
 }
@@ -358,7 +363,8 @@ impl Drop for MyDb {
 /// name and the entry's fence (separated by NUL bytes): the same for every client of the tables, and unique to the
 /// entry (a lock's fences never repeat). It is taken with `GET_LOCK(bell, 0)` inside the entry's transaction, before
 /// its commit, so every client that can see the entry finds its bell held; and freed after the entry's delete
-/// committed (`RELEASE_ALL_LOCKS()`: the connection holds nothing else), or by the server when the connection ends.
+/// committed (`RELEASE_LOCK(bell)` in the release's round trip; `RELEASE_ALL_LOCKS()` for one whose entry another
+/// statement deleted), or by the server when the connection ends.
 struct Bells {
     pool: Pool,
     /// The entries' bells this client holds now: at most [`BELLS`].
@@ -489,10 +495,10 @@ impl MyDb {
         // TABLE IF NOT EXISTS` by a user with only the rights to read and write it fails (ERROR 1142). A table the
         // user has no right on is not listed either: it is then "created" (it exists: a no-op), or refused below. The
         // account and database come in the same round trip, for the messages.
-        let (present, user, database): (i64, String, Option<String>) = conn
+        let (present, user, database, version): (i64, String, Option<String>, String) = conn
             .exec_first(
                 "SELECT (SELECT COUNT(*) FROM information_schema.tables \
-                 WHERE table_schema = DATABASE() AND table_name IN (?, ?, ?)), CURRENT_USER(), DATABASE()",
+                 WHERE table_schema = DATABASE() AND table_name IN (?, ?, ?)), CURRENT_USER(), DATABASE(), VERSION()",
                 (
                     format!("{prefix}_session"),
                     format!("{prefix}_lock"),
@@ -522,6 +528,7 @@ impl MyDb {
             account,
             wakes: Wakes::default(),
             bells,
+            fractional: version.contains("MariaDB"),
             call_timeout,
         })
     }
@@ -593,11 +600,7 @@ impl MyDb {
     ) -> Result<Enqueue, SqlError> {
         let (tag, permits) = kind_columns(kind);
         let lit = literal(name.as_bytes());
-        // A permit's waiters poll (any entry ahead may admit them): its entry takes no bell, and keeps no connection.
-        let permit = match kind {
-            Kind::Permits(_) => None,
-            _ => Arc::clone(&self.bells.held).try_acquire_owned().ok(),
-        };
+        let permit = Arc::clone(&self.bells.held).try_acquire_owned().ok();
         let bell = match permit {
             Some(_) => format!(
                 "DO GET_LOCK({}, 0); ",
@@ -652,9 +655,9 @@ impl MyDb {
         })
     }
 
-    /// Blocks until the bell of lock `name`'s entry `fence` is free, for `within` (at most [`BELL_WAIT`], in whole
-    /// seconds: [`Ring::Unavailable`] when that is none, and the waiter polls), on a
-    /// connection of the bells' pool that holds nothing (got, the bell is freed in the same statement), then reads the
+    /// Blocks until the bell of lock `name`'s entry `fence` is free, for `within` (at most [`BELL_WAIT`]; in whole
+    /// seconds on MySQL, whose `GET_LOCK` reads no fraction: [`Ring::Unavailable`] when that is none, and the waiter
+    /// polls), on a connection of the bells' pool that holds nothing (got, the bell is freed in the same statement), then reads the
     /// lock's entries up to `upto`, the waiter's, in the same round trip: a statement after the bell was heard, so it
     /// sees the delete that freed it. Dropped while blocked, the connection is closed ([`Listed`]); the server's
     /// `GET_LOCK` then runs out on its own, and frees the bell if it got it. The answer has a call's deadline more.
@@ -665,8 +668,13 @@ impl MyDb {
         upto: i64,
         within: Duration,
     ) -> Result<(Ring, Option<Vec<Entry>>), SqlError> {
-        // Whole seconds, as MySQL reads them.
-        let within = Duration::from_secs(within.min(BELL_WAIT).as_secs());
+        let within = within.min(BELL_WAIT);
+        // Whole seconds where the server reads no fraction (MySQL); microseconds on MariaDB.
+        let within = if self.fractional {
+            Duration::from_micros(u64::try_from(within.as_micros()).unwrap_or(u64::MAX))
+        } else {
+            Duration::from_secs(within.as_secs())
+        };
         if within.is_zero() {
             return Ok((Ring::Unavailable, None));
         }
@@ -676,8 +684,9 @@ impl MyDb {
         let lit = literal(name.as_bytes());
         let bell = self.bells.bell(&lit, &fence.to_string());
         let sql = format!(
-            "SELECT CASE GET_LOCK({bell}, {}) WHEN 1 THEN RELEASE_LOCK({bell}) ELSE 0 END; {}",
+            "SELECT CASE GET_LOCK({bell}, {}.{:06}) WHEN 1 THEN RELEASE_LOCK({bell}) ELSE 0 END; {}",
             within.as_secs(),
+            within.subsec_micros(),
             filled(&self.statements.entries, &[&lit, &upto.to_string()]),
         );
         let ringing = async {
@@ -772,7 +781,10 @@ impl MyDb {
                     &literal(session.as_bytes()),
                 ],
             );
-            let sql = format!("{delete}; SELECT ROW_COUNT(), RELEASE_ALL_LOCKS()");
+            let bell = self
+                .bells
+                .bell(&literal(name.as_bytes()), &fence.to_string());
+            let sql = format!("{delete}; SELECT ROW_COUNT(), RELEASE_LOCK({bell})");
             let mut listed = Listed(Some(pinned.conn));
             // Half the call's deadline: a connection kept for a long hold may have gone silent, and the release must
             // still have time for another.

@@ -11,6 +11,11 @@
 //! - **Server-side deadlines.** Every connection runs with `statement_timeout` and `lock_timeout` at the per-call
 //!   deadline, so that a statement the client gave up on does not go on running (or waiting for a row lock) on the
 //!   server.
+//! - **Plain index scans.** Every connection runs with `enable_bitmapscan = off`. A released entry stays in the
+//!   entry table's index until a vacuum; a plain index scan marks such an entry dead the first time it finds it so,
+//!   and later scans skip it, while a bitmap scan (the planner's choice for a lock's few entries) marks nothing and
+//!   visits every one released since the last vacuum: a read of one lock's entries cost 138 µs of the server's time
+//!   after 3 s of one task locking it, against 25 µs for the whole enqueue (`pg_stat_statements`, 2026-11-29).
 //! - **The schema** is created on first use, in one transaction under an advisory lock (two clients creating it at
 //!   once would otherwise collide in the catalog); a database whose tables exist needs no DDL right.
 //! - **Rights** are checked at connect in one statement of privilege functions ([`check_rights`]).
@@ -361,7 +366,8 @@ impl PgDb {
             config.application_name("leasehold");
         }
         let ms = call_timeout.as_millis().max(1);
-        let options = format!("-c statement_timeout={ms} -c lock_timeout={ms}");
+        let options =
+            format!("-c statement_timeout={ms} -c lock_timeout={ms} -c enable_bitmapscan=off");
         let options = match config.get_options() {
             Some(given) => format!("{given} {options}"),
             None => options,

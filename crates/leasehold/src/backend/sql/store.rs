@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::rights::Use;
 use super::session::{Conn, Shared};
 use super::{Db, Entry, Ring, SqlError};
-use crate::backend::admission::{admit, admits, Admission, Kind};
+use crate::backend::admission::{admit, admitted, Admission, Kind};
 use crate::backend::session::state::passed;
 use crate::backend::session::{
     Admitted, Background, Engine, EngineError, Enqueued, Opened, Primitives, Renewal, SessionLoss,
@@ -273,12 +273,27 @@ async fn wait(
         None => ahead.iter().map(|(_, at)| at.left).min(),
     };
     let until = left.map(|left| left + EXPIRY_MARGIN);
-    let bell = on
-        .and_then(|i| ahead.get(i))
-        .map(|(_, at)| at.fence)
-        .filter(|fence| !state.deaf.contains(fence));
-    if let Some(fence) = bell {
-        let within = until.unwrap_or(shared.ttl).min(shared.ttl);
+    let poll = db.poll(state.polls);
+    // The bell of the entry it waits for; waiting for any entry ahead (a permit), the oldest's with a bell (the
+    // likeliest to go first), for as long as a poll would sleep: another entry's departure is then found by the check that follows.
+    let hears = |fence: &i64| !state.deaf.contains(fence);
+    let bell = match on {
+        Some(i) => ahead
+            .get(i)
+            .map(|(_, at)| at.fence)
+            .filter(hears)
+            .map(|fence| (fence, None)),
+        None => ahead
+            .iter()
+            .map(|(_, at)| at.fence)
+            .find(hears)
+            .map(|fence| (fence, poll)),
+    };
+    if let Some((fence, most)) = bell {
+        let within = [until, most]
+            .into_iter()
+            .flatten()
+            .fold(shared.ttl, Duration::min);
         tokio::select! {
             _ = wake.changed() => return,
             rung = db.ring(name, fence, mine, within) => match rung {
@@ -296,7 +311,7 @@ async fn wait(
             },
         }
     }
-    let sleep = match (until, db.poll(state.polls)) {
+    let sleep = match (until, poll) {
         (Some(a), Some(b)) => a.min(b),
         (Some(a), None) | (None, Some(a)) => a,
         (None, None) => shared.ttl,
@@ -438,7 +453,7 @@ impl Primitives for Sql {
         // dialect read none) the engine's check reads them again, deleting dead sessions ahead.
         let first = match &enqueued.entries {
             Some(entries) => match read(session, name, fence, entries)? {
-                Read::Ahead(ahead) => admits(kind, &ahead),
+                Read::Ahead(ahead) => admitted(kind, &ahead),
                 Read::Dead(_) => false,
             },
             None => false,

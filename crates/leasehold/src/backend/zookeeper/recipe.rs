@@ -39,7 +39,7 @@ use super::kind::{node_prefix, queue, Contender};
 use super::session::Shared;
 use super::watch::{park, Watch};
 use super::ZkError;
-use crate::backend::admission::{admits, Kind};
+use crate::backend::admission::{admitted, Kind};
 use crate::backend::session::{random_bytes, StoreError};
 use crate::fence::Fence;
 
@@ -276,7 +276,7 @@ pub(crate) async fn wait(
         .filter(|(i, _)| *i != at)
         .map(|(_, entry)| entry.clone())
         .collect();
-    let next = admits(waiter.kind, &rest);
+    let next = admitted(waiter.kind, &rest);
     let client = session.client()?;
     let mut own = lock(&waiter.watch).take();
     // Sent before the watch on the node ahead, without waiting: both in one round trip, the waiter's answered first.

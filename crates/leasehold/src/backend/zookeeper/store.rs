@@ -17,7 +17,7 @@ use super::recipe::Grant;
 use super::session::{Conn, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT, MIN_TIMEOUT};
 use super::url::{check_path, Target};
 use super::ZkError;
-use crate::backend::admission::{admits, Kind};
+use crate::backend::admission::{admitted, Kind};
 use crate::backend::session::life::Session;
 use crate::backend::session::{
     Admitted, Background, Engine, EngineError, Enqueued, Opened, Primitives, Renewal, StoreError,
@@ -285,7 +285,7 @@ impl Primitives for ZooKeeper {
         claim: &mut Self::Claim,
     ) -> Result<Enqueued<Self::Waiter>, ZkError> {
         let (waiter, ahead) = super::recipe::enqueue(session, path, hold, claim).await?;
-        let first = ahead.as_deref().is_some_and(|ahead| admits(kind, ahead));
+        let first = ahead.as_deref().is_some_and(|ahead| admitted(kind, ahead));
         if !first {
             waiter.keep(ahead);
         }
