@@ -14,6 +14,7 @@ mod interop;
 mod processes;
 #[path = "../shared/replicated.rs"]
 mod replicated;
+mod round_trips;
 mod session;
 mod writes;
 
@@ -43,6 +44,9 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     writes::guarded_writes_commit_only_while_the_grant_holds,
     auth::credentials_in_the_url_authenticate,
     session::a_lease_outside_the_ensembles_bounds_runs_with_the_negotiated_timeout,
+    round_trips::an_uncontended_cycle_is_two_round_trips,
+    round_trips::a_woken_waiter_is_granted_without_another_round_trip,
+    round_trips::a_waiter_whose_node_was_deleted_is_granted_only_on_a_new_one,
 ];
 
 fn main() {

@@ -76,10 +76,6 @@ pub(crate) fn admit(kind: Kind, ahead: &[Kind]) -> Admission {
 /// Whether `kind` is admitted behind the entries `ahead` (oldest first, each with its kind and what its store keeps
 /// of it): an enqueue that read the entries ahead in its own round trip answers
 /// [`Enqueued::first`](crate::backend::session::Enqueued) with it, so the grant takes no other.
-#[cfg_attr(
-    not(any(feature = "etcd", feature = "postgres", feature = "mysql")),
-    allow(dead_code)
-)]
 pub(crate) fn admitted<A>(kind: Kind, ahead: &[(Kind, A)]) -> bool {
     let kinds: Vec<Kind> = ahead.iter().map(|(kind, _)| *kind).collect();
     admit(kind, &kinds) == Admission::Granted

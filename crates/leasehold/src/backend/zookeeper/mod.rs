@@ -10,6 +10,7 @@
 //! - [`store`]: the store behind a [`Client`](crate::Client): sessions replaced after a loss, guards, `inspect`,
 //!   `held_locks`, `force_release`.
 //! - [`url`]: `zk://` URLs and ZooKeeper's path rules.
+//! - [`watch`]: the watches of an acquisition and of its grant, set where they cost no round trip of their own.
 //! - [`write`]: writes inside ZooKeeper guarded by the grant's node.
 //!
 //! # Layout, and why
@@ -49,6 +50,7 @@ pub(crate) mod recipe;
 pub(crate) mod session;
 pub(crate) mod store;
 pub(crate) mod url;
+pub(crate) mod watch;
 pub(crate) mod write;
 
 pub(crate) use error::ZkError;

@@ -1,31 +1,45 @@
 //! The grant: create, check, wait, release. Kind-agnostic; a [`Kind`] brings only its admission rule.
 //!
 //! 1. **Create** an ephemeral sequential node `PATH/lh1-<grant>__lock__<seq>` (the lock's node and its parents are
-//!    containers, made on the first `NoNode`). When the answer is lost (a timeout, a connection lost), the create may
-//!    or may not have happened: the children are listed and a node with this grant's id is adopted, but only when its
-//!    `ephemeralOwner` is this session (Curator adopts without that check, CURATOR-604). Otherwise it is created again;
-//!    a late first create then leaves a second node of the grant, which the check below deletes.
-//! 2. **Check**: list the children, order the contenders by sequence, and apply the kind's rule to those ahead. The
-//!    grant's own node missing from the list means it was deleted: the session expired, or a force release.
-//! 3. **Wait**: watch the one node the rule names (`exists` with a watch; the children, for permits) until it
-//!    changes, then check again. A watch is kept across reconnects by the client; it ends without an event when the
-//!    session ends, which the wait watches too. A check also runs every session timeout regardless.
+//!    containers, made on the first `NoNode`), and list the lock's children (with a watch on them) in the same round
+//!    trip: the listing is sent right behind the create, and ZooKeeper answers a session's requests in order, so it
+//!    reads the lock as the create left it. When the kind's rule admits the node behind the contenders it found ahead,
+//!    the acquisition is granted then: one round trip. When the create's answer is lost (a timeout, a connection
+//!    lost), the create may or may not have happened: the children are listed and a node with this grant's id is
+//!    adopted, but only when its `ephemeralOwner` is this session (Curator adopts without that check, CURATOR-604).
+//!    Otherwise it is created again; a late first create then leaves a second node of the grant, which the check
+//!    below deletes.
+//! 2. **Check**: order the contenders by sequence, and apply the kind's rule to those ahead. The first check uses the
+//!    create's listing; later ones list the children again (or use what the wait saw, below). The grant's own node
+//!    missing from the list means it was deleted: the session expired, or a force release.
+//! 3. **Wait**: watch the one node the rule names (`getData` with a watch, which leaves none on a node already gone; the children, for permits) until it
+//!    changes, then check again. The first wait on a node also watches the waiter's own node, in the same round trip;
+//!    when the node ahead is deleted before the waiter's own (ZooKeeper sends a session's events in the order of the
+//!    changes) and the rule admits the waiter behind the rest of what the last check read, the check needs no round
+//!    trip (see [`wait`]). A watch is kept across reconnects by the client; it ends without an event when the session
+//!    ends, which the wait watches too. A check also runs every session timeout regardless.
 //! 4. **Release**: delete the node. Its name is unique to the grant (grant id and sequence), so a late release never
 //!    deletes a successor's node.
+//!
+//! The grant's lease watches its node from the watch the acquisition left set (the children's, or the waiter's own
+//! node's): see [`super::watch`]. An uncontended cycle is two round trips, as a bare node's create and delete are:
+//! the create with its listing, and the release's delete.
 //!
 //! The fence is the node's `czxid`, the zxid of the transaction that created it: global to the ensemble and only
 //! growing, so successive holders of a lock get growing fences. Never the sequence number, which is per parent,
 //! restarts when the container is reaped, and overflows at 2³¹.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use zookeeper_client::{Acls, CreateMode, EventType};
+use futures_util::FutureExt as _;
+use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher, StateWatcher};
 
 use super::kind::{node_prefix, queue, Contender};
 use super::session::Shared;
+use super::watch::{park, Watch};
 use super::ZkError;
-use crate::backend::admission::Kind;
+use crate::backend::admission::{admitted, Kind};
 use crate::backend::session::{random_bytes, StoreError};
 use crate::fence::Fence;
 
@@ -36,11 +50,21 @@ const PARENT_ATTEMPTS: usize = 3;
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// A grant: an admitted node, with the zxid that fences it.
-#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Grant {
     /// The node's path.
     pub(crate) node: String,
     pub(crate) czxid: i64,
+    /// The watch the acquisition left set, that its lease's watch starts from (taken by it).
+    watch: Mutex<Option<Watch>>,
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grant")
+            .field("node", &self.node)
+            .field("czxid", &self.czxid)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Grant {
@@ -48,6 +72,16 @@ impl Grant {
     pub(crate) fn fence(&self) -> Fence {
         Fence::new(self.czxid.unsigned_abs())
     }
+
+    /// The watch the acquisition left set on the node or the lock's children, if any (see [`super::watch`]).
+    pub(crate) fn take_watch(&self) -> Option<Watch> {
+        lock(&self.watch).take()
+    }
+}
+
+/// The value behind `mutex`, whether or not a holder panicked.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The options of every node a grant creates, and of the containers above it: open to every client, as Curator's
@@ -66,14 +100,62 @@ fn container_options() -> zookeeper_client::CreateOptions<'static> {
 pub(crate) struct Claim {
     path: String,
     prefix: String,
+    kind: Kind,
     settled: bool,
 }
 
-/// An acquisition's node, written: its grant once admitted, its name under the lock's node, and its prefix.
+/// An acquisition's node, written: its node and `czxid`, its name under the lock's node, its prefix and kind; what
+/// the next check reads without a round trip, and the watch the next wait or the grant starts from.
 pub(crate) struct Waiter {
-    pub(crate) grant: Grant,
+    node: String,
+    czxid: i64,
     name: String,
     prefix: String,
+    kind: Kind,
+    /// The contenders ahead as a round trip already read them, for the next check (taken by it): the listing sent with
+    /// the create, or the node ahead's deletion seen by a wait, with nothing else ahead that holds this one back.
+    fresh: Mutex<Option<Vec<(Kind, String)>>>,
+    /// The watch the grant's lease starts from: the one on the lock's children set by the listing sent with the
+    /// create, until the waiter is known not to be admitted at once; then the one on the waiter's own node, set by its
+    /// first wait on a node ahead.
+    watch: Mutex<Option<OwnWatch>>,
+}
+
+/// A watch on the waiter's node (or, for a waiter admitted at once, its lock's children), and the session's states
+/// when it was set.
+struct OwnWatch {
+    watch: Watch,
+    /// The session's states as they were when it was set: a reconnect since then sets the watches again, and
+    /// ZooKeeper answers that with the events of every watched node that changed in the meantime, in no set order.
+    states: StateWatcher,
+}
+
+impl Waiter {
+    /// Not admitted at once: keeps `ahead` (the contenders ahead, read in the create's round trip) for the first
+    /// check, and leaves the watch on the lock's children to fire (see [`super::watch`]).
+    pub(crate) fn keep(&self, ahead: Option<Vec<(Kind, String)>>) {
+        *lock(&self.fresh) = ahead;
+        if let Some(own) = lock(&self.watch).take() {
+            park(own.watch);
+        }
+    }
+
+    /// The grant the waiter's node is, with the watch its lease starts from.
+    pub(crate) fn grant(&self) -> Grant {
+        Grant {
+            node: self.node.clone(),
+            czxid: self.czxid,
+            watch: Mutex::new(lock(&self.watch).take().map(|own| own.watch)),
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if let Some(own) = lock(&self.watch).take() {
+            park(own.watch);
+        }
+    }
 }
 
 /// Draws the acquisition's node prefix under the lock's node `path`.
@@ -81,6 +163,7 @@ pub(crate) fn claim(path: &str, kind: Kind) -> Result<Claim, ZkError> {
     Ok(Claim {
         path: path.to_owned(),
         prefix: node_prefix(kind, grant_id()?),
+        kind,
         settled: false,
     })
 }
@@ -101,46 +184,160 @@ pub(crate) fn abandon(session: &Arc<Shared>, claim: Claim) {
     session.background.spawn(cleanup.run());
 }
 
-/// Creates the claimed node under the lock's node `path`, storing `value`.
+/// Creates the claimed node under the lock's node `path`, storing `value`; with the contenders ahead of it, in queue
+/// order, when the listing sent with the create read them (`None`: it did not answer, or a create whose answer was
+/// lost was tried again, and the check must look for a twin).
 pub(crate) async fn enqueue(
     session: &Shared,
     path: &str,
     value: &str,
     claim: &mut Claim,
-) -> Result<Waiter, ZkError> {
-    let (name, czxid, retried) = create(session, path, &claim.prefix, value).await?;
+) -> Result<(Waiter, Option<Vec<(Kind, String)>>), ZkError> {
+    let states = session.states();
+    let Created {
+        name,
+        czxid,
+        retried,
+        listed,
+    } = create(session, path, &claim.prefix, value).await?;
     claim.settled = !retried;
-    Ok(Waiter {
-        grant: Grant {
-            node: format!("{path}/{name}"),
-            czxid,
-        },
+    let (ahead, watch) = match listed {
+        Some((children, watcher)) => {
+            let watch = OwnWatch {
+                watch: super::watch::watch(watcher),
+                states,
+            };
+            let ahead = ahead_in(&children, &claim.prefix, &name)
+                .filter(|_| !retried)
+                .map(named);
+            (ahead, Some(watch))
+        }
+        None => (None, None),
+    };
+    let waiter = Waiter {
+        node: format!("{path}/{name}"),
+        czxid,
         name,
         prefix: claim.prefix.clone(),
-    })
+        kind: claim.kind,
+        fresh: Mutex::new(None),
+        watch: Mutex::new(watch),
+    };
+    Ok((waiter, ahead))
 }
 
-/// The contenders ahead of `waiter`'s node, in queue order, each with its kind and name.
+/// The contenders ahead of `waiter`'s node, in queue order, each with its kind and name: the listing read with the
+/// create, the first time, when there is one; then a listing of the lock's children.
 pub(crate) async fn ahead(
     session: &Shared,
     path: &str,
     waiter: &Waiter,
 ) -> Result<Vec<(Kind, String)>, ZkError> {
+    let fresh = lock(&waiter.fresh).take();
+    if let Some(ahead) = fresh {
+        return Ok(ahead);
+    }
     let ahead = check(session, path, &waiter.prefix, &waiter.name).await?;
-    Ok(ahead.into_iter().map(|c| (c.kind, c.name)).collect())
+    Ok(named(ahead))
+}
+
+/// Each contender's kind and name.
+fn named(contenders: Vec<Contender>) -> Vec<(Kind, String)> {
+    contenders.into_iter().map(|c| (c.kind, c.name)).collect()
 }
 
 /// Waits until the node `ahead[on]` changes (with `on` `None`, the lock's children do), or one session timeout passes.
+///
+/// A wait on a node ahead whose deletion may admit the waiter (the kind's rule admits it behind the contenders the
+/// last check read less that one) also watches the waiter's own node, set in the same round trip by the first such
+/// wait and kept until it fires (the grant's lease then starts from it). When the node ahead is deleted while the
+/// waiter's own watch has not fired (and the connection was not re-established since it was set), the waiter's node
+/// still existed at that deletion: ZooKeeper sends a session's watch events in the order of the changes, and the
+/// client hands them on in that order. Contenders ahead only ever leave, and a rule that admits behind some admits
+/// behind fewer, so the next check is answered without a round trip: a hand-off costs the release's delete and its
+/// event, nothing more. Otherwise the next check lists the children.
 pub(crate) async fn wait(
     session: &Shared,
     path: &str,
+    waiter: &Waiter,
     ahead: &[(Kind, String)],
     on: Option<usize>,
 ) -> Result<(), ZkError> {
-    let watched = on
-        .and_then(|i| ahead.get(i))
-        .map(|(_, name)| format!("{path}/{name}"));
-    wait_for_change(session, path, watched.as_deref()).await
+    let Some((at, (_, name))) = on.and_then(|i| Some((i, ahead.get(i)?))) else {
+        return wait_for_children(session, path).await;
+    };
+    let watched = format!("{path}/{name}");
+    // What is left ahead once the node ahead is gone, as far as this waiter knows: when the rule does not admit it
+    // behind that (an exclusive waiter with more than one ahead), the node ahead going cannot grant it without a
+    // listing, and its own node is not watched for that.
+    let rest: Vec<(Kind, String)> = ahead
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != at)
+        .map(|(_, entry)| entry.clone())
+        .collect();
+    let next = admitted(waiter.kind, &rest);
+    let client = session.client()?;
+    let mut own = lock(&waiter.watch).take();
+    // Sent before the watch on the node ahead, without waiting: both in one round trip, the waiter's answered first.
+    let setting = (own.is_none() && next)
+        .then(|| (session.states(), client.get_and_watch_data(&waiter.node)));
+    let ahead_watch = client.get_and_watch_data(&watched);
+    if let Some((states, request)) = setting {
+        let Some(watcher) = super::watch::watched(session.call("watch", request).await)? else {
+            // The waiter's node is gone: the check says so.
+            return Ok(());
+        };
+        own = Some(OwnWatch {
+            watch: super::watch::watch(watcher),
+            states,
+        });
+    }
+    let watcher = super::watch::watched(session.call("watch", ahead_watch).await)?;
+    let deleted = match watcher {
+        None => true,
+        Some(watcher) => {
+            let ahead_watch = super::watch::watch(watcher);
+            let own_fired = async {
+                match own.as_mut() {
+                    Some(own) => drop((&mut own.watch).await),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                // The waiter's own node changed (deleted, set) or the session did: the check looks.
+                biased;
+                () = own_fired => return Ok(()),
+                event = ahead_watch => match event.event_type {
+                    EventType::NodeDeleted => true,
+                    EventType::Session => {
+                        session.check_alive()?;
+                        false
+                    }
+                    _ => false,
+                },
+                () = tokio::time::sleep(session.ttl) => false,
+            }
+        }
+    };
+    let Some(mut own) = own else {
+        return Ok(());
+    };
+    // The node ahead went first when the waiter's own watch has not fired (see above).
+    let fired = (&mut own.watch).now_or_never().is_some();
+    let reconnected = own.states.changed().now_or_never().is_some();
+    if fired {
+        return Ok(());
+    }
+    if deleted && next && !reconnected {
+        *lock(&waiter.fresh) = Some(rest);
+    }
+    if !reconnected {
+        *lock(&waiter.watch) = Some(own);
+    } else {
+        park(own.watch);
+    }
+    Ok(())
 }
 
 /// Deletes the nodes of an abandoned acquisition: at once, and, when a create may still be on its way (`again`), once
@@ -207,29 +404,57 @@ fn grant_id() -> Result<u64, ZkError> {
     Ok(u64::from_le_bytes(random_bytes()?))
 }
 
-/// Creates the grant's node under `path` (and `path` itself when it is missing); returns its name, its `czxid`, and
-/// whether a create whose answer was lost was tried again (that one may still land).
+/// A grant's node, just created.
+struct Created {
+    /// Its name under the lock's node.
+    name: String,
+    czxid: i64,
+    /// Whether a create whose answer was lost was tried again (that one may still land).
+    retried: bool,
+    /// The lock's children, listed in the same round trip as the create that made it, when that listing answered,
+    /// and the watch that listing set on them.
+    listed: Option<(Vec<String>, OneshotWatcher)>,
+}
+
+/// Creates the grant's node under `path` (and `path` itself when it is missing), and lists `path`'s children in the
+/// same round trip: the listing is sent right behind the create, without waiting for its answer, and ZooKeeper
+/// answers a session's requests in the order they were sent, so it reads the lock as the create left it.
 async fn create(
     session: &Shared,
     path: &str,
     prefix: &str,
     value: &str,
-) -> Result<(String, i64, bool), ZkError> {
+) -> Result<Created, ZkError> {
     let node = format!("{path}/{prefix}");
     let mut parents_made = 0;
     let mut lost_answers = 0;
     loop {
-        let created = session
-            .call(
-                "create",
-                session
-                    .client()?
-                    .create(&node, value.as_bytes(), &node_options()),
-            )
-            .await;
+        let client = session.client()?;
+        // `zookeeper_client` sends each request when it is called, not when its future is first polled: the create
+        // leaves first, the listing right behind it on the same connection.
+        let create = client.create(&node, value.as_bytes(), &node_options());
+        let list = client.list_and_watch_children(path);
+        let (created, listed) = tokio::join!(
+            session.call("create", create),
+            session.call("admission check", list)
+        );
+        // A listing whose create failed leaves its watch to fire (see `super::watch`).
+        let listed = match (&created, listed) {
+            (Ok(_), listed) => listed.ok(),
+            (Err(_), Ok((_, watcher))) => {
+                park(super::watch::watch(watcher));
+                None
+            }
+            (Err(_), Err(_)) => None,
+        };
         match created {
             Ok((stat, sequence)) => {
-                return Ok((format!("{prefix}{sequence}"), stat.czxid, lost_answers > 0))
+                return Ok(Created {
+                    name: format!("{prefix}{sequence}"),
+                    czxid: stat.czxid,
+                    retried: lost_answers > 0,
+                    listed,
+                })
             }
             Err(ZkError::ZooKeeper {
                 source: zookeeper_client::Error::NoNode,
@@ -246,7 +471,12 @@ async fn create(
             Err(e) if e.is_transient() => {
                 lost_answers += 1;
                 if let Some((name, czxid)) = find_own(session, path, prefix).await? {
-                    return Ok((name, czxid, true));
+                    return Ok(Created {
+                        name,
+                        czxid,
+                        retried: true,
+                        listed: None,
+                    });
                 }
                 session.check_alive()?;
                 tokio::time::sleep(RETRY_PAUSE).await;
@@ -313,40 +543,28 @@ async fn check(
     {
         release(session, &format!("{path}/{twin}")).await?;
     }
-    let mut contenders = queue(&children);
-    contenders.retain(|c| c.name == name || !c.name.starts_with(prefix));
-    let Some(at) = contenders.iter().position(|c| c.name == name) else {
+    let Some(ahead) = ahead_in(&children, prefix, name) else {
         session.check_alive()?;
         return Err(ZkError::lost_while_waiting(format!("{path}/{name}")));
     };
-    contenders.truncate(at);
-    Ok(contenders)
+    Ok(ahead)
 }
 
-/// Waits until the node `watched` changes (or, without one, the lock's children do), or one session timeout passes.
-async fn wait_for_change(
-    session: &Shared,
-    path: &str,
-    watched: Option<&str>,
-) -> Result<(), ZkError> {
-    let watcher = match watched {
-        Some(node) => {
-            let (stat, watcher) = session
-                .call("watch", session.client()?.check_and_watch_stat(node))
-                .await?;
-            if stat.is_none() {
-                // Gone already: look again at once.
-                return Ok(());
-            }
-            watcher
-        }
-        None => {
-            session
-                .call("watch", session.client()?.list_and_watch_children(path))
-                .await?
-                .1
-        }
-    };
+/// The contenders among `children` ahead of the node `name`, in queue order, leaving out the other nodes of its
+/// acquisition (`prefix`); `None` when `name` is not among them.
+fn ahead_in(children: &[String], prefix: &str, name: &str) -> Option<Vec<Contender>> {
+    let mut contenders = queue(children);
+    contenders.retain(|c| c.name == name || !c.name.starts_with(prefix));
+    let at = contenders.iter().position(|c| c.name == name)?;
+    contenders.truncate(at);
+    Some(contenders)
+}
+
+/// Waits until the lock's children change, or one session timeout passes.
+async fn wait_for_children(session: &Shared, path: &str) -> Result<(), ZkError> {
+    let (_, watcher) = session
+        .call("watch", session.client()?.list_and_watch_children(path))
+        .await?;
     if let Ok(event) = tokio::time::timeout(session.ttl, watcher.changed()).await {
         if event.event_type == EventType::Session {
             session.check_alive()?;

@@ -83,6 +83,14 @@ impl Shared {
         }
     }
 
+    /// The client's session states from now on: [`StateWatcher::changed`] answers at once once the state changed
+    /// (a connection lost, one re-established, the session ended) after this call.
+    pub(crate) fn states(&self) -> StateWatcher {
+        let mut states = self.conn.states.clone();
+        states.state();
+        states
+    }
+
     /// The session id.
     pub(crate) fn id(&self) -> i64 {
         self.conn.id

@@ -9,22 +9,20 @@
 //! - **Kinds** map onto the three rules as on etcd, and the node's data is the hold as Redis stores it, so
 //!   [`inspect`](ZkStore::inspect) reports holders, kinds and descriptions as on the other stores.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
-
-use zookeeper_client::EventType;
 
 use super::kind::{queue, Contender};
 use super::recipe::Grant;
 use super::session::{Conn, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT, MIN_TIMEOUT};
 use super::url::{check_path, Target};
 use super::ZkError;
-use crate::backend::admission::Kind;
+use crate::backend::admission::{admitted, Kind};
 use crate::backend::session::life::Session;
 use crate::backend::session::{
     Admitted, Background, Engine, EngineError, Enqueued, Opened, Primitives, Renewal, StoreError,
 };
-use crate::engine::lease::{LeaseShared, LossReason};
+use crate::engine::lease::LeaseShared;
 use crate::error::{Error, InvalidArgument};
 use crate::fence::Fence;
 
@@ -164,52 +162,6 @@ impl ZkStore {
     }
 }
 
-/// Ends `lease` as [`LossReason::Gone`] when the grant's node is deleted by anyone but its own release (which ends
-/// the lease first, so this changes nothing then). A ZooKeeper watch fires once, on any change: after a `set` on the
-/// node (or a session event) it is set again, and a setup call that got no answer (a connection lost: the session
-/// lives on) is tried again, until the lease ends or the session is lost (which ends the lease itself). The existence
-/// read after each keep-alive (`session.rs`) catches whatever falls between. Holds the session only while it sets the
-/// watch up.
-async fn watch_node(session: Weak<Shared>, node: String, lease: Weak<LeaseShared>) {
-    loop {
-        if lease.upgrade().is_none_or(|lease| lease.is_ended()) {
-            return;
-        }
-        let Some(shared) = session.upgrade() else {
-            return;
-        };
-        let Ok(client) = shared.client() else {
-            return;
-        };
-        let watched = shared
-            .call("watch the grant's node", client.check_and_watch_stat(&node))
-            .await;
-        let pause = shared.ttl / 16;
-        drop((client, shared));
-        match watched {
-            Ok((Some(_), watcher)) => {
-                if watcher.changed().await.event_type != EventType::NodeDeleted {
-                    // Its data changed, or the session's state did: set the watch again.
-                    continue;
-                }
-            }
-            // Gone already.
-            Ok((None, _)) => {}
-            Err(e) => {
-                tracing::debug!(target: TARGET, %node, error = %e, "setting the watch on a ZooKeeper lock node failed; trying again");
-                tokio::time::sleep(pause).await;
-                continue;
-            }
-        }
-        if let Some(lease) = lease.upgrade() {
-            if lease.end(LossReason::Gone) {
-                tracing::debug!(target: TARGET, %node, "ZooKeeper lock node deleted");
-            }
-        }
-        return;
-    }
-}
-
 impl StoreError for ZkError {
     fn store(_shown: &str) -> &'static str {
         "zookeeper"
@@ -322,18 +274,22 @@ impl Primitives for ZooKeeper {
         super::recipe::claim(path, kind)
     }
 
+    /// Creates the node with the lock's children listed in the same round trip: granted at once when the kind's rule
+    /// admits it behind the contenders that listing found ahead; otherwise they are the first check's, which then
+    /// costs no round trip of its own.
     async fn enqueue(
         session: &Arc<Shared>,
         path: &str,
-        _kind: Kind,
+        kind: Kind,
         hold: &str,
         claim: &mut Self::Claim,
     ) -> Result<Enqueued<Self::Waiter>, ZkError> {
-        let waiter = super::recipe::enqueue(session, path, hold, claim).await?;
-        Ok(Enqueued {
-            waiter,
-            first: false,
-        })
+        let (waiter, ahead) = super::recipe::enqueue(session, path, hold, claim).await?;
+        let first = ahead.as_deref().is_some_and(|ahead| admitted(kind, ahead));
+        if !first {
+            waiter.keep(ahead);
+        }
+        Ok(Enqueued { waiter, first })
     }
 
     fn abandon(session: &Arc<Shared>, claim: Self::Claim) {
@@ -353,17 +309,17 @@ impl Primitives for ZooKeeper {
     async fn wait(
         session: &Arc<Shared>,
         path: &str,
-        _waiter: &Self::Waiter,
+        waiter: &Self::Waiter,
         ahead: &[(Kind, String)],
         on: Option<usize>,
         _seen: (),
         _state: &mut (),
     ) -> Result<(), ZkError> {
-        super::recipe::wait(session, path, ahead, on).await
+        super::recipe::wait(session, path, waiter, ahead, on).await
     }
 
     fn grant_of(waiter: &Self::Waiter) -> Grant {
-        waiter.grant.clone()
+        waiter.grant()
     }
 
     fn fence(grant: &Grant) -> Fence {
@@ -374,12 +330,14 @@ impl Primitives for ZooKeeper {
         (grant.node.as_str().into(), grant.czxid)
     }
 
-    /// Sets a watch on the grant's node, which ends the lease as [`LossReason::Gone`] when someone else deletes it.
+    /// Watches the grant's node, which ends the lease as [`LossReason::Gone`] when someone else deletes it, starting
+    /// from the watch the acquisition left set (see [`super::watch`]).
     fn granted(session: &Arc<Shared>, grant: &Grant, lease: &Arc<LeaseShared>) {
-        tokio::spawn(watch_node(
+        tokio::spawn(super::watch::watch_node(
             Arc::downgrade(session),
             grant.node.clone(),
             Arc::downgrade(lease),
+            grant.take_watch(),
         ));
     }
 
