@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use leasehold::Client;
 use leasehold_tests::MariaDbServer;
 
 use crate::{granted, long_session_client, waiters, Db};
@@ -19,18 +20,35 @@ fn selects(server: &MariaDbServer) -> u64 {
         .unwrap_or_else(|| panic!("no Com_select in {out:?}"))
 }
 
-/// A waiter of another client, behind a holder that keeps the lock for a second, makes a handful of statements (a
-/// check, a bell wait every second at most), not a poll every 5 ms (about 200); and is granted once the holder
-/// releases.
-pub async fn a_waiter_blocks_on_the_holders_bell_instead_of_polling(db: &mut Db) {
+/// The MariaDB server and two clients of a fresh prefix on it (holder and waiter), with the prefix; on PostgreSQL,
+/// which has no bells, `None` after printing `postgres` (what covers the same ground there).
+async fn belled<'a>(
+    db: &'a mut Db,
+    postgres: &str,
+) -> Option<(&'a MariaDbServer, String, Client, Client)> {
     let url = db.url();
     let Db::MySql(server) = db else {
-        println!("postgres: waiters are woken by NOTIFY (faults::a_release_wakes_another_clients_waiter)");
-        return;
+        println!("postgres: {postgres}");
+        return None;
     };
     let prefix = crate::helpers::fresh_prefix();
     let a = long_session_client(&url, &prefix).await;
     let b = long_session_client(&url, &prefix).await;
+    Some((server, prefix, a, b))
+}
+
+/// A waiter of another client, behind a holder that keeps the lock for a second, makes a handful of statements (a
+/// check, a bell wait every second at most), not a poll every 5 ms (about 200); and is granted once the holder
+/// releases.
+pub async fn a_waiter_blocks_on_the_holders_bell_instead_of_polling(db: &mut Db) {
+    let Some((server, _, a, b)) = belled(
+        db,
+        "waiters are woken by NOTIFY (faults::a_release_wakes_another_clients_waiter)",
+    )
+    .await
+    else {
+        return;
+    };
     let held = a.mutex("belled").lock().await.unwrap();
     let waiting = tokio::spawn({
         let b = b.clone();
@@ -52,14 +70,10 @@ pub async fn a_waiter_blocks_on_the_holders_bell_instead_of_polling(db: &mut Db)
 /// waiter that hears that bell free finds the entry still there, and must neither take the lock nor stop waiting:
 /// it is granted when the holder releases.
 pub async fn a_waiter_behind_an_entry_without_its_bell_is_granted_at_the_release(db: &mut Db) {
-    let url = db.url();
-    let Db::MySql(server) = db else {
-        println!("postgres: no bells (waiters are woken by NOTIFY)");
+    let Some((server, prefix, a, b)) = belled(db, "no bells (waiters are woken by NOTIFY)").await
+    else {
         return;
     };
-    let prefix = crate::helpers::fresh_prefix();
-    let a = long_session_client(&url, &prefix).await;
-    let b = long_session_client(&url, &prefix).await;
     let held = a.mutex("unbelled").lock().await.unwrap();
     let holder = server.sql(&format!(
         "SELECT IS_USED_LOCK(CONCAT('leasehold:', SHA1(CONCAT_WS(0x00, 'leasehold', '{prefix}', name, fence)))) \
@@ -94,14 +108,14 @@ pub async fn a_waiter_behind_an_entry_without_its_bell_is_granted_at_the_release
 /// ahead (the likeliest to go first) for as long as its poll interval, and checks again after; so it is woken at once
 /// by the oldest's release, and a younger holder's release still admits it at the next check.
 pub async fn a_permit_waiter_blocks_on_the_oldest_holders_bell_and_hears_any_release(db: &mut Db) {
-    let url = db.url();
-    let Db::MySql(server) = db else {
-        println!("postgres: waiters are woken by NOTIFY (faults::a_release_wakes_another_clients_waiter)");
+    let Some((server, _, a, b)) = belled(
+        db,
+        "waiters are woken by NOTIFY (faults::a_release_wakes_another_clients_waiter)",
+    )
+    .await
+    else {
         return;
     };
-    let prefix = crate::helpers::fresh_prefix();
-    let a = long_session_client(&url, &prefix).await;
-    let b = long_session_client(&url, &prefix).await;
     let oldest = a.semaphore("permits", 2).acquire().await.unwrap();
     let youngest = a.semaphore("permits", 2).acquire().await.unwrap();
     let waiting = tokio::spawn({
