@@ -20,6 +20,10 @@ fn selects(server: &MariaDbServer) -> u64 {
         .unwrap_or_else(|| panic!("no Com_select in {out:?}"))
 }
 
+/// What wakes PostgreSQL's waiters instead of bells, and the test that checks it.
+const NOTIFIED: &str =
+    "waiters are woken by NOTIFY (faults::a_release_wakes_another_clients_waiter)";
+
 /// The MariaDB server and two clients of a fresh prefix on it (holder and waiter), with the prefix; on PostgreSQL,
 /// which has no bells, `None` after printing `postgres` (what covers the same ground there).
 async fn belled<'a>(
@@ -41,12 +45,7 @@ async fn belled<'a>(
 /// check, a bell wait every second at most), not a poll every 5 ms (about 200); and is granted once the holder
 /// releases.
 pub async fn a_waiter_blocks_on_the_holders_bell_instead_of_polling(db: &mut Db) {
-    let Some((server, _, a, b)) = belled(
-        db,
-        "waiters are woken by NOTIFY (faults::a_release_wakes_another_clients_waiter)",
-    )
-    .await
-    else {
+    let Some((server, _, a, b)) = belled(db, NOTIFIED).await else {
         return;
     };
     let held = a.mutex("belled").lock().await.unwrap();
@@ -108,12 +107,7 @@ pub async fn a_waiter_behind_an_entry_without_its_bell_is_granted_at_the_release
 /// ahead (the likeliest to go first) for as long as its poll interval, and checks again after; so it is woken at once
 /// by the oldest's release, and a younger holder's release still admits it at the next check.
 pub async fn a_permit_waiter_blocks_on_the_oldest_holders_bell_and_hears_any_release(db: &mut Db) {
-    let Some((server, _, a, b)) = belled(
-        db,
-        "waiters are woken by NOTIFY (faults::a_release_wakes_another_clients_waiter)",
-    )
-    .await
-    else {
+    let Some((server, _, a, b)) = belled(db, NOTIFIED).await else {
         return;
     };
     let oldest = a.semaphore("permits", 2).acquire().await.unwrap();

@@ -27,6 +27,19 @@ async fn client_of(addr: std::net::SocketAddr, prefix: &str) -> Client {
     leasehold_tests::sequence::session_client(&format!("zk://{addr}"), prefix, SESSION).await
 }
 
+/// Makes the lock's node (the first acquisition of a name creates it), so that the acquisitions counted after it
+/// are the steady ones.
+async fn made(client: &Client, name: &str) {
+    client
+        .mutex(name)
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// The turns the one connection through `proxy` took from `before`.
 fn taken(proxy: &TcpProxy, before: &[u64]) -> u64 {
     let after = proxy.turns();
@@ -47,15 +60,7 @@ pub async fn an_uncontended_cycle_is_two_round_trips(_ensemble: &mut ZkEnsemble)
     let proxy = TcpProxy::start(zk.addr()).await;
     let prefix = fresh_prefix();
     let client = client_of(proxy.addr(), &prefix).await;
-    // The lock's node is made by the first acquisition.
-    client
-        .mutex("trips")
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    made(&client, "trips").await;
     proxy.delay(DELAY);
     let mut locks = Vec::new();
     let mut releases = Vec::new();
@@ -84,14 +89,7 @@ pub async fn a_woken_waiter_is_granted_without_another_round_trip(_ensemble: &mu
     let prefix = fresh_prefix();
     let holder = client_of(zk.addr(), &prefix).await;
     let waiter = client_of(proxy.addr(), &prefix).await;
-    waiter
-        .mutex("handoff")
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    made(&waiter, "handoff").await;
     proxy.delay(DELAY);
     let mut turns = Vec::new();
     for _ in 0..ROUNDS {
