@@ -36,9 +36,16 @@ pub(crate) fn prefix(path: &str) -> Result<String, EtcdError> {
     Ok(format!("{path}/"))
 }
 
-/// The waiter key of one grant: `<path>/<lease id hex>/lh1.<tag>.<grant id hex>`.
-pub(crate) fn waiter_key(prefix: &str, lease: i64, kind: Kind, grant: u64) -> String {
-    format!("{prefix}{lease:x}/{MARK}.{}.{grant:016x}", Tag(kind))
+/// The waiter key of one grant: its [`waiter_stem`], then the grant id in hex: `<path>/<lease id
+/// hex>/lh1.<tag>.<grant id hex>`.
+pub(crate) fn waiter_key(stem: &str, grant: u64) -> String {
+    format!("{stem}{grant:016x}")
+}
+
+/// The waiter keys of one lock, lease and kind without their grant id (see [`FreeKeys`]): `<path>/<lease id
+/// hex>/lh1.<tag>.`.
+pub(crate) fn waiter_stem(prefix: &str, lease: i64, kind: Kind) -> String {
+    format!("{prefix}{lease:x}/{MARK}.{}.", Tag(kind))
 }
 
 /// Waiter keys a session wrote and then deleted with its own release, for its next acquisitions of the same lock as
@@ -87,8 +94,8 @@ impl FreeKeys {
     }
 }
 
-/// The key without its grant id: its lock, lease and kind.
-pub(crate) fn stem(key: &str) -> Option<&str> {
+/// The key without its grant id (its [`waiter_stem`]).
+fn stem(key: &str) -> Option<&str> {
     key.len()
         .checked_sub(16)
         .and_then(|at| key.get(..at))
@@ -156,6 +163,10 @@ mod tests {
         list.iter().map(|k| k.as_bytes().to_vec()).collect()
     }
 
+    fn key(prefix: &str, lease: i64, kind: Kind, grant: u64) -> String {
+        waiter_key(&waiter_stem(prefix, lease, kind), grant)
+    }
+
     fn permits(n: u32) -> Kind {
         Kind::Permits(NonZeroU32::new(n).unwrap())
     }
@@ -164,11 +175,11 @@ mod tests {
     fn keys_carry_the_lease_first_then_the_kind_and_the_grant() {
         let p = prefix("jobs/nightly").unwrap();
         assert_eq!(
-            waiter_key(&p, 0x694d, Kind::Exclusive, 0xab),
+            key(&p, 0x694d, Kind::Exclusive, 0xab),
             "jobs/nightly/694d/lh1.x.00000000000000ab"
         );
         assert_eq!(
-            waiter_key(&p, 1, permits(3), 2),
+            key(&p, 1, permits(3), 2),
             "jobs/nightly/1/lh1.p3.0000000000000002"
         );
         for bad in ["", "a/", &"x".repeat(MAX_PATH_LEN + 1)] {
@@ -180,9 +191,9 @@ mod tests {
     fn free_keys_are_taken_by_the_same_lock_lease_and_kind_only() {
         let p = prefix("l").unwrap();
         let mut free = FreeKeys::default();
-        let key = waiter_key(&p, 7, Kind::Shared, 0xab);
+        let key = key(&p, 7, Kind::Shared, 0xab);
         free.put(key.clone());
-        let stem_of = |kind, lease| stem(&waiter_key(&p, lease, kind, 1)).unwrap().to_owned();
+        let stem_of = |kind, lease| waiter_stem(&p, lease, kind);
         assert_eq!(free.take(&stem_of(Kind::Exclusive, 7)), None);
         assert_eq!(free.take(&stem_of(Kind::Shared, 8)), None);
         assert_eq!(free.take(&stem_of(Kind::Shared, 7)), Some(key));
@@ -194,7 +205,7 @@ mod tests {
     fn free_keys_are_bounded() {
         let mut free = FreeKeys::default();
         for lock in 0..FreeKeys::MAX + 10 {
-            free.put(waiter_key(&format!("l{lock}/"), 1, Kind::Exclusive, 1));
+            free.put(key(&format!("l{lock}/"), 1, Kind::Exclusive, 1));
         }
         assert!(free.count <= FreeKeys::MAX);
         assert_eq!(
@@ -207,13 +218,10 @@ mod tests {
     fn foreign_keys_count_as_writers() {
         let p = "l/";
         assert_eq!(
-            key_kind(p, waiter_key(p, 7, Kind::Shared, 1).as_bytes()),
+            key_kind(p, key(p, 7, Kind::Shared, 1).as_bytes()),
             Kind::Shared
         );
-        assert_eq!(
-            key_kind(p, waiter_key(p, 7, permits(2), 1).as_bytes()),
-            permits(2)
-        );
+        assert_eq!(key_kind(p, key(p, 7, permits(2), 1).as_bytes()), permits(2));
         // etcdctl lock's key, a nested lock's key, garbage.
         for foreign in [
             "l/694d7a2b3c1e0f05",

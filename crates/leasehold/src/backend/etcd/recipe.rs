@@ -25,7 +25,7 @@ use super::rpc::{
     TxnOp, TxnOpResponse, TxnResponse, WatchOptions,
 };
 
-use super::kind::{key_kind, prefix, stem, waiter_key};
+use super::kind::{key_kind, prefix, waiter_key, waiter_stem};
 use super::session::{Session, Shared};
 use super::store::Etcd;
 use super::{EtcdError, Kind};
@@ -94,10 +94,14 @@ pub(crate) struct Claim {
 /// Draws the acquisition's waiter key under the lock at `path` (refused when `path` is no lock path).
 pub(crate) fn claim(session: &Shared, path: &str, kind: Kind) -> Result<Claim, EtcdError> {
     let prefix = prefix(path)?;
-    let key = waiter_key(&prefix, session.conn.lease, kind, grant_id()?);
-    let free = stem(&key).and_then(|stem| session.conn.free_keys().take(stem));
+    let stem = waiter_stem(&prefix, session.conn.lease, kind);
+    let free = session.conn.free_keys().take(&stem);
+    let key = match free {
+        Some(key) => key,
+        None => waiter_key(&stem, grant_id()?),
+    };
     Ok(Claim {
-        key: free.unwrap_or(key),
+        key,
         settled: false,
     })
 }

@@ -371,9 +371,6 @@ impl Wakeups {
         &self.shared.channel_prefix
     }
 
-    /// A value that changes whenever a wake-up could have been missed by a task that was not yet registered with
-    /// [`Wakeups::join`]: any delivery, any reconnect. `None` while not subscribed, and always on a cluster (where
-    /// a lock's channel is subscribed only once a task waits for it).
     /// Whether a release can reach this client's waiters now: on one server (or one Sentinel follows) once the
     /// subscriber is subscribed, since a release there takes a notification nobody heard for proof that the waiter
     /// is gone and passes it over; on Cluster always, where no count is taken for proof (see hand_off.lua).
@@ -381,6 +378,9 @@ impl Wakeups {
         self.target.is_cluster() || *self.shared.subscribed.borrow()
     }
 
+    /// A value that changes whenever a wake-up could have been missed by a task that was not yet registered with
+    /// [`Wakeups::join`]: any delivery, any reconnect. `None` while not subscribed, and always on a cluster (where
+    /// a lock's channel is subscribed only once a task waits for it).
     pub(crate) fn epoch(&self) -> Option<u64> {
         if self.target.is_cluster() {
             return None;
