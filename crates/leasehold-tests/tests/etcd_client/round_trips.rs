@@ -46,6 +46,10 @@ pub async fn a_waiter_is_granted_by_the_release_alone(_cluster: &mut EtcdCluster
         (1, 0),
         "Txn and Range requests before the waiter watched"
     );
+    assert!(
+        !waiting.is_finished(),
+        "the waiter was granted while the holder held the lock"
+    );
     let fence = held.fence();
     held.release().await.unwrap();
     let guard = granted(waiting).await;

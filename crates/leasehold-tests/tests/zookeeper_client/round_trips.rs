@@ -107,6 +107,10 @@ pub async fn a_woken_waiter_is_granted_without_another_round_trip(_ensemble: &mu
             async move { taken(proxy, &before) >= 2 && watches() >= 2 }
         })
         .await;
+        assert!(
+            !acquisition.is_finished(),
+            "the waiter was granted while the holder held the lock"
+        );
         held.release().await.unwrap();
         let guard = granted(acquisition).await;
         turns.push(taken(&proxy, &before));
