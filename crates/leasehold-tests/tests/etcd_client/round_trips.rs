@@ -25,14 +25,26 @@ fn requests(etcd: &EtcdServer) -> (u64, u64) {
     tokio::task::block_in_place(|| (etcd.requests("Txn"), etcd.requests("Range")))
 }
 
+/// The `Txn` and `Range` requests served since `before` (a [`requests`] count).
+fn since(etcd: &EtcdServer, before: (u64, u64)) -> (u64, u64) {
+    let now = requests(etcd);
+    (now.0 - before.0, now.1 - before.1)
+}
+
+/// A member of the test's own (its counters are the test's alone) and two quiet clients of it.
+async fn member_and_two_clients() -> (EtcdServer, Client, Client) {
+    let etcd = tokio::task::block_in_place(EtcdServer::start);
+    let prefix = fresh_prefix();
+    let one = quiet_client(&etcd, &prefix).await;
+    let two = quiet_client(&etcd, &prefix).await;
+    (etcd, one, two)
+}
+
 /// A waiter's enqueue reads the keys ahead in its own transaction, so it watches after that one request; its watch
 /// follows every key of the lock, so the holder's release is the only request between the release and the waiter's
 /// grant (before: a read of the keys ahead after the enqueue, and another after the watch heard the delete).
 pub async fn a_waiter_is_granted_by_the_release_alone(_cluster: &mut EtcdCluster) {
-    let etcd = tokio::task::block_in_place(EtcdServer::start);
-    let prefix = fresh_prefix();
-    let holder = quiet_client(&etcd, &prefix).await;
-    let waiter = quiet_client(&etcd, &prefix).await;
+    let (etcd, holder, waiter) = member_and_two_clients().await;
     let held = holder.mutex("hand-off").lock().await.unwrap();
     let before = requests(&etcd);
     let waiting = tokio::spawn(async move { waiter.mutex("hand-off").lock().await });
@@ -40,12 +52,12 @@ pub async fn a_waiter_is_granted_by_the_release_alone(_cluster: &mut EtcdCluster
         tokio::task::block_in_place(|| etcd.watchers()) == 1
     })
     .await;
-    let watching = requests(&etcd);
     assert_eq!(
-        (watching.0 - before.0, watching.1 - before.1),
+        since(&etcd, before),
         (1, 0),
         "Txn and Range requests before the waiter watched"
     );
+    let watching = requests(&etcd);
     assert!(
         !waiting.is_finished(),
         "the waiter was granted while the holder held the lock"
@@ -53,9 +65,8 @@ pub async fn a_waiter_is_granted_by_the_release_alone(_cluster: &mut EtcdCluster
     let fence = held.fence();
     held.release().await.unwrap();
     let guard = granted(waiting).await;
-    let after = requests(&etcd);
     assert_eq!(
-        (after.0 - watching.0, after.1 - watching.1),
+        since(&etcd, watching),
         (1, 0),
         "Txn and Range requests from the release to the grant"
     );
@@ -66,15 +77,11 @@ pub async fn a_waiter_is_granted_by_the_release_alone(_cluster: &mut EtcdCluster
 /// A reader behind a reader is admitted by the keys its enqueue read: one request (before: two, the enqueue answered
 /// only whether its key was the oldest).
 pub async fn a_reader_behind_a_reader_is_granted_in_one_request(_cluster: &mut EtcdCluster) {
-    let etcd = tokio::task::block_in_place(EtcdServer::start);
-    let prefix = fresh_prefix();
-    let first = quiet_client(&etcd, &prefix).await;
-    let second = quiet_client(&etcd, &prefix).await;
+    let (etcd, first, second) = member_and_two_clients().await;
     let reading = first.rw_lock("shared").read().await.unwrap();
     let before = requests(&etcd);
     let also = second.rw_lock("shared").read().await.unwrap();
-    let after = requests(&etcd);
-    assert_eq!((after.0 - before.0, after.1 - before.1), (1, 0));
+    assert_eq!(since(&etcd, before), (1, 0));
     assert!(reading.is_held() && also.is_held());
     also.release().await.unwrap();
     reading.release().await.unwrap();
