@@ -576,6 +576,15 @@ pub enum InvalidArgument {
         /// The rule it broke.
         why: &'static str,
     },
+    /// A [`MultiLock`](crate::MultiLock) was asked for with no member.
+    #[error("a set of locks needs at least one member")]
+    EmptySet,
+    /// A [`MultiLock`](crate::MultiLock) names the same lock twice (one member per name, whatever the kinds).
+    #[error("lock name {name:?} is in the set twice")]
+    DuplicateName {
+        /// The name, cut to 64 characters.
+        name: String,
+    },
     /// The TLS settings cannot be used: a CA or client certificate that is not PEM or holds nothing usable, or
     /// certificates given for a URL without TLS (`redis://` instead of `rediss://`, `etcd://` instead of `etcds://`, a
     /// `zk://` URL).

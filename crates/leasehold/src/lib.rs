@@ -449,6 +449,7 @@ pub use error::{Error, InvalidArgument};
 pub use fence::{Fence, MAX_DESCRIPTION_LEN};
 pub use kinds::fair::FairMutex;
 pub use kinds::guard::{Guard, MutexGuard};
+pub use kinds::multi::{MultiGuard, MultiLock};
 pub use kinds::mutex::{Mutex, DEFAULT_TTL};
 pub use kinds::reentrant::{ReentrantGuard, ReentrantMutex, MAX_DEPTH};
 pub use kinds::rwlock::{RwLock, WriteGuard};

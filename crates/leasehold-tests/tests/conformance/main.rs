@@ -11,6 +11,7 @@ mod basics;
 mod caps;
 mod kinds;
 mod loss;
+mod multi;
 mod observe;
 mod ttl;
 
@@ -137,6 +138,11 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     loss::a_force_release_ends_the_holders_lease,
     loss::a_cut_off_holder_is_told_before_another_is_granted,
     loss::run_drops_the_work_when_the_lease_is_lost,
+    multi::a_set_is_taken_whole_or_not_at_all,
+    multi::sets_in_opposite_orders_never_deadlock_or_overlap,
+    multi::a_set_waits_in_each_queue_and_times_out_as_a_whole,
+    multi::a_members_loss_ends_the_set,
+    multi::a_set_mixes_kinds,
     observe::inspect_and_list_name_the_holder,
     ttl::each_lock_is_granted_under_its_own_ttl,
     ttl::a_short_ttl_frees_a_cut_off_holder_within_it,

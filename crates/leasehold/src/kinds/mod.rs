@@ -6,6 +6,7 @@ pub(crate) mod fair;
 #[cfg(sql_stores)]
 pub(crate) mod fenced;
 pub(crate) mod guard;
+pub(crate) mod multi;
 pub(crate) mod mutex;
 pub(crate) mod queued;
 pub(crate) mod reentrant;
@@ -38,6 +39,11 @@ impl Client {
     /// A handle to the read-write lock called `name` (see [`RwLock`](crate::RwLock)).
     pub fn rw_lock(&self, name: &str) -> crate::RwLock {
         crate::RwLock::new(self.clone(), name)
+    }
+
+    /// A set of locks to take as one (see [`MultiLock`](crate::MultiLock)): add its members, then `lock()`.
+    pub fn multi_lock(&self) -> crate::MultiLock {
+        crate::MultiLock::new(self.clone())
     }
 
     /// A handle to the counting semaphore called `name` with `permits` permits (see [`Semaphore`](crate::Semaphore)).
