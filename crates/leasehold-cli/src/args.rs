@@ -141,6 +141,13 @@ pub struct RunArgs {
     #[arg(long, group = "kind")]
     pub fair: bool,
 
+    /// Hold this lock too (repeatable): the program runs only while every name is held. The names are taken in the
+    /// order of their names (so that runs naming them in other orders never deadlock), all within one --wait, each
+    /// as the kind the options ask for NAME; all or none. Its fence is in LEASEHOLD_FENCE_1, LEASEHOLD_FENCE_2… (in
+    /// the order given), its name in LEASEHOLD_NAME_1…; LEASEHOLD_FENCE stays NAME's.
+    #[arg(long, value_name = "NAME2", value_parser = parse_name)]
+    pub also: Vec<String>,
+
     /// Print nothing when the lock was not acquired: the exit status says it.
     #[arg(long, short = 'q')]
     pub quiet: bool,

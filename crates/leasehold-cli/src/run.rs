@@ -28,6 +28,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     // --kill-after.
     crate::stores::check_run(&args)?;
     Schedule::of(&args)?;
+    check_also(&args)?;
     // Caught from the start: a signal while we wait must not leave a grant behind, and one that arrives while the
     // program starts must reach the program.
     let mut signals = Signals::catch()?;
@@ -260,6 +261,9 @@ async fn run_with(
     signals: &mut Signals,
 ) -> anyhow::Result<u8> {
     let name = args.name.as_str();
+    if !args.also.is_empty() {
+        return run_set(args, client, signals).await;
+    }
     if let Some(code) = nested(args, client, signals).await? {
         return Ok(code);
     }
@@ -269,26 +273,125 @@ async fn run_with(
         // Dropping the acquire future releases a grant that may have landed (the library's cancel safety).
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
-    let guard = match acquired {
-        Ok(guard) => guard,
-        Err(err) => {
-            // Who holds it, for the message (one more read, on the conflict path only).
-            let holder = match &err {
-                leasehold::Error::Busy { .. } | leasehold::Error::Timeout { .. } if !args.quiet => {
-                    client.inspect(name).await.ok().and_then(|info| info.holder)
-                }
-                _ => None,
-            };
-            return Err(not_acquired(
-                err,
-                name,
-                args.conflict_exit_code,
-                args.quiet,
-                holder,
+    match acquired {
+        Ok(guard) => supervise(args, Held::One(guard), signals).await,
+        Err(err) => Err(refused(args, client, err).await),
+    }
+}
+
+/// A run with `--also`: NAME and every `--also` name as one set, then the same supervision.
+async fn run_set(
+    args: &RunArgs,
+    client: &leasehold::Client,
+    signals: &mut Signals,
+) -> anyhow::Result<u8> {
+    for name in names(args) {
+        if outer_hold(client, name).await.is_some() {
+            return Err(fail(
+                exit::NOT_A_LOCK,
+                format!(
+                    "cannot nest a run with --also in the run that holds lock {name:?} around it: the set would \
+                     wait for the outer grant itself"
+                ),
             ));
         }
+    }
+    let description = crate::holder::description(&args.command);
+    let acquired = tokio::select! {
+        acquired = acquire_set(args, client, description) => acquired,
+        // Dropping the acquire future releases the members already taken (the library's cancel safety).
+        sig = signals.recv() => return Err(interrupted(sig, &args.name)),
     };
-    supervise(args, Held::One(guard), signals).await
+    match acquired {
+        Ok(guard) => supervise(args, Held::Set(guard), signals).await,
+        Err(err) => Err(refused(args, client, err).await),
+    }
+}
+
+/// The error of an acquisition that failed, for the lock the failure names (NAME, or the `--also` name that was
+/// busy), with its holder when the lock is held (one more read, on the conflict path only).
+async fn refused(args: &RunArgs, client: &leasehold::Client, err: Error) -> anyhow::Error {
+    let name = match &err {
+        Error::Busy { name, .. } | Error::Timeout { name, .. } => name.clone(),
+        _ => args.name.clone(),
+    };
+    let holder = match &err {
+        Error::Busy { .. } | Error::Timeout { .. } if !args.quiet => client
+            .inspect(&name)
+            .await
+            .ok()
+            .and_then(|info| info.holder),
+        _ => None,
+    };
+    not_acquired(err, &name, args.conflict_exit_code, args.quiet, holder)
+}
+
+/// NAME, then the `--also` names in the order given.
+fn names(args: &RunArgs) -> impl Iterator<Item = &str> {
+    std::iter::once(args.name.as_str()).chain(args.also.iter().map(String::as_str))
+}
+
+/// A usage error for an `--also` that names a lock twice, or on a quorum (which takes one name).
+fn check_also(args: &RunArgs) -> anyhow::Result<()> {
+    if args.also.is_empty() {
+        return Ok(());
+    }
+    if args.store.urls.len() > 1 {
+        return Err(fail(
+            exit::USAGE,
+            "--also is not available on a quorum (--store given 3 or more times): a quorum run takes one name",
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    match names(args).find(|name| !seen.insert(*name)) {
+        Some(twice) => Err(fail(
+            exit::USAGE,
+            format!("lock {twice:?} is named twice (NAME and --also name the locks of one run)"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Takes NAME and the `--also` names as one set, each as the kind the options ask for, within one wait. A plain run
+/// takes each name's mutex, or, for a name that is a read-write lock, its write lock (as [`plain`] does for one
+/// name).
+async fn acquire_set(
+    args: &RunArgs,
+    client: &leasehold::Client,
+    description: String,
+) -> Result<leasehold::MultiGuard, Error> {
+    let wait = Wait::of(args);
+    let mut as_write: Vec<String> = Vec::new();
+    loop {
+        let mut set = client
+            .multi_lock()
+            .ttl(args.ttl)
+            .describe(description.clone());
+        for name in names(args) {
+            set = match args.permits {
+                Some(permits) => set.permits(name, permits, 1),
+                None if args.fair => set.fair_mutex(name),
+                None if args.shared => set.read(name),
+                None if args.exclusive => set.write(name),
+                None if as_write.iter().any(|n| n == name) => set.write(name),
+                None => set.mutex(name),
+            };
+        }
+        let taken = match wait.remaining() {
+            None => set.try_lock().await,
+            Some(Some(left)) => set.lock_timeout(left).await,
+            Some(None) => set.lock().await,
+        };
+        let plain = args.permits.is_none() && !(args.fair || args.shared || args.exclusive);
+        match taken {
+            // Ends: each round moves one more name to its write lock.
+            Err(Error::WrongKind {
+                name,
+                found: LockKind::ReadWrite,
+            }) if plain && !as_write.contains(&name) => as_write.push(name),
+            taken => return taken.map_err(|err| wait.whole(err)),
+        }
+    }
 }
 
 /// `leasehold run` on a quorum of independent servers (`--store` 3 or more times): the quorum mutex, or with
@@ -396,17 +499,20 @@ async fn quorum_share(
     }
 }
 
-/// A grant on one server (any kind) or on a quorum.
+/// A grant on one server (any kind), on a quorum, or of a set (`--also`).
 enum Held {
     One(leasehold::Guard),
     Quorum(leasehold::QuorumGuard),
+    Set(leasehold::MultiGuard),
 }
 
 impl Held {
-    fn lease(&self) -> &leasehold::Lease {
+    /// NAME's lease, then each `--also` name's, in the order given.
+    fn leases(&self) -> Vec<leasehold::Lease> {
         match self {
-            Held::One(guard) => guard,
-            Held::Quorum(guard) => guard,
+            Held::One(guard) => vec![guard.lease()],
+            Held::Quorum(guard) => vec![leasehold::Lease::clone(guard)],
+            Held::Set(guard) => guard.leases(),
         }
     }
 
@@ -414,7 +520,41 @@ impl Held {
         match self {
             Held::One(guard) => guard.release().await,
             Held::Quorum(guard) => guard.release().await,
+            Held::Set(guard) => guard.release().await,
         }
+    }
+}
+
+/// What the supervision reads of the leases it runs the program under: the least time left, the first loss.
+struct Leases(Vec<leasehold::Lease>);
+
+impl Leases {
+    fn remaining(&self) -> Duration {
+        self.0
+            .iter()
+            .map(leasehold::Lease::remaining)
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    fn is_held(&self) -> bool {
+        self.0.iter().all(leasehold::Lease::is_held)
+    }
+
+    /// The first lease that ended: its lock's name and how.
+    fn loss(&self) -> Option<(String, leasehold::LossReason)> {
+        self.0
+            .iter()
+            .find_map(|lease| lease.loss().map(|reason| (lease.name().to_owned(), reason)))
+    }
+
+    /// Resolves when the first lease ends, with its lock's name and how.
+    async fn lost(&self) -> (String, leasehold::LossReason) {
+        let lost = self.0.iter().map(|lease| {
+            let name = lease.name().to_owned();
+            Box::pin(async move { (name, lease.lost().await) })
+        });
+        futures_util::future::select_all(lost).await.0
     }
 }
 
@@ -425,8 +565,8 @@ const MAX_REFRESH: Duration = Duration::from_secs(1);
 enum Outcome {
     /// It exited (reaped).
     Exited(std::process::ExitStatus),
-    /// It must stop, for this reason: the lease was lost, or is running out unrenewed.
-    Stop(String),
+    /// It must stop: the lease of this lock was lost, or is running out unrenewed, for this reason.
+    Stop(String, String),
     /// Waiting for it failed.
     Failed(std::io::Error),
 }
@@ -436,13 +576,32 @@ enum Outcome {
 async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow::Result<u8> {
     let name = args.name.as_str();
     let configured = Schedule::of(args)?;
-    let lease = guard.lease().clone();
+    let leases = Leases(guard.leases());
+    let lease = &leases.0[0];
 
-    let env = [
+    let numbered: Vec<(String, String)> = leases.0[1..]
+        .iter()
+        .enumerate()
+        .flat_map(|(i, also)| {
+            [
+                (format!("LEASEHOLD_NAME_{}", i + 1), also.name().to_owned()),
+                (
+                    format!("LEASEHOLD_FENCE_{}", i + 1),
+                    also.fence().get().to_string(),
+                ),
+            ]
+        })
+        .collect();
+    let mut env = vec![
         ("LEASEHOLD_NAME", name.to_owned()),
         ("LEASEHOLD_TOKEN", lease.token().to_owned()),
         ("LEASEHOLD_FENCE", lease.fence().get().to_string()),
     ];
+    env.extend(
+        numbered
+            .iter()
+            .map(|(var, value)| (var.as_str(), value.clone())),
+    );
     let shown = program_name(&args.command);
     // Started first, so that the program never runs without it; when it cannot start, nothing runs.
     let remaining = lease.remaining();
@@ -467,7 +626,7 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
     };
     enforcer.watch(program.group());
 
-    let lost = lease.lost();
+    let lost = leases.lost();
     tokio::pin!(lost);
     // When the program must have had SIGKILL, on tokio's clock; each renewal moves it forward.
     let mut kill_at;
@@ -475,7 +634,7 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
     let mut longest = Duration::ZERO;
     let mut schedule = configured;
     let outcome = loop {
-        let remaining = lease.remaining();
+        let remaining = leases.remaining();
         if remaining > longest {
             longest = remaining;
             schedule = configured.within(longest);
@@ -485,19 +644,22 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
         enforcer.kill_in(kill_in);
         let term_in = schedule.term_in(remaining);
         if term_in.is_zero() {
-            break match lease.loss() {
-                Some(reason) => Outcome::Stop(reason.to_string()),
-                None => Outcome::Stop(format!(
-                    "not renewed in time (its lease ends in {})",
-                    show(remaining)
-                )),
+            break match leases.loss() {
+                Some((lost, reason)) => Outcome::Stop(lost, reason.to_string()),
+                None => Outcome::Stop(
+                    first_to_end(&leases),
+                    format!(
+                        "not renewed in time (its lease ends in {})",
+                        show(remaining)
+                    ),
+                ),
             };
         }
         tokio::select! {
             // Loss first: when the program exits just as the lease is lost, we cannot tell whether it finished
             // under the lock, so we say it did not.
             biased;
-            reason = &mut lost => break Outcome::Stop(reason.to_string()),
+            (lost, reason) = &mut lost => break Outcome::Stop(lost, reason.to_string()),
             // Read the deadline again: at SIGTERM time, and often enough for the enforcer's copy to stay fresh.
             () = tokio::time::sleep(term_in.min(kill_in / 4).min(MAX_REFRESH)) => {}
             event = program.next_event() => match event {
@@ -513,7 +675,7 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
             enforcer.stand_down();
             status
         }
-        Outcome::Stop(why) => {
+        Outcome::Stop(lost, why) => {
             // The signal goes out before anything else, and SIGKILL follows by the deadline at the latest: no other
             // holder may start while the program runs.
             program.stop();
@@ -522,7 +684,7 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
                 .min(kill_at.saturating_duration_since(Instant::now()));
             enforcer.kill_in(grace);
             print_err(&format!(
-                "leasehold: lost lock {name:?}: {why}; stopping {shown} (SIGTERM, then SIGKILL after {})",
+                "leasehold: lost lock {lost:?}: {why}; stopping {shown} (SIGTERM, then SIGKILL after {})",
                 show(grace)
             ));
             match program.finish_stop(grace, signals).await {
@@ -538,7 +700,7 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
             enforcer.stand_down();
             // A lease still held (its renewal came back after SIGTERM) is given back; a lost one would only be
             // refused.
-            if lease.is_held() {
+            if leases.is_held() {
                 let _ = guard.release().await;
             }
             return Ok(exit::LOST);
@@ -551,18 +713,22 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
     let code = child::exit_code(status);
     // Read before the release: the loss signal fires before the server-side expiry, so a lease still held now was
     // held without a gap while the program ran, whatever the release then meets.
-    let held_at_exit = guard.lease().is_held();
+    let held_at_exit = leases.is_held();
+    let ended = first_to_end(&leases);
     match guard.release().await {
         Ok(()) => Ok(code),
-        Err(leasehold::Error::NotOwner { .. } | leasehold::Error::LeaseLost { .. }) => {
+        Err(
+            leasehold::Error::NotOwner { name: lost }
+            | leasehold::Error::LeaseLost { name: lost, .. },
+        ) => {
             print_err(&format!(
-                "leasehold: lost lock {name:?}: it was no longer ours when {shown} exited"
+                "leasehold: lost lock {lost:?}: it was no longer ours when {shown} exited"
             ));
             Ok(exit::LOST)
         }
         Err(err) if !held_at_exit => {
             print_err(&format!(
-                "leasehold: lost lock {name:?}: its lease had run out when {shown} exited ({})",
+                "leasehold: lost lock {ended:?}: its lease had run out when {shown} exited ({})",
                 crate::exit::one_line(&err.into())
             ));
             Ok(exit::LOST)
@@ -576,6 +742,15 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
             Ok(code)
         }
     }
+}
+
+/// The lock whose lease ends first: the one a run stops for when no renewal comes.
+fn first_to_end(leases: &Leases) -> String {
+    leases
+        .0
+        .iter()
+        .min_by_key(|lease| lease.remaining())
+        .map_or_else(String::new, |lease| lease.name().to_owned())
 }
 
 /// Starts the program with `env` added; a program that cannot start is 127 (not found) or 126 (not executable), as
@@ -609,44 +784,25 @@ async fn nested(
     client: &leasehold::Client,
     signals: &mut Signals,
 ) -> anyhow::Result<Option<u8>> {
-    let (Ok(outer_name), Ok(outer_token)) = (
-        std::env::var("LEASEHOLD_NAME"),
-        std::env::var("LEASEHOLD_TOKEN"),
-    ) else {
+    let Some(outer) = outer_hold(client, &args.name).await else {
         return Ok(None);
     };
-    let id = outer_token.split(' ').next().unwrap_or_default();
-    if outer_name != args.name || id.is_empty() {
-        return Ok(None);
-    }
-    // An unreadable lock is left to the usual path, which reports it.
-    let Ok(info) = client.inspect(&args.name).await else {
-        return Ok(None);
-    };
-    let info = crate::etcd::holders_as_on_redis(info);
-    let Some(outer) = info
-        .holders
-        .iter()
-        .find(|h| h.token.split(' ').next() == Some(id))
-    else {
-        return Ok(None);
-    };
-    if !covers(outer.mode, info.permits, args) {
+    if !covers(outer.mode, outer.permits, args) {
         return Err(fail(
             exit::NOT_A_LOCK,
             format!(
                 "cannot nest {} in the {} that holds lock {:?} around it: that grant does not cover it, and taking \
                  the lock would wait for the outer grant itself",
                 asked(args),
-                outer_grant(outer.mode, info.permits),
+                outer_grant(outer.mode, outer.permits),
                 args.name
             ),
         ));
     }
     let fence = std::env::var("LEASEHOLD_FENCE").unwrap_or_default();
     let env = [
-        ("LEASEHOLD_NAME", outer_name),
-        ("LEASEHOLD_TOKEN", outer_token),
+        ("LEASEHOLD_NAME", args.name.clone()),
+        ("LEASEHOLD_TOKEN", outer.token),
         ("LEASEHOLD_FENCE", fence),
     ];
     let shown = program_name(&args.command);
@@ -662,6 +818,40 @@ async fn nested(
         }
     };
     Ok(Some(child::exit_code(status)))
+}
+
+/// The grant of an outer `leasehold run` that this process runs under, when it holds `name`: its environment names
+/// `name`, and the store says its token holds the lock.
+struct OuterHold {
+    token: String,
+    mode: leasehold::HoldMode,
+    /// The count the semaphore stores, if any.
+    permits: Option<u64>,
+}
+
+async fn outer_hold(client: &leasehold::Client, name: &str) -> Option<OuterHold> {
+    let (Ok(outer_name), Ok(token)) = (
+        std::env::var("LEASEHOLD_NAME"),
+        std::env::var("LEASEHOLD_TOKEN"),
+    ) else {
+        return None;
+    };
+    let id = token.split(' ').next().unwrap_or_default();
+    if outer_name != name || id.is_empty() {
+        return None;
+    }
+    // An unreadable lock is left to the usual path, which reports it.
+    let info = crate::etcd::holders_as_on_redis(client.inspect(name).await.ok()?);
+    let mode = info
+        .holders
+        .iter()
+        .find(|h| h.token.split(' ').next() == Some(id))?
+        .mode;
+    Some(OuterHold {
+        token,
+        mode,
+        permits: info.permits,
+    })
 }
 
 /// Whether an outer grant of `outer` (on a semaphore that stores `permits`, if any) covers what `inner` asks for: an

@@ -13,6 +13,7 @@ mod lease;
 mod quorum;
 mod run;
 mod session_cleanup;
+mod sets;
 mod signals;
 mod sql;
 mod status;

@@ -158,7 +158,14 @@ on_each_store![
     release_force_frees_the_lock_and_its_run_stops_the_program,
     what_the_store_cannot_honour_exits_2_before_connecting,
     bench_runs_against_the_stores_floor,
+    opposite_sets_never_deadlock_or_overlap,
 ];
+
+/// `run --also` in opposite orders and a plain run, in loops (see `sets.rs`).
+fn opposite_sets_never_deadlock_or_overlap(store: Store) {
+    let server = store.start();
+    crate::sets::opposite_sets_never_deadlock_or_overlap(&server.url());
+}
 
 fn a_run_excludes_a_second_run_until_it_ends(store: Store) {
     let server = store.start();
