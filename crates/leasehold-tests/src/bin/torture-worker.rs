@@ -19,7 +19,10 @@
 //! them has either. A semaphore grant is one permit on every store.
 //!
 //! `KIND` is the lock kind: `mutex`, `fair`, `semaphore:N` (one permit per grant), `rw` (a write in three grants,
-//! reads otherwise), `reentrant` (a nested hold taken with the grant's token in three sections in ten), `quorum`
+//! reads otherwise), `reentrant` (a nested hold taken with the grant's token in three sections in ten), `multi` (a
+//! [`leasehold::MultiLock`] of the mutexes NAME and NAME-also, added in a random order; the log speaks of the set as
+//! one grant with NAME's fence and token, held while both are, lost when the first is, and the section sets an
+//! occupancy marker for each), `quorum`
 //! (the mutex on a [`leasehold::Quorum`]: `LOCK_URL` is then the nodes' URLs, comma-separated), or `quorum-rw` (the
 //! read-write lock on a quorum, a write in three grants).
 //!
@@ -144,6 +147,8 @@ enum Kind {
     Quorum,
     /// The read-write lock on a quorum (a write in three grants, reads otherwise).
     QuorumRw,
+    /// A set of two mutexes (NAME, NAME-also) taken as one.
+    Multi,
 }
 
 /// What a worker takes its locks from: one client (a server, a cluster), or a quorum of independent nodes.
@@ -158,15 +163,51 @@ enum Held {
     Quorum(leasehold::QuorumGuard),
     /// A reentrant grant on a store with sessions, kept whole so that the section can re-enter it in this process.
     Reentrant(leasehold::ReentrantGuard),
+    /// A set (`multi`).
+    Set(leasehold::MultiGuard),
+}
+
+/// What the worker logs of a grant: the fence, token and lease of its first lock; held while every lock of it is,
+/// lost when the first of them is.
+#[derive(Clone)]
+struct View(Vec<leasehold::Lease>);
+
+impl View {
+    fn fence(&self) -> leasehold::Fence {
+        self.0[0].fence()
+    }
+
+    fn token(&self) -> &str {
+        self.0[0].token()
+    }
+
+    fn ttl(&self) -> Duration {
+        self.0[0].ttl()
+    }
+
+    fn is_held(&self) -> bool {
+        self.0.iter().all(leasehold::Lease::is_held)
+    }
+
+    async fn lost(&self) -> leasehold::LossReason {
+        futures_util::future::select_all(self.0.iter().map(|lease| Box::pin(lease.lost())))
+            .await
+            .0
+    }
 }
 
 impl Held {
-    /// The grant's lease (fence, token, deadline, loss signal).
-    fn lease(&self) -> leasehold::Lease {
+    /// The grant's view (fence, token, deadline, loss signal); for a set, NAME's lease first.
+    fn view(&self, name: &str) -> View {
         match self {
-            Held::One(guard) => guard.lease(),
-            Held::Quorum(guard) => leasehold::Lease::clone(guard),
-            Held::Reentrant(guard) => guard.lease(),
+            Held::One(guard) => View(vec![guard.lease()]),
+            Held::Quorum(guard) => View(vec![leasehold::Lease::clone(guard)]),
+            Held::Reentrant(guard) => View(vec![guard.lease()]),
+            Held::Set(set) => {
+                let mut leases = set.leases();
+                leases.sort_by_key(|lease| lease.name() != name);
+                View(leases)
+            }
         }
     }
 
@@ -177,6 +218,8 @@ impl Held {
             Held::Quorum(guard) => Some(guard.extend(to).await),
             // Only on a store with sessions, which has no extensions.
             Held::Reentrant(_) => None,
+            // A set has none of its own.
+            Held::Set(_) => None,
         }
     }
 
@@ -185,6 +228,7 @@ impl Held {
             Held::One(guard) => guard.release().await,
             Held::Quorum(guard) => guard.release().await,
             Held::Reentrant(guard) => guard.release().await,
+            Held::Set(set) => set.release().await,
         }
     }
 }
@@ -198,6 +242,7 @@ impl Kind {
             "reentrant" => Some(Kind::Reentrant),
             "quorum" => Some(Kind::Quorum),
             "quorum-rw" => Some(Kind::QuorumRw),
+            "multi" => Some(Kind::Multi),
             _ => text
                 .strip_prefix("semaphore:")
                 .and_then(|n| n.parse().ok())
@@ -257,6 +302,17 @@ impl Kind {
                 'w',
             ),
             Kind::Rw => (locks.rw_lock(name).ttl(ttl).read_timeout(wait).await, 'r'),
+            Kind::Multi => {
+                let also = format!("{name}-also");
+                let set = locks.multi_lock().ttl(ttl);
+                // Added in either order: the set takes them in name order whatever it was given.
+                let set = if rng.chance(50) {
+                    set.mutex(name).mutex(&also)
+                } else {
+                    set.mutex(&also).mutex(name)
+                };
+                return (set.lock_timeout(wait).await.map(Held::Set), 'x');
+            }
             Kind::Reentrant => {
                 let root = locks
                     .reentrant_mutex(name)
@@ -406,7 +462,7 @@ async fn run(
                 continue;
             }
         };
-        let lease = guard.lease();
+        let lease = guard.view(name);
         let fence = lease.fence().get();
         log.line(format_args!(
             "grant {} {fence} {mode} {}",
@@ -454,6 +510,8 @@ async fn run(
         };
         let section = critical_section(
             &guard,
+            &lease,
+            matches!(kind, Kind::Multi),
             nest.as_ref(),
             matches!(mode, 'x' | 'w'),
             extends,
@@ -497,6 +555,8 @@ async fn run(
 #[allow(clippy::too_many_arguments)]
 async fn critical_section(
     guard: &Held,
+    lease: &View,
+    two_markers: bool,
     nest: Option<&leasehold::ReentrantMutex>,
     exclusive: bool,
     extends: bool,
@@ -507,20 +567,26 @@ async fn critical_section(
     rng: &mut Rng,
     log: &Log,
 ) -> BoxResult<()> {
-    let lease = guard.lease();
     let fence = lease.fence().get();
     let ttl_ms = u64::try_from(lease.ttl().as_millis()).unwrap_or(u64::MAX);
+    let markers: &[&str] = if two_markers {
+        &["torture:occupant", "torture:occupant-also"]
+    } else {
+        &["torture:occupant"]
+    };
     if exclusive {
-        let entered: Option<String> = redis::cmd("SET")
-            .arg("torture:occupant")
-            .arg(worker)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms * 4)
-            .query_async(store)
-            .await?;
-        if entered.is_none() && lease.is_held() {
-            log.line(format_args!("occupied {} {fence}", now_ns()));
+        for marker in markers {
+            let entered: Option<String> = redis::cmd("SET")
+                .arg(*marker)
+                .arg(worker)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms * 4)
+                .query_async(store)
+                .await?;
+            if entered.is_none() && lease.is_held() {
+                log.line(format_args!("occupied {} {fence}", now_ns()));
+            }
         }
         let t = now_ns();
         let written: i64 = fenced_write
@@ -586,11 +652,9 @@ async fn critical_section(
         }
     }
     if exclusive {
-        let _: i64 = leave
-            .key("torture:occupant")
-            .arg(worker)
-            .invoke_async(store)
-            .await?;
+        for marker in markers {
+            let _: i64 = leave.key(*marker).arg(worker).invoke_async(store).await?;
+        }
     }
     Ok(())
 }

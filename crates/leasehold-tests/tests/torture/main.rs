@@ -42,7 +42,8 @@
 //!   the message. etcd, ZooKeeper and the SQL stores lose nothing across their faults, so they get none of the
 //!   data-loss excuses.
 //!
-//! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant`), each with
+//! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant,multi`;
+//! `multi` is a set of two mutexes taken as one, which the checker holds to the mutex's rule), each with
 //! its own servers and workers, for `TORTURE_SECONDS` each (default 12) with `TORTURE_SEED` (default: drawn from the
 //! clock), on each topology of `TORTURE_TOPOLOGY` (`single`, the default, `cluster`, `quorum`, `etcd`, `etcd3`, `zk`,
 //! `zk3`, `pg`, `mysql`, or a list such as `single,cluster,quorum,etcd,etcd3,zk,zk3,pg,mysql`); a quorum has only the
@@ -82,7 +83,7 @@ const ZK_TTL: Duration = Duration::from_secs(2);
 const SQL_TTL: Duration = Duration::from_secs(2);
 const WORKERS: usize = 5;
 /// The kinds a run goes through by default.
-const KINDS: &str = "mutex,fair,semaphore:2,rw,reentrant";
+const KINDS: &str = "mutex,fair,semaphore:2,rw,reentrant,multi";
 /// The kinds of the cluster run in CI: the mutex, and the fair mutex for the queued kinds' engine.
 const CLUSTER_KINDS: &str = "mutex,fair";
 /// The kinds a quorum has: the mutex and the read-write lock (a semaphore cannot be counted on majorities, and the
@@ -275,13 +276,13 @@ async fn torture(topologies: &[Topology], kinds: &str, seconds: u64) {
         });
     let mut failed = Vec::new();
     for kind in kinds.split(',').map(str::trim).filter(|k| !k.is_empty()) {
-        let known = matches!(kind, "mutex" | "fair" | "rw" | "reentrant")
+        let known = matches!(kind, "mutex" | "fair" | "rw" | "reentrant" | "multi")
             || kind
                 .strip_prefix("semaphore:")
                 .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 0));
         assert!(
             known,
-            "unknown torture kind {kind:?}: the kinds are mutex, fair, rw, reentrant, semaphore:N"
+            "unknown torture kind {kind:?}: the kinds are mutex, fair, rw, reentrant, multi, semaphore:N"
         );
     }
     for &topology in topologies {
