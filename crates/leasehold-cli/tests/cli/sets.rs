@@ -8,13 +8,13 @@ use leasehold_tests::{RedisServer, TempDir};
 
 use crate::{finish, leasehold, one_error_line, Running, SOON};
 
-/// How long the loop of opposite sets runs: `LEASEHOLD_TEST_SET_LOOP` seconds (60 for the minute), 5 by
+/// How long the loop of opposite sets runs: `LEASEHOLD_TEST_SET_LOOP` seconds (60 for the minute), 3 by
 /// default so that the suite stays short.
 fn loop_length() -> Duration {
     let secs = std::env::var("LEASEHOLD_TEST_SET_LOOP")
         .ok()
         .and_then(|secs| secs.parse().ok())
-        .unwrap_or(5);
+        .unwrap_or(3);
     Duration::from_secs(secs)
 }
 
