@@ -168,6 +168,16 @@ impl Drop for CaptureGuard {
     }
 }
 
+/// Waits (at most 10 s) until the captured traces hold `needle`.
+pub async fn traced(captured: &Captured, needle: &str) {
+    within(Duration::from_secs(10), needle, async {
+        while !captured.text().contains(needle) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
 /// Installs the global subscriber behind [`capture_traces`]. Also called by [`connect`], so that it is in place
 /// before most tests trace anything (a call site first hit while it is being installed could miss it).
 fn install_trace_capture() {

@@ -4,17 +4,7 @@ use std::time::Duration;
 
 use leasehold_tests::RedisServer;
 
-use crate::{capture_traces, connect, within};
-
-/// Waits until the captured traces hold `needle`.
-async fn traced(captured: &crate::Captured, needle: &str) {
-    within(Duration::from_secs(10), needle, async {
-        while !captured.text().contains(needle) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-}
+use crate::{capture_traces, connect, traced, within};
 
 /// No release is running in the background for `locks` (checked without waiting).
 async fn locks_flushed(locks: &leasehold::Client) -> bool {

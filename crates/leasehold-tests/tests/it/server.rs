@@ -161,6 +161,40 @@ async fn the_documented_minimal_acl_user_can_lock_wait_and_release() {
     drop(permit);
 }
 
+// Current-thread: the trace capture is per thread, and the subscriber task runs on this one.
+#[tokio::test]
+async fn a_user_who_may_not_subscribe_is_warned_once_and_still_granted_by_heartbeat() {
+    let (captured, _default) = crate::capture_traces();
+    let mut user = vec!["--user", "locker"];
+    user.extend(MINIMAL_ACL.iter().filter(|&&rule| rule != "+subscribe"));
+    let server = RedisServer::start_with(&user);
+    let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
+    // The connect check publishes on the channel, which the rule allows: it connects.
+    let holder = leasehold::Client::connect(&url).await.unwrap();
+    let waiter = leasehold::Client::connect(&url).await.unwrap();
+    let held = holder
+        .mutex("nosub")
+        .ttl(Duration::from_secs(60))
+        .try_lock()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move { waiter.mutex("nosub").lock().await });
+    let said = "refused the subscription to this client's wake-up channel";
+    crate::traced(&captured, said).await;
+    held.release().await.unwrap();
+    // Granted at the waiter's next heartbeat, not at the 60 s lease's end.
+    let granted = within(Duration::from_secs(10), "grant by heartbeat", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    granted.release().await.unwrap();
+    assert_eq!(
+        captured.text().matches(said).count(),
+        1,
+        "said once per client"
+    );
+}
+
 #[tokio::test]
 async fn a_user_without_channel_permission_is_refused_at_connect() {
     // Redis 7's default for new users: no channels at all.

@@ -245,7 +245,7 @@ fn io_kind(err: &redis::RedisError) -> Option<std::io::ErrorKind> {
     None
 }
 
-fn is_noperm(err: &redis::RedisError) -> bool {
+pub(crate) fn is_noperm(err: &redis::RedisError) -> bool {
     err.code() == Some("NOPERM") || err.to_string().contains("NOPERM")
 }
 

@@ -27,7 +27,7 @@
 //! ([`LocalLock::queue`]): only its head contends in Redis. A release costs O(1) acquire attempts in all.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -158,6 +158,8 @@ struct Shared {
     subscribed: watch::Sender<bool>,
     /// Counts every wake-up delivered and every reconnect, for [`Wakeups::epoch`].
     epoch: AtomicU64,
+    /// Set once the server refused a subscription for want of a permission, which is said once per client.
+    refusal_said: AtomicBool,
     client_id: String,
     /// Every client's channel starts with this; ours is `channel_prefix + client_id`. Empty on a cluster, where
     /// the channel is per lock: `P:{N}:wake:<client id>` (see `notify` in `grant.lua`).
@@ -348,6 +350,7 @@ impl Wakeups {
                 expected: Mutex::new(IdMap::default()),
                 subscribed: watch::channel(false).0,
                 epoch: AtomicU64::new(0),
+                refusal_said: AtomicBool::new(false),
                 client_id,
                 channel_prefix: target.channel_prefix(prefix),
                 prefix: prefix.to_owned(),
@@ -554,7 +557,7 @@ impl Task {
         moved: &mut Option<watch::Receiver<u64>>,
     ) {
         let (mut sink, mut stream) = pubsub.split();
-        if !self.confirm(sink.subscribe(channel)).await {
+        if !self.subscribed(sink.subscribe(channel), channel).await {
             return;
         }
         // Anything published before this subscription was missed: let every waiter look again. Before the flag goes
@@ -650,7 +653,8 @@ impl Task {
                         self.mark_subscribed(&lock_key);
                         continue;
                     }
-                    if self.confirm(conn.ssubscribe(channel_of(&lock_key))).await {
+                    let channel = channel_of(&lock_key);
+                    if self.subscribed(conn.ssubscribe(&channel), &channel).await {
                         channels.insert(lock_key.clone(), true);
                         self.mark_subscribed(&lock_key);
                     } else {
@@ -699,7 +703,8 @@ impl Task {
                 () = sleep_until_some(resubscribe_at) => {
                     let mut all = true;
                     for (lock_key, subscribed) in channels.iter_mut().filter(|(_, s)| !**s) {
-                        *subscribed = self.confirm(conn.ssubscribe(channel_of(lock_key))).await;
+                        let channel = channel_of(lock_key);
+                        *subscribed = self.subscribed(conn.ssubscribe(&channel), &channel).await;
                         if *subscribed {
                             self.mark_subscribed(lock_key);
                         }
@@ -783,6 +788,38 @@ impl Task {
             (orphan, LockKeys::of_key(&self.shared.prefix, lock_key))
         {
             self.shared.give_back(keys, handed);
+        }
+    }
+
+    /// Whether a subscription to `channel` was confirmed in time. A server that refuses it for want of a permission
+    /// (an ACL user without `+subscribe`, `+ssubscribe` or the channel) is said once, as a warning: a connect checks
+    /// the channel with `PUBLISH` but not the subscribe commands (that would take a second connection), and without
+    /// them waiters are never woken: each looks again only at its heartbeat.
+    async fn subscribed<T>(
+        &self,
+        request: impl std::future::Future<Output = redis::RedisResult<T>>,
+        channel: &str,
+    ) -> bool {
+        match tokio::time::timeout(self.response_timeout, request).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(err)) => {
+                if crate::backend::redis::checks::is_noperm(&err)
+                    && !self.shared.refusal_said.swap(true, Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        target: TARGET,
+                        channel,
+                        error = %err,
+                        "the server refused the subscription to this client's wake-up channel: waiters are not woken \
+                         by releases and look again only every second; give the user +subscribe (on a cluster \
+                         +ssubscribe) and the channel pattern the README's ACL rule names"
+                    );
+                } else {
+                    tracing::debug!(target: TARGET, channel, error = %err, "subscription failed");
+                }
+                false
+            }
+            Err(_) => false,
         }
     }
 
