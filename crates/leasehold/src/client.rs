@@ -988,6 +988,7 @@ mod serde_tests {
         let holder = Holder {
             token: "lh1-abc host=h pid=1".to_owned(),
             description: Some("host=h pid=1".to_owned()),
+            value: None,
             mode: HoldMode::Permits(3),
             remaining: Some(Duration::from_millis(2500)),
         };

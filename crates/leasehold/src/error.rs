@@ -576,6 +576,15 @@ pub enum InvalidArgument {
         /// The rule it broke.
         why: &'static str,
     },
+    /// A value an election's leader publishes must be 1 to [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN) bytes of text
+    /// without control characters.
+    #[error("election value {value:?} is not allowed: {why}")]
+    BadValue {
+        /// The value, cut to 64 characters.
+        value: String,
+        /// The rule it broke.
+        why: &'static str,
+    },
     /// A [`MultiLock`](crate::MultiLock) was asked for with no member.
     #[error("a set of locks needs at least one member")]
     EmptySet,

@@ -104,12 +104,78 @@ pub(crate) fn token_id(hold: &str) -> Option<u128> {
     })
 }
 
-/// The holder's description carried by `token`, if any.
-pub(crate) fn description_of(token: &str) -> Option<&str> {
+/// Between a hold's description and the value an election's leader publishes with it (`dl1:… DESCRIPTION\x1fVALUE`):
+/// a control character, which neither may contain, and not the newline that ends a token in a Redis wake-up message.
+pub(crate) const VALUE_SEPARATOR: char = '\u{1f}';
+
+/// The text after a token's 32 hex digits and its space: the description, and the value after [`VALUE_SEPARATOR`].
+fn said(token: &str) -> Option<&str> {
     token
         .get(TOKEN_LEN..)
         .and_then(|rest| rest.strip_prefix(' '))
+}
+
+/// The holder's description carried by `token`, if any.
+pub(crate) fn description_of(token: &str) -> Option<&str> {
+    said(token)
+        .map(|said| said.split_once(VALUE_SEPARATOR).map_or(said, |(d, _)| d))
         .filter(|d| !d.is_empty())
+}
+
+/// The value an election's leader published with `token` ([`crate::Election::campaign`]), if any.
+pub(crate) fn value_of(token: &str) -> Option<&str> {
+    said(token).and_then(|said| said.split_once(VALUE_SEPARATOR).map(|(_, v)| v))
+}
+
+/// The longest value an election's leader may publish, in bytes.
+pub const MAX_VALUE_LEN: usize = 1024;
+
+/// Checks a value an election's leader publishes: 1 to [`MAX_VALUE_LEN`] bytes without control characters.
+pub(crate) fn check_value(value: &str) -> Result<(), crate::InvalidArgument> {
+    let why = if value.len() > MAX_VALUE_LEN {
+        "longer than 1024 bytes"
+    } else if value.chars().any(char::is_control) {
+        "it contains a control character (a newline, a tab, ...)"
+    } else if value.is_empty() {
+        "it is empty"
+    } else {
+        return Ok(());
+    };
+    Err(crate::InvalidArgument::BadValue {
+        value: value.chars().take(64).collect(),
+        why,
+    })
+}
+
+/// What a grant's token carries after its hex digits: `description`, and `value` after [`VALUE_SEPARATOR`].
+pub(crate) fn hold_text(description: Option<&str>, value: &str) -> String {
+    format!("{}{VALUE_SEPARATOR}{value}", description.unwrap_or(""))
+}
+
+/// `hold` (a stored hold: an optional kind tag, a token, its description and value) with `value` in place of its
+/// value: the same token and description.
+pub(crate) fn with_value(hold: &str, value: &str) -> String {
+    let start = hold.find(TOKEN_PREFIX).unwrap_or(0);
+    let token = &hold[start..];
+    let id = token.get(..TOKEN_LEN).unwrap_or(token);
+    format!(
+        "{}{id} {}",
+        &hold[..start],
+        hold_text(description_of(token), value)
+    )
+}
+
+/// Checks what [`hold_text`] made: the description (when not empty) and the value, each by its own rule.
+pub(crate) fn check_hold_text(text: &str) -> Result<(), crate::InvalidArgument> {
+    match text.split_once(VALUE_SEPARATOR) {
+        Some((description, value)) => {
+            if !description.is_empty() {
+                check_description(description)?;
+            }
+            check_value(value)
+        }
+        None => check_description(text),
+    }
 }
 
 /// The longest holder description accepted, in bytes.
@@ -190,5 +256,27 @@ mod tests {
         assert!(Fence::new(2) > Fence::new(1));
         assert_eq!(Fence::new(7).to_string(), "7");
         assert_eq!(u64::from(Fence::new(9)), 9);
+    }
+
+    #[test]
+    fn an_elections_value_rides_after_the_description() {
+        let token = new_token(Some(&hold_text(Some("host=a pid=1"), "10.0.0.1:80"))).unwrap();
+        assert_eq!(description_of(&token), Some("host=a pid=1"));
+        assert_eq!(value_of(&token), Some("10.0.0.1:80"));
+        let bare = new_token(Some(&hold_text(None, "v"))).unwrap();
+        assert_eq!((description_of(&bare), value_of(&bare)), (None, Some("v")));
+        assert_eq!(value_of(&new_token(Some("host=a")).unwrap()), None);
+        // A new value keeps the token, its kind's tag and the description.
+        let tagged = format!("x {token}");
+        let again = with_value(&tagged, "10.0.0.2:80");
+        assert_eq!(token_id(&again), token_id(&token));
+        assert!(again.starts_with("x dl1:"));
+        assert_eq!(description_of(token_of(&again)), Some("host=a pid=1"));
+        assert_eq!(value_of(token_of(&again)), Some("10.0.0.2:80"));
+        // Each part by its own rule; a bare description may not smuggle a value in.
+        assert!(check_hold_text(&hold_text(None, "v")).is_ok());
+        assert!(check_hold_text(&hold_text(Some("a\nb"), "v")).is_err());
+        assert!(check_hold_text(&hold_text(None, "")).is_err());
+        assert!(check_description(&hold_text(Some("d"), "v")).is_err());
     }
 }

@@ -446,7 +446,10 @@ pub use backend::zookeeper::write::ZkWrite;
 #[cfg(feature = "etcd")]
 pub const DEFAULT_SESSION_TTL: std::time::Duration = backend::etcd::DEFAULT_TTL;
 pub use error::{Error, InvalidArgument};
-pub use fence::{Fence, MAX_DESCRIPTION_LEN};
+pub use fence::{Fence, MAX_DESCRIPTION_LEN, MAX_VALUE_LEN};
+pub use kinds::election::{
+    Election, Leader, Leadership, Observed, Observer, DEFAULT_OBSERVE_EVERY,
+};
 pub use kinds::fair::FairMutex;
 pub use kinds::guard::{Guard, MutexGuard};
 pub use kinds::multi::{MultiGuard, MultiLock};

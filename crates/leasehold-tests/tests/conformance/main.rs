@@ -9,6 +9,7 @@
 
 mod basics;
 mod caps;
+mod election;
 mod kinds;
 mod loss;
 mod multi;
@@ -138,6 +139,10 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     loss::a_force_release_ends_the_holders_lease,
     loss::a_cut_off_holder_is_told_before_another_is_granted,
     loss::run_drops_the_work_when_the_lease_is_lost,
+    election::campaigns_lead_in_turn_with_growing_fences,
+    election::a_leader_proclaims_and_an_observer_sees_every_term_in_order,
+    election::a_lost_term_says_so_and_its_proclamation_is_refused,
+    election::a_proclaimed_term_is_renewed_like_any_other,
     multi::a_set_is_taken_whole_or_not_at_all,
     multi::sets_in_opposite_orders_never_deadlock_or_overlap,
     multi::a_set_waits_in_each_queue_and_times_out_as_a_whole,

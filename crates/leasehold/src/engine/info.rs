@@ -108,6 +108,10 @@ pub struct Holder {
     /// What the holder said about itself ([`Mutex::describe`](crate::Mutex::describe)); the command gives host, pid, user, start time and
     /// program.
     pub description: Option<String>,
+    /// The value an election's leader published when it was elected ([`Election::campaign`](crate::Election::campaign)); `None` for
+    /// every other hold. A later [`Leadership::proclaim`](crate::Leadership::proclaim) is read by
+    /// [`Election::leader`](crate::Election::leader).
+    pub value: Option<String>,
     /// What it holds.
     pub mode: HoldMode,
     /// The remaining lease on the server, when the key has an expiry (on etcd, the session lease's TTL; `None` on

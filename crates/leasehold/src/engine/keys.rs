@@ -79,6 +79,11 @@ impl LockKeys {
         Suffixed(&self.lock, ":fence")
     }
 
+    /// `P:{N}:value`: what an election's leader proclaimed last (`proclaim.lua`).
+    pub(crate) fn value(&self) -> Suffixed<'_> {
+        Suffixed(&self.lock, ":value")
+    }
+
     /// `P:{N}:queue`.
     pub(crate) fn queue(&self) -> Suffixed<'_> {
         Suffixed(&self.lock, ":queue")

@@ -58,6 +58,28 @@ impl Guard {
         }
     }
 
+    /// Stores `value` as what this grant publishes (an election's leader, [`crate::Leadership::proclaim`]): in the
+    /// grant's own entry on the stores with sessions, in the lock's value key on Redis. False when the grant no
+    /// longer holds the lock (nothing was written).
+    pub(crate) async fn proclaim(&self, value: &str) -> Result<bool, Error> {
+        require_runtime()?;
+        let shared = &self.lease.shared;
+        match &self.hold {
+            #[cfg(session_stores)]
+            StoreHold::Session(hold) => {
+                hold.rewrite(&crate::fence::with_value(&shared.token, value))
+                    .await
+            }
+            _ => {
+                self.client
+                    .store
+                    .redis()?
+                    .proclaim(&shared.keys, &shared.token, shared.fence, value)
+                    .await
+            }
+        }
+    }
+
     /// The client the grant was made through.
     pub(crate) fn client(&self) -> &Client {
         &self.client

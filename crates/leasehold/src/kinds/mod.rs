@@ -2,6 +2,7 @@
 //! `queued`, what the four kinds that keep a queue share. A kind says what it asks for; its store (reached through
 //! `store.rs`, the seam, which alone names the stores) does the asking.
 
+pub(crate) mod election;
 pub(crate) mod fair;
 #[cfg(sql_stores)]
 pub(crate) mod fenced;
@@ -39,6 +40,11 @@ impl Client {
     /// A handle to the read-write lock called `name` (see [`RwLock`](crate::RwLock)).
     pub fn rw_lock(&self, name: &str) -> crate::RwLock {
         crate::RwLock::new(self.clone(), name)
+    }
+
+    /// The election called `name` (see [`Election`](crate::Election)): campaign to lead it, or observe who leads.
+    pub fn election(&self, name: &str) -> crate::Election {
+        crate::Election::new(self.clone(), name)
     }
 
     /// A set of locks to take as one (see [`MultiLock`](crate::MultiLock)): add its members, then `lock()`.

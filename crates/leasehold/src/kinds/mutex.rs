@@ -67,6 +67,8 @@ pub struct Mutex {
     ttl: Option<Duration>,
     renewal: Renewal,
     description: Option<Arc<str>>,
+    /// Whether `description` carries an election's value after the description ([`crate::fence::hold_text`]).
+    publishes: bool,
     fail_fast: bool,
 }
 
@@ -99,8 +101,18 @@ impl Mutex {
             ttl: None,
             renewal: Renewal::Auto,
             description: None,
+            publishes: false,
             fail_fast: false,
         }
+    }
+
+    /// Each grant of this handle carries `value` after its description: the value an election's leader publishes
+    /// ([`crate::Election`]). Checked with the description by the first operation.
+    pub(crate) fn publishing(mut self, value: &str) -> Mutex {
+        let text = crate::fence::hold_text(self.description.as_deref(), value);
+        self.description = Some(Arc::from(text));
+        self.publishes = true;
+        self
     }
 
     /// Ends a wait ([`lock`](Mutex::lock), [`lock_timeout`](Mutex::lock_timeout), [`run`](Mutex::run)) at the
@@ -127,6 +139,7 @@ impl Mutex {
     /// the moment the grant is, and cannot be wrong about who holds the lock.
     pub fn describe(mut self, description: impl Into<String>) -> Mutex {
         self.description = Some(Arc::from(description.into()));
+        self.publishes = false;
         self
     }
 
@@ -341,10 +354,17 @@ impl Mutex {
     }
 
     fn checked(&self) -> Result<Arc<LockKeys>, Error> {
+        let description = match (&self.description, self.publishes) {
+            (Some(text), true) => {
+                crate::fence::check_hold_text(text)?;
+                None
+            }
+            (description, _) => description.as_deref(),
+        };
         check_options(
             &self.keys,
             self.lease_ttl(),
-            self.description.as_deref(),
+            description,
             self.renew_interval(),
         )
     }

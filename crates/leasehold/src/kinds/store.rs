@@ -352,6 +352,18 @@ impl SessionHold {
         }
     }
 
+    /// Stores `hold` as the grant's entry's hold if the entry is still the grant's: true when it was.
+    pub(crate) async fn rewrite(&self, hold: &str) -> Result<bool, Error> {
+        match *self {
+            #[cfg(feature = "etcd")]
+            SessionHold::Etcd(ref held) => held.rewrite(hold).await,
+            #[cfg(feature = "zookeeper")]
+            SessionHold::ZooKeeper(ref held) => held.rewrite(hold).await,
+            #[cfg(sql_stores)]
+            SessionHold::Sql(ref held) => held.rewrite(hold).await,
+        }
+    }
+
     /// Releases in the background (a dropped guard).
     pub(crate) fn release_in_background(self) {
         match self {

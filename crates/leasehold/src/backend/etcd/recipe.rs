@@ -297,6 +297,32 @@ pub(crate) async fn release(session: &Shared, grant: &Grant) -> Result<Released,
     })
 }
 
+/// Writes `hold` as the grant's key's value if the key is still the grant's (same lease, same create revision): true
+/// when it was. The key keeps its create revision, so the grant's fence and its place are unchanged (etcd's own
+/// `Proclaim` guards its put the same way).
+pub(crate) async fn rewrite(
+    session: &Shared,
+    grant: &Grant,
+    hold: &str,
+) -> Result<bool, EtcdError> {
+    let (key, revision, lease) = (grant.key.as_str(), grant.revision, grant.lease);
+    let response = session
+        .conn
+        .endpoints
+        .call("proclaim", |mut c| {
+            let txn = Txn::new()
+                .when(owned(key, lease, revision))
+                .and_then([TxnOp::put(
+                    key,
+                    hold,
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            async move { c.txn(txn).await }
+        })
+        .await?;
+    Ok(response.succeeded())
+}
+
 /// 64 random bits from the OS: the grant's id, unique among the grants of a session.
 fn grant_id() -> Result<u64, EtcdError> {
     Ok(u64::from_le_bytes(random_bytes()?))

@@ -319,6 +319,10 @@ impl Primitives for Etcd {
         Ok(super::recipe::release(session, grant).await? == Released::Released)
     }
 
+    async fn rewrite(session: &Arc<Shared>, grant: &Grant, hold: &str) -> Result<bool, EtcdError> {
+        super::recipe::rewrite(session, grant, hold).await
+    }
+
     fn describe(grant: &Grant) -> String {
         grant.key().to_owned()
     }

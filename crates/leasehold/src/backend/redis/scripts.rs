@@ -33,7 +33,7 @@ fn text(helpers: &[&str], body: &str) -> String {
 }
 
 /// The full text of a script as leasehold loads it, by file name without `.lua` (`acquire`, `set_acquire`,
-/// `release`, `leave`, `downgrade`, `set_permits`, `reenter`, `renew`, `force_release`, `inspect`, `probe`, `fence_up`, `quorum_acquire`, `quorum_release`, `quorum_withdraw`). For tests that replay a script by hand; not a
+/// `release`, `leave`, `downgrade`, `set_permits`, `reenter`, `renew`, `force_release`, `inspect`, `proclaim`, `probe`, `fence_up`, `quorum_acquire`, `quorum_release`, `quorum_withdraw`). For tests that replay a script by hand; not a
 /// stable interface.
 #[doc(hidden)]
 pub fn source(name: &str) -> Option<String> {
@@ -51,6 +51,7 @@ pub fn source(name: &str) -> Option<String> {
         ),
         "renew" => (&[], include_str!("scripts/renew.lua")),
         "inspect" => (&[], include_str!("scripts/inspect.lua")),
+        "proclaim" => (&[], include_str!("scripts/proclaim.lua")),
         "probe" => (&[], include_str!("scripts/probe.lua")),
         "fence_up" => (&[], include_str!("scripts/fence_up.lua")),
         "quorum_acquire" => (&[GRANT, SET], include_str!("scripts/quorum_acquire.lua")),
@@ -75,6 +76,7 @@ pub(crate) static REENTER: LazyLock<Script> = LazyLock::new(|| script("reenter")
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| script("force_release"));
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| script("renew"));
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| script("inspect"));
+pub(crate) static PROCLAIM: LazyLock<Script> = LazyLock::new(|| script("proclaim"));
 pub(crate) static PROBE: LazyLock<Script> = LazyLock::new(|| script("probe"));
 pub(crate) static FENCE_UP: LazyLock<Script> = LazyLock::new(|| script("fence_up"));
 pub(crate) static QUORUM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| script("quorum_acquire"));

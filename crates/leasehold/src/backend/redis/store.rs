@@ -16,7 +16,7 @@ use crate::backend::redis::grant::short_of;
 use crate::backend::redis::orphans::Orphans;
 use crate::backend::redis::queued::SetAcquireItem;
 use crate::backend::redis::release::ReleaseItem;
-use crate::backend::redis::scripts::{FORCE_RELEASE, INSPECT};
+use crate::backend::redis::scripts::{FORCE_RELEASE, INSPECT, PROCLAIM};
 use crate::backend::redis::topology::Target;
 use crate::backend::redis::wake::Wakeups;
 use crate::backend::DEFAULT_RESPONSE_TIMEOUT;
@@ -132,11 +132,35 @@ impl Drop for RedisStore {
 }
 
 impl RedisStore {
+    /// Stores `value` as what the election leader holding the mutex `keys` with `token` (its grant's `fence`)
+    /// proclaims (`proclaim.lua`): true when the grant still held the lock.
+    pub(crate) async fn proclaim(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        fence: Fence,
+        value: &str,
+    ) -> Result<bool, Error> {
+        let mut invocation = PROCLAIM.key(&keys.lock);
+        invocation
+            .key(keys.value())
+            .arg(token)
+            .arg(format!("{} {value}", fence.get()))
+            .arg(crate::engine::keys::millis(self.fence_retention));
+        match self.conn.invoke_idempotent::<i64>(&invocation).await {
+            Ok(stored) => Ok(stored == 1),
+            Err(err) => Err(script_error(&self.conn, &keys.lock, err).await),
+        }
+    }
+
     /// The state of the lock `keys` (named `name`), read in one atomic step (`inspect.lua`), as
     /// [`Client::inspect`](crate::Client::inspect) returns it.
     pub(crate) async fn inspect(&self, keys: &LockKeys, name: &str) -> Result<LockInfo, Error> {
         let mut invocation = INSPECT.key(&keys.lock);
-        invocation.key(keys.fence()).key(keys.waiters());
+        invocation
+            .key(keys.fence())
+            .key(keys.waiters())
+            .key(keys.value());
         let read: redis::RedisResult<Vec<redis::Value>> =
             self.conn.invoke_idempotent(&invocation).await;
         let read = match read {
@@ -149,9 +173,13 @@ impl RedisStore {
                 .flatten()
         };
         let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap_or(0);
-        let (Some(kind), Some(fence), Some(waiting), Some(permits)) =
-            (read.first(), read.get(1), read.get(2), read.get(3))
-        else {
+        let (Some(kind), Some(fence), Some(waiting), Some(permits), Some(proclaimed)) = (
+            read.first(),
+            read.get(1),
+            read.get(2),
+            read.get(3),
+            read.get(4),
+        ) else {
             return Err(Error::NotALock {
                 key: keys.lock.clone(),
                 detail: "unexpected reply to inspect".to_owned(),
@@ -159,7 +187,7 @@ impl RedisStore {
         };
         let kind = text(kind).unwrap_or_default();
         let mut holders = Vec::new();
-        for pair in read[4..].chunks(2) {
+        for pair in read[5..].chunks(2) {
             let [hold, ms] = pair else { continue };
             let Some(hold) = text(hold) else { continue };
             let remaining = u64::try_from(int(ms)).ok().map(Duration::from_millis);
@@ -169,6 +197,7 @@ impl RedisStore {
             }
             holders.push(Holder {
                 description: description_of(token).map(str::to_owned),
+                value: crate::fence::value_of(token).map(str::to_owned),
                 mode: HoldMode::of(&hold),
                 token: token.to_owned(),
                 remaining,
@@ -196,6 +225,17 @@ impl RedisStore {
             ),
             None => None,
         };
+        // A value an election's leader proclaimed counts for the term whose fence it names, the holder's: the lock's
+        // last fence (a mutex's fence is drawn when it is granted).
+        if let (Some(holder), Some(proclaimed), Some(last)) =
+            (holders.first_mut(), text(proclaimed), last_fence)
+        {
+            if let Some((fence, value)) = proclaimed.split_once(' ') {
+                if holder.value.is_some() && fence.parse::<u64>().ok() == Some(last.get()) {
+                    holder.value = Some(value.to_owned());
+                }
+            }
+        }
         Ok(LockInfo {
             name: name.to_owned(),
             kind,

@@ -299,6 +299,13 @@ impl<P: Primitives> Hold<P> {
             .map_err(|e| e.into_error(&self.shown))
     }
 
+    /// Stores `hold` as the grant's entry's hold if the entry is still the grant's: true when it was.
+    pub(crate) async fn rewrite(&self, hold: &str) -> Result<bool, Error> {
+        P::rewrite(&self.session.shared, &self.grant, hold)
+            .await
+            .map_err(|e| e.into_error(&self.shown))
+    }
+
     /// Releases in the background (a dropped guard), counted in the client's [`Background`]; without a runtime the
     /// entry goes with its session.
     pub(crate) fn release_in_background(self) {

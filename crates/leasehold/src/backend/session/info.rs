@@ -53,6 +53,7 @@ pub(crate) fn lock_info(name: &str, admitted: Vec<Admitted>, entries: usize) -> 
         last_fence = last_fence.max(Some(entry.fence));
         holders.push(Holder {
             description: crate::fence::description_of(&token).map(str::to_owned),
+            value: crate::fence::value_of(&token).map(str::to_owned),
             token,
             mode,
             remaining: entry.remaining,

@@ -342,6 +342,14 @@ pub(crate) trait Primitives: Send + Sync + Sized + 'static {
         grant: &Self::Grant,
     ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 
+    /// Stores `hold` as the grant's entry's hold if the entry is still the grant's (an election's leader publishing a
+    /// new value), keeping its place and fence: true when it was.
+    fn rewrite(
+        session: &Arc<Shared<Self>>,
+        grant: &Self::Grant,
+        hold: &str,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
     /// Names the grant in the log line of a background release that failed.
     fn describe(grant: &Self::Grant) -> String;
 

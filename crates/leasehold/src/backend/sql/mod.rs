@@ -295,6 +295,18 @@ impl Db {
         dispatch!(self, release(name, fence, session))
     }
 
+    /// Stores `hold` as the hold of the entry of lock `name` with `fence` if it is session `session`'s: true when it
+    /// was.
+    pub(crate) async fn rewrite(
+        &self,
+        name: &str,
+        fence: i64,
+        session: &str,
+        hold: &str,
+    ) -> Result<bool, SqlError> {
+        dispatch!(self, rewrite(name, fence, session, hold))
+    }
+
     /// Deletes the entries of session `session` holding `holds` (left by abandoned acquisitions), and wakes their
     /// locks' waiters.
     pub(crate) async fn delete_entries(

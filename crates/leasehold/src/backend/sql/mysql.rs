@@ -69,6 +69,8 @@ struct Statements {
     entries: String,
     enqueued: String,
     release: String,
+    rewrite: String,
+    entry_count: String,
     first_live: String,
     delete_all: String,
     names: String,
@@ -119,6 +121,10 @@ impl Statements {
                  WHERE e.name = ? AND e.fence <= LAST_INSERT_ID() ORDER BY e.fence"
             ),
             release: format!("DELETE FROM {entry} WHERE name = ? AND fence = ? AND session = ?"),
+            rewrite: format!("UPDATE {entry} SET hold = ? WHERE name = ? AND fence = ? AND session = ?"),
+            entry_count: format!(
+                "SELECT COUNT(*) FROM {entry} WHERE name = ? AND fence = ? AND session = ?"
+            ),
             first_live: format!(
                 "SELECT e.hold FROM {entry} e JOIN {session} s ON s.id = e.session \
                  WHERE e.name = ? AND s.expires_at > UTC_TIMESTAMP(6) ORDER BY e.fence LIMIT 1"
@@ -844,6 +850,29 @@ impl MyDb {
         )
         .await;
         Ok(())
+    }
+
+    /// The update, then a count of the entry: MySQL's affected rows leave out a row whose hold was already the same.
+    pub(crate) async fn rewrite(
+        &self,
+        name: &str,
+        fence: i64,
+        session: &str,
+        hold: &str,
+    ) -> Result<bool, SqlError> {
+        let mut conn = self.conn().await?;
+        let key = (name.as_bytes(), fence, session.as_bytes());
+        conn.exec_drop(
+            &self.statements.rewrite,
+            (hold.as_bytes(), key.0, key.1, key.2),
+        )
+        .await
+        .map_err(my("proclaim"))?;
+        let count: Option<i64> = conn
+            .exec_first(&self.statements.entry_count, key)
+            .await
+            .map_err(my("proclaim"))?;
+        Ok(count.unwrap_or(0) > 0)
     }
 
     pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, SqlError> {

@@ -50,6 +50,7 @@ struct Statements {
     reap: String,
     reap_expired: String,
     release: String,
+    rewrite: String,
     delete_entries: String,
     force_release: String,
     names: String,
@@ -125,6 +126,9 @@ impl Statements {
                 "WITH d AS (DELETE FROM {entry} WHERE name = $1 AND fence = $2 AND session = $3 RETURNING name), \
                  l AS (SELECT fence FROM {lock} WHERE name = $1 FOR SHARE) \
                  SELECT CASE WHEN (SELECT fence FROM l) > $2 THEN pg_notify('{channel}', name)::text END FROM d"
+            ),
+            rewrite: format!(
+                "UPDATE {entry} SET hold = $4 WHERE name = $1 AND fence = $2 AND session = $3 RETURNING fence"
             ),
             delete_entries: format!(
                 "WITH d AS (DELETE FROM {entry} WHERE session = $1 AND hold = ANY($2) RETURNING name) \
@@ -602,6 +606,28 @@ impl PgDb {
                     (&name, Type::TEXT),
                     (&fence, Type::INT8),
                     (&session, Type::TEXT),
+                ],
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    pub(crate) async fn rewrite(
+        &self,
+        name: &str,
+        fence: i64,
+        session: &str,
+        hold: &str,
+    ) -> Result<bool, SqlError> {
+        let rows = self
+            .query(
+                "proclaim",
+                &self.statements.rewrite,
+                &[
+                    (&name, Type::TEXT),
+                    (&fence, Type::INT8),
+                    (&session, Type::TEXT),
+                    (&hold, Type::TEXT),
                 ],
             )
             .await?;

@@ -203,7 +203,9 @@ fn reap_expired(session: &Arc<Shared>) {
 /// [`reap_expired`]). The statement returns the holds of the session's entries: the engine ends the grant of any hold
 /// missing (someone else deleted its entry), and an entry no acquisition of the client knows (one whose acquisition
 /// was abandoned while its insert was on its way) is deleted here.
-pub(crate) async fn renew(shared: &Arc<Shared>, round: i64) -> Renewal<String> {
+/// Renews the session; its entries come back as their tokens' ids, which name a grant whatever its hold's text says
+/// after a leader's proclamation rewrote it.
+pub(crate) async fn renew(shared: &Arc<Shared>, round: i64) -> Renewal<u128> {
     if round % i64::from(REAP_EVERY) == 1 {
         reap_expired(shared);
     }
@@ -214,10 +216,14 @@ pub(crate) async fn renew(shared: &Arc<Shared>, round: i64) -> Renewal<String> {
     {
         Ok(Some(holds)) => {
             let orphans: Vec<String> = {
-                let known = shared.known();
+                let known: HashSet<u128> = shared
+                    .known()
+                    .iter()
+                    .filter_map(|h| crate::fence::token_id(h))
+                    .collect();
                 holds
                     .iter()
-                    .filter(|h| !known.contains(*h))
+                    .filter(|h| crate::fence::token_id(h).is_none_or(|id| !known.contains(&id)))
                     .cloned()
                     .collect()
             };
@@ -234,7 +240,12 @@ pub(crate) async fn renew(shared: &Arc<Shared>, round: i64) -> Renewal<String> {
             }
             Renewal::Renewed {
                 validity: shared.validity,
-                entries: Some(holds),
+                entries: Some(
+                    holds
+                        .iter()
+                        .filter_map(|h| crate::fence::token_id(h))
+                        .collect(),
+                ),
             }
         }
         Ok(None) => Renewal::Ended,

@@ -380,7 +380,8 @@ impl Primitives for Sql {
     type Error = SqlError;
     type Conn = Conn;
     /// The entry's hold.
-    type Entry = String;
+    /// The grant's token's id: what its hold says whatever else the hold's text says (see `session::renew`).
+    type Entry = u128;
     type Grant = SqlGrant;
 
     const SESSION: &'static str = "SQL lock session";
@@ -408,12 +409,12 @@ impl Primitives for Sql {
         conn.id.clone()
     }
 
-    async fn renew(shared: &Arc<Shared>, round: i64) -> Renewal<String> {
+    async fn renew(shared: &Arc<Shared>, round: i64) -> Renewal<u128> {
         super::session::renew(shared, round).await
     }
 
     /// Never called: the renewal's own answer carries the session's entries.
-    async fn read_entries(_shared: &Arc<Shared>, _entries: Vec<String>) -> Option<Vec<bool>> {
+    async fn read_entries(_shared: &Arc<Shared>, _entries: Vec<u128>) -> Option<Vec<bool>> {
         None
     }
 
@@ -513,8 +514,8 @@ impl Primitives for Sql {
         Fence::new(grant.fence.unsigned_abs())
     }
 
-    fn entry(grant: &SqlGrant) -> String {
-        grant.hold.clone()
+    fn entry(grant: &SqlGrant) -> u128 {
+        crate::fence::token_id(&grant.hold).unwrap_or_default()
     }
 
     /// Deletes the entry, wakes this client's waiters of the lock, and forgets the hold.
@@ -529,6 +530,16 @@ impl Primitives for Sql {
         db.wakes().wake(&grant.name);
         shared.forget(&grant.hold);
         Ok(released)
+    }
+
+    async fn rewrite(shared: &Arc<Shared>, grant: &SqlGrant, hold: &str) -> Result<bool, SqlError> {
+        let db = &shared.conn.db;
+        shared
+            .call(
+                "proclaim",
+                db.rewrite(&grant.name, grant.fence, &shared.conn.id, hold),
+            )
+            .await
     }
 
     fn describe(grant: &SqlGrant) -> String {

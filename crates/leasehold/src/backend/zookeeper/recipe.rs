@@ -399,6 +399,30 @@ pub(crate) async fn release(session: &Shared, node: &str) -> Result<bool, ZkErro
     }
 }
 
+/// Writes `hold` as the data of the grant's node if the node is still there: true when it was. The node's name carries
+/// the grant's id and sequence, so no other grant's node has its path; its `czxid` (the fence) and place stay.
+pub(crate) async fn rewrite(session: &Shared, node: &str, hold: &str) -> Result<bool, ZkError> {
+    let mut tries = 0;
+    loop {
+        match session
+            .call(
+                "proclaim",
+                session.client()?.set_data(node, hold.as_bytes(), None),
+            )
+            .await
+        {
+            Ok(_) => return Ok(true),
+            Err(ZkError::ZooKeeper {
+                source: zookeeper_client::Error::NoNode,
+                ..
+            }) => return Ok(false),
+            // Writing the same data again is harmless.
+            Err(e) if e.is_transient() && tries < 2 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// 64 random bits from the OS: the grant's id, which protects its node (see the module docs).
 fn grant_id() -> Result<u64, ZkError> {
     Ok(u64::from_le_bytes(random_bytes()?))

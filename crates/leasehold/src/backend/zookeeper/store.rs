@@ -345,6 +345,10 @@ impl Primitives for ZooKeeper {
         super::recipe::release(session, &grant.node).await
     }
 
+    async fn rewrite(session: &Arc<Shared>, grant: &Grant, hold: &str) -> Result<bool, ZkError> {
+        super::recipe::rewrite(session, &grant.node, hold).await
+    }
+
     fn describe(grant: &Grant) -> String {
         grant.node.clone()
     }

@@ -4,8 +4,9 @@
 -- KEYS[2]  fence key
 -- KEYS[3]  waiters key: a hash of waiting client or wait id -> "<alive until, server ms> <claim ms> ..." (the mutex's
 --          format in acquire.lua, the queued kinds' in set.lua)
+-- KEYS[4]  value key: "<fence> <value>", the value an election's leader proclaimed last (proclaim.lua)
 --
--- Returns  {type, last fence or false, live waiters, capacity or false, hold_1, ms_1, hold_2, ms_2, ...}: the lock
+-- Returns  {type, last fence or false, live waiters, capacity or false, value or false, hold_1, ms_1, ...}: the lock
 --          key's type ("string", "zset", "none", or another type leasehold did not write), a semaphore's stored
 --          capacity while it has a live hold (see set.lua), then every live hold with its time left in ms (-1: no
 --          expiry): the owner token of a mutex, or "<tag> <token>" for a queued kind, oldest expiry first. A waiter
@@ -15,7 +16,7 @@
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local kind = redis.call('TYPE', KEYS[1]).ok
-local reply = {kind, redis.call('GET', KEYS[2]) or false, 0, false}
+local reply = {kind, redis.call('GET', KEYS[2]) or false, 0, false, false}
 local entries = redis.pcall('HGETALL', KEYS[3])
 if type(entries) == 'table' and not entries.err then
     for i = 2, #entries, 2 do
@@ -26,8 +27,9 @@ if type(entries) == 'table' and not entries.err then
     end
 end
 if kind == 'string' then
-    reply[5] = redis.call('GET', KEYS[1])
-    reply[6] = redis.call('PTTL', KEYS[1])
+    reply[5] = redis.call('GET', KEYS[4])
+    reply[6] = redis.call('GET', KEYS[1])
+    reply[7] = redis.call('PTTL', KEYS[1])
 elseif kind == 'zset' then
     local holds = redis.call('ZRANGEBYSCORE', KEYS[1], now_ms, '+inf', 'WITHSCORES')
     local capacity = redis.call('ZSCORE', KEYS[1], 'permits')
