@@ -4,8 +4,8 @@
 # ZooKeeper (with java), PostgreSQL and MariaDB when they are missing.
 # Usage: scripts/torture.sh [SECONDS] [SEED] [KINDS] [TOPOLOGY]
 #   SECONDS  per kind (default 600); SEED drawn from the clock when absent (it is printed);
-#   KINDS    comma-separated, from mutex, fair, semaphore:N, rw, reentrant, multi (two mutexes taken as one set)
-#            (default: all six, semaphore:2);
+#   KINDS    comma-separated, from mutex, fair, semaphore:N, rw, reentrant, multi (two mutexes taken as one set),
+#            election (a campaign whose leader proclaims new values) (default: all seven, semaphore:2);
 #   TOPOLOGY where the lock lives: single (one redis-server, the default), cluster (3 primaries + 3 replicas, with
 #            failovers, slot migrations and killed primaries among the faults), quorum (5 independent redis-servers,
 #            Redlock, with faults of one or two nodes at a time; mutex and rw only, other kinds are skipped), etcd (one

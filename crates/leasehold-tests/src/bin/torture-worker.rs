@@ -149,6 +149,8 @@ enum Kind {
     QuorumRw,
     /// A set of two mutexes (NAME, NAME-also) taken as one.
     Multi,
+    /// A campaign in the election NAME, publishing the worker's name; the section proclaims a new value sometimes.
+    Election,
 }
 
 /// What a worker takes its locks from: one client (a server, a cluster), or a quorum of independent nodes.
@@ -165,6 +167,8 @@ enum Held {
     Reentrant(leasehold::ReentrantGuard),
     /// A set (`multi`).
     Set(leasehold::MultiGuard),
+    /// A term of an election (`election`).
+    Term(leasehold::Leadership),
 }
 
 /// What the worker logs of a grant: the fence, token and lease of its first lock; held while every lock of it is,
@@ -208,6 +212,7 @@ impl Held {
                 leases.sort_by_key(|lease| lease.name() != name);
                 View(leases)
             }
+            Held::Term(term) => View(vec![term.lease()]),
         }
     }
 
@@ -218,8 +223,8 @@ impl Held {
             Held::Quorum(guard) => Some(guard.extend(to).await),
             // Only on a store with sessions, which has no extensions.
             Held::Reentrant(_) => None,
-            // A set has none of its own.
-            Held::Set(_) => None,
+            // A set and a term have none of their own.
+            Held::Set(_) | Held::Term(_) => None,
         }
     }
 
@@ -229,6 +234,7 @@ impl Held {
             Held::Quorum(guard) => guard.release().await,
             Held::Reentrant(guard) => guard.release().await,
             Held::Set(set) => set.release().await,
+            Held::Term(term) => term.resign().await,
         }
     }
 }
@@ -243,6 +249,7 @@ impl Kind {
             "quorum" => Some(Kind::Quorum),
             "quorum-rw" => Some(Kind::QuorumRw),
             "multi" => Some(Kind::Multi),
+            "election" => Some(Kind::Election),
             _ => text
                 .strip_prefix("semaphore:")
                 .and_then(|n| n.parse().ok())
@@ -302,6 +309,14 @@ impl Kind {
                 'w',
             ),
             Kind::Rw => (locks.rw_lock(name).ttl(ttl).read_timeout(wait).await, 'r'),
+            Kind::Election => {
+                let term = locks
+                    .election(name)
+                    .ttl(ttl)
+                    .campaign_timeout(format!("worker {}", std::process::id()), wait)
+                    .await;
+                return (term.map(Held::Term), 'x');
+            }
             Kind::Multi => {
                 let also = format!("{name}-also");
                 let set = locks.multi_lock().ttl(ttl);
@@ -453,7 +468,7 @@ async fn run(
         log.line(format_args!("want {}", now_ns()));
         let wait = Duration::from_millis(200 + rng.below(3 * ttl_ms));
         let (result, mode) = kind.lock(&locks, name, ttl, wait, &mut rng).await;
-        let guard = match result {
+        let mut guard = match result {
             Ok(guard) => guard,
             Err(e) if e.is_timeout() => continue,
             Err(e) => {
@@ -509,7 +524,7 @@ async fn run(
             _ => None,
         };
         let section = critical_section(
-            &guard,
+            &mut guard,
             &lease,
             matches!(kind, Kind::Multi),
             nest.as_ref(),
@@ -554,7 +569,7 @@ async fn run(
 /// one), then leaving the store as found.
 #[allow(clippy::too_many_arguments)]
 async fn critical_section(
-    guard: &Held,
+    guard: &mut Held,
     lease: &View,
     two_markers: bool,
     nest: Option<&leasehold::ReentrantMutex>,
@@ -599,7 +614,15 @@ async fn critical_section(
     }
     // On a store with sessions, a re-entry of the grant in this process, released before the grant (which stays
     // held).
-    if let Held::Reentrant(root) = guard {
+    // An election's leader publishes a new value now and then, which must not cost it the term.
+    if let Held::Term(term) = guard {
+        if rng.chance(30) {
+            if let Err(e) = term.proclaim(format!("{worker} {}", now_ns())).await {
+                log.line(format_args!("error {} proclaim:{}", now_ns(), one_word(&e)));
+            }
+        }
+    }
+    if let Held::Reentrant(root) = &*guard {
         if rng.chance(30) {
             match root.reenter() {
                 Ok(nested) => {

@@ -42,9 +42,10 @@
 //!   the message. etcd, ZooKeeper and the SQL stores lose nothing across their faults, so they get none of the
 //!   data-loss excuses.
 //!
-//! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant,multi`;
-//! `multi` is a set of two mutexes taken as one, which the checker holds to the mutex's rule), each with
-//! its own servers and workers, for `TORTURE_SECONDS` each (default 10) with `TORTURE_SEED` (default: drawn from the
+//! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant,multi,election`;
+//! `multi` is a set of two mutexes taken as one, `election` a campaign whose leader proclaims new values; the checker
+//! holds both to the mutex's rule), each with
+//! its own servers and workers, for `TORTURE_SECONDS` each (default 8) with `TORTURE_SEED` (default: drawn from the
 //! clock), on each topology of `TORTURE_TOPOLOGY` (`single`, the default, `cluster`, `quorum`, `etcd`, `etcd3`, `zk`,
 //! `zk3`, `pg`, `mysql`, or a list such as `single,cluster,quorum,etcd,etcd3,zk,zk3,pg,mysql`); a quorum has only the
 //! mutex and the read-write lock, and skips the other kinds with a note. Six shorter tests put the cluster
@@ -83,7 +84,7 @@ const ZK_TTL: Duration = Duration::from_secs(2);
 const SQL_TTL: Duration = Duration::from_secs(2);
 const WORKERS: usize = 5;
 /// The kinds a run goes through by default.
-const KINDS: &str = "mutex,fair,semaphore:2,rw,reentrant,multi";
+const KINDS: &str = "mutex,fair,semaphore:2,rw,reentrant,multi,election";
 /// The kinds of the cluster run in CI: the mutex, and the fair mutex for the queued kinds' engine.
 const CLUSTER_KINDS: &str = "mutex,fair";
 /// The kinds a quorum has: the mutex and the read-write lock (a semaphore cannot be counted on majorities, and the
@@ -188,7 +189,7 @@ impl fmt::Display for Topology {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_keeps_its_contract_under_random_faults() {
     let topologies = Topology::from_env().unwrap_or_else(|| vec![Topology::Single]);
-    torture(&topologies, KINDS, 10).await;
+    torture(&topologies, KINDS, 8).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,13 +277,15 @@ async fn torture(topologies: &[Topology], kinds: &str, seconds: u64) {
         });
     let mut failed = Vec::new();
     for kind in kinds.split(',').map(str::trim).filter(|k| !k.is_empty()) {
-        let known = matches!(kind, "mutex" | "fair" | "rw" | "reentrant" | "multi")
-            || kind
-                .strip_prefix("semaphore:")
-                .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 0));
+        let known = matches!(
+            kind,
+            "mutex" | "fair" | "rw" | "reentrant" | "multi" | "election"
+        ) || kind
+            .strip_prefix("semaphore:")
+            .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 0));
         assert!(
             known,
-            "unknown torture kind {kind:?}: the kinds are mutex, fair, rw, reentrant, multi, semaphore:N"
+            "unknown torture kind {kind:?}: the kinds are mutex, fair, rw, reentrant, multi, election, semaphore:N"
         );
     }
     for &topology in topologies {
