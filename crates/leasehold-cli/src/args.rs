@@ -141,6 +141,11 @@ pub struct RunArgs {
     #[arg(long, group = "kind")]
     pub fair: bool,
 
+    /// Campaign in the election NAME: the run leads while it holds NAME (a mutex, so runs lead in order of arrival)
+    /// and publishes TEXT, which `observe`, `status` and `list --json` show (1 to 1024 bytes, no control characters).
+    #[arg(long, value_name = "TEXT", conflicts_with_all = ["fair", "shared", "exclusive", "permits", "also"])]
+    pub value: Option<String>,
+
     /// Hold this lock too (repeatable): the program runs only while every name is held. The names are taken in the
     /// order of their names (so that runs naming them in other orders never deadlock), all within one --wait, each
     /// as the kind the options ask for NAME; all or none. Its fence is in LEASEHOLD_FENCE_1, LEASEHOLD_FENCE_2… (in
@@ -209,6 +214,25 @@ pub struct StatusArgs {
     pub json: bool,
 
     /// The lock's name.
+    #[arg(value_name = "NAME", value_parser = parse_name)]
+    pub name: String,
+}
+
+/// `leasehold observe`.
+#[derive(Debug, Args)]
+pub struct ObserveArgs {
+    #[command(flatten)]
+    pub store: StoreArg,
+
+    /// Print one JSON object per line instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+
+    /// How often to read the election (a duration: 100ms, 1s).
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = duration::parse)]
+    pub every: Duration,
+
+    /// The election's name (its lock's).
     #[arg(value_name = "NAME", value_parser = parse_name)]
     pub name: String,
 }

@@ -4,7 +4,9 @@ use std::ffi::OsString;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 
-use crate::args::{older_env, ListArgs, PermitsArgs, ReleaseArgs, RunArgs, StatusArgs};
+use crate::args::{
+    older_env, ListArgs, ObserveArgs, PermitsArgs, ReleaseArgs, RunArgs, StatusArgs,
+};
 use crate::demo::DemoArgs;
 use crate::docs::{CompletionsArgs, ManArgs};
 use crate::exit;
@@ -158,6 +160,22 @@ Examples:
   # Hand the fence to the store, which refuses writes older than the newest it has seen:
   leasehold run -c 'psql -v fence=\"$LEASEHOLD_FENCE\" -f sync.sql' stock-sync";
 
+const OBSERVE_AFTER: &str = "\
+Prints the election's leader at once (or that nobody leads), then one line each time a new term
+begins, the leader proclaims a new value, or the last term ends, until SIGINT or SIGTERM (exit 0).
+It reads the election every --every and rides out a store that does not answer; a term shorter
+than that can pass unseen. Lines come in order of fence. A leader is any holder of the lock NAME:
+`run --value TEXT NAME` publishes TEXT; a plain run leads without a value.
+
+--json prints one object per line:
+  {\"name\": string, \"leader\": bool, \"fence\": number | null, \"value\": string | null,
+   \"token\": string | null, \"description\": string | null,
+   \"holder\": {\"host\", \"pid\", \"user\", \"started\", \"program\"} | null}
+
+Examples:
+  leasehold observe scheduler
+  leasehold observe --json --store etcd://10.0.0.1:2379 scheduler | jq .value";
+
 const STATUS_AFTER: &str = "\
 Prints whether the lock is free or held and, when held, who holds it, its fence, remaining
 lease and owner token. Exits 0 either way (69 when the store cannot be asked, 65 when the key
@@ -166,10 +184,11 @@ is not a leasehold lock, 2 on usage errors).
 --json prints one object:
   {\"name\": string, \"state\": \"held\" | \"free\", \"remaining_ms\": number | null,
    \"fence\": number | null, \"token\": string | null, \"description\": string | null,
+   \"value\": string | null,
    \"holder\": {\"host\", \"pid\", \"user\", \"started\", \"program\"} | null,
    \"waiting_clients\": number, \"kind\": \"mutex\" | \"fair\" | \"rw\" | \"semaphore\" | null,
    \"permits\": number | null,
-   \"holders\": [{\"mode\", \"remaining_ms\", \"token\", \"description\", \"holder\"}],
+   \"holders\": [{\"mode\", \"remaining_ms\", \"token\", \"description\", \"value\", \"holder\"}],
    \"warnings\": [string]}
 The top-level holder fields describe the holder whose lease ends first; \"holders\" lists them all
 (readers of a read-write lock, permit holders of a semaphore). permits is a semaphore's count
@@ -366,6 +385,9 @@ pub enum Command {
     /// List the locks held right now, with their holders.
     #[command(after_help = LIST_AFTER)]
     List(ListArgs),
+    /// Print who leads an election now, then one line each time that changes, until interrupted.
+    #[command(after_help = OBSERVE_AFTER)]
+    Observe(ObserveArgs),
     /// Remove a stuck lock whoever holds it (needs --force).
     #[command(after_help = RELEASE_AFTER)]
     Release(ReleaseArgs),
@@ -404,6 +426,7 @@ impl Command {
             Command::Run(args) => args.store.resolve(),
             Command::Status(args) => args.store.resolve(),
             Command::List(args) => args.store.resolve(),
+            Command::Observe(args) => args.store.resolve(),
             Command::Release(args) => args.store.resolve(),
             Command::Permits(args) => args.store.resolve(),
             Command::Demo(args) if args.store.is_none() => args.store = older_env(),

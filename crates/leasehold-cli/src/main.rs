@@ -97,6 +97,7 @@ fn execute(command: Command) -> u8 {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
             Command::List(args) => status::list(args).await,
+            Command::Observe(args) => status::observe(args).await,
             Command::Release(args) => status::release(args).await,
             Command::Permits(args) => status::permits(args).await,
             Command::Demo(args) => demo::demo(args).await,

@@ -114,6 +114,17 @@ async fn acquire(
 ) -> Result<leasehold::Guard, Error> {
     let name = args.name.as_str();
     let wait = Wait::of(args);
+    if let Some(value) = &args.value {
+        let election = client.election(name).ttl(args.ttl).describe(description);
+        let term = match wait.remaining() {
+            None => election.try_campaign(value.as_str()).await,
+            Some(Some(left)) => election.campaign_timeout(value.as_str(), left).await,
+            Some(None) => election.campaign(value.as_str()).await,
+        };
+        return term
+            .map(leasehold::Leadership::into_guard)
+            .map_err(|err| wait.whole(err));
+    }
     if let Some(permits) = args.permits {
         let semaphore = client
             .semaphore(name, permits)

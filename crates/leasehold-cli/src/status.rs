@@ -6,7 +6,7 @@ pub mod quorum;
 use serde_json::{json, Value};
 use unicode_width::UnicodeWidthStr as _;
 
-use crate::args::{ListArgs, PermitsArgs, ReleaseArgs, StatusArgs};
+use crate::args::{ListArgs, ObserveArgs, PermitsArgs, ReleaseArgs, StatusArgs};
 use crate::connect;
 use crate::duration::show;
 use crate::exit::{self, fail};
@@ -75,8 +75,12 @@ pub(crate) fn sentence(info: &leasehold::LockInfo) -> String {
             }
             Some(holder) => {
                 let (left, by) = left_and_by(holder);
+                let value = holder
+                    .value
+                    .as_ref()
+                    .map_or(String::new(), |v| format!(", value {v:?}"));
                 format!(
-                    "{:?} is held{by}: fence {fence_text}, {left}, token {}",
+                    "{:?} is held{by}: fence {fence_text}{value}, {left}, token {}",
                     info.name,
                     token_id(&holder.token)
                 )
@@ -109,6 +113,76 @@ fn left_and_by(holder: &leasehold::Holder) -> (String, String) {
         .as_ref()
         .map_or(String::new(), |d| format!(" by {d}"));
     (left, by)
+}
+
+/// Runs `leasehold observe`: the election's leader at once, then a line per change, until SIGINT or SIGTERM (0).
+///
+/// # Errors
+///
+/// 69 when the store cannot be reached at start, 65 when the key is not a leasehold lock.
+pub async fn observe(args: ObserveArgs) -> anyhow::Result<u8> {
+    crate::stores::check_store(&args.store)?;
+    if args.store.urls.len() > 1 {
+        return Err(fail(
+            exit::USAGE,
+            "observe takes one store: a quorum has no elections",
+        ));
+    }
+    let mut signals = crate::signals::Signals::catch()?;
+    let client = tokio::select! {
+        client = connect::reader(&args.store) => client?,
+        _ = signals.recv() => return Ok(0),
+    };
+    connect::closing(&client, async {
+        let election = client.election(&args.name).observe_every(args.every);
+        let mut observer = election.observe();
+        loop {
+            let observed = tokio::select! {
+                observed = observer.next() => observed?,
+                _ = signals.recv() => return Ok(0),
+            };
+            let line = match &observed {
+                leasehold::Observed::Leader(leader) if args.json => {
+                    leader_json(&args.name, Some(leader)).to_string()
+                }
+                leasehold::Observed::Leader(leader) => leader_sentence(&args.name, leader),
+                _ if args.json => leader_json(&args.name, None).to_string(),
+                _ => format!("{:?} has no leader", args.name),
+            };
+            print_line(&line);
+        }
+    })
+    .await
+}
+
+/// One line of `observe`: who leads, with what value and fence.
+fn leader_sentence(name: &str, leader: &leasehold::Leader) -> String {
+    let by = leader
+        .description
+        .as_ref()
+        .map_or(String::new(), |d| format!(" by {d}"));
+    let value = leader
+        .value
+        .as_ref()
+        .map_or("no value".to_owned(), |v| format!("value {v:?}"));
+    let fence = leader
+        .fence
+        .map_or("unknown".to_owned(), |f| f.get().to_string());
+    format!("{name:?} is led{by}: {value}, fence {fence}")
+}
+
+/// One JSON line of `observe --json`.
+fn leader_json(name: &str, leader: Option<&leasehold::Leader>) -> Value {
+    let description = leader.and_then(|l| l.description.as_deref());
+    json!({
+        "name": name,
+        "leader": leader.is_some(),
+        "fence": leader.and_then(|l| l.fence).map(leasehold::Fence::get),
+        "value": leader.and_then(|l| l.value.as_deref()),
+        "token": leader.map(|l| l.token.as_str()),
+        "description": description,
+        "holder": description.and_then(crate::holder::fields),
+    })
 }
 
 /// Runs `leasehold list`: the held locks matching the pattern, as a table or a JSON array.
@@ -219,6 +293,7 @@ pub(crate) fn to_json(info: &leasehold::LockInfo) -> Value {
         "fence": info.last_fence.map(leasehold::Fence::get),
         "token": holder.map(|h| h.token.as_str()),
         "description": description,
+        "value": holder.and_then(|h| h.value.as_deref()),
         "holder": description.and_then(crate::holder::fields),
         "waiting_clients": info.waiting_clients,
         "kind": info.kind.map(kind_word),
@@ -228,6 +303,7 @@ pub(crate) fn to_json(info: &leasehold::LockInfo) -> Value {
             "remaining_ms": h.remaining.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
             "token": h.token,
             "description": h.description,
+            "value": h.value,
             "holder": h.description.as_deref().and_then(crate::holder::fields),
         })).collect::<Vec<_>>(),
     })

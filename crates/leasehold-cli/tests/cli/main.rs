@@ -5,6 +5,7 @@
 mod bench;
 mod cluster;
 mod demo;
+mod elect;
 mod etcd;
 mod help;
 mod inputs;

@@ -159,7 +159,14 @@ on_each_store![
     what_the_store_cannot_honour_exits_2_before_connecting,
     bench_runs_against_the_stores_floor,
     opposite_sets_never_deadlock_or_overlap,
+    an_observer_prints_each_leader_across_a_leader_kill,
 ];
+
+/// `observe` and `run --value` (see `elect.rs`), the second leader's process killed: its session ends after its TTL.
+fn an_observer_prints_each_leader_across_a_leader_kill(store: Store) {
+    let server = store.start();
+    crate::elect::an_observer_prints_each_leader_in_fence_order(&server.url(), "2s", drop);
+}
 
 /// `run --also` in opposite orders and a plain run, in loops (see `sets.rs`).
 fn opposite_sets_never_deadlock_or_overlap(store: Store) {

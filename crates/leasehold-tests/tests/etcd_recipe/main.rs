@@ -30,6 +30,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     faults::the_deadline_counts_from_the_keep_alives_send_time,
     interop::etcdctl_lock_excludes_leasehold,
     interop::leasehold_excludes_etcdctl_lock,
+    interop::etcdctl_elect_and_leasehold_elections_lead_in_turn,
 ];
 
 fn main() {
