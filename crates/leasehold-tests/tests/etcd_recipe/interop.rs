@@ -120,7 +120,7 @@ fn etcdctl_elect(
 }
 
 /// `etcdctl elect leasehold/NAME` and a leasehold election called NAME lead in turn: each waits for the other's
-/// leader; leasehold's `leader()` sees etcdctl's (publishing no value it knows), and `etcdctl elect -l` prints
+/// leader; leasehold's `leader()` sees etcdctl's, its proposal as the value, and `etcdctl elect -l` prints
 /// leasehold's leader's hold text, which ends in its value.
 pub async fn etcdctl_elect_and_leasehold_elections_lead_in_turn(etcd: &mut EtcdServer) {
     let locks = leasehold::Client::connect(&etcd.url()).await.unwrap();
@@ -135,7 +135,7 @@ pub async fn etcdctl_elect_and_leasehold_elections_lead_in_turn(etcd: &mut EtcdS
         "etcdctl-proposal"
     );
     let leader = election.leader().await.unwrap().expect("etcdctl's leader");
-    assert_eq!(leader.value, None);
+    assert_eq!(leader.value.as_deref(), Some("etcdctl-proposal"));
     assert!(election.try_campaign("ours").await.unwrap_err().is_busy());
 
     let mut ours = tokio::spawn({

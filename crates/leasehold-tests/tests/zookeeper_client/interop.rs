@@ -49,8 +49,14 @@ struct Kazoo {
 
 impl Kazoo {
     fn start(hosts: &str, path: &str, mode: &str, kind: &str) -> Kazoo {
+        Kazoo::script(KAZOO, &[hosts, path, mode, kind])
+    }
+
+    /// `script` run by kazoo's Python with `args`.
+    fn script(script: &str, args: &[&str]) -> Kazoo {
         let mut child = Command::new(kazoo_python())
-            .args(["-c", KAZOO, hosts, path, mode, kind])
+            .args(["-c", script])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -210,4 +216,58 @@ pub async fn a_kazoo_semaphore_is_not_seen_by_leasehold(ensemble: &mut ZkEnsembl
         .await
         .unwrap();
     holder.release().await;
+}
+
+/// kazoo's `Election` on `path` (its identifier `kazoo-id`): `contenders` prints `repr(election.contenders())`; `run`
+/// prints `leading` once it leads, resigns after a line on stdin and prints `resigned`.
+const KAZOO_ELECTION: &str = r#"
+import sys
+from kazoo.client import KazooClient
+hosts, path, mode = sys.argv[1:4]
+zk = KazooClient(hosts=hosts, timeout=4.0)
+zk.start()
+election = zk.Election(path, "kazoo-id")
+if mode == "contenders":
+    print(repr(election.contenders()), flush=True)
+elif mode == "run":
+    def lead():
+        print("leading", flush=True)
+        sys.stdin.readline()
+    election.run(lead)
+    print("resigned", flush=True)
+zk.stop()
+"#;
+
+/// kazoo's `Election` (its `Lock`, data = its identifier) and leasehold's elections on one path lead in turn; each sees
+/// the other's leader and value.
+pub async fn kazoo_elections_and_leasehold_elections_lead_in_turn(ensemble: &mut ZkEnsemble) {
+    let prefix = fresh_prefix();
+    let hosts = ensemble.endpoints().join(",");
+    let a = client(&ensemble.url(), &prefix).await;
+    let path = format!("/{prefix}/elected");
+    let election = a.election("elected");
+    let term = election.campaign("ours").await.unwrap();
+    let seen = Kazoo::script(KAZOO_ELECTION, &[&hosts, &path, "contenders"])
+        .line()
+        .await;
+    assert!(seen.contains("\\x1fours'"), "{seen}");
+
+    let mut kazoo = Kazoo::script(KAZOO_ELECTION, &[&hosts, &path, "run"]);
+    waiters(&a, "elected", 1).await;
+    term.resign().await.unwrap();
+    assert_eq!(kazoo.line().await, "leading");
+    let leader = election.leader().await.unwrap().expect("kazoo's leader");
+    assert_eq!(leader.value.as_deref(), Some("kazoo-id"));
+    assert!(election.try_campaign("ours").await.unwrap_err().is_busy());
+    let ours = tokio::spawn({
+        let election = election.clone();
+        async move {
+            let term = election.campaign("ours again").await?;
+            Ok(term.into_guard())
+        }
+    });
+    waiters(&a, "elected", 1).await;
+    writeln!(kazoo.child.stdin.as_mut().unwrap()).unwrap();
+    assert_eq!(kazoo.line().await, "resigned");
+    granted(ours).await.release().await.unwrap();
 }

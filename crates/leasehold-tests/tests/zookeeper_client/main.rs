@@ -41,6 +41,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     interop::kazoo_read_write_locks_share_and_exclude_with_leaseholds,
     interop::kazoo_locks_wait_for_leasehold_permits,
     interop::a_kazoo_semaphore_is_not_seen_by_leasehold,
+    interop::kazoo_elections_and_leasehold_elections_lead_in_turn,
     writes::guarded_writes_commit_only_while_the_grant_holds,
     auth::credentials_in_the_url_authenticate,
     session::a_lease_outside_the_ensembles_bounds_runs_with_the_negotiated_timeout,

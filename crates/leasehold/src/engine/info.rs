@@ -108,9 +108,10 @@ pub struct Holder {
     /// What the holder said about itself ([`Mutex::describe`](crate::Mutex::describe)); the command gives host, pid, user, start time and
     /// program.
     pub description: Option<String>,
-    /// The value an election's leader published when it was elected ([`Election::campaign`](crate::Election::campaign)); `None` for
-    /// every other hold. A later [`Leadership::proclaim`](crate::Leadership::proclaim) is read by
-    /// [`Election::leader`](crate::Election::leader).
+    /// The value an election's leader publishes ([`Election::campaign`](crate::Election::campaign),
+    /// [`Leadership::proclaim`](crate::Leadership::proclaim)); for a holder another client wrote on etcd or
+    /// ZooKeeper, what its entry stores (an `etcdctl elect` proposal, a kazoo `Election`'s identifier), when not
+    /// empty; `None` for every other hold.
     pub value: Option<String>,
     /// What it holds.
     pub mode: HoldMode,

@@ -30,30 +30,31 @@ pub(crate) fn lock_info(name: &str, admitted: Vec<Admitted>, entries: usize) -> 
     // A bare token is a mutex's hold; `x dl1:…` a fair mutex's (both are exclusive entries).
     let mut exclusive_is_mutex = true;
     for entry in admitted {
+        if holders.is_empty() {
+            exclusive_is_mutex = !entry.value.starts_with("x ");
+        }
         // The hold's token without its kind's tag, as Redis reports it (`r dl1:…` is the token `dl1:…`).
-        let (token, mode) = if entry.value.contains(crate::fence::TOKEN_PREFIX) {
-            (
-                crate::fence::token_of(&entry.value).to_owned(),
-                HoldMode::of(&entry.value),
-            )
+        let (token, mode, value) = if entry.value.contains(crate::fence::TOKEN_PREFIX) {
+            let token = crate::fence::token_of(&entry.value).to_owned();
+            let value = crate::fence::value_of(&token).map(str::to_owned);
+            (token, HoldMode::of(&entry.value), value)
         } else {
-            // An entry leasehold did not write (`etcdctl lock`'s, kazoo's): named by itself.
+            // An entry leasehold did not write (`etcdctl lock`'s, kazoo's): named by itself; what it stores is its
+            // value (an `etcdctl elect` proposal, a kazoo `Election`'s identifier).
             let mode = match entry.kind {
                 Kind::Shared => HoldMode::Read,
                 _ => HoldMode::Exclusive,
             };
-            (entry.entry, mode)
+            let value = Some(entry.value.clone()).filter(|v| !v.is_empty());
+            (entry.entry, mode, value)
         };
         if let Kind::Permits(n) = entry.kind {
             permits = Some(u64::from(n.get()));
         }
-        if holders.is_empty() {
-            exclusive_is_mutex = !entry.value.starts_with("x ");
-        }
         last_fence = last_fence.max(Some(entry.fence));
         holders.push(Holder {
             description: crate::fence::description_of(&token).map(str::to_owned),
-            value: crate::fence::value_of(&token).map(str::to_owned),
+            value,
             token,
             mode,
             remaining: entry.remaining,
