@@ -132,19 +132,27 @@ pub const MAX_VALUE_LEN: usize = 1024;
 
 /// Checks a value an election's leader publishes: 1 to [`MAX_VALUE_LEN`] bytes without control characters.
 pub(crate) fn check_value(value: &str) -> Result<(), crate::InvalidArgument> {
-    let why = if value.len() > MAX_VALUE_LEN {
-        "longer than 1024 bytes"
-    } else if value.chars().any(char::is_control) {
-        "it contains a control character (a newline, a tab, ...)"
-    } else if value.is_empty() {
-        "it is empty"
+    match text_rule(value, MAX_VALUE_LEN, "longer than 1024 bytes") {
+        None => Ok(()),
+        Some(why) => Err(crate::InvalidArgument::BadValue {
+            value: value.chars().take(64).collect(),
+            why,
+        }),
+    }
+}
+
+/// The rule a description or a value breaks, if any: at most `max` bytes (`too_long` says it), no control characters,
+/// not blank.
+fn text_rule(text: &str, max: usize, too_long: &'static str) -> Option<&'static str> {
+    if text.len() > max {
+        Some(too_long)
+    } else if text.chars().any(char::is_control) {
+        Some("it contains a control character (a newline, a tab, ...)")
+    } else if text.trim().is_empty() {
+        Some("it is empty")
     } else {
-        return Ok(());
-    };
-    Err(crate::InvalidArgument::BadValue {
-        value: value.chars().take(64).collect(),
-        why,
-    })
+        None
+    }
 }
 
 /// What a grant's token carries after its hex digits: `description`, and `value` after [`VALUE_SEPARATOR`].
@@ -154,6 +162,7 @@ pub(crate) fn hold_text(description: Option<&str>, value: &str) -> String {
 
 /// `hold` (a stored hold: an optional kind tag, a token, its description and value) with `value` in place of its
 /// value: the same token and description.
+#[cfg(any(session_stores, test))]
 pub(crate) fn with_value(hold: &str, value: &str) -> String {
     let start = hold.find(TOKEN_PREFIX).unwrap_or(0);
     let token = &hold[start..];
@@ -184,19 +193,13 @@ pub const MAX_DESCRIPTION_LEN: usize = 256;
 /// Checks a holder description: at most [`MAX_DESCRIPTION_LEN`] bytes, no control characters (it is printed on one
 /// line by `leasehold status`).
 pub(crate) fn check_description(description: &str) -> Result<(), crate::InvalidArgument> {
-    let why = if description.len() > MAX_DESCRIPTION_LEN {
-        "longer than 256 bytes"
-    } else if description.chars().any(char::is_control) {
-        "it contains a control character (a newline, a tab, ...)"
-    } else if description.trim().is_empty() {
-        "it is empty"
-    } else {
-        return Ok(());
-    };
-    Err(crate::InvalidArgument::BadDescription {
-        description: description.chars().take(64).collect(),
-        why,
-    })
+    match text_rule(description, MAX_DESCRIPTION_LEN, "longer than 256 bytes") {
+        None => Ok(()),
+        Some(why) => Err(crate::InvalidArgument::BadDescription {
+            description: description.chars().take(64).collect(),
+            why,
+        }),
+    }
 }
 
 #[cfg(test)]

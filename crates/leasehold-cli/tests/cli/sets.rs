@@ -1,12 +1,11 @@
 //! `leasehold run --also`: a program under several locks at once. The loop of opposite sets runs on every store
 //! (`stores.rs` calls [`opposite_sets_never_deadlock_or_overlap`]); the rest on Redis.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use leasehold_tests::{RedisServer, TempDir};
 
-use crate::{finish, leasehold, one_error_line, Running, SOON};
+use crate::{finish, leasehold, one_error_line, SOON};
 
 /// How long the loop of opposite sets runs: `LEASEHOLD_TEST_SET_LOOP` seconds (60 for the minute), 3 by
 /// default so that the suite stays short.
@@ -105,19 +104,7 @@ fn a_set_run_exports_each_fence_and_keeps_nothing_when_a_member_is_busy() {
     }
 
     // "second" is held: the set does not run, says which lock, and keeps none of the others.
-    let mut holder = leasehold(&[
-        "run",
-        "--store",
-        &url,
-        "second",
-        "--",
-        "sh",
-        "-c",
-        "echo held; read line; exit 0",
-    ]);
-    holder.stdin(Stdio::piped());
-    let mut holder = Running::start(holder);
-    assert_eq!(holder.line(SOON), "held");
+    let (mut holder, _) = crate::stores::holder(&url, &[], "second");
     let (code, _, stderr) = finish(
         leasehold(&[
             "run", "-n", "--store", &url, "--also", "second", "first", "--also", "third", "--",

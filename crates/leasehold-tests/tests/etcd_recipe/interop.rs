@@ -18,15 +18,20 @@ fn etcdctl_lock(
     secs: &str,
     done: &Path,
 ) -> (ChildGuard, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let command = format!("echo held; sleep {secs}; touch '{}'", done.display());
+    etcdctl(etcd, &["lock", path, "--", "sh", "-c", &command])
+}
+
+/// `etcdctl ARGS…` against `etcd` as a child process, its stdout lines on a channel.
+fn etcdctl(
+    etcd: &EtcdServer,
+    args: &[&str],
+) -> (ChildGuard, tokio::sync::mpsc::UnboundedReceiver<String>) {
     let mut child = ChildGuard::new(
         Command::new("etcdctl")
             .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", etcd.endpoint()))
-            .args(["lock", path, "--", "sh", "-c"])
-            .arg(format!(
-                "echo held; sleep {secs}; touch '{}'",
-                done.display()
-            ))
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -91,42 +96,16 @@ pub async fn leasehold_excludes_etcdctl_lock(etcd: &mut EtcdServer) {
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
 }
 
-/// `etcdctl elect NAME PROPOSAL` (Go's `concurrency.Election`) as a child process: its stdout lines on a channel.
-fn etcdctl_elect(
-    etcd: &EtcdServer,
-    args: &[&str],
-) -> (ChildGuard, tokio::sync::mpsc::UnboundedReceiver<String>) {
-    let mut child = ChildGuard::new(
-        Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", etcd.endpoint()))
-            .arg("elect")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    (child, rx)
-}
-
 /// `etcdctl elect leasehold/NAME` and a leasehold election called NAME lead in turn: each waits for the other's
 /// leader; leasehold's `leader()` sees etcdctl's, its proposal as the value, and `etcdctl elect -l` prints
 /// leasehold's leader's hold text, which ends in its value.
 pub async fn etcdctl_elect_and_leasehold_elections_lead_in_turn(etcd: &mut EtcdServer) {
     let locks = leasehold::Client::connect(&etcd.url()).await.unwrap();
     let election = locks.election("interop-elect");
-    let (mut campaigner, mut lines) =
-        etcdctl_elect(etcd, &["leasehold/interop-elect", "etcdctl-proposal"]);
+    let (mut campaigner, mut lines) = etcdctl(
+        etcd,
+        &["elect", "leasehold/interop-elect", "etcdctl-proposal"],
+    );
     // Elected: it prints its key, then its proposal.
     let key = within("etcdctl's election", lines.recv()).await.unwrap();
     assert!(key.starts_with("leasehold/interop-elect/"), "{key}");
@@ -149,7 +128,7 @@ pub async fn etcdctl_elect_and_leasehold_elections_lead_in_turn(etcd: &mut EtcdS
     let status = tokio::task::block_in_place(|| campaigner.wait_timeout(EVENT));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
 
-    let (_observer, mut seen) = etcdctl_elect(etcd, &["-l", "leasehold/interop-elect"]);
+    let (_observer, mut seen) = etcdctl(etcd, &["elect", "-l", "leasehold/interop-elect"]);
     let key = within("etcdctl's observation", seen.recv()).await.unwrap();
     assert!(key.starts_with("leasehold/interop-elect/"), "{key}");
     let value = within("the value it saw", seen.recv()).await.unwrap();

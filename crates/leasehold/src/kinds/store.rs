@@ -353,6 +353,7 @@ impl SessionHold {
     }
 
     /// Stores `hold` as the grant's entry's hold if the entry is still the grant's: true when it was.
+    #[cfg(session_stores)]
     pub(crate) async fn rewrite(&self, hold: &str) -> Result<bool, Error> {
         match *self {
             #[cfg(feature = "etcd")]
