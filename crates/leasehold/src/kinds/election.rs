@@ -35,7 +35,7 @@ use crate::kinds::guard::Guard;
 /// // ... lead, with term.fence() on every write ...
 /// term.resign().await?;
 /// if let Some(leader) = election.leader().await? {
-///     println!("{:?} leads, term {}", leader.value, leader.fence.get());
+///     println!("{:?} leads, term {:?}", leader.value, leader.fence.map(|f| f.get()));
 /// }
 /// # Ok(()) }
 /// ```
