@@ -45,7 +45,7 @@
 //! Every lock kind goes through it in turn (`TORTURE_KINDS`, default `mutex,fair,semaphore:2,rw,reentrant,multi,election`;
 //! `multi` is a set of two mutexes taken as one, `election` a campaign whose leader proclaims new values; the checker
 //! holds both to the mutex's rule), each with
-//! its own servers and workers, for `TORTURE_SECONDS` each (default 8) with `TORTURE_SEED` (default: drawn from the
+//! its own servers and workers, for `TORTURE_SECONDS` each (default 6) with `TORTURE_SEED` (default: drawn from the
 //! clock), on each topology of `TORTURE_TOPOLOGY` (`single`, the default, `cluster`, `quorum`, `etcd`, `etcd3`, `zk`,
 //! `zk3`, `pg`, `mysql`, or a list such as `single,cluster,quorum,etcd,etcd3,zk,zk3,pg,mysql`); a quorum has only the
 //! mutex and the read-write lock, and skips the other kinds with a note. Six shorter tests put the cluster
@@ -189,7 +189,7 @@ impl fmt::Display for Topology {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_keeps_its_contract_under_random_faults() {
     let topologies = Topology::from_env().unwrap_or_else(|| vec![Topology::Single]);
-    torture(&topologies, KINDS, 8).await;
+    torture(&topologies, KINDS, 6).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
