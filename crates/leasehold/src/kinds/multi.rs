@@ -224,16 +224,19 @@ impl MultiLock {
         released.map(|()| output)
     }
 
-    /// The members in the order they are taken, after the set's own checks.
-    fn ordered(&self) -> Result<Vec<&Member>, Error> {
+    /// The members in the order they are taken, each with its place among the added ones, after the set's own checks.
+    fn ordered(&self) -> Result<Vec<(usize, &Member)>, Error> {
         if self.members.is_empty() {
             return Err(Error::InvalidArgument(InvalidArgument::EmptySet));
         }
-        let mut ordered: Vec<&Member> = self.members.iter().collect();
-        ordered.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
-        if let Some(pair) = ordered.windows(2).find(|pair| pair[0].name == pair[1].name) {
+        let mut ordered: Vec<(usize, &Member)> = self.members.iter().enumerate().collect();
+        ordered.sort_by(|(_, a), (_, b)| a.name.as_bytes().cmp(b.name.as_bytes()));
+        if let Some(pair) = ordered
+            .windows(2)
+            .find(|pair| pair[0].1.name == pair[1].1.name)
+        {
             return Err(Error::InvalidArgument(InvalidArgument::DuplicateName {
-                name: pair[0].name.chars().take(64).collect(),
+                name: pair[0].1.name.chars().take(64).collect(),
             }));
         }
         Ok(ordered)
@@ -244,7 +247,7 @@ impl MultiLock {
         let ordered = self.ordered()?;
         // Dropped on every way out but success: a member already taken is then released in the background.
         let mut held: Vec<(usize, Guard)> = Vec::with_capacity(ordered.len());
-        for member in ordered {
+        for (index, member) in ordered {
             let leases: Vec<Lease> = held.iter().map(|(_, guard)| guard.lease()).collect();
             let taken = tokio::select! {
                 biased;
@@ -252,14 +255,7 @@ impl MultiLock {
                 taken = self.take_one(member, wait) => taken.map_err(|err| wait.whole(err)),
             };
             match taken {
-                Ok(guard) => {
-                    let index = self
-                        .members
-                        .iter()
-                        .position(|m| m.name == member.name)
-                        .unwrap_or(0);
-                    held.push((index, guard));
-                }
+                Ok(guard) => held.push((index, guard)),
                 Err(err) => {
                     release_all(held.into_iter().map(|(_, guard)| guard).collect()).await;
                     return Err(err);

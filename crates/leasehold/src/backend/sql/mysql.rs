@@ -852,7 +852,8 @@ impl MyDb {
         Ok(())
     }
 
-    /// The update, then a count of the entry: MySQL's affected rows leave out a row whose hold was already the same.
+    /// The update; only when it changed no row, a count of the entry (MySQL's affected rows leave out a row whose hold
+    /// was already the same), so a new value costs one round trip.
     pub(crate) async fn rewrite(
         &self,
         name: &str,
@@ -868,6 +869,9 @@ impl MyDb {
         )
         .await
         .map_err(my("proclaim"))?;
+        if conn.affected_rows() > 0 {
+            return Ok(true);
+        }
         let count: Option<i64> = conn
             .exec_first(&self.statements.entry_count, key)
             .await
