@@ -146,6 +146,16 @@ pub async fn observe(args: ObserveArgs) -> anyhow::Result<u8> {
                     leader_json(&args.name, Some(leader)).to_string()
                 }
                 leasehold::Observed::Leader(leader) => leader_sentence(&args.name, leader),
+                leasehold::Observed::Missed { terms } if args.json => {
+                    json!({"name": args.name, "missed": terms}).to_string()
+                }
+                leasehold::Observed::Missed { terms: Some(terms) } => {
+                    format!("{:?}: {terms} term(s) began and ended unseen", args.name)
+                }
+                leasehold::Observed::Missed { terms: None } => format!(
+                    "{:?}: the store lost its count of terms; some may have passed unseen",
+                    args.name
+                ),
                 _ if args.json => leader_json(&args.name, None).to_string(),
                 _ => format!("{:?} has no leader", args.name),
             };
@@ -168,7 +178,8 @@ fn leader_sentence(name: &str, leader: &leasehold::Leader) -> String {
     let fence = leader
         .fence
         .map_or("unknown".to_owned(), |f| f.get().to_string());
-    format!("{name:?} is led{by}: {value}, fence {fence}")
+    let term = leader.term.map_or(String::new(), |t| format!(", term {t}"));
+    format!("{name:?} is led{by}: {value}, fence {fence}{term}")
 }
 
 /// One JSON line of `observe --json`.
@@ -178,6 +189,7 @@ fn leader_json(name: &str, leader: Option<&leasehold::Leader>) -> Value {
         "name": name,
         "leader": leader.is_some(),
         "fence": leader.and_then(|l| l.fence).map(leasehold::Fence::get),
+        "term": leader.and_then(|l| l.term),
         "value": leader.and_then(|l| l.value.as_deref()),
         "token": leader.map(|l| l.token.as_str()),
         "description": description,
@@ -294,6 +306,7 @@ pub(crate) fn to_json(info: &leasehold::LockInfo) -> Value {
         "token": holder.map(|h| h.token.as_str()),
         "description": description,
         "value": holder.and_then(|h| h.value.as_deref()),
+        "term": holder.and_then(|h| h.term),
         "holder": description.and_then(crate::holder::fields),
         "waiting_clients": info.waiting_clients,
         "kind": info.kind.map(kind_word),
@@ -304,6 +317,7 @@ pub(crate) fn to_json(info: &leasehold::LockInfo) -> Value {
             "token": h.token,
             "description": h.description,
             "value": h.value,
+            "term": h.term,
             "holder": h.description.as_deref().and_then(crate::holder::fields),
         })).collect::<Vec<_>>(),
     })

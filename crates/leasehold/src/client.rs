@@ -323,6 +323,37 @@ impl Client {
         }
     }
 
+    /// How many terms of the election `name` were counted ([`crate::Leadership::term`]): 0 when none.
+    pub(crate) async fn term_count(&self, name: &str) -> Result<u64, Error> {
+        require_runtime()?;
+        let keys = self.keys(name)?;
+        match &self.store {
+            Store::Redis(redis) => redis.terms(&keys).await,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => etcd.terms(keys.name()).await,
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => zk.terms(keys.name()).await,
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => sql.terms(keys.name()).await,
+        }
+    }
+
+    /// Where the count of the election `name`'s terms lives, on a store with sessions.
+    #[cfg(session_stores)]
+    pub(crate) fn term_record(&self, name: &str) -> Result<String, Error> {
+        match &self.store {
+            Store::Redis(_) => Err(Error::Unsupported {
+                detail: format!("election {name:?}: Redis keeps its count in a key of the lock"),
+            }),
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => etcd.term_record(name),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => zk.term_record(name),
+            #[cfg(sql_stores)]
+            Store::Sql(sql) => sql.term_record(name),
+        }
+    }
+
     /// The locks held right now whose names match `pattern`, a Redis glob (`*` for every lock, `orders:*`,
     /// `job-?`, `[ab]*`; `\` escapes), each read as [`inspect`](Client::inspect) reads it, sorted by name. Free
     /// locks are left out.
@@ -989,6 +1020,7 @@ mod serde_tests {
             token: "lh1-abc host=h pid=1".to_owned(),
             description: Some("host=h pid=1".to_owned()),
             value: None,
+            term: None,
             mode: HoldMode::Permits(3),
             remaining: Some(Duration::from_millis(2500)),
         };

@@ -124,7 +124,35 @@ pub(crate) fn description_of(token: &str) -> Option<&str> {
 
 /// The value an election's leader published with `token` ([`crate::Election::campaign`]), if any.
 pub(crate) fn value_of(token: &str) -> Option<&str> {
-    said(token).and_then(|said| said.split_once(VALUE_SEPARATOR).map(|(_, v)| v))
+    published(token).map(|(value, _)| value)
+}
+
+/// The number of the term `token`'s holder leads, once its campaign counted it ([`crate::Leadership::term`]).
+#[cfg(any(session_stores, test))]
+pub(crate) fn term_of(token: &str) -> Option<u64> {
+    published(token).and_then(|(_, term)| term)
+}
+
+/// What an election's leader published with `token`: its value, and the term's number after it (`VALUE\x1fTERM`,
+/// once the campaign counted the term).
+fn published(token: &str) -> Option<(&str, Option<u64>)> {
+    said(token)
+        .and_then(|said| said.split_once(VALUE_SEPARATOR))
+        .map(|(_, published)| value_and_term(published))
+}
+
+/// `VALUE` or `VALUE\x1fTERM` split: what a hold carries after its description, and what a Redis value key carries
+/// after its fence.
+pub(crate) fn value_and_term(published: &str) -> (&str, Option<u64>) {
+    match published.split_once(VALUE_SEPARATOR) {
+        Some((value, term)) => (value, term.parse().ok()),
+        None => (published, None),
+    }
+}
+
+/// `value` with the number of its term after it, as a leader that counted its term publishes it.
+pub(crate) fn with_term(value: &str, term: u64) -> String {
+    format!("{value}{VALUE_SEPARATOR}{term}")
 }
 
 /// The longest value an election's leader may publish, in bytes.
@@ -276,6 +304,13 @@ mod tests {
         assert!(again.starts_with("x dl1:"));
         assert_eq!(description_of(token_of(&again)), Some("host=a pid=1"));
         assert_eq!(value_of(token_of(&again)), Some("10.0.0.2:80"));
+        assert_eq!(term_of(token_of(&again)), None);
+        // A counted term rides after the value.
+        let counted = with_value(&tagged, &with_term("10.0.0.2:80", 17));
+        assert_eq!(value_of(token_of(&counted)), Some("10.0.0.2:80"));
+        assert_eq!(term_of(token_of(&counted)), Some(17));
+        assert_eq!(value_and_term("v\u{1f}3"), ("v", Some(3)));
+        assert_eq!(value_and_term("v"), ("v", None));
         // Each part by its own rule; a bare description may not smuggle a value in.
         assert!(check_hold_text(&hold_text(None, "v")).is_ok());
         assert!(check_hold_text(&hold_text(Some("a\nb"), "v")).is_err());

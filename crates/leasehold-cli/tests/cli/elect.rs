@@ -58,6 +58,8 @@ fn next_leader(observer: &Running, within: Duration) -> (u64, String) {
         let line = observer.line(left);
         let object: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
         if object["leader"] == Value::Bool(true) {
+            // Every leader here is a campaign, said once its term was counted.
+            assert!(object["term"].as_u64().is_some_and(|t| t > 0), "{line}");
             return (
                 object["fence"].as_u64().unwrap(),
                 object["value"].as_str().unwrap_or_default().to_owned(),
@@ -130,6 +132,7 @@ fn status_shows_the_value_a_run_publishes_and_bad_values_are_usage_errors() {
     assert_eq!(code, Some(0), "{stderr}");
     let status: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(status["value"], "10.0.0.1:8080", "{status}");
+    assert_eq!(status["term"], 1, "{status}");
     let (code, stdout, _) = finish(leasehold(&["status", "--store", &url, "web"]), SOON);
     assert_eq!(code, Some(0));
     assert!(stdout.contains("value \"10.0.0.1:8080\""), "{stdout}");

@@ -27,7 +27,7 @@ fn status_shows_free_and_held_locks_and_force_release_removes_the_holder() {
         free,
         serde_json::json!({
             "name": "jobs", "state": "free", "remaining_ms": null, "fence": null, "token": null, "description": null,
-            "value": null, "holder": null, "waiting_clients": 0, "kind": null, "permits": null, "holders": [],
+            "value": null, "term": null, "holder": null, "waiting_clients": 0, "kind": null, "permits": null, "holders": [],
             "warnings": []
         })
     );

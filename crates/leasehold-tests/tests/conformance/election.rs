@@ -164,3 +164,73 @@ pub async fn a_proclaimed_term_is_renewed_like_any_other(store: &mut Store) {
     );
     term.resign().await.unwrap();
 }
+
+pub async fn terms_are_counted_and_an_observer_counts_the_ones_it_missed(store: &mut Store) {
+    let prefix = store.fresh_prefix();
+    let (a, b) = (store.client(&prefix).await, store.client(&prefix).await);
+    let election = || a.election("counted");
+    let mut observer = b.election("counted").observe_every(EVERY).observe();
+    assert_eq!(next(&mut observer).await, Observed::Vacant);
+    assert_eq!(election().terms().await.unwrap(), 0);
+
+    // Three terms begin and end before the observer reads again; each is counted, and shows its number.
+    for expected in 1..=3 {
+        let term = election().campaign(format!("v{expected}")).await.unwrap();
+        assert_eq!(term.term(), expected);
+        let leader = b.election("counted").leader().await.unwrap().unwrap();
+        assert_eq!(
+            (leader.term, leader.fence),
+            (Some(expected), Some(term.fence()))
+        );
+        let holder = b.inspect("counted").await.unwrap().holder.unwrap();
+        assert_eq!(
+            (holder.term, holder.value.as_deref()),
+            (Some(expected), Some(format!("v{expected}").as_str()))
+        );
+        term.resign().await.unwrap();
+    }
+    assert_eq!(election().terms().await.unwrap(), 3);
+    let mut fourth = election().campaign("v4").await.unwrap();
+    assert_eq!(fourth.term(), 4);
+    // A proclamation keeps the term's number.
+    fourth.proclaim("v4b").await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        Observed::Missed { terms: Some(3) }
+    );
+    match next(&mut observer).await {
+        Observed::Leader(leader) => {
+            assert_eq!(leader.term, Some(4));
+            assert_eq!(leader.fence, Some(fourth.fence()));
+            assert_eq!(leader.value.as_deref(), Some("v4b"));
+        }
+        other => panic!("{other:?} while the fourth term held"),
+    }
+    fourth.resign().await.unwrap();
+    assert_eq!(next(&mut observer).await, Observed::Vacant);
+
+    // Terms that pass while nobody leads at either read are counted too; a plain mutex holder is not a term.
+    for _ in 0..2 {
+        election()
+            .campaign("again")
+            .await
+            .unwrap()
+            .resign()
+            .await
+            .unwrap();
+    }
+    let plain = a.mutex("counted").try_lock().await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        Observed::Missed { terms: Some(2) }
+    );
+    match next(&mut observer).await {
+        Observed::Leader(leader) => {
+            assert_eq!((leader.term, leader.fence), (None, Some(plain.fence())))
+        }
+        other => panic!("{other:?} while a plain holder held"),
+    }
+    plain.release().await.unwrap();
+    assert_eq!(next(&mut observer).await, Observed::Vacant);
+    assert_eq!(election().terms().await.unwrap(), 6);
+}

@@ -143,6 +143,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     election::a_leader_proclaims_and_an_observer_sees_every_term_in_order,
     election::a_lost_term_says_so_and_its_proclamation_is_refused,
     election::a_proclaimed_term_is_renewed_like_any_other,
+    election::terms_are_counted_and_an_observer_counts_the_ones_it_missed,
     multi::a_set_is_taken_whole_or_not_at_all,
     multi::sets_in_opposite_orders_never_deadlock_or_overlap,
     multi::a_set_waits_in_each_queue_and_times_out_as_a_whole,

@@ -26,6 +26,7 @@ const MINIMAL_ACL: &[&str] = &[
     "+time",
     "+get",
     "+set",
+    "+incr",
     "+del",
     "+rename",
     "+pexpire",
@@ -159,6 +160,17 @@ async fn the_documented_minimal_acl_user_can_lock_wait_and_release() {
         .unwrap();
     assert!(holder.force_release("acl-pool").await.unwrap().is_some());
     drop(permit);
+    // An election: a counted term (INCR), a proclamation, an observer's read of the count.
+    let election = holder.election("acl-leader");
+    let mut term = election.campaign("a").await.unwrap();
+    term.proclaim("b").await.unwrap();
+    assert_eq!(election.terms().await.unwrap(), term.term());
+    let leader = election.leader().await.unwrap().unwrap();
+    assert_eq!(
+        (leader.value.as_deref(), leader.term),
+        (Some("b"), Some(term.term()))
+    );
+    term.resign().await.unwrap();
 }
 
 // Current-thread: the trace capture is per thread, and the subscriber task runs on this one.

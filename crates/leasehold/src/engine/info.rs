@@ -113,6 +113,10 @@ pub struct Holder {
     /// ZooKeeper, what its entry stores (an `etcdctl elect` proposal, a kazoo `Election`'s identifier), when not
     /// empty; `None` for every other hold.
     pub value: Option<String>,
+    /// The number of the election term it leads, once its campaign counted the term
+    /// ([`Leadership::term`](crate::Leadership::term)); `None` for every other hold.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub term: Option<u64>,
     /// What it holds.
     pub mode: HoldMode,
     /// The remaining lease on the server, when the key has an expiry (on etcd, the session lease's TTL; `None` on

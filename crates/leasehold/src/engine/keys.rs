@@ -84,6 +84,11 @@ impl LockKeys {
         Suffixed(&self.lock, ":value")
     }
 
+    /// `P:{N}:terms`: how many terms of an election were counted (`term.lua`).
+    pub(crate) fn terms(&self) -> Suffixed<'_> {
+        Suffixed(&self.lock, ":terms")
+    }
+
     /// `P:{N}:queue`.
     pub(crate) fn queue(&self) -> Suffixed<'_> {
         Suffixed(&self.lock, ":queue")

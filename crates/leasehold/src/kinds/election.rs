@@ -121,7 +121,7 @@ impl Election {
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership, Error> {
         let value = value.into();
         let guard = self.mutex(&value).lock().await?;
-        Ok(Leadership { guard, value })
+        self.lead(guard, value).await
     }
 
     /// Campaigns for at most `timeout`.
@@ -140,7 +140,7 @@ impl Election {
     ) -> Result<Leadership, Error> {
         let value = value.into();
         let guard = self.mutex(&value).lock_timeout(timeout).await?;
-        Ok(Leadership { guard, value })
+        self.lead(guard, value).await
     }
 
     /// Leads only if nobody leads or waits now.
@@ -155,7 +155,19 @@ impl Election {
     pub async fn try_campaign(&self, value: impl Into<String>) -> Result<Leadership, Error> {
         let value = value.into();
         let guard = self.mutex(&value).try_lock().await?;
-        Ok(Leadership { guard, value })
+        self.lead(guard, value).await
+    }
+
+    /// Counts the term `guard` won ([`Leadership::term`]): the grant becomes a term only once counted, so an
+    /// observer that missed it counts it. A grant lost before its count is no term (its guard releases).
+    async fn lead(&self, guard: Guard, value: String) -> Result<Leadership, Error> {
+        match guard.begin_term(&value).await? {
+            Some(term) => Ok(Leadership { guard, value, term }),
+            None => Err(Error::LeaseLost {
+                name: self.name.clone(),
+                reason: guard.loss().unwrap_or(LossReason::Gone),
+            }),
+        }
     }
 
     /// The current leader, or `None` when nobody leads: one read of the election's lock.
@@ -168,6 +180,7 @@ impl Election {
         Ok(info.holder.map(|holder| Leader {
             // The exclusive holder's grant is the lock's last on every store: see `Client::inspect`.
             fence: info.last_fence,
+            term: holder.term,
             value: holder.value,
             description: holder.description,
             token: holder.token,
@@ -175,11 +188,23 @@ impl Election {
         }))
     }
 
+    /// How many terms of this election were counted: the number of the last term that began, 0 before the first.
+    /// Read apart from [`leader`](Election::leader) (an observer reads it first).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::inspect`].
+    pub async fn terms(&self) -> Result<u64, Error> {
+        self.client.term_count(&self.name).await
+    }
+
     /// An observer of the election: the current leader at once, then every change it sees (see [`Observer`]).
     pub fn observe(&self) -> Observer {
         Observer {
             election: self.clone(),
             last: None,
+            counted: None,
+            pending: None,
             started: false,
         }
     }
@@ -192,6 +217,10 @@ pub struct Leader {
     /// The term's fence: higher than every earlier term's. `None` only when the store kept no fence counter (a
     /// Redis fence counter past its retention).
     pub fence: Option<Fence>,
+    /// The term's number: 1 for the election's first term, one more for each later one
+    /// ([`Leadership::term`]). `None` for a holder that is not a counted campaign (a plain mutex holder, another
+    /// client's candidate), or a campaign between its grant and its count.
+    pub term: Option<u64>,
     /// What the leader publishes ([`Election::campaign`], [`Leadership::proclaim`]); `None` for a holder of the
     /// election's lock that published nothing (a plain mutex holder, `leasehold run` without `--value`).
     pub value: Option<String>,
@@ -211,20 +240,38 @@ pub enum Observed {
     Leader(Leader),
     /// Nobody leads.
     Vacant,
+    /// Terms began and ended between two reads, unseen: said before what the later read saw.
+    Missed {
+        /// How many: the terms counted since the last one this observer said or counted. `None` when the election's
+        /// count went back (the store lost it: a Redis restart without persistence, or a day without a term on Redis,
+        /// whose count lives as long as the fence counter), so an unknown number may have passed.
+        terms: Option<u64>,
+    },
 }
+
+/// What one read of an observer said: the leader's fence, value and term (`None`: nobody leads).
+type Seen = Option<(Option<Fence>, Option<String>, Option<u64>)>;
 
 /// Reads an election over and over and says what changed: created by [`Election::observe`].
 ///
 /// Its first [`next`](Observer::next) says who leads at once (or [`Observed::Vacant`]); each later one waits for a
 /// change: a new term (a fence it has not seen), a new value of the term, or the end of every term. It reads the
-/// election's lock every [`observe_every`](Election::observe_every) (100 ms by default), and rides out a store
-/// that does not answer (it reads again), so it survives reconnects and failovers. Changes come in order of fence;
-/// a term shorter than the interval can pass between two reads unseen.
+/// election every [`observe_every`](Election::observe_every) (100 ms by default), and rides out a store that does not
+/// answer (it reads again), so it survives reconnects and failovers. Changes come in order of fence, never back.
+///
+/// **No term passes silently.** Every campaign's term is counted when it begins ([`Leadership::term`]); each read
+/// takes the election's count ([`Election::terms`]) before its leader, and a term that began and ended between two
+/// reads is said as [`Observed::Missed`] with how many, before what the later read saw. A holder of the election's
+/// lock that is not a campaign (a plain mutex, another client's candidate) is said when seen, and not counted.
 #[derive(Debug)]
 pub struct Observer {
     election: Election,
-    /// What the last read said (None: vacant), once one was said.
-    last: Option<Option<(Option<Fence>, Option<String>)>>,
+    /// What the last read said, once one was said.
+    last: Option<Seen>,
+    /// The highest term number said or counted (`None` before the first read).
+    counted: Option<u64>,
+    /// What a read saw, to say after the [`Observed::Missed`] said first.
+    pending: Option<Observed>,
     started: bool,
 }
 
@@ -242,6 +289,9 @@ impl Observer {
     /// Cancel safe: nothing is lost; the next call reads again.
     pub async fn next(&mut self) -> Result<Observed, Error> {
         require_runtime()?;
+        if let Some(pending) = self.pending.take() {
+            return Ok(pending);
+        }
         if self.election.every.is_zero() {
             return Err(crate::error::InvalidArgument::BadDuration {
                 what: "observe interval",
@@ -255,8 +305,13 @@ impl Observer {
                 tokio::time::sleep(self.election.every).await;
             }
             self.started = true;
-            let leader = match self.election.leader().await {
-                Ok(leader) => leader,
+            // The count first: every term it counts began before the leader is read.
+            let read = match self.election.terms().await {
+                Ok(count) => self.election.leader().await.map(|leader| (count, leader)),
+                Err(err) => Err(err),
+            };
+            let (count, leader) = match read {
+                Ok(read) => read,
                 // A store that did not answer: read again after the interval.
                 Err(err @ (Error::Connect { .. } | Error::Redis(_) | Error::Store { .. })) => {
                     tracing::debug!(target: "leasehold::election", election = %self.election.name, error = %err, "an observer's read failed; reading again");
@@ -264,23 +319,57 @@ impl Observer {
                 }
                 Err(err) => return Err(err),
             };
-            let seen = leader
-                .as_ref()
-                .map(|leader| (leader.fence, leader.value.clone()));
-            if self.last.as_ref() == Some(&seen) {
-                continue;
+            if let Some(change) = self.said(count, leader) {
+                return Ok(change);
             }
-            // A term never goes back: a read that lags a newer one (another member of the store answered) is skipped.
-            if let (Some(Some((Some(last), _))), Some((Some(fence), _))) = (&self.last, &seen) {
-                if fence < last {
-                    continue;
-                }
+        }
+    }
+
+    /// What one read (the election's `count`, then its `leader`) says, if anything: a [`Observed::Missed`] first
+    /// when terms passed unseen (what the read saw then waits in `pending`).
+    fn said(&mut self, count: u64, leader: Option<Leader>) -> Option<Observed> {
+        // A campaign between its grant and its count is no term yet: said once counted, a moment later.
+        if leader.as_ref().is_some_and(|leader| {
+            leader.value.is_some()
+                && leader.term.is_none()
+                && leader.token.starts_with(crate::fence::TOKEN_PREFIX)
+        }) {
+            return None;
+        }
+        let seen: Seen = leader
+            .as_ref()
+            .map(|leader| (leader.fence, leader.value.clone(), leader.term));
+        // A term never goes back: a read that lags a newer one (another member of the store answered) is skipped.
+        if let (Some(Some((Some(last), _, _))), Some((Some(fence), _, _))) = (&self.last, &seen) {
+            if fence < last {
+                return None;
             }
-            self.last = Some(seen);
-            return Ok(match leader {
-                Some(leader) => Observed::Leader(leader),
-                None => Observed::Vacant,
-            });
+        }
+        let term = leader.as_ref().and_then(|leader| leader.term);
+        // The terms this read accounts for: those counted before it, and the leader's own.
+        let top = count.max(term.unwrap_or(0));
+        let missed = match self.counted {
+            None => None,
+            // The count went back: the store lost it.
+            Some(counted) if top < counted => Some(None),
+            // The terms after the last one accounted for, but the leader's own, which is said.
+            Some(counted) => {
+                let unseen = top - counted - u64::from(term == Some(top) && top > counted);
+                (unseen > 0).then_some(Some(unseen))
+            }
+        };
+        self.counted = Some(top);
+        let change = (self.last.as_ref() != Some(&seen)).then_some(match leader {
+            Some(leader) => Observed::Leader(leader),
+            None => Observed::Vacant,
+        });
+        self.last = Some(seen);
+        match (missed, change) {
+            (Some(terms), change) => {
+                self.pending = change;
+                Some(Observed::Missed { terms })
+            }
+            (None, change) => change,
         }
     }
 }
@@ -292,6 +381,7 @@ impl Observer {
 pub struct Leadership {
     guard: Guard,
     value: String,
+    term: u64,
 }
 
 impl fmt::Debug for Leadership {
@@ -299,6 +389,7 @@ impl fmt::Debug for Leadership {
         f.debug_struct("Leadership")
             .field("lease", &self.guard.lease())
             .field("value", &self.value)
+            .field("term", &self.term)
             .finish()
     }
 }
@@ -315,6 +406,14 @@ impl Leadership {
     /// What this leader publishes now.
     pub fn value(&self) -> &str {
         &self.value
+    }
+
+    /// The term's number: 1 for the election's first term, one more for each later one, counted by the store when
+    /// the campaign won ([`Election::terms`]). Observers that missed a term count it by this number. The fence,
+    /// not the number, is what guards writes: a count a store lost (a Redis restart without persistence) starts
+    /// again at 1, and a fence never goes back.
+    pub fn term(&self) -> u64 {
+        self.term
     }
 
     /// A cloneable view of the term's lease.
@@ -340,7 +439,11 @@ impl Leadership {
         if let Some(reason) = self.guard.loss() {
             return Err(lost(reason));
         }
-        if !self.guard.proclaim(&value).await? {
+        if !self
+            .guard
+            .proclaim(&crate::fence::with_term(&value, self.term))
+            .await?
+        {
             return Err(lost(LossReason::Gone));
         }
         self.value = value;

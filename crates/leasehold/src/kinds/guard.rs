@@ -80,6 +80,32 @@ impl Guard {
         }
     }
 
+    /// Counts this grant's term of the election it leads, publishing `value` with the term's number: the election's
+    /// term count goes up by one in the same step that checks the grant still holds the lock. The term's number, or
+    /// `None` when the grant no longer holds the lock (nothing was written).
+    pub(crate) async fn begin_term(&self, value: &str) -> Result<Option<u64>, Error> {
+        require_runtime()?;
+        let shared = &self.lease.shared;
+        match &self.hold {
+            #[cfg(session_stores)]
+            StoreHold::Session(hold) => {
+                let record = self.client.term_record(self.lease.name())?;
+                let text = crate::fence::with_value(
+                    &shared.token,
+                    &format!("{value}{}", crate::fence::VALUE_SEPARATOR),
+                );
+                hold.begin_term(&record, &text).await
+            }
+            _ => {
+                self.client
+                    .store
+                    .redis()?
+                    .begin_term(&shared.keys, &shared.token, shared.fence, value)
+                    .await
+            }
+        }
+    }
+
     /// The client the grant was made through.
     pub(crate) fn client(&self) -> &Client {
         &self.client

@@ -365,6 +365,20 @@ impl SessionHold {
         }
     }
 
+    /// Counts the grant's term in the election's count at `record`, storing `hold` and the count as its hold: the
+    /// term's number, or `None` when the entry was gone.
+    #[cfg(session_stores)]
+    pub(crate) async fn begin_term(&self, record: &str, hold: &str) -> Result<Option<u64>, Error> {
+        match *self {
+            #[cfg(feature = "etcd")]
+            SessionHold::Etcd(ref held) => held.begin_term(record, hold).await,
+            #[cfg(feature = "zookeeper")]
+            SessionHold::ZooKeeper(ref held) => held.begin_term(record, hold).await,
+            #[cfg(sql_stores)]
+            SessionHold::Sql(ref held) => held.begin_term(record, hold).await,
+        }
+    }
+
     /// Releases in the background (a dropped guard).
     pub(crate) fn release_in_background(self) {
         match self {

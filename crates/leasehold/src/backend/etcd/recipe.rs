@@ -323,6 +323,86 @@ pub(crate) async fn rewrite(
     Ok(response.succeeded())
 }
 
+/// Counts the grant's term of an election (see [`Primitives::begin_term`](crate::backend::session::Primitives)): one
+/// transaction that puts the count at `record` one higher and the grant's key's value `hold` and the count, if the
+/// key is still the grant's and the count is still the one read. A count moved by a transaction whose answer was
+/// lost (the call sent again) is found by the key already holding `hold` and that count.
+pub(crate) async fn begin_term(
+    session: &Shared,
+    grant: &Grant,
+    record: &str,
+    hold: &str,
+) -> Result<Option<u64>, EtcdError> {
+    let (key, revision, lease) = (grant.key.as_str(), grant.revision, grant.lease);
+    let endpoints = &session.conn.endpoints;
+    for _ in 0..TERM_TRIES {
+        let read = endpoints
+            .call(
+                "count a term",
+                |mut c| async move { c.get(record, None).await },
+            )
+            .await?;
+        let (count, counted) = match read.kvs().first() {
+            Some(kv) => (parse_count(kv.value())?, kv.mod_revision()),
+            None => (0, 0),
+        };
+        let term = count + 1;
+        let response = endpoints
+            .call("count a term", |mut c| {
+                let mut compares = owned(key, lease, revision).to_vec();
+                compares.push(Compare::mod_revision(record, CompareOp::Equal, counted));
+                let txn = Txn::new()
+                    .when(compares)
+                    .and_then([
+                        TxnOp::put(record, term.to_string(), None),
+                        TxnOp::put(
+                            key,
+                            format!("{hold}{term}"),
+                            Some(PutOptions::new().with_lease(lease)),
+                        ),
+                    ])
+                    .or_else([TxnOp::get(key, None)]);
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        if response.succeeded() {
+            return Ok(Some(term));
+        }
+        let mine = response.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(mut read) => Some(read.take_kvs()),
+            _ => None,
+        });
+        let Some(kv) = mine.and_then(|kvs| kvs.into_iter().next()) else {
+            return Ok(None);
+        };
+        if kv.create_revision() != revision || kv.lease() != lease {
+            return Ok(None);
+        }
+        // Still the grant's: the count moved. By this grant's own transaction, sent again?
+        if let Some(counted) = kv.value().strip_prefix(hold.as_bytes()) {
+            if let Ok(term) = parse_count(counted) {
+                if term > 0 {
+                    return Ok(Some(term));
+                }
+            }
+        }
+    }
+    Err(EtcdError::Protocol(
+        "counting a term: the count kept changing under a grant that holds the lock",
+    ))
+}
+
+/// How many times [`begin_term`] reads the count and tries its transaction.
+const TERM_TRIES: usize = 4;
+
+/// A term count as etcd stores it: decimal digits.
+pub(crate) fn parse_count(value: &[u8]) -> Result<u64, EtcdError> {
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or(EtcdError::Protocol("a term count that is not a number"))
+}
+
 /// 64 random bits from the OS: the grant's id, unique among the grants of a session.
 fn grant_id() -> Result<u64, EtcdError> {
     Ok(u64::from_le_bytes(random_bytes()?))

@@ -323,6 +323,38 @@ impl Primitives for Etcd {
         super::recipe::rewrite(session, grant, hold).await
     }
 
+    /// `PREFIX.terms/NAME`: beside the client's locks, not under any lock's prefix (whose keys are entries) nor under
+    /// `PREFIX/` (whose keys `list` reads as locks). A plain key without a lease: it outlives the terms it counts.
+    fn term_record(&self, name: &str) -> Result<String, Error> {
+        Ok(format!("{}.terms/{name}", self.prefix))
+    }
+
+    async fn begin_term(
+        session: &Arc<Shared>,
+        grant: &Grant,
+        record: &str,
+        hold: &str,
+    ) -> Result<Option<u64>, EtcdError> {
+        super::recipe::begin_term(session, grant, record, hold).await
+    }
+
+    async fn terms(engine: &EtcdStore, record: &str) -> Result<u64, Error> {
+        let session = engine.default_session().await?;
+        let read = session
+            .shared
+            .conn
+            .endpoints
+            .call("read a term count", |mut c| async move {
+                c.get(record, None).await
+            })
+            .await
+            .map_err(|e| engine.error(e))?;
+        match read.kvs().first() {
+            Some(kv) => super::recipe::parse_count(kv.value()).map_err(|e| engine.error(e)),
+            None => Ok(0),
+        }
+    }
+
     fn describe(grant: &Grant) -> String {
         grant.key().to_owned()
     }

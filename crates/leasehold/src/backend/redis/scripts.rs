@@ -33,7 +33,7 @@ fn text(helpers: &[&str], body: &str) -> String {
 }
 
 /// The full text of a script as leasehold loads it, by file name without `.lua` (`acquire`, `set_acquire`,
-/// `release`, `leave`, `downgrade`, `set_permits`, `reenter`, `renew`, `force_release`, `inspect`, `proclaim`, `probe`, `fence_up`, `quorum_acquire`, `quorum_release`, `quorum_withdraw`). For tests that replay a script by hand; not a
+/// `release`, `leave`, `downgrade`, `set_permits`, `reenter`, `renew`, `force_release`, `inspect`, `proclaim`, `term`, `probe`, `fence_up`, `quorum_acquire`, `quorum_release`, `quorum_withdraw`). For tests that replay a script by hand; not a
 /// stable interface.
 #[doc(hidden)]
 pub fn source(name: &str) -> Option<String> {
@@ -52,6 +52,7 @@ pub fn source(name: &str) -> Option<String> {
         "renew" => (&[], include_str!("scripts/renew.lua")),
         "inspect" => (&[], include_str!("scripts/inspect.lua")),
         "proclaim" => (&[], include_str!("scripts/proclaim.lua")),
+        "term" => (&[], include_str!("scripts/term.lua")),
         "probe" => (&[], include_str!("scripts/probe.lua")),
         "fence_up" => (&[], include_str!("scripts/fence_up.lua")),
         "quorum_acquire" => (&[GRANT, SET], include_str!("scripts/quorum_acquire.lua")),
@@ -77,6 +78,7 @@ pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| script("for
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| script("renew"));
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| script("inspect"));
 pub(crate) static PROCLAIM: LazyLock<Script> = LazyLock::new(|| script("proclaim"));
+pub(crate) static TERM: LazyLock<Script> = LazyLock::new(|| script("term"));
 pub(crate) static PROBE: LazyLock<Script> = LazyLock::new(|| script("probe"));
 pub(crate) static FENCE_UP: LazyLock<Script> = LazyLock::new(|| script("fence_up"));
 pub(crate) static QUORUM_ACQUIRE: LazyLock<Script> = LazyLock::new(|| script("quorum_acquire"));

@@ -16,7 +16,7 @@ use crate::backend::redis::grant::short_of;
 use crate::backend::redis::orphans::Orphans;
 use crate::backend::redis::queued::SetAcquireItem;
 use crate::backend::redis::release::ReleaseItem;
-use crate::backend::redis::scripts::{FORCE_RELEASE, INSPECT, PROCLAIM};
+use crate::backend::redis::scripts::{FORCE_RELEASE, INSPECT, PROCLAIM, TERM};
 use crate::backend::redis::topology::Target;
 use crate::backend::redis::wake::Wakeups;
 use crate::backend::DEFAULT_RESPONSE_TIMEOUT;
@@ -153,6 +153,47 @@ impl RedisStore {
         }
     }
 
+    /// Counts the term of the election leader holding the mutex `keys` with `token` (its grant's `fence`), which
+    /// publishes `value` (`term.lua`): the term's number, or `None` when the grant no longer held the lock.
+    pub(crate) async fn begin_term(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        fence: Fence,
+        value: &str,
+    ) -> Result<Option<u64>, Error> {
+        let mut invocation = TERM.key(&keys.lock);
+        invocation
+            .key(keys.value())
+            .key(keys.terms())
+            .arg(token)
+            .arg(fence.get())
+            .arg(value)
+            .arg(crate::engine::keys::millis(self.fence_retention));
+        match self.conn.invoke_idempotent::<u64>(&invocation).await {
+            Ok(term) => Ok((term > 0).then_some(term)),
+            Err(err) => Err(script_error(&self.conn, &keys.lock, err).await),
+        }
+    }
+
+    /// How many terms of the election `keys` were counted (`term.lua`); 0 when none, or the count lapsed.
+    pub(crate) async fn terms(&self, keys: &LockKeys) -> Result<u64, Error> {
+        let mut conn = self.conn.clone();
+        let key = keys.terms().to_string();
+        let count: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::Redis)?;
+        match count {
+            None => Ok(0),
+            Some(count) => count.parse().map_err(|_| Error::NotALock {
+                key,
+                detail: format!("term count holds {count:?}"),
+            }),
+        }
+    }
+
     /// The state of the lock `keys` (named `name`), read in one atomic step (`inspect.lua`), as
     /// [`Client::inspect`](crate::Client::inspect) returns it.
     pub(crate) async fn inspect(&self, keys: &LockKeys, name: &str) -> Result<LockInfo, Error> {
@@ -198,6 +239,7 @@ impl RedisStore {
             holders.push(Holder {
                 description: description_of(token).map(str::to_owned),
                 value: crate::fence::value_of(token).map(str::to_owned),
+                term: None,
                 mode: HoldMode::of(&hold),
                 token: token.to_owned(),
                 remaining,
@@ -230,9 +272,11 @@ impl RedisStore {
         if let (Some(holder), Some(proclaimed), Some(last)) =
             (holders.first_mut(), text(proclaimed), last_fence)
         {
-            if let Some((fence, value)) = proclaimed.split_once(' ') {
+            if let Some((fence, published)) = proclaimed.split_once(' ') {
                 if holder.value.is_some() && fence.parse::<u64>().ok() == Some(last.get()) {
+                    let (value, term) = crate::fence::value_and_term(published);
                     holder.value = Some(value.to_owned());
+                    holder.term = term;
                 }
             }
         }

@@ -155,6 +155,17 @@ impl<P: Primitives> Engine<P> {
         Ok(lock_info(name, holders, entries))
     }
 
+    /// How many terms of the election `name` were counted ([`Primitives::terms`]).
+    pub(crate) async fn terms(&self, name: &str) -> Result<u64, Error> {
+        let record = self.store.term_record(name)?;
+        P::terms(self, &record).await
+    }
+
+    /// Where the count of the terms of the election `name` lives ([`Primitives::term_record`]).
+    pub(crate) fn term_record(&self, name: &str) -> Result<String, Error> {
+        self.store.term_record(name)
+    }
+
     /// The held locks whose names match the glob `pattern` (`*`, `?`, `[…]`, `\` as Redis's `SCAN MATCH`), each read
     /// by [`inspect`](Self::inspect).
     pub(crate) async fn held_locks(&self, pattern: &str) -> Result<Vec<LockInfo>, Error> {
@@ -302,6 +313,14 @@ impl<P: Primitives> Hold<P> {
     /// Stores `hold` as the grant's entry's hold if the entry is still the grant's: true when it was.
     pub(crate) async fn rewrite(&self, hold: &str) -> Result<bool, Error> {
         P::rewrite(&self.session.shared, &self.grant, hold)
+            .await
+            .map_err(|e| e.into_error(&self.shown))
+    }
+
+    /// Counts the grant's term: the count at `record` goes up and the entry's hold becomes `hold` and the count
+    /// ([`Primitives::begin_term`]); `None` when the entry was gone.
+    pub(crate) async fn begin_term(&self, record: &str, hold: &str) -> Result<Option<u64>, Error> {
+        P::begin_term(&self.session.shared, &self.grant, record, hold)
             .await
             .map_err(|e| e.into_error(&self.shown))
     }

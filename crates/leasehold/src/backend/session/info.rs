@@ -34,10 +34,11 @@ pub(crate) fn lock_info(name: &str, admitted: Vec<Admitted>, entries: usize) -> 
             exclusive_is_mutex = !entry.value.starts_with("x ");
         }
         // The hold's token without its kind's tag, as Redis reports it (`r dl1:…` is the token `dl1:…`).
-        let (token, mode, value) = if entry.value.contains(crate::fence::TOKEN_PREFIX) {
+        let (token, mode, value, term) = if entry.value.contains(crate::fence::TOKEN_PREFIX) {
             let token = crate::fence::token_of(&entry.value).to_owned();
             let value = crate::fence::value_of(&token).map(str::to_owned);
-            (token, HoldMode::of(&entry.value), value)
+            let term = crate::fence::term_of(&token);
+            (token, HoldMode::of(&entry.value), value, term)
         } else {
             // An entry leasehold did not write (`etcdctl lock`'s, kazoo's): named by itself; what it stores is its
             // value (an `etcdctl elect` proposal, a kazoo `Election`'s identifier).
@@ -46,7 +47,7 @@ pub(crate) fn lock_info(name: &str, admitted: Vec<Admitted>, entries: usize) -> 
                 _ => HoldMode::Exclusive,
             };
             let value = Some(entry.value.clone()).filter(|v| !v.is_empty());
-            (entry.entry, mode, value)
+            (entry.entry, mode, value, None)
         };
         if let Kind::Permits(n) = entry.kind {
             permits = Some(u64::from(n.get()));
@@ -55,6 +56,7 @@ pub(crate) fn lock_info(name: &str, admitted: Vec<Admitted>, entries: usize) -> 
         holders.push(Holder {
             description: crate::fence::description_of(&token).map(str::to_owned),
             value,
+            term,
             token,
             mode,
             remaining: entry.remaining,

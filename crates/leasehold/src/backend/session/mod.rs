@@ -350,6 +350,26 @@ pub(crate) trait Primitives: Send + Sync + Sized + 'static {
         hold: &str,
     ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 
+    /// Where the count of the terms of the election `name` lives (a key, a node, a lock row's name): apart from the
+    /// lock's entries, since it outlives them.
+    fn term_record(&self, name: &str) -> Result<String, Error>;
+
+    /// Counts a new term for the grant (an election's campaign that just won): the count at `record` goes up by one,
+    /// and the grant's entry's hold becomes `hold` followed by the new count, in one step and only if the entry is
+    /// still the grant's. The term's number, or `None` when the entry was gone (nothing changed).
+    fn begin_term(
+        session: &Arc<Shared<Self>>,
+        grant: &Self::Grant,
+        record: &str,
+        hold: &str,
+    ) -> impl Future<Output = Result<Option<u64>, Self::Error>> + Send;
+
+    /// The count at `record`: 0 when no term was counted.
+    fn terms(
+        engine: &Engine<Self>,
+        record: &str,
+    ) -> impl Future<Output = Result<u64, Error>> + Send;
+
     /// Names the grant in the log line of a background release that failed.
     fn describe(grant: &Self::Grant) -> String;
 

@@ -307,6 +307,25 @@ impl Db {
         dispatch!(self, rewrite(name, fence, session, hold))
     }
 
+    /// Counts a term of the election `name` for the entry with `fence` of session `session`: the lock row `record`
+    /// one higher (made at 1), and the entry's hold `hold` and the count, in one transaction that first locks the
+    /// entry. The count, or `None` when the entry was not there (nothing changed).
+    pub(crate) async fn begin_term(
+        &self,
+        name: &str,
+        fence: i64,
+        session: &str,
+        record: &str,
+        hold: &str,
+    ) -> Result<Option<u64>, SqlError> {
+        dispatch!(self, begin_term(name, fence, session, record, hold))
+    }
+
+    /// The count in the lock row `record`: 0 when there is none.
+    pub(crate) async fn terms(&self, record: &str) -> Result<u64, SqlError> {
+        dispatch!(self, terms(record))
+    }
+
     /// Deletes the entries of session `session` holding `holds` (left by abandoned acquisitions), and wakes their
     /// locks' waiters.
     pub(crate) async fn delete_entries(

@@ -71,6 +71,9 @@ struct Statements {
     release: String,
     rewrite: String,
     entry_count: String,
+    lock_entry: String,
+    raise_term: String,
+    terms: String,
     first_live: String,
     delete_all: String,
     names: String,
@@ -122,6 +125,14 @@ impl Statements {
             ),
             release: format!("DELETE FROM {entry} WHERE name = ? AND fence = ? AND session = ?"),
             rewrite: format!("UPDATE {entry} SET hold = ? WHERE name = ? AND fence = ? AND session = ?"),
+            lock_entry: format!(
+                "SELECT 1 FROM {entry} WHERE name = ? AND fence = ? AND session = ? FOR UPDATE"
+            ),
+            raise_term: format!(
+                "INSERT INTO {lock} (name, fence) VALUES (?, LAST_INSERT_ID(1)) \
+                 ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
+            ),
+            terms: format!("SELECT fence FROM {lock} WHERE name = ?"),
             entry_count: format!(
                 "SELECT COUNT(*) FROM {entry} WHERE name = ? AND fence = ? AND session = ?"
             ),
@@ -877,6 +888,59 @@ impl MyDb {
             .await
             .map_err(my("proclaim"))?;
         Ok(count.unwrap_or(0) > 0)
+    }
+
+    /// One transaction: the entry locked (none: rolled back), the count raised, the entry's hold written.
+    pub(crate) async fn begin_term(
+        &self,
+        name: &str,
+        fence: i64,
+        session: &str,
+        record: &str,
+        hold: &str,
+    ) -> Result<Option<u64>, SqlError> {
+        let mut conn = self.conn().await?;
+        let mut tx = conn
+            .start_transaction(mysql_async::TxOpts::default())
+            .await
+            .map_err(my("count a term"))?;
+        let key = (name.as_bytes(), fence, session.as_bytes());
+        let there: Option<i64> = tx
+            .exec_first(&self.statements.lock_entry, key)
+            .await
+            .map_err(my("count a term"))?;
+        if there.is_none() {
+            tx.rollback().await.map_err(my("count a term"))?;
+            return Ok(None);
+        }
+        tx.exec_drop(&self.statements.raise_term, (record.as_bytes(),))
+            .await
+            .map_err(my("count a term"))?;
+        let term: Option<u64> = tx
+            .query_first("SELECT LAST_INSERT_ID()")
+            .await
+            .map_err(my("count a term"))?;
+        let term = term.ok_or_else(|| SqlError::Unexpected {
+            store: "MySQL",
+            what: "no count after counting a term".to_owned(),
+        })?;
+        tx.exec_drop(
+            &self.statements.rewrite,
+            (format!("{hold}{term}").as_bytes(), key.0, key.1, key.2),
+        )
+        .await
+        .map_err(my("count a term"))?;
+        tx.commit().await.map_err(my("count a term"))?;
+        Ok(Some(term))
+    }
+
+    pub(crate) async fn terms(&self, record: &str) -> Result<u64, SqlError> {
+        let mut conn = self.conn().await?;
+        let count: Option<i64> = conn
+            .exec_first(&self.statements.terms, (record.as_bytes(),))
+            .await
+            .map_err(my("read a term count"))?;
+        Ok(count.and_then(|c| u64::try_from(c).ok()).unwrap_or(0))
     }
 
     pub(crate) async fn force_release(&self, name: &str) -> Result<Option<String>, SqlError> {

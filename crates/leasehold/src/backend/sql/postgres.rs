@@ -51,6 +51,8 @@ struct Statements {
     reap_expired: String,
     release: String,
     rewrite: String,
+    begin_term: String,
+    terms: String,
     delete_entries: String,
     force_release: String,
     names: String,
@@ -130,6 +132,17 @@ impl Statements {
             rewrite: format!(
                 "UPDATE {entry} SET hold = $4 WHERE name = $1 AND fence = $2 AND session = $3 RETURNING fence"
             ),
+            // The entry is locked first, and the count row is made or raised only when the entry is there; the
+            // entry's update reads the count the upsert returned.
+            begin_term: format!(
+                "WITH e AS (SELECT 1 FROM {entry} WHERE name = $1 AND fence = $2 AND session = $3 FOR UPDATE), \
+                 t AS (INSERT INTO {lock} AS l (name, fence) SELECT $4, 1 FROM e \
+                 ON CONFLICT (name) DO UPDATE SET fence = l.fence + 1 RETURNING l.fence), \
+                 u AS (UPDATE {entry} SET hold = $5 || (SELECT fence FROM t)::text \
+                 WHERE name = $1 AND fence = $2 AND session = $3 AND EXISTS (SELECT 1 FROM t) RETURNING 1) \
+                 SELECT fence, (SELECT count(*) FROM u) FROM t"
+            ),
+            terms: format!("SELECT fence FROM {lock} WHERE name = $1"),
             delete_entries: format!(
                 "WITH d AS (DELETE FROM {entry} WHERE session = $1 AND hold = ANY($2) RETURNING name) \
                  SELECT pg_notify('{channel}', name) FROM (SELECT DISTINCT name FROM d) x"
@@ -632,6 +645,48 @@ impl PgDb {
             )
             .await?;
         Ok(!rows.is_empty())
+    }
+
+    pub(crate) async fn begin_term(
+        &self,
+        name: &str,
+        fence: i64,
+        session: &str,
+        record: &str,
+        hold: &str,
+    ) -> Result<Option<u64>, SqlError> {
+        let rows = self
+            .query(
+                "count a term",
+                &self.statements.begin_term,
+                &[
+                    (&name, Type::TEXT),
+                    (&fence, Type::INT8),
+                    (&session, Type::TEXT),
+                    (&record, Type::TEXT),
+                    (&hold, Type::TEXT),
+                ],
+            )
+            .await?;
+        Ok(rows
+            .first()
+            .and_then(|row| row.try_get::<_, i64>(0).ok())
+            .and_then(|term| u64::try_from(term).ok()))
+    }
+
+    pub(crate) async fn terms(&self, record: &str) -> Result<u64, SqlError> {
+        let rows = self
+            .query(
+                "read a term count",
+                &self.statements.terms,
+                &[(&record, Type::TEXT)],
+            )
+            .await?;
+        Ok(rows
+            .first()
+            .and_then(|row| row.try_get::<_, i64>(0).ok())
+            .and_then(|term| u64::try_from(term).ok())
+            .unwrap_or(0))
     }
 
     pub(crate) async fn delete_entries(

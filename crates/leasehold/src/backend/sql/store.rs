@@ -542,6 +542,43 @@ impl Primitives for Sql {
             .await
     }
 
+    /// The lock row `NAME` and U+001F: a name no lock takes in practice (a name ending in a control character), in
+    /// the lock table, whose rows are never deleted. At most [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes with it, as
+    /// every lock row's name.
+    fn term_record(&self, name: &str) -> Result<String, Error> {
+        let record = format!("{name}{}", crate::fence::VALUE_SEPARATOR);
+        if record.len() > crate::MAX_NAME_LEN {
+            return Err(crate::InvalidArgument::NameTooLong {
+                len: name.len(),
+                max: crate::MAX_NAME_LEN - 1,
+            }
+            .into());
+        }
+        Ok(record)
+    }
+
+    async fn begin_term(
+        shared: &Arc<Shared>,
+        grant: &SqlGrant,
+        record: &str,
+        hold: &str,
+    ) -> Result<Option<u64>, SqlError> {
+        let db = &shared.conn.db;
+        shared
+            .call(
+                "count a term",
+                db.begin_term(&grant.name, grant.fence, &shared.conn.id, record, hold),
+            )
+            .await
+    }
+
+    async fn terms(engine: &SqlStore, record: &str) -> Result<u64, Error> {
+        engine
+            .call("read a term count", engine.store.db.terms(record))
+            .await
+            .map_err(|e| engine.error(e))
+    }
+
     fn describe(grant: &SqlGrant) -> String {
         format!("{} (fence {})", grant.name, grant.fence)
     }

@@ -33,8 +33,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
-use zookeeper_client::{Acls, CreateMode, EventType, OneshotWatcher, StateWatcher};
+use zookeeper_client::{
+    Acls, CheckWriteError, CreateMode, EventType, OneshotWatcher, StateWatcher,
+};
 
+use super::error::is_transient;
 use super::kind::{node_prefix, queue, Contender};
 use super::session::Shared;
 use super::watch::{park, Watch};
@@ -421,6 +424,108 @@ pub(crate) async fn rewrite(session: &Shared, node: &str, hold: &str) -> Result<
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Counts the grant's term of an election (see [`Primitives::begin_term`](crate::backend::session::Primitives)): one
+/// `multi` that checks the grant's node exists, sets the count node `record` one higher at the version read, and sets
+/// the grant's node's data to `hold` and the count. The count node is persistent (made with its parents on first
+/// use), so it outlives the lock's container. A `multi` whose answer was lost is found by the grant's node already
+/// holding `hold` and the count.
+pub(crate) async fn begin_term(
+    session: &Shared,
+    node: &str,
+    record: &str,
+    hold: &str,
+) -> Result<Option<u64>, ZkError> {
+    let mut made = false;
+    for _ in 0..TERM_TRIES {
+        let client = session.client()?;
+        let (count, version) = match session
+            .call("read a term count", client.get_data(record))
+            .await
+        {
+            Ok((data, stat)) => (parse_count(&data)?, stat.version),
+            Err(ZkError::ZooKeeper {
+                source: zookeeper_client::Error::NoNode,
+                ..
+            }) if !made => {
+                made = true;
+                let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                session
+                    .call("make a term count", client.mkdir(record, &persistent))
+                    .await?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let term = count + 1;
+        let mut writer =
+            client
+                .new_check_writer(node, None)
+                .map_err(|source| ZkError::ZooKeeper {
+                    op: "count a term",
+                    source,
+                })?;
+        let written = format!("{hold}{term}");
+        let added = writer
+            .add_set_data(record, term.to_string().as_bytes(), Some(version))
+            .and_then(|()| writer.add_set_data(node, written.as_bytes(), None));
+        added.map_err(|source| ZkError::ZooKeeper {
+            op: "count a term",
+            source,
+        })?;
+        match tokio::time::timeout(session.call_timeout(), writer.commit()).await {
+            Ok(Ok(_)) => return Ok(Some(term)),
+            Ok(Err(CheckWriteError::CheckFailed { .. })) => return Ok(None),
+            // Another count landed between the read and the write: read again.
+            Ok(Err(CheckWriteError::OperationFailed {
+                source: zookeeper_client::Error::BadVersion,
+                ..
+            })) => {}
+            Ok(Err(CheckWriteError::OperationFailed { index, source })) => {
+                return Err(ZkError::Write { index, source })
+            }
+            Ok(Err(CheckWriteError::RequestFailed { source })) if !is_transient(&source) => {
+                return Err(ZkError::ZooKeeper {
+                    op: "count a term",
+                    source,
+                })
+            }
+            // No answer: the multi may have committed. The grant's node says.
+            Ok(Err(CheckWriteError::RequestFailed { .. })) | Err(_) => {
+                match session.call("count a term", client.get_data(node)).await {
+                    Ok((data, _)) if data == written.as_bytes() => return Ok(Some(term)),
+                    Ok(_) => {}
+                    Err(ZkError::ZooKeeper {
+                        source: zookeeper_client::Error::NoNode,
+                        ..
+                    }) => return Ok(None),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Err(ZkError::ZooKeeper {
+        op: "count a term (the count kept changing under a grant that holds the lock)",
+        source: zookeeper_client::Error::BadVersion,
+    })
+}
+
+/// How many times [`begin_term`] reads the count and tries its `multi`.
+const TERM_TRIES: usize = 4;
+
+/// A term count as ZooKeeper stores it: decimal digits, or nothing (a count node just made).
+pub(crate) fn parse_count(data: &[u8]) -> Result<u64, ZkError> {
+    if data.is_empty() {
+        return Ok(0);
+    }
+    std::str::from_utf8(data)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or(ZkError::ZooKeeper {
+            op: "read a term count (it holds something other than a number)",
+            source: zookeeper_client::Error::BadArguments(&"not a term count"),
+        })
 }
 
 /// 64 random bits from the OS: the grant's id, which protects its node (see the module docs).

@@ -349,6 +349,40 @@ impl Primitives for ZooKeeper {
         super::recipe::rewrite(session, &grant.node, hold).await
     }
 
+    /// `ROOT.terms/NAME` (`ROOT` is the chroot and `/PREFIX`): a persistent node beside the client's locks, since a
+    /// lock's node is a container, gone when its last contender is.
+    fn term_record(&self, name: &str) -> Result<String, Error> {
+        let path = format!("{}.terms/{name}", self.root);
+        check_path(&path).map_err(|why| InvalidArgument::BadName {
+            name: name.chars().take(64).collect(),
+            why,
+        })?;
+        Ok(path)
+    }
+
+    async fn begin_term(
+        session: &Arc<Shared>,
+        grant: &Grant,
+        record: &str,
+        hold: &str,
+    ) -> Result<Option<u64>, ZkError> {
+        super::recipe::begin_term(session, &grant.node, record, hold).await
+    }
+
+    async fn terms(engine: &ZkStore, record: &str) -> Result<u64, Error> {
+        let session = engine.default_session().await?;
+        let shared = &session.shared;
+        let zk = shared.client().map_err(|e| engine.error(e))?;
+        match shared.call("read a term count", zk.get_data(record)).await {
+            Ok((data, _)) => super::recipe::parse_count(&data).map_err(|e| engine.error(e)),
+            Err(ZkError::ZooKeeper {
+                source: zookeeper_client::Error::NoNode,
+                ..
+            }) => Ok(0),
+            Err(e) => Err(engine.error(e)),
+        }
+    }
+
     fn describe(grant: &Grant) -> String {
         grant.node.clone()
     }

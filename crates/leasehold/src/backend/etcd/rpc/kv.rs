@@ -196,6 +196,16 @@ impl Compare {
         )
     }
 
+    /// The key's last modification's revision (0 when it does not exist) against `revision`.
+    pub fn mod_revision(key: impl Into<Vec<u8>>, op: CompareOp, revision: i64) -> Self {
+        Self::new(
+            key,
+            op,
+            compare::CompareTarget::Mod,
+            compare::TargetUnion::ModRevision(revision),
+        )
+    }
+
     /// The key's lease (0 for none, or when it does not exist) against `lease`.
     pub fn lease(key: impl Into<Vec<u8>>, op: CompareOp, lease: i64) -> Self {
         Self::new(
