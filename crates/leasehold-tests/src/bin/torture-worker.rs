@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! torture-worker run LOCK_URL STORE_URL NAME WORKER TTL_MS SEED LOG KIND  # the loop, until killed
+//! torture-worker observe LOCK_URL NAME TTL_MS LOG                         # an election's observer, until killed
 //! torture-worker queue-and-die LOCK_URL NAME KIND                         # start waiting, then vanish
 //! ```
 //!
@@ -39,7 +40,11 @@
 //! occupied T FENCE            the store's occupancy marker was set by another worker (a visible overlap)
 //! released T FENCE OUTCOME    release() returned: ok, lost, notowner, or err
 //! error T WHAT                anything else that failed (Redis down, timeouts): the worker retries
+//! term T FENCE NUMBER         (election) the term's number, right after its grant line
 //! ```
+//!
+//! The observer logs `observed T leader FENCE NUMBER|-`, `observed T vacant` and `observed T missed N|?` for each
+//! change it is told, in order.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -113,6 +118,19 @@ fn main() -> ExitCode {
                 lock_url, store_url, name, worker, ttl_ms, seed, log, kind,
             ))
         }
+        ["observe", lock_url, name, ttl_ms, log] => {
+            let Ok(ttl_ms) = ttl_ms.parse::<u64>() else {
+                return usage();
+            };
+            let log = match OpenOptions::new().create(true).append(true).open(log) {
+                Ok(file) => Log(Arc::new(Mutex::new(file))),
+                Err(e) => {
+                    eprintln!("torture-worker: {log}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            runtime.block_on(observe(lock_url, name, ttl_ms, log))
+        }
         ["queue-and-die", lock_url, name, kind] => match Kind::parse(kind) {
             Some(kind) => runtime.block_on(queue_and_die(lock_url, name, kind)),
             None => return usage(),
@@ -130,7 +148,8 @@ fn main() -> ExitCode {
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: torture-worker run LOCK_URL STORE_URL NAME WORKER TTL_MS SEED LOG KIND | queue-and-die LOCK_URL NAME KIND"
+        "usage: torture-worker run LOCK_URL STORE_URL NAME WORKER TTL_MS SEED LOG KIND | observe LOCK_URL NAME TTL_MS LOG \
+         | queue-and-die LOCK_URL NAME KIND"
     );
     ExitCode::from(2)
 }
@@ -404,6 +423,37 @@ async fn connect(url: &str, kind: Kind, ttl: Duration, log: &Log) -> Locks {
     }
 }
 
+/// Observes the election NAME until killed, at the observer's default interval, logging each change it says.
+async fn observe(url: &str, name: &str, ttl_ms: u64, log: Log) -> BoxResult<()> {
+    let Locks::One(client) =
+        connect(url, Kind::Election, Duration::from_millis(ttl_ms), &log).await
+    else {
+        unreachable!("an election is not on a quorum")
+    };
+    let mut observer = client.election(name).observe();
+    loop {
+        let observed = observer.next().await;
+        let t = now_ns();
+        match observed {
+            Ok(leasehold::Observed::Leader(leader)) => log.line(format_args!(
+                "observed {t} leader {} {}",
+                leader.fence.map_or(0, leasehold::Fence::get),
+                leader.term.map_or("-".to_owned(), |n| n.to_string())
+            )),
+            Ok(leasehold::Observed::Vacant) => log.line(format_args!("observed {t} vacant")),
+            Ok(leasehold::Observed::Missed { terms }) => log.line(format_args!(
+                "observed {t} missed {}",
+                terms.map_or("?".to_owned(), |n| n.to_string())
+            )),
+            Ok(other) => log.line(format_args!("error {t} observed:{other:?}")),
+            Err(e) => {
+                log.line(format_args!("error {t} observe:{}", one_word(&e)));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
 /// On a cluster, how many locks in other slots each worker holds beside the one under test.
 const SIDE_LOCKS: u32 = 24;
 
@@ -484,6 +534,9 @@ async fn run(
             now_ns(),
             lease.token()
         ));
+        if let Held::Term(term) = &guard {
+            log.line(format_args!("term {} {fence} {}", now_ns(), term.term()));
+        }
         // The loss signal, logged the moment it resolves.
         let lost = {
             let (lease, log) = (lease.clone(), log.clone());

@@ -32,6 +32,8 @@ use crate::Topology;
 
 /// The lock's name.
 const NAME: &str = "torture";
+/// The election observer's log, in the run's directory (kind `election`).
+const OBSERVER_LOG: &str = "observer.log";
 
 /// The longest `DEBUG SLEEP` of a cluster primary: well inside the cluster's node timeout (2 s), past which its
 /// replica would be elected and the sleeper, on waking, would run what queued up meanwhile as a second primary.
@@ -147,7 +149,14 @@ impl Lock {
                 .map(|i| cluster.connection(i))
                 .collect(),
             Lock::Quorum(nodes) => nodes.iter().map(RedisServer::connection).collect(),
-            Lock::Etcd(etcd) => return etcd.keys_without_lease(),
+            // An election's term count is kept on purpose, one key per election (as the SQL stores' lock rows).
+            Lock::Etcd(etcd) => {
+                return etcd
+                    .keys_without_lease()
+                    .into_iter()
+                    .filter(|key| !key.trim_matches('"').starts_with("leasehold.terms/"))
+                    .collect()
+            }
             Lock::Zk(zk) => return zk.nodes_without_session(NAME, ttl).await,
             Lock::Sql(sql) => return sql.sessions_outliving_clients().await,
         };
@@ -165,6 +174,8 @@ pub struct Rig {
     /// worker and member on etcd, ZooKeeper and a SQL server, worker by worker (see [`Rig::paths`]).
     proxies: Vec<TcpProxy>,
     workers: Vec<Worker>,
+    /// An election's observer (kind `election`).
+    observer: Option<ChildGuard>,
     dir: TempDir,
     ttl: Duration,
     rng: Rng,
@@ -184,7 +195,10 @@ impl Rig {
         seed: u64,
         kind: &str,
     ) -> Rig {
-        let lock = tokio::task::block_in_place(|| Lock::start(topology, workers));
+        // One path more than workers: an election's observer goes through the last (no fault picks it; the store's
+        // own faults reach it).
+        let paths = workers + 1;
+        let lock = tokio::task::block_in_place(|| Lock::start(topology, paths));
         let store = RedisServer::start();
         let (bystander, proxies) = match &lock {
             Lock::Single(server) => {
@@ -193,7 +207,7 @@ impl Rig {
                 // wake-ups go on sharded channels, which no pattern matches.)
                 let listener = bystander(server).await;
                 let mut proxies = Vec::new();
-                for _ in 0..workers {
+                for _ in 0..paths {
                     proxies.push(TcpProxy::start(server.addr()).await);
                 }
                 (Some(listener), proxies)
@@ -204,7 +218,7 @@ impl Rig {
                     .members()
                     .expect("etcd, ZooKeeper and a SQL server have members");
                 let mut proxies = Vec::new();
-                for _ in 0..workers {
+                for _ in 0..paths {
                     for member in 0..members.members() {
                         proxies.push(TcpProxy::start(members.addr(member)).await);
                     }
@@ -241,6 +255,7 @@ impl Rig {
             store,
             proxies,
             workers: Vec::new(),
+            observer: None,
             dir: TempDir::new("torture"),
             ttl,
             rng: Rng::new(seed),
@@ -256,7 +271,43 @@ impl Rig {
                 incarnation: 0,
             });
         }
+        if kind == "election" {
+            rig.observer = Some(rig.spawn_observer(workers));
+        }
         rig
+    }
+
+    /// The URL a worker (or the observer, on path `worker`) reaches the lock with.
+    fn lock_url(&self, worker: usize) -> String {
+        match &self.lock {
+            Lock::Single(_) => self.proxies[worker].url(),
+            Lock::Cluster(cluster) => cluster.url(),
+            Lock::Quorum(_) => self
+                .proxies
+                .iter()
+                .map(TcpProxy::url)
+                .collect::<Vec<_>>()
+                .join(","),
+            Lock::Etcd(_) => format!("etcd://{}", self.path_list(worker)),
+            Lock::Zk(_) => format!("zk://{}", self.path_list(worker)),
+            Lock::Sql(sql) => sql.worker_url(worker, self.paths(worker)[0].addr()),
+        }
+    }
+
+    /// An observer of the election, on path `path`, logging into `observer.log` (see `check::observer`).
+    fn spawn_observer(&self, path: usize) -> ChildGuard {
+        let child = Command::new(env!("CARGO_BIN_EXE_torture-worker"))
+            .arg("observe")
+            .arg(self.lock_url(path))
+            .arg(NAME)
+            .arg(self.ttl.as_millis().to_string())
+            .arg(self.dir.path().join(OBSERVER_LOG))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cannot start torture-worker observe");
+        ChildGuard::new(child)
     }
 
     /// The proxies of worker `worker`'s own path to the lock: its proxy on one server (Redis or SQL), its proxy to
@@ -283,19 +334,7 @@ impl Rig {
             .join(format!("worker-{worker}-{incarnation}.log"));
         let child = Command::new(env!("CARGO_BIN_EXE_torture-worker"))
             .arg("run")
-            .arg(match &self.lock {
-                Lock::Single(_) => self.proxies[worker].url(),
-                Lock::Cluster(cluster) => cluster.url(),
-                Lock::Quorum(_) => self
-                    .proxies
-                    .iter()
-                    .map(TcpProxy::url)
-                    .collect::<Vec<_>>()
-                    .join(","),
-                Lock::Etcd(_) => format!("etcd://{}", self.path_list(worker)),
-                Lock::Zk(_) => format!("zk://{}", self.path_list(worker)),
-                Lock::Sql(sql) => sql.worker_url(worker, self.paths(worker)[0].addr()),
-            })
+            .arg(self.lock_url(worker))
             .arg(self.store.url())
             .arg(NAME)
             .arg(worker.to_string())
@@ -644,14 +683,23 @@ impl Rig {
             let _ = worker.child.signal(Signal::SIGKILL);
             let _ = worker.child.wait();
         }
+        if let Some(observer) = &mut self.observer {
+            let _ = observer.signal(Signal::SIGKILL);
+            let _ = observer.wait();
+        }
         let (grants, stats) = read_all(self.dir.path());
-        let report = check(
+        let mut report = check(
             &grants,
             &self.windows,
             self.ttl,
             Rule::of(&self.kind),
             self.topology,
         );
+        if self.observer.is_some() {
+            let log =
+                std::fs::read_to_string(self.dir.path().join(OBSERVER_LOG)).unwrap_or_default();
+            report.observer = Some(crate::check::observer(&log, &grants, self.topology));
+        }
         let keys_without_ttl = self.lock.keys_without_ttl(self.ttl).await;
         // Kept for a violation, or whenever TORTURE_KEEP is set (to read a clean run's timings too).
         let keep = report.violations() + keys_without_ttl.len() > 0
@@ -905,7 +953,15 @@ impl Outcome {
             self.stats.refused,
             self.stats.occupied,
             self.stats.errors,
-        )
+        ) + &self.report.observer.as_ref().map_or(String::new(), |o| {
+            format!(
+                " | observer: said={} missed={} count_lost={} violations={}",
+                o.said,
+                o.missed,
+                o.count_lost,
+                o.violations.len()
+            )
+        })
     }
 
     /// Every violation, one per line.
@@ -920,6 +976,9 @@ impl Outcome {
         );
         lines.extend(r.late_losses.iter().map(|v| format!("late loss: {v}")));
         lines.extend(r.stalls.iter().map(|v| format!("stall: {v}")));
+        if let Some(observer) = &r.observer {
+            lines.extend(observer.violations.iter().map(|v| format!("observer: {v}")));
+        }
         lines.extend(
             self.keys_without_ttl
                 .iter()

@@ -213,6 +213,8 @@ pub struct Report {
     pub fence_regressions: Vec<String>,
     pub late_losses: Vec<String>,
     pub stalls: Vec<String>,
+    /// What an election's observer said (kind `election`).
+    pub observer: Option<ObserverReport>,
 }
 
 impl Report {
@@ -221,7 +223,102 @@ impl Report {
             + self.fence_regressions.len()
             + self.late_losses.len()
             + self.stalls.len()
+            + self.observer.as_ref().map_or(0, |o| o.violations.len())
     }
+}
+
+/// What an election's observer said, held to its promises.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ObserverReport {
+    /// Leaders it said with a term number.
+    pub said: u64,
+    /// Terms it said it missed (`observed T missed N`).
+    pub missed: u64,
+    /// Times it said the count went back (`missed ?`).
+    pub count_lost: u64,
+    pub violations: Vec<String>,
+}
+
+/// Checks an election observer's `log` (`observed T leader FENCE NUMBER|-`, `observed T vacant`,
+/// `observed T missed N|?`, in the order it said them) against the workers' `grants`:
+///
+/// - **never back**: a leader's fence is never lower than one said before;
+/// - **its own number**: a leader said with a term number has the number its worker logged for that fence;
+/// - **none silently**: a term number said is the last one said, or the one after it once the misses said since are
+///   added (a term that began and ended between two reads is counted); a count the store lost (`missed ?`) starts
+///   the sum again;
+/// - on the topologies that lose nothing (etcd, ZooKeeper, SQL), the workers' term numbers are unique and grow with
+///   their fences.
+pub fn observer(log: &str, grants: &[Grant], topology: Topology) -> ObserverReport {
+    let mut report = ObserverReport::default();
+    let by_fence: std::collections::HashMap<u64, &Grant> =
+        grants.iter().map(|g| (g.fence, g)).collect();
+    let mut last_fence = 0;
+    // The highest term number accounted for (said, or counted as missed).
+    let mut accounted: Option<u64> = None;
+    for line in log.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["observed", t, "leader", fence, number] => {
+                let Ok(fence) = fence.parse::<u64>() else {
+                    continue; // cut short by the SIGKILL at the end
+                };
+                if fence < last_fence {
+                    report
+                        .violations
+                        .push(format!("observer at {t}: fence {fence} after {last_fence}"));
+                }
+                last_fence = last_fence.max(fence);
+                let Ok(number) = number.parse::<u64>() else {
+                    continue; // a holder that is no counted campaign
+                };
+                report.said += 1;
+                if let Some(logged) = by_fence.get(&fence).and_then(|g| g.term) {
+                    if logged != number {
+                        report.violations.push(format!(
+                            "observer at {t}: term {number} for fence {fence}, whose worker logged term {logged}"
+                        ));
+                    }
+                }
+                if let Some(accounted) = accounted {
+                    if number != accounted && number != accounted + 1 {
+                        report.violations.push(format!(
+                            "observer at {t}: term {number} after {accounted} accounted for: {} passed silently",
+                            i128::from(number) - i128::from(accounted) - 1
+                        ));
+                    }
+                }
+                accounted = Some(number);
+            }
+            ["observed", _, "missed", "?"] => {
+                report.count_lost += 1;
+                accounted = None;
+            }
+            ["observed", _, "missed", n] => {
+                let n: u64 = n.parse().unwrap_or(0);
+                report.missed += n;
+                accounted = accounted.map(|a| a + n);
+            }
+            _ => {}
+        }
+    }
+    let lossless = !matches!(topology, Topology::Single | Topology::Cluster);
+    if lossless {
+        let mut terms: Vec<(u64, u64)> = grants
+            .iter()
+            .filter_map(|g| Some((g.fence, g.term?)))
+            .collect();
+        terms.sort_unstable();
+        for pair in terms.windows(2) {
+            let [(f1, t1), (f2, t2)] = pair else { continue };
+            if t2 <= t1 {
+                report.violations.push(format!(
+                    "term {t2} (fence {f2}) after term {t1} (fence {f1}): a term number repeated or went back"
+                ));
+            }
+        }
+    }
+    report
 }
 
 /// What a lock admits at once.
@@ -1008,5 +1105,67 @@ mod tests {
                 .len(),
             1
         );
+    }
+}
+
+#[cfg(test)]
+mod observer_tests {
+    use super::*;
+
+    fn term(fence: u64, number: u64) -> Grant {
+        Grant {
+            fence,
+            term: Some(number),
+            ..Grant::default()
+        }
+    }
+
+    #[test]
+    fn an_observer_that_keeps_its_promises_passes() {
+        let grants = [term(10, 1), term(20, 2), term(30, 3), term(40, 4)];
+        let log = "observed 1 vacant\nobserved 2 leader 10 1\nobserved 3 missed 2\nobserved 4 leader 40 4\n\
+                   observed 5 leader 40 4\nobserved 6 vacant\n";
+        let report = observer(log, &grants, Topology::Etcd);
+        assert_eq!(report.violations, Vec::<String>::new());
+        assert_eq!((report.said, report.missed), (3, 2));
+    }
+
+    #[test]
+    fn each_broken_promise_is_a_violation() {
+        let grants = [term(10, 1), term(20, 2), term(30, 3)];
+        // A term passed silently: 1, then 3 with nothing missed between.
+        let silent = observer(
+            "observed 1 leader 10 1\nobserved 2 leader 30 3\n",
+            &grants,
+            Topology::Etcd,
+        );
+        assert_eq!(silent.violations.len(), 1, "{:?}", silent.violations);
+        // A fence went back.
+        let back = observer(
+            "observed 1 leader 20 2\nobserved 2 leader 10 2\n",
+            &grants,
+            Topology::Etcd,
+        );
+        assert!(
+            back.violations.iter().any(|v| v.contains("after 20")),
+            "{:?}",
+            back.violations
+        );
+        // A number that is not the worker's.
+        let wrong = observer("observed 1 leader 20 7\n", &grants, Topology::Etcd);
+        assert_eq!(wrong.violations.len(), 1, "{:?}", wrong.violations);
+        // A lost count starts the sum again.
+        let lost = observer(
+            "observed 1 leader 10 1\nobserved 2 missed ?\nobserved 3 leader 30 3\n",
+            &grants,
+            Topology::Single,
+        );
+        assert_eq!((lost.violations.len(), lost.count_lost), (0, 1));
+        // A repeated number where nothing is lost.
+        let repeated = observer("", &[term(10, 1), term(20, 1)], Topology::Pg);
+        assert_eq!(repeated.violations.len(), 1, "{:?}", repeated.violations);
+        assert!(observer("", &[term(10, 1), term(20, 1)], Topology::Single)
+            .violations
+            .is_empty());
     }
 }

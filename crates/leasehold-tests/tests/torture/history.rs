@@ -25,6 +25,8 @@ pub struct Grant {
     pub lost: Option<(u64, String)>,
     /// When `release()` returned, with its outcome.
     pub released: Option<(u64, String)>,
+    /// An election's term number (its `term` line).
+    pub term: Option<u64>,
 }
 
 impl Grant {
@@ -188,6 +190,11 @@ pub fn parse(worker: usize, text: &str, grants: &mut BTreeMap<u64, Grant>, stats
             ("released", Some(f)) => {
                 let mut g = grant(grants, f);
                 g.released = Some((t, words.get(3).unwrap_or(&"?").to_string()));
+                grants.insert(f, g);
+            }
+            ("term", Some(f)) => {
+                let mut g = grant(grants, f);
+                g.term = words.get(3).and_then(|n| n.parse().ok());
                 grants.insert(f, g);
             }
             ("write", Some(_)) => match words.get(3) {
