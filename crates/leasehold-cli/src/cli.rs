@@ -163,14 +163,18 @@ Examples:
 const OBSERVE_AFTER: &str = "\
 Prints the election's leader at once (or that nobody leads), then one line each time a new term
 begins, the leader proclaims a new value, or the last term ends, until SIGINT or SIGTERM (exit 0).
-It reads the election every --every and rides out a store that does not answer; a term shorter
-than that can pass unseen. Lines come in order of fence. A leader is any holder of the lock NAME:
-`run --value TEXT NAME` publishes TEXT; a plain run leads without a value.
+It reads the election every --every and rides out a store that does not answer; terms that began
+and ended between two reads are counted in a line of their own (\"N term(s) began and ended
+unseen\"), never skipped silently. Lines come in order of fence. A leader is any holder of the lock
+NAME: `run --value TEXT NAME` campaigns, publishing TEXT, and its term has a number (1, 2, 3, ...);
+a plain run leads without a value or a number.
 
 --json prints one object per line:
-  {\"name\": string, \"leader\": bool, \"fence\": number | null, \"value\": string | null,
-   \"token\": string | null, \"description\": string | null,
+  {\"name\": string, \"leader\": bool, \"fence\": number | null, \"term\": number | null,
+   \"value\": string | null, \"token\": string | null, \"description\": string | null,
    \"holder\": {\"host\", \"pid\", \"user\", \"started\", \"program\"} | null}
+or, for terms missed between two reads, {\"name\": string, \"missed\": number | null} (null: the
+store lost its count, a Redis restart without persistence, so some may have passed).
 
 Examples:
   leasehold observe scheduler
@@ -184,11 +188,12 @@ is not a leasehold lock, 2 on usage errors).
 --json prints one object:
   {\"name\": string, \"state\": \"held\" | \"free\", \"remaining_ms\": number | null,
    \"fence\": number | null, \"token\": string | null, \"description\": string | null,
-   \"value\": string | null,
+   \"value\": string | null, \"term\": number | null,
    \"holder\": {\"host\", \"pid\", \"user\", \"started\", \"program\"} | null,
    \"waiting_clients\": number, \"kind\": \"mutex\" | \"fair\" | \"rw\" | \"semaphore\" | null,
    \"permits\": number | null,
-   \"holders\": [{\"mode\", \"remaining_ms\", \"token\", \"description\", \"value\", \"holder\"}],
+   \"holders\": [{\"mode\", \"remaining_ms\", \"token\", \"description\", \"value\", \"term\",
+                \"holder\"}],
    \"warnings\": [string]}
 The top-level holder fields describe the holder whose lease ends first; \"holders\" lists them all
 (readers of a read-write lock, permit holders of a semaphore). permits is a semaphore's count
