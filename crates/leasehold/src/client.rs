@@ -61,6 +61,24 @@ pub(crate) enum Store {
     Sql(Arc<crate::backend::sql::store::SqlStore>),
 }
 
+/// What an election's observer waits on between its reads, where the store has it ([`Client::feed`]).
+#[derive(Debug)]
+pub(crate) enum Feed {
+    /// A watch on the lock's prefix.
+    #[cfg(feature = "etcd")]
+    Etcd(crate::backend::etcd::store::EtcdFeed),
+}
+
+impl Feed {
+    /// Resolves when the lock may have changed (true), or when the feed ended (false: open another).
+    pub(crate) async fn changed(&mut self) -> bool {
+        match *self {
+            #[cfg(feature = "etcd")]
+            Feed::Etcd(ref mut feed) => feed.changed().await,
+        }
+    }
+}
+
 impl Store {
     /// The Redis side of the store; an error on another store (never reached: the kinds pick the store first). The
     /// operations the kinds dispatch on the store are in `kinds/store.rs`.
@@ -335,6 +353,20 @@ impl Client {
             Store::ZooKeeper(zk) => zk.terms(keys.name()).await,
             #[cfg(sql_stores)]
             Store::Sql(sql) => sql.terms(keys.name()).await,
+        }
+    }
+
+    /// A feed of changes to lock `name`, where the store has one to offer an observer (etcd's watch); `None` on the
+    /// others, whose observers read at their interval.
+    pub(crate) async fn feed(&self, name: &str) -> Option<Feed> {
+        let keys = self.keys(name).ok()?;
+        match &self.store {
+            #[cfg(feature = "etcd")]
+            Store::Etcd(etcd) => etcd.feed(keys.name()).await.map(Feed::Etcd),
+            _ => {
+                let _ = keys;
+                None
+            }
         }
     }
 

@@ -39,6 +39,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     tls::etcds_presents_a_client_certificate_when_asked,
     round_trips::a_waiter_is_granted_by_the_release_alone,
     round_trips::a_reader_behind_a_reader_is_granted_in_one_request,
+    round_trips::an_observer_is_woken_by_the_watch_not_its_interval,
 ];
 
 fn main() {

@@ -205,6 +205,7 @@ impl Election {
             last: None,
             counted: None,
             pending: None,
+            feed: None,
             started: false,
         }
     }
@@ -256,8 +257,10 @@ type Seen = Option<(Option<Fence>, Option<String>, Option<u64>)>;
 ///
 /// Its first [`next`](Observer::next) says who leads at once (or [`Observed::Vacant`]); each later one waits for a
 /// change: a new term (a fence it has not seen), a new value of the term, or the end of every term. It reads the
-/// election every [`observe_every`](Election::observe_every) (100 ms by default), and rides out a store that does not
-/// answer (it reads again), so it survives reconnects and failovers. Changes come in order of fence, never back.
+/// election every [`observe_every`](Election::observe_every) (100 ms by default); on etcd it waits on a watch of the
+/// election's keys instead, and reads when they change (and at least every ten intervals). It rides out a store that
+/// does not answer (it reads again), so it survives reconnects and failovers. Changes come in order of fence, never
+/// back.
 ///
 /// **No term passes silently.** Every campaign's term is counted when it begins ([`Leadership::term`]); each read
 /// takes the election's count ([`Election::terms`]) before its leader, and a term that began and ended between two
@@ -272,8 +275,13 @@ pub struct Observer {
     counted: Option<u64>,
     /// What a read saw, to say after the [`Observed::Missed`] said first.
     pending: Option<Observed>,
+    /// The store's feed of changes to the election's lock, where it has one (etcd's watch).
+    feed: Option<crate::client::Feed>,
     started: bool,
 }
+
+/// With a feed of changes, an observer reads on each change, and at least once in this many intervals.
+const FEED_FALLBACK: u32 = 10;
 
 impl Observer {
     /// The next change: at once on the first call, then when the election changes.
@@ -302,7 +310,11 @@ impl Observer {
         }
         loop {
             if self.started {
-                tokio::time::sleep(self.election.every).await;
+                self.wait().await;
+            }
+            if self.feed.is_none() {
+                // Opened before the read, so that no change after it goes unheard.
+                self.feed = self.election.client.feed(&self.election.name).await;
             }
             self.started = true;
             // The count first: every term it counts began before the leader is read.
@@ -322,6 +334,25 @@ impl Observer {
             if let Some(change) = self.said(count, leader) {
                 return Ok(change);
             }
+        }
+    }
+
+    /// Waits until the next read: a change the store's feed announced (or [`FEED_FALLBACK`] intervals without one),
+    /// or one interval where there is no feed. A feed that ended is dropped (the next read opens another).
+    async fn wait(&mut self) {
+        let every = self.election.every;
+        match &mut self.feed {
+            Some(feed) => {
+                tokio::select! {
+                    alive = feed.changed() => {
+                        if !alive {
+                            self.feed = None;
+                        }
+                    }
+                    () = tokio::time::sleep(every.saturating_mul(FEED_FALLBACK)) => {}
+                }
+            }
+            None => tokio::time::sleep(every).await,
         }
     }
 

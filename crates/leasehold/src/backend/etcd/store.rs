@@ -73,7 +73,52 @@ pub(crate) fn lease_ttl(ttl: Duration) -> Result<Duration, Error> {
     ))
 }
 
+/// A watch on one lock's prefix: what an election's observer waits on between its reads (`Election::observe`).
+#[derive(Debug)]
+pub(crate) struct EtcdFeed {
+    stream: rpc::WatchStream,
+}
+
+impl EtcdFeed {
+    /// Resolves when a key under the lock's prefix was written or deleted (true: read the lock again), or when the
+    /// watch ended (false: cancelled by the member, the stream broken; open another).
+    pub(crate) async fn changed(&mut self) -> bool {
+        loop {
+            match self.stream.message().await {
+                Ok(Some(answer)) if answer.canceled() => return false,
+                Ok(Some(answer)) if !answer.events().is_empty() => return true,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return false,
+            }
+        }
+    }
+}
+
 impl EtcdStore {
+    /// A watch on lock `name`'s prefix from the member's current revision, opened before the observer's next read
+    /// (so that nothing after that read goes unheard); `None` when it could not be opened in a call's time (the
+    /// observer reads at its interval meanwhile, and tries again).
+    pub(crate) async fn feed(&self, name: &str) -> Option<EtcdFeed> {
+        let session = self.default_session().await.ok()?;
+        let endpoints = &session.shared.conn.endpoints;
+        let (i, mut client) = endpoints.current();
+        let watched = format!("{}/", self.lock_path(name));
+        let opened = async {
+            let mut stream = client
+                .watch(watched, Some(rpc::WatchOptions::new().with_prefix()))
+                .await?;
+            let created = stream.message().await?;
+            Ok::<_, rpc::Error>((stream, created.is_some_and(|c| c.created())))
+        };
+        match tokio::time::timeout(endpoints.call_timeout(), opened).await {
+            Ok(Ok((stream, true))) => Some(EtcdFeed { stream }),
+            _ => {
+                endpoints.failed(i);
+                None
+            }
+        }
+    }
+
     /// Connects: opens the session of the default lease now, so that an unreachable cluster fails here and not at the
     /// first lock. `options.ttl` is the default lease (of the locks that set no TTL).
     pub(crate) async fn connect(
