@@ -73,3 +73,49 @@ async fn fences_keep_increasing_on_a_replica_promoted_before_it_caught_up() {
         next.fence()
     );
 }
+
+/// A leader's value and its term's number live in keys that expire `fence_retention` after their last write (so that
+/// names used once do not leak); a term may outlast that, and its leadership writes them again every third of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_longer_than_the_fence_retention_keeps_its_value_and_number() {
+    let server = RedisServer::start();
+    let retention = std::time::Duration::from_secs(1);
+    let locks = leasehold::Client::builder(&server.url())
+        .unwrap()
+        .fence_retention(retention)
+        .connect()
+        .await
+        .unwrap();
+    let election = locks.election("long");
+    let mut term = election.campaign("a").await.unwrap();
+    term.proclaim("b").await.unwrap();
+    // Three retentions: without the leadership's writes, the value key and the count would both have expired.
+    tokio::time::sleep(retention * 3).await;
+    let leader = election.leader().await.unwrap().unwrap();
+    assert_eq!((leader.value.as_deref(), leader.term), (Some("b"), Some(1)));
+    assert_eq!(election.terms().await.unwrap(), 1);
+    term.resign().await.unwrap();
+    // Once the term ended nothing writes them: they expire, and nothing is left behind.
+    let mut conn = redis_conn(&server).await;
+    crate::within(
+        std::time::Duration::from_secs(10),
+        "the value key and the count expire",
+        async {
+            loop {
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg("leasehold:{long}:*")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                if keys
+                    .iter()
+                    .all(|k| !k.ends_with(":value") && !k.ends_with(":terms"))
+                {
+                    break;
+                }
+                tokio::time::sleep(retention / 4).await;
+            }
+        },
+    )
+    .await;
+}

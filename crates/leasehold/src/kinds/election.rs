@@ -162,7 +162,18 @@ impl Election {
     /// observer that missed it counts it. A grant lost before its count is no term (its guard releases).
     async fn lead(&self, guard: Guard, value: String) -> Result<Leadership, Error> {
         match guard.begin_term(&value).await? {
-            Some(term) => Ok(Leadership { guard, value, term }),
+            Some(term) => {
+                let published = std::sync::Arc::new(tokio::sync::Mutex::new(
+                    crate::fence::with_term(&value, term),
+                ));
+                guard.keep_published(std::sync::Arc::clone(&published));
+                Ok(Leadership {
+                    guard,
+                    value,
+                    term,
+                    published,
+                })
+            }
             None => Err(Error::LeaseLost {
                 name: self.name.clone(),
                 reason: guard.loss().unwrap_or(LossReason::Gone),
@@ -206,6 +217,7 @@ impl Election {
             counted: None,
             pending: None,
             feed: None,
+            uncounted: None,
             started: false,
         }
     }
@@ -277,8 +289,13 @@ pub struct Observer {
     pending: Option<Observed>,
     /// The store's feed of changes to the election's lock, where it has one (etcd's watch).
     feed: Option<crate::client::Feed>,
+    /// A campaign seen granted but not yet counted: its fence, and since when.
+    uncounted: Option<(Option<Fence>, tokio::time::Instant)>,
     started: bool,
 }
+
+/// How long an observer waits for a campaign it sees granted to be counted before it says it without a number.
+const UNCOUNTED_GRACE: Duration = Duration::from_secs(2);
 
 /// With a feed of changes, an observer reads on each change, and at least once in this many intervals.
 const FEED_FALLBACK: u32 = 10;
@@ -359,13 +376,24 @@ impl Observer {
     /// What one read (the election's `count`, then its `leader`) says, if anything: a [`Observed::Missed`] first
     /// when terms passed unseen (what the read saw then waits in `pending`).
     fn said(&mut self, count: u64, leader: Option<Leader>) -> Option<Observed> {
-        // A campaign between its grant and its count is no term yet: said once counted, a moment later.
-        if leader.as_ref().is_some_and(|leader| {
+        // A campaign between its grant and its count is no term yet: said once counted, a moment later; or, when it
+        // stays uncounted for UNCOUNTED_GRACE (a count the store lost under a live term), said without its number.
+        let uncounted = leader.as_ref().filter(|leader| {
             leader.value.is_some()
                 && leader.term.is_none()
                 && leader.token.starts_with(crate::fence::TOKEN_PREFIX)
-        }) {
-            return None;
+        });
+        match (uncounted, self.uncounted) {
+            (Some(leader), Some((fence, since))) if fence == leader.fence => {
+                if since.elapsed() < UNCOUNTED_GRACE {
+                    return None;
+                }
+            }
+            (Some(leader), _) => {
+                self.uncounted = Some((leader.fence, tokio::time::Instant::now()));
+                return None;
+            }
+            (None, _) => self.uncounted = None,
         }
         let seen: Seen = leader
             .as_ref()
@@ -413,6 +441,9 @@ pub struct Leadership {
     guard: Guard,
     value: String,
     term: u64,
+    /// What the last proclamation wrote (the value and the term's number), which Redis is told again while the term
+    /// lasts ([`Guard::keep_published`]).
+    published: std::sync::Arc<tokio::sync::Mutex<String>>,
 }
 
 impl fmt::Debug for Leadership {
@@ -470,13 +501,13 @@ impl Leadership {
         if let Some(reason) = self.guard.loss() {
             return Err(lost(reason));
         }
-        if !self
-            .guard
-            .proclaim(&crate::fence::with_term(&value, self.term))
-            .await?
-        {
+        let text = crate::fence::with_term(&value, self.term);
+        let mut published = self.published.lock().await;
+        if !self.guard.proclaim(&text).await? {
             return Err(lost(LossReason::Gone));
         }
+        *published = text;
+        drop(published);
         self.value = value;
         Ok(())
     }

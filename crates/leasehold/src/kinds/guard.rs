@@ -106,6 +106,46 @@ impl Guard {
         }
     }
 
+    /// On Redis, keeps what this election leader publishes (`published`, its value and term number, as the last
+    /// proclamation wrote it) in the lock's value key while the grant lasts: the key, and the election's term count,
+    /// live [`fence_retention`](crate::Builder::fence_retention) from their last write, which a term may outlast. A
+    /// task proclaims it again every third of that, and ends with the lease. Nothing on the stores with sessions,
+    /// whose entries keep it as long as the grant.
+    pub(crate) fn keep_published(&self, published: std::sync::Arc<tokio::sync::Mutex<String>>) {
+        let Ok(redis) = self.client.store.redis() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let (redis, shared, lease) = (
+            std::sync::Arc::clone(redis),
+            std::sync::Arc::clone(&self.lease.shared),
+            self.lease.clone(),
+        );
+        let every = redis.fence_retention / 3;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = lease.lost() => return,
+                    () = tokio::time::sleep(every) => {}
+                }
+                // Held across the write, so that a proclamation never lands before an older text.
+                let text = published.lock().await;
+                match redis
+                    .proclaim(&shared.keys, &shared.token, shared.fence, &text)
+                    .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(err) => {
+                        tracing::debug!(target: "leasehold::election", lock = %shared.keys.name(), error = %err, "keeping a leader's value failed; trying again later");
+                    }
+                }
+            }
+        });
+    }
+
     /// The client the grant was made through.
     pub(crate) fn client(&self) -> &Client {
         &self.client

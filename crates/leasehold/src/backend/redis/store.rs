@@ -144,6 +144,8 @@ impl RedisStore {
         let mut invocation = PROCLAIM.key(&keys.lock);
         invocation
             .key(keys.value())
+            .key(keys.terms())
+            .key(keys.fence())
             .arg(token)
             .arg(format!("{} {value}", fence.get()))
             .arg(crate::engine::keys::millis(self.fence_retention));
