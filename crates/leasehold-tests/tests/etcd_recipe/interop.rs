@@ -133,7 +133,7 @@ pub async fn etcdctl_elect_and_leasehold_elections_lead_in_turn(etcd: &mut EtcdS
     assert!(key.starts_with("leasehold/interop-elect/"), "{key}");
     let value = within("the value it saw", seen.recv()).await.unwrap();
     assert!(
-        value.starts_with("dl1:") && value.ends_with("\u{1f}ours"),
+        value.starts_with("dl1:") && value.ends_with(&format!("\u{1f}ours\u{1f}{}", term.term())),
         "{value:?}"
     );
     term.resign().await.unwrap();

@@ -250,7 +250,11 @@ pub async fn kazoo_elections_and_leasehold_elections_lead_in_turn(ensemble: &mut
     let seen = Kazoo::script(KAZOO_ELECTION, &[&hosts, &path, "contenders"])
         .line()
         .await;
-    assert!(seen.contains("\\x1fours'"), "{seen}");
+    // The hold text ends in the value and the term's number, each after U+001F.
+    assert!(
+        seen.contains(&format!("\\x1fours\\x1f{}'", term.term())),
+        "{seen}"
+    );
 
     let mut kazoo = Kazoo::script(KAZOO_ELECTION, &[&hosts, &path, "run"]);
     waiters(&a, "elected", 1).await;
