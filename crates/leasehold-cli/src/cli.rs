@@ -52,6 +52,8 @@ and with these variables added to its environment:
   LEASEHOLD_FENCE  this grant's fencing number, a decimal integer that increases with every
                grant of the lock: pass it to the store you write to, and have the store
                refuse writes that carry a lower one
+  LEASEHOLD_TERM   with --value: the term's number (1 for the election's first term, one
+               more for each later one)
 
 Lock kinds: by default NAME is a mutex (one run at a time; waiting hosts are served in the
 order they started waiting). --fair serves every waiting run in order of arrival; --shared

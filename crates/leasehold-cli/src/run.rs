@@ -114,17 +114,6 @@ async fn acquire(
 ) -> Result<leasehold::Guard, Error> {
     let name = args.name.as_str();
     let wait = Wait::of(args);
-    if let Some(value) = &args.value {
-        let election = client.election(name).ttl(args.ttl).describe(description);
-        let term = match wait.remaining() {
-            None => election.try_campaign(value.as_str()).await,
-            Some(Some(left)) => election.campaign_timeout(value.as_str(), left).await,
-            Some(None) => election.campaign(value.as_str()).await,
-        };
-        return term
-            .map(leasehold::Leadership::into_guard)
-            .map_err(|err| wait.whole(err));
-    }
     if let Some(permits) = args.permits {
         let semaphore = client
             .semaphore(name, permits)
@@ -155,6 +144,35 @@ async fn acquire(
         plain(&rw, &mutex, wait).await
     };
     result.map_err(|err| wait.whole(err))
+}
+
+/// Takes NAME as [`acquire`] does, or, with `--value`, campaigns in the election NAME: the grant, and the term's
+/// number when it is one.
+async fn acquire_or_campaign(
+    args: &RunArgs,
+    client: &leasehold::Client,
+    description: String,
+) -> Result<(leasehold::Guard, Option<u64>), Error> {
+    let Some(value) = &args.value else {
+        return acquire(args, client, description)
+            .await
+            .map(|guard| (guard, None));
+    };
+    let wait = Wait::of(args);
+    let election = client
+        .election(&args.name)
+        .ttl(args.ttl)
+        .describe(description);
+    let term = match wait.remaining() {
+        None => election.try_campaign(value.as_str()).await,
+        Some(Some(left)) => election.campaign_timeout(value.as_str(), left).await,
+        Some(None) => election.campaign(value.as_str()).await,
+    };
+    term.map(|term| {
+        let number = term.term();
+        (term.into_guard(), Some(number))
+    })
+    .map_err(|err| wait.whole(err))
 }
 
 /// A plain run: NAME's mutex, so that it keeps excluding the library's `Mutex` users and older versions of this
@@ -280,12 +298,12 @@ async fn run_with(
     }
     let description = crate::holder::description(&args.command);
     let acquired = tokio::select! {
-        acquired = acquire(args, client, description) => acquired,
+        acquired = acquire_or_campaign(args, client, description) => acquired,
         // Dropping the acquire future releases a grant that may have landed (the library's cancel safety).
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
     match acquired {
-        Ok(guard) => supervise(args, Held::One(guard), signals).await,
+        Ok((guard, term)) => supervise(args, Held::One(guard), term, signals).await,
         Err(err) => Err(refused(args, client, err).await),
     }
 }
@@ -314,7 +332,7 @@ async fn run_set(
         sig = signals.recv() => return Err(interrupted(sig, &args.name)),
     };
     match acquired {
-        Ok(guard) => supervise(args, Held::Set(guard), signals).await,
+        Ok(guard) => supervise(args, Held::Set(guard), None, signals).await,
         Err(err) => Err(refused(args, client, err).await),
     }
 }
@@ -446,7 +464,7 @@ async fn run_on_quorum(args: &RunArgs, signals: &mut Signals) -> anyhow::Result<
         sig = signals.recv() => return Err(interrupted(sig, name)),
     };
     match acquired {
-        Ok(guard) => supervise(args, Held::Quorum(guard), signals).await,
+        Ok(guard) => supervise(args, Held::Quorum(guard), None, signals).await,
         Err(err) => {
             // Who holds it, for the message: the holder a majority of nodes names (on the conflict path only).
             let holder = match &err {
@@ -584,7 +602,12 @@ enum Outcome {
 
 /// Runs the program under `guard`: stops it so that it is gone by the lease's deadline (see [`crate::schedule`]),
 /// with the enforcer process as a second pair of hands (see [`crate::enforce`]); releases the lock when it exits.
-async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow::Result<u8> {
+async fn supervise(
+    args: &RunArgs,
+    guard: Held,
+    term: Option<u64>,
+    signals: &mut Signals,
+) -> anyhow::Result<u8> {
     let name = args.name.as_str();
     let configured = Schedule::of(args)?;
     let leases = Leases(guard.leases());
@@ -613,6 +636,9 @@ async fn supervise(args: &RunArgs, guard: Held, signals: &mut Signals) -> anyhow
             .iter()
             .map(|(var, value)| (var.as_str(), value.clone())),
     );
+    if let Some(term) = term {
+        env.push(("LEASEHOLD_TERM", term.to_string()));
+    }
     let shown = program_name(&args.command);
     // Started first, so that the program never runs without it; when it cannot start, nothing runs.
     let remaining = lease.remaining();

@@ -79,6 +79,10 @@ pub(crate) fn sentence(info: &leasehold::LockInfo) -> String {
                     .value
                     .as_ref()
                     .map_or(String::new(), |v| format!(", value {v:?}"));
+                let value = match holder.term {
+                    Some(term) => format!("{value}, term {term}"),
+                    None => value,
+                };
                 format!(
                     "{:?} is held{by}: fence {fence_text}{value}, {left}, token {}",
                     info.name,
@@ -252,6 +256,9 @@ pub(crate) fn table(held: &[leasehold::LockInfo]) -> String {
                 holder
                     .and_then(|h| h.description.as_deref())
                     .map_or_else(|| "-".to_owned(), escape)
+                    + &holder
+                        .and_then(|h| h.value.as_deref())
+                        .map_or(String::new(), |v| format!(" (value {})", escape(v)))
                     + &more,
             ]
         })

@@ -34,19 +34,22 @@ fn campaign(url: &str, name: &str, value: &str, ttl: &str) -> Running {
         "--",
         "sh",
         "-c",
-        "echo held $LEASEHOLD_FENCE; read line; exit 0",
+        "echo held $LEASEHOLD_FENCE $LEASEHOLD_TERM; read line; exit 0",
     ]);
     command.stdin(Stdio::piped());
     Running::start(command)
 }
 
-/// The fence a campaign's program printed once it led, and when the test read it.
+/// The fence a campaign's program printed once it led (with its term's number, which must be one), and when the
+/// test read it.
 fn led(run: &Running, within: Duration) -> (u64, Instant) {
     let line = run.line(within);
-    let fence = line
+    let (fence, term) = line
         .strip_prefix("held ")
-        .and_then(|f| f.parse().ok())
+        .and_then(|rest| rest.split_once(' '))
+        .and_then(|(f, t)| Some((f.parse().ok()?, t.parse::<u64>().ok()?)))
         .unwrap_or_else(|| panic!("{line}"));
+    assert!(term > 0, "{line}");
     (fence, Instant::now())
 }
 
@@ -135,7 +138,13 @@ fn status_shows_the_value_a_run_publishes_and_bad_values_are_usage_errors() {
     assert_eq!(status["term"], 1, "{status}");
     let (code, stdout, _) = finish(leasehold(&["status", "--store", &url, "web"]), SOON);
     assert_eq!(code, Some(0));
-    assert!(stdout.contains("value \"10.0.0.1:8080\""), "{stdout}");
+    assert!(
+        stdout.contains("value \"10.0.0.1:8080\", term 1"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = finish(leasehold(&["list", "--store", &url]), SOON);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("(value 10.0.0.1:8080)"), "{stdout}");
     run.close_stdin();
     assert_eq!(run.code(SOON), Some(0));
 
