@@ -77,6 +77,17 @@ fn now_ns() -> u64 {
 struct Log(Arc<Mutex<File>>);
 
 impl Log {
+    /// The log at `path`, appended to; `None` (said on stderr) when it cannot be opened.
+    fn open(path: &str) -> Option<Log> {
+        match OpenOptions::new().create(true).append(true).open(path) {
+            Ok(file) => Some(Log(Arc::new(Mutex::new(file)))),
+            Err(e) => {
+                eprintln!("torture-worker: {path}: {e}");
+                None
+            }
+        }
+    }
+
     fn line(&self, text: std::fmt::Arguments<'_>) {
         let mut file = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let _ = writeln!(file, "{text}");
@@ -106,12 +117,8 @@ fn main() -> ExitCode {
             ) else {
                 return usage();
             };
-            let log = match OpenOptions::new().create(true).append(true).open(log) {
-                Ok(file) => Log(Arc::new(Mutex::new(file))),
-                Err(e) => {
-                    eprintln!("torture-worker: {log}: {e}");
-                    return ExitCode::FAILURE;
-                }
+            let Some(log) = Log::open(log) else {
+                return ExitCode::FAILURE;
             };
             let worker = worker.to_string();
             runtime.block_on(run(
@@ -122,12 +129,8 @@ fn main() -> ExitCode {
             let Ok(ttl_ms) = ttl_ms.parse::<u64>() else {
                 return usage();
             };
-            let log = match OpenOptions::new().create(true).append(true).open(log) {
-                Ok(file) => Log(Arc::new(Mutex::new(file))),
-                Err(e) => {
-                    eprintln!("torture-worker: {log}: {e}");
-                    return ExitCode::FAILURE;
-                }
+            let Some(log) = Log::open(log) else {
+                return ExitCode::FAILURE;
             };
             runtime.block_on(observe(lock_url, name, ttl_ms, log))
         }

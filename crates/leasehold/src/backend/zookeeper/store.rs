@@ -194,12 +194,7 @@ impl Primitives for ZooKeeper {
 
     /// The node of lock `name`: `ROOT/NAME`; an error when that is not a path ZooKeeper takes.
     fn path(&self, name: &str) -> Result<String, Error> {
-        let path = format!("{}/{name}", self.root);
-        check_path(&path).map_err(|why| InvalidArgument::BadName {
-            name: name.chars().take(64).collect(),
-            why,
-        })?;
-        Ok(path)
+        node_of(format!("{}/{name}", self.root), name)
     }
 
     async fn open(
@@ -352,12 +347,7 @@ impl Primitives for ZooKeeper {
     /// `ROOT.terms/NAME` (`ROOT` is the chroot and `/PREFIX`): a persistent node beside the client's locks, since a
     /// lock's node is a container, gone when its last contender is.
     fn term_record(&self, name: &str) -> Result<String, Error> {
-        let path = format!("{}.terms/{name}", self.root);
-        check_path(&path).map_err(|why| InvalidArgument::BadName {
-            name: name.chars().take(64).collect(),
-            why,
-        })?;
-        Ok(path)
+        node_of(format!("{}.terms/{name}", self.root), name)
     }
 
     async fn begin_term(
@@ -473,4 +463,13 @@ impl Primitives for ZooKeeper {
         }
         Ok(names)
     }
+}
+
+/// `path`, the node lock `name` makes, when ZooKeeper takes it; the refusal names the lock.
+fn node_of(path: String, name: &str) -> Result<String, Error> {
+    check_path(&path).map_err(|why| InvalidArgument::BadName {
+        name: name.chars().take(64).collect(),
+        why,
+    })?;
+    Ok(path)
 }
