@@ -165,7 +165,7 @@ Examples:
 const OBSERVE_AFTER: &str = "\
 Prints the election's leader at once (or that nobody leads), then one line each time a new term
 begins, the leader proclaims a new value, or the last term ends, until SIGINT or SIGTERM (exit 0).
-It reads the election every --every (on etcd, when its watch hears a change, and at least every
+It reads the election every --every (on etcd and ZooKeeper, when a watch fires, and at least every
 ten --every) and rides out a store that does not answer; terms that began
 and ended between two reads are counted in a line of their own (\"N term(s) began and ended
 unseen\"), never skipped silently. Lines come in order of fence. A leader is any holder of the lock

@@ -247,3 +247,51 @@ pub async fn renewed_after(
     })
     .await;
 }
+
+/// An election's observer on a store with a feed of changes (etcd's watch, ZooKeeper's watches) is woken by it, not by
+/// its interval: with an interval of an hour (a read at least every ten), `observing`'s observer still says, each
+/// within `within`, the vacancy, `leading`'s new term (with its number), its proclamation, and the vacancy again.
+///
+/// # Panics
+///
+/// When a change is not said within `within`, or is not the one expected.
+pub async fn an_observer_is_woken_by_its_feed(
+    leading: &leasehold::Client,
+    observing: &leasehold::Client,
+    within: std::time::Duration,
+) {
+    use leasehold::Observed;
+    let mut observer = observing
+        .election("fed")
+        .observe_every(std::time::Duration::from_secs(3600))
+        .observe();
+    assert_eq!(next(&mut observer, within).await, Observed::Vacant);
+    let mut term = leading.election("fed").campaign("a").await.unwrap();
+    match next(&mut observer, within).await {
+        Observed::Leader(seen) => {
+            assert_eq!(
+                (seen.fence, seen.term),
+                (Some(term.fence()), Some(term.term()))
+            );
+        }
+        other => panic!("{other:?} while a term held"),
+    }
+    term.proclaim("b").await.unwrap();
+    match next(&mut observer, within).await {
+        Observed::Leader(seen) => assert_eq!(seen.value.as_deref(), Some("b")),
+        other => panic!("{other:?} after a proclamation"),
+    }
+    term.resign().await.unwrap();
+    assert_eq!(next(&mut observer, within).await, Observed::Vacant);
+}
+
+/// The observer's next change, within `within`.
+async fn next(
+    observer: &mut leasehold::Observer,
+    within: std::time::Duration,
+) -> leasehold::Observed {
+    tokio::time::timeout(within, observer.next())
+        .await
+        .expect("the observer was not woken by the store's feed")
+        .unwrap()
+}

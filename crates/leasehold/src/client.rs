@@ -66,7 +66,10 @@ pub(crate) enum Store {
 pub(crate) enum Feed {
     /// A watch on the lock's prefix.
     #[cfg(feature = "etcd")]
-    Etcd(crate::backend::etcd::store::EtcdFeed),
+    Etcd(Box<crate::backend::etcd::store::EtcdFeed>),
+    /// One-shot watches on the lock's children and its holder's data.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(crate::backend::zookeeper::store::ZkFeed),
 }
 
 impl Feed {
@@ -75,6 +78,8 @@ impl Feed {
         match *self {
             #[cfg(feature = "etcd")]
             Feed::Etcd(ref mut feed) => feed.changed().await,
+            #[cfg(feature = "zookeeper")]
+            Feed::ZooKeeper(ref mut feed) => feed.changed().await,
         }
     }
 }
@@ -356,13 +361,18 @@ impl Client {
         }
     }
 
-    /// A feed of changes to lock `name`, where the store has one to offer an observer (etcd's watch); `None` on the
-    /// others, whose observers read at their interval.
+    /// A feed of changes to lock `name`, where the store has one to offer an observer (etcd's watch, ZooKeeper's
+    /// watches); `None` on the others, whose observers read at their interval.
     pub(crate) async fn feed(&self, name: &str) -> Option<Feed> {
         let keys = self.keys(name).ok()?;
         match &self.store {
             #[cfg(feature = "etcd")]
-            Store::Etcd(etcd) => etcd.feed(keys.name()).await.map(Feed::Etcd),
+            Store::Etcd(etcd) => etcd
+                .feed(keys.name())
+                .await
+                .map(|f| Feed::Etcd(Box::new(f))),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(zk) => zk.feed(keys.name()).await.map(Feed::ZooKeeper),
             _ => {
                 let _ = keys;
                 None

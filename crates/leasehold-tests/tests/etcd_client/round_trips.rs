@@ -87,42 +87,9 @@ pub async fn a_reader_behind_a_reader_is_granted_in_one_request(_cluster: &mut E
     reading.release().await.unwrap();
 }
 
-/// An election's observer on etcd waits on a watch of the lock's prefix, not on its interval: with an interval of an
-/// hour (reads at least every ten hours), it still says each new term and each proclamation as it happens.
+/// An election's observer on etcd waits on a watch of the lock's prefix, not on its interval.
 pub async fn an_observer_is_woken_by_the_watch_not_its_interval(_cluster: &mut EtcdCluster) {
-    let (etcd, leader, observing) = member_and_two_clients().await;
-    let mut observer = observing
-        .election("watched")
-        .observe_every(Duration::from_secs(3600))
-        .observe();
-    assert_eq!(next(&mut observer).await, leasehold::Observed::Vacant);
-    eventually("the observer watches", || async {
-        tokio::task::block_in_place(|| etcd.watchers()) == 1
-    })
-    .await;
-    let mut term = leader.election("watched").campaign("a").await.unwrap();
-    match next(&mut observer).await {
-        leasehold::Observed::Leader(seen) => {
-            assert_eq!(
-                (seen.fence, seen.term),
-                (Some(term.fence()), Some(term.term()))
-            );
-        }
-        other => panic!("{other:?} while a term held"),
-    }
-    term.proclaim("b").await.unwrap();
-    match next(&mut observer).await {
-        leasehold::Observed::Leader(seen) => assert_eq!(seen.value.as_deref(), Some("b")),
-        other => panic!("{other:?} after a proclamation"),
-    }
-    term.resign().await.unwrap();
-    assert_eq!(next(&mut observer).await, leasehold::Observed::Vacant);
-}
-
-/// The observer's next change, which must come within [`crate::EVENT`].
-async fn next(observer: &mut leasehold::Observer) -> leasehold::Observed {
-    tokio::time::timeout(crate::EVENT, observer.next())
-        .await
-        .expect("the observer was not woken")
-        .unwrap()
+    let (_etcd, leader, observing) = member_and_two_clients().await;
+    leasehold_tests::sequence::an_observer_is_woken_by_its_feed(&leader, &observing, crate::EVENT)
+        .await;
 }

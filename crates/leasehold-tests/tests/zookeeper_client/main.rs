@@ -48,6 +48,7 @@ const TESTS: &[(&str, TestFn)] = leasehold_tests::sequence_tests![
     round_trips::an_uncontended_cycle_is_two_round_trips,
     round_trips::a_woken_waiter_is_granted_without_another_round_trip,
     round_trips::a_waiter_whose_node_was_deleted_is_granted_only_on_a_new_one,
+    round_trips::an_observer_is_woken_by_watches_not_its_interval,
 ];
 
 fn main() {

@@ -167,3 +167,13 @@ pub async fn a_waiter_whose_node_was_deleted_is_granted_only_on_a_new_one(
     assert_eq!(guard.lease().fence().get(), stat.czxid.unsigned_abs());
     guard.release().await.unwrap();
 }
+
+/// An election's observer on ZooKeeper waits on watches of the lock's children and its holder's data, not on its
+/// interval.
+pub async fn an_observer_is_woken_by_watches_not_its_interval(ensemble: &mut ZkEnsemble) {
+    let prefix = fresh_prefix();
+    let leader = crate::client(&ensemble.url(), &prefix).await;
+    let observing = crate::client(&ensemble.url(), &prefix).await;
+    leasehold_tests::sequence::an_observer_is_woken_by_its_feed(&leader, &observing, crate::EVENT)
+        .await;
+}

@@ -269,8 +269,8 @@ type Seen = Option<(Option<Fence>, Option<String>, Option<u64>)>;
 ///
 /// Its first [`next`](Observer::next) says who leads at once (or [`Observed::Vacant`]); each later one waits for a
 /// change: a new term (a fence it has not seen), a new value of the term, or the end of every term. It reads the
-/// election every [`observe_every`](Election::observe_every) (100 ms by default); on etcd it waits on a watch of the
-/// election's keys instead, and reads when they change (and at least every ten intervals). It rides out a store that
+/// election every [`observe_every`](Election::observe_every) (100 ms by default); on etcd and ZooKeeper it waits on
+/// the store's watches of the election's lock instead, and reads when they fire (and at least every ten intervals). It rides out a store that
 /// does not answer (it reads again), so it survives reconnects and failovers. Changes come in order of fence, never
 /// back.
 ///
@@ -287,7 +287,7 @@ pub struct Observer {
     counted: Option<u64>,
     /// What a read saw, to say after the [`Observed::Missed`] said first.
     pending: Option<Observed>,
-    /// The store's feed of changes to the election's lock, where it has one (etcd's watch).
+    /// The store's feed of changes to the election's lock, where it has one (etcd's and ZooKeeper's watches).
     feed: Option<crate::client::Feed>,
     /// A campaign seen granted but not yet counted: its fence, and since when.
     uncounted: Option<(Option<Fence>, tokio::time::Instant)>,

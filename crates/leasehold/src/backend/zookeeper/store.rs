@@ -16,6 +16,7 @@ use super::kind::{queue, Contender};
 use super::recipe::Grant;
 use super::session::{Conn, Shared, DEFAULT_TIMEOUT, MAX_TIMEOUT, MIN_TIMEOUT};
 use super::url::{check_path, Target};
+use super::watch::{park, watch, watched, Watch};
 use super::ZkError;
 use crate::backend::admission::{admitted, Kind};
 use crate::backend::session::life::Session;
@@ -74,7 +75,79 @@ pub(crate) fn session_timeout(ttl: Duration) -> Result<Duration, Error> {
     Ok(ttl)
 }
 
+/// One-shot watches on a lock, set before an election observer's read (`Election::observe`): on its children (a
+/// grant, a release, a waiter; on the node's creation when there is none) and on its holder's data (a proclamation, a
+/// term's count). The first to fire ends the feed, and the next read sets new ones; the others are kept until they
+/// fire ([`park`]), since dropping a watcher costs a request of its own.
+pub(crate) struct ZkFeed {
+    watches: Vec<Watch>,
+}
+
+impl std::fmt::Debug for ZkFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkFeed")
+            .field("watches", &self.watches.len())
+            .finish()
+    }
+}
+
+impl ZkFeed {
+    /// Resolves when one of the watches fired: always `false`, since a fired watch is spent (open another).
+    pub(crate) async fn changed(&mut self) -> bool {
+        if self.watches.is_empty() {
+            return std::future::pending().await;
+        }
+        let watches = std::mem::take(&mut self.watches);
+        let (_, _, rest) = futures_util::future::select_all(watches).await;
+        rest.into_iter().for_each(park);
+        false
+    }
+}
+
+impl Drop for ZkFeed {
+    fn drop(&mut self) {
+        self.watches.drain(..).for_each(park);
+    }
+}
+
 impl ZkStore {
+    /// Watches on lock `name` (see [`ZkFeed`]), set before the observer's next read so that no change after it goes
+    /// unheard; `None` when ZooKeeper could not be asked (the observer reads at its interval meanwhile).
+    pub(crate) async fn feed(&self, name: &str) -> Option<ZkFeed> {
+        let path = self.store.path(name).ok()?;
+        let session = self.default_session().await.ok()?;
+        let shared = &session.shared;
+        let zk = shared.client().ok()?;
+        let mut watches = Vec::new();
+        match shared
+            .call("observe", zk.get_and_watch_children(&path))
+            .await
+        {
+            Ok((children, _, watcher)) => {
+                watches.push(watch(watcher));
+                if let Some(first) = queue(&children).first() {
+                    let node = format!("{path}/{}", first.name);
+                    let read = shared.call("observe", zk.get_and_watch_data(&node)).await;
+                    if let Ok(Some(watcher)) = watched(read) {
+                        watches.push(watch(watcher));
+                    }
+                }
+            }
+            Err(ZkError::ZooKeeper {
+                source: zookeeper_client::Error::NoNode,
+                ..
+            }) => {
+                let (_, watcher) = shared
+                    .call("observe", zk.check_and_watch_stat(&path))
+                    .await
+                    .ok()?;
+                watches.push(watch(watcher));
+            }
+            Err(_) => return None,
+        }
+        Some(ZkFeed { watches })
+    }
+
     /// Connects: opens the first session now, so that an unreachable ensemble fails here and not at the first lock.
     /// (ZooKeeper takes any digest credentials: a wrong password shows only where a node's ACL asks for it.)
     pub(crate) async fn connect(
