@@ -434,6 +434,12 @@ async fn run_on_quorum(args: &RunArgs, signals: &mut Signals) -> anyhow::Result<
              --permits",
         ));
     }
+    if args.value.is_some() {
+        return Err(fail(
+            exit::USAGE,
+            "a quorum (--store given 3 or more times) has no elections: drop --value, or campaign on one store",
+        ));
+    }
     let quorum = tokio::select! {
         quorum = connect::quorum(&args.store) => quorum?,
         sig = signals.recv() => return Err(interrupted(sig, name)),

@@ -94,6 +94,10 @@ fn run_and_status_work_on_a_quorum_and_other_kinds_are_refused() {
         one_error_line(&stderr).contains("the mutex and the read-write lock only"),
         "{stderr}"
     );
+    // A campaign would be silently a plain run: refused instead.
+    let (code, _, stderr) = finish(with(&["run", "--value", "v", "other", "--", "true"]), SOON);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(one_error_line(&stderr).contains("no elections"), "{stderr}");
     let (code, _, stderr) = finish(
         leasehold(&["status", "--redis", &urls[0], "--redis", &urls[1], "jobs"]),
         SOON,
