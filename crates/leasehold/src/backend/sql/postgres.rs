@@ -133,14 +133,15 @@ impl Statements {
                 "UPDATE {entry} SET hold = $4 WHERE name = $1 AND fence = $2 AND session = $3 RETURNING fence"
             ),
             // The entry is locked first, and the count row is made or raised only when the entry is there; the
-            // entry's update reads the count the upsert returned.
+            // entry's update reads the count the upsert returned (PostgreSQL runs a data-modifying WITH whether or
+            // not the statement reads it, so `u` returns nothing).
             begin_term: format!(
                 "WITH e AS (SELECT 1 FROM {entry} WHERE name = $1 AND fence = $2 AND session = $3 FOR UPDATE), \
                  t AS (INSERT INTO {lock} AS l (name, fence) SELECT $4, 1 FROM e \
                  ON CONFLICT (name) DO UPDATE SET fence = l.fence + 1 RETURNING l.fence), \
                  u AS (UPDATE {entry} SET hold = $5 || (SELECT fence FROM t)::text \
-                 WHERE name = $1 AND fence = $2 AND session = $3 AND EXISTS (SELECT 1 FROM t) RETURNING 1) \
-                 SELECT fence, (SELECT count(*) FROM u) FROM t"
+                 WHERE name = $1 AND fence = $2 AND session = $3 AND EXISTS (SELECT 1 FROM t)) \
+                 SELECT fence FROM t"
             ),
             terms: format!("SELECT fence FROM {lock} WHERE name = $1"),
             delete_entries: format!(
